@@ -1,0 +1,94 @@
+# flashsale: build, test, demo and benchmarks.
+#
+#   make              build bin/flashsale (and the other programs)
+#   make test         install missing Debian packages, build, run every test
+#   make test-sanitize   the same tests against an AddressSanitizer+UBSan build
+#   make demo         the strategy comparison (see README)
+#
+# Layout: every C file of a module directory goes into one static library,
+# except files named <program>_main.c, which each become bin/<program>.
+# Lua scripts in <module>/lua/*.lua are embedded as <module>_lua_<name>[].
+# tests/unit/test_*.c become unit-test programs.
+
+VARIANT ?= rel
+BUILD   := build/$(VARIANT)
+ifeq ($(VARIANT),rel)
+BIN     := bin
+else
+BIN     := $(BUILD)/bin
+endif
+
+PYTHON  ?= /usr/bin/python3
+CC      ?= cc
+MODULES := common db stock lock http service loadtest
+CFLAGS_ALL := -std=gnu11 -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+              -I. -I$(BUILD)/gen $(CFLAGS)
+ifeq ($(VARIANT),san)
+CFLAGS_ALL += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+LDFLAGS_ALL := -fsanitize=address,undefined $(LDFLAGS)
+else
+CFLAGS_ALL += -O2
+LDFLAGS_ALL := $(LDFLAGS)
+endif
+LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lm -pthread
+
+ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)))
+MAIN_C   := $(filter %_main.c,$(ALL_C))
+LIB_C    := $(filter-out %_main.c,$(ALL_C))
+LUA      := $(wildcard $(addsuffix /lua/*.lua,$(MODULES)))
+LUA_C    := $(BUILD)/gen/lua_scripts.c
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_C)) $(BUILD)/gen/lua_scripts.o
+LIBA     := $(BUILD)/libflashsale.a
+PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
+UNIT_C   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
+
+.PHONY: all deps test test-run test-sanitize demo bench bench-lock clean fuzz soak
+all: $(PROGRAMS) $(UNIT_BIN)
+
+deps:
+	@tools/deps.sh
+
+# Lua sources become C string constants named <module>_lua_<file>.
+lua_sym = $(firstword $(subst /, ,$(1)))_lua_$(basename $(notdir $(1)))
+$(LUA_C): $(LUA) tools/embed.sh
+	@mkdir -p $(dir $@)
+	tools/embed.sh $@ $(foreach f,$(LUA),$(call lua_sym,$(f))=$(f))
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
+
+$(BUILD)/gen/lua_scripts.o: $(LUA_C)
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+$(LIBA): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+define program_rule
+$(BIN)/$(patsubst %_main.c,%,$(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIBA)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS_ALL) -o $$@ $$< $(LIBA) $$(LIBS)
+endef
+$(foreach m,$(MAIN_C),$(eval $(call program_rule,$(m))))
+
+$(BIN)/tests/%: $(BUILD)/tests/unit/%.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
+
+test: deps
+	$(MAKE) test-run
+
+test-run: all
+	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py $(TESTS)
+
+test-sanitize: deps
+	$(MAKE) VARIANT=san test-run
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+-include $(wildcard */module.mk)

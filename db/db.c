@@ -1,0 +1,539 @@
+/* db.c: SQLite schema, prepared statements and queries. See db.h.
+ *
+ * The schema is versioned with PRAGMA user_version; db_open migrates an
+ * older file forward and refuses a newer one. Every statement is prepared
+ * once per connection. */
+#include "db/db.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sqlite3.h>
+
+enum {
+    ST_PRODUCT_INSERT, ST_PRODUCT_GET, ST_PRODUCT_ALL, ST_PRODUCT_RESTOCK,
+    ST_PRODUCT_GEN,
+    ST_USER_UNITS,
+    ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_ADD_SOLD, ST_ORDER_GET, ST_ORDER_BY_KEY,
+    ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
+    ST_TAKE_CONDITIONAL, ST_USER_SUM, ST_AVAILABLE,
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
+    ST_COUNT
+};
+
+static const char *const SQL[ST_COUNT] = {
+    [ST_PRODUCT_INSERT] =
+        "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
+        "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at)"
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9)",
+    [ST_PRODUCT_GET] =
+        "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at FROM products WHERE sku=?1",
+    [ST_PRODUCT_ALL] =
+        "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at FROM products ORDER BY sku",
+    [ST_PRODUCT_RESTOCK] =
+        "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
+        " WHERE sku=?1",
+    [ST_PRODUCT_GEN] =
+        "UPDATE products SET stock_gen=max(stock_gen,?2)+1 WHERE sku=?1",
+    [ST_USER_UNITS] =
+        "SELECT user_id, sum(quantity) FROM orders WHERE sku=?1 GROUP BY user_id",
+    /* The generation check and the tombstone check are part of the insert
+     * itself, so no window exists between checking and writing. */
+    [ST_ORDER_INSERT_GEN] =
+        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
+        " SELECT ?1,?2,?3,?4,?5,?6"
+        " WHERE EXISTS(SELECT 1 FROM products WHERE sku=?2 AND stock_gen=?7)"
+        " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
+    [ST_ORDER_INSERT_ANY] =
+        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
+        " SELECT ?1,?2,?3,?4,?5,?6"
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
+    [ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2 WHERE sku=?1",
+    [ST_ORDER_GET] =
+        "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
+        " FROM orders WHERE order_id=?1",
+    [ST_ORDER_BY_KEY] =
+        "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
+        " FROM orders WHERE idempotency_key=?1",
+    [ST_ORDER_EXISTS] = "SELECT 1 FROM orders WHERE order_id=?1",
+    [ST_VOID_EXISTS] = "SELECT 1 FROM voided_orders WHERE order_id=?1",
+    [ST_VOID_INSERT] =
+        "INSERT OR IGNORE INTO voided_orders(order_id,sku,reason,voided_at)"
+        " VALUES(?1,?2,?3,strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
+    [ST_TAKE_CONDITIONAL] =
+        "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
+        " WHERE sku=?1 AND db_available>=?2",
+    [ST_USER_SUM] =
+        "SELECT coalesce(sum(quantity),0) FROM orders WHERE user_id=?2 AND sku=?1",
+    [ST_AVAILABLE] = "SELECT db_available FROM products WHERE sku=?1",
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+};
+
+static const char SCHEMA_V1[] =
+    "CREATE TABLE products("
+    "  sku TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  strategy TEXT NOT NULL,"
+    "  segments INTEGER NOT NULL,"
+    "  per_user_limit INTEGER NOT NULL,"
+    "  stock_initial INTEGER NOT NULL,"
+    "  sold INTEGER NOT NULL,"
+    "  stock_gen INTEGER NOT NULL,"
+    "  db_available INTEGER NOT NULL CHECK(db_available >= 0),"
+    "  db_version INTEGER NOT NULL,"
+    "  cs_delay_ms INTEGER NOT NULL,"
+    "  lock_ttl_ms INTEGER NOT NULL,"
+    "  created_at TEXT NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE orders("
+    "  order_id TEXT PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  user_id TEXT NOT NULL,"
+    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
+    "  idempotency_key TEXT UNIQUE,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
+    "CREATE INDEX orders_by_user ON orders(user_id, order_id);"
+    "CREATE TABLE voided_orders("
+    "  order_id TEXT PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  voided_at TEXT NOT NULL) WITHOUT ROWID;";
+
+struct db {
+    sqlite3 *conn;
+    sqlite3_stmt *st[ST_COUNT];
+    char errstr[256];
+};
+
+static db_status fail(db *d, const char *what) {
+    int code = sqlite3_extended_errcode(d->conn);
+    snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
+    return (code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED ? DB_BUSY : DB_ERROR;
+}
+
+const char *db_errstr(const db *d) { return d->errstr; }
+
+db_status db_ping(db *d) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->conn, "SELECT count(*) FROM products", -1, &s, NULL) != SQLITE_OK)
+        return fail(d, "ping");
+    int rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW ? DB_OK : fail(d, "ping");
+}
+
+static int exec(sqlite3 *c, const char *sql, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(c, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
+    snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(c));
+    sqlite3_free(msg);
+    return -1;
+}
+
+static int user_version(sqlite3 *c) {
+    sqlite3_stmt *s;
+    int v = -1;
+    if (sqlite3_prepare_v2(c, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK) return -1;
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* Brings the schema to DB_SCHEMA_VERSION inside one write transaction, so
+ * two processes opening a new file at once cannot both create it. */
+static int migrate(sqlite3 *c, char *err, size_t errlen) {
+    if (exec(c, "BEGIN IMMEDIATE", err, errlen)) return -1;
+    int v = user_version(c);
+    if (v < 0 || v > DB_SCHEMA_VERSION) {
+        snprintf(err, errlen, "database schema version %d is not one this build knows (%d)",
+                 v, DB_SCHEMA_VERSION);
+        goto err;
+    }
+    if (v == 0 && (exec(c, SCHEMA_V1, err, errlen) ||
+                   exec(c, "PRAGMA user_version=1", err, errlen)))
+        goto err;
+    /* Later versions add "if (v < N) apply step N" here. */
+    if (exec(c, "COMMIT", err, errlen)) goto err;
+    return 0;
+err:
+    exec(c, "ROLLBACK", err + strlen(err), 0);
+    return -1;
+}
+
+db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
+    db *d = calloc(1, sizeof *d);
+    char pragmas[160];
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    int flags = opt->readonly ? SQLITE_OPEN_READONLY
+                              : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (sqlite3_open_v2(path, &d->conn, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "open %s: %s", path, sqlite3_errmsg(d->conn));
+        goto err;
+    }
+    sqlite3_busy_timeout(d->conn, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : 2000);
+    snprintf(pragmas, sizeof pragmas, "PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;",
+             opt->synchronous_full ? "FULL" : "NORMAL");
+    if (!opt->readonly) {
+        /* WAL: readers never wait for the writer, and a commit is one
+         * append + fsync of the log. */
+        if (exec(d->conn, "PRAGMA journal_mode=WAL", err, errlen)) goto err;
+        if (migrate(d->conn, err, errlen)) goto err;
+    } else if (user_version(d->conn) != DB_SCHEMA_VERSION) {
+        snprintf(err, errlen, "%s is not a flashsale database (schema version %d)", path,
+                 user_version(d->conn));
+        goto err;
+    }
+    if (exec(d->conn, pragmas, err, errlen)) goto err;
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
+            i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
+            i != ST_VOID_EXISTS && i != ST_USER_UNITS)
+            continue;
+        if (sqlite3_prepare_v3(d->conn, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
+                               NULL) != SQLITE_OK) {
+            snprintf(err, errlen, "prepare: %s", sqlite3_errmsg(d->conn));
+            goto err;
+        }
+    }
+    return d;
+err:
+    db_close(d);
+    return NULL;
+}
+
+void db_close(db *d) {
+    if (!d) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(d->st[i]);
+    sqlite3_close(d->conn);
+    free(d);
+}
+
+/* Returns statement i reset and with its bindings cleared. */
+static sqlite3_stmt *stmt(db *d, int i) {
+    sqlite3_stmt *s = d->st[i];
+    assert(s != NULL);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *v) {
+    if (v && *v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(s, i);
+}
+
+static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col) {
+    const unsigned char *t = sqlite3_column_text(s, col);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+/* Runs a statement that returns no rows. */
+static db_status step_done(db *d, sqlite3_stmt *s, const char *what) {
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) return DB_OK;
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+        snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
+        return DB_EXISTS;
+    }
+    return fail(d, what);
+}
+
+db_status db_begin(db *d) { return step_done(d, stmt(d, ST_BEGIN), "begin"); }
+db_status db_commit(db *d) { return step_done(d, stmt(d, ST_COMMIT), "commit"); }
+void db_rollback(db *d) {
+    if (!sqlite3_get_autocommit(d->conn)) step_done(d, stmt(d, ST_ROLLBACK), "rollback");
+}
+
+/* ----------------------------------------------------------------- products */
+
+static void read_product(sqlite3_stmt *s, db_product *p) {
+    memset(p, 0, sizeof *p);
+    copy_col(p->sku, sizeof p->sku, s, 0);
+    copy_col(p->name, sizeof p->name, s, 1);
+    copy_col(p->strategy, sizeof p->strategy, s, 2);
+    p->segments = sqlite3_column_int(s, 3);
+    p->per_user_limit = sqlite3_column_int64(s, 4);
+    p->stock_initial = sqlite3_column_int64(s, 5);
+    p->sold = sqlite3_column_int64(s, 6);
+    p->stock_gen = sqlite3_column_int64(s, 7);
+    p->db_available = sqlite3_column_int64(s, 8);
+    p->db_version = sqlite3_column_int64(s, 9);
+    p->cs_delay_ms = sqlite3_column_int(s, 10);
+    p->lock_ttl_ms = sqlite3_column_int(s, 11);
+    copy_col(p->created_at, sizeof p->created_at, s, 12);
+}
+
+db_status db_product_insert(db *d, const db_product *p) {
+    sqlite3_stmt *s = stmt(d, ST_PRODUCT_INSERT);
+    assert(p->stock_initial >= 0 && p->segments >= 1);
+    sqlite3_bind_text(s, 1, p->sku, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, p->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, p->strategy, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, p->segments);
+    sqlite3_bind_int64(s, 5, p->per_user_limit);
+    sqlite3_bind_int64(s, 6, p->stock_initial);
+    sqlite3_bind_int(s, 7, p->cs_delay_ms);
+    sqlite3_bind_int(s, 8, p->lock_ttl_ms);
+    sqlite3_bind_text(s, 9, p->created_at, -1, SQLITE_STATIC);
+    return step_done(d, s, "insert product");
+}
+
+db_status db_product_get(db *d, const char *sku, db_product *out) {
+    sqlite3_stmt *s = stmt(d, ST_PRODUCT_GET);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        read_product(s, out);
+        sqlite3_reset(s);
+        return DB_OK;
+    }
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "get product");
+}
+
+db_status db_product_each(db *d, int (*fn)(const db_product *p, void *ud), void *ud) {
+    sqlite3_stmt *s = stmt(d, ST_PRODUCT_ALL);
+    db_product p;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        read_product(s, &p);
+        if (fn(&p, ud)) break;
+    }
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "list products");
+}
+
+static db_status update_product(db *d, int st_id, const char *sku, long long qty,
+                                const char *what) {
+    sqlite3_stmt *s = stmt(d, st_id);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, qty);
+    db_status st = step_done(d, s, what);
+    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
+    return st;
+}
+
+db_status db_product_restock(db *d, const char *sku, long long qty, db_product *out) {
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    st = update_product(d, ST_PRODUCT_RESTOCK, sku, qty, "restock");
+    if (st == DB_OK) st = db_product_get(d, sku, out);
+    if (st == DB_OK) st = db_commit(d);
+    if (st != DB_OK) db_rollback(d);
+    return st;
+}
+
+db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out) {
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    st = update_product(d, ST_PRODUCT_GEN, sku, min_gen, "new generation");
+    if (st == DB_OK) st = db_product_get(d, sku, out);
+    if (st == DB_OK) st = db_commit(d);
+    if (st != DB_OK) db_rollback(d);
+    return st;
+}
+
+db_status db_user_units(db *d, const char *sku,
+                        int (*fn)(const char *user, long long units, void *ud), void *ud) {
+    sqlite3_stmt *s = stmt(d, ST_USER_UNITS);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        if (fn((const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1), ud)) break;
+    sqlite3_reset(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "user units");
+}
+
+/* ------------------------------------------------------------------- orders */
+
+static void read_order(sqlite3_stmt *s, db_order *o) {
+    memset(o, 0, sizeof *o);
+    copy_col(o->order_id, sizeof o->order_id, s, 0);
+    copy_col(o->sku, sizeof o->sku, s, 1);
+    copy_col(o->user_id, sizeof o->user_id, s, 2);
+    o->quantity = sqlite3_column_int(s, 3);
+    copy_col(o->idem_key, sizeof o->idem_key, s, 4);
+    copy_col(o->created_at, sizeof o->created_at, s, 5);
+}
+
+static db_status get_one_order(db *d, int st_id, const char *arg, db_order *out) {
+    sqlite3_stmt *s = stmt(d, st_id);
+    sqlite3_bind_text(s, 1, arg, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) read_order(s, out);
+    sqlite3_reset(s);
+    if (rc == SQLITE_ROW) return DB_OK;
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "get order");
+}
+
+db_status db_order_get(db *d, const char *order_id, db_order *out) {
+    return get_one_order(d, ST_ORDER_GET, order_id, out);
+}
+
+db_status db_order_by_key(db *d, const char *idem_key, db_order *out) {
+    return get_one_order(d, ST_ORDER_BY_KEY, idem_key, out);
+}
+
+db_status db_order_list(db *d, const char *sku, const char *user_id, const char *after,
+                        int limit, void (*fn)(const db_order *o, void *ud), void *ud,
+                        int *more) {
+    /* Four shapes of one query; each uses an index ending in order_id. */
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
+             " FROM orders WHERE 1%s%s%s ORDER BY order_id LIMIT ?4",
+             sku ? " AND sku=?1" : "", user_id ? " AND user_id=?2" : "",
+             after ? " AND order_id>?3" : "");
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->conn, sql, -1, &s, NULL) != SQLITE_OK) return fail(d, "list orders");
+    bind_text(s, 1, sku);
+    bind_text(s, 2, user_id);
+    bind_text(s, 3, after);
+    sqlite3_bind_int(s, 4, limit + 1);
+    db_order o;
+    int rc, n = 0;
+    *more = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == limit) {
+            *more = 1;
+            break;
+        }
+        read_order(s, &o);
+        fn(&o, ud);
+        n++;
+    }
+    db_status st = rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "list orders");
+    sqlite3_finalize(s);
+    return st;
+}
+
+static int exists(db *d, int st_id, const char *order_id, int *found) {
+    sqlite3_stmt *s = stmt(d, st_id);
+    sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    *found = rc == SQLITE_ROW;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+db_status db_order_state(db *d, const char *order_id) {
+    int found;
+    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) return fail(d, "order state");
+    if (found) return DB_OK;
+    if (exists(d, ST_VOID_EXISTS, order_id, &found)) return fail(d, "order state");
+    return found ? DB_STALE : DB_NOTFOUND;
+}
+
+db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason) {
+    db_status st = db_begin(d);
+    int found;
+    if (st != DB_OK) return st;
+    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) {
+        st = fail(d, "void order");
+    } else if (found) {
+        st = DB_EXISTS;
+    } else {
+        sqlite3_stmt *s = stmt(d, ST_VOID_INSERT);
+        sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, reason, -1, SQLITE_STATIC);
+        st = step_done(d, s, "void order");
+    }
+    if (st != DB_OK) {
+        db_rollback(d);
+        return st;
+    }
+    return db_commit(d);
+}
+
+static db_status scalar(db *d, int st_id, const char *sku, const char *user, long long *out) {
+    sqlite3_stmt *s = stmt(d, st_id);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    if (user) sqlite3_bind_text(s, 2, user, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    if (rc == SQLITE_ROW) return DB_OK;
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read");
+}
+
+/* Takes the stock of a db-strategy order inside the writer's transaction.
+ * The conditional UPDATE is the whole check: it changes no row when fewer
+ * than qty units are left, so no read-then-write window exists. */
+static db_status take_stock(db *d, const db_order *o, long long per_user_limit,
+                            long long *available) {
+    db_status st;
+    if (per_user_limit > 0) {
+        long long bought = 0;
+        if ((st = scalar(d, ST_USER_SUM, o->sku, o->user_id, &bought)) != DB_OK) return st;
+        if (bought + o->quantity > per_user_limit) return DB_LIMIT;
+    }
+    st = update_product(d, ST_TAKE_CONDITIONAL, o->sku, o->quantity, "take stock");
+    if (st == DB_NOTFOUND) {
+        if ((st = scalar(d, ST_AVAILABLE, o->sku, NULL, available)) != DB_OK) return st;
+        return DB_NOSTOCK;
+    }
+    if (st == DB_OK) st = scalar(d, ST_AVAILABLE, o->sku, NULL, available);
+    return st;
+}
+
+db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
+                          long long *available_out) {
+    db_status st;
+    long long available = -1;
+    /* A savepoint lets a per-order refusal undo this order's stock update
+     * without ending the group's transaction. */
+    if (take != DB_TAKE_NONE) {
+        if (sqlite3_exec(d->conn, "SAVEPOINT o", NULL, NULL, NULL) != SQLITE_OK)
+            return fail(d, "savepoint");
+        st = take_stock(d, o, per_user_limit, &available);
+        if (available_out) *available_out = available;
+        if (st != DB_OK) goto undo;
+    }
+    sqlite3_stmt *s = stmt(d, take == DB_TAKE_NONE ? ST_ORDER_INSERT_GEN : ST_ORDER_INSERT_ANY);
+    sqlite3_bind_text(s, 1, o->order_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, o->sku, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, o->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, o->quantity);
+    bind_text(s, 5, o->idem_key);
+    sqlite3_bind_text(s, 6, o->created_at, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 7, o->gen);
+    st = step_done(d, s, "insert order");
+    if (st == DB_EXISTS)
+        st = strstr(d->errstr, "idempotency_key") ? DB_DUPKEY : DB_STALE;
+    else if (st == DB_OK && sqlite3_changes(d->conn) == 0)
+        st = DB_STALE;
+    /* The row is in; failing to count it would break sold == sum(orders),
+     * so that is an error that aborts the whole group. */
+    if (st == DB_OK && update_product(d, ST_ADD_SOLD, o->sku, o->quantity, "count sold") != DB_OK)
+        return DB_ERROR;
+    if (st != DB_OK) goto undo;
+    if (take != DB_TAKE_NONE && sqlite3_exec(d->conn, "RELEASE o", NULL, NULL, NULL) != SQLITE_OK)
+        return fail(d, "release");
+    return DB_OK;
+undo:
+    if (take != DB_TAKE_NONE)
+        sqlite3_exec(d->conn, "ROLLBACK TO o; RELEASE o", NULL, NULL, NULL);
+    return st;
+}
+
+void db_format_time(int64_t wall_ms, char out[DB_TIME_LEN + 1]) {
+    time_t secs = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    char tmp[64];
+    gmtime_r(&secs, &tm);
+    snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000));
+    memcpy(out, tmp, DB_TIME_LEN);
+    out[DB_TIME_LEN] = '\0';
+}

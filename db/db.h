@@ -1,0 +1,187 @@
+/* db.h: the durable record of flashsale, in SQLite.
+ *
+ * SQLite is the source of truth: products (with stock_initial, the units
+ * ever put on sale, and sold, the units of committed orders) and orders.
+ * Redis holds only a working copy of the stock that can always be rebuilt
+ * as stock_initial - sold (see stock.h).
+ *
+ * Two rules keep Redis and SQLite honest with each other:
+ * - Generations. Each product has stock_gen. Every rebuild of the Redis
+ *   stock bumps it inside a write transaction, and an order is inserted only
+ *   if it was reserved under the current generation. So an order reserved
+ *   against a stock copy that has since been rebuilt can never commit, and
+ *   the rebuilt copy (computed from `sold` in the same transaction) is exact.
+ * - Tombstones. Whoever gives back the stock of an order that is not in the
+ *   database first records the order as voided (db_order_void); an order
+ *   that is voided can never be inserted afterwards. Both are write
+ *   transactions, so exactly one of "committed" and "voided" wins.
+ *
+ * A `db` handle is one SQLite connection with its prepared statements; it
+ * belongs to one thread at a time. Errors live in the handle (db_errstr).
+ * The group-commit writer (db_writer) runs its own thread and connection. */
+#ifndef FLASHSALE_DB_H
+#define FLASHSALE_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DB_SKU_MAX 64
+#define DB_NAME_MAX 256
+#define DB_USER_MAX 128
+#define DB_KEY_MAX 128
+#define DB_ORDER_ID_LEN 26
+#define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
+#define DB_SCHEMA_VERSION 1
+
+typedef enum db_status {
+    DB_OK = 0,
+    DB_NOTFOUND,     /* no such row */
+    DB_EXISTS,       /* the row already exists (product SKU; confirmed order) */
+    DB_STALE,        /* order refused: reserved under an old generation, or voided */
+    DB_DUPKEY,       /* order refused: its idempotency key belongs to another order */
+    DB_NOSTOCK,      /* db strategies: not enough stock in the database */
+    DB_LIMIT,        /* db strategies: per-user limit reached */
+    DB_CONFLICT,     /* db-optimistic: the version moved; retry */
+    DB_BUSY,         /* the database is locked by another writer */
+    DB_ERROR,        /* anything else: I/O, read-only file, full disk... */
+    DB_UNKNOWN       /* a commit failed and whether it took effect could not be
+                        learned: leave the order to reconciliation */
+} db_status;
+
+typedef struct db db;
+
+typedef struct db_options {
+    int synchronous_full;     /* 1: synchronous=FULL (default), 0: NORMAL */
+    int busy_timeout_ms;      /* wait this long for another writer's lock */
+    int readonly;             /* open read-only (audit, verifier) */
+} db_options;
+
+typedef struct db_product {
+    char sku[DB_SKU_MAX + 1];
+    char name[DB_NAME_MAX * 4 + 1];   /* UTF-8: up to 256 characters */
+    char strategy[32];
+    int segments;
+    long long per_user_limit;         /* 0: no limit */
+    long long stock_initial;          /* units put on sale, restocks included */
+    long long sold;                   /* units of committed orders */
+    long long stock_gen;              /* generation of the Redis stock copy */
+    long long db_available;           /* db strategies: units left */
+    long long db_version;             /* db-optimistic: row version */
+    int cs_delay_ms;                  /* fault injection: pause in the critical section */
+    int lock_ttl_ms;                  /* lock strategies: lease; 0 = default */
+    char created_at[DB_TIME_LEN + 1];
+} db_product;
+
+typedef struct db_order {
+    char order_id[DB_ORDER_ID_LEN + 1];
+    char sku[DB_SKU_MAX + 1];
+    char user_id[DB_USER_MAX * 4 + 1];
+    int quantity;
+    char idem_key[DB_KEY_MAX + 1];     /* empty: none */
+    char created_at[DB_TIME_LEN + 1];
+    long long gen;                     /* generation it was reserved under */
+} db_order;
+
+/* Opens (creating or migrating the schema of) the database at path.
+ * Returns NULL with a message in err on failure. */
+db *db_open(const char *path, const db_options *opt, char *err, size_t errlen);
+void db_close(db *d);
+/* The last error of d, for logs and answers. */
+const char *db_errstr(const db *d);
+/* A cheap read that fails when the file is unreadable. */
+db_status db_ping(db *d);
+
+/* Products. */
+db_status db_product_insert(db *d, const db_product *p);
+db_status db_product_get(db *d, const char *sku, db_product *out);
+/* Calls fn for every product, in SKU order; stops early when fn returns
+ * non-zero. */
+db_status db_product_each(db *d, int (*fn)(const db_product *p, void *ud), void *ud);
+/* Adds qty units to stock_initial (and db_available); returns the product. */
+db_status db_product_restock(db *d, const char *sku, long long qty, db_product *out);
+/* Starts a new stock generation: gen = max(gen, min_gen) + 1, in one write
+ * transaction that also reads stock_initial and sold, so the caller can set
+ * the Redis copy to exactly stock_initial - sold under the new generation. */
+db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out);
+/* Calls fn(user_id, units) for each user with orders of sku. */
+db_status db_user_units(db *d, const char *sku,
+                        int (*fn)(const char *user, long long units, void *ud), void *ud);
+
+/* Orders (reads). */
+db_status db_order_get(db *d, const char *order_id, db_order *out);
+db_status db_order_by_key(db *d, const char *idem_key, db_order *out);
+/* Lists orders, oldest first (by order_id), filtered by sku and/or user_id
+ * (NULL: any), strictly after `after` (NULL: from the start), at most limit.
+ * fn is called per order; *more is set when further orders exist. */
+db_status db_order_list(db *d, const char *sku, const char *user_id,
+                        const char *after, int limit,
+                        void (*fn)(const db_order *o, void *ud), void *ud, int *more);
+/* Records order_id as voided unless it is already committed: DB_OK when
+ * voided (now or before), DB_EXISTS when the order is committed. */
+db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason);
+/* Whether order_id is committed (DB_OK), voided (DB_STALE) or neither
+ * (DB_NOTFOUND). */
+db_status db_order_state(db *d, const char *order_id);
+
+/* Transactions, for the writer and for tests. */
+db_status db_begin(db *d);
+db_status db_commit(db *d);
+void db_rollback(db *d);
+
+/* How an order insert takes its stock. */
+typedef enum db_take {
+    DB_TAKE_NONE = 0,       /* stock was reserved elsewhere (Redis) */
+    DB_TAKE_CONDITIONAL,    /* `db`: UPDATE ... WHERE available >= qty */
+    DB_TAKE_OPTIMISTIC      /* `db-optimistic`: read version, UPDATE ... WHERE version = v */
+} db_take;
+
+/* Inserts o inside the open transaction. DB_TAKE_NONE orders must carry the
+ * product's current generation. Per-order failures (DB_STALE, DB_DUPKEY,
+ * DB_NOSTOCK, DB_LIMIT, DB_CONFLICT) leave the transaction usable;
+ * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE. */
+db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
+                          long long *available_out);
+
+/* Group commit. One thread, one connection: jobs submitted from any thread
+ * are committed together in one transaction (one fsync for the group), and
+ * then handed back in one call of the done callback, on the writer thread. */
+typedef enum db_job_kind { DB_JOB_INSERT, DB_JOB_LOOKUP } db_job_kind;
+
+typedef struct db_job {
+    db_job_kind kind;
+    db_order order;            /* INSERT: the order; LOOKUP: order_id set */
+    db_take take;
+    long long per_user_limit;
+    /* out */
+    db_status status;          /* INSERT: DB_OK when committed; LOOKUP: found? */
+    long long available;       /* db strategies: units left after / when refused */
+    struct db_job *next;       /* owned by the writer while queued */
+} db_job;
+
+typedef struct db_writer db_writer;
+
+/* Called on the writer thread once per group, after the commit (or its
+ * failure) with every job of the group and its status set. The jobs belong
+ * to the caller again from then on. */
+typedef void db_batch_done(db_job **jobs, size_t n, void *ud);
+
+db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_batch,
+                           db_batch_done *done, void *ud, char *err, size_t errlen);
+/* Queues job (thread-safe). */
+void db_writer_submit(db_writer *w, db_job *job);
+typedef struct db_writer_stats {
+    uint64_t groups;          /* transactions attempted */
+    uint64_t jobs;            /* jobs handled */
+    uint64_t failures;        /* transactions that failed */
+    int last_failed;          /* the most recent transaction failed */
+} db_writer_stats;
+
+/* Counters, for /metrics and /healthz. */
+void db_writer_get_stats(db_writer *w, db_writer_stats *out);
+/* Commits everything queued, then stops the thread and frees w. */
+void db_writer_stop(db_writer *w);
+
+/* Formats wall-clock ms as RFC 3339 UTC with milliseconds into out. */
+void db_format_time(int64_t wall_ms, char out[DB_TIME_LEN + 1]);
+
+#endif

@@ -1,0 +1,103 @@
+/* http.h: the HTTP front of flashsale, on libmicrohttpd.
+ *
+ * - A pool of event-loop threads (epoll), no thread per connection, so
+ *   thousands of idle keep-alive connections cost memory, not threads.
+ * - Routing by method and path pattern ("/v1/products/{}/restock": {} is one
+ *   path segment, handed to the handler as a parameter); 404 `not_found` for
+ *   an unknown path and 405 `method_not_allowed` with an Allow header for a
+ *   known path with another method.
+ * - Request bodies are collected up to a limit (413 `body_too_large` beyond
+ *   it, answered as soon as Content-Length tells); a body sent with a
+ *   Content-Type other than application/json gets 415.
+ * - Deferred answers: a handler may call http_defer() and answer later from
+ *   any thread; the connection is suspended meanwhile and its event-loop
+ *   thread serves other connections. (Answers are queued on a later call of
+ *   the access handler than the first, which keeps the connection alive.)
+ *
+ * Every error answer has the JSON body {"error": code, "message": text}. */
+#ifndef FLASHSALE_HTTP_H
+#define FLASHSALE_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+typedef struct http_server http_server;
+typedef struct http_req http_req;
+
+#define HTTP_MAX_PARAMS 2
+
+/* A route handler. It must answer (http_reply*) exactly once, now or after
+ * http_defer(). params[] holds the {} segments of the pattern. */
+typedef void http_handler(http_req *req, const char *const *params, void *ud);
+
+typedef struct http_route {
+    const char *method;       /* "GET", "POST", ... */
+    const char *pattern;      /* "/v1/orders/{}" */
+    http_handler *handler;
+    int id;                   /* caller's label (metrics), see http_req_route */
+} http_route;
+
+/* Called once per answered request, on the thread that answered it, with
+ * the route id (-1: no route matched), the status and the time from the
+ * request's arrival to its answer in microseconds. */
+typedef void http_observer(int route_id, int status, int64_t micros, void *ud);
+
+typedef struct http_options {
+    const char *listen;           /* "host:port"; port 0 picks a free one */
+    int threads;                  /* event-loop threads */
+    unsigned max_connections;     /* beyond it new connections are refused */
+    unsigned idle_timeout_s;      /* an idle connection is closed after it */
+    size_t max_body;              /* 413 beyond it */
+    const http_route *routes;
+    size_t nroutes;
+    http_observer *observer;      /* optional */
+    void *ud;                     /* passed to handlers and the observer */
+} http_options;
+
+/* Starts listening and serving. NULL with a message in err on failure. */
+http_server *http_start(const http_options *o, char *err, size_t errlen);
+/* The TCP port it listens on. */
+int http_port(const http_server *s);
+/* Stops accepting new connections; requests already in progress go on. */
+void http_quiesce(http_server *s);
+/* Requests received and not yet answered (deferred ones included). */
+long http_inflight(const http_server *s);
+/* Open connections. */
+long http_connections(const http_server *s);
+/* Stops the server: call once no request is deferred. Frees s. */
+void http_stop(http_server *s);
+
+/* Request data. Valid until the request is answered; read it on the
+ * handler's thread (copy what a deferred answer needs). */
+const char *http_method(const http_req *r);
+const char *http_path(const http_req *r);
+/* A request header, or NULL. */
+const char *http_header(const http_req *r, const char *name);
+/* A query argument (URL-decoded), or NULL. */
+const char *http_query(const http_req *r, const char *name);
+/* The body (NUL-terminated) and its length. */
+const char *http_body(const http_req *r, size_t *len);
+/* Parses the body as a JSON object. On failure answers 400 invalid_json (or
+ * invalid_field when it is JSON but not an object) and returns NULL. */
+json_t *http_body_json(http_req *r);
+
+/* Answering. extra_headers: NULL or a NULL-terminated list of alternating
+ * names and values. Any thread may answer a deferred request. */
+void http_reply(http_req *r, int status, const char *content_type, const char *body,
+                size_t len, const char *const *extra_headers);
+/* Answers with the JSON encoding of body (a reference is stolen). */
+void http_reply_json(http_req *r, int status, json_t *body, const char *const *extra_headers);
+/* Answers {"error": code, "message": <formatted>}. */
+void http_reply_error(http_req *r, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Answers an error with more fields merged into the body (reference stolen). */
+void http_reply_error_with(http_req *r, int status, const char *code, json_t *extra,
+                           const char *const *extra_headers, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* The handler will answer later, from any thread. Call before handing the
+ * request to another thread. */
+void http_defer(http_req *r);
+
+#endif

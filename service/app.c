@@ -1,0 +1,60 @@
+/* app.c: per-thread connections and product lookup for the service.
+ *
+ * Every thread that reads (the HTTP event loops) gets its own SQLite
+ * connection and its own Redis connection on first use, freed when the
+ * thread ends: no connection is ever shared between threads, so none needs
+ * a lock. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "service/service.h"
+
+typedef struct tls_conns {
+    db *d;
+    stock_conn *sc;
+} tls_conns;
+
+static void tls_free(void *p) {
+    tls_conns *t = p;
+    db_close(t->d);
+    stock_conn_free(t->sc);
+    free(t);
+}
+
+void app_tls_init(app *a) { pthread_key_create(&a->tls, tls_free); }
+
+static tls_conns *tls(app *a) {
+    tls_conns *t = pthread_getspecific(a->tls);
+    if (!t && (t = calloc(1, sizeof *t)) != NULL) pthread_setspecific(a->tls, t);
+    return t;
+}
+
+db *app_db(app *a) {
+    tls_conns *t = tls(a);
+    char err[256];
+    if (!t) return NULL;
+    if (!t->d && !(t->d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err)))
+        log_msg(LOG_ERROR, "database: %s", err);
+    return t->d;
+}
+
+stock_conn *app_stock(app *a) {
+    tls_conns *t = tls(a);
+    char err[256];
+    if (!t) return NULL;
+    if (!t->sc && !(t->sc = stock_conn_new(&a->stock_cfg, err, sizeof err)))
+        log_msg(LOG_ERROR, "redis: %s", err);
+    return t->sc;
+}
+
+db_status app_product(app *a, const char *sku, product **out) {
+    *out = product_cache_get(a->products, sku);
+    if (*out) return DB_OK;
+    db *d = app_db(a);
+    db_product dp;
+    if (!d) return DB_ERROR;
+    db_status st = db_product_get(d, sku, &dp);
+    if (st != DB_OK) return st;
+    *out = product_cache_put(a->products, &dp);
+    return *out ? DB_OK : DB_ERROR;
+}

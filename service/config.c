@@ -1,0 +1,171 @@
+/* config.c: flags, their environment twins, and --help, from one table.
+ *
+ * Precedence: built-in default < FLASHSALE_* environment < command line, so
+ * a deployment sets the environment and a person overrides a flag. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "service/service.h"
+
+typedef enum { T_STR, T_INT, T_UINT, T_LL, T_SYNC, T_FLAG } opt_type;
+
+typedef struct opt {
+    const char *name;
+    const char *env;
+    opt_type type;
+    size_t off;
+    size_t size;          /* T_STR: buffer size */
+    long long lo, hi;     /* numeric range */
+    const char *def;
+    const char *help;
+} opt;
+
+#define F(field) offsetof(config, field), sizeof(((config *)0)->field)
+
+static const opt OPTS[] = {
+    { "listen", "FLASHSALE_LISTEN", T_STR, F(listen), 0, 0, "127.0.0.1:8080",
+      "HTTP listen address, host:port (port 0: any free port)" },
+    { "redis", "FLASHSALE_REDIS", T_STR, F(redis_url), 0, 0, "redis://127.0.0.1:6379/0",
+      "Redis URL: redis://[:password@]host:port/db or unix:/path/to/socket[?db=N]" },
+    { "db", "FLASHSALE_DB", T_STR, F(db_path), 0, 0, "flashsale.db",
+      "SQLite database file (created if missing; WAL mode)" },
+    { "strategy", "FLASHSALE_STRATEGY", T_STR, F(strategy), 0, 0, "lua",
+      "default stock strategy of new products (see below)" },
+    { "admin-token", "FLASHSALE_ADMIN_TOKEN", T_STR, F(admin_token), 0, 0, "",
+      "bearer token for the admin endpoints; empty: they are open (a warning is logged)" },
+    { "threads", "FLASHSALE_THREADS", T_INT, F(threads), 0, 256, "0",
+      "HTTP event-loop threads (0: one per CPU)" },
+    { "redis-workers", "FLASHSALE_REDIS_WORKERS", T_INT, F(redis_workers), 1, 64, "2",
+      "threads that pipeline stock operations to Redis, one connection each" },
+    { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
+      "prefix of every Redis key the service uses" },
+    { "redis-timeout-ms", "FLASHSALE_REDIS_TIMEOUT_MS", T_INT, F(redis_timeout_ms), 10, 60000,
+      "1000", "Redis connect and command timeout" },
+    { "db-busy-timeout-ms", "FLASHSALE_DB_BUSY_TIMEOUT_MS", T_INT, F(db_busy_timeout_ms), 1,
+      60000, "2000", "how long a write waits for another process's SQLite lock" },
+    { "synchronous", "FLASHSALE_SYNCHRONOUS", T_SYNC, F(synchronous_full), 0, 0, "FULL",
+      "SQLite synchronous mode: FULL (an answered order survives power loss) or NORMAL" },
+    { "max-connections", "FLASHSALE_MAX_CONNECTIONS", T_UINT, F(max_connections), 1, 1000000,
+      "16384", "open HTTP connections at most; more are refused" },
+    { "idle-timeout", "FLASHSALE_IDLE_TIMEOUT", T_UINT, F(idle_timeout_s), 0, 86400, "60",
+      "seconds before an idle HTTP connection is closed (0: never)" },
+    { "pending-timeout-ms", "FLASHSALE_PENDING_TIMEOUT_MS", T_LL, F(pending_timeout_ms), 100,
+      86400000, "10000", "a reservation not committed after this long is settled by the sweeper" },
+    { "idempotency-ttl-ms", "FLASHSALE_IDEMPOTENCY_TTL_MS", T_LL, F(idem_ttl_ms), 1000,
+      30LL * 86400000, "86400000", "how long Redis remembers an Idempotency-Key (SQLite: always)" },
+    { "shutdown-grace-ms", "FLASHSALE_SHUTDOWN_GRACE_MS", T_INT, F(shutdown_grace_ms), 0,
+      600000, "10000", "on SIGTERM, how long requests in flight may take to finish" },
+    { "verbose", "FLASHSALE_VERBOSE", T_FLAG, F(verbose), 0, 0, "0",
+      "log debug events too" },
+};
+#define NOPTS (sizeof OPTS / sizeof OPTS[0])
+
+static void usage(FILE *f, const char *prog) {
+    fprintf(f,
+            "Usage: %s [OPTION]...\n"
+            "The flashsale order service: takes orders over HTTP, deducts stock in Redis (or\n"
+            "SQLite) without overselling, and commits every accepted order to SQLite.\n\n"
+            "Options (each also read from the environment variable shown):\n",
+            prog);
+    for (size_t i = 0; i < NOPTS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", OPTS[i].name, OPTS[i].type == T_FLAG ? "" : "=V");
+        fprintf(f, "  %-24s %s\n  %-24s [%s, default %s]\n", left, OPTS[i].help, "",
+                OPTS[i].env, OPTS[i].def[0] ? OPTS[i].def : "none");
+    }
+    fprintf(f, "  %-24s show this help\n\nStock strategies (per product, \"strategy\" in POST /v1/products):\n",
+            "--help");
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        const stock_strategy_info *si = stock_strategy_about((stock_strategy)s);
+        fprintf(f, "  %-26s %s%s\n", si->name, si->unsafe ? "UNSAFE, oversells: " : "", si->about);
+    }
+    fprintf(f, "\nSignals: SIGTERM or SIGINT stop accepting, finish the requests in flight,\n"
+               "commit, and exit 0.\n");
+}
+
+static int set(config *c, const opt *o, const char *v, const char *from) {
+    char *p = (char *)c + o->off, *end;
+    long long n;
+    switch (o->type) {
+    case T_STR:
+        if (strlen(v) >= o->size) {
+            fprintf(stderr, "flashsale: %s: value too long\n", from);
+            return -1;
+        }
+        strcpy(p, v);
+        return 0;
+    case T_SYNC:
+        if (!strcasecmp(v, "FULL")) *(int *)p = 1;
+        else if (!strcasecmp(v, "NORMAL")) *(int *)p = 0;
+        else {
+            fprintf(stderr, "flashsale: %s: want FULL or NORMAL, not '%s'\n", from, v);
+            return -1;
+        }
+        return 0;
+    case T_FLAG:
+        *(int *)p = !(v[0] == '0' || v[0] == '\0' || !strcasecmp(v, "false"));
+        return 0;
+    default:
+        errno = 0;
+        n = strtoll(v, &end, 10);
+        if (errno || end == v || *end || n < o->lo || n > o->hi) {
+            fprintf(stderr, "flashsale: %s: want an integer in %lld..%lld, not '%s'\n", from,
+                    o->lo, o->hi, v);
+            return -1;
+        }
+        if (o->type == T_INT) *(int *)p = (int)n;
+        else if (o->type == T_UINT) *(unsigned *)p = (unsigned)n;
+        else *(long long *)p = n;
+        return 0;
+    }
+}
+
+int config_load(config *c, int argc, char **argv) {
+    struct option lopts[NOPTS + 2];
+    char from[96];
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NOPTS; i++) {
+        if (set(c, &OPTS[i], OPTS[i].def, OPTS[i].name)) return -1;
+        const char *e = getenv(OPTS[i].env);
+        if (e && set(c, &OPTS[i], e, OPTS[i].env)) return -1;
+        lopts[i] = (struct option){ OPTS[i].name,
+                                    OPTS[i].type == T_FLAG ? no_argument : required_argument,
+                                    NULL, 1000 + (int)i };
+    }
+    lopts[NOPTS] = (struct option){ "help", no_argument, NULL, 'h' };
+    lopts[NOPTS + 1] = (struct option){ 0, 0, 0, 0 };
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "hv", lopts, NULL)) != -1) {
+        if (ch == 'h') {
+            usage(stdout, argv[0]);
+            return 1;
+        }
+        if (ch == 'v') {
+            c->verbose = 1;
+            continue;
+        }
+        if (ch < 1000) {
+            usage(stderr, argv[0]);
+            return -1;
+        }
+        const opt *o = &OPTS[ch - 1000];
+        snprintf(from, sizeof from, "--%s", o->name);
+        if (set(c, o, o->type == T_FLAG ? "1" : optarg, from)) return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "flashsale: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    if (c->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c->threads = n > 0 ? (int)n : 2;
+    }
+    return 0;
+}

@@ -1,0 +1,249 @@
+/* service.h: the flashsale service's own parts and how they are wired.
+ *
+ * The service wires the modules together (http.h, stock.h, db.h) and owns
+ * the order pipeline:
+ *
+ *   HTTP thread        validate, look up the product, suspend the connection
+ *     -> Redis stage   reserve a whole batch of orders in one pipelined round
+ *                      trip (stock_reserve)
+ *     -> DB writer     commit the batch's orders in one transaction (db_writer)
+ *     -> answer 201    resume the connection; then the Redis stage clears the
+ *                      pending records of the committed orders (stock_confirm)
+ *
+ * A failure after the reservation gives the units back (stock_undo) before
+ * the client hears 503; whatever a crash leaves behind is found by the
+ * maintenance thread through the pending records and settled against
+ * SQLite. Nothing here is visible outside the service. */
+#ifndef FLASHSALE_SERVICE_H
+#define FLASHSALE_SERVICE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "db/db.h"
+#include "http/http.h"
+#include "stock/stock.h"
+
+/* ------------------------------------------------------------------ logging */
+
+typedef enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
+void log_set_level(log_level lvl);
+/* One line to stderr: time, level, message. */
+void log_msg(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------ configuration */
+
+typedef struct config {
+    char listen[128];
+    char redis_url[512];
+    char db_path[512];
+    char strategy[32];
+    char admin_token[256];
+    char key_prefix[64];
+    int threads;              /* HTTP event-loop threads */
+    int redis_workers;        /* Redis stage threads (one connection each) */
+    int redis_timeout_ms;
+    int db_busy_timeout_ms;
+    int synchronous_full;
+    unsigned max_connections;
+    unsigned idle_timeout_s;
+    long long pending_timeout_ms;   /* a reservation older than this is settled */
+    long long idem_ttl_ms;
+    int shutdown_grace_ms;
+    int verbose;
+} config;
+
+/* Fills c from defaults, then environment (FLASHSALE_*), then argv. Returns
+ * 0 to run, 1 when --help was printed, -1 on a usage error (printed). */
+int config_load(config *c, int argc, char **argv);
+
+/* ---------------------------------------------------------------- validation */
+
+/* What was wrong with a request: an API error code, the field, a message. */
+typedef struct verr {
+    int status;
+    const char *code;
+    char message[256];
+} verr;
+
+int valid_sku(const char *s);
+/* 1..128 characters (UTF-8), no control characters. */
+int valid_user_id(const char *s);
+/* 1..128 visible ASCII characters. */
+int valid_idem_key(const char *s);
+
+typedef struct order_input {
+    const char *sku;
+    const char *user_id;
+    int quantity;
+} order_input;
+
+/* Checks a POST /v1/orders body. Strings point into body. Returns 0 or -1
+ * with e filled. */
+int validate_order(json_t *body, order_input *in, verr *e);
+
+typedef struct product_input {
+    const char *sku;
+    const char *name;
+    const char *strategy;     /* NULL: the service default */
+    int segments;
+    long long stock;
+    long long per_user_limit;
+} product_input;
+
+int validate_product(json_t *body, product_input *in, verr *e);
+/* Checks a restock body: {"quantity": 1..10^9}. */
+int validate_restock(json_t *body, long long *qty, verr *e);
+
+/* Fingerprint of an order request, for idempotent replays: 16 hex chars. */
+void order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]);
+
+/* ------------------------------------------------------------------ order ids */
+
+/* A new order id: 26 characters of Crockford base32 (a ULID): 48 bits of
+ * milliseconds then 80 random bits, increasing within this process, so ids
+ * sort by creation time. *wall_ms gets the time encoded. Thread-safe. */
+void order_id_new(char out[27], int64_t *wall_ms);
+/* Whether s looks like an order id (26 base32 characters). */
+int order_id_valid(const char *s);
+
+/* ------------------------------------------------------------------ metrics */
+
+enum route_id {
+    ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
+    ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_HEALTHZ, ROUTE_METRICS, ROUTE_COUNT
+};
+
+typedef enum outcome {
+    OUT_CREATED, OUT_REPLAYED, OUT_SOLD_OUT, OUT_INSUFFICIENT, OUT_LIMIT, OUT_KEY_REUSED,
+    OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_REDIS_UNAVAILABLE, OUT_DB_UNAVAILABLE,
+    OUT_SHUTTING_DOWN, OUT_COUNT
+} outcome;
+
+#define HIST_BUCKETS 14
+typedef struct histogram {
+    atomic_uint_fast64_t bucket[HIST_BUCKETS + 1];  /* last: +Inf */
+    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t sum_us;
+} histogram;
+
+void histogram_observe(histogram *h, int64_t micros);
+
+typedef struct metrics {
+    histogram route_latency[ROUTE_COUNT + 1];        /* last: unrouted */
+    atomic_uint_fast64_t route_status[ROUTE_COUNT + 1][6];   /* by status class 0xx..5xx */
+    atomic_uint_fast64_t redis_errors;
+    atomic_uint_fast64_t db_errors;
+    atomic_uint_fast64_t reserve_batches, reserve_orders;
+    atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;
+    histogram lock_acquire;
+    atomic_uint_fast64_t lock_outcomes[3];           /* acquired, timeout, error */
+} metrics;
+
+const char *outcome_name(outcome o);
+
+typedef struct app app;
+/* Renders every metric as Prometheus text into a malloc'd buffer. */
+void metrics_render(app *a, char **out, size_t *len);
+
+/* ------------------------------------------------------------------ products */
+
+/* A product as the service caches it. Never freed while the service runs
+ * (products cannot be deleted), so pointers to it stay valid. */
+typedef struct product {
+    char sku[DB_SKU_MAX + 1];
+    stock_strategy strategy;
+    int segments;
+    long long per_user_limit;
+    stock_product sp;              /* the stock module's view (points into this) */
+    atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
+    atomic_uint_fast64_t outcomes[OUT_COUNT];
+    struct product *next;          /* hash chain */
+} product;
+
+typedef struct product_cache product_cache;
+product_cache *product_cache_new(void);
+void product_cache_free(product_cache *pc);
+/* The cached product, or NULL. */
+product *product_cache_get(product_cache *pc, const char *sku);
+/* Caches p (from the database) unless present; returns the cached one. */
+product *product_cache_put(product_cache *pc, const db_product *p);
+/* Calls fn for each cached product. */
+void product_cache_each(product_cache *pc, void (*fn)(product *p, void *ud), void *ud);
+
+/* ---------------------------------------------------------------------- app */
+
+typedef struct stage stage;
+typedef struct maint maint;
+
+struct app {
+    config cfg;
+    char instance_name[96];        /* stable across restarts: host:port */
+    char instance_id[112];         /* instance_name#nonce: this run */
+    stock_strategy default_strategy;
+    stock_config stock_cfg;
+    db_options db_opt;
+    http_server *http;
+    db_writer *writer;
+    stage *stage;
+    maint *maint;
+    product_cache *products;
+    metrics m;
+    atomic_int shutting_down;
+    pthread_key_t tls;             /* per-thread db and stock connections */
+};
+
+/* Sets up the per-thread connection slots (once, before threads start). */
+void app_tls_init(app *a);
+/* The calling thread's own connections (opened on first use). NULL with the
+ * error logged when they cannot be opened. */
+db *app_db(app *a);
+stock_conn *app_stock(app *a);
+
+/* Finds a product: cache first, then the database. Returns DB_OK,
+ * DB_NOTFOUND or DB_ERROR. */
+db_status app_product(app *a, const char *sku, product **out);
+
+/* The HTTP routes (api.c). */
+extern const http_route api_routes[];
+extern const size_t api_nroutes;
+void api_observe(int route_id, int status, int64_t micros, void *ud);
+
+/* ------------------------------------------------------------ order pipeline */
+
+/* One order request on its way through the pipeline (pipeline.c). */
+typedef struct order_op order_op;
+
+/* Starts the Redis stage (its threads and connections). */
+stage *stage_start(app *a, int threads, char *err, size_t errlen);
+/* Takes over a validated order request: reserves, commits and answers it. */
+void order_submit(app *a, http_req *req, product *p, const order_input *in,
+                  const char *idem_key);
+/* The writer's callback (registered by main). */
+void order_batch_done(db_job **jobs, size_t n, void *ud);
+/* Drains the stage's queue, then stops its threads. */
+void stage_stop(stage *s);
+
+/* ---------------------------------------------------------------- maintenance */
+
+/* Starts the maintenance thread: heartbeat, pending-record sweeps, stock
+ * rebuilds, retries of failed undos. */
+maint *maint_start(app *a, char *err, size_t errlen);
+void maint_stop(maint *m);
+/* Asks for p's Redis copy to be rebuilt from SQLite (deduplicated). */
+void maint_request_rebuild(maint *m, product *p);
+/* Hands over a reservation whose undo failed, to retry until it succeeds. */
+void maint_retry_undo(maint *m, product *p, const char *order_id, const char *idem_key);
+/* Rebuilds p's Redis copy now, on the caller's connections. Returns 0, or
+ * -1 with the reason logged. */
+int stock_rebuild(app *a, db *d, stock_conn *sc, product *p);
+/* Settles every pending record that no live request owns: committed orders
+ * are confirmed, the others voided and given back. only_dead: skip records
+ * of live instances younger than the pending timeout. Returns the number
+ * settled, or -1 on error. */
+int reconcile(app *a, db *d, stock_conn *sc, int only_dead);
+
+#endif

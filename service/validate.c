@@ -1,0 +1,172 @@
+/* validate.c: checks of request bodies and identifiers, as the API states
+ * them. Each failure names the field, so a client knows what to fix.
+ * Unknown fields are refused too: a misspelt "segmnets" must not silently
+ * create a product with one segment. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "service/service.h"
+
+static int fail(verr *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(verr *e, int status, const char *code, const char *fmt, ...) {
+    va_list ap;
+    e->status = status;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int valid_sku(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return n >= 1 && n <= DB_SKU_MAX;
+}
+
+/* Counts UTF-8 characters of s (jansson has already checked the encoding),
+ * refusing control characters. Returns -1 on a control character. */
+static long utf8_chars(const char *s) {
+    long n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) return -1;
+        if ((*p & 0xC0) != 0x80) n++;
+    }
+    return n;
+}
+
+int valid_user_id(const char *s) {
+    long n = utf8_chars(s);
+    return n >= 1 && n <= DB_USER_MAX;
+}
+
+int valid_idem_key(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x21 || (unsigned char)s[n] > 0x7e) return 0;
+    return n >= 1 && n <= DB_KEY_MAX;
+}
+
+/* Refuses fields not in the allowed list. */
+static int known_fields(json_t *body, const char *const *allowed, verr *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v) {
+        int ok = 0;
+        for (size_t i = 0; allowed[i]; i++) ok |= !strcmp(k, allowed[i]);
+        if (!ok) return fail(e, 400, "invalid_field", "Unknown field '%.64s'.", k);
+    }
+    return 0;
+}
+
+/* Reads an integer field in lo..hi. Returns 1 if present, 0 if absent, -1
+ * on error. */
+static int int_field(json_t *body, const char *name, long long lo, long long hi, long long *out,
+                     verr *e) {
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v))
+        return fail(e, 400, "invalid_field", "'%s' must be an integer.", name);
+    long long n = json_integer_value(v);
+    if (n < lo || n > hi)
+        return fail(e, 400, "invalid_field", "'%s' must be between %lld and %lld, not %lld.", name,
+                    lo, hi, n);
+    *out = n;
+    return 1;
+}
+
+/* Reads a string field; returns 1 if present, 0 if absent, -1 on error. */
+static int str_field(json_t *body, const char *name, const char **out, verr *e) {
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return fail(e, 400, "invalid_field", "'%s' must be a string.", name);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return fail(e, 400, "invalid_field", "'%s' must not contain NUL characters.", name);
+    *out = json_string_value(v);
+    return 1;
+}
+
+static int sku_field(json_t *body, const char **out, verr *e) {
+    int rc = str_field(body, "sku", out, e);
+    if (rc < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'sku' is required.");
+    if (!valid_sku(*out))
+        return fail(e, 400, "invalid_field",
+                    "'sku' must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'.");
+    return 0;
+}
+
+int validate_order(json_t *body, order_input *in, verr *e) {
+    static const char *const allowed[] = { "sku", "user_id", "quantity", NULL };
+    long long qty = 0;
+    int rc;
+    memset(in, 0, sizeof *in);
+    if (known_fields(body, allowed, e) || sku_field(body, &in->sku, e)) return -1;
+    if ((rc = str_field(body, "user_id", &in->user_id, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'user_id' is required.");
+    if (!valid_user_id(in->user_id))
+        return fail(e, 400, "invalid_field",
+                    "'user_id' must be 1 to 128 characters, without control characters.");
+    if ((rc = int_field(body, "quantity", 1, 1000, &qty, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
+    in->quantity = (int)qty;
+    return 0;
+}
+
+int validate_product(json_t *body, product_input *in, verr *e) {
+    static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
+                                           "per_user_limit", NULL };
+    long long segments = 1;
+    int rc;
+    memset(in, 0, sizeof *in);
+    if (known_fields(body, allowed, e) || sku_field(body, &in->sku, e)) return -1;
+    in->name = in->sku;
+    if (str_field(body, "name", &in->name, e) < 0) return -1;
+    long n = utf8_chars(in->name);
+    if (n < 1 || n > DB_NAME_MAX)
+        return fail(e, 400, "invalid_field",
+                    "'name' must be 1 to 256 characters, without control characters.");
+    if ((rc = int_field(body, "stock", 0, 1000000000, &in->stock, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'stock' is required.");
+    if (str_field(body, "strategy", &in->strategy, e) < 0) return -1;
+    stock_strategy s;
+    if (in->strategy && stock_strategy_parse(in->strategy, &s) != 0)
+        return fail(e, 400, "invalid_field", "'strategy' '%.32s' is not one this service offers.",
+                    in->strategy);
+    if (int_field(body, "segments", 1, STOCK_MAX_SEGMENTS, &segments, e) < 0) return -1;
+    in->segments = (int)segments;
+    if (int_field(body, "per_user_limit", 0, 1000000000, &in->per_user_limit, e) < 0) return -1;
+    return 0;
+}
+
+int validate_restock(json_t *body, long long *qty, verr *e) {
+    static const char *const allowed[] = { "quantity", NULL };
+    int rc;
+    if (known_fields(body, allowed, e)) return -1;
+    if ((rc = int_field(body, "quantity", 1, 1000000000, qty, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
+    return 0;
+}
+
+void order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]) {
+    /* FNV-1a over the fields, NUL-separated so "ab"+"c" != "a"+"bc". */
+    uint64_t h = 1469598103934665603ULL;
+    char qty[16];
+    const char *parts[] = { sku, user_id, qty };
+    snprintf(qty, sizeof qty, "%d", quantity);
+    for (int i = 0; i < 3; i++) {
+        for (const unsigned char *p = (const unsigned char *)parts[i]; ; p++) {
+            h = (h ^ *p) * 1099511628211ULL;
+            if (!*p) break;
+        }
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}

@@ -1,0 +1,566 @@
+/* stock.c: the Redis stock copy: connections, keys, and the `lua` strategy's
+ * scripts (reserve, undo, load, restock). See stock.h for the model. */
+#include "stock/stock.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "common/rconn.h"
+
+extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
+    stock_lua_restock[];
+
+static rconn_script s_reserve, s_undo, s_load, s_restock;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_init(void) {
+    rconn_script_init(&s_reserve, "reserve", stock_lua_reserve);
+    rconn_script_init(&s_undo, "undo", stock_lua_undo);
+    rconn_script_init(&s_load, "load", stock_lua_load);
+    rconn_script_init(&s_restock, "restock", stock_lua_restock);
+}
+
+/* ---------------------------------------------------------------- strategies */
+
+static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
+    [STOCK_LUA] = { "lua", 1, 0,
+                    "one atomic Lua script checks and takes the stock (segments > 1: spread over N keys)" },
+};
+
+int stock_strategy_parse(const char *name, stock_strategy *out) {
+    for (int i = 0; i < STOCK_STRATEGY_COUNT; i++) {
+        if (STRATEGIES[i].name && !strcmp(STRATEGIES[i].name, name)) {
+            *out = (stock_strategy)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const stock_strategy_info *stock_strategy_about(stock_strategy s) {
+    assert(s < STOCK_STRATEGY_COUNT);
+    return &STRATEGIES[s];
+}
+
+/* --------------------------------------------------------------- connection */
+
+struct stock_conn {
+    rconn_addr addr;
+    char prefix[64];
+    char instance[64];
+    int timeout_ms;
+    long long idem_ttl_ms;
+    redisContext *ctx;
+    char run_id[41];
+    rconn_cmd cmd;
+    unsigned char *retry;         /* per request of a pipeline: NOSCRIPT seen */
+    size_t retry_cap;
+    uint64_t rng;
+    char errstr[256];
+};
+
+stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
+    pthread_once(&scripts_once, scripts_init);
+    stock_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (rconn_parse(cfg->redis_url, &c->addr, err, errlen)) {
+        free(c);
+        return NULL;
+    }
+    snprintf(c->prefix, sizeof c->prefix, "%s", cfg->prefix);
+    snprintf(c->instance, sizeof c->instance, "%s", cfg->instance ? cfg->instance : "");
+    c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
+    c->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    c->rng = (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
+    rconn_cmd_init(&c->cmd);
+    return c;
+}
+
+void stock_conn_free(stock_conn *c) {
+    if (!c) return;
+    if (c->ctx) redisFree(c->ctx);
+    rconn_cmd_free(&c->cmd);
+    free(c->retry);
+    free(c);
+}
+
+const char *stock_conn_errstr(const stock_conn *c) { return c->errstr; }
+
+/* Drops a connection that failed: its replies can no longer be matched to
+ * requests, so the next call starts afresh. */
+static void drop(stock_conn *c, const char *what) {
+    snprintf(c->errstr, sizeof c->errstr, "%s: %s", what,
+             c->ctx && c->ctx->err ? c->ctx->errstr : "connection lost");
+    if (c->ctx) redisFree(c->ctx);
+    c->ctx = NULL;
+}
+
+int stock_conn_ensure(stock_conn *c) {
+    if (c->ctx) return 0;
+    const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock };
+    char err[200];
+    c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
+    if (!c->ctx) {
+        snprintf(c->errstr, sizeof c->errstr, "redis %s", err);
+        return -1;
+    }
+    if (rconn_script_load(c->ctx, all, 4, err, sizeof err) ||
+        rconn_run_id(c->ctx, c->run_id)) {
+        snprintf(c->errstr, sizeof c->errstr, "redis setup: %s", err);
+        redisFree(c->ctx);
+        c->ctx = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int stock_ping(stock_conn *c) {
+    if (stock_conn_ensure(c)) return -1;
+    redisReply *rep = redisCommand(c->ctx, "PING");
+    if (!rep) {
+        drop(c, "ping");
+        return -1;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- keys */
+
+int stock_key(char *buf, size_t len, const char *prefix, const char *sku, const char *suffix) {
+    int n = snprintf(buf, len, "%s{%s}:%s", prefix, sku, suffix);
+    return n < 0 || (size_t)n >= len ? -1 : n;
+}
+
+static void add_key(stock_conn *c, const char *sku, const char *suffix) {
+    rconn_cmd_addf(&c->cmd, "%s{%s}:%s", c->prefix, sku, suffix);
+}
+
+static void add_segment_keys(stock_conn *c, const stock_product *p) {
+    for (int i = 0; i < p->segments; i++)
+        rconn_cmd_addf(&c->cmd, "%s{%s}:stock:%d", c->prefix, p->sku, i);
+}
+
+static void add_idem_key(stock_conn *c, const char *sku, const char *idem) {
+    rconn_cmd_addf(&c->cmd, "%s{%s}:idem:%s", c->prefix, sku, idem ? idem : "");
+}
+
+static uint64_t next_random(stock_conn *c) {
+    /* xorshift64*: a per-connection stream, only for spreading load. */
+    c->rng ^= c->rng >> 12;
+    c->rng ^= c->rng << 25;
+    c->rng ^= c->rng >> 27;
+    return c->rng * 2685821657736338717ULL;
+}
+
+/* ------------------------------------------------------------------ reserve */
+
+static void build_reserve(stock_conn *c, const stock_req *r) {
+    const stock_product *p = r->product;
+    int has_key = r->idem_key && r->idem_key[0];
+    rconn_cmd_evalsha(&c->cmd, &s_reserve, 4 + p->segments);
+    add_key(c, p->sku, "gen");
+    add_key(c, p->sku, "pending");
+    add_key(c, p->sku, "users");
+    add_idem_key(c, p->sku, r->idem_key);
+    add_segment_keys(c, p);
+    rconn_cmd_adds(&c->cmd, c->run_id);
+    rconn_cmd_adds(&c->cmd, r->order_id);
+    rconn_cmd_adds(&c->cmd, r->user_id);
+    rconn_cmd_addll(&c->cmd, r->quantity);
+    rconn_cmd_addll(&c->cmd, p->per_user_limit);
+    rconn_cmd_adds(&c->cmd, has_key ? r->fingerprint : "");
+    rconn_cmd_addll(&c->cmd, p->segments > 1 ? (long long)(next_random(c) % (uint64_t)p->segments) : 0);
+    rconn_cmd_adds(&c->cmd, c->instance);
+    rconn_cmd_addll(&c->cmd, c->idem_ttl_ms);
+    rconn_cmd_adds(&c->cmd, has_key ? r->idem_key : "");
+}
+
+static long long elem_int(const redisReply *r, size_t i) {
+    if (r->type != REDIS_REPLY_ARRAY || i >= r->elements) return 0;
+    const redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_INTEGER) return e->integer;
+    if (e->type == REDIS_REPLY_STRING) return strtoll(e->str, NULL, 10);
+    return 0;
+}
+
+static const char *elem_str(const redisReply *r, size_t i) {
+    if (r->type != REDIS_REPLY_ARRAY || i >= r->elements) return "";
+    const redisReply *e = r->element[i];
+    return e->type == REDIS_REPLY_STRING ? e->str : "";
+}
+
+/* Turns the reserve script's reply into the request's result. */
+static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
+        snprintf(c->errstr, sizeof c->errstr, "reserve: %s",
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        r->result = STOCK_UNAVAILABLE;
+        r->outcome_unknown = 0;   /* an error reply means the script aborted */
+        return;
+    }
+    switch (elem_int(rep, 0)) {
+    case 1:
+        r->result = STOCK_RESERVED;
+        r->gen = elem_int(rep, 1);
+        break;
+    case 2:
+        r->result = STOCK_REPLAY;
+        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", elem_str(rep, 1));
+        r->replay_same = r->fingerprint && !strcmp(elem_str(rep, 2), r->fingerprint);
+        break;
+    case 0:
+        r->result = STOCK_SOLD_OUT;
+        r->available = 0;
+        break;
+    case -1:
+        r->result = STOCK_INSUFFICIENT;
+        r->available = elem_int(rep, 1);
+        break;
+    case -2:
+        r->result = STOCK_LIMIT;
+        r->available = elem_int(rep, 1);
+        break;
+    default:
+        r->result = STOCK_MISSING;
+        break;
+    }
+}
+
+/* Returns a zeroed flag per request of a pipeline of n. */
+static unsigned char *retry_flags(stock_conn *c, size_t n) {
+    if (n > c->retry_cap) {
+        unsigned char *p = realloc(c->retry, n);
+        if (!p) abort();
+        c->retry = p;
+        c->retry_cap = n;
+    }
+    memset(c->retry, 0, n);
+    return c->retry;
+}
+
+int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
+    size_t i, got = 0;
+    for (i = 0; i < n; i++) {
+        reqs[i]->result = STOCK_UNAVAILABLE;
+        reqs[i]->outcome_unknown = 0;
+    }
+    if (stock_conn_ensure(c)) return -1;
+    unsigned char *retry = retry_flags(c, n);
+    for (i = 0; i < n; i++) {
+        build_reserve(c, reqs[i]);
+        rconn_cmd_append(c->ctx, &c->cmd);
+        /* From here on a lost connection leaves the request unknown. */
+        reqs[i]->outcome_unknown = 1;
+    }
+    int noscript = 0;
+    for (got = 0; got < n; got++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c->ctx, (void **)&rep) != REDIS_OK) break;
+        reqs[got]->outcome_unknown = 0;
+        if (rconn_is_noscript(rep)) noscript = retry[got] = 1;   /* it did not run */
+        else read_reserve_reply(c, reqs[got], rep);
+        freeReplyObject(rep);
+    }
+    if (got < n) {
+        drop(c, "reserve");
+        return -1;
+    }
+    /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL those. */
+    for (i = 0; noscript && i < n; i++) {
+        if (!retry[i]) continue;
+        build_reserve(c, reqs[i]);
+        reqs[i]->outcome_unknown = 1;
+        redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_reserve);
+        if (!rep) {
+            drop(c, "reserve");
+            return -1;
+        }
+        reqs[i]->outcome_unknown = 0;
+        read_reserve_reply(c, reqs[i], rep);
+        freeReplyObject(rep);
+    }
+    for (i = 0; i < n; i++)
+        if (reqs[i]->result == STOCK_UNAVAILABLE) return -1;
+    return 0;
+}
+
+/* ----------------------------------------------------------- confirm / undo */
+
+int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
+    if (stock_conn_ensure(c)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        rconn_cmd_reset(&c->cmd);
+        rconn_cmd_adds(&c->cmd, "HDEL");
+        add_key(c, refs[i].product->sku, "pending");
+        rconn_cmd_adds(&c->cmd, refs[i].order_id);
+        rconn_cmd_append(c->ctx, &c->cmd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c->ctx, (void **)&rep) != REDIS_OK) {
+            drop(c, "confirm");
+            return -1;
+        }
+        freeReplyObject(rep);
+    }
+    return 0;
+}
+
+static void build_undo(stock_conn *c, const stock_ref *r) {
+    rconn_cmd_evalsha(&c->cmd, &s_undo, 3 + r->product->segments);
+    add_key(c, r->product->sku, "pending");
+    add_key(c, r->product->sku, "users");
+    add_idem_key(c, r->product->sku, r->idem_key);
+    add_segment_keys(c, r->product);
+    rconn_cmd_adds(&c->cmd, r->order_id);
+}
+
+int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
+    size_t i;
+    for (i = 0; i < n; i++) done[i] = 0;
+    if (stock_conn_ensure(c)) return -1;
+    unsigned char *retry = retry_flags(c, n);
+    for (i = 0; i < n; i++) {
+        build_undo(c, &refs[i]);
+        rconn_cmd_append(c->ctx, &c->cmd);
+    }
+    int rc = 0;
+    for (i = 0; i < n; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c->ctx, (void **)&rep) != REDIS_OK) {
+            drop(c, "undo");
+            return -1;
+        }
+        done[i] = rep->type == REDIS_REPLY_INTEGER;
+        if (rconn_is_noscript(rep)) retry[i] = 1;   /* it did not run */
+        else if (!done[i]) {
+            snprintf(c->errstr, sizeof c->errstr, "undo: %s",
+                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+            rc = -1;
+        }
+        freeReplyObject(rep);
+    }
+    for (i = 0; i < n; i++) {
+        if (!retry[i]) continue;
+        build_undo(c, &refs[i]);
+        redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_undo);
+        if (!rep) {
+            drop(c, "undo");
+            return -1;
+        }
+        done[i] = rep->type == REDIS_REPLY_INTEGER;
+        if (!done[i]) rc = -1;
+        freeReplyObject(rep);
+    }
+    return rc;
+}
+
+/* --------------------------------------------------------------------- reads */
+
+/* Parses a gen value "<gen>:<run_id>"; returns the generation when the copy
+ * was built for the Redis we are connected to, else 0. */
+static long long valid_gen(const stock_conn *c, const redisReply *e) {
+    if (e->type != REDIS_REPLY_STRING) return 0;
+    char *colon = strchr(e->str, ':');
+    if (!colon || strcmp(colon + 1, c->run_id) != 0) return 0;
+    return strtoll(e->str, NULL, 10);
+}
+
+stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
+                        long long *seg) {
+    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "MGET");
+    add_key(c, p->sku, "gen");
+    add_segment_keys(c, p);
+    redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
+    if (!rep) {
+        drop(c, "read stock");
+        return STOCK_UNAVAILABLE;
+    }
+    stock_result res = STOCK_RESERVED;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)p->segments + 1) {
+        snprintf(c->errstr, sizeof c->errstr, "read stock: unexpected reply");
+        res = STOCK_UNAVAILABLE;
+    } else if (!valid_gen(c, rep->element[0])) {
+        res = STOCK_MISSING;
+    } else {
+        *total = 0;
+        for (int i = 0; i < p->segments; i++) {
+            const redisReply *e = rep->element[i + 1];
+            long long v = e->type == REDIS_REPLY_STRING ? strtoll(e->str, NULL, 10) : 0;
+            if (e->type != REDIS_REPLY_STRING) res = STOCK_MISSING;
+            if (seg) seg[i] = v;
+            *total += v;
+        }
+    }
+    freeReplyObject(rep);
+    return res;
+}
+
+stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "GET");
+    add_key(c, p->sku, "gen");
+    redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
+    if (!rep) {
+        drop(c, "read generation");
+        return STOCK_UNAVAILABLE;
+    }
+    /* Any generation counts here, even one built for an earlier Redis
+     * process: the new one must be above it. */
+    *gen = rep->type == REDIS_REPLY_STRING ? strtoll(rep->str, NULL, 10) : 0;
+    freeReplyObject(rep);
+    return STOCK_RESERVED;
+}
+
+/* --------------------------------------------------------------------- writes */
+
+int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+               const stock_user_units *users, size_t nusers, int force) {
+    assert(available >= 0 && gen > 0);
+    if (stock_conn_ensure(c)) return -1;
+    rconn_cmd_evalsha(&c->cmd, &s_load, 3 + p->segments);
+    add_key(c, p->sku, "gen");
+    add_key(c, p->sku, "pending");
+    add_key(c, p->sku, "users");
+    add_segment_keys(c, p);
+    rconn_cmd_addll(&c->cmd, gen);
+    rconn_cmd_adds(&c->cmd, c->run_id);
+    rconn_cmd_adds(&c->cmd, force ? "1" : "0");
+    /* As even as possible: the first (available % n) segments get one more. */
+    for (int i = 0; i < p->segments; i++)
+        rconn_cmd_addll(&c->cmd, available / p->segments + (i < available % p->segments));
+    for (size_t i = 0; i < nusers; i++) {
+        rconn_cmd_adds(&c->cmd, users[i].user_id);
+        rconn_cmd_addll(&c->cmd, users[i].units);
+    }
+    redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_load);
+    if (!rep) {
+        drop(c, "load stock");
+        return -1;
+    }
+    int rc = rep->type == REDIS_REPLY_INTEGER ? (rep->integer == 1 ? 0 : 1) : -1;
+    if (rc < 0)
+        snprintf(c->errstr, sizeof c->errstr, "load stock: %s",
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    freeReplyObject(rep);
+    return rc;
+}
+
+stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
+    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
+    rconn_cmd_evalsha(&c->cmd, &s_restock, 1 + p->segments);
+    add_key(c, p->sku, "gen");
+    add_segment_keys(c, p);
+    rconn_cmd_adds(&c->cmd, c->run_id);
+    rconn_cmd_addll(&c->cmd, qty);
+    redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_restock);
+    if (!rep) {
+        drop(c, "restock");
+        return STOCK_UNAVAILABLE;
+    }
+    stock_result res = STOCK_UNAVAILABLE;
+    if (rep->type == REDIS_REPLY_INTEGER) res = rep->integer == 1 ? STOCK_RESERVED : STOCK_MISSING;
+    else snprintf(c->errstr, sizeof c->errstr, "restock: %s",
+                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    freeReplyObject(rep);
+    return res;
+}
+
+/* ----------------------------------------------------------- reconciliation */
+
+static long long redis_now_ms(stock_conn *c) {
+    redisReply *rep = redisCommand(c->ctx, "TIME");
+    long long now = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        now = strtoll(rep->element[0]->str, NULL, 10) * 1000 +
+              strtoll(rep->element[1]->str, NULL, 10) / 1000;
+    if (rep) freeReplyObject(rep);
+    else drop(c, "time");
+    return now;
+}
+
+static int visit_pending(const redisReply *field, const redisReply *value, long long now,
+                         void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    json_error_t jerr;
+    json_t *j = json_loadb(value->str, value->len, 0, &jerr);
+    if (!j) return 0;   /* not ours to judge; left for the audit */
+    stock_pending rec = {
+        .order_id = field->str,
+        .instance = json_string_value(json_object_get(j, "i")),
+        .idem_key = json_string_value(json_object_get(j, "k")),
+        .quantity = json_integer_value(json_object_get(j, "q")),
+        .age_ms = now - json_integer_value(json_object_get(j, "t")),
+    };
+    if (!rec.instance) rec.instance = "";
+    if (!rec.idem_key) rec.idem_key = "";
+    fn(&rec, ud);
+    json_decref(j);
+    return 0;
+}
+
+int stock_pending_scan(stock_conn *c, const stock_product *p,
+                       void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    char cursor[32] = "0";
+    char key[STOCK_SKU_MAX + 96];
+    if (stock_conn_ensure(c)) return -1;
+    long long now = redis_now_ms(c);
+    if (now < 0) return -1;
+    stock_key(key, sizeof key, c->prefix, p->sku, "pending");
+    do {
+        redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
+        if (!rep) {
+            drop(c, "scan pending");
+            return -1;
+        }
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(rep);
+            snprintf(c->errstr, sizeof c->errstr, "scan pending: unexpected reply");
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        const redisReply *kv = rep->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2)
+            visit_pending(kv->element[i], kv->element[i + 1], now, fn, ud);
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+int stock_heartbeat(stock_conn *c, long long ttl_ms) {
+    if (stock_conn_ensure(c)) return -1;
+    redisReply *rep = redisCommand(c->ctx, "SET %sinstance:%s %d PX %lld", c->prefix,
+                                   c->instance, (int)getpid(), ttl_ms);
+    if (!rep) {
+        drop(c, "heartbeat");
+        return -1;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
+int stock_instance_alive(stock_conn *c, const char *instance) {
+    if (stock_conn_ensure(c)) return -1;
+    redisReply *rep = redisCommand(c->ctx, "EXISTS %sinstance:%s", c->prefix, instance);
+    if (!rep) {
+        drop(c, "instance check");
+        return -1;
+    }
+    int alive = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    freeReplyObject(rep);
+    return alive;
+}

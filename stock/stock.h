@@ -1,0 +1,176 @@
+/* stock.h: how flashsale takes stock, one strategy per product.
+ *
+ * Redis holds a working copy of each SKU's stock; SQLite (db.h) holds the
+ * truth. All keys of one SKU share the hash tag {sku}, so they live in one
+ * Redis Cluster slot and one Lua script may touch them all:
+ *
+ *   <prefix>{<sku>}:gen          "<generation>:<redis run_id>" of the copy
+ *   <prefix>{<sku>}:stock:<i>    units left in segment i (0 .. segments-1)
+ *   <prefix>{<sku>}:pending      order_id -> JSON of a reserved, uncommitted order
+ *   <prefix>{<sku>}:users        user_id -> units bought (when a limit applies)
+ *   <prefix>{<sku>}:idem:<key>   "<generation>|<order_id>|<fingerprint>"
+ *   <prefix>instance:<id>        heartbeat of a live service instance
+ *
+ * A copy is valid only for the generation SQLite has for the SKU and only
+ * for the Redis process that built it (its run_id): if Redis restarts, with
+ * or without its data, every reserve answers STOCK_MISSING until the service
+ * rebuilds the copy as stock_initial - sold under a new generation. Pending
+ * records make every reservation findable until its order is committed
+ * (stock_confirm) or given back (stock_undo), even if the service dies.
+ *
+ * A stock_conn is one Redis connection (connected lazily, reconnected after
+ * errors) with its error state; it belongs to one thread at a time. */
+#ifndef FLASHSALE_STOCK_H
+#define FLASHSALE_STOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STOCK_SKU_MAX 64
+#define STOCK_ORDER_ID_MAX 26
+#define STOCK_MAX_SEGMENTS 1024
+
+typedef enum stock_strategy {
+    STOCK_LUA = 0,
+    STOCK_STRATEGY_COUNT
+} stock_strategy;
+
+typedef struct stock_strategy_info {
+    const char *name;
+    int uses_redis;     /* stock lives in Redis (else in SQLite) */
+    int unsafe;         /* oversells by design: a demonstration */
+    const char *about;  /* one line for --help */
+} stock_strategy_info;
+
+/* Looks a strategy up by name; returns 0, or -1 if there is none. */
+int stock_strategy_parse(const char *name, stock_strategy *out);
+const stock_strategy_info *stock_strategy_about(stock_strategy s);
+
+/* What the stock module needs to know of a product. */
+typedef struct stock_product {
+    const char *sku;
+    stock_strategy strategy;
+    int segments;                 /* 1 .. STOCK_MAX_SEGMENTS */
+    long long per_user_limit;     /* 0: none */
+} stock_product;
+
+typedef struct stock_config {
+    const char *redis_url;
+    const char *prefix;           /* key prefix, e.g. "fs:" */
+    int timeout_ms;               /* connect and command timeout */
+    const char *instance;         /* this process's instance id */
+    long long idem_ttl_ms;        /* how long idempotency records live */
+} stock_config;
+
+typedef struct stock_conn stock_conn;
+
+/* Creates a connection handle (it connects on first use). NULL with err set
+ * when the configuration is unusable (bad URL). */
+stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen);
+void stock_conn_free(stock_conn *c);
+/* The last error on c. */
+const char *stock_conn_errstr(const stock_conn *c);
+/* Connects if not connected. Returns 0 or -1 (see stock_conn_errstr). */
+int stock_conn_ensure(stock_conn *c);
+/* A round trip (PING). Returns 0 or -1. */
+int stock_ping(stock_conn *c);
+
+typedef enum stock_result {
+    STOCK_RESERVED = 0,    /* units taken; a pending record exists */
+    STOCK_SOLD_OUT,        /* nothing left */
+    STOCK_INSUFFICIENT,    /* fewer left than asked (available says how many) */
+    STOCK_LIMIT,           /* the per-user limit would be passed (available: bought) */
+    STOCK_REPLAY,          /* idempotency key already used under this generation */
+    STOCK_MISSING,         /* no valid copy in Redis: rebuild, then retry */
+    STOCK_UNAVAILABLE      /* Redis unreachable or failing (see outcome_unknown) */
+} stock_result;
+
+/* One reservation. The caller fills the inputs and keeps the strings alive
+ * during the call. */
+typedef struct stock_req {
+    const stock_product *product;
+    const char *order_id;
+    const char *user_id;
+    int quantity;
+    const char *idem_key;         /* NULL or "": none */
+    const char *fingerprint;      /* identifies the request body for replays */
+    /* out */
+    stock_result result;
+    long long available;          /* SOLD_OUT/INSUFFICIENT: units left; LIMIT: bought */
+    long long gen;                /* RESERVED: generation reserved under */
+    int outcome_unknown;          /* UNAVAILABLE after sending: it may have run */
+    char replay_order_id[STOCK_ORDER_ID_MAX + 1];
+    int replay_same;              /* REPLAY: same fingerprint (else: key reused) */
+} stock_req;
+
+/* Reserves each of reqs[0..n) and sets its result. Pipelines all of them in
+ * one round trip. Returns 0 when Redis answered every request, -1 when some
+ * ended STOCK_UNAVAILABLE. */
+int stock_reserve(stock_conn *c, stock_req **reqs, size_t n);
+
+/* Names an order whose reservation is to be confirmed or given back. */
+typedef struct stock_ref {
+    const stock_product *product;
+    const char *order_id;
+    const char *idem_key;         /* NULL or "": none */
+} stock_ref;
+
+/* Clears the pending records of committed orders (pipelined). Returns 0, or
+ * -1 when Redis failed (the records are then cleared by reconciliation). */
+int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n);
+
+/* Gives back the reservations of orders that will never be committed. Safe
+ * to repeat: only an order whose pending record still exists gets its units
+ * back. done[i] is set to 1 when order i is known settled (given back now or
+ * before). Returns 0, or -1 when Redis failed for some. */
+int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done);
+
+/* Reads the units left, in total and per segment (seg may be NULL; else it
+ * has room for product->segments values). Returns STOCK_RESERVED (= ok),
+ * STOCK_MISSING or STOCK_UNAVAILABLE. */
+stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
+                        long long *seg);
+
+/* Reads the generation of the Redis copy (0 when missing). */
+stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen);
+
+/* A user's bought units, for rebuilding the per-user counts. */
+typedef struct stock_user_units {
+    const char *user_id;
+    long long units;
+} stock_user_units;
+
+/* Sets the Redis copy of p to `available` units (spread over segments) under
+ * generation gen, with the given per-user counts, wiping pending records.
+ * Unless force, a copy of a generation >= gen is left alone (another instance
+ * rebuilt it first). Returns 0 if loaded, 1 if left alone, -1 on error. */
+int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+               const stock_user_units *users, size_t nusers, int force);
+
+/* Adds qty units, spread over the segments. STOCK_RESERVED (= ok),
+ * STOCK_MISSING (rebuild; SQLite already counts them) or STOCK_UNAVAILABLE. */
+stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty);
+
+/* A pending record, as found by stock_pending_scan. */
+typedef struct stock_pending {
+    const char *order_id;
+    const char *instance;     /* instance that reserved it */
+    const char *idem_key;
+    long long quantity;
+    long long age_ms;         /* by the Redis clock */
+} stock_pending;
+
+/* Calls fn for each pending record of p. Returns 0 or -1 on error. */
+int stock_pending_scan(stock_conn *c, const stock_product *p,
+                       void (*fn)(const stock_pending *rec, void *ud), void *ud);
+
+/* Marks this instance alive for ttl_ms. Returns 0 or -1. */
+int stock_heartbeat(stock_conn *c, long long ttl_ms);
+/* Whether instance id has a live heartbeat: 1, 0, or -1 on error. */
+int stock_instance_alive(stock_conn *c, const char *instance);
+
+/* Writes "<prefix>{<sku>}:<suffix>" into buf (of len bytes). Returns the
+ * length, or -1 if it does not fit. Exposed for tests and tools. */
+int stock_key(char *buf, size_t len, const char *prefix, const char *sku, const char *suffix);
+
+#endif

@@ -1,0 +1,29 @@
+#!/bin/sh
+# deps.sh: install the Debian packages flashsale needs, and nothing when they
+# are all present (a dpkg query, no network), so `make test` can always call it.
+# Usage: tools/deps.sh [extra-package ...]
+set -eu
+
+PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
+      libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 curl
+      python3 python3-redis $*"
+
+missing=""
+for p in $PKGS; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = "installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps: installing:$missing"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || {
+        echo "deps: need root or sudo to install:$missing" >&2; exit 1; }
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "deps: done"
