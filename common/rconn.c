@@ -55,8 +55,8 @@ int rconn_parse(const char *url, rconn_addr *a, char *err, size_t errlen) {
         snprintf(err, errlen, "empty Redis URL");
         return -1;
     }
-    if (!strncmp(url, "unix://", 7)) return parse_unix(url + 6, a, err, errlen);
-    if (!strncmp(url, "redis+unix://", 13)) return parse_unix(url + 12, a, err, errlen);
+    if (!strncmp(url, "unix://", 7)) return parse_unix(url + 7, a, err, errlen);
+    if (!strncmp(url, "redis+unix://", 13)) return parse_unix(url + 13, a, err, errlen);
     if (!strncmp(url, "unix:", 5)) return parse_unix(url + 5, a, err, errlen);
 
     const char *p = url;

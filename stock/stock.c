@@ -124,13 +124,24 @@ int stock_conn_ensure(stock_conn *c) {
     return 0;
 }
 
-int stock_ping(stock_conn *c) {
-    if (stock_conn_ensure(c)) return -1;
-    redisReply *rep = redisCommand(c->ctx, "PING");
-    if (!rep) {
-        drop(c, "ping");
-        return -1;
+/* Runs c->cmd, which must be safe to repeat. A connection that broke while
+ * idle (Redis restarted since the last call) fails on first use; that one
+ * failure is retried once on a fresh connection. */
+static redisReply *run_idempotent(stock_conn *c, const char *what) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (stock_conn_ensure(c)) return NULL;
+        redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
+        if (rep) return rep;
+        drop(c, what);
     }
+    return NULL;
+}
+
+int stock_ping(stock_conn *c) {
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "PING");
+    redisReply *rep = run_idempotent(c, "ping");
+    if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
 }
@@ -379,16 +390,12 @@ static long long valid_gen(const stock_conn *c, const redisReply *e) {
 
 stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
                         long long *seg) {
-    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "MGET");
     add_key(c, p->sku, "gen");
     add_segment_keys(c, p);
-    redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
-    if (!rep) {
-        drop(c, "read stock");
-        return STOCK_UNAVAILABLE;
-    }
+    redisReply *rep = run_idempotent(c, "read stock");
+    if (!rep) return STOCK_UNAVAILABLE;
     stock_result res = STOCK_RESERVED;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)p->segments + 1) {
         snprintf(c->errstr, sizeof c->errstr, "read stock: unexpected reply");
@@ -410,15 +417,11 @@ stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
 }
 
 stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
-    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "GET");
     add_key(c, p->sku, "gen");
-    redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
-    if (!rep) {
-        drop(c, "read generation");
-        return STOCK_UNAVAILABLE;
-    }
+    redisReply *rep = run_idempotent(c, "read generation");
+    if (!rep) return STOCK_UNAVAILABLE;
     /* Any generation counts here, even one built for an earlier Redis
      * process: the new one must be above it. */
     *gen = rep->type == REDIS_REPLY_STRING ? strtoll(rep->str, NULL, 10) : 0;
@@ -483,13 +486,14 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
 /* ----------------------------------------------------------- reconciliation */
 
 static long long redis_now_ms(stock_conn *c) {
-    redisReply *rep = redisCommand(c->ctx, "TIME");
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "TIME");
+    redisReply *rep = run_idempotent(c, "time");
     long long now = -1;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
         now = strtoll(rep->element[0]->str, NULL, 10) * 1000 +
               strtoll(rep->element[1]->str, NULL, 10) / 1000;
     if (rep) freeReplyObject(rep);
-    else drop(c, "time");
     return now;
 }
 
@@ -516,7 +520,6 @@ int stock_pending_scan(stock_conn *c, const stock_product *p,
                        void (*fn)(const stock_pending *rec, void *ud), void *ud) {
     char cursor[32] = "0";
     char key[STOCK_SKU_MAX + 96];
-    if (stock_conn_ensure(c)) return -1;
     long long now = redis_now_ms(c);
     if (now < 0) return -1;
     stock_key(key, sizeof key, c->prefix, p->sku, "pending");
@@ -542,24 +545,24 @@ int stock_pending_scan(stock_conn *c, const stock_product *p,
 }
 
 int stock_heartbeat(stock_conn *c, long long ttl_ms) {
-    if (stock_conn_ensure(c)) return -1;
-    redisReply *rep = redisCommand(c->ctx, "SET %sinstance:%s %d PX %lld", c->prefix,
-                                   c->instance, (int)getpid(), ttl_ms);
-    if (!rep) {
-        drop(c, "heartbeat");
-        return -1;
-    }
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "SET");
+    rconn_cmd_addf(&c->cmd, "%sinstance:%s", c->prefix, c->instance);
+    rconn_cmd_addll(&c->cmd, getpid());
+    rconn_cmd_adds(&c->cmd, "PX");
+    rconn_cmd_addll(&c->cmd, ttl_ms);
+    redisReply *rep = run_idempotent(c, "heartbeat");
+    if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
 }
 
 int stock_instance_alive(stock_conn *c, const char *instance) {
-    if (stock_conn_ensure(c)) return -1;
-    redisReply *rep = redisCommand(c->ctx, "EXISTS %sinstance:%s", c->prefix, instance);
-    if (!rep) {
-        drop(c, "instance check");
-        return -1;
-    }
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "EXISTS");
+    rconn_cmd_addf(&c->cmd, "%sinstance:%s", c->prefix, instance);
+    redisReply *rep = run_idempotent(c, "instance check");
+    if (!rep) return -1;
     int alive = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
     freeReplyObject(rep);
     return alive;

@@ -1,0 +1,234 @@
+/* test_service.c: unit tests of the service's pure parts: validation of
+ * identifiers and bodies, fingerprints, order ids, key naming, Redis URLs
+ * and script hashing. */
+#include <jansson.h>
+#include <pthread.h>
+
+#include "common/rconn.h"
+#include "service/service.h"
+#include "stock/stock.h"
+#include "tests/unit/t.h"
+
+static void test_sku(void) {
+    CHECK(valid_sku("phone-x"));
+    CHECK(valid_sku("A.b_c-9"));
+    CHECK(valid_sku("x"));
+    char long64[65], long65[66];
+    memset(long64, 'a', 64); long64[64] = 0;
+    memset(long65, 'a', 65); long65[65] = 0;
+    CHECK(valid_sku(long64));
+    CHECK(!valid_sku(long65));
+    CHECK(!valid_sku(""));
+    CHECK(!valid_sku("phone x"));
+    CHECK(!valid_sku("phone/x"));
+    CHECK(!valid_sku("{tag}"));
+    CHECK(!valid_sku("caf\xc3\xa9"));
+}
+
+static void test_user_and_key(void) {
+    CHECK(valid_user_id("u-42"));
+    CHECK(valid_user_id("jos\xc3\xa9 \xe2\x9c\x93"));
+    CHECK(!valid_user_id(""));
+    CHECK(!valid_user_id("a\nb"));
+    char u128[129 * 2], u129[130];
+    for (int i = 0; i < 128; i++) { u128[2 * i] = (char)0xc3; u128[2 * i + 1] = (char)0xa9; }
+    u128[256] = 0;
+    CHECK(valid_user_id(u128));           /* 128 characters, 256 bytes */
+    memset(u129, 'u', 129); u129[129] = 0;
+    CHECK(!valid_user_id(u129));
+    CHECK(valid_idem_key("k1"));
+    CHECK(valid_idem_key("~!@#$%^&*()"));
+    CHECK(!valid_idem_key(""));
+    CHECK(!valid_idem_key("has space"));
+    CHECK(!valid_idem_key("caf\xc3\xa9"));
+}
+
+static json_t *J(const char *text) {
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    if (!j) fprintf(stderr, "bad test JSON: %s\n", text);
+    return j;
+}
+
+/* Validates an order body and returns the error code ("" when valid). */
+static const char *order_code(const char *text, order_input *in) {
+    static verr e;
+    json_t *j = J(text);
+    const char *code = validate_order(j, in, &e) == 0 ? "" : e.code;
+    json_decref(j);
+    return code;
+}
+
+static void test_order_body(void) {
+    order_input in;
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":3}", &in), "");
+    CHECK(in.quantity == 3);
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1000}", &in), "");
+    CHECK_STR(order_code("{\"user_id\":\"u\",\"quantity\":1}", &in), "missing_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"quantity\":1}", &in), "missing_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\"}", &in), "missing_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":0}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":-1}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1001}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1.5}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":\"1\"}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":9223372036854775807}", &in),
+              "invalid_field");
+    CHECK_STR(order_code("{\"sku\":7,\"user_id\":\"u\",\"quantity\":1}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a b\",\"user_id\":\"u\",\"quantity\":1}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"\",\"quantity\":1}", &in), "invalid_field");
+    CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1,\"x\":1}", &in),
+              "invalid_field");
+}
+
+/* Validates a product body; in->name is copied out before the JSON goes. */
+static const char *product_code(const char *text, product_input *in) {
+    static verr e;
+    static char name[512];
+    json_t *j = J(text);
+    const char *code = validate_product(j, in, &e) == 0 ? "" : e.code;
+    snprintf(name, sizeof name, "%s", code[0] || !in->name ? "" : in->name);
+    in->name = name;
+    in->sku = in->strategy = NULL;
+    json_decref(j);
+    return code;
+}
+
+static void test_product_body(void) {
+    product_input in;
+    CHECK_STR(product_code("{\"sku\":\"p\",\"name\":\"P\",\"stock\":10}", &in), "");
+    CHECK(in.segments == 1 && in.stock == 10 && in.per_user_limit == 0);
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":0,\"segments\":1024,\"strategy\":\"lua\","
+                           "\"per_user_limit\":2}", &in), "");
+    CHECK_STR(in.name, "p");
+    CHECK(in.segments == 1024 && in.per_user_limit == 2);
+    CHECK_STR(product_code("{\"sku\":\"p\"}", &in), "missing_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":-1}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1000000001}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"segments\":0}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"segments\":1025}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"strategy\":\"magic\"}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"name\":\"\"}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"segmnets\":4}", &in), "invalid_field");
+    long long q;
+    verr e;
+    json_t *j = J("{\"quantity\":5}");
+    CHECK(validate_restock(j, &q, &e) == 0 && q == 5);
+    json_decref(j);
+    j = J("{\"quantity\":0}");
+    CHECK(validate_restock(j, &q, &e) != 0 && !strcmp(e.code, "invalid_field"));
+    json_decref(j);
+}
+
+static void test_fingerprint(void) {
+    char a[17], b[17], c[17], d[17];
+    order_fingerprint("sku", "user", 1, a);
+    order_fingerprint("sku", "user", 1, b);
+    order_fingerprint("sku", "user", 2, c);
+    order_fingerprint("skuu", "ser", 1, d);
+    CHECK_STR(a, b);
+    CHECK(strcmp(a, c) != 0);
+    CHECK(strcmp(a, d) != 0);
+    CHECK(strlen(a) == 16);
+}
+
+static void test_order_ids_increase(void) {
+    char prev[27] = "", id[27];
+    int64_t ms;
+    for (int i = 0; i < 100000; i++) {
+        order_id_new(id, &ms);
+        CHECK(order_id_valid(id));
+        if (strcmp(prev, id) >= 0) {
+            CHECK(strcmp(prev, id) < 0);
+            break;
+        }
+        memcpy(prev, id, sizeof id);
+    }
+    CHECK(!order_id_valid("01M818STFFTPCACA913QWDW15"));     /* 25 chars */
+    CHECK(!order_id_valid("01M818STFFTPCACA913QWDW15I"));    /* I is not base32 */
+    CHECK(!order_id_valid("81M818STFFTPCACA913QWDW159"));    /* > 128 bits */
+}
+
+static void test_order_id_time(void) {
+    char id[27];
+    int64_t ms;
+    order_id_new(id, &ms);
+    /* The first 10 characters are the 48-bit millisecond time. */
+    int64_t decoded = 0;
+    const char *b32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    for (int i = 0; i < 10; i++) decoded = decoded * 32 + (strchr(b32, id[i]) - b32);
+    CHECK(decoded == ms);
+}
+
+#define IDS_PER_THREAD 20000
+static char thread_ids[4][IDS_PER_THREAD][27];
+static void *make_ids(void *arg) {
+    char (*out)[27] = arg;
+    for (int i = 0; i < IDS_PER_THREAD; i++) order_id_new(out[i], NULL);
+    return NULL;
+}
+static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
+
+static void test_order_ids_unique_across_threads(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, make_ids, thread_ids[i]);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    qsort(thread_ids, 4 * IDS_PER_THREAD, 27, cmp_id);
+    char (*all)[27] = (char (*)[27])thread_ids;
+    int dups = 0;
+    for (int i = 1; i < 4 * IDS_PER_THREAD; i++) dups += !strcmp(all[i - 1], all[i]);
+    CHECK(dups == 0);
+}
+
+static void test_keys(void) {
+    char buf[128];
+    CHECK(stock_key(buf, sizeof buf, "fs:", "phone-x", "stock:0") > 0);
+    CHECK_STR(buf, "fs:{phone-x}:stock:0");
+    CHECK(stock_key(buf, sizeof buf, "", "a", "gen") > 0);
+    CHECK_STR(buf, "{a}:gen");
+    CHECK(stock_key(buf, 8, "fs:", "phone-x", "gen") == -1);
+}
+
+static void test_redis_urls(void) {
+    rconn_addr a;
+    char err[200];
+    CHECK(rconn_parse("redis://127.0.0.1:6380/2", &a, err, sizeof err) == 0);
+    CHECK_STR(a.host, "127.0.0.1");
+    CHECK(a.port == 6380 && a.db == 2 && !a.path[0]);
+    CHECK(rconn_parse("redis://localhost", &a, err, sizeof err) == 0);
+    CHECK(a.port == 6379 && a.db == 0);
+    CHECK(rconn_parse("redis://:secret@h:1/0", &a, err, sizeof err) == 0);
+    CHECK_STR(a.password, "secret");
+    CHECK(rconn_parse("redis://bob:pw@h:1", &a, err, sizeof err) == 0);
+    CHECK_STR(a.user, "bob");
+    CHECK_STR(a.password, "pw");
+    CHECK(rconn_parse("unix:/tmp/redis.sock", &a, err, sizeof err) == 0);
+    CHECK_STR(a.path, "/tmp/redis.sock");
+    CHECK(rconn_parse("unix:///tmp/r.sock?db=3", &a, err, sizeof err) == 0);
+    CHECK_STR(a.path, "/tmp/r.sock");
+    CHECK(a.db == 3);
+    CHECK(rconn_parse("http://h:1", &a, err, sizeof err) != 0);
+    CHECK(rconn_parse("redis://h:99999", &a, err, sizeof err) != 0);
+    CHECK(rconn_parse("redis://h:1/x", &a, err, sizeof err) != 0);
+    CHECK(rconn_parse("", &a, err, sizeof err) != 0);
+    CHECK(rconn_parse("unix:relative", &a, err, sizeof err) != 0);
+}
+
+static void test_script_sha(void) {
+    rconn_script s;
+    rconn_script_init(&s, "one", "return 1");
+    /* The SHA1 Redis gives SCRIPT LOAD "return 1". */
+    CHECK_STR(s.sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+    rconn_script_init(&s, "abc", "abc");
+    CHECK_STR(s.sha, "a9993e364706816aba3e25717850c26c9cd0d89d");
+    char big[1000];
+    memset(big, 'a', sizeof big - 1);
+    big[999] = 0;
+    rconn_script_init(&s, "big", big);   /* crosses several 64-byte blocks */
+    CHECK_STR(s.sha, "d8e4b5c1594d2e9c1c4154eb8ea5715cfe9dd055");
+}
+
+TEST_MAIN(T(test_sku), T(test_user_and_key), T(test_order_body), T(test_product_body),
+          T(test_fingerprint), T(test_order_ids_increase), T(test_order_id_time),
+          T(test_order_ids_unique_across_threads), T(test_keys), T(test_redis_urls),
+          T(test_script_sha))
