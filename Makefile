@@ -44,6 +44,9 @@ PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
 UNIT_C   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
 
+# Keep intermediate objects (unit-test .o files) between runs.
+.SECONDARY:
+
 .PHONY: all deps test test-run test-sanitize demo bench bench-lock clean fuzz soak
 all: $(PROGRAMS) $(UNIT_BIN)
 

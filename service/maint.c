@@ -244,7 +244,7 @@ static void run_rebuilds(maint *m, db *d, stock_conn *sc) {
     size_t n = m->nrebuild;
     product **todo = malloc((n ? n : 1) * sizeof *todo);
     if (todo) {
-        memcpy(todo, m->rebuild, n * sizeof *todo);
+        if (n) memcpy(todo, m->rebuild, n * sizeof *todo);
         m->nrebuild = 0;
     } else {
         n = 0;

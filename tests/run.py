@@ -36,6 +36,7 @@ class Ctx:
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix="fs-test-")
         self._cleanup = []
+        self.services = []
 
     def path(self, name):
         return os.path.join(self.tmp, name)
@@ -50,7 +51,21 @@ class Ctx:
                             db or self.path("orders.db"), **kw)
         self._cleanup.append(lambda: s.proc.poll() is None and s.kill())
         self.last_service = s
+        self.services.append(s)
         return s
+
+    def sanitizer_reports(self):
+        """Sanitizer findings in the logs of the services this test ran."""
+        found = []
+        for s in self.services:
+            try:
+                text = s.logs()
+            except OSError:
+                continue
+            for marker in ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer"):
+                if marker in text:
+                    found.append("%s: %s" % (s.log_path, text[text.index(marker) - 200:][:1500]))
+        return found
 
     def on_cleanup(self, fn):
         self._cleanup.append(fn)
@@ -134,6 +149,12 @@ def run_integration(patterns):
             signal.alarm(TEST_TIMEOUT_S)
             try:
                 fn(ctx)
+                for s in ctx.services:            # let sanitizers report at exit
+                    if s.proc.poll() is None:
+                        s.stop()
+                reports = ctx.sanitizer_reports()
+                if reports:
+                    raise AssertionError("sanitizer reports:\n" + "\n".join(reports))
                 ok = True
             except BaseException as e:  # noqa: BLE001 - every failure is reported
                 if isinstance(e, KeyboardInterrupt):

@@ -1,0 +1,259 @@
+/* test_db.c: the SQLite module on a real file: schema and migration,
+ * products, the generation and tombstone rules, idempotency keys, the db
+ * strategies' conditional take, and the group-commit writer. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "tests/unit/t.h"
+
+static char dir[] = "/tmp/fs-test-db-XXXXXX";
+static char path[256];
+static const db_options OPTS = { 1, 2000, 0 };
+
+static db *fresh(void) {
+    static int n;
+    char err[256];
+    snprintf(path, sizeof path, "%s/t%d.db", dir, n++);
+    db *d = db_open(path, &OPTS, err, sizeof err);
+    if (!d) fprintf(stderr, "db_open: %s\n", err);
+    return d;
+}
+
+static db_product product(const char *sku, long long stock) {
+    db_product p = { 0 };
+    snprintf(p.sku, sizeof p.sku, "%s", sku);
+    snprintf(p.name, sizeof p.name, "%s", sku);
+    snprintf(p.strategy, sizeof p.strategy, "lua");
+    p.segments = 1;
+    p.stock_initial = stock;
+    snprintf(p.created_at, sizeof p.created_at, "2026-01-01T00:00:00.000Z");
+    return p;
+}
+
+static db_order order(const char *id, const char *sku, const char *user, int qty, const char *key,
+                      long long gen) {
+    db_order o = { 0 };
+    snprintf(o.order_id, sizeof o.order_id, "%s", id);
+    snprintf(o.sku, sizeof o.sku, "%s", sku);
+    snprintf(o.user_id, sizeof o.user_id, "%s", user);
+    o.quantity = qty;
+    snprintf(o.idem_key, sizeof o.idem_key, "%s", key ? key : "");
+    snprintf(o.created_at, sizeof o.created_at, "2026-01-01T00:00:00.000Z");
+    o.gen = gen;
+    return o;
+}
+
+/* Inserts one order in its own transaction. */
+static db_status insert1(db *d, const db_order *o, db_take take, long long limit) {
+    long long avail;
+    CHECK(db_begin(d) == DB_OK);
+    db_status st = db_order_insert(d, o, take, limit, &avail);
+    CHECK(db_commit(d) == DB_OK);
+    return st;
+}
+
+static void test_products(void) {
+    db *d = fresh();
+    db_product p = product("a", 10), got;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    CHECK(db_product_insert(d, &p) == DB_EXISTS);
+    CHECK(db_product_get(d, "a", &got) == DB_OK);
+    CHECK(got.stock_initial == 10 && got.sold == 0 && got.stock_gen == 1 && got.db_available == 10);
+    CHECK(db_product_get(d, "b", &got) == DB_NOTFOUND);
+    CHECK(db_product_restock(d, "a", 5, &got) == DB_OK);
+    CHECK(got.stock_initial == 15 && got.db_available == 15);
+    CHECK(db_product_restock(d, "zz", 5, &got) == DB_NOTFOUND);
+    CHECK(db_ping(d) == DB_OK);
+    db_close(d);
+}
+
+static void test_generation_rule(void) {
+    db *d = fresh();
+    db_product p = product("g", 10), got;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order o1 = order("01A", "g", "u", 2, NULL, 1);
+    CHECK(insert1(d, &o1, DB_TAKE_NONE, 0) == DB_OK);
+    /* A rebuild starts generation 2 above whatever Redis had (say 5). */
+    CHECK(db_product_new_gen(d, "g", 5, &got) == DB_OK);
+    CHECK(got.stock_gen == 6 && got.sold == 2 && got.stock_initial == 10);
+    /* An order reserved under an old generation can no longer commit. */
+    db_order o2 = order("01B", "g", "u", 1, NULL, 1);
+    CHECK(insert1(d, &o2, DB_TAKE_NONE, 0) == DB_STALE);
+    db_order o3 = order("01C", "g", "u", 1, NULL, 6);
+    CHECK(insert1(d, &o3, DB_TAKE_NONE, 0) == DB_OK);
+    CHECK(db_product_get(d, "g", &got) == DB_OK && got.sold == 3);
+    db_close(d);
+}
+
+static void test_tombstones(void) {
+    db *d = fresh();
+    db_product p = product("t", 10);
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order a = order("01V", "t", "u", 1, NULL, 1), b = order("01W", "t", "u", 1, NULL, 1);
+    CHECK(db_order_void(d, "01V", "t", "test") == DB_OK);
+    CHECK(db_order_void(d, "01V", "t", "again") == DB_OK);     /* repeatable */
+    CHECK(db_order_state(d, "01V") == DB_STALE);
+    CHECK(insert1(d, &a, DB_TAKE_NONE, 0) == DB_STALE);          /* voided: never commits */
+    CHECK(insert1(d, &b, DB_TAKE_NONE, 0) == DB_OK);
+    CHECK(db_order_void(d, "01W", "t", "late") == DB_EXISTS);  /* committed: not voided */
+    CHECK(db_order_state(d, "01W") == DB_OK);
+    CHECK(db_order_state(d, "01X") == DB_NOTFOUND);
+    db_product got;
+    CHECK(db_product_get(d, "t", &got) == DB_OK && got.sold == 1);
+    db_close(d);
+}
+
+static void test_idempotency_keys(void) {
+    db *d = fresh();
+    db_product p = product("k", 10);
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order a = order("01K", "k", "u", 1, "key-1", 1), b = order("01L", "k", "u", 1, "key-1", 1);
+    db_order c = order("01M", "k", "u", 1, NULL, 1), e = order("01N", "k", "u", 1, NULL, 1);
+    CHECK(insert1(d, &a, DB_TAKE_NONE, 0) == DB_OK);
+    CHECK(insert1(d, &b, DB_TAKE_NONE, 0) == DB_DUPKEY);
+    CHECK(insert1(d, &c, DB_TAKE_NONE, 0) == DB_OK);             /* no key: no clash */
+    CHECK(insert1(d, &e, DB_TAKE_NONE, 0) == DB_OK);
+    db_order got;
+    CHECK(db_order_by_key(d, "key-1", &got) == DB_OK);
+    CHECK_STR(got.order_id, "01K");
+    CHECK(db_order_get(d, "01L", &got) == DB_NOTFOUND);
+    db_product pr;
+    CHECK(db_product_get(d, "k", &pr) == DB_OK && pr.sold == 3);
+    db_close(d);
+}
+
+static void test_conditional_take(void) {
+    db *d = fresh();
+    db_product p = product("c", 3), got;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order a = order("01P", "c", "u1", 2, NULL, 0), b = order("01Q", "c", "u2", 2, NULL, 0);
+    db_order c = order("01R", "c", "u1", 1, NULL, 0), e = order("01S", "c", "u1", 1, NULL, 0);
+    CHECK(insert1(d, &a, DB_TAKE_CONDITIONAL, 0) == DB_OK);
+    CHECK(insert1(d, &b, DB_TAKE_CONDITIONAL, 0) == DB_NOSTOCK);
+    CHECK(insert1(d, &c, DB_TAKE_CONDITIONAL, 2) == DB_LIMIT);   /* u1 has 2 of 2 */
+    CHECK(insert1(d, &e, DB_TAKE_CONDITIONAL, 0) == DB_OK);
+    CHECK(db_product_get(d, "c", &got) == DB_OK);
+    CHECK(got.db_available == 0 && got.sold == 3);
+    CHECK(db_order_get(d, "01Q", &a) == DB_NOTFOUND);            /* refused: no row */
+    db_close(d);
+}
+
+static char seen[8][32];
+static int nseen;
+static void collect(const db_order *o, void *ud) {
+    (void)ud;
+    if (nseen < 8) snprintf(seen[nseen++], 32, "%s", o->order_id);
+}
+
+static void test_list_paging(void) {
+    db *d = fresh();
+    db_product p = product("l", 100);
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    const char *ids[] = { "01A1", "01A2", "01A3", "01A4", "01A5" };
+    for (int i = 0; i < 5; i++) {
+        db_order o = order(ids[i], "l", i % 2 ? "odd" : "even", 1, NULL, 1);
+        CHECK(insert1(d, &o, DB_TAKE_NONE, 0) == DB_OK);
+    }
+    int more = 0;
+    CHECK(db_order_list(d, "l", NULL, NULL, 2, collect, NULL, &more) == DB_OK);
+    CHECK(nseen == 2 && more && !strcmp(seen[1], "01A2"));
+    nseen = 0;
+    CHECK(db_order_list(d, "l", NULL, "01A4", 2, collect, NULL, &more) == DB_OK);
+    CHECK(nseen == 1 && !more && !strcmp(seen[0], "01A5"));
+    nseen = 0;
+    CHECK(db_order_list(d, NULL, "odd", NULL, 10, collect, NULL, &more) == DB_OK);
+    CHECK(nseen == 2 && !strcmp(seen[0], "01A2") && !strcmp(seen[1], "01A4"));
+    db_close(d);
+}
+
+static void test_schema_version(void) {
+    db *d = fresh();
+    char err[256];
+    db_close(d);
+    /* Reopening migrates nothing and works; read-only opens work too. */
+    d = db_open(path, &OPTS, err, sizeof err);
+    CHECK(d != NULL);
+    db_close(d);
+    db_options ro = OPTS;
+    ro.readonly = 1;
+    d = db_open(path, &ro, err, sizeof err);
+    CHECK(d != NULL);
+    db_close(d);
+    /* A file from a newer build is refused, not damaged. */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
+    CHECK(system(cmd) == 0);
+    d = db_open(path, &OPTS, err, sizeof err);
+    CHECK(d == NULL && strstr(err, "99"));
+}
+
+/* ------------------------------------------------------------- the writer */
+
+typedef struct batches {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t jobs, groups;
+} batches;
+
+static void on_done(db_job **jobs, size_t n, void *ud) {
+    batches *b = ud;
+    (void)jobs;
+    pthread_mutex_lock(&b->mu);
+    b->jobs += n;
+    b->groups++;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void test_writer_groups(void) {
+    db *d = fresh();
+    db_product p = product("w", 100000);
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    char err[256];
+    batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    CHECK(w != NULL);
+    enum { N = 3000 };
+    static db_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        char id[27];
+        snprintf(id, sizeof id, "01W%07d", i);
+        jobs[i] = (db_job){ .kind = DB_JOB_INSERT, .take = DB_TAKE_NONE };
+        jobs[i].order = order(id, "w", "u", 1, NULL, 1);
+        db_writer_submit(w, &jobs[i]);
+    }
+    pthread_mutex_lock(&b.mu);
+    while (b.jobs < N) pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    int ok = 0;
+    for (int i = 0; i < N; i++) ok += jobs[i].status == DB_OK;
+    CHECK(ok == N);
+    /* Queued faster than fsync: committed in groups, not one by one. */
+    CHECK(b.groups < N / 4);
+    db_writer_stats ws;
+    db_writer_get_stats(w, &ws);
+    CHECK(ws.jobs == N && ws.failures == 0);
+    db_writer_stop(w);
+    db_product got;
+    CHECK(db_product_get(d, "w", &got) == DB_OK && got.sold == N);
+    db_close(d);
+}
+
+static void cleanup(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+}
+
+int main(int argc, char **argv) {
+    static const t_case cases[] = {
+        T(test_products), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
+        T(test_conditional_take), T(test_list_paging), T(test_schema_version),
+        T(test_writer_groups),
+    };
+    if (!mkdtemp(dir)) return 2;
+    int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+    cleanup();
+    return rc;
+}
