@@ -18,7 +18,7 @@ enum {
     ST_USER_UNITS,
     ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_ADD_SOLD, ST_ORDER_GET, ST_ORDER_BY_KEY,
     ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
-    ST_TAKE_CONDITIONAL, ST_USER_SUM, ST_AVAILABLE,
+    ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_STOCK_READ,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_COUNT
 };
@@ -67,9 +67,12 @@ static const char *const SQL[ST_COUNT] = {
     [ST_TAKE_CONDITIONAL] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2",
+    [ST_TAKE_VERSIONED] =
+        "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
+        " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
+    [ST_STOCK_READ] = "SELECT db_available, db_version FROM products WHERE sku=?1",
     [ST_USER_SUM] =
         "SELECT coalesce(sum(quantity),0) FROM orders WHERE user_id=?2 AND sku=?1",
-    [ST_AVAILABLE] = "SELECT db_available FROM products WHERE sku=?1",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -196,7 +199,7 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
     for (int i = 0; i < ST_COUNT; i++) {
         if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
             i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
-            i != ST_VOID_EXISTS && i != ST_USER_UNITS)
+            i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ)
             continue;
         if (sqlite3_prepare_v3(d->conn, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
                                NULL) != SQLITE_OK) {
@@ -469,26 +472,64 @@ static db_status scalar(db *d, int st_id, const char *sku, const char *user, lon
 
 /* Takes the stock of a db-strategy order inside the writer's transaction.
  * The conditional UPDATE is the whole check: it changes no row when fewer
- * than qty units are left, so no read-then-write window exists. */
-static db_status take_stock(db *d, const db_order *o, long long per_user_limit,
-                            long long *available) {
+ * than qty units are left (or, optimistic, when the version moved since the
+ * caller read it), so no read-then-write window exists in here. */
+static db_status take_stock(db *d, const db_order *o, db_take take, long long per_user_limit,
+                            long long expect_version, long long *available) {
     db_status st;
+    db_order prior;
+    /* A replay is a replay before it is anything else (over the limit, or
+     * sold out since): look the key up first. */
+    if (o->idem_key[0]) {
+        st = get_one_order(d, ST_ORDER_BY_KEY, o->idem_key, &prior);
+        if (st == DB_OK) return DB_DUPKEY;
+        if (st != DB_NOTFOUND) return st;
+    }
     if (per_user_limit > 0) {
         long long bought = 0;
         if ((st = scalar(d, ST_USER_SUM, o->sku, o->user_id, &bought)) != DB_OK) return st;
-        if (bought + o->quantity > per_user_limit) return DB_LIMIT;
+        if (bought + o->quantity > per_user_limit) {
+            *available = bought;
+            return DB_LIMIT;
+        }
     }
-    st = update_product(d, ST_TAKE_CONDITIONAL, o->sku, o->quantity, "take stock");
-    if (st == DB_NOTFOUND) {
-        if ((st = scalar(d, ST_AVAILABLE, o->sku, NULL, available)) != DB_OK) return st;
-        return DB_NOSTOCK;
+    sqlite3_stmt *s = stmt(d, take == DB_TAKE_OPTIMISTIC ? ST_TAKE_VERSIONED : ST_TAKE_CONDITIONAL);
+    sqlite3_bind_text(s, 1, o->sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, o->quantity);
+    if (take == DB_TAKE_OPTIMISTIC) sqlite3_bind_int64(s, 3, expect_version);
+    st = step_done(d, s, "take stock");
+    if (st != DB_OK) return st;
+    int changed = sqlite3_changes(d->conn) > 0;
+    long long version = 0;
+    sqlite3_stmt *r = stmt(d, ST_STOCK_READ);
+    sqlite3_bind_text(r, 1, o->sku, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(r);
+    if (rc == SQLITE_ROW) {
+        *available = sqlite3_column_int64(r, 0);
+        version = sqlite3_column_int64(r, 1);
     }
-    if (st == DB_OK) st = scalar(d, ST_AVAILABLE, o->sku, NULL, available);
-    return st;
+    sqlite3_reset(r);
+    if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read stock");
+    if (changed) return DB_OK;
+    if (*available < o->quantity) return DB_NOSTOCK;
+    return take == DB_TAKE_OPTIMISTIC && version != expect_version ? DB_CONFLICT : DB_NOSTOCK;
+}
+
+db_status db_stock_read(db *d, const char *sku, long long *available, long long *version) {
+    sqlite3_stmt *r = stmt(d, ST_STOCK_READ);
+    sqlite3_bind_text(r, 1, sku, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(r);
+    if (rc == SQLITE_ROW) {
+        *available = sqlite3_column_int64(r, 0);
+        *version = sqlite3_column_int64(r, 1);
+    }
+    sqlite3_reset(r);
+    if (rc == SQLITE_ROW) return DB_OK;
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read stock");
 }
 
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
-                          long long *available_out) {
+                          long long expect_version, long long *available_out) {
     db_status st;
     long long available = -1;
     /* A savepoint lets a per-order refusal undo this order's stock update
@@ -496,7 +537,7 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
     if (take != DB_TAKE_NONE) {
         if (sqlite3_exec(d->conn, "SAVEPOINT o", NULL, NULL, NULL) != SQLITE_OK)
             return fail(d, "savepoint");
-        st = take_stock(d, o, per_user_limit, &available);
+        st = take_stock(d, o, take, per_user_limit, expect_version, &available);
         if (available_out) *available_out = available;
         if (st != DB_OK) goto undo;
     }

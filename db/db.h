@@ -107,6 +107,9 @@ db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_produ
 db_status db_user_units(db *d, const char *sku,
                         int (*fn)(const char *user, long long units, void *ud), void *ud);
 
+/* The db strategies' stock: units left and row version. */
+db_status db_stock_read(db *d, const char *sku, long long *available, long long *version);
+
 /* Orders (reads). */
 db_status db_order_get(db *d, const char *order_id, db_order *out);
 db_status db_order_by_key(db *d, const char *idem_key, db_order *out);
@@ -138,9 +141,10 @@ typedef enum db_take {
 /* Inserts o inside the open transaction. DB_TAKE_NONE orders must carry the
  * product's current generation. Per-order failures (DB_STALE, DB_DUPKEY,
  * DB_NOSTOCK, DB_LIMIT, DB_CONFLICT) leave the transaction usable;
- * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE. */
+ * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE;
+ * expect_version to DB_TAKE_OPTIMISTIC (the version the caller read). */
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
-                          long long *available_out);
+                          long long expect_version, long long *available_out);
 
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and
@@ -152,6 +156,7 @@ typedef struct db_job {
     db_order order;            /* INSERT: the order; LOOKUP: order_id set */
     db_take take;
     long long per_user_limit;
+    long long expect_version;  /* DB_TAKE_OPTIMISTIC */
     /* out */
     db_status status;          /* INSERT: DB_OK when committed; LOOKUP: found? */
     long long available;       /* db strategies: units left after / when refused */

@@ -68,7 +68,7 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
         db_job *j = jobs[i];
         if (j->kind != DB_JOB_INSERT) continue;
         j->status = db_order_insert(w->conn, &j->order, j->take, j->per_user_limit,
-                                    &j->available);
+                                    j->expect_version, &j->available);
         if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
     }
     if (st == DB_OK) st = db_commit(w->conn);

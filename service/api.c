@@ -72,9 +72,14 @@ static void reply_product(http_req *r, app *a, product *p, int status) {
         reply_db_down(r, a, "reading the product");
         return;
     }
-    stock_result res = sc ? stock_read(sc, &p->sp, &total, seg) : STOCK_UNAVAILABLE;
-    if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p) == 0)
-        res = stock_read(sc, &p->sp, &total, seg);
+    stock_result res = STOCK_RESERVED;
+    if (!stock_strategy_about(p->strategy)->uses_redis) {
+        total = seg[0] = dp.db_available;      /* the db strategies keep it in SQLite */
+    } else {
+        res = sc ? stock_read(sc, &p->sp, &total, seg) : STOCK_UNAVAILABLE;
+        if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p) == 0)
+            res = stock_read(sc, &p->sp, &total, seg);
+    }
     if (res != STOCK_RESERVED) {
         free(seg);
         reply_redis_down(r, a, res == STOCK_MISSING
@@ -85,14 +90,15 @@ static void reply_product(http_req *r, app *a, product *p, int status) {
     json_t *segs = json_array();
     for (int i = 0; i < p->segments; i++) json_array_append_new(segs, json_integer(seg[i]));
     free(seg);
-    http_reply_json(r, status,
-                    json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:s}", "sku", dp.sku,
-                              "name", dp.name, "strategy", dp.strategy, "segments", dp.segments,
-                              "per_user_limit", (json_int_t)dp.per_user_limit, "stock_initial",
-                              (json_int_t)dp.stock_initial, "stock_available", (json_int_t)total,
-                              "sold", (json_int_t)dp.sold, "segment_available", segs,
-                              "created_at", dp.created_at),
-                    NULL);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:s}", "sku", dp.sku,
+                          "name", dp.name, "strategy", dp.strategy, "segments", dp.segments,
+                          "per_user_limit", (json_int_t)dp.per_user_limit, "stock_initial",
+                          (json_int_t)dp.stock_initial, "stock_available", (json_int_t)total,
+                          "sold", (json_int_t)dp.sold, "segment_available", segs,
+                          "created_at", dp.created_at);
+    if (dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
+    if (dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
+    http_reply_json(r, status, j, NULL);
 }
 
 /* ----------------------------------------------------------------- products */
@@ -105,7 +111,8 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
     if (!authorized(r, a)) return;
     json_t *body = http_body_json(r);
     if (!body) return;
-    if (validate_product(body, &in, &e) != 0) {
+    if (validate_product(body, stock_strategy_about(a->default_strategy)->name,
+                         a->cfg.fault_injection, &in, &e) != 0) {
         reply_verr(r, &e);
         json_decref(body);
         return;
@@ -113,11 +120,12 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
     db_product dp = { 0 };
     snprintf(dp.sku, sizeof dp.sku, "%s", in.sku);
     snprintf(dp.name, sizeof dp.name, "%s", in.name);
-    snprintf(dp.strategy, sizeof dp.strategy, "%s",
-             in.strategy ? in.strategy : stock_strategy_about(a->default_strategy)->name);
+    snprintf(dp.strategy, sizeof dp.strategy, "%s", in.strategy);
     dp.segments = in.segments;
     dp.per_user_limit = in.per_user_limit;
     dp.stock_initial = in.stock;
+    dp.cs_delay_ms = (int)in.cs_delay_ms;
+    dp.lock_ttl_ms = (int)in.lock_ttl_ms;
     db_format_time(clock_wall_ms(), dp.created_at);
     json_decref(body);
 

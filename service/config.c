@@ -61,6 +61,15 @@ static const opt OPTS[] = {
       30LL * 86400000, "86400000", "how long Redis remembers an Idempotency-Key (SQLite: always)" },
     { "shutdown-grace-ms", "FLASHSALE_SHUTDOWN_GRACE_MS", T_INT, F(shutdown_grace_ms), 0,
       600000, "10000", "on SIGTERM, how long requests in flight may take to finish" },
+    { "lock-ttl-ms", "FLASHSALE_LOCK_TTL_MS", T_INT, F(lock_ttl_ms), 10, 600000, "2000",
+      "lease of the lock strategies' locks (renewed while held by `lock`)" },
+    { "lock-wait-ms", "FLASHSALE_LOCK_WAIT_MS", T_INT, F(lock_wait_ms), 0, 60000, "1000",
+      "how long an order waits for a lock before 429 lock_timeout" },
+    { "lock-workers", "FLASHSALE_LOCK_WORKERS", T_INT, F(lock_workers), 1, 1024, "32",
+      "threads that run the strategies that may block (lock, local, db-optimistic, unsafe-*)" },
+    { "fault-injection", "FLASHSALE_FAULT_INJECTION", T_FLAG, F(fault_injection), 0, 0, "0",
+      "let products set cs_delay_ms (a pause inside the critical section) and lock_ttl_ms, "
+      "to make the unsafe strategies' flaws visible; never in production" },
     { "verbose", "FLASHSALE_VERBOSE", T_FLAG, F(verbose), 0, 0, "0",
       "log debug events too" },
 };

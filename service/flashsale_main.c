@@ -105,6 +105,7 @@ static void shutdown_gracefully(app *a) {
     }
     /* The writer first: its last groups queue confirmations on the stage. */
     db_writer_stop(a->writer);
+    stage_stop(a->pool);
     stage_stop(a->stage);
     maint_stop(a->maint);
     http_stop(a->http);
@@ -132,8 +133,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     make_instance_id(&a);
-    a.stock_cfg = (stock_config){ a.cfg.redis_url, a.cfg.key_prefix, a.cfg.redis_timeout_ms,
-                                  a.instance_id, a.cfg.idem_ttl_ms };
+    a.stock_cfg = (stock_config){ .redis_url = a.cfg.redis_url, .prefix = a.cfg.key_prefix,
+                                  .timeout_ms = a.cfg.redis_timeout_ms,
+                                  .instance = a.instance_id, .idem_ttl_ms = a.cfg.idem_ttl_ms,
+                                  .lock_ttl_ms = a.cfg.lock_ttl_ms,
+                                  .lock_wait_ms = a.cfg.lock_wait_ms };
     a.db_opt = (db_options){ a.cfg.synchronous_full, a.cfg.db_busy_timeout_ms, 0 };
     stock_conn *probe = stock_conn_new(&a.stock_cfg, err, sizeof err);
     if (!probe) {
@@ -154,7 +158,8 @@ int main(int argc, char **argv) {
     if (!(a.writer = db_writer_start(a.cfg.db_path, &a.db_opt, 4096, order_batch_done, &a, err,
                                      sizeof err)) ||
         !(a.maint = maint_start(&a, err, sizeof err)) ||
-        !(a.stage = stage_start(&a, a.cfg.redis_workers, err, sizeof err))) {
+        !(a.stage = stage_start(&a, a.cfg.redis_workers, 0, err, sizeof err)) ||
+        !(a.pool = stage_start(&a, a.cfg.lock_workers, 1, err, sizeof err))) {
         log_msg(LOG_ERROR, "start: %s", err);
         return 1;
     }

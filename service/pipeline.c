@@ -3,17 +3,21 @@
  * An order_op carries one request through three hands, none of which ever
  * waits for another request:
  *
- *   HTTP thread   order_submit: suspend the connection, queue a RESERVE
- *   Redis stage   take everything queued, reserve it in one pipelined round
- *                 trip, hand the reserved orders to the writer, answer the
- *                 refused ones (sold out, limit...)
+ *   HTTP thread   order_submit: suspend the connection, queue the order
+ *   Redis stage   (`lua`) take everything queued, reserve it in one
+ *                 pipelined round trip, hand the reserved orders to the
+ *                 writer, answer the refused ones (sold out, limit...)
+ *     or pool     (strategies that may block: lock, local, unsafe-*,
+ *                 db-optimistic's read) one order per thread at a time
+ *     or neither  (`db`) straight to the writer, which takes the stock in
+ *                 the order's own transaction
  *   DB writer     commit a whole group in one transaction, then (on its
  *                 thread, order_batch_done) answer 201 and queue a CONFIRM
  *                 that clears the pending record, or queue an UNDO that
  *                 gives the units back before the client hears 503.
  *
  * The Redis stage also runs CONFIRMs and UNDOs, pipelined the same way.
- * Each stage thread has its own Redis connection. */
+ * Every stage and pool thread has its own Redis connection. */
 #include <assert.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,7 +29,15 @@
 
 #define STAGE_BATCH 256
 
-typedef enum phase { PH_RESERVE, PH_CONFIRM, PH_UNDO } phase;
+#define OPTIMISTIC_TRIES 20
+
+typedef enum phase {
+    PH_RESERVE,        /* Redis stage: batched script */
+    PH_RESERVE_ONE,    /* pool: read-check-write strategies */
+    PH_DB_READ,        /* pool: db-optimistic reads the version */
+    PH_CONFIRM,        /* Redis stage: clear pending records */
+    PH_UNDO            /* Redis stage: give units back, then answer */
+} phase;
 
 struct order_op {
     app *a;
@@ -46,6 +58,7 @@ struct order_op {
     outcome fail_outcome;
     char fail_msg[200];
     int lookup_after_undo;         /* key taken in SQLite: answer as a replay */
+    int tries;                     /* db-optimistic: versioned updates tried */
     order_op *next;
 };
 
@@ -53,6 +66,7 @@ struct stage {
     app *a;
     pthread_t *threads;
     int nthreads;
+    int blocking;                  /* a pool: one op at a time per thread */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     order_op *head, *tail;
@@ -114,6 +128,33 @@ static void undo_then_fail(order_op *op, int status, const char *code, outcome o
     stage_push(op->a->stage, op);
 }
 
+static void submit_lookup(order_op *op, const char *order_id) {
+    memset(&op->job, 0, sizeof op->job);
+    op->job.kind = DB_JOB_LOOKUP;
+    snprintf(op->job.order.order_id, sizeof op->job.order.order_id, "%s", order_id);
+    snprintf(op->job.order.idem_key, sizeof op->job.order.idem_key, "%s", op->idem_key);
+    db_writer_submit(op->a->writer, &op->job);
+}
+
+/* Hands the order to the writer. take says how it gets its stock there:
+ * DB_TAKE_NONE when Redis reserved it already (under op->sreq.gen). */
+static void submit_insert(order_op *op, db_take take, long long expect_version) {
+    db_order *o = &op->job.order;
+    memset(&op->job, 0, sizeof op->job);
+    op->job.kind = DB_JOB_INSERT;
+    op->job.take = take;
+    op->job.per_user_limit = take == DB_TAKE_NONE ? 0 : op->p->per_user_limit;
+    op->job.expect_version = expect_version;
+    memcpy(o->order_id, op->order_id, sizeof o->order_id);
+    snprintf(o->sku, sizeof o->sku, "%s", op->p->sku);
+    memcpy(o->user_id, op->user_id, sizeof o->user_id);
+    o->quantity = op->quantity;
+    memcpy(o->idem_key, op->idem_key, sizeof o->idem_key);
+    memcpy(o->created_at, op->created_at, sizeof o->created_at);
+    o->gen = op->sreq.gen;
+    db_writer_submit(op->a->writer, &op->job);
+}
+
 /* ------------------------------------------------------------------ submit */
 
 void order_submit(app *a, http_req *req, product *p, const order_input *in,
@@ -136,35 +177,27 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,
                             .fingerprint = op->fingerprint };
-    op->phase = PH_RESERVE;
     http_defer(req);
-    stage_push(a->stage, op);
+    switch (stock_strategy_about(p->strategy)->kind) {
+    case STOCK_KIND_SCRIPT:
+        op->phase = PH_RESERVE;
+        stage_push(a->stage, op);
+        break;
+    case STOCK_KIND_RCW:
+        op->phase = PH_RESERVE_ONE;
+        stage_push(a->pool, op);
+        break;
+    case STOCK_KIND_DB_OPTIMISTIC:
+        op->phase = PH_DB_READ;
+        stage_push(a->pool, op);
+        break;
+    case STOCK_KIND_DB:
+        submit_insert(op, DB_TAKE_CONDITIONAL, 0);
+        break;
+    }
 }
 
 /* ----------------------------------------------------------- Redis stage */
-
-static void submit_lookup(order_op *op, const char *order_id) {
-    memset(&op->job, 0, sizeof op->job);
-    op->job.kind = DB_JOB_LOOKUP;
-    snprintf(op->job.order.order_id, sizeof op->job.order.order_id, "%s", order_id);
-    snprintf(op->job.order.idem_key, sizeof op->job.order.idem_key, "%s", op->idem_key);
-    db_writer_submit(op->a->writer, &op->job);
-}
-
-static void submit_insert(order_op *op) {
-    db_order *o = &op->job.order;
-    memset(&op->job, 0, sizeof op->job);
-    op->job.kind = DB_JOB_INSERT;
-    op->job.take = DB_TAKE_NONE;
-    memcpy(o->order_id, op->order_id, sizeof o->order_id);
-    snprintf(o->sku, sizeof o->sku, "%s", op->p->sku);
-    memcpy(o->user_id, op->user_id, sizeof o->user_id);
-    o->quantity = op->quantity;
-    memcpy(o->idem_key, op->idem_key, sizeof o->idem_key);
-    memcpy(o->created_at, op->created_at, sizeof o->created_at);
-    o->gen = op->sreq.gen;
-    db_writer_submit(op->a->writer, &op->job);
-}
 
 /* Acts on the result of one reservation. */
 static void reserved(order_op *op) {
@@ -172,7 +205,7 @@ static void reserved(order_op *op) {
     char msg[200];
     switch (r->result) {
     case STOCK_RESERVED:
-        submit_insert(op);
+        submit_insert(op, DB_TAKE_NONE, 0);
         return;
     case STOCK_REPLAY:
         if (r->replay_same) {
@@ -208,6 +241,19 @@ static void reserved(order_op *op) {
                  op->p->sku);
         answer_error(op, 503, "redis_unavailable", OUT_REDIS_UNAVAILABLE, NULL, msg);
         break;
+    case STOCK_LOCK_TIMEOUT:
+    case STOCK_FENCED: {
+        const char *retry[] = { "Retry-After", "1", NULL };
+        if (r->result == STOCK_LOCK_TIMEOUT)
+            snprintf(msg, sizeof msg, "Could not get the lock on %s's stock in time; nothing was "
+                     "taken. Retry.", op->p->sku);
+        else
+            snprintf(msg, sizeof msg, "The lock on %s's stock expired before the write, which was "
+                     "refused (fenced); nothing was taken. Retry.", op->p->sku);
+        http_reply_error_with(op->req, 429, "lock_timeout", NULL, retry, "%s", msg);
+        finish(op, OUT_LOCK_TIMEOUT);
+        break;
+    }
     case STOCK_UNAVAILABLE:
         atomic_fetch_add(&op->a->m.redis_errors, 1);
         if (r->outcome_unknown) {
@@ -265,10 +311,10 @@ static void run_undos(app *a, stock_conn *sc, order_op **ops, size_t n) {
 }
 
 static size_t take(stage *s, order_op **out) {
-    size_t n = 0;
+    size_t n = 0, max = s->blocking ? 1 : STAGE_BATCH;
     pthread_mutex_lock(&s->mu);
     while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-    while (s->head && n < STAGE_BATCH) {
+    while (s->head && n < max) {
         out[n++] = s->head;
         s->head = s->head->next;
     }
@@ -276,6 +322,66 @@ static size_t take(stage *s, order_op **out) {
     else pthread_cond_signal(&s->cv);   /* more left: wake a sibling */
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+/* -------------------------------------------------------------- the pool */
+
+/* db-optimistic, step one: read the stock and its version (outside any
+ * transaction, as an application would), then let the writer try the
+ * versioned update. */
+static void optimistic_read(order_op *op) {
+    db *d = app_db(op->a);
+    long long available = 0, version = 0;
+    char msg[160];
+    if (!d || db_stock_read(d, op->p->sku, &available, &version) != DB_OK) {
+        atomic_fetch_add(&op->a->m.db_errors, 1);
+        answer_error(op, 503, "db_unavailable", OUT_DB_UNAVAILABLE, NULL,
+                     "The database is unavailable. Retry shortly.");
+        free(op);
+        return;
+    }
+    if (available < op->quantity) {
+        if (available > 0)
+            snprintf(msg, sizeof msg, "Only %lld of %s left; %d asked.", available, op->p->sku,
+                     op->quantity);
+        else
+            snprintf(msg, sizeof msg, "%s is sold out.", op->p->sku);
+        answer_error(op, 409, available ? "insufficient_stock" : "sold_out",
+                     available ? OUT_INSUFFICIENT : OUT_SOLD_OUT,
+                     json_pack("{s:I}", "available", (json_int_t)available), msg);
+        free(op);
+        return;
+    }
+    op->tries++;
+    submit_insert(op, DB_TAKE_OPTIMISTIC, version);
+}
+
+/* Runs one read-check-write reservation, which may wait for a lock. */
+static void reserve_one(app *a, stock_conn *sc, order_op *op) {
+    stock_reserve_one(sc, &op->sreq);
+    const stock_req *r = &op->sreq;
+    if (r->lock_wait_us >= 0) {
+        histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
+        int o = r->result == STOCK_LOCK_TIMEOUT ? 1
+              : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
+        atomic_fetch_add(&a->m.lock_outcomes[o], 1);
+    }
+    reserved(op);
+}
+
+static void *pool_main(void *arg) {
+    stage *s = arg;
+    app *a = s->a;
+    char err[256];
+    stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
+    order_op *op;
+    assert(sc != NULL);
+    while (take(s, &op) > 0) {
+        if (op->phase == PH_DB_READ) optimistic_read(op);
+        else reserve_one(a, sc, op);
+    }
+    stock_conn_free(sc);
+    return NULL;
 }
 
 static void *stage_main(void *arg) {
@@ -294,6 +400,7 @@ static void *stage_main(void *arg) {
             case PH_RESERVE: reserve[nr++] = batch[i]; break;
             case PH_CONFIRM: confirm[nc++] = batch[i]; break;
             case PH_UNDO: undo[nu++] = batch[i]; break;
+            default: assert(!"pool work on the Redis stage");
             }
         }
         uint64_t errors = atomic_load(&a->m.redis_errors);
@@ -313,7 +420,7 @@ static void *stage_main(void *arg) {
     return NULL;
 }
 
-stage *stage_start(app *a, int threads, char *err, size_t errlen) {
+stage *stage_start(app *a, int threads, int blocking, char *err, size_t errlen) {
     stage *s = calloc(1, sizeof *s);
     if (!s || !(s->threads = calloc((size_t)threads, sizeof *s->threads))) {
         free(s);
@@ -321,11 +428,13 @@ stage *stage_start(app *a, int threads, char *err, size_t errlen) {
         return NULL;
     }
     s->a = a;
+    s->blocking = blocking;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     for (s->nthreads = 0; s->nthreads < threads; s->nthreads++) {
-        if (pthread_create(&s->threads[s->nthreads], NULL, stage_main, s) != 0) {
-            snprintf(err, errlen, "cannot start Redis stage threads");
+        if (pthread_create(&s->threads[s->nthreads], NULL, blocking ? pool_main : stage_main,
+                           s) != 0) {
+            snprintf(err, errlen, "cannot start %s threads", blocking ? "pool" : "Redis stage");
             stage_stop(s);
             return NULL;
         }
@@ -374,8 +483,69 @@ static void looked_up(order_op *op) {
     free(op);
 }
 
+/* The answer to a db strategy's refusal: nothing was reserved in Redis, so
+ * there is nothing to give back. */
+static void db_refused(order_op *op) {
+    const db_job *j = &op->job;
+    char msg[200];
+    switch (j->status) {
+    case DB_NOSTOCK:
+        if (j->available <= 0) snprintf(msg, sizeof msg, "%s is sold out.", op->p->sku);
+        else snprintf(msg, sizeof msg, "Only %lld of %s left; %d asked.", j->available, op->p->sku,
+                      op->quantity);
+        answer_error(op, 409, j->available > 0 ? "insufficient_stock" : "sold_out",
+                     j->available > 0 ? OUT_INSUFFICIENT : OUT_SOLD_OUT,
+                     json_pack("{s:I}", "available", (json_int_t)(j->available > 0 ? j->available : 0)),
+                     msg);
+        break;
+    case DB_LIMIT:
+        snprintf(msg, sizeof msg, "User %.64s may buy at most %lld of %s and has bought %lld.",
+                 op->user_id, op->p->per_user_limit, op->p->sku, j->available);
+        answer_error(op, 409, "per_user_limit", OUT_LIMIT,
+                     json_pack("{s:I, s:I}", "per_user_limit", (json_int_t)op->p->per_user_limit,
+                               "bought", (json_int_t)j->available),
+                     msg);
+        break;
+    case DB_CONFLICT:
+        if (op->tries < OPTIMISTIC_TRIES) {
+            op->phase = PH_DB_READ;       /* read the new version, try again */
+            stage_push(op->a->pool, op);
+            return;
+        }
+        snprintf(msg, sizeof msg, "The stock of %s changed under %d optimistic updates in a row; "
+                 "nothing was taken. Retry.", op->p->sku, op->tries);
+        {
+            const char *retry[] = { "Retry-After", "1", NULL };
+            http_reply_error_with(op->req, 429, "lock_timeout", NULL, retry, "%s", msg);
+            finish(op, OUT_LOCK_TIMEOUT);
+        }
+        break;
+    case DB_DUPKEY:
+        submit_lookup(op, "");            /* answer as a replay of the key's order */
+        return;
+    default:
+        atomic_fetch_add(&op->a->m.db_errors, 1);
+        answer_error(op, 503, "db_unavailable", OUT_DB_UNAVAILABLE, NULL,
+                     j->status == DB_UNKNOWN
+                         ? "The database failed while committing the order; check it with "
+                           "GET /v1/orders?user_id= before retrying without an Idempotency-Key."
+                         : "The database could not commit the order; nothing was taken. Retry shortly.");
+        break;
+    }
+    free(op);
+}
+
 /* Acts on the commit of one order; returns op if it is to be confirmed. */
 static order_op *committed(order_op *op) {
+    if (op->job.take != DB_TAKE_NONE) {
+        if (op->job.status != DB_OK) {
+            db_refused(op);
+            return NULL;
+        }
+        answer_order(op, &op->job.order, 0);
+        free(op);                          /* no pending record to clear */
+        return NULL;
+    }
     switch (op->job.status) {
     case DB_OK:
         answer_order(op, &op->job.order, 0);

@@ -34,6 +34,7 @@ void product_cache_free(product_cache *pc) {
         product *p = pc->bucket[i];
         while (p) {
             product *next = p->next;
+            stock_product_free(&p->sp);
             free(p);
             p = next;
         }
@@ -69,7 +70,12 @@ product *product_cache_put(product_cache *pc, const db_product *dp) {
         p->strategy = s;
         p->segments = dp->segments;
         p->per_user_limit = dp->per_user_limit;
-        p->sp = (stock_product){ p->sku, s, dp->segments, dp->per_user_limit };
+        if (stock_product_init(&p->sp, p->sku, s, dp->segments, dp->per_user_limit,
+                               dp->cs_delay_ms, dp->lock_ttl_ms) != 0) {
+            free(p);
+            pthread_rwlock_unlock(&pc->lock);
+            return NULL;
+        }
         unsigned h = hash(p->sku);
         p->next = pc->bucket[h];
         pc->bucket[h] = p;

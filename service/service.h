@@ -53,6 +53,10 @@ typedef struct config {
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     long long idem_ttl_ms;
     int shutdown_grace_ms;
+    int lock_ttl_ms;          /* default lease of the lock strategies */
+    int lock_wait_ms;         /* how long an order waits for a lock */
+    int lock_workers;         /* threads that run the blocking strategies */
+    int fault_injection;      /* products may set cs_delay_ms and lock_ttl_ms */
     int verbose;
 } config;
 
@@ -92,9 +96,14 @@ typedef struct product_input {
     int segments;
     long long stock;
     long long per_user_limit;
+    long long cs_delay_ms;    /* fault injection only */
+    long long lock_ttl_ms;    /* fault injection only */
 } product_input;
 
-int validate_product(json_t *body, product_input *in, verr *e);
+/* Checks a POST /v1/products body; default_strategy fills a missing
+ * "strategy"; fault_injection allows cs_delay_ms and lock_ttl_ms. */
+int validate_product(json_t *body, const char *default_strategy, int fault_injection,
+                     product_input *in, verr *e);
 /* Checks a restock body: {"quantity": 1..10^9}. */
 int validate_restock(json_t *body, long long *qty, verr *e);
 
@@ -188,7 +197,8 @@ struct app {
     db_options db_opt;
     http_server *http;
     db_writer *writer;
-    stage *stage;
+    stage *stage;                  /* Redis stage: batched scripts, confirms, undos */
+    stage *pool;                   /* strategies that may block */
     maint *maint;
     product_cache *products;
     metrics m;
@@ -217,8 +227,10 @@ void api_observe(int route_id, int status, int64_t micros, void *ud);
 /* One order request on its way through the pipeline (pipeline.c). */
 typedef struct order_op order_op;
 
-/* Starts the Redis stage (its threads and connections). */
-stage *stage_start(app *a, int threads, char *err, size_t errlen);
+/* Starts a stage: the Redis stage (batched, blocking = 0) or the pool for
+ * strategies that may block (blocking = 1), each thread with its own
+ * connections. */
+stage *stage_start(app *a, int threads, int blocking, char *err, size_t errlen);
 /* Takes over a validated order request: reserves, commits and answers it. */
 void order_submit(app *a, http_req *req, product *p, const order_input *in,
                   const char *idem_key);

@@ -121,9 +121,10 @@ int validate_order(json_t *body, order_input *in, verr *e) {
     return 0;
 }
 
-int validate_product(json_t *body, product_input *in, verr *e) {
+int validate_product(json_t *body, const char *default_strategy, int fault_injection,
+                     product_input *in, verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
-                                           "per_user_limit", NULL };
+                                           "per_user_limit", "cs_delay_ms", "lock_ttl_ms", NULL };
     long long segments = 1;
     int rc;
     memset(in, 0, sizeof *in);
@@ -136,14 +137,26 @@ int validate_product(json_t *body, product_input *in, verr *e) {
                     "'name' must be 1 to 256 characters, without control characters.");
     if ((rc = int_field(body, "stock", 0, 1000000000, &in->stock, e)) < 0) return -1;
     if (rc == 0) return fail(e, 400, "missing_field", "'stock' is required.");
+    in->strategy = default_strategy;
     if (str_field(body, "strategy", &in->strategy, e) < 0) return -1;
     stock_strategy s;
-    if (in->strategy && stock_strategy_parse(in->strategy, &s) != 0)
+    if (stock_strategy_parse(in->strategy, &s) != 0)
         return fail(e, 400, "invalid_field", "'strategy' '%.32s' is not one this service offers.",
                     in->strategy);
     if (int_field(body, "segments", 1, STOCK_MAX_SEGMENTS, &segments, e) < 0) return -1;
     in->segments = (int)segments;
+    if (segments > 1 && !stock_strategy_about(s)->segments_ok)
+        return fail(e, 400, "invalid_field",
+                    "'segments' > 1 is not offered for '%s': SQLite lets one writer in at a time, "
+                    "so splitting the stock row spreads nothing.", in->strategy);
     if (int_field(body, "per_user_limit", 0, 1000000000, &in->per_user_limit, e) < 0) return -1;
+    int rc1 = int_field(body, "cs_delay_ms", 0, 60000, &in->cs_delay_ms, e);
+    int rc2 = rc1 < 0 ? -1 : int_field(body, "lock_ttl_ms", 10, 600000, &in->lock_ttl_ms, e);
+    if (rc1 < 0 || rc2 < 0) return -1;
+    if ((rc1 || rc2) && !fault_injection)
+        return fail(e, 400, "invalid_field",
+                    "'%s' needs a service started with --fault-injection.",
+                    rc1 ? "cs_delay_ms" : "lock_ttl_ms");
     return 0;
 }
 

@@ -13,11 +13,13 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "stock/internal.h"
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
-    stock_lua_restock[];
+    stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[];
 
 static rconn_script s_reserve, s_undo, s_load, s_restock;
+rconn_script sk_read, sk_write, sk_unlock;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 
 static void scripts_init(void) {
@@ -25,13 +27,42 @@ static void scripts_init(void) {
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);
+    rconn_script_init(&sk_read, "read", stock_lua_read);
+    rconn_script_init(&sk_write, "write", stock_lua_write);
+    rconn_script_init(&sk_unlock, "unlock", stock_lua_unlock);
 }
 
 /* ---------------------------------------------------------------- strategies */
 
 static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
-    [STOCK_LUA] = { "lua", 1, 0,
-                    "one atomic Lua script checks and takes the stock (segments > 1: spread over N keys)" },
+    [STOCK_LUA] = { "lua", STOCK_KIND_SCRIPT, 1, 0, 1,
+                    "one atomic Lua script checks and takes the stock (segments > 1: over N keys)" },
+    [STOCK_LOCK] = { "lock", STOCK_KIND_RCW, 1, 0, 1,
+                     "a Redis lock per SKU (or segment) around read, check and a fenced write; "
+                     "lease renewal; 429 lock_timeout past the wait" },
+    [STOCK_DB] = { "db", STOCK_KIND_DB, 0, 0, 0,
+                   "SQLite: UPDATE .. WHERE available >= qty in the order's own transaction" },
+    [STOCK_DB_OPTIMISTIC] = { "db-optimistic", STOCK_KIND_DB_OPTIMISTIC, 0, 0, 0,
+                              "SQLite: read available and version, UPDATE .. WHERE version = v; "
+                              "bounded retries, then 429" },
+    [STOCK_LOCAL] = { "local", STOCK_KIND_RCW, 1, 0, 1,
+                      "an in-process mutex around read, check, write in Redis: right with one "
+                      "instance, oversells with two" },
+    [STOCK_UNSAFE_READ_WRITE] = { "unsafe-read-write", STOCK_KIND_RCW, 1, 1, 1,
+                                  "GET, check, SET, no lock: concurrent buyers overwrite each "
+                                  "other's writes (lost updates)" },
+    [STOCK_UNSAFE_CHECK_THEN_DECR] = { "unsafe-check-then-decr", STOCK_KIND_RCW, 1, 1, 1,
+                                       "GET, check, DECRBY, no lock: the check is stale by the "
+                                       "decrement, and stock goes negative" },
+    [STOCK_UNSAFE_SETNX_EXPIRE] = { "unsafe-setnx-expire", STOCK_KIND_RCW, 1, 1, 1,
+                                    "SETNX then EXPIRE, released by a plain DEL: a holder past "
+                                    "its TTL deletes the next holder's lock" },
+    [STOCK_UNSAFE_LOCK_NO_FENCE] = { "unsafe-lock-no-fence", STOCK_KIND_RCW, 1, 1, 1,
+                                     "SET NX PX, owner-checked release, no renewal, no fencing: "
+                                     "safe only while the critical section is shorter than the TTL" },
+    [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = { "unsafe-unlock-before-write", STOCK_KIND_RCW, 1, 1, 1,
+                                           "releases the lock, then writes: the next holder "
+                                           "reads the old value (lost updates)" },
 };
 
 int stock_strategy_parse(const char *name, stock_strategy *out) {
@@ -49,22 +80,38 @@ const stock_strategy_info *stock_strategy_about(stock_strategy s) {
     return &STRATEGIES[s];
 }
 
+/* ------------------------------------------------------------------- hints */
+
+int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int segments,
+                       long long per_user_limit, int cs_delay_ms, int lock_ttl_ms) {
+    int words = (segments + 63) / 64;
+    *p = (stock_product){ sku, s, segments, per_user_limit, cs_delay_ms, lock_ttl_ms, NULL };
+    p->hint = calloc(1, sizeof *p->hint + (size_t)words * sizeof(uint64_t));
+    if (!p->hint) return -1;
+    p->hint->nwords = words;
+    return 0;
+}
+
+void stock_product_free(stock_product *p) {
+    free(p->hint);
+    p->hint = NULL;
+}
+
+int sk_hint_empty(const stock_product *p, int seg) {
+    if (!p->hint) return 0;
+    return (__atomic_load_n(&p->hint->words[seg / 64], __ATOMIC_RELAXED) >> (seg % 64)) & 1;
+}
+
+void sk_hint_set(const stock_product *p, int seg, int empty) {
+    if (!p->hint) return;
+    uint64_t bit = 1ULL << (seg % 64);
+    if (empty) __atomic_fetch_or(&p->hint->words[seg / 64], bit, __ATOMIC_RELAXED);
+    else __atomic_fetch_and(&p->hint->words[seg / 64], ~bit, __ATOMIC_RELAXED);
+}
+
 /* --------------------------------------------------------------- connection */
 
-struct stock_conn {
-    rconn_addr addr;
-    char prefix[64];
-    char instance[64];
-    int timeout_ms;
-    long long idem_ttl_ms;
-    redisContext *ctx;
-    char run_id[41];
-    rconn_cmd cmd;
-    unsigned char *retry;         /* per request of a pipeline: NOSCRIPT seen */
-    size_t retry_cap;
-    uint64_t rng;
-    char errstr[256];
-};
+
 
 stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
     pthread_once(&scripts_once, scripts_init);
@@ -81,6 +128,10 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
     snprintf(c->instance, sizeof c->instance, "%s", cfg->instance ? cfg->instance : "");
     c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     c->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    c->locks = cfg->locks;
+    c->locks_frozen = cfg->locks_frozen;
+    c->lock_ttl_ms = cfg->lock_ttl_ms > 0 ? cfg->lock_ttl_ms : 2000;
+    c->lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1000;
     c->rng = (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
     rconn_cmd_init(&c->cmd);
     return c;
@@ -98,7 +149,7 @@ const char *stock_conn_errstr(const stock_conn *c) { return c->errstr; }
 
 /* Drops a connection that failed: its replies can no longer be matched to
  * requests, so the next call starts afresh. */
-static void drop(stock_conn *c, const char *what) {
+void sk_drop(stock_conn *c, const char *what) {
     snprintf(c->errstr, sizeof c->errstr, "%s: %s", what,
              c->ctx && c->ctx->err ? c->ctx->errstr : "connection lost");
     if (c->ctx) redisFree(c->ctx);
@@ -107,14 +158,15 @@ static void drop(stock_conn *c, const char *what) {
 
 int stock_conn_ensure(stock_conn *c) {
     if (c->ctx) return 0;
-    const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock };
+    const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
+                                  &sk_unlock };
     char err[200];
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
     if (!c->ctx) {
         snprintf(c->errstr, sizeof c->errstr, "redis %s", err);
         return -1;
     }
-    if (rconn_script_load(c->ctx, all, 4, err, sizeof err) ||
+    if (rconn_script_load(c->ctx, all, (int)(sizeof all / sizeof all[0]), err, sizeof err) ||
         rconn_run_id(c->ctx, c->run_id)) {
         snprintf(c->errstr, sizeof c->errstr, "redis setup: %s", err);
         redisFree(c->ctx);
@@ -127,12 +179,12 @@ int stock_conn_ensure(stock_conn *c) {
 /* Runs c->cmd, which must be safe to repeat. A connection that broke while
  * idle (Redis restarted since the last call) fails on first use; that one
  * failure is retried once on a fresh connection. */
-static redisReply *run_idempotent(stock_conn *c, const char *what) {
+redisReply *sk_run_idempotent(stock_conn *c, const char *what) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (stock_conn_ensure(c)) return NULL;
         redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
         if (rep) return rep;
-        drop(c, what);
+        sk_drop(c, what);
     }
     return NULL;
 }
@@ -140,7 +192,7 @@ static redisReply *run_idempotent(stock_conn *c, const char *what) {
 int stock_ping(stock_conn *c) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "PING");
-    redisReply *rep = run_idempotent(c, "ping");
+    redisReply *rep = sk_run_idempotent(c, "ping");
     if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
@@ -153,20 +205,20 @@ int stock_key(char *buf, size_t len, const char *prefix, const char *sku, const 
     return n < 0 || (size_t)n >= len ? -1 : n;
 }
 
-static void add_key(stock_conn *c, const char *sku, const char *suffix) {
+void sk_add_key(stock_conn *c, const char *sku, const char *suffix) {
     rconn_cmd_addf(&c->cmd, "%s{%s}:%s", c->prefix, sku, suffix);
 }
 
-static void add_segment_keys(stock_conn *c, const stock_product *p) {
+void sk_add_segment_keys(stock_conn *c, const stock_product *p) {
     for (int i = 0; i < p->segments; i++)
         rconn_cmd_addf(&c->cmd, "%s{%s}:stock:%d", c->prefix, p->sku, i);
 }
 
-static void add_idem_key(stock_conn *c, const char *sku, const char *idem) {
+void sk_add_idem_key(stock_conn *c, const char *sku, const char *idem) {
     rconn_cmd_addf(&c->cmd, "%s{%s}:idem:%s", c->prefix, sku, idem ? idem : "");
 }
 
-static uint64_t next_random(stock_conn *c) {
+uint64_t sk_random(stock_conn *c) {
     /* xorshift64*: a per-connection stream, only for spreading load. */
     c->rng ^= c->rng >> 12;
     c->rng ^= c->rng << 25;
@@ -179,25 +231,26 @@ static uint64_t next_random(stock_conn *c) {
 static void build_reserve(stock_conn *c, const stock_req *r) {
     const stock_product *p = r->product;
     int has_key = r->idem_key && r->idem_key[0];
-    rconn_cmd_evalsha(&c->cmd, &s_reserve, 4 + p->segments);
-    add_key(c, p->sku, "gen");
-    add_key(c, p->sku, "pending");
-    add_key(c, p->sku, "users");
-    add_idem_key(c, p->sku, r->idem_key);
-    add_segment_keys(c, p);
+    rconn_cmd_evalsha(&c->cmd, &s_reserve, 5 + p->segments);
+    sk_add_key(c, p->sku, "gen");
+    sk_add_key(c, p->sku, "pending");
+    sk_add_key(c, p->sku, "users");
+    sk_add_idem_key(c, p->sku, r->idem_key);
+    sk_add_key(c, p->sku, "empty");
+    sk_add_segment_keys(c, p);
     rconn_cmd_adds(&c->cmd, c->run_id);
     rconn_cmd_adds(&c->cmd, r->order_id);
     rconn_cmd_adds(&c->cmd, r->user_id);
     rconn_cmd_addll(&c->cmd, r->quantity);
     rconn_cmd_addll(&c->cmd, p->per_user_limit);
     rconn_cmd_adds(&c->cmd, has_key ? r->fingerprint : "");
-    rconn_cmd_addll(&c->cmd, p->segments > 1 ? (long long)(next_random(c) % (uint64_t)p->segments) : 0);
+    rconn_cmd_addll(&c->cmd, p->segments > 1 ? (long long)(sk_random(c) % (uint64_t)p->segments) : 0);
     rconn_cmd_adds(&c->cmd, c->instance);
     rconn_cmd_addll(&c->cmd, c->idem_ttl_ms);
     rconn_cmd_adds(&c->cmd, has_key ? r->idem_key : "");
 }
 
-static long long elem_int(const redisReply *r, size_t i) {
+long long sk_elem_int(const redisReply *r, size_t i) {
     if (r->type != REDIS_REPLY_ARRAY || i >= r->elements) return 0;
     const redisReply *e = r->element[i];
     if (e->type == REDIS_REPLY_INTEGER) return e->integer;
@@ -205,7 +258,7 @@ static long long elem_int(const redisReply *r, size_t i) {
     return 0;
 }
 
-static const char *elem_str(const redisReply *r, size_t i) {
+const char *sk_elem_str(const redisReply *r, size_t i) {
     if (r->type != REDIS_REPLY_ARRAY || i >= r->elements) return "";
     const redisReply *e = r->element[i];
     return e->type == REDIS_REPLY_STRING ? e->str : "";
@@ -220,15 +273,15 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
         r->outcome_unknown = 0;   /* an error reply means the script aborted */
         return;
     }
-    switch (elem_int(rep, 0)) {
+    switch (sk_elem_int(rep, 0)) {
     case 1:
         r->result = STOCK_RESERVED;
-        r->gen = elem_int(rep, 1);
+        r->gen = sk_elem_int(rep, 1);
         break;
     case 2:
         r->result = STOCK_REPLAY;
-        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", elem_str(rep, 1));
-        r->replay_same = r->fingerprint && !strcmp(elem_str(rep, 2), r->fingerprint);
+        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", sk_elem_str(rep, 1));
+        r->replay_same = r->fingerprint && !strcmp(sk_elem_str(rep, 2), r->fingerprint);
         break;
     case 0:
         r->result = STOCK_SOLD_OUT;
@@ -236,11 +289,11 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
         break;
     case -1:
         r->result = STOCK_INSUFFICIENT;
-        r->available = elem_int(rep, 1);
+        r->available = sk_elem_int(rep, 1);
         break;
     case -2:
         r->result = STOCK_LIMIT;
-        r->available = elem_int(rep, 1);
+        r->available = sk_elem_int(rep, 1);
         break;
     default:
         r->result = STOCK_MISSING;
@@ -284,7 +337,7 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
         freeReplyObject(rep);
     }
     if (got < n) {
-        drop(c, "reserve");
+        sk_drop(c, "reserve");
         return -1;
     }
     /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL those. */
@@ -294,7 +347,7 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
         reqs[i]->outcome_unknown = 1;
         redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_reserve);
         if (!rep) {
-            drop(c, "reserve");
+            sk_drop(c, "reserve");
             return -1;
         }
         reqs[i]->outcome_unknown = 0;
@@ -313,14 +366,14 @@ int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         rconn_cmd_reset(&c->cmd);
         rconn_cmd_adds(&c->cmd, "HDEL");
-        add_key(c, refs[i].product->sku, "pending");
+        sk_add_key(c, refs[i].product->sku, "pending");
         rconn_cmd_adds(&c->cmd, refs[i].order_id);
         rconn_cmd_append(c->ctx, &c->cmd);
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *rep = NULL;
         if (redisGetReply(c->ctx, (void **)&rep) != REDIS_OK) {
-            drop(c, "confirm");
+            sk_drop(c, "confirm");
             return -1;
         }
         freeReplyObject(rep);
@@ -329,11 +382,12 @@ int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
 }
 
 static void build_undo(stock_conn *c, const stock_ref *r) {
-    rconn_cmd_evalsha(&c->cmd, &s_undo, 3 + r->product->segments);
-    add_key(c, r->product->sku, "pending");
-    add_key(c, r->product->sku, "users");
-    add_idem_key(c, r->product->sku, r->idem_key);
-    add_segment_keys(c, r->product);
+    rconn_cmd_evalsha(&c->cmd, &s_undo, 4 + r->product->segments);
+    sk_add_key(c, r->product->sku, "pending");
+    sk_add_key(c, r->product->sku, "users");
+    sk_add_idem_key(c, r->product->sku, r->idem_key);
+    sk_add_key(c, r->product->sku, "empty");
+    sk_add_segment_keys(c, r->product);
     rconn_cmd_adds(&c->cmd, r->order_id);
 }
 
@@ -350,7 +404,7 @@ int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
     for (i = 0; i < n; i++) {
         redisReply *rep = NULL;
         if (redisGetReply(c->ctx, (void **)&rep) != REDIS_OK) {
-            drop(c, "undo");
+            sk_drop(c, "undo");
             return -1;
         }
         done[i] = rep->type == REDIS_REPLY_INTEGER;
@@ -367,7 +421,7 @@ int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
         build_undo(c, &refs[i]);
         redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_undo);
         if (!rep) {
-            drop(c, "undo");
+            sk_drop(c, "undo");
             return -1;
         }
         done[i] = rep->type == REDIS_REPLY_INTEGER;
@@ -392,9 +446,9 @@ stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
                         long long *seg) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "MGET");
-    add_key(c, p->sku, "gen");
-    add_segment_keys(c, p);
-    redisReply *rep = run_idempotent(c, "read stock");
+    sk_add_key(c, p->sku, "gen");
+    sk_add_segment_keys(c, p);
+    redisReply *rep = sk_run_idempotent(c, "read stock");
     if (!rep) return STOCK_UNAVAILABLE;
     stock_result res = STOCK_RESERVED;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)p->segments + 1) {
@@ -419,8 +473,8 @@ stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
 stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "GET");
-    add_key(c, p->sku, "gen");
-    redisReply *rep = run_idempotent(c, "read generation");
+    sk_add_key(c, p->sku, "gen");
+    redisReply *rep = sk_run_idempotent(c, "read generation");
     if (!rep) return STOCK_UNAVAILABLE;
     /* Any generation counts here, even one built for an earlier Redis
      * process: the new one must be above it. */
@@ -435,11 +489,12 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
                const stock_user_units *users, size_t nusers, int force) {
     assert(available >= 0 && gen > 0);
     if (stock_conn_ensure(c)) return -1;
-    rconn_cmd_evalsha(&c->cmd, &s_load, 3 + p->segments);
-    add_key(c, p->sku, "gen");
-    add_key(c, p->sku, "pending");
-    add_key(c, p->sku, "users");
-    add_segment_keys(c, p);
+    rconn_cmd_evalsha(&c->cmd, &s_load, 4 + p->segments);
+    sk_add_key(c, p->sku, "gen");
+    sk_add_key(c, p->sku, "pending");
+    sk_add_key(c, p->sku, "users");
+    sk_add_key(c, p->sku, "empty");
+    sk_add_segment_keys(c, p);
     rconn_cmd_addll(&c->cmd, gen);
     rconn_cmd_adds(&c->cmd, c->run_id);
     rconn_cmd_adds(&c->cmd, force ? "1" : "0");
@@ -452,7 +507,7 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
     }
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_load);
     if (!rep) {
-        drop(c, "load stock");
+        sk_drop(c, "load stock");
         return -1;
     }
     int rc = rep->type == REDIS_REPLY_INTEGER ? (rep->integer == 1 ? 0 : 1) : -1;
@@ -465,14 +520,15 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
 
 stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
-    rconn_cmd_evalsha(&c->cmd, &s_restock, 1 + p->segments);
-    add_key(c, p->sku, "gen");
-    add_segment_keys(c, p);
+    rconn_cmd_evalsha(&c->cmd, &s_restock, 2 + p->segments);
+    sk_add_key(c, p->sku, "gen");
+    sk_add_key(c, p->sku, "empty");
+    sk_add_segment_keys(c, p);
     rconn_cmd_adds(&c->cmd, c->run_id);
     rconn_cmd_addll(&c->cmd, qty);
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_restock);
     if (!rep) {
-        drop(c, "restock");
+        sk_drop(c, "restock");
         return STOCK_UNAVAILABLE;
     }
     stock_result res = STOCK_UNAVAILABLE;
@@ -488,7 +544,7 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
 static long long redis_now_ms(stock_conn *c) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "TIME");
-    redisReply *rep = run_idempotent(c, "time");
+    redisReply *rep = sk_run_idempotent(c, "time");
     long long now = -1;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
         now = strtoll(rep->element[0]->str, NULL, 10) * 1000 +
@@ -526,7 +582,7 @@ int stock_pending_scan(stock_conn *c, const stock_product *p,
     do {
         redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
         if (!rep) {
-            drop(c, "scan pending");
+            sk_drop(c, "scan pending");
             return -1;
         }
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
@@ -551,7 +607,7 @@ int stock_heartbeat(stock_conn *c, long long ttl_ms) {
     rconn_cmd_addll(&c->cmd, getpid());
     rconn_cmd_adds(&c->cmd, "PX");
     rconn_cmd_addll(&c->cmd, ttl_ms);
-    redisReply *rep = run_idempotent(c, "heartbeat");
+    redisReply *rep = sk_run_idempotent(c, "heartbeat");
     if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
@@ -561,7 +617,7 @@ int stock_instance_alive(stock_conn *c, const char *instance) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "EXISTS");
     rconn_cmd_addf(&c->cmd, "%sinstance:%s", c->prefix, instance);
-    redisReply *rep = run_idempotent(c, "instance check");
+    redisReply *rep = sk_run_idempotent(c, "instance check");
     if (!rep) return -1;
     int alive = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
     freeReplyObject(rep);

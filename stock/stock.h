@@ -32,27 +32,60 @@
 
 typedef enum stock_strategy {
     STOCK_LUA = 0,
+    STOCK_LOCK,
+    STOCK_DB,
+    STOCK_DB_OPTIMISTIC,
+    STOCK_LOCAL,
+    STOCK_UNSAFE_READ_WRITE,
+    STOCK_UNSAFE_CHECK_THEN_DECR,
+    STOCK_UNSAFE_SETNX_EXPIRE,
+    STOCK_UNSAFE_LOCK_NO_FENCE,
+    STOCK_UNSAFE_UNLOCK_BEFORE_WRITE,
     STOCK_STRATEGY_COUNT
 } stock_strategy;
 
+/* How a strategy runs, which decides where the service runs it. */
+typedef enum stock_kind {
+    STOCK_KIND_SCRIPT,        /* one atomic Lua script; batched (stock_reserve) */
+    STOCK_KIND_RCW,           /* read, check, write in Redis, one order at a time,
+                                 possibly waiting for a lock (stock_reserve_one) */
+    STOCK_KIND_DB,            /* a conditional UPDATE in the order's SQLite transaction */
+    STOCK_KIND_DB_OPTIMISTIC  /* read the version, then a versioned UPDATE there */
+} stock_kind;
+
 typedef struct stock_strategy_info {
     const char *name;
+    stock_kind kind;
     int uses_redis;     /* stock lives in Redis (else in SQLite) */
     int unsafe;         /* oversells by design: a demonstration */
-    const char *about;  /* one line for --help */
+    int segments_ok;    /* segments > 1 allowed */
+    const char *about;  /* one line for --help; for unsafe ones: what breaks */
 } stock_strategy_info;
 
 /* Looks a strategy up by name; returns 0, or -1 if there is none. */
 int stock_strategy_parse(const char *name, stock_strategy *out);
 const stock_strategy_info *stock_strategy_about(stock_strategy s);
 
-/* What the stock module needs to know of a product. */
+typedef struct stock_hint stock_hint;
+
+/* What the stock module needs to know of a product. Set it up with
+ * stock_product_init (which allocates the local hint of empty segments). */
 typedef struct stock_product {
     const char *sku;
     stock_strategy strategy;
     int segments;                 /* 1 .. STOCK_MAX_SEGMENTS */
     long long per_user_limit;     /* 0: none */
+    int cs_delay_ms;              /* fault injection: pause inside the critical section */
+    int lock_ttl_ms;              /* lock strategies: lease; 0: the configured default */
+    stock_hint *hint;             /* segments known empty (a hint, never a verdict) */
 } stock_product;
+
+/* Fills p (sku must outlive it). Returns 0, or -1 when out of memory. */
+int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int segments,
+                       long long per_user_limit, int cs_delay_ms, int lock_ttl_ms);
+void stock_product_free(stock_product *p);
+
+struct lock_client;
 
 typedef struct stock_config {
     const char *redis_url;
@@ -60,6 +93,12 @@ typedef struct stock_config {
     int timeout_ms;               /* connect and command timeout */
     const char *instance;         /* this process's instance id */
     long long idem_ttl_ms;        /* how long idempotency records live */
+    /* lock strategies */
+    struct lock_client *locks;        /* lock module client with lease renewal */
+    struct lock_client *locks_frozen; /* without renewal: used when a product's injected
+                                         pause stands for a whole-process pause */
+    int lock_ttl_ms;              /* default lease */
+    int lock_wait_ms;             /* how long an order waits for a lock */
 } stock_config;
 
 typedef struct stock_conn stock_conn;
@@ -82,7 +121,10 @@ typedef enum stock_result {
     STOCK_LIMIT,           /* the per-user limit would be passed (available: bought) */
     STOCK_REPLAY,          /* idempotency key already used under this generation */
     STOCK_MISSING,         /* no valid copy in Redis: rebuild, then retry */
-    STOCK_UNAVAILABLE      /* Redis unreachable or failing (see outcome_unknown) */
+    STOCK_UNAVAILABLE,     /* Redis unreachable or failing (see outcome_unknown) */
+    STOCK_LOCK_TIMEOUT,    /* lock strategies: no lock before the wait deadline */
+    STOCK_FENCED           /* lock: the lease ran out before the write, which the
+                              fence refused; nothing was taken */
 } stock_result;
 
 /* One reservation. The caller fills the inputs and keeps the strings alive
@@ -101,12 +143,19 @@ typedef struct stock_req {
     int outcome_unknown;          /* UNAVAILABLE after sending: it may have run */
     char replay_order_id[STOCK_ORDER_ID_MAX + 1];
     int replay_same;              /* REPLAY: same fingerprint (else: key reused) */
+    int64_t lock_wait_us;         /* lock strategies: time spent getting locks (-1: none) */
 } stock_req;
 
 /* Reserves each of reqs[0..n) and sets its result. Pipelines all of them in
  * one round trip. Returns 0 when Redis answered every request, -1 when some
  * ended STOCK_UNAVAILABLE. */
 int stock_reserve(stock_conn *c, stock_req **reqs, size_t n);
+
+/* Reserves one order of a STOCK_KIND_RCW strategy: read, check, write, with
+ * the strategy's lock (if any) held around them as the strategy does it.
+ * Blocks up to the lock wait deadline plus any injected pause; run it on a
+ * thread that may block. Returns 0, or -1 when the result is UNAVAILABLE. */
+int stock_reserve_one(stock_conn *c, stock_req *r);
 
 /* Names an order whose reservation is to be confirmed or given back. */
 typedef struct stock_ref {

@@ -6,7 +6,8 @@
 -- KEYS[2] pending   hash order_id -> JSON record of the reserved order
 -- KEYS[3] users     hash user_id -> units bought
 -- KEYS[4] idem      idempotency record of this request's key
--- KEYS[5..]         stock segments 0 .. n-1
+-- KEYS[5] empty     bitmap: bit i set => segment i holds 0 units
+-- KEYS[6..]         stock segments 0 .. n-1
 -- ARGV[1] run_id of the Redis the caller is connected to
 -- ARGV[2] order_id   ARGV[3] user_id   ARGV[4] quantity   ARGV[5] per-user limit
 -- ARGV[6] fingerprint of the request ("" when no idempotency key)
@@ -40,15 +41,21 @@ if limit > 0 then
 end
 
 -- Walk the segments from the chosen one, planning what to take from each;
--- nothing is written until the whole quantity is found.
-local n = #KEYS - 4
+-- nothing is written until the whole quantity is found. Segments the bitmap
+-- marks empty are skipped without a read (bit set => exactly 0 units).
+local n = #KEYS - 5
 local first = tonumber(ARGV[7])
 local need, seen = qty, 0
 local plan = {}
+local bm = (n > 1) and redis.call('GET', KEYS[5]) or false
 for i = 0, n - 1 do
     local seg = (first + i) % n
-    local v = tonumber(redis.call('GET', KEYS[5 + seg]))
-    if not v then return {-3} end
+    local v = 0
+    local b = bm and string.byte(bm, math.floor(seg / 8) + 1)
+    if not (b and bit.band(b, bit.rshift(128, seg % 8)) ~= 0) then
+        v = tonumber(redis.call('GET', KEYS[6 + seg]))
+        if not v then return {-3} end
+    end
     if v > 0 then
         local t = math.min(v, need)
         plan[#plan + 1] = seg
@@ -65,7 +72,8 @@ end
 
 local spec = {}
 for i = 1, #plan, 2 do
-    redis.call('DECRBY', KEYS[5 + plan[i]], plan[i + 1])
+    local left = redis.call('DECRBY', KEYS[6 + plan[i]], plan[i + 1])
+    if left == 0 and n > 1 then redis.call('SETBIT', KEYS[5], plan[i], 1) end
     spec[#spec + 1] = plan[i] .. ':' .. plan[i + 1]
 end
 spec = table.concat(spec, ',')

@@ -4,18 +4,20 @@
 -- a rebuild already wiped) cannot create stock.
 --
 -- KEYS[1] pending   KEYS[2] users   KEYS[3] idem record of the order's key
--- KEYS[4..] stock segments 0 .. n-1
+-- KEYS[4] empty-segment bitmap   KEYS[5..] stock segments 0 .. n-1
 -- ARGV[1] order_id
 -- Returns 1 when units were given back, 0 when there was nothing to undo.
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return 0 end
 local r = cjson.decode(rec)
 for seg, q in string.gmatch(r.s, '(%d+):(%d+)') do
-    local key = KEYS[4 + tonumber(seg)]
+    local key = KEYS[5 + tonumber(seg)]
     -- A missing segment means the copy was lost: the rebuild counts these
     -- units already, so do not recreate the key.
     if key and redis.call('EXISTS', key) == 1 then
-        redis.call('INCRBY', key, q)
+        if redis.call('INCRBY', key, q) > 0 then
+            redis.call('SETBIT', KEYS[4], tonumber(seg), 0)
+        end
     end
 end
 if r.l == 1 then

@@ -48,7 +48,7 @@ static db_order order(const char *id, const char *sku, const char *user, int qty
 static db_status insert1(db *d, const db_order *o, db_take take, long long limit) {
     long long avail;
     CHECK(db_begin(d) == DB_OK);
-    db_status st = db_order_insert(d, o, take, limit, &avail);
+    db_status st = db_order_insert(d, o, take, limit, 0, &avail);
     CHECK(db_commit(d) == DB_OK);
     return st;
 }

@@ -86,7 +86,7 @@ static const char *product_code(const char *text, product_input *in) {
     static verr e;
     static char name[512];
     json_t *j = J(text);
-    const char *code = validate_product(j, in, &e) == 0 ? "" : e.code;
+    const char *code = validate_product(j, "lua", 0, in, &e) == 0 ? "" : e.code;
     snprintf(name, sizeof name, "%s", code[0] || !in->name ? "" : in->name);
     in->name = name;
     in->sku = in->strategy = NULL;
@@ -110,6 +110,11 @@ static void test_product_body(void) {
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"strategy\":\"magic\"}", &in), "invalid_field");
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"name\":\"\"}", &in), "invalid_field");
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"segmnets\":4}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"strategy\":\"db\",\"segments\":2}", &in),
+              "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"strategy\":\"lock\",\"segments\":2}", &in), "");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"cs_delay_ms\":5}", &in), "invalid_field");
+    CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"lock_ttl_ms\":50}", &in), "invalid_field");
     long long q;
     verr e;
     json_t *j = J("{\"quantity\":5}");

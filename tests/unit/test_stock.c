@@ -36,7 +36,7 @@ static stock_result reserve1(stock_req *r) {
 }
 
 static void test_reserve_answers(void) {
-    stock_product p = { "t-ans", STOCK_LUA, 1, 0 };
+    stock_product p = { .sku = "t-ans", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 1, 5, NULL, 0, 1) == 0);
     stock_req a = req(&p, "o1", "u", 3, NULL, "fp");
     CHECK(reserve1(&a) == STOCK_RESERVED && a.gen == 1);
@@ -60,7 +60,7 @@ static void count_pending(const stock_pending *rec, void *ud) {
 }
 
 static void test_pending_confirm_undo(void) {
-    stock_product p = { "t-undo", STOCK_LUA, 1, 2 };
+    stock_product p = { .sku = "t-undo", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 2 };
     CHECK(stock_load(sc, &p, 1, 10, NULL, 0, 1) == 0);
     stock_req a = req(&p, "u1", "alice", 4, "key-u1", "fpA");
     CHECK(reserve1(&a) == STOCK_LIMIT && a.available == 0);   /* 4 > limit 2 */
@@ -84,7 +84,7 @@ static void test_pending_confirm_undo(void) {
 }
 
 static void test_replays(void) {
-    stock_product p = { "t-rep", STOCK_LUA, 1, 0 };
+    stock_product p = { .sku = "t-rep", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 1, 10, NULL, 0, 1) == 0);
     stock_req a = req(&p, "r1", "u", 1, "k", "same");
     CHECK(reserve1(&a) == STOCK_RESERVED);
@@ -99,7 +99,7 @@ static void test_replays(void) {
 }
 
 static void test_limit_counts(void) {
-    stock_product p = { "t-lim", STOCK_LUA, 1, 3 };
+    stock_product p = { .sku = "t-lim", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 3 };
     stock_user_units users[] = { { "bob", 2 } };
     CHECK(stock_load(sc, &p, 1, 10, users, 1, 1) == 0);
     stock_req a = req(&p, "l1", "bob", 2, NULL, "f");
@@ -113,7 +113,7 @@ static void test_limit_counts(void) {
 }
 
 static void test_generation_and_run_id(void) {
-    stock_product p = { "t-gen", STOCK_LUA, 1, 0 };
+    stock_product p = { .sku = "t-gen", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 3, 10, NULL, 0, 1) == 0);
     CHECK(stock_load(sc, &p, 3, 99, NULL, 0, 0) == 1);          /* same generation: left alone */
     CHECK(stock_load(sc, &p, 2, 99, NULL, 0, 0) == 1);          /* older: left alone */
@@ -135,7 +135,7 @@ static void test_generation_and_run_id(void) {
 }
 
 static void test_segments(void) {
-    stock_product p = { "t-seg", STOCK_LUA, 8, 0 };
+    stock_product p = { .sku = "t-seg", .strategy = STOCK_LUA, .segments = 8, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 1, 10, NULL, 0, 1) == 0);
     long long seg[8], total;
     CHECK(stock_read(sc, &p, &total, seg) == STOCK_RESERVED && total == 10);
@@ -165,7 +165,7 @@ static void test_segments(void) {
 }
 
 static void test_noscript_fallback(void) {
-    stock_product p = { "t-nos", STOCK_LUA, 1, 0 };
+    stock_product p = { .sku = "t-nos", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 1, 4, NULL, 0, 1) == 0);
     cmd("SCRIPT FLUSH%s", "");
     stock_req a = req(&p, "n1", "u", 1, NULL, "f"), b = req(&p, "n2", "u", 1, NULL, "f");
@@ -180,11 +180,12 @@ static void test_noscript_fallback(void) {
 }
 
 static void test_unreachable(void) {
-    stock_config cfg = { "redis://127.0.0.1:1/0", "fs:", 200, "test", 0 };
+    stock_config cfg = { .redis_url = "redis://127.0.0.1:1/0", .prefix = "fs:", .timeout_ms = 200,
+                         .instance = "test" };
     char err[200];
     stock_conn *bad = stock_conn_new(&cfg, err, sizeof err);
     CHECK(bad != NULL);
-    stock_product p = { "t-x", STOCK_LUA, 1, 0 };
+    stock_product p = { .sku = "t-x", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     stock_req a = req(&p, "x1", "u", 1, NULL, "f");
     stock_req *rs[1] = { &a };
     CHECK(stock_reserve(bad, rs, 1) == -1);
@@ -214,7 +215,8 @@ int main(int argc, char **argv) {
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    stock_config cfg = { url, "fs:", 2000, "test-instance", 60000 };
+    stock_config cfg = { .redis_url = url, .prefix = "fs:", .timeout_ms = 2000,
+                         .instance = "test-instance", .idem_ttl_ms = 60000 };
     sc = stock_conn_new(&cfg, err, sizeof err);
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     stock_conn_free(sc);

@@ -1,0 +1,55 @@
+/* internal.h: what the stock module's files share; not part of its public
+ * face (stock.h), and not to be included from outside stock/. */
+#ifndef FLASHSALE_STOCK_INTERNAL_H
+#define FLASHSALE_STOCK_INTERNAL_H
+
+#include <hiredis/hiredis.h>
+
+#include "common/rconn.h"
+#include "stock/stock.h"
+
+struct stock_conn {
+    rconn_addr addr;
+    char prefix[64];
+    char instance[128];
+    int timeout_ms;
+    long long idem_ttl_ms;
+    redisContext *ctx;
+    char run_id[41];
+    rconn_cmd cmd;
+    unsigned char *retry;         /* per request of a pipeline: NOSCRIPT seen */
+    size_t retry_cap;
+    uint64_t rng;
+    struct lock_client *locks, *locks_frozen;
+    int lock_ttl_ms, lock_wait_ms;
+    char errstr[256];
+};
+
+/* Scripts of the read-check-write strategies (rcw.c). */
+extern rconn_script sk_read, sk_write, sk_unlock;
+
+/* Drops a failed connection, keeping the reason in c->errstr. */
+void sk_drop(stock_conn *c, const char *what);
+/* Adds "<prefix>{<sku>}:<suffix>" to c->cmd. */
+void sk_add_key(stock_conn *c, const char *sku, const char *suffix);
+/* Adds the keys of all of p's stock segments, in order. */
+void sk_add_segment_keys(stock_conn *c, const stock_product *p);
+/* Adds the idempotency record key of idem (or a placeholder for none). */
+void sk_add_idem_key(stock_conn *c, const char *sku, const char *idem);
+/* A per-connection pseudo-random number, for spreading load. */
+uint64_t sk_random(stock_conn *c);
+/* Runs c->cmd (safe to repeat), retrying once on a connection broken while idle. */
+redisReply *sk_run_idempotent(stock_conn *c, const char *what);
+/* Element i of an array reply as an integer / a string ("" when absent). */
+long long sk_elem_int(const redisReply *r, size_t i);
+const char *sk_elem_str(const redisReply *r, size_t i);
+
+/* The local hint of empty segments (a bit per segment). */
+struct stock_hint {
+    int nwords;
+    uint64_t words[];
+};
+int sk_hint_empty(const stock_product *p, int seg);
+void sk_hint_set(const stock_product *p, int seg, int empty);
+
+#endif

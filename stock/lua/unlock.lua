@@ -1,0 +1,9 @@
+-- unlock.lua: seed 001's release for the unsafe lock demonstrations:
+-- delete the lock only if it still holds our value. (The real lock module,
+-- lock/, does much more; these strategies exist to show what goes wrong.)
+-- KEYS[1] lock key   ARGV[1] our value
+-- Returns 1 when released, 0 when the lock was no longer ours.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
