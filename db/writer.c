@@ -100,6 +100,7 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
 
 static void *writer_main(void *arg) {
     db_writer *w = arg;
+    pthread_setname_np(pthread_self(), "db-writer");
     size_t n;
     while ((n = take_batch(w)) > 0) {
         commit_group(w, w->batch, n);

@@ -280,6 +280,7 @@ static void run_orphans(maint *m, stock_conn *sc) {
 
 static void *maint_main(void *arg) {
     maint *m = arg;
+    pthread_setname_np(pthread_self(), "fs-maint");
     app *a = m->a;
     char err[256];
     db *d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err);

@@ -371,6 +371,7 @@ static void reserve_one(app *a, stock_conn *sc, order_op *op) {
 
 static void *pool_main(void *arg) {
     stage *s = arg;
+    pthread_setname_np(pthread_self(), "fs-pool");
     app *a = s->a;
     char err[256];
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
@@ -386,6 +387,7 @@ static void *pool_main(void *arg) {
 
 static void *stage_main(void *arg) {
     stage *s = arg;
+    pthread_setname_np(pthread_self(), "fs-redis");
     app *a = s->a;
     char err[256];
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
