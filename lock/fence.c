@@ -1,0 +1,47 @@
+/* fence.c: lock_fenced_set, the C side of lock/lua/fence.lua: a write that
+ * a stale lock holder (one whose lease ran out while it was paused) cannot
+ * make, because a newer holder's larger token has been recorded. */
+#include "lock/lock_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
+                    const char *value, size_t value_len, uint64_t *highest, char *err,
+                    size_t errlen) {
+    char scratch[8];
+    if (!err || !errlen) {
+        err = scratch;
+        errlen = sizeof scratch;
+    }
+    if (!c || !fence_key || !key || (!value && value_len)) {
+        snprintf(err, errlen, "lock_fenced_set: need a client, two keys and a value");
+        return -1;
+    }
+    lock_call call;
+    lock_replies rs;
+    rconn_cmd_init(&call.cmd);
+    lock_call_start(&call, LOCK_S_FENCE, 2);
+    rconn_cmd_adds(&call.cmd, fence_key);
+    rconn_cmd_adds(&call.cmd, key);
+    rconn_cmd_addll(&call.cmd, (long long)token);
+    rconn_cmd_add(&call.cmd, value ? value : "", value_len);
+    int rc = lock_run(c, &call, 1, 1u, &rs);
+    rconn_cmd_free(&call.cmd);
+    if (rc) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    const redisReply *r = LOCK_REPLY(&rs, 0, 0);
+    rc = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        rc = r->element[0]->integer == 1;
+        if (!rc && highest) *highest = (uint64_t)r->element[1]->integer;
+    } else {
+        lock_replies_why(c, &rs, 1u, err, errlen);
+        lock_set_error(c, r ? LOCK_ERR_REDIS : LOCK_ERR_IO, err);
+    }
+    lock_replies_free(&rs);
+    return rc;
+}

@@ -1,0 +1,207 @@
+/* lock.h: a distributed lock on Redis -- the lock module's whole public face.
+ *
+ * A lease lock that waits without polling, renews itself, hands out fencing
+ * tokens, counts reentry, and runs over one Redis server or, as Redlock,
+ * over several independent ones. It is a library of its own: it needs
+ * hiredis and common/ (rconn, clock), nothing of the service.
+ *
+ * THE FORMAT (what is in Redis, so other clients can interoperate)
+ *
+ *   The lock NAME is the full Redis key. Its hash tag B is NAME when NAME
+ *   has a {tag} of its own (e.g. "fs:{sku}:lock:3"), else "{NAME}" (so
+ *   "jobs" derives "{jobs}:fence"). A NAME with braces but no valid {tag}
+ *   is refused. Keys and channels:
+ *
+ *     NAME            string "<id>:<fence>", set with SET NX PX <ttl>:
+ *                     <id> is 32 lowercase hex digits, 128 random bits from
+ *                     getrandom(2), new for every acquire; <fence> is the
+ *                     fencing token in decimal. Because the lock is a plain
+ *                     string taken with SET NX, it excludes redis-py's Lock,
+ *                     redsync, node-redlock and anything else that takes the
+ *                     same key with SET NX. Ownership is "the value starts
+ *                     with <id>:", checked inside Lua, never by GET then DEL.
+ *     B:fence         the fencing counter (INCR on every acquire). It never
+ *                     expires: tokens must never go back.
+ *     B:waiters       sorted set of waiting clients, scored by arrival
+ *                     (server TIME in microseconds). It expires a few
+ *                     seconds after the last waiter joined or retried.
+ *     B:wake:<waiter> pub/sub channel of one waiter (not a key). A release
+ *                     pops waiters from B:waiters in arrival order and
+ *                     PUBLISHes to each until one had a listener, so one
+ *                     release wakes one live waiter, not a stampede; gone
+ *                     waiters (PUBLISH reached nobody) are dropped as met.
+ *
+ * WAITING. lock_acquire with a wait first tries once; if the lock is held it
+ * subscribes to its own wake channel (one shared subscriber connection per
+ * server and client), and only then retries, atomically joining B:waiters
+ * if still held, so a release between the retry and the wait is never
+ * missed. Between wake-ups it waits at most min(the holder's remaining
+ * PTTL, a jittered exponential backoff up to max_backoff_ms), so it also
+ * sees a lock that expired or was freed by a client that does not publish.
+ *
+ * LEASES. Every lock has a TTL. remaining_ms is measured on the monotonic
+ * clock from the start of the acquire (or renewal) that set the lease:
+ * start + ttl - drift, drift = ttl * 0.01 + 2 ms. With options.watchdog one
+ * background thread per client renews every held lock at ttl/3, pipelined
+ * in batches; when a renewal finds the lock gone (or the lease runs out
+ * while Redis cannot be reached) the handle reports lock_lost() and its
+ * lock_on_lost callback fires on the watchdog thread.
+ *
+ * REENTRANCY. An owner acquiring a name it already holds through the same
+ * client gets a new handle on the same lease (the count goes up; the lease
+ * is re-armed to the new ttl after Redis confirms the lock is still ours);
+ * only the last lock_release frees it. The owner is the calling thread by
+ * default (the count lives with the client, i.e. this process), or any
+ * string passed as `owner`, for code that hops threads.
+ *
+ * REDLOCK (nurls > 1). The same calls over N independent servers: a lock is
+ * held when N/2+1 servers took it within the validity time, validity = ttl -
+ * elapsed - drift; otherwise it is released on all of them and retried after
+ * a random delay. The fencing token is made one across servers: the highest
+ * token the quorum returned is written back to those servers' counters
+ * (and lock values) before the acquire returns, so two majorities, which
+ * always share a server, give strictly increasing tokens. Known limits of
+ * Redlock apply: a server that restarts without persistence forgets locks.
+ *
+ * FENCING. lock_fence() is strictly larger for every successful acquire of a
+ * name. A lease can run out while its holder is paused; the resource then
+ * refuses the stale holder by remembering the highest token it has seen.
+ * The exact check, to be done inside the same atomic step as the write
+ * (lock/lua/fence.lua is this check plus a SET; lock_fenced_set calls it):
+ *
+ *     local tok = tonumber(ARGV_token)
+ *     local hi  = tonumber(redis.call('GET', FENCE_KEY)) or 0
+ *     if tok < hi then return REFUSED end        -- a newer holder wrote
+ *     if tok > hi then redis.call('SET', FENCE_KEY, ARGV_token) end
+ *     ... the protected write ...
+ *
+ *   FENCE_KEY is a per-resource key of the protected side (not B:fence),
+ *   in the resource's hash slot; tokens start at 1, so a missing key
+ *   admits any holder. Equal tokens pass: one holder may write many times.
+ *
+ * THREADS AND ERRORS. A lock_client is thread-safe: any number of threads
+ * acquire and release on it at once (each borrows a pooled connection).
+ * A lock_handle belongs to its owner; the getters may be called from any
+ * thread. Nothing aborts on Redis errors: every Redis wait is bounded by
+ * timeout_ms, and failures come back as LOCK_ERROR / LOCK_UNKNOWN with a
+ * message; the client keeps its last error (code and message) and each
+ * handle the reason it was lost. */
+#ifndef FLASHSALE_LOCK_H
+#define FLASHSALE_LOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOCK_MAX_SERVERS 15     /* Redlock over at most this many servers */
+#define LOCK_NAME_MAX 1000      /* longest lock name, in bytes */
+#define LOCK_OWNER_MAX 200      /* longest explicit owner */
+
+typedef struct lock_client lock_client;
+
+typedef struct lock_options {
+    const char *const *urls;    /* redis://host:port/db or unix:/path (rconn.h) */
+    int nurls;                  /* 1: one server; > 1: Redlock over independent servers */
+    int timeout_ms;             /* connect/command timeout per Redis operation; 0: 1000 */
+    int watchdog;               /* 1: renew held locks at ttl/3 in one background thread */
+    int max_backoff_ms;         /* longest wait between a waiter's retries; 0: 200 */
+} lock_options;
+
+/* What went wrong last (lock_client_error) or why a lease ended (lock_err). */
+typedef enum lock_errcode {
+    LOCK_ERR_NONE = 0,
+    LOCK_ERR_ARG,               /* a bad argument: empty name, ttl <= 0, ... */
+    LOCK_ERR_IO,                /* Redis unreachable, timed out, or the connection broke */
+    LOCK_ERR_REDIS,             /* Redis answered with an error */
+    LOCK_ERR_QUORUM,            /* Redlock: too few servers answered to decide */
+    LOCK_ERR_LOST,              /* the lock was found gone or taken by another */
+    LOCK_ERR_NOMEM
+} lock_errcode;
+
+/* Creates a client for o->urls (copied; nothing connects until first use).
+ * Returns NULL with a message in err on a bad option or URL. Free with
+ * lock_client_free. */
+lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen);
+
+/* Stops the client's threads and frees it. Locks still held are released in
+ * Redis (bounded by timeout_ms) and their handles freed: do not use them
+ * afterwards. NULL is a no-op. */
+void lock_client_free(lock_client *c);
+
+/* Copies the client's last error message (of any thread) into buf; returns
+ * its code (LOCK_ERR_NONE if nothing failed yet). For logs. */
+lock_errcode lock_client_error(lock_client *c, char *buf, size_t len);
+
+typedef struct lock_handle lock_handle;
+
+typedef enum lock_status {
+    LOCK_OK,
+    LOCK_BUSY,                  /* not acquired before the wait deadline (or at once, wait 0) */
+    LOCK_ERROR                  /* could not find out: see err */
+} lock_status;
+
+/* Acquires the lock `name` (the full Redis key; see THE FORMAT) for ttl_ms,
+ * waiting up to wait_ms for it (0: try once; < 0: no deadline). owner NULL =
+ * the calling thread of this process; else an explicit owner string for
+ * reentrancy across threads. On LOCK_OK *out is a new handle (free it with
+ * lock_release); otherwise *out is NULL and err says why. Thread-safe. */
+lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64_t wait_ms,
+                         const char *owner, lock_handle **out, char *err, size_t errlen);
+
+/* The fencing token of this hold: strictly increasing per name. */
+uint64_t lock_fence(const lock_handle *h);
+
+/* Milliseconds left of the lease by the monotonic clock (start of the
+ * acquire or last renewal + ttl - drift); <= 0 once it has run out. */
+int64_t lock_remaining_ms(const lock_handle *h);
+
+/* 1 when the watchdog (or a reentrant acquire) found the lock gone. */
+int lock_lost(const lock_handle *h);
+
+/* The handle's name, as passed to lock_acquire. */
+const char *lock_name(const lock_handle *h);
+
+/* Why the lease ended or the last renewal failed (LOCK_ERR_NONE while all is
+ * well); the message goes to buf. */
+lock_errcode lock_err(const lock_handle *h, char *buf, size_t len);
+
+/* Registers fn(h, ud), called once, on the watchdog thread, when the lock is
+ * found lost (at once, on this thread, if it already is). fn may call the
+ * getters and lock_release(h); it should be quick. NULL fn unregisters. */
+void lock_on_lost(lock_handle *h, void (*fn)(lock_handle *h, void *ud), void *ud);
+
+typedef enum lock_release_result {
+    LOCK_RELEASED,              /* it was ours and is freed (or, reentered, one count less) */
+    LOCK_NOT_OWNER,             /* it had expired or was taken by another: left alone */
+    LOCK_UNKNOWN                /* I/O error: Redis may or may not have freed it */
+} lock_release_result;
+
+/* Releases h: one count of a reentrant hold, or the lock itself (one Lua
+ * compare-and-delete that also wakes the next waiter). Never deletes a lock
+ * it does not own. Frees h in every case. */
+lock_release_result lock_release(lock_handle *h);
+
+/* lock_release, with the reason for NOT_OWNER / UNKNOWN in err. */
+lock_release_result lock_release_ex(lock_handle *h, char *err, size_t errlen);
+
+/* Writes value to key only if token >= the highest token recorded in
+ * fence_key, recording token (lock/lua/fence.lua, on the client's first
+ * server). Returns 1 written, 0 refused (a newer holder wrote; *highest, if
+ * given, is set to its token), -1 on error (err). */
+int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
+                    const char *value, size_t value_len, uint64_t *highest, char *err,
+                    size_t errlen);
+
+/* Counters since the client was created (for tests, the benchmark, metrics). */
+typedef struct lock_stats {
+    uint64_t acquired, busy, errors;    /* lock_acquire outcomes */
+    uint64_t reentered;                 /* acquires served by an existing hold */
+    uint64_t attempts;                  /* acquire scripts run (one per try, any number of servers) */
+    uint64_t wakeups;                   /* release notices delivered to waiters */
+    uint64_t timeouts;                  /* waits that ended by PTTL/backoff, not by a notice */
+    uint64_t renewals, renew_errors, lost;
+    uint64_t released, not_owner, unknown;   /* lock_release outcomes */
+} lock_stats;
+
+void lock_client_stats(lock_client *c, lock_stats *out);
+
+#endif

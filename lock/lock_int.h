@@ -1,0 +1,278 @@
+/* lock_int.h: the lock module's insides, shared by its C files and seen by
+ * nothing else (lock.h is the public face).
+ *
+ *   client.c    the client: servers, pooled connections, scripts, running
+ *               one script on every server at once, errors and counters
+ *   lock.c      acquire (try, wait, Redlock quorum), reentry, release
+ *   waker.c     the subscriber thread that turns release notices into
+ *               wake-ups of waiting threads
+ *   watchdog.c  the renewal thread
+ *   fence.c     lock_fenced_set
+ *
+ * Locking order: client.mu, then waker.mu or a server's pool_mu; never the
+ * other way round. No Redis I/O happens under client.mu. */
+#ifndef FLASHSALE_LOCK_INT_H
+#define FLASHSALE_LOCK_INT_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+#include "common/rconn.h"
+#include "lock/lock.h"
+
+#define LOCK_KEY_MAX (LOCK_NAME_MAX + 64)   /* a derived key or channel */
+#define LOCK_WAKE_COUNT 1                   /* live waiters one release wakes */
+#define LOCK_DOWN_MS 250                    /* a server that refused: skip it this long */
+#define LOCK_WAITER_BUCKETS 256
+
+/* ------------------------------------------------------------------ scripts */
+
+typedef enum lock_script_id {
+    LOCK_S_ACQUIRE, LOCK_S_RELEASE, LOCK_S_EXTEND, LOCK_S_SETTLE, LOCK_S_FENCE,
+    LOCK_S_COUNT
+} lock_script_id;
+
+/* The embedded scripts, initialised once per process. */
+const rconn_script *lock_script(lock_script_id id);
+
+/* ---------------------------------------------------------------- the names */
+
+/* The keys and channels a lock name derives (see lock.h, THE FORMAT). */
+typedef struct lock_keys {
+    const char *name;
+    char fence[LOCK_KEY_MAX];
+    char queue[LOCK_KEY_MAX];
+    char wake[LOCK_KEY_MAX];      /* channel prefix: wake + waiter id */
+} lock_keys;
+
+/* Fills k for name. Returns 0, or -1 with a message in err. */
+int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- servers */
+
+typedef struct lock_server {
+    int index;
+    rconn_addr addr;
+    char desc[300];
+    pthread_mutex_t pool_mu;      /* guards idle, nidle, down_until_us, down_err */
+    redisContext **idle;
+    int nidle, cap;
+    int64_t down_until_us;        /* connect failed: fail fast until then */
+    char down_err[200];
+    /* The subscriber connection, guarded by waker.mu; only the waker thread
+     * connects or frees it (so it never polls a closed fd). */
+    redisContext *sub;
+    int sub_broken;               /* a write failed: the waker thread drops it */
+    int64_t sub_retry_us;
+} lock_server;
+
+/* --------------------------------------------------------------- the waker */
+
+typedef struct lock_waiter {
+    char chan[LOCK_KEY_MAX + 48];
+    char id[48];                  /* member of the waiter queue */
+    size_t chanlen;
+    unsigned confirmed;           /* servers that confirmed the SUBSCRIBE (bits) */
+    int woken;                    /* a release notice arrived since last cleared */
+    pthread_cond_t cv;
+    struct lock_waiter *next;     /* hash chain */
+} lock_waiter;
+
+typedef struct lock_waker {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int started, stop;
+    int efd;                      /* eventfd that wakes the thread */
+    pthread_cond_t state_cv;      /* a confirmation came or a connection changed */
+    lock_waiter *buckets[LOCK_WAITER_BUCKETS];
+    int nwaiters;
+} lock_waker;
+
+/* Adds w (chan and id set by the caller) and subscribes it on every server,
+ * starting the waker thread on first use. Then waits (until deadline_us at
+ * most) for the servers to confirm. Returns 0, or -1 if the thread could not
+ * start (the caller then waits by backoff alone). */
+int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us);
+
+/* Waits until a release notice arrives or until_us. Returns 1 if woken (and
+ * clears the flag), 0 on timeout. */
+int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us);
+
+/* Clears the woken flag before a retry: a notice arriving from here on counts. */
+void lock_waiter_clear(lock_client *c, lock_waiter *w);
+
+/* Unsubscribes and removes w. */
+void lock_waiter_remove(lock_client *c, lock_waiter *w);
+
+/* Stops the waker thread and drops the subscriber connections. */
+void lock_waker_stop(lock_client *c);
+
+/* ------------------------------------------------------------- held locks */
+
+typedef struct lock_entry lock_entry;
+
+struct lock_handle {
+    lock_client *c;
+    lock_entry *e;
+    void (*on_lost)(lock_handle *h, void *ud);
+    void *ud;
+    int notified;                 /* on_lost has been (or is being) called */
+    int in_cb;                    /* on_lost is running on the watchdog thread */
+    int free_after_cb;            /* released from inside its own callback */
+    pthread_t cb_thread;          /* the thread running on_lost, while in_cb */
+    lock_handle *next;            /* the entry's handles */
+};
+
+/* One hold of a name by an owner, shared by its reentrant handles. */
+struct lock_entry {
+    char name[LOCK_NAME_MAX + 1];
+    char owner[LOCK_OWNER_MAX + 1];
+    lock_keys keys;
+    char id[33];
+    uint64_t fence;
+    int64_t ttl_ms;
+    atomic_int_fast64_t lease_end_us;   /* monotonic */
+    atomic_int lost;
+    int64_t next_renew_us;
+    int count;                    /* handles */
+    int refs;                     /* handles + pins (the watchdog, a reentry) */
+    int released;                 /* out of the table: no renewal, no loss */
+    lock_errcode err;             /* why the lease ended / last renewal failed */
+    char errstr[200];
+    lock_handle *handles;
+    lock_entry *hnext;            /* hash chain */
+    lock_entry *prev, *next;      /* all entries, for the watchdog */
+};
+
+/* ------------------------------------------------------------ the client */
+
+#define LOCK_ENTRY_BUCKETS 1024
+
+struct lock_client {
+    lock_server servers[LOCK_MAX_SERVERS];
+    int nservers, quorum;
+    int timeout_ms, watchdog, max_backoff_ms;
+    char cid[17];                 /* random client id, in waiter ids */
+    atomic_uint_fast64_t waiter_seq;
+
+    pthread_mutex_t mu;           /* the held table, handles, watchdog schedule, error */
+    lock_entry *buckets[LOCK_ENTRY_BUCKETS];
+    lock_entry *all;
+    pthread_cond_t wd_cv;         /* wakes the watchdog (new lock, stop) */
+    pthread_cond_t cb_cv;         /* a lost callback returned */
+    pthread_t wd_thread;
+    int wd_started, stopping;
+
+    lock_waker waker;
+
+    lock_errcode err;
+    char errstr[256];
+
+    struct {
+        atomic_uint_fast64_t acquired, busy, errors, reentered, attempts, wakeups,
+            timeouts, renewals, renew_errors, lost, released, not_owner, unknown;
+    } st;
+};
+
+/* Frees what lock_client_new made, once its threads and locks are gone. */
+void lock_client_destroy(lock_client *c);
+
+/* Releases every lock still held (best effort) and frees entries and
+ * handles; the client's threads must be stopped. */
+void lock_entries_drop_all(lock_client *c);
+
+/* Sets FD_CLOEXEC on a connection's socket. */
+void lock_set_cloexec(redisContext *ctx);
+
+/* Records the client's last error (thread-safe). Returns code. */
+lock_errcode lock_set_error(lock_client *c, lock_errcode code, const char *msg);
+
+/* drift = ttl * 0.01 + 2 ms, in microseconds. */
+int64_t lock_drift_us(int64_t ttl_ms);
+
+/* A condition variable on the monotonic clock. */
+void lock_cond_init(pthread_cond_t *cv);
+/* Waits on cv until until_us (monotonic) at most. */
+void lock_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
+
+/* Starts a module thread with every signal blocked: signals are the
+ * application's business, and a write to a closed socket must not kill the
+ * process with SIGPIPE. Returns pthread_create's result. */
+int lock_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* Suppresses SIGPIPE on the calling (application) thread around writes to
+ * Redis, the way libraries that cannot change process-wide signal state do
+ * it: block, write, then swallow a SIGPIPE this thread caused. */
+typedef struct lock_pipe_guard {
+    sigset_t old;
+    int pending_before;
+} lock_pipe_guard;
+void lock_nosigpipe_begin(lock_pipe_guard *g);
+void lock_nosigpipe_end(lock_pipe_guard *g);
+
+/* Fills buf with n random bytes (getrandom). Returns 0 or -1. */
+int lock_random(void *buf, size_t n);
+
+/* ------------------------------------------------------------ script calls */
+
+/* One script call, to be run on every server. */
+typedef struct lock_call {
+    rconn_cmd cmd;
+    lock_script_id script;
+} lock_call;
+
+/* Starts a call: EVALSHA of script with nkeys keys; add keys and arguments
+ * to call->cmd afterwards. */
+void lock_call_start(lock_call *call, lock_script_id script, int nkeys);
+
+/* The replies of ncalls calls on each server: reply(r, call, server). */
+typedef struct lock_replies {
+    redisReply **r;               /* [ncalls * nservers]; NULL: no reply (I/O) */
+    int ncalls, nservers;
+    char err[LOCK_MAX_SERVERS][200];   /* per server: why its replies are missing */
+} lock_replies;
+
+#define LOCK_REPLY(rs, call, server) ((rs)->r[(call) * (rs)->nservers + (server)])
+
+/* Runs the calls pipelined on the servers in mask (bit i = server i), all
+ * servers at once: everything is sent first, then the replies are read, so
+ * the time is that of the slowest server, not the sum. Replies of servers
+ * that could not be reached are NULL with a reason in rs->err. Returns 0, or
+ * -1 when out of memory. Free with lock_replies_free. */
+int lock_run(lock_client *c, lock_call *calls, int ncalls, unsigned mask, lock_replies *rs);
+void lock_replies_free(lock_replies *rs);
+
+/* Joins the per-server reasons of rs (servers in mask) into buf. */
+void lock_replies_why(const lock_client *c, const lock_replies *rs, unsigned mask, char *buf,
+                      size_t len);
+
+/* -------------------------------------------------------- the watchdog */
+
+/* Starts the watchdog thread if not yet running. Called with c->mu held.
+ * Returns 0, or -1 (the caller's lock then simply is not renewed). */
+int lock_watchdog_ensure(lock_client *c);
+
+/* Stops it (c->mu not held). */
+void lock_watchdog_stop(lock_client *c);
+
+/* Marks e lost with a reason and calls its handles' on_lost callbacks, one
+ * at a time, without c->mu held while they run. Called with c->mu held; e
+ * must be pinned by the caller. */
+void lock_entry_mark_lost(lock_client *c, lock_entry *e, lock_errcode code, const char *why);
+
+/* Drops one reference to e (c->mu held); frees it at zero. */
+void lock_entry_unref(lock_entry *e);
+
+/* Outcome of one script on all servers, counted. */
+typedef struct lock_tally {
+    int ok, no, io;               /* said yes, said no, no answer */
+} lock_tally;
+
+/* Interprets integer replies of call `call` (1 = yes, 0 = no, anything else
+ * = no answer) over the servers in mask. */
+lock_tally lock_tally_int(const lock_replies *rs, int call, unsigned mask);
+
+#endif

@@ -1,0 +1,292 @@
+/* waker.c: one subscriber connection per server and client, and the thread
+ * that reads it, turning release notices into wake-ups of waiting threads.
+ *
+ * Each waiting acquire has its own channel (B:wake:<waiter id>), so a
+ * release wakes exactly the waiter it popped from the queue. Waiting threads
+ * write SUBSCRIBE/UNSUBSCRIBE themselves (under waker.mu); only this thread
+ * reads, connects and frees the subscriber connections, so it never polls a
+ * socket that another thread closed. hiredis 0.14 cannot wait on a socket
+ * with a timeout and keep the context usable, hence poll() on the fd and
+ * then redisBufferRead + redisGetReplyFromReader. */
+#include "lock/lock_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+static unsigned chan_hash(const char *s, size_t n) {
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h % LOCK_WAITER_BUCKETS;
+}
+
+static lock_waiter *find_waiter(lock_waker *wk, const char *chan, size_t n) {
+    for (lock_waiter *w = wk->buckets[chan_hash(chan, n)]; w; w = w->next)
+        if (w->chanlen == n && !memcmp(w->chan, chan, n)) return w;
+    return NULL;
+}
+
+static void kick(lock_waker *wk) {
+    uint64_t one = 1;
+    if (write(wk->efd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is already non-zero, the thread will wake. */
+    }
+}
+
+/* Writes out what is buffered on s's subscriber (waker.mu held). A failed
+ * write marks it broken; the thread drops and reconnects it. */
+static void sub_flush(lock_server *s) {
+    int done = 0;
+    lock_pipe_guard g;
+    lock_nosigpipe_begin(&g);
+    while (!done) {
+        if (redisBufferWrite(s->sub, &done) == REDIS_ERR) {
+            s->sub_broken = 1;
+            break;
+        }
+    }
+    lock_nosigpipe_end(&g);
+}
+
+static int sub_up(const lock_server *s) { return s->sub && !s->sub_broken; }
+
+static void sub_append(lock_server *s, const char *verb, const lock_waiter *w) {
+    const char *argv[2] = { verb, w->chan };
+    size_t len[2] = { strlen(verb), w->chanlen };
+    if (redisAppendCommandArgv(s->sub, 2, argv, len) != REDIS_OK) s->sub_broken = 1;
+}
+
+/* ------------------------------------------------------------ the thread */
+
+/* A message from a subscriber connection (waker.mu held). */
+static void dispatch(lock_waker *wk, int si, const redisReply *r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    lock_waiter *w = find_waiter(wk, r->element[1]->str, r->element[1]->len);
+    if (!w) return;   /* a waiter that has left */
+    if (!strcmp(r->element[0]->str, "message")) {
+        w->woken = 1;
+        pthread_cond_signal(&w->cv);
+    } else if (!strcmp(r->element[0]->str, "subscribe")) {
+        w->confirmed |= 1u << si;
+        pthread_cond_broadcast(&wk->state_cv);
+    }
+}
+
+static void read_sub(lock_waker *wk, lock_server *s) {
+    if (redisBufferRead(s->sub) != REDIS_OK) {
+        s->sub_broken = 1;
+        return;
+    }
+    for (;;) {
+        redisReply *r = NULL;
+        if (redisGetReplyFromReader(s->sub, (void **)&r) != REDIS_OK) {
+            s->sub_broken = 1;
+            return;
+        }
+        if (!r) return;
+        dispatch(wk, s->index, r);
+        freeReplyObject(r);
+    }
+}
+
+/* Closes a broken subscriber; its subscriptions are gone with it. */
+static void drop_sub(lock_waker *wk, lock_server *s) {
+    redisFree(s->sub);
+    s->sub = NULL;
+    s->sub_broken = 0;
+    s->sub_retry_us = clock_mono_us();   /* a restart: reconnect at once */
+    for (int b = 0; b < LOCK_WAITER_BUCKETS; b++)
+        for (lock_waiter *w = wk->buckets[b]; w; w = w->next) w->confirmed &= ~(1u << s->index);
+    pthread_cond_broadcast(&wk->state_cv);
+}
+
+/* Connects s's subscriber and subscribes every current waiter. Called with
+ * waker.mu held; drops it while connecting. */
+static void connect_sub(lock_client *c, lock_server *s) {
+    lock_waker *wk = &c->waker;
+    char err[200];
+    pthread_mutex_unlock(&wk->mu);
+    redisContext *ctx = rconn_connect(&s->addr, c->timeout_ms, err, sizeof err);
+    if (ctx) lock_set_cloexec(ctx);
+    pthread_mutex_lock(&wk->mu);
+    if (!ctx) {
+        s->sub_retry_us = clock_mono_us() + LOCK_DOWN_MS * 1000;
+        pthread_cond_broadcast(&wk->state_cv);
+        return;
+    }
+    s->sub = ctx;
+    s->sub_broken = 0;
+    for (int b = 0; b < LOCK_WAITER_BUCKETS; b++)
+        for (lock_waiter *w = wk->buckets[b]; w; w = w->next) sub_append(s, "SUBSCRIBE", w);
+    if (!s->sub_broken) sub_flush(s);
+    pthread_cond_broadcast(&wk->state_cv);
+}
+
+/* The poll() timeout: until the next reconnect is due, if one is wanted. */
+static int poll_timeout_ms(lock_client *c, int64_t now) {
+    int64_t next = INT64_MAX;
+    if (c->waker.nwaiters == 0) return -1;
+    for (int i = 0; i < c->nservers; i++) {
+        const lock_server *s = &c->servers[i];
+        if (!s->sub && s->sub_retry_us < next) next = s->sub_retry_us;
+    }
+    if (next == INT64_MAX) return -1;
+    return next <= now ? 0 : (int)((next - now + 999) / 1000);
+}
+
+static void *waker_main(void *arg) {
+    lock_client *c = arg;
+    lock_waker *wk = &c->waker;
+    struct pollfd pfd[LOCK_MAX_SERVERS + 1];
+    int who[LOCK_MAX_SERVERS + 1];
+    pthread_mutex_lock(&wk->mu);
+    while (!wk->stop) {
+        for (int i = 0; i < c->nservers; i++) {
+            lock_server *s = &c->servers[i];
+            if (s->sub && (s->sub_broken || s->sub->err)) drop_sub(wk, s);
+            if (!s->sub && wk->nwaiters > 0 && clock_mono_us() >= s->sub_retry_us && !wk->stop)
+                connect_sub(c, s);
+        }
+        int n = 1;
+        pfd[0] = (struct pollfd){ wk->efd, POLLIN, 0 };
+        for (int i = 0; i < c->nservers; i++) {
+            if (!c->servers[i].sub) continue;
+            pfd[n] = (struct pollfd){ c->servers[i].sub->fd, POLLIN, 0 };
+            who[n++] = i;
+        }
+        int timeout = poll_timeout_ms(c, clock_mono_us());
+        pthread_mutex_unlock(&wk->mu);
+        int rc = poll(pfd, (nfds_t)n, timeout);
+        pthread_mutex_lock(&wk->mu);
+        if (rc < 0 && errno != EINTR) break;
+        if (rc <= 0) continue;
+        if (pfd[0].revents) {
+            uint64_t v;
+            if (read(wk->efd, &v, sizeof v) < 0) { /* nothing pending */ }
+        }
+        for (int k = 1; k < n; k++) {
+            lock_server *s = &c->servers[who[k]];
+            if (pfd[k].revents && s->sub && !s->sub_broken) read_sub(wk, s);
+        }
+    }
+    pthread_mutex_unlock(&wk->mu);
+    return NULL;
+}
+
+/* Starts the thread on first use (waker.mu held). */
+static int waker_start(lock_client *c) {
+    lock_waker *wk = &c->waker;
+    if (wk->started) return 0;
+    if (wk->stop) return -1;
+    wk->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wk->efd < 0) return -1;
+    if (lock_thread_start(&wk->thread, waker_main, c)) {
+        close(wk->efd);
+        wk->efd = -1;
+        return -1;
+    }
+    wk->started = 1;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- waiters */
+
+/* Done waiting for confirmations: every server has confirmed, or has no
+ * subscriber and none is about to be connected. */
+static int settled(const lock_client *c, const lock_waiter *w, int64_t now) {
+    for (int i = 0; i < c->nservers; i++) {
+        const lock_server *s = &c->servers[i];
+        if (w->confirmed & (1u << i)) continue;
+        if (sub_up(s) || now >= s->sub_retry_us) return 0;
+    }
+    return 1;
+}
+
+int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us) {
+    lock_waker *wk = &c->waker;
+    pthread_mutex_lock(&wk->mu);
+    if (waker_start(c)) {
+        pthread_mutex_unlock(&wk->mu);
+        return -1;
+    }
+    unsigned b = chan_hash(w->chan, w->chanlen);
+    w->next = wk->buckets[b];
+    wk->buckets[b] = w;
+    wk->nwaiters++;
+    int need_thread = 0;
+    for (int i = 0; i < c->nservers; i++) {
+        lock_server *s = &c->servers[i];
+        if (sub_up(s)) {
+            sub_append(s, "SUBSCRIBE", w);
+            if (!s->sub_broken) sub_flush(s);
+        }
+        if (!sub_up(s)) need_thread = 1;
+    }
+    if (need_thread) kick(wk);
+    while (!settled(c, w, clock_mono_us()) && clock_mono_us() < deadline_us)
+        lock_cond_wait_until(&wk->state_cv, &wk->mu, deadline_us);
+    pthread_mutex_unlock(&wk->mu);
+    return 0;
+}
+
+int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us) {
+    lock_waker *wk = &c->waker;
+    pthread_mutex_lock(&wk->mu);
+    while (!w->woken && clock_mono_us() < until_us)
+        lock_cond_wait_until(&w->cv, &wk->mu, until_us);
+    int woken = w->woken;
+    w->woken = 0;
+    pthread_mutex_unlock(&wk->mu);
+    return woken;
+}
+
+void lock_waiter_clear(lock_client *c, lock_waiter *w) {
+    pthread_mutex_lock(&c->waker.mu);
+    w->woken = 0;
+    pthread_mutex_unlock(&c->waker.mu);
+}
+
+void lock_waiter_remove(lock_client *c, lock_waiter *w) {
+    lock_waker *wk = &c->waker;
+    pthread_mutex_lock(&wk->mu);
+    lock_waiter **pp = &wk->buckets[chan_hash(w->chan, w->chanlen)];
+    while (*pp && *pp != w) pp = &(*pp)->next;
+    if (*pp) {
+        *pp = w->next;
+        wk->nwaiters--;
+    }
+    int need_thread = 0;
+    for (int i = 0; i < c->nservers; i++) {
+        lock_server *s = &c->servers[i];
+        if (!sub_up(s)) continue;
+        sub_append(s, "UNSUBSCRIBE", w);
+        if (!s->sub_broken) sub_flush(s);
+        if (s->sub_broken) need_thread = 1;
+    }
+    if (need_thread) kick(wk);
+    pthread_mutex_unlock(&wk->mu);
+}
+
+void lock_waker_stop(lock_client *c) {
+    lock_waker *wk = &c->waker;
+    pthread_mutex_lock(&wk->mu);
+    int started = wk->started;
+    wk->stop = 1;
+    if (started) kick(wk);
+    pthread_mutex_unlock(&wk->mu);
+    if (started) pthread_join(wk->thread, NULL);
+    for (int i = 0; i < c->nservers; i++) {
+        if (c->servers[i].sub) redisFree(c->servers[i].sub);
+        c->servers[i].sub = NULL;
+    }
+    if (wk->efd >= 0) close(wk->efd);
+    wk->efd = -1;
+}

@@ -1,0 +1,732 @@
+/* test_lock.c: the lock module against a real redis-server (the runner
+ * passes its URL in FLASHSALE_TEST_REDIS): the format, mutual exclusion
+ * across 16 threads and 4 processes, release outcomes, reentry, renewal and
+ * loss, fencing, wake-up latency and bounded wake-ups, and Redlock quorum
+ * logic (several databases and dead ports stand in for servers; the real
+ * multi-server cases are in tests/test_lock.py).
+ *
+ * Time bounds are generous (a noisy 2-core machine) but each one separates
+ * working from broken by a wide margin: e.g. a lost wake-up shows up as a
+ * wait of seconds, the bound is a tenth of that. */
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/rconn.h"
+#include "lock/lock.h"
+#include "tests/unit/t.h"
+
+static const char *url;
+static redisContext *raw;          /* a plain connection to look and poke */
+static char err[600];
+
+static redisContext *connect_raw(const char *u) {
+    rconn_addr a;
+    char e[200];
+    if (rconn_parse(u, &a, e, sizeof e)) return NULL;
+    return rconn_connect(&a, 2000, e, sizeof e);
+}
+
+static void cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void cmd(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(raw, fmt, ap);
+    va_end(ap);
+    if (r) freeReplyObject(r);
+}
+
+/* GET key into buf ("" when missing). */
+static const char *get(const char *key, char *buf, size_t len) {
+    redisReply *r = redisCommand(raw, "GET %s", key);
+    snprintf(buf, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+    if (r) freeReplyObject(r);
+    return buf;
+}
+
+static long long integer(const char *fmt, const char *key) {
+    redisReply *r = redisCommand(raw, fmt, key);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -999;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+static lock_client *client_on(const char *const *urls, int n, int watchdog, int max_backoff,
+                              int timeout_ms) {
+    lock_options o = { .urls = urls, .nurls = n, .timeout_ms = timeout_ms,
+                       .watchdog = watchdog, .max_backoff_ms = max_backoff };
+    lock_client *c = lock_client_new(&o, err, sizeof err);
+    if (!c) fprintf(stderr, "  lock_client_new: %s\n", err);
+    return c;
+}
+
+static lock_client *client(int watchdog, int max_backoff) {
+    return client_on(&url, 1, watchdog, max_backoff, 1000);
+}
+
+static lock_handle *take(lock_client *c, const char *name, int64_t ttl, int64_t wait) {
+    lock_handle *h = NULL;
+    if (lock_acquire(c, name, ttl, wait, NULL, &h, err, sizeof err) != LOCK_OK)
+        fprintf(stderr, "  acquire %s: %s\n", name, err);
+    return h;
+}
+
+/* ------------------------------------------------------------------ format */
+
+static void test_format(void) {
+    lock_client *c = client(0, 0);
+    char v[200], want[40];
+    cmd("DEL t:fmt {t:fmt}:fence");
+    lock_handle *h = take(c, "t:fmt", 5000, 0);
+    CHECK(h && lock_fence(h) == 1);
+    get("t:fmt", v, sizeof v);
+    CHECK(strlen(v) == 34 && strspn(v, "0123456789abcdef") == 32 && !strcmp(v + 32, ":1"));
+    long long pttl = integer("PTTL %s", "t:fmt");
+    CHECK(pttl > 4000 && pttl <= 5000);
+    get("{t:fmt}:fence", v, sizeof v);
+    CHECK_STR(v, "1");
+    CHECK(lock_release(h) == LOCK_RELEASED);
+    CHECK(integer("EXISTS %s", "t:fmt") == 0);
+    /* A name with its own hash tag derives keys in the same slot. */
+    h = take(c, "fs:{sku9}:lock:3", 5000, 0);
+    CHECK(h != NULL);
+    snprintf(want, sizeof want, "%llu", (unsigned long long)lock_fence(h));
+    CHECK_STR(get("fs:{sku9}:lock:3:fence", v, sizeof v), want);
+    CHECK(lock_release(h) == LOCK_RELEASED);
+    /* Names it cannot derive keys for are refused, not crashed on. */
+    lock_handle *bad = NULL;
+    CHECK(lock_acquire(c, "a{b", 1000, 0, NULL, &bad, err, sizeof err) == LOCK_ERROR && !bad);
+    CHECK(lock_acquire(c, "", 1000, 0, NULL, &bad, err, sizeof err) == LOCK_ERROR);
+    CHECK(lock_acquire(c, "t:x", 0, 0, NULL, &bad, err, sizeof err) == LOCK_ERROR);
+    CHECK(lock_client_error(c, err, sizeof err) == LOCK_ERR_ARG);
+    lock_client_free(c);
+}
+
+static void test_busy_and_deadline(void) {
+    lock_client *c = client(0, 0);
+    lock_handle *h = take(c, "t:busy", 10000, 0), *h2 = NULL;
+    /* Another owner: wait 0 answers at once. */
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:busy", 1000, 0, "other", &h2, err, sizeof err) == LOCK_BUSY && !h2);
+    CHECK(clock_mono_ms() - t0 < 200);
+    /* With a deadline: not before it, and not long after. */
+    t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:busy", 1000, 300, "other", &h2, err, sizeof err) == LOCK_BUSY);
+    int64_t waited = clock_mono_ms() - t0;
+    CHECK(waited >= 295 && waited < 1500);
+    CHECK(strstr(err, "held by another") != NULL);
+    CHECK(lock_release(h) == LOCK_RELEASED);
+    lock_client_free(c);
+}
+
+/* --------------------------------------------------------- mutual exclusion */
+
+typedef struct mx {
+    lock_client *c;
+    const char *name, *counter;
+    int iters;
+    atomic_int inside, overlaps, failures;
+} mx;
+
+/* GET then SET: loses increments unless the lock really excludes. */
+static void slow_increment(redisContext *r, const char *key) {
+    redisReply *g = redisCommand(r, "GET %s", key);
+    long long v = g && g->type == REDIS_REPLY_STRING ? atoll(g->str) : 0;
+    if (g) freeReplyObject(g);
+    redisReply *s = redisCommand(r, "SET %s %lld", key, v + 1);
+    if (s) freeReplyObject(s);
+}
+
+static void *mx_worker(void *arg) {
+    mx *m = arg;
+    redisContext *r = connect_raw(url);
+    for (int i = 0; r && i < m->iters; i++) {
+        lock_handle *h = NULL;
+        if (lock_acquire(m->c, m->name, 5000, 20000, NULL, &h, NULL, 0) != LOCK_OK) {
+            atomic_fetch_add(&m->failures, 1);
+            continue;
+        }
+        if (atomic_fetch_add(&m->inside, 1) != 0) atomic_fetch_add(&m->overlaps, 1);
+        slow_increment(r, m->counter);
+        atomic_fetch_sub(&m->inside, 1);
+        if (lock_release(h) != LOCK_RELEASED) atomic_fetch_add(&m->failures, 1);
+    }
+    if (!r) atomic_fetch_add(&m->failures, 1);
+    else redisFree(r);
+    return NULL;
+}
+
+/* n threads on one client (the service's way) do iters increments each. */
+static int run_mx(lock_client *c, const char *name, const char *counter, int n, int iters) {
+    mx m = { c, name, counter, iters, 0, 0, 0 };
+    pthread_t t[32];
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, mx_worker, &m);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    return m.overlaps || m.failures ? -1 : 0;
+}
+
+static void test_mutex_16_threads(void) {
+    lock_client *c = client(1, 0);
+    char v[32];
+    cmd("DEL t:mx:n");
+    CHECK(run_mx(c, "t:mx", "t:mx:n", 16, 100) == 0);
+    CHECK_STR(get("t:mx:n", v, sizeof v), "1600");
+    lock_stats st;
+    lock_client_stats(c, &st);
+    CHECK(st.acquired == 1600 && st.released == 1600 && st.errors == 0);
+    lock_client_free(c);
+}
+
+static void test_mutex_4_processes(void) {
+    char v[32];
+    pid_t pids[4];
+    cmd("DEL t:mxp:n");
+    for (int p = 0; p < 4; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            /* Each process its own client, 4 threads: 16 threads in all. */
+            lock_client *c = client(1, 0);
+            int rc = c ? run_mx(c, "t:mxp", "t:mxp:n", 4, 50) : -1;
+            lock_client_free(c);
+            _exit(rc ? 1 : 0);
+        }
+    }
+    int ok = 1;
+    for (int p = 0; p < 4; p++) {
+        int status = 0;
+        waitpid(pids[p], &status, 0);
+        ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    CHECK(ok);
+    CHECK_STR(get("t:mxp:n", v, sizeof v), "800");
+}
+
+/* ------------------------------------------------------------------ release */
+
+static void test_release_not_owner(void) {
+    lock_client *c = client(0, 0);
+    char v[200], mine[200];
+    /* Someone else's value under the name: ours is gone, theirs stays. */
+    lock_handle *h = take(c, "t:rel", 5000, 0);
+    cmd("SET t:rel someone-else PX 5000");
+    CHECK(lock_release_ex(h, err, sizeof err) == LOCK_NOT_OWNER);
+    CHECK(strstr(err, "not ours") != NULL);
+    CHECK_STR(get("t:rel", v, sizeof v), "someone-else");
+    cmd("DEL t:rel");
+    /* After expiry: the next holder's lock is left alone. */
+    lock_handle *a = take(c, "t:rel", 100, 0);
+    clock_sleep_ms(200);
+    lock_handle *b = NULL;
+    CHECK(lock_acquire(c, "t:rel", 5000, 0, "b", &b, err, sizeof err) == LOCK_OK);
+    get("t:rel", mine, sizeof mine);
+    CHECK(a && b && lock_fence(b) > lock_fence(a));
+    CHECK(lock_release(a) == LOCK_NOT_OWNER);
+    CHECK_STR(get("t:rel", v, sizeof v), mine);
+    CHECK(lock_remaining_ms(b) > 4000);
+    CHECK(lock_release(b) == LOCK_RELEASED);
+    CHECK(integer("EXISTS %s", "t:rel") == 0);
+    lock_stats st;
+    lock_client_stats(c, &st);
+    CHECK(st.not_owner == 2 && st.released == 1);
+    lock_client_free(c);
+}
+
+static void test_release_unknown(void) {
+    /* Redis stops answering (CLIENT PAUSE) longer than the timeout: the
+     * release cannot know, says so, and nothing crashes or hangs. */
+    lock_client *c = client_on(&url, 1, 0, 0, 150);
+    lock_handle *h = take(c, "t:unk", 5000, 0);
+    CHECK(h != NULL);
+    cmd("CLIENT PAUSE 700 ALL");
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_release_ex(h, err, sizeof err) == LOCK_UNKNOWN);
+    CHECK(clock_mono_ms() - t0 < 650);
+    CHECK(err[0] != '\0');
+    clock_sleep_ms(800);
+    /* The client recovers: the broken connection was not pooled. */
+    h = take(c, "t:unk2", 5000, 0);
+    CHECK(h && lock_release(h) == LOCK_RELEASED);
+    lock_client_free(c);
+}
+
+static void test_redis_down(void) {
+    const char *dead = "redis://127.0.0.1:1/0";
+    lock_client *c = client_on(&dead, 1, 0, 0, 300);
+    lock_handle *h = NULL;
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:down", 1000, 2000, NULL, &h, err, sizeof err) == LOCK_ERROR && !h);
+    CHECK(clock_mono_ms() - t0 < 1000);
+    CHECK(strstr(err, "127.0.0.1:1") && strstr(err, "refused"));
+    CHECK(lock_client_error(c, NULL, 0) == LOCK_ERR_IO);
+    lock_client_free(c);
+}
+
+static void test_connections_recover(void) {
+    /* Pooled connections killed while idle (as by a Redis restart) are
+     * noticed before use: no error, no "unknown" release. */
+    lock_client *c = client(0, 0);
+    lock_handle *h = take(c, "t:kill", 5000, 0);
+    cmd("CLIENT KILL TYPE normal SKIPME yes");
+    clock_sleep_ms(50);
+    CHECK(h && lock_release(h) == LOCK_RELEASED);
+    cmd("SCRIPT FLUSH");   /* NOSCRIPT: falls back to EVAL */
+    h = take(c, "t:kill", 5000, 0);
+    CHECK(h && lock_release(h) == LOCK_RELEASED);
+    lock_client_free(c);
+}
+
+/* ---------------------------------------------------------------- reentry */
+
+typedef struct probe {
+    lock_client *c;
+    const char *name, *owner;
+    lock_status st;
+    lock_handle *h;
+} probe;
+
+static void *probe_main(void *arg) {
+    probe *p = arg;
+    p->h = NULL;
+    p->st = lock_acquire(p->c, p->name, 5000, 0, p->owner, &p->h, NULL, 0);
+    return NULL;
+}
+
+/* An acquire from another thread (another owner unless owner is given). */
+static lock_status from_other_thread(lock_client *c, const char *name, const char *owner,
+                                     lock_handle **h) {
+    probe p = { c, name, owner, LOCK_ERROR, NULL };
+    pthread_t t;
+    pthread_create(&t, NULL, probe_main, &p);
+    pthread_join(t, NULL);
+    *h = p.h;
+    return p.st;
+}
+
+static void test_reentrancy(void) {
+    lock_client *c = client(0, 0);
+    lock_handle *a = take(c, "t:re", 5000, 0), *b = take(c, "t:re", 5000, 0), *o = NULL;
+    CHECK(a && b && a != b && lock_fence(a) == lock_fence(b));
+    CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_BUSY && !o);
+    CHECK(lock_release(b) == LOCK_RELEASED);
+    CHECK(integer("EXISTS %s", "t:re") == 1);              /* still held */
+    CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_BUSY);
+    CHECK(lock_release(a) == LOCK_RELEASED);
+    CHECK(integer("EXISTS %s", "t:re") == 0);              /* freed by the last */
+    CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_OK && o);
+    CHECK(lock_release(o) == LOCK_RELEASED);
+    /* An explicit owner re-enters from another thread. */
+    lock_handle *j = NULL;
+    CHECK(lock_acquire(c, "t:re", 5000, 0, "job-7", &j, err, sizeof err) == LOCK_OK);
+    CHECK(from_other_thread(c, "t:re", "job-7", &o) == LOCK_OK && o);
+    CHECK(from_other_thread(c, "t:re", "job-8", &a) == LOCK_BUSY);
+    CHECK(lock_release(j) == LOCK_RELEASED && integer("EXISTS %s", "t:re") == 1);
+    CHECK(lock_release(o) == LOCK_RELEASED && integer("EXISTS %s", "t:re") == 0);
+    lock_stats st;
+    lock_client_stats(c, &st);
+    CHECK(st.reentered == 2);
+    lock_client_free(c);
+}
+
+static void test_reentry_after_loss(void) {
+    lock_client *c = client(0, 0);
+    lock_handle *a = take(c, "t:rel2", 5000, 0), *b = NULL;
+    cmd("DEL t:rel2");
+    CHECK(lock_acquire(c, "t:rel2", 5000, 0, NULL, &b, err, sizeof err) == LOCK_ERROR && !b);
+    CHECK(a && lock_lost(a) && lock_remaining_ms(a) <= 0);
+    CHECK(lock_err(a, err, sizeof err) == LOCK_ERR_LOST);
+    CHECK(lock_release(a) == LOCK_NOT_OWNER);
+    b = take(c, "t:rel2", 5000, 0);                         /* a fresh hold now */
+    CHECK(b && lock_release(b) == LOCK_RELEASED);
+    lock_client_free(c);
+}
+
+/* --------------------------------------------------------- leases, renewal */
+
+static void test_remaining_ms(void) {
+    lock_client *c = client(0, 0);
+    lock_handle *h = take(c, "t:rem", 500, 0);
+    int64_t r0 = lock_remaining_ms(h);
+    CHECK(r0 <= 500 - 7 && r0 > 350);                       /* drift: 5 + 2 ms */
+    clock_sleep_ms(200);
+    int64_t r1 = lock_remaining_ms(h);
+    CHECK(r1 < r0 - 150 && r1 > 100);
+    clock_sleep_ms(400);
+    CHECK(lock_remaining_ms(h) < 0 && !lock_lost(h));      /* no watchdog: nobody looked */
+    CHECK(lock_release(h) == LOCK_NOT_OWNER);
+    lock_client_free(c);
+}
+
+static void test_watchdog_renews(void) {
+    lock_client *c = client(1, 0);
+    char v[200];
+    lock_handle *h = take(c, "t:wd", 300, 0);
+    CHECK(h != NULL);
+    get("t:wd", v, sizeof v);
+    clock_sleep_ms(1300);                                   /* four TTLs */
+    char now[200];
+    CHECK_STR(get("t:wd", now, sizeof now), v);
+    CHECK(!lock_lost(h) && lock_remaining_ms(h) > 0 && lock_remaining_ms(h) <= 300);
+    lock_stats st;
+    lock_client_stats(c, &st);
+    CHECK(st.renewals >= 6);
+    CHECK(lock_release(h) == LOCK_RELEASED);
+    lock_client_free(c);
+}
+
+typedef struct lost_probe {
+    atomic_int calls;
+    int64_t at_ms;
+    int release_inside;
+    lock_release_result rel;
+} lost_probe;
+
+static void on_lost(lock_handle *h, void *ud) {
+    lost_probe *p = ud;
+    p->at_ms = clock_mono_ms();
+    if (lock_lost(h) && p->release_inside) p->rel = lock_release(h);
+    atomic_fetch_add(&p->calls, 1);
+}
+
+static void test_lost_callback(void) {
+    lock_client *c = client(1, 0);
+    lost_probe p = { 0, 0, 0, LOCK_UNKNOWN };
+    lock_handle *h = take(c, "t:lost", 300, 0);
+    lock_on_lost(h, on_lost, &p);
+    clock_sleep_ms(400);
+    CHECK(atomic_load(&p.calls) == 0 && !lock_lost(h));
+    int64_t t0 = clock_mono_ms();
+    cmd("DEL t:lost");
+    for (int i = 0; i < 200 && !atomic_load(&p.calls); i++) clock_sleep_ms(10);
+    CHECK(atomic_load(&p.calls) == 1 && lock_lost(h));
+    CHECK(p.at_ms - t0 < 100 + 500);                        /* ttl/3 + scheduling margin */
+    CHECK(lock_err(h, err, sizeof err) == LOCK_ERR_LOST && strstr(err, "gone"));
+    CHECK(lock_remaining_ms(h) <= 0);
+    CHECK(lock_release(h) == LOCK_NOT_OWNER);
+    /* A callback that releases its own handle. */
+    lost_probe q = { 0, 0, 1, LOCK_UNKNOWN };
+    h = take(c, "t:lost", 300, 0);
+    lock_on_lost(h, on_lost, &q);
+    cmd("SET t:lost intruder PX 5000");                    /* taken by another */
+    for (int i = 0; i < 200 && !atomic_load(&q.calls); i++) clock_sleep_ms(10);
+    CHECK(atomic_load(&q.calls) == 1 && q.rel == LOCK_NOT_OWNER);
+    char v[64];
+    CHECK_STR(get("t:lost", v, sizeof v), "intruder");
+    /* Registered after the loss: called at once. */
+    lost_probe r = { 0, 0, 0, LOCK_UNKNOWN };
+    cmd("DEL t:lost");
+    h = take(c, "t:lost", 300, 0);
+    cmd("DEL t:lost");
+    for (int i = 0; i < 200 && !lock_lost(h); i++) clock_sleep_ms(10);
+    lock_on_lost(h, on_lost, &r);
+    CHECK(atomic_load(&r.calls) == 1);
+    lock_release(h);
+    lock_client_free(c);
+}
+
+/* ------------------------------------------------------------------ fencing */
+
+typedef struct fence_run {
+    const char *name;
+    atomic_uint_fast64_t last;
+    atomic_int bad;
+} fence_run;
+
+static void *fence_worker(void *arg) {
+    fence_run *f = arg;
+    lock_client *c = client(0, 0);   /* a client each: as separate processes */
+    for (int i = 0; c && i < 25; i++) {
+        lock_handle *h = NULL;
+        if (lock_acquire(c, f->name, 5000, 20000, NULL, &h, NULL, 0) != LOCK_OK) {
+            atomic_fetch_add(&f->bad, 1);
+            continue;
+        }
+        /* In lock order, each token must beat the one before. */
+        if (lock_fence(h) <= atomic_load(&f->last)) atomic_fetch_add(&f->bad, 1);
+        atomic_store(&f->last, lock_fence(h));
+        lock_release(h);
+    }
+    lock_client_free(c);
+    return NULL;
+}
+
+static void test_fence_increasing(void) {
+    fence_run f = { "t:fence", 0, 0 };
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, fence_worker, &f);
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    CHECK(atomic_load(&f.bad) == 0 && atomic_load(&f.last) >= 200);
+}
+
+static void test_fenced_set(void) {
+    lock_client *c = client(0, 0);
+    char v[64];
+    uint64_t hi = 0;
+    cmd("DEL t:{res}:fence t:{res}:value");
+    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 5, "a", 1, &hi, err, sizeof err) == 1);
+    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 3, "stale", 5, &hi, err, sizeof err) == 0);
+    CHECK(hi == 5);
+    CHECK_STR(get("t:{res}:value", v, sizeof v), "a");
+    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 5, "b", 1, &hi, err, sizeof err) == 1);
+    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 9, "c", 1, &hi, err, sizeof err) == 1);
+    CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
+    CHECK_STR(get("t:{res}:fence", v, sizeof v), "9");
+    cmd("DEL t:{res}:fence");
+    cmd("HSET t:{res}:fence f v");                           /* a Redis error, reported */
+    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 10, "x", 1, &hi, err, sizeof err) == -1);
+    CHECK(strstr(err, "WRONGTYPE") != NULL);
+    CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
+    lock_client_free(c);
+}
+
+/* ---------------------------------------------------------------- wake-ups */
+
+typedef struct waiter_run {
+    lock_client *c;
+    const char *name;
+    int64_t wait_ms;
+    atomic_int got;
+    atomic_int_fast64_t got_at_us;
+    lock_handle *h;
+    int release_after_ms;         /* >= 0: hold that long, then release */
+} waiter_run;
+
+static void *waiter_main(void *arg) {
+    waiter_run *w = arg;
+    lock_handle *h = NULL;
+    if (lock_acquire(w->c, w->name, 20000, w->wait_ms, NULL, &h, NULL, 0) == LOCK_OK) {
+        atomic_store(&w->got_at_us, clock_mono_us());
+        atomic_fetch_add(&w->got, 1);
+        if (w->release_after_ms >= 0) {
+            clock_sleep_ms(w->release_after_ms);
+            lock_release(h);
+        } else {
+            w->h = h;
+        }
+    }
+    return NULL;
+}
+
+static void test_wakeup_latency(void) {
+    /* Backoff up to 10 s: only the release notice can wake the waiter soon. */
+    lock_client *c = client(0, 10000);
+    int64_t lat[5];
+    for (int i = 0; i < 5; i++) {
+        lock_handle *h = NULL;
+        CHECK(lock_acquire(c, "t:wake", 20000, 0, "holder", &h, err, sizeof err) == LOCK_OK);
+        waiter_run w = { c, "t:wake", 30000, 0, 0, NULL, 0 };
+        pthread_t t;
+        pthread_create(&t, NULL, waiter_main, &w);
+        clock_sleep_ms(700);                                /* its backoff is past 256 ms now */
+        int64_t rel = clock_mono_us();
+        lock_release(h);
+        pthread_join(t, NULL);
+        lat[i] = atomic_load(&w.got) ? (atomic_load(&w.got_at_us) - rel) / 1000 : 99999;
+    }
+    int64_t worst = 0, under = 0;
+    for (int i = 0; i < 5; i++) {
+        if (lat[i] > worst) worst = lat[i];
+        under += lat[i] < 20;
+    }
+    fprintf(stderr, "  hand-off latency ms: %lld %lld %lld %lld %lld\n", (long long)lat[0],
+            (long long)lat[1], (long long)lat[2], (long long)lat[3], (long long)lat[4]);
+    CHECK(under >= 3 && worst < 150);
+    lock_stats st;
+    lock_client_stats(c, &st);
+    CHECK(st.wakeups >= 5);
+    lock_client_free(c);
+}
+
+static void test_free_lock_noticed(void) {
+    /* Holders that never publish (expiry, other libraries, a DEL): the
+     * waiter sees the lock free within min(PTTL, backoff), not at its
+     * deadline. */
+    lock_client *c = client(0, 0);
+    lock_handle *h = NULL;
+    cmd("SET t:quiet foreign PX 400");
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:quiet", 5000, 10000, NULL, &h, err, sizeof err) == LOCK_OK);
+    int64_t waited = clock_mono_ms() - t0;
+    CHECK(waited >= 350 && waited < 400 + 300);
+    lock_release(h);
+    cmd("SET t:quiet foreign");                             /* no TTL at all */
+    waiter_run w = { c, "t:quiet", 10000, 0, 0, NULL, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    clock_sleep_ms(500);
+    int64_t del = clock_mono_us();
+    cmd("DEL t:quiet");
+    pthread_join(t, NULL);
+    CHECK(atomic_load(&w.got) == 1);
+    CHECK((atomic_load(&w.got_at_us) - del) / 1000 < 200 + 300);   /* max backoff 200 */
+    lock_client_free(c);
+}
+
+static void test_bounded_wakeups(void) {
+    /* 12 waiters, one release: one is woken, not twelve. */
+    enum { N = 12 };
+    lock_client *c = client(0, 10000);
+    lock_handle *h = NULL;
+    waiter_run w[N];
+    pthread_t t[N];
+    cmd("DEL {t:herd}:waiters");
+    CHECK(lock_acquire(c, "t:herd", 20000, 0, "holder", &h, err, sizeof err) == LOCK_OK);
+    for (int i = 0; i < N; i++) {
+        w[i] = (waiter_run){ c, "t:herd", 30000, 0, 0, NULL, -1 };
+        pthread_create(&t[i], NULL, waiter_main, &w[i]);
+    }
+    for (int i = 0; i < 300 && integer("ZCARD %s", "{t:herd}:waiters") < N; i++) clock_sleep_ms(10);
+    CHECK(integer("ZCARD %s", "{t:herd}:waiters") == N);
+    clock_sleep_ms(1000);
+    lock_stats before, after;
+    lock_client_stats(c, &before);
+    lock_release(h);
+    clock_sleep_ms(300);
+    lock_client_stats(c, &after);
+    int got = 0;
+    for (int i = 0; i < N; i++) got += atomic_load(&w[i].got);
+    CHECK(got == 1);
+    CHECK(after.wakeups - before.wakeups == 1);
+    /* Then hand the lock down the queue: each release wakes the next. */
+    for (int k = 1; k < N; k++) {
+        lock_handle *holder = NULL;
+        for (int i = 0; i < N; i++)
+            if (w[i].h) {
+                holder = w[i].h;
+                w[i].h = NULL;
+            }
+        CHECK(holder != NULL);
+        if (!holder) break;
+        int64_t t0 = clock_mono_ms();
+        lock_release(holder);
+        int now = got;
+        while (now == got && clock_mono_ms() - t0 < 2000) {
+            clock_sleep_ms(1);
+            now = 0;
+            for (int i = 0; i < N; i++) now += atomic_load(&w[i].got);
+        }
+        CHECK(now == got + 1);
+        got = now;
+    }
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
+        if (w[i].h) lock_release(w[i].h);
+    lock_client_stats(c, &after);
+    CHECK(after.wakeups - before.wakeups == N);
+    CHECK(integer("EXISTS %s", "{t:herd}:waiters") == 0);
+    lock_client_free(c);
+}
+
+/* ------------------------------------------------------------------ Redlock */
+
+static void url_db(char *out, size_t len, int db) {  /* out: >= 300 bytes */
+    rconn_addr a;
+    char e[100];
+    rconn_parse(url, &a, e, sizeof e);
+    snprintf(out, len, "redis://%.200s:%d/%d", a.host, a.port, db);
+}
+
+static void test_redlock_quorum(void) {
+    /* Databases 1-3 of the test server stand in for three servers (their
+     * keys are separate; pub/sub is shared, which only adds notices). */
+    char u[3][300];
+    const char *urls[3] = { u[0], u[1], u[2] };
+    for (int i = 0; i < 3; i++) url_db(u[i], sizeof u[i], i + 1);
+    lock_client *c = client_on(urls, 3, 1, 0, 500);
+    for (int i = 1; i <= 3; i++) cmd("SELECT %d", i), cmd("FLUSHDB");
+    cmd("SELECT 2");
+    cmd("SET {t:rl}:fence 100");                            /* one server far ahead */
+    lock_handle *h = take(c, "t:rl", 600, 0);
+    CHECK(h && lock_fence(h) == 101);
+    /* The agreed token is written back everywhere the lock was taken. */
+    char v[200];
+    for (int i = 1; i <= 3; i++) {
+        cmd("SELECT %d", i);
+        CHECK_STR(get("{t:rl}:fence", v, sizeof v), "101");
+        CHECK(strstr(get("t:rl", v, sizeof v), ":101") != NULL);
+    }
+    /* One server loses it: still held (2 of 3), renewals go on. */
+    cmd("SELECT 1");
+    cmd("DEL t:rl");
+    clock_sleep_ms(700);
+    CHECK(!lock_lost(h) && lock_remaining_ms(h) > 0);
+    lock_handle *o = NULL;
+    CHECK(lock_acquire(c, "t:rl", 600, 0, "other", &o, err, sizeof err) == LOCK_BUSY);
+    /* A second one: no majority left, the watchdog calls it lost. */
+    cmd("SELECT 2");
+    cmd("DEL t:rl");
+    for (int i = 0; i < 100 && !lock_lost(h); i++) clock_sleep_ms(10);
+    CHECK(lock_lost(h));
+    CHECK(lock_release(h) == LOCK_NOT_OWNER);
+    /* A split (one server held by another) is undone everywhere. */
+    cmd("SELECT 3");
+    cmd("DEL t:rl");
+    cmd("SET t:rl foreign PX 5000");
+    cmd("SELECT 2");
+    cmd("SET t:rl foreign PX 5000");
+    CHECK(lock_acquire(c, "t:rl", 600, 0, NULL, &o, err, sizeof err) == LOCK_BUSY);
+    cmd("SELECT 1");
+    CHECK(integer("EXISTS %s", "t:rl") == 0);
+    cmd("SELECT 0");
+    lock_client_free(c);
+}
+
+static void test_redlock_dead_servers(void) {
+    char u[300], u2[300];
+    url_db(u, sizeof u, 4);
+    url_db(u2, sizeof u2, 5);
+    const char *one_dead[3] = { u, "redis://127.0.0.1:1/0", u2 };
+    const char *two_dead[3] = { "redis://127.0.0.1:1/0", u, "redis://127.0.0.1:2/0" };
+    lock_client *c = client_on(one_dead, 3, 0, 0, 300);
+    lock_handle *h = take(c, "t:rld", 2000, 0);
+    CHECK(h && lock_release(h) == LOCK_RELEASED);
+    lock_client_free(c);
+    c = client_on(two_dead, 3, 0, 0, 300);
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:rld", 2000, 1000, NULL, &h, err, sizeof err) == LOCK_ERROR);
+    CHECK(clock_mono_ms() - t0 < 1000 && strstr(err, "quorum"));
+    CHECK(lock_client_error(c, NULL, 0) == LOCK_ERR_QUORUM);
+    cmd("SELECT 4");
+    CHECK(integer("EXISTS %s", "t:rld") == 0);              /* undone on the live one */
+    cmd("SELECT 0");
+    lock_client_free(c);
+}
+
+/* -------------------------------------------------------------------- misc */
+
+static void test_free_with_held_locks(void) {
+    lock_client *c = client(1, 0);
+    lock_handle *h = take(c, "t:leak", 5000, 0);
+    CHECK(h != NULL);
+    lock_client_free(c);                                    /* releases it */
+    CHECK(integer("EXISTS %s", "t:leak") == 0);
+}
+
+static void setup(void) {
+    url = getenv("FLASHSALE_TEST_REDIS");
+    if (!url) url = "redis://127.0.0.1:6379/0";
+    raw = connect_raw(url);
+    if (!raw) {
+        printf("cannot connect to %s\n0 passed, 1 failed\n", url);
+        exit(1);
+    }
+}
+
+static const t_case cases[] = {
+    T(test_format), T(test_busy_and_deadline), T(test_mutex_16_threads),
+    T(test_mutex_4_processes), T(test_release_not_owner), T(test_release_unknown),
+    T(test_redis_down), T(test_connections_recover), T(test_reentrancy),
+    T(test_reentry_after_loss), T(test_remaining_ms), T(test_watchdog_renews),
+    T(test_lost_callback), T(test_fence_increasing), T(test_fenced_set),
+    T(test_wakeup_latency), T(test_free_lock_noticed), T(test_bounded_wakeups),
+    T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_free_with_held_locks),
+};
+
+int main(int argc, char **argv) {
+    setup();
+    int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+    redisFree(raw);
+    return rc;
+}
