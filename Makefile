@@ -90,6 +90,25 @@ test-run: all
 test-sanitize: deps
 	$(MAKE) VARIANT=san test-run
 
+# libFuzzer harnesses (clang), each run for a bounded number of executions;
+# FUZZ_RUNS per target, FUZZ_SECONDS at most each, 10 million in total.
+FUZZ_RUNS    ?= 5000000
+FUZZ_SECONDS ?= 120
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIBSRC  := service/validate.c service/orderid.c stock/stock.c common/rconn.c \
+                build/rel/gen/lua_scripts.c $(FUZZ_EXTRA_SRC)
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lm
+
+fuzz:
+	@tools/deps.sh clang libclang-rt-14-dev
+	$(MAKE) build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
+	tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
+
 clean:
 	rm -rf build bin
 

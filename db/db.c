@@ -18,6 +18,7 @@ enum {
     ST_USER_UNITS,
     ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_ADD_SOLD, ST_ORDER_GET, ST_ORDER_BY_KEY,
     ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
+    ST_ORDER_UNITS, ST_PRODUCT_REPAIR,
     ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_STOCK_READ,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_COUNT
@@ -67,6 +68,8 @@ static const char *const SQL[ST_COUNT] = {
     [ST_TAKE_CONDITIONAL] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2",
+    [ST_ORDER_UNITS] = "SELECT coalesce(sum(quantity),0) FROM orders WHERE sku=?1",
+    [ST_PRODUCT_REPAIR] = "UPDATE products SET sold=?2, db_available=?3 WHERE sku=?1",
     [ST_TAKE_VERSIONED] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
@@ -199,7 +202,8 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
     for (int i = 0; i < ST_COUNT; i++) {
         if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
             i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
-            i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ)
+            i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ &&
+            i != ST_ORDER_UNITS)
             continue;
         if (sqlite3_prepare_v3(d->conn, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
                                NULL) != SQLITE_OK) {
@@ -513,6 +517,23 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
     if (changed) return DB_OK;
     if (*available < o->quantity) return DB_NOSTOCK;
     return take == DB_TAKE_OPTIMISTIC && version != expect_version ? DB_CONFLICT : DB_NOSTOCK;
+}
+
+db_status db_order_units(db *d, const char *sku, long long *units) {
+    return scalar(d, ST_ORDER_UNITS, sku, NULL, units);
+}
+
+db_status db_product_repair(db *d, const char *sku, long long sold, long long db_available) {
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    sqlite3_stmt *s = stmt(d, ST_PRODUCT_REPAIR);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, sold);
+    sqlite3_bind_int64(s, 3, db_available);
+    st = step_done(d, s, "repair product");
+    if (st == DB_OK) return db_commit(d);
+    db_rollback(d);
+    return st;
 }
 
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version) {

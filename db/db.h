@@ -107,6 +107,12 @@ db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_produ
 db_status db_user_units(db *d, const char *sku,
                         int (*fn)(const char *user, long long units, void *ud), void *ud);
 
+/* Units of the committed orders of sku, summed from the order rows (the
+ * audit's check of products.sold). */
+db_status db_order_units(db *d, const char *sku, long long *units);
+/* Sets sold and db_available of sku (the audit's repair), in one transaction. */
+db_status db_product_repair(db *d, const char *sku, long long sold, long long db_available);
+
 /* The db strategies' stock: units left and row version. */
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version);
 

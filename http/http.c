@@ -31,6 +31,7 @@ struct http_server {
     int quiesced;
     atomic_long inflight;
     atomic_long connections;
+    atomic_long refused;
 };
 
 struct http_req {
@@ -302,6 +303,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     atomic_fetch_sub(&s->inflight, 1);
 }
 
+/* Past the connection limit, a new connection is closed at once: the client
+ * sees it refused instead of waiting in the kernel's accept queue (which is
+ * what libmicrohttpd's own limit does: it stops accepting). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    http_server *s = cls;
+    (void)addr;
+    (void)len;
+    if (atomic_load(&s->connections) < (long)s->opt.max_connections) return MHD_YES;
+    atomic_fetch_add(&s->refused, 1);
+    return MHD_NO;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe) {
     http_server *s = cls;
@@ -349,14 +362,16 @@ http_server *http_start(const http_options *o, char *err, size_t errlen) {
         return NULL;
     }
     s->opt = *o;
+    if (!s->opt.max_connections) s->opt.max_connections = 16384;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ITC | MHD_USE_TURBO;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s,
+        flags, 0, on_accept, s, on_request, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 0 ? o->threads : 2),
-        MHD_OPTION_CONNECTION_LIMIT, o->max_connections ? o->max_connections : 16384u,
+        /* Room above our own limit, so on_accept sees and refuses excess. */
+        MHD_OPTION_CONNECTION_LIMIT, s->opt.max_connections + 1024u,
         MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -376,6 +391,7 @@ http_server *http_start(const http_options *o, char *err, size_t errlen) {
 int http_port(const http_server *s) { return s->port; }
 long http_inflight(const http_server *s) { return atomic_load(&s->inflight); }
 long http_connections(const http_server *s) { return atomic_load(&s->connections); }
+long http_refused(const http_server *s) { return atomic_load(&s->refused); }
 
 void http_quiesce(http_server *s) {
     if (s->quiesced) return;

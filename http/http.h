@@ -65,6 +65,8 @@ void http_quiesce(http_server *s);
 long http_inflight(const http_server *s);
 /* Open connections. */
 long http_connections(const http_server *s);
+/* Connections refused because max_connections were open. */
+long http_refused(const http_server *s);
 /* Stops the server: call once no request is deferred. Frees s. */
 void http_stop(http_server *s);
 

@@ -95,7 +95,12 @@ static void usage(FILE *f, const char *prog) {
         fprintf(f, "  %-26s %s%s\n", si->name, si->unsafe ? "UNSAFE, oversells: " : "", si->about);
     }
     fprintf(f, "\nSignals: SIGTERM or SIGINT stop accepting, finish the requests in flight,\n"
-               "commit, and exit 0.\n");
+               "commit, and exit 0.\n\n"
+               "Audit: %s audit [--repair] --redis URL --db PATH [--key-prefix P]\n"
+               "  compares Redis and SQLite for every SKU and prints each discrepancy\n"
+               "  (orphan pending reservations, stock that disagrees with stock_initial - sold);\n"
+               "  --repair settles orphans and rebuilds disagreeing Redis copies from SQLite,\n"
+               "  saying what it did. Exit 0 when consistent, 1 when not, 2 on errors.\n", prog);
 }
 
 static int set(config *c, const opt *o, const char *v, const char *from) {

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "lock/lock.h"
 #include "service/service.h"
 
 /* Open connections each need a descriptor: raise the soft limit as far as
@@ -111,9 +112,28 @@ static void shutdown_gracefully(app *a) {
     http_stop(a->http);
 }
 
+/* flashsale audit [--repair] [OPTIONS]: the same flags as the service. */
+static int audit_command(app *a, int argc, char **argv) {
+    int repair = 0, n = 1;
+    char *args[argc + 1];
+    args[0] = argv[0];
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--repair")) repair = 1;
+        else args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    int rc = config_load(&a->cfg, n, args);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
+                                   .timeout_ms = a->cfg.redis_timeout_ms };
+    a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
+    return audit_main(a, repair);
+}
+
 int main(int argc, char **argv) {
     static app a;
     char err[512], where[300];
+    if (argc > 1 && !strcmp(argv[1], "audit")) return audit_command(&a, argc, argv);
     int rc = config_load(&a.cfg, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     if (a.cfg.verbose) log_set_level(LOG_DEBUG);
@@ -139,6 +159,16 @@ int main(int argc, char **argv) {
                                   .lock_ttl_ms = a.cfg.lock_ttl_ms,
                                   .lock_wait_ms = a.cfg.lock_wait_ms };
     a.db_opt = (db_options){ a.cfg.synchronous_full, a.cfg.db_busy_timeout_ms, 0 };
+    /* The lock strategies' clients: one renewing its leases, one not (for
+     * products whose injected pause stands for a whole-process pause). */
+    const char *urls[1] = { a.cfg.redis_url };
+    lock_options lo = { urls, 1, a.cfg.redis_timeout_ms, 1, 0 };
+    if (!(a.stock_cfg.locks = lock_client_new(&lo, err, sizeof err))) {
+        fprintf(stderr, "flashsale: --redis: %s\n", err);
+        return 2;
+    }
+    lo.watchdog = 0;
+    a.stock_cfg.locks_frozen = lock_client_new(&lo, err, sizeof err);
     stock_conn *probe = stock_conn_new(&a.stock_cfg, err, sizeof err);
     if (!probe) {
         fprintf(stderr, "flashsale: --redis: %s\n", err);
@@ -183,6 +213,8 @@ int main(int argc, char **argv) {
     sigwait(&sigs, &sig);
     log_msg(LOG_INFO, "%s: stopping (finishing requests in flight)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     shutdown_gracefully(&a);
+    lock_client_free(a.stock_cfg.locks);
+    lock_client_free(a.stock_cfg.locks_frozen);
     product_cache_free(a.products);
     log_msg(LOG_INFO, "stopped");
     return 0;

@@ -164,8 +164,11 @@ void metrics_render(app *a, char **out, size_t *len) {
     put(&b, "# HELP flashsale_http_inflight Requests received and not yet answered.\n"
             "# TYPE flashsale_http_inflight gauge\nflashsale_http_inflight %ld\n"
             "# HELP flashsale_http_connections Open HTTP connections.\n"
-            "# TYPE flashsale_http_connections gauge\nflashsale_http_connections %ld\n",
-        http_inflight(a->http), http_connections(a->http));
+            "# TYPE flashsale_http_connections gauge\nflashsale_http_connections %ld\n"
+            "# HELP flashsale_http_refused_connections_total Connections refused at the limit.\n"
+            "# TYPE flashsale_http_refused_connections_total counter\n"
+            "flashsale_http_refused_connections_total %ld\n",
+        http_inflight(a->http), http_connections(a->http), http_refused(a->http));
     *out = b.p;
     *len = b.len;
 }

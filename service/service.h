@@ -239,6 +239,10 @@ void order_batch_done(db_job **jobs, size_t n, void *ud);
 /* Drains the stage's queue, then stops its threads. */
 void stage_stop(stage *s);
 
+/* `flashsale audit` (audit.c): prints every discrepancy between Redis and
+ * SQLite; repair fixes what is safely fixable. Returns the exit code. */
+int audit_main(app *a, int repair);
+
 /* ---------------------------------------------------------------- maintenance */
 
 /* Starts the maintenance thread: heartbeat, pending-record sweeps, stock

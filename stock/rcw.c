@@ -24,21 +24,7 @@
 #include <pthread.h>
 
 #include "common/clock.h"
-#if __has_include("lock/lock.h")
 #include "lock/lock.h"
-#else   /* TEMPORARY while lock/ is being written: the lock strategy errors */
-typedef struct lock_client lock_client;
-typedef struct lock_handle lock_handle;
-typedef enum { LOCK_OK, LOCK_BUSY, LOCK_ERROR } lock_status;
-static lock_status lock_acquire(lock_client *c, const char *n, int64_t t, int64_t w, const char *o,
-                                lock_handle **h, char *err, size_t len) {
-    (void)c; (void)n; (void)t; (void)w; (void)o; (void)h;
-    snprintf(err, len, "lock module not built yet");
-    return LOCK_ERROR;
-}
-static uint64_t lock_fence(const lock_handle *h) { (void)h; return 0; }
-static int lock_release(lock_handle *h) { (void)h; return 0; }
-#endif
 #include "stock/internal.h"
 
 #define ATTEMPTS 4
@@ -200,10 +186,12 @@ static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *
 /* ------------------------------------------------------------ read, write */
 
 /* Reads the picked segments (and the request's idempotency record and the
- * user's count) in one atomic step; with fence tokens, raises the fences. */
-static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *sn) {
+ * user's count) in one atomic step. Under the locks of the `lock`
+ * strategy (locked), the read also raises each segment's fence to our
+ * token; the planning read, which holds no lock, leaves the fences alone. */
+static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *sn, int locked) {
     const stock_product *p = r->product;
-    int fenced = p->strategy == STOCK_LOCK;
+    int fenced = locked && p->strategy == STOCK_LOCK;
     char suffix[32];
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_evalsha(&c->cmd, &sk_read, 3 + pk->n * (fenced ? 2 : 1));
@@ -335,7 +323,7 @@ static stock_result pick_many(stock_conn *c, stock_req *r, pick *pk) {
     seen sn;
     all.n = p->segments;
     for (int i = 0; i < p->segments; i++) all.seg[i] = i;
-    stock_result res = read_segments(c, r, &all, &sn);
+    stock_result res = read_segments(c, r, &all, &sn, 0);
     if (res != STOCK_RESERVED) return res;
     long long total = 0;
     for (int i = 0; i < p->segments; i++) total += all.value[i] > 0 ? all.value[i] : 0;
@@ -402,7 +390,7 @@ static stock_result attempt(stock_conn *c, stock_req *r, pick *pk, int all_segme
     seen sn;
     stock_result res = lock_all(c, r, pk, &h);
     if (res == STOCK_RESERVED && (!c->ctx && stock_conn_ensure(c))) res = STOCK_UNAVAILABLE;
-    if (res == STOCK_RESERVED) res = read_segments(c, r, pk, &sn);
+    if (res == STOCK_RESERVED) res = read_segments(c, r, pk, &sn, 1);
     if (res == STOCK_RESERVED) res = check(r, pk, &sn, all_segments);
     if (res == STOCK_RESERVED) {
         if (p->strategy == STOCK_UNSAFE_UNLOCK_BEFORE_WRITE) unlock_all(c, r, pk, &h);

@@ -9,7 +9,7 @@ import time
 
 from harness import Client, db_rows, parallel
 
-SAFE = [("lua", 1), ("lua", 8), ("db", 1), ("db-optimistic", 1),
+SAFE = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("db", 1), ("db-optimistic", 1),
         ("local", 1), ("local", 8)]
 
 
@@ -105,7 +105,7 @@ def test_safe_strategies_over_two_instances(ctx):
 
 def test_segments_never_refuse_while_enough_remains(ctx):
     s = ctx.service(ctx.redis())
-    for strategy in ("lua", "local"):
+    for strategy in ("lua", "lock", "local"):
         sku = "ten-" + strategy
         s.create_product(sku, 10, strategy=strategy, segments=8)
         got = [s.order(sku, "u%d" % i, 3) for i in range(4)]
@@ -226,7 +226,7 @@ def test_local_oversells_across_two_instances(ctx):
     assert over == 0 and p["sold"] == 5 and p["stock_available"] == 0, (over, p)
 
 
-def pending_lock_holds_under_pauses_longer_than_its_lease(ctx):
+def test_lock_holds_under_pauses_longer_than_its_lease(ctx):
     """The same pause that breaks unsafe-lock-no-fence: the fenced write
     refuses the stale holder, whose order gets 429 and whose stock is not
     lost."""

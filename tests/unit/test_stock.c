@@ -179,6 +179,44 @@ static void test_noscript_fallback(void) {
     CHECK(get_ll("fs:{t-nos}:stock:0") == 4);
 }
 
+extern const char stock_lua_read[], stock_lua_write[];
+
+/* The lock strategy's fence: once a holder with token 7 has read a segment,
+ * a write by an older holder (token 5, whose lease ran out while it was
+ * paused) is refused whole; the newer holder's write goes through. */
+static void test_fenced_write(void) {
+    stock_product p = { .sku = "t-fence", .strategy = STOCK_LOCK, .segments = 1 };
+    char run_id[41];
+    CHECK(stock_load(sc, &p, 1, 5, NULL, 0, 1) == 0);
+    CHECK(rconn_run_id(raw, run_id) == 0);
+    redisReply *r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users "
+                                 "fs:{t-fence}:idem: fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 "
+                                 "%s u 1 7", stock_lua_read, run_id);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 && r->element[3]->integer == 5);
+    if (r) freeReplyObject(r);
+    CHECK(get_ll("fs:{t-fence}:fence:0") == 7);
+    /* The stale holder (token 5) read 5 earlier and now writes 4. */
+    const char *write_fmt = "EVAL %s 7 fs:{t-fence}:gen fs:{t-fence}:pending fs:{t-fence}:users "
+                            "fs:{t-fence}:idem: fs:{t-fence}:empty fs:{t-fence}:stock:0 "
+                            "fs:{t-fence}:fence:0 %s 1 %s u 1 0 %s inst 1000 %s set 0 4 1 %s";
+    r = redisCommand(raw, write_fmt, stock_lua_write, run_id, "stale", "", "", "5");
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
+    if (r) freeReplyObject(r);
+    CHECK(get_ll("fs:{t-fence}:stock:0") == 5);                  /* nothing written */
+    redisReply *h = redisCommand(raw, "HLEN fs:{t-fence}:pending");
+    CHECK(h && h->integer == 0);
+    if (h) freeReplyObject(h);
+    r = redisCommand(raw, write_fmt, stock_lua_write, run_id, "fresh", "", "", "7");
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
+    if (r) freeReplyObject(r);
+    CHECK(get_ll("fs:{t-fence}:stock:0") == 4);
+    /* A read by the stale holder now is refused too. */
+    r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users fs:{t-fence}:idem: "
+                     "fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 %s u 1 5", stock_lua_read, run_id);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
+    if (r) freeReplyObject(r);
+}
+
 static void test_unreachable(void) {
     stock_config cfg = { .redis_url = "redis://127.0.0.1:1/0", .prefix = "fs:", .timeout_ms = 200,
                          .instance = "test" };
@@ -200,7 +238,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_reserve_answers), T(test_pending_confirm_undo), T(test_replays),
         T(test_limit_counts), T(test_generation_and_run_id), T(test_segments),
-        T(test_noscript_fallback), T(test_unreachable),
+        T(test_noscript_fallback), T(test_fenced_write), T(test_unreachable),
     };
     char err[200];
     rconn_addr a;
