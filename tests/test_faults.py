@@ -374,3 +374,42 @@ def test_connection_limit_refuses_excess_cleanly(ctx):
     assert "flashsale_http_refused_connections_total" in s.get("/metrics").raw
     wait_until(lambda: s.order("lim", "a", 1).status == 201, 5, what="service to serve again")
     assert s.get("/healthz").status == 200
+
+
+def raw_exchange(port, data):
+    k = socket.create_connection(("127.0.0.1", port))
+    k.settimeout(5)
+    k.sendall(data)
+    out = b""
+    try:
+        while True:
+            d = k.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError:
+        pass
+    k.close()
+    return out
+
+
+def test_oversized_headers_and_urls_are_refused(ctx):
+    s = ctx.service(ctx.redis())
+    s.create_product("big", 10)
+    out = raw_exchange(s.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 +
+                       b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 431"), out[:100]
+    out = raw_exchange(s.port, b"GET /v1/orders?sku=" + b"a" * 40000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 414"), out[:100]
+    # A body announced as huge is refused before it is read.
+    out = raw_exchange(s.port, b"POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                       b"\r\nContent-Length: 1000000000\r\n\r\n{")
+    assert out.startswith(b"HTTP/1.1 413") and b"body_too_large" in out, out[:300]
+    # A chunked body that grows past the limit, too.
+    chunk = b"8000\r\n" + b"x" * 0x8000 + b"\r\n"
+    out = raw_exchange(s.port, b"POST /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                       b"Connection: close\r\n"
+                       b"Content-Type: application/json\r\n\r\n" + chunk * 3 + b"0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 413") and b"body_too_large" in out, out[:300]
+    assert s.order("big", "after", 1).status == 201
+    assert s.product("big")["sold"] == 1
