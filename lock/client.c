@@ -345,7 +345,7 @@ static redisReply *eval_fallback(redisContext *ctx, const lock_call *call) {
 
 static void fail_server(lock_replies *rs, int si, lock_server *s, redisContext **ctx,
                         const char *what) {
-    snprintf(rs->err[si], sizeof rs->err[si], "%s: %s: %s", s->desc, what,
+    snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %s: %.200s", s->desc, what,
              (*ctx)->errstr[0] ? (*ctx)->errstr : "connection lost");
     redisFree(*ctx);
     *ctx = NULL;
@@ -385,7 +385,7 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
             r = NULL;
             noscript = 1;
         } else if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
-            snprintf(rs->err[si], sizeof rs->err[si], "%s: %s", s->desc, r->str);
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
         }
         LOCK_REPLY(rs, i, si) = r;
     }
@@ -397,7 +397,7 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
             return;
         }
         if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0])
-            snprintf(rs->err[si], sizeof rs->err[si], "%s: %s", s->desc, r->str);
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
         LOCK_REPLY(rs, i, si) = r;
     }
 }

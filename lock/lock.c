@@ -11,7 +11,7 @@
 
 #include "common/clock.h"
 
-#define BACKOFF_START_MS 4
+#define BACKOFF_START_MS 10      /* notices do the waking; this is the safety net */
 
 /* ------------------------------------------------------------ held table */
 

@@ -232,7 +232,7 @@ void lock_call_start(lock_call *call, lock_script_id script, int nkeys);
 typedef struct lock_replies {
     redisReply **r;               /* [ncalls * nservers]; NULL: no reply (I/O) */
     int ncalls, nservers;
-    char err[LOCK_MAX_SERVERS][200];   /* per server: why its replies are missing */
+    char err[LOCK_MAX_SERVERS][400];   /* per server: why its replies are missing */
 } lock_replies;
 
 #define LOCK_REPLY(rs, call, server) ((rs)->r[(call) * (rs)->nservers + (server)])

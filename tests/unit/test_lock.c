@@ -191,6 +191,7 @@ static void test_mutex_4_processes(void) {
             lock_client *c = client(1, 0);
             int rc = c ? run_mx(c, "t:mxp", "t:mxp:n", 4, 50) : -1;
             lock_client_free(c);
+            redisFree(raw);                                 /* the parent's, inherited */
             _exit(rc ? 1 : 0);
         }
     }
@@ -489,7 +490,7 @@ typedef struct waiter_run {
     int64_t wait_ms;
     atomic_int got;
     atomic_int_fast64_t got_at_us;
-    lock_handle *h;
+    lock_handle *_Atomic h;
     int release_after_ms;         /* >= 0: hold that long, then release */
 } waiter_run;
 
@@ -498,12 +499,11 @@ static void *waiter_main(void *arg) {
     lock_handle *h = NULL;
     if (lock_acquire(w->c, w->name, 20000, w->wait_ms, NULL, &h, NULL, 0) == LOCK_OK) {
         atomic_store(&w->got_at_us, clock_mono_us());
+        if (w->release_after_ms < 0) atomic_store(&w->h, h);   /* kept: the test releases it */
         atomic_fetch_add(&w->got, 1);
         if (w->release_after_ms >= 0) {
             clock_sleep_ms(w->release_after_ms);
             lock_release(h);
-        } else {
-            w->h = h;
         }
     }
     return NULL;
@@ -592,11 +592,7 @@ static void test_bounded_wakeups(void) {
     /* Then hand the lock down the queue: each release wakes the next. */
     for (int k = 1; k < N; k++) {
         lock_handle *holder = NULL;
-        for (int i = 0; i < N; i++)
-            if (w[i].h) {
-                holder = w[i].h;
-                w[i].h = NULL;
-            }
+        for (int i = 0; i < N && !holder; i++) holder = atomic_exchange(&w[i].h, NULL);
         CHECK(holder != NULL);
         if (!holder) break;
         int64_t t0 = clock_mono_ms();
@@ -612,7 +608,7 @@ static void test_bounded_wakeups(void) {
     }
     for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < N; i++)
-        if (w[i].h) lock_release(w[i].h);
+        if (atomic_load(&w[i].h)) lock_release(atomic_load(&w[i].h));
     lock_client_stats(c, &after);
     CHECK(after.wakeups - before.wakeups == N);
     CHECK(integer("EXISTS %s", "{t:herd}:waiters") == 0);
