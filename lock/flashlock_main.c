@@ -43,7 +43,8 @@ static void usage(FILE *f) {
 "                        keeps others out, not how long COMMAND may run.\n"
 "  -w, --wait MS         give up after waiting MS ms for the lock (default: wait\n"
 "                        forever; 0: try once). Waiting is woken by the release.\n"
-"      --timeout MS      connect/command timeout per Redis call (default 1000).\n"
+"      --timeout MS      connect/command timeout per Redis call (default: a third\n"
+"                        of the ttl, at most 1000).\n"
 "      --kill-after MS   after the lock is lost, SIGKILL COMMAND if it has not\n"
 "                        exited MS ms after SIGTERM (default 5000).\n"
 "  -h, --help            this text.\n"
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
 "SIGTERM (the lease would lapse without renewal).\n"
 "\n"
 "If the lock is lost while COMMAND runs (renewal finds it gone or taken, or the\n"
-"lease runs out while Redis is unreachable), COMMAND gets SIGTERM and flashlock\n"
+"lease runs out by the local monotonic clock because Redis did not confirm a\n"
+"renewal in time), COMMAND gets SIGTERM and flashlock\n"
 "exits 70 with a message. The lock is a plain Redis string taken with SET NX PX,\n"
 "so it also excludes other clients (redis-py Lock, redsync, ...) on the same key.\n"
 "\n"
@@ -91,7 +93,7 @@ static int parse_args(int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->ttl_ms = 10000;
     a->wait_ms = -1;
-    a->timeout_ms = 1000;
+    a->timeout_ms = 0;   /* default: ttl/3, at most 1000 */
     a->kill_after_ms = 5000;
     int ch;
     while ((ch = getopt_long(argc, argv, "+r:t:w:h", opts, NULL)) != -1) {
@@ -116,6 +118,10 @@ static int parse_args(int argc, char **argv, args *a) {
     if (optind < argc && !strcmp(argv[optind], "--")) optind++;
     if (optind >= argc) goto usage;
     a->cmd = argv + optind;
+    if (a->timeout_ms == 0) {
+        a->timeout_ms = a->ttl_ms / 3 < 1000 ? a->ttl_ms / 3 : 1000;
+        if (a->timeout_ms < 5) a->timeout_ms = 5;
+    }
     if (a->nurls == 0) {
         const char *env = getenv("FLASHLOCK_REDIS");
         a->urls[a->nurls++] = env && *env ? env : "redis://127.0.0.1:6379/0";
@@ -192,6 +198,7 @@ static lock_status acquire(lock_client *c, const args *a, const sigset_t *set, l
 typedef struct running {
     atomic_int child;             /* pid, 0 before the fork */
     atomic_int lost;
+    atomic_int lapsed;            /* lost by the clock, before the watchdog knew */
 } running;
 
 /* The lock's on_lost callback (watchdog thread): stop COMMAND now, and wake
@@ -224,23 +231,33 @@ static void exec_child(const args *a, pid_t parent) {
     _exit(e == ENOENT ? 127 : 126);
 }
 
-/* Waits for COMMAND, passing signals on and escalating to SIGKILL after a
- * loss. Returns its wait status. */
-static int supervise(running *r, const args *a, const sigset_t *set, pid_t pid) {
+/* Waits for COMMAND, passing signals on, stopping it when the lock is lost
+ * -- reported by the watchdog, or the lease run out by the monotonic clock
+ * (a renewal stuck on a silent Redis cannot report in time) -- and
+ * escalating to SIGKILL kill_after_ms later. Returns its wait status. */
+static int supervise(running *r, const args *a, const sigset_t *set, pid_t pid,
+                     const lock_handle *h) {
     int status = 0, killed = 0;
     int64_t lost_at = 0;
     for (;;) {
         if (waitpid(pid, &status, WNOHANG) == pid) return status;
+        int64_t lease_left = lock_remaining_ms(h);
+        if (!atomic_load(&r->lost) && lease_left <= 0) {
+            atomic_store(&r->lapsed, 1);
+            atomic_store(&r->lost, 1);
+            kill(pid, SIGTERM);
+        }
         if (atomic_load(&r->lost) && !lost_at) lost_at = clock_mono_ms();
+        int64_t wait_ms = lost_at ? lost_at + a->kill_after_ms - clock_mono_ms() : lease_left;
+        if (lost_at && killed) wait_ms = -1;
+        if (lost_at && !killed && wait_ms <= 0) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            continue;
+        }
         int sig;
-        if (lost_at && !killed) {
-            int64_t left = lost_at + a->kill_after_ms - clock_mono_ms();
-            if (left <= 0) {
-                kill(pid, SIGKILL);
-                killed = 1;
-                continue;
-            }
-            struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
+        if (wait_ms >= 0) {
+            struct timespec ts = { wait_ms / 1000, (wait_ms % 1000) * 1000000 };
             sig = sigtimedwait(set, NULL, &ts);
         } else {
             sig = sigwaitinfo(set, NULL);
@@ -261,6 +278,7 @@ static int run(const args *a, const sigset_t *set, lock_handle *h) {
     char fence[24], err[600];
     atomic_init(&r.child, 0);
     atomic_init(&r.lost, 0);
+    atomic_init(&r.lapsed, 0);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)lock_fence(h));
     /* setenv before fork: the child may only make async-signal-safe calls. */
     setenv("FLASHLOCK_FENCE", fence, 1);
@@ -276,14 +294,15 @@ static int run(const args *a, const sigset_t *set, lock_handle *h) {
     } else {
         atomic_store(&r.child, pid);
         if (atomic_load(&r.lost)) kill(pid, SIGTERM);   /* lost between fork and store */
-        code = exit_code(supervise(&r, a, set, pid));
+        code = exit_code(supervise(&r, a, set, pid, h));
     }
     char why[300];
-    lock_err(h, why, sizeof why);
+    if (lock_err(h, why, sizeof why) == LOCK_ERR_NONE || !why[0] || atomic_load(&r.lapsed))
+        snprintf(why, sizeof why, "the lease ran out before Redis confirmed a renewal");
     lock_release_result rel = lock_release_ex(h, err, sizeof err);
     if (atomic_load(&r.lost) || rel == LOCK_NOT_OWNER) {
         fprintf(stderr, "flashlock: %s: lost the lock while %s ran (%s)%s\n", a->name, a->cmd[0],
-                atomic_load(&r.lost) && why[0] ? why : err,
+                atomic_load(&r.lost) ? why : err,
                 atomic_load(&r.lost) && pid > 0 ? "; it was sent SIGTERM" : "");
         return EXIT_LOST;
     }

@@ -45,7 +45,11 @@
  * background thread per client renews every held lock at ttl/3, pipelined
  * in batches; when a renewal finds the lock gone (or the lease runs out
  * while Redis cannot be reached) the handle reports lock_lost() and its
- * lock_on_lost callback fires on the watchdog thread.
+ * lock_on_lost callback fires on the watchdog thread. A renewal stuck on a
+ * silent Redis reports only when its timeout ends, so keep timeout_ms below
+ * ttl/3, and before a protected write check lock_remaining_ms() > 0 (no
+ * I/O) as well as lock_lost() -- or, better, let the resource check the
+ * fencing token.
  *
  * REENTRANCY. An owner acquiring a name it already holds through the same
  * client gets a new handle on the same lease (the count goes up; the lease

@@ -145,6 +145,33 @@ def test_renewal_keeps_lock_and_loss_stops_command(ctx):
     assert not alive(cmd_pid)
 
 
+def test_silent_redis_stops_command_at_lease_end(ctx):
+    """Redis stops answering (SIGSTOP) while flashlock holds the lock: the
+    lease runs out by the monotonic clock and the command is stopped then,
+    not whenever a stuck renewal gives up."""
+    redis = ctx.redis()
+    pidfile = ctx.path("cmd.pid")
+    p = start(ctx, flashlock_args(redis.url, "quiet", ["sh", "-c", "echo $$ > %s; exec sleep 30"
+                                                        % pidfile], ttl=600,
+                                  extra=["--timeout", "1000"]))
+    wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10,
+               what="the command to start")
+    cmd_pid = int(open(pidfile).read())
+    ctx.on_cleanup(lambda: alive(cmd_pid) and os.kill(cmd_pid, signal.SIGKILL))
+    redis.pause()
+    try:
+        paused = time.monotonic()
+        wait_until(lambda: not alive(cmd_pid), 10, step=0.01, what="the command to stop")
+        stopped = time.monotonic() - paused
+        # Renewed at most ttl/3 before the pause: stopped by 600 ms + margin,
+        # although the stuck renewal's own timeout (1000 ms) is longer.
+        assert stopped < 0.6 + 0.35, stopped
+        assert p.wait(10) == EXIT_LOST
+        assert "lease ran out" in p.stderr.read()
+    finally:
+        redis.resume()
+
+
 def test_fence_tokens_increase_across_processes(ctx):
     redis = ctx.redis()
     out = ctx.path("fences")
