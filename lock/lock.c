@@ -325,10 +325,12 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
 /* ------------------------------------------------------------------ reentry */
 
 /* An acquire of a name this owner already holds: Redis must still have it
- * (the lease is re-armed to ttl_ms at the same time). Returns LOCK_OK with
- * *out, LOCK_ERROR, or LOCK_BUSY meaning "not held: acquire normally". */
+ * (the lease is re-armed to ttl_ms at the same time). Returns LOCK_OK (h is
+ * now a handle of the hold), LOCK_ERROR (*code, err), or LOCK_BUSY meaning
+ * "not held: acquire normally". */
 static lock_status reenter(lock_client *c, const char *name, const char *owner, int64_t ttl_ms,
-                           lock_handle *h, char *err, size_t errlen) {
+                           lock_handle *h, lock_errcode *code, char *err, size_t errlen) {
+    *code = LOCK_ERR_LOST;
     pthread_mutex_lock(&c->mu);
     lock_entry *e = table_find(c, name, owner);
     if (!e) {
@@ -358,6 +360,7 @@ static lock_status reenter(lock_client *c, const char *name, const char *owner, 
         lock_entry_unref(e);
         pthread_mutex_unlock(&c->mu);
         snprintf(err, errlen, "out of memory");
+        *code = LOCK_ERR_NOMEM;
         return LOCK_ERROR;
     }
     lock_tally t = lock_tally_int(&rs, 0, all);
@@ -380,6 +383,7 @@ static lock_status reenter(lock_client *c, const char *name, const char *owner, 
         snprintf(err, errlen, "%s: this owner held it but it is gone (expired or taken)", name);
     } else {
         lock_replies_why(c, &rs, all, err, errlen);
+        *code = c->nservers > 1 ? LOCK_ERR_QUORUM : LOCK_ERR_IO;
     }
     lock_entry_unref(e);
     pthread_mutex_unlock(&c->mu);
@@ -477,7 +481,8 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
         free(h);
         return fail(c, LOCK_ERR_NOMEM, "out of memory", err, errlen);
     }
-    lock_status st = reenter(c, name, owner, ttl_ms, h, err, errlen);
+    lock_errcode code;
+    lock_status st = reenter(c, name, owner, ttl_ms, h, &code, err, errlen);
     if (st != LOCK_BUSY) {
         free(e);
         if (st == LOCK_OK) {
@@ -487,7 +492,7 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
             return LOCK_OK;
         }
         free(h);
-        return fail(c, LOCK_ERR_LOST, err, err, errlen);
+        return fail(c, code, err, err, errlen);
     }
     if (attempt_init(&a, c, &keys, ttl_ms, wait_ms, err, errlen)) {
         free(e);
