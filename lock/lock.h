@@ -38,6 +38,8 @@
  * missed. Between wake-ups it waits at most min(the holder's remaining
  * PTTL, a jittered exponential backoff up to max_backoff_ms), so it also
  * sees a lock that expired or was freed by a client that does not publish.
+ * The lock is not fair: a newcomer may take a free lock before the woken
+ * waiter's retry arrives; the waiter then keeps its place in the queue.
  *
  * LEASES. Every lock has a TTL. remaining_ms is measured on the monotonic
  * clock from the start of the acquire (or renewal) that set the lease:
@@ -82,6 +84,7 @@
  *   FENCE_KEY is a per-resource key of the protected side (not B:fence),
  *   in the resource's hash slot; tokens start at 1, so a missing key
  *   admits any holder. Equal tokens pass: one holder may write many times.
+ *   Lua compares tokens as doubles: exact up to 2^53, far beyond any use.
  *
  * THREADS AND ERRORS. A lock_client is thread-safe: any number of threads
  * acquire and release on it at once (each borrows a pooled connection).
@@ -126,9 +129,9 @@ typedef enum lock_errcode {
  * lock_client_free. */
 lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen);
 
-/* Stops the client's threads and frees it. Locks still held are released in
- * Redis (bounded by timeout_ms) and their handles freed: do not use them
- * afterwards. NULL is a no-op. */
+/* Stops the client's threads and frees it. No other call on c may be in
+ * progress. Locks still held are released in Redis (bounded by timeout_ms)
+ * and their handles freed: do not use them afterwards. NULL is a no-op. */
 void lock_client_free(lock_client *c);
 
 /* Copies the client's last error message (of any thread) into buf; returns
