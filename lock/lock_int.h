@@ -208,6 +208,7 @@ int lock_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
  * it: block, write, then swallow a SIGPIPE this thread caused. */
 typedef struct lock_pipe_guard {
     sigset_t old;
+    int active;                   /* 0: SIGPIPE is ignored anyway, nothing done */
     int pending_before;
 } lock_pipe_guard;
 void lock_nosigpipe_begin(lock_pipe_guard *g);

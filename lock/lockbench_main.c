@@ -77,6 +77,21 @@ static double uncontended(lock_client *c, int n, double seconds, long *errors) {
     return ops / ((clock_mono_us() - start) / 1e6);
 }
 
+/* The same two round trips without the library: seed 002's SET NX PX and
+ * Lua compare-and-delete, in microseconds per pair. */
+static double plain_pair_us(redisContext *r) {
+    int64_t t0 = clock_mono_us();
+    for (int i = 0; i < 2000; i++) {
+        redisReply *x = redisCommand(r, "SET bench:{plain} v NX PX 10000");
+        if (x) freeReplyObject(x);
+        x = redisCommand(r, "EVAL %s 1 bench:{plain} v",
+                         "if redis.call('get',KEYS[1])==ARGV[1] then "
+                         "return redis.call('del',KEYS[1]) else return 0 end");
+        if (x) freeReplyObject(x);
+    }
+    return (clock_mono_us() - t0) / 2000.0;
+}
+
 static double ping_us(redisContext *r) {
     int64_t t0 = clock_mono_us();
     for (int i = 0; i < 2000; i++) {
@@ -325,6 +340,7 @@ int main(int argc, char **argv) {
     double four = uncontended(c, 4, b.seconds, &e4);
     printf("  acquire+release, 1 thread                    %9.0f /s  (%.1f us each)%s\n", one,
            1e6 / one, e1 ? " (with errors)" : "");
+    printf("  (no library: SET NX PX + Lua DEL, 1 thread    %8.1f us each)\n", plain_pair_us(r));
     printf("  acquire+release, 4 threads, 4 names, 1 client %8.0f /s%s\n", four,
            e4 ? " (with errors)" : "");
     printf("contended hand-off, release -> next holder, %d threads (1 holding, up to %d "
