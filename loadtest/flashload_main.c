@@ -1,0 +1,427 @@
+/* flashload_main.c: bin/flashload, the load generator and verifier of
+ * flashsale: command line, signals and exit codes.
+ *
+ *   flashload [run] [options]    load one product, then verify it
+ *   flashload compare [options]  every strategy x segments, table and report
+ *
+ * Exit code: 0 PASS (compare: every scene came out as expected), 1 an
+ * invariant broken (compare: a scene did not), 2 usage or setup error. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loadtest/loadtest.h"
+#include "stock/stock.h"
+
+enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_USAGE = 2 };
+
+static atomic_int interrupted;
+
+static void on_signal(int sig) {
+    if (atomic_exchange(&interrupted, 1)) {
+        signal(sig, SIG_DFL);      /* a second ^C: stop now */
+        raise(sig);
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: flashload [run] [options]      load one product, then verify it\n"
+"       flashload compare [options]    every strategy x segments: table, report.json/.html\n"
+"\n"
+"run: where and how hard\n"
+"  --target URL           a service instance, repeatable (default http://127.0.0.1:8080)\n"
+"  --connections N        keep-alive connections in total (64)\n"
+"  --threads N            event-loop threads (2)\n"
+"  --duration SECS        stop issuing after SECS (10 unless --requests is given)\n"
+"  --requests N           stop issuing after N requests\n"
+"  --rate R               open loop: R requests/s in total; latency counts from each\n"
+"                         request's scheduled time (no coordinated omission)\n"
+"  --timeout SECS         an answer later than this is a transport error (10)\n"
+"run: the buyers\n"
+"  --users N              buyers u0 .. u<N-1> (1000)\n"
+"  --zipf S               choose buyers by zipf with exponent S (default: uniform)\n"
+"  --quantity Q | A-B     units per order, fixed or uniform in A..B (1)\n"
+"  --idempotency          send an Idempotency-Key with every order\n"
+"  --retry SHARE          share 0..1 of orders that replay an earlier key (with its body)\n"
+"run: the product (created unless --no-create)\n"
+"  --sku SKU              its SKU (default: a fresh fl-<time>-<n>)\n"
+"  --no-create            use the existing SKU given by --sku\n"
+"  --stock N              units on sale (10000)\n"
+"  --strategy NAME        one of the service's strategies (default: the service's)\n"
+"  --segments N           stock segments (1)\n"
+"  --per-user-limit N     units one user may buy (0: none)\n"
+"  --cs-delay-ms N        injected pause in the critical section  } the service needs\n"
+"  --lock-ttl-ms N        lease of the lock strategies            } --fault-injection\n"
+"  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
+"run: verification (on by default)\n"
+"  --redis URL            also check Redis directly: stock keys, pending records\n"
+"  --key-prefix P         the service's --key-prefix (fs:)\n"
+"  --db PATH              also check the SQLite file directly (read-only)\n"
+"  --no-verify            skip it\n"
+"  --settle-ms N          after the load, wait up to N ms for a quiet state (5000)\n"
+"run: output\n"
+"  --progress | --quiet   a progress line each second (default: if stderr is a terminal)\n"
+"  --json FILE            also write the results as JSON\n"
+"  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n"
+"\n"
+"compare (without --target it starts its own redis-server and flashsale, and stops them)\n"
+"  --strategies A,B,..    (default: every strategy the service offers)\n"
+"  --segments 1,8         segment counts for the strategies that allow them (1,8)\n"
+"  --no-two-instances     leave out the two-instance scenes of local and lua\n"
+"  --duration SECS        per scene (2); --pause-duration SECS with a pause (3)\n"
+"  --connections N --threads N --users N --quantity Q    the same load in every scene\n"
+"  --stock N              stock of the scenes without a pause (5000)\n"
+"  --out DIR              where report.json and report.html go (.)\n"
+"  --flashsale PATH       the service binary (default: next to flashload)\n"
+"  --target URL --redis URL --db PATH --admin-token T --key-prefix P\n"
+"                         use running services instead (they need --fault-injection)\n"
+"\n"
+"Exit: 0 PASS (compare: every scene as expected), 1 an invariant broken, 2 usage error.\n");
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int bad(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "flashload: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see flashload --help)\n");
+    return -1;
+}
+
+/* The value of option argv[*i], advancing *i; NULL (reported) if missing. */
+static const char *val(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        bad("%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    if (!s) return -1;
+    double v = strtod(s, &end);
+    if (end == s || *end || v < lo || v > hi)
+        return bad("%s: '%s' is not a number in %g..%g", opt, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int inum(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    if (!s) return -1;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi)
+        return bad("%s: '%s' is not a whole number in %lld..%lld", opt, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int copy(const char *opt, const char *s, char *dst, size_t len) {
+    if (!s) return -1;
+    if (strlen(s) >= len) return bad("%s: value too long", opt);
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+static int quantity(const char *s, int *lo, int *hi) {
+    if (!s) return -1;
+    int a, b;
+    char extra;
+    if (sscanf(s, "%d-%d%c", &a, &b, &extra) == 2) {
+        *lo = a;
+        *hi = b;
+    } else if (sscanf(s, "%d%c", &a, &extra) == 1) {
+        *lo = *hi = a;
+    } else {
+        return bad("--quantity: '%s' is neither N nor A-B", s);
+    }
+    if (*lo < 1 || *hi < *lo || *hi > 1000) return bad("--quantity must be within 1..1000");
+    return 0;
+}
+
+static int add_target(fl_target *t, int *n, const char *url) {
+    fl_err e;
+    if (!url) return -1;
+    if (*n == FL_MAX_TARGETS) return bad("at most %d targets", FL_MAX_TARGETS);
+    if (fl_target_parse(url, &t[*n], &e)) return bad("%s", e.msg);
+    (*n)++;
+    return 0;
+}
+
+/* Options shared by run and compare. Returns 1 if argv[*i] was one, 0 if
+ * not, -1 on a bad value. */
+static int common_opt(int argc, char **argv, int *i, fl_load_opts *lo, fl_vantage *v,
+                      int *progress) {
+    const char *a = argv[*i];
+    long long n;
+    if (!strcmp(a, "--connections")) {
+        if (inum(a, val(argc, argv, i), 1, 100000, &n)) return -1;
+        lo->connections = (int)n;
+    } else if (!strcmp(a, "--threads")) {
+        if (inum(a, val(argc, argv, i), 1, 64, &n)) return -1;
+        lo->threads = (int)n;
+    } else if (!strcmp(a, "--users")) {
+        if (inum(a, val(argc, argv, i), 1, 1000000000, &n)) return -1;
+        lo->users = (uint32_t)n;
+    } else if (!strcmp(a, "--quantity")) {
+        if (quantity(val(argc, argv, i), &lo->qty_min, &lo->qty_max)) return -1;
+    } else if (!strcmp(a, "--zipf")) {
+        if (num(a, val(argc, argv, i), 0.01, 10, &lo->zipf_s)) return -1;
+    } else if (!strcmp(a, "--target")) {
+        if (add_target(lo->targets, &lo->ntargets, val(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--redis")) {
+        if (copy(a, val(argc, argv, i), v->redis_url, sizeof v->redis_url)) return -1;
+    } else if (!strcmp(a, "--db")) {
+        if (copy(a, val(argc, argv, i), v->db_path, sizeof v->db_path)) return -1;
+    } else if (!strcmp(a, "--key-prefix")) {
+        if (copy(a, val(argc, argv, i), v->key_prefix, sizeof v->key_prefix)) return -1;
+    } else if (!strcmp(a, "--admin-token")) {
+        if (copy(a, val(argc, argv, i), v->token, sizeof v->token)) return -1;
+    } else if (!strcmp(a, "--progress")) {
+        *progress = 1;
+    } else if (!strcmp(a, "--quiet")) {
+        *progress = 0;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- run */
+
+static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const char **json) {
+    fl_load_opts *lo = &o->load;
+    double d;
+    long long n;
+    int progress = isatty(2), have_duration = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        int c = common_opt(argc, argv, &i, lo, &o->vantage, &progress);
+        if (c < 0) return -1;
+        if (c) continue;
+        if (!strcmp(a, "--duration")) {
+            if (num(a, val(argc, argv, &i), 0.001, 86400, &d)) return -1;
+            lo->duration_us = (int64_t)(d * 1e6);
+            have_duration = 1;
+        } else if (!strcmp(a, "--requests")) {
+            if (inum(a, val(argc, argv, &i), 1, (long long)1e12, &n)) return -1;
+            lo->requests = (uint64_t)n;
+        } else if (!strcmp(a, "--rate")) {
+            if (num(a, val(argc, argv, &i), 0.1, 1e7, &lo->rate)) return -1;
+        } else if (!strcmp(a, "--timeout")) {
+            if (num(a, val(argc, argv, &i), 0.001, 3600, &d)) return -1;
+            lo->timeout_us = (int64_t)(d * 1e6);
+        } else if (!strcmp(a, "--idempotency")) {
+            lo->idem = 1;
+        } else if (!strcmp(a, "--retry")) {
+            if (num(a, val(argc, argv, &i), 0, 1, &lo->retry)) return -1;
+            lo->idem = 1;
+        } else if (!strcmp(a, "--sku")) {
+            if (copy(a, val(argc, argv, &i), o->product.sku, sizeof o->product.sku)) return -1;
+        } else if (!strcmp(a, "--no-create")) {
+            o->create = 0;
+        } else if (!strcmp(a, "--stock")) {
+            if (inum(a, val(argc, argv, &i), 0, 1000000000, &o->product.stock)) return -1;
+        } else if (!strcmp(a, "--strategy")) {
+            if (copy(a, val(argc, argv, &i), o->product.strategy, sizeof o->product.strategy))
+                return -1;
+        } else if (!strcmp(a, "--segments")) {
+            if (inum(a, val(argc, argv, &i), 1, 1024, &n)) return -1;
+            o->product.segments = (int)n;
+        } else if (!strcmp(a, "--per-user-limit")) {
+            if (inum(a, val(argc, argv, &i), 0, 1000000000, &o->product.per_user_limit)) return -1;
+        } else if (!strcmp(a, "--cs-delay-ms")) {
+            if (inum(a, val(argc, argv, &i), 0, 60000, &n)) return -1;
+            o->product.cs_delay_ms = (int)n;
+        } else if (!strcmp(a, "--lock-ttl-ms")) {
+            if (inum(a, val(argc, argv, &i), 0, 600000, &n)) return -1;
+            o->product.lock_ttl_ms = (int)n;
+        } else if (!strcmp(a, "--no-verify")) {
+            o->verify = 0;
+        } else if (!strcmp(a, "--settle-ms")) {
+            if (inum(a, val(argc, argv, &i), 0, 600000, &n)) return -1;
+            o->settle_ms = (int)n;
+        } else if (!strcmp(a, "--json")) {
+            if (!(*json = val(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--get")) {
+            if (!(lo->get_path = val(argc, argv, &i))) return -1;
+            if (lo->get_path[0] != '/') return bad("--get: the path must start with /");
+        } else {
+            return bad("unknown option %s", a);
+        }
+    }
+    if (!lo->ntargets && add_target(lo->targets, &lo->ntargets, "http://127.0.0.1:8080"))
+        return -1;
+    if (!have_duration && !lo->requests) lo->duration_us = 10 * 1000000LL;
+    if (!o->create && !o->product.sku[0] && !lo->get_path) return bad("--no-create needs --sku");
+    if (lo->get_path) o->verify = 0;
+    o->vantage.api = lo->targets[0];
+    o->progress = progress;
+    return 0;
+}
+
+static int run_main(int argc, char **argv, int first) {
+    static fl_run_opts o;          /* large: off the stack */
+    static fl_run_result r;
+    const char *json = NULL;
+    fl_err e = { "" };
+    fl_run_opts_default(&o);
+    const char *tok = getenv("FLASHSALE_ADMIN_TOKEN");
+    if (tok) snprintf(o.vantage.token, sizeof o.vantage.token, "%s", tok);
+    if (parse_run(argc, argv, first, &o, &json)) return EXIT_USAGE;
+    o.interrupted = &interrupted;
+    if (fl_run(&o, &r, &e)) {
+        fprintf(stderr, "flashload: %s\n", e.msg);
+        fl_run_result_free(&r);
+        return EXIT_USAGE;
+    }
+    fl_run_print(&o, &r, stdout);
+    if (json && fl_run_write_json(&o, &r, json, &e)) fprintf(stderr, "flashload: %s\n", e.msg);
+    int rc = r.verified && !r.verdict.pass ? EXIT_BROKEN : EXIT_PASS;
+    fl_run_result_free(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ compare */
+
+static int list(const char *opt, const char *s, char *items, size_t item_len, int max, int *n) {
+    if (!s) return -1;
+    *n = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= item_len) return bad("%s: bad list '%s'", opt, s);
+        if (*n == max) return bad("%s: at most %d items", opt, max);
+        memcpy(items + (size_t)*n * item_len, s, len);
+        items[(size_t)*n * item_len + len] = '\0';
+        (*n)++;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
+static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
+    fl_load_opts lo;
+    fl_vantage v;
+    fl_load_opts_default(&lo);
+    memset(&v, 0, sizeof v);
+    lo.connections = o->connections;
+    lo.threads = o->threads;
+    lo.users = o->users;
+    lo.qty_min = o->qty_min;
+    lo.qty_max = o->qty_max;
+    snprintf(v.key_prefix, sizeof v.key_prefix, "%s", o->key_prefix);
+    int progress = 0;
+    double d;
+    long long n;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        int c = common_opt(argc, argv, &i, &lo, &v, &progress);
+        if (c < 0) return -1;
+        if (c) continue;
+        if (!strcmp(a, "--strategies")) {
+            if (list(a, val(argc, argv, &i), o->strategies[0], sizeof o->strategies[0], 16,
+                     &o->nstrategies))
+                return -1;
+            for (int k = 0; k < o->nstrategies; k++) {
+                stock_strategy s;
+                if (stock_strategy_parse(o->strategies[k], &s))
+                    return bad("--strategies: no strategy '%s'", o->strategies[k]);
+            }
+        } else if (!strcmp(a, "--segments")) {
+            char items[8][8];
+            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 8, &o->nsegments))
+                return -1;
+            for (int k = 0; k < o->nsegments; k++) {
+                if (inum(a, items[k], 1, 1024, &n)) return -1;
+                o->segments[k] = (int)n;
+            }
+        } else if (!strcmp(a, "--no-two-instances")) {
+            o->two_instances = 0;
+        } else if (!strcmp(a, "--duration")) {
+            if (num(a, val(argc, argv, &i), 0.1, 3600, &o->duration_s)) return -1;
+        } else if (!strcmp(a, "--pause-duration")) {
+            if (num(a, val(argc, argv, &i), 0.1, 3600, &o->pause_duration_s)) return -1;
+        } else if (!strcmp(a, "--stock")) {
+            if (inum(a, val(argc, argv, &i), 1, 1000000000, &o->stock)) return -1;
+        } else if (!strcmp(a, "--out")) {
+            if (copy(a, val(argc, argv, &i), o->out_dir, sizeof o->out_dir)) return -1;
+        } else if (!strcmp(a, "--flashsale")) {
+            if (copy(a, val(argc, argv, &i), o->service_bin, sizeof o->service_bin)) return -1;
+        } else {
+            return bad("unknown option %s", a);
+        }
+        (void)d;
+    }
+    o->connections = lo.connections;
+    o->threads = lo.threads;
+    o->users = lo.users;
+    o->qty_min = lo.qty_min;
+    o->qty_max = lo.qty_max;
+    memcpy(o->targets, lo.targets, sizeof o->targets);
+    o->ntargets = lo.ntargets;
+    memcpy(o->token, v.token, sizeof o->token);
+    memcpy(o->redis_url, v.redis_url, sizeof o->redis_url);
+    memcpy(o->db_path, v.db_path, sizeof o->db_path);
+    memcpy(o->key_prefix, v.key_prefix, sizeof o->key_prefix);
+    o->progress = progress;
+    return 0;
+}
+
+/* bin/flashsale next to this program. */
+static void default_service_bin(char *out, size_t len) {
+    char self[380];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(out, len, "flashsale");
+        return;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(out, len, "%.370s/flashsale", self);
+}
+
+static int compare_main(int argc, char **argv, int first) {
+    static fl_compare_opts o;
+    fl_err e = { "" };
+    fl_compare_opts_default(&o);
+    const char *tok = getenv("FLASHSALE_ADMIN_TOKEN");
+    if (tok) snprintf(o.token, sizeof o.token, "%s", tok);
+    if (parse_compare(argc, argv, first, &o)) return EXIT_USAGE;
+    if (!o.service_bin[0]) default_service_bin(o.service_bin, sizeof o.service_bin);
+    o.interrupted = &interrupted;
+    int rc = fl_compare(&o, &e);
+    if (rc < 0) {
+        fprintf(stderr, "flashload compare: %s\n", e.msg);
+        return EXIT_USAGE;
+    }
+    return rc ? EXIT_BROKEN : EXIT_PASS;
+}
+
+int main(int argc, char **argv) {
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return EXIT_PASS;
+        }
+    if (argc > 1 && !strcmp(argv[1], "compare")) return compare_main(argc, argv, 2);
+    if (argc > 1 && !strcmp(argv[1], "run")) return run_main(argc, argv, 2);
+    if (argc > 1 && argv[1][0] != '-') {
+        bad("unknown command '%s'", argv[1]);
+        return EXIT_USAGE;
+    }
+    return run_main(argc, argv, 1);
+}

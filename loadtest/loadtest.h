@@ -1,0 +1,550 @@
+/* loadtest.h: flashload, the load generator and invariant verifier of
+ * flashsale, as bin/flashload and the tests use it.
+ *
+ * A flash sale is only proven correct if someone counts. flashload drives
+ * thousands of buyers at the service and then checks, from four vantage
+ * points, that no unit was sold twice and none vanished:
+ *
+ *   fl_resp      incremental HTTP/1.1 response parser: partial reads,
+ *                chunked bodies, pipelined responses (httpresp.c)
+ *   fl_hist      log-bucket latency histogram, ~3% resolution, mergeable (hist.c)
+ *   fl_zipf      zipf sampler in O(1) memory, for choosing buyers (buyers.c)
+ *   fl_engine    the load: one epoll loop per thread, non-blocking keep-alive
+ *                connections, closed loop or open loop at a fixed rate with
+ *                latency from each request's scheduled time (engine.c)
+ *   fl_http      a blocking HTTP client for the admin calls and the API
+ *                vantage point (client.c)
+ *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c)
+ *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
+ *   fl_compare   the strategy matrix, its table, report.json and the
+ *                self-contained report.html (compare.c, report.c)
+ *   fl_proc      private redis-server and flashsale processes (procs.c)
+ *
+ * Errors are reported in an fl_err the caller passes in; nothing here keeps
+ * global mutable state, so several runs may follow each other in one
+ * process (compare does). */
+#ifndef FLASHSALE_LOADTEST_H
+#define FLASHSALE_LOADTEST_H
+
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* ------------------------------------------------------------------ errors */
+
+typedef struct fl_err {
+    char msg[512];
+} fl_err;
+
+/* Writes a message into e (NULL: ignored). Returns -1, for `return fl_errf(..)`. */
+int fl_errf(fl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------- the response parser */
+
+#define FL_RESP_LINE_MAX 8192      /* longest status or header line */
+
+enum { FL_RESP_ERROR = -1, FL_RESP_MORE = 0, FL_RESP_DONE = 1 };
+
+/* One HTTP/1.x response being read. Feed it bytes as they arrive, in any
+ * slicing; it says when a whole response is in, and how many of the bytes
+ * were its own, so what follows belongs to the next (pipelined) response. */
+typedef struct fl_resp {
+    /* What was read. */
+    int status;                  /* e.g. 201 */
+    int minor;                   /* HTTP/1.<minor> */
+    int keep_alive;              /* the connection may carry another request */
+    int replayed;                /* Idempotent-Replayed: true */
+    int chunked;                 /* Transfer-Encoding: chunked */
+    long long content_length;    /* -1: none given */
+    char *body;                  /* the first body_max bytes, NUL-terminated */
+    size_t body_len;             /* bytes kept in body */
+    size_t body_total;           /* bytes of body received */
+    size_t body_max;             /* keep at most this many body bytes */
+    const char *error;           /* why, after FL_RESP_ERROR */
+    int no_body;                 /* caller: the request was HEAD (no body follows) */
+    /* Parser state. */
+    int state;
+    long long left;              /* bytes left of the body or of the chunk */
+    size_t body_cap;
+    size_t line_len;
+    size_t head_bytes;           /* status + header bytes so far (bounded) */
+    char line[FL_RESP_LINE_MAX];
+} fl_resp;
+
+/* Sets r up to read responses keeping up to body_max body bytes each. */
+void fl_resp_init(fl_resp *r, size_t body_max);
+/* Makes r ready for the next response (keeps the body buffer). */
+void fl_resp_reset(fl_resp *r);
+void fl_resp_free(fl_resp *r);
+/* Feeds len bytes of the stream. *used gets how many were consumed: all of
+ * them with FL_RESP_MORE; up to the response's end with FL_RESP_DONE (the
+ * rest is the next response's); unspecified with FL_RESP_ERROR (r->error
+ * says why). */
+int fl_resp_feed(fl_resp *r, const char *buf, size_t len, size_t *used);
+/* The peer closed the connection: FL_RESP_DONE when that ends a body
+ * delimited by close, else FL_RESP_ERROR (a truncated response). */
+int fl_resp_eof(fl_resp *r);
+/* Whether any byte of the current response has been fed. */
+int fl_resp_started(const fl_resp *r);
+
+/* Finds "key": "<string>" in a flat JSON text (the service's compact
+ * answers) and copies the string, unescaped of nothing, into out. Returns
+ * its length, or -1 when absent or longer than outlen - 1. */
+int fl_json_str(const char *json, size_t len, const char *key, char *out, size_t outlen);
+
+/* ---------------------------------------------------------------- histogram */
+
+#define FL_HIST_SUB_BITS 5                         /* 32 sub-buckets: <= 3.2% error */
+#define FL_HIST_SUB (1u << FL_HIST_SUB_BITS)
+#define FL_HIST_MAX_BITS 40                        /* up to 2^40 us (12 days) */
+#define FL_HIST_BUCKETS ((FL_HIST_MAX_BITS - FL_HIST_SUB_BITS + 1) * FL_HIST_SUB)
+
+/* Latencies in microseconds: exact below 32 us, then 32 buckets per power
+ * of two. Recording is an index computation and an increment. */
+typedef struct fl_hist {
+    uint64_t count;
+    uint64_t sum;
+    uint64_t min, max;           /* exact */
+    uint64_t b[FL_HIST_BUCKETS];
+} fl_hist;
+
+void fl_hist_reset(fl_hist *h);
+void fl_hist_record(fl_hist *h, uint64_t us);
+/* Adds src's observations to dst. */
+void fl_hist_merge(fl_hist *dst, const fl_hist *src);
+/* The value at percentile p (0..100): the upper edge of the bucket holding
+ * that rank, never above the exact max. 0 when empty. */
+uint64_t fl_hist_percentile(const fl_hist *h, double p);
+double fl_hist_mean(const fl_hist *h);
+/* Bucket index of a value, and the smallest value of a bucket (for tests). */
+unsigned fl_hist_index(uint64_t us);
+uint64_t fl_hist_bucket_low(unsigned idx);
+
+/* ------------------------------------------------------------------- buyers */
+
+/* A small fast generator (xoshiro-like quality is not needed: splitmix64). */
+typedef struct fl_rng {
+    uint64_t s;
+} fl_rng;
+
+void fl_rng_seed(fl_rng *r, uint64_t seed);
+uint64_t fl_rng_next(fl_rng *r);
+/* Uniform in [0, n). */
+uint64_t fl_rng_below(fl_rng *r, uint64_t n);
+/* Uniform in [0, 1). */
+double fl_rng_unit(fl_rng *r);
+
+/* Zipf over 1..n with exponent s > 0 (rejection-inversion, Hörmann and
+ * Derflinger): rank k has probability proportional to 1/k^s. */
+typedef struct fl_zipf {
+    uint64_t n;
+    double s;
+    double h_x1, h_n, s_param;
+} fl_zipf;
+
+void fl_zipf_init(fl_zipf *z, uint64_t n, double s);
+/* A rank in 1..n. */
+uint64_t fl_zipf_next(const fl_zipf *z, fl_rng *r);
+
+/* ------------------------------------------------------------------ targets */
+
+#define FL_MAX_TARGETS 8
+
+/* A service instance: "http://host:port" (a trailing path is ignored). */
+typedef struct fl_target {
+    char url[300];
+    char host[256];
+    int port;
+    char hostport[300];          /* the Host header */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+} fl_target;
+
+/* Parses and resolves url. Returns 0, or -1 with e set. */
+int fl_target_parse(const char *url, fl_target *t, fl_err *e);
+
+/* -------------------------------------------------------------- the engine */
+
+#define FL_NO_KEY UINT64_MAX
+
+/* What the engine sends and how. */
+typedef struct fl_load_opts {
+    fl_target targets[FL_MAX_TARGETS];
+    int ntargets;
+    int connections;             /* in total, spread over targets and threads */
+    int threads;                 /* event loops, each with its own connections */
+    int64_t duration_us;         /* stop issuing after this long (0: no limit) */
+    uint64_t requests;           /* stop issuing after this many (0: no limit) */
+    double rate;                 /* open loop: requests/s in total; 0: closed loop */
+    int64_t timeout_us;          /* an answer later than this is a transport error */
+    int connect_burst;           /* connects in progress at once per thread */
+    /* What a request is. */
+    const char *get_path;        /* set: GET this path (a ceiling test), no orders */
+    const char *sku;
+    uint32_t users;              /* buyers u0 .. u<users-1> */
+    double zipf_s;               /* 0: uniform; else zipf exponent */
+    int qty_min, qty_max;
+    int idem;                    /* send an Idempotency-Key with each order */
+    double retry;                /* share of orders that replay an earlier key */
+    char key_tag[24];            /* makes this run's keys unique */
+    uint64_t seed;
+} fl_load_opts;
+
+/* Defaults: 64 connections, 2 threads, 10 s timeout, 1000 uniform users,
+ * quantity 1, no keys. */
+void fl_load_opts_default(fl_load_opts *o);
+
+/* A 201 (or a replay's 200) as the client saw it. */
+typedef struct fl_order_rec {
+    char order_id[27];
+    uint16_t qty;
+    uint32_t user;
+    uint64_t key;                /* FL_NO_KEY: sent without a key */
+} fl_order_rec;
+
+/* A request that went out (at least in part) and got no complete answer:
+ * it may or may not have created an order. */
+typedef struct fl_lost_rec {
+    uint32_t user;
+    uint16_t qty;
+    uint64_t key;
+} fl_lost_rec;
+
+typedef struct fl_code_count {
+    char code[40];
+    uint64_t n;
+} fl_code_count;
+
+/* What a run of the engine saw. Owned arrays: fl_load_result_free. */
+typedef struct fl_load_result {
+    int64_t elapsed_us;          /* start to the last answer */
+    int64_t last_created_us;     /* start to the last 201: the selling window */
+    uint64_t sent;               /* requests written (in part or whole) */
+    uint64_t answered;           /* complete answers */
+    uint64_t status[600];        /* answers by status code */
+    uint64_t transport_errors;   /* sent, no complete answer (reset, timeout, EOF) */
+    uint64_t timeouts;           /* of which: no answer within the timeout */
+    uint64_t connect_errors;
+    uint64_t backlog;            /* open loop: scheduled, never sent before the end */
+    uint64_t replays_sent;       /* orders that reused an earlier key */
+    int max_open;                /* most connections open at once */
+    fl_code_count codes[32];     /* error codes of non-2xx answers */
+    size_t ncodes;
+    fl_hist hist;                /* latency of every answer */
+    fl_order_rec *created;       /* every 201 */
+    size_t ncreated;
+    fl_order_rec *replayed;      /* every 200 Idempotent-Replayed */
+    size_t nreplayed;
+    fl_lost_rec *lost;           /* transport errors after sending */
+    size_t nlost;
+    char key_tag[24];
+} fl_load_result;
+
+void fl_load_result_free(fl_load_result *r);
+/* Count of answers with this error code. */
+uint64_t fl_load_code(const fl_load_result *r, const char *code);
+/* The key string of key id k, as sent: "fl-<tag>-<k>". */
+void fl_key_string(const char *tag, uint64_t k, char *out, size_t len);
+
+/* Live counters, for the progress line. */
+typedef struct fl_progress {
+    int64_t elapsed_us;
+    uint64_t answered, c2xx, c201, c409, c429, c5xx, other, errors;
+    int open;                    /* connections open now */
+    uint64_t p99_us;             /* over the answers since the previous call */
+    uint64_t interval_n;         /* answers since the previous call */
+} fl_progress;
+
+typedef struct fl_engine fl_engine;
+
+/* Starts the threads; they connect, send and read until the duration or
+ * request budget is spent, then wait for answers in flight (up to the
+ * timeout) and close. Returns NULL with e set if nothing could start. */
+fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e);
+/* Counters so far (thread-safe; call from one thread). */
+void fl_engine_progress(fl_engine *g, fl_progress *p);
+/* Whether every thread has finished. */
+int fl_engine_finished(fl_engine *g);
+/* Whether any connection has ever been established. */
+int fl_engine_connected(fl_engine *g);
+/* Stops issuing requests now (answers in flight are still awaited). */
+void fl_engine_stop(fl_engine *g);
+/* Waits for the threads, fills res and frees g. */
+void fl_engine_join(fl_engine *g, fl_load_result *res);
+
+/* ------------------------------------------------------ the blocking client */
+
+/* One keep-alive connection for admin calls and reads; reconnects once
+ * when the server has closed it meanwhile. */
+typedef struct fl_http {
+    fl_target t;
+    int fd;
+    int timeout_ms;
+    char token[256];             /* admin bearer token ("" none) */
+    fl_resp resp;                /* the last answer */
+} fl_http;
+
+int fl_http_init(fl_http *h, const fl_target *t, const char *token, int timeout_ms);
+void fl_http_close(fl_http *h);
+/* Sends one request (body may be NULL) and reads the answer into h->resp.
+ * Returns the status, or -1 with e set on a transport error. */
+int fl_http_request(fl_http *h, const char *method, const char *path, const char *body,
+                    fl_err *e);
+
+/* A product as GET /v1/products/{sku} shows it. */
+typedef struct fl_product {
+    char sku[65];
+    char strategy[32];
+    int segments;
+    long long per_user_limit;
+    long long stock_initial, stock_available, sold;
+    long long min_segment;       /* lowest of segment_available */
+} fl_product;
+
+/* What a run creates. */
+typedef struct fl_product_spec {
+    char sku[65];
+    long long stock;
+    char strategy[32];           /* "" : the service's default */
+    int segments;
+    long long per_user_limit;
+    int cs_delay_ms;             /* fault injection (0: not sent) */
+    int lock_ttl_ms;             /* fault injection (0: not sent) */
+} fl_product_spec;
+
+/* POST /v1/products. Returns 0, or -1 with the service's answer in e. */
+int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e);
+/* GET /v1/products/{sku}: 0, or -1 with e set. */
+int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e);
+/* Calls fn for every order of sku (GET /v1/orders?sku=, all pages).
+ * Returns the number of orders, or -1 with e set. */
+long fl_orders_each(fl_http *h, const char *sku,
+                    void (*fn)(const char *order_id, const char *user_id, int quantity,
+                               const char *idem_key, void *ud),
+                    void *ud, fl_err *e);
+
+/* ------------------------------------------------------------ verification */
+
+/* Where to look, besides the client's own record. */
+typedef struct fl_vantage {
+    fl_target api;               /* the service (any instance) */
+    char token[256];
+    char redis_url[512];         /* "" : Redis not checked */
+    char key_prefix[64];
+    char db_path[512];           /* "" : SQLite not checked */
+} fl_vantage;
+
+/* The state before the run, so an existing SKU can be tested too. */
+typedef struct fl_baseline {
+    fl_product p;
+    char (*ids)[27];             /* orders that existed before (sorted) */
+    size_t nids;
+    long long units;             /* their units */
+} fl_baseline;
+
+/* Samples taken while the load runs. */
+typedef struct fl_sampler fl_sampler;
+
+typedef struct fl_samples {
+    uint64_t n;                  /* samples taken (API) */
+    uint64_t redis_n;
+    long long min_available;     /* lowest stock_available the API showed */
+    long long min_segment;       /* lowest single segment the API showed */
+    long long min_redis_segment; /* lowest segment read from Redis */
+    uint64_t negative;           /* API samples with anything below zero */
+    uint64_t redis_negative;     /* Redis samples with a segment below zero */
+    uint64_t errors;             /* samples that failed */
+} fl_samples;
+
+fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e);
+/* Takes one sample from the API and, if configured, Redis. */
+void fl_sampler_sample(fl_sampler *s);
+void fl_sampler_get(const fl_sampler *s, fl_samples *out);
+void fl_sampler_free(fl_sampler *s);
+
+#define FL_MAX_VIOLATIONS 32
+
+typedef struct fl_violation {
+    char vantage[8];             /* client, api, redis, sqlite */
+    char what[240];              /* "oversold by 37 units (...)" */
+    long long size;
+} fl_violation;
+
+typedef struct fl_verdict {
+    int pass;
+    fl_violation v[FL_MAX_VIOLATIONS];
+    int nv;                      /* listed violations */
+    int nv_total;                /* found, listed or not */
+    /* Figures (this run's share when the SKU existed before). */
+    long long initial;           /* stock put on sale */
+    long long sold;              /* API: sold by this run */
+    long long available;         /* API: left at the end */
+    long long units_201;         /* units the client holds 201s for */
+    long long oversold;          /* units sold or offered beyond the stock */
+    long long lost;              /* units neither sold nor available */
+    long long min_stock;         /* lowest stock seen anywhere */
+    long long pending_records, pending_units;   /* Redis, after settling */
+    long long orders_listed;     /* API order rows of this run */
+    long long orders_without_201, created_without_order;
+    long long explained_by_errors;  /* rows matched to a transport error */
+    int api_checked, redis_checked, db_checked;
+    char notes[512];             /* what could not be checked, and why */
+} fl_verdict;
+
+typedef struct fl_verify_in {
+    const fl_vantage *v;
+    const char *sku;
+    const fl_baseline *base;
+    const fl_load_result *load;
+    const fl_samples *samples;   /* may be NULL */
+    int settle_ms;               /* wait this long at most for a quiet state */
+} fl_verify_in;
+
+/* Reads the product and its orders before a run. */
+int fl_baseline_take(fl_http *h, const char *sku, fl_baseline *b, fl_err *e);
+void fl_baseline_free(fl_baseline *b);
+/* Checks every invariant from every vantage point configured. Returns 0
+ * with the verdict filled, or -1 with e set when checking itself failed. */
+int fl_verify(const fl_verify_in *in, fl_verdict *out, fl_err *e);
+/* Prints the verdict: "PASS ..." or "FAIL" and one line per violation. */
+void fl_verdict_print(const fl_verdict *vd, FILE *f);
+/* One line: "PASS" or the violations joined by "; ". */
+void fl_verdict_line(const fl_verdict *vd, char *out, size_t len);
+
+/* --------------------------------------------------------------- one run */
+
+typedef struct fl_run_opts {
+    fl_load_opts load;
+    fl_vantage vantage;
+    int create;                  /* create the product (else it must exist) */
+    fl_product_spec product;
+    int verify;                  /* on by default */
+    int settle_ms;
+    int sample_ms;               /* sampling period while running */
+    int progress;                /* a progress line per second on stderr */
+    const char *label;           /* shown on progress lines */
+    const atomic_int *interrupted;   /* set by a signal: stop early */
+} fl_run_opts;
+
+void fl_run_opts_default(fl_run_opts *o);
+
+typedef struct fl_run_result {
+    fl_load_result load;
+    fl_samples samples;
+    fl_verdict verdict;
+    fl_product product;          /* as created / found */
+    int verified;
+} fl_run_result;
+
+/* Creates (or finds) the product, runs the load while sampling and showing
+ * progress, then verifies. Returns 0 (see res->verdict), or -1 with e set
+ * on a usage or setup failure (exit code 2). */
+int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e);
+void fl_run_result_free(fl_run_result *r);
+/* Prints the final figures: throughput, latencies, statuses, error codes. */
+void fl_run_print(const fl_run_opts *o, const fl_run_result *r, FILE *f);
+/* Formats a duration for people: "740us", "7.12ms", "1.20s". */
+void fl_fmt_us(uint64_t us, char *out, size_t len);
+/* Writes the run as JSON to path. Returns 0 or -1 with e set. */
+int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *path,
+                      fl_err *e);
+
+/* ---------------------------------------------------------------- processes */
+
+typedef struct fl_proc {
+    pid_t pid;
+    int port;
+    char url[128];               /* redis://... or http://... */
+    char log[600];
+} fl_proc;
+
+/* A free TCP port on 127.0.0.1, or -1. */
+int fl_free_port(void);
+/* Starts redis-server (no persistence) in dir on a free port and waits for
+ * it to answer. Returns 0 or -1 with e set. */
+int fl_redis_start(const char *dir, fl_proc *p, fl_err *e);
+/* Starts `bin --listen 127.0.0.1:<free> --redis url --db db_path` plus the
+ * extra NULL-terminated args, logging to dir, and waits until it accepts. */
+int fl_service_start(const char *bin, const char *dir, const char *redis_url,
+                     const char *db_path, const char *const *extra, fl_proc *p, fl_err *e);
+/* SIGTERM, then SIGKILL after timeout_ms; reaps it. Safe on a zero pid. */
+void fl_proc_stop(fl_proc *p, int timeout_ms);
+/* Removes a directory tree made by us (best effort). */
+void fl_rmtree(const char *dir);
+
+/* ------------------------------------------------------------- comparison */
+
+/* Why and how a scene is run. */
+typedef struct fl_scene {
+    char strategy[32];
+    int segments;
+    int instances;
+    long long stock;
+    int cs_delay_ms;             /* injected pause (0: none) */
+    int lock_ttl_ms;             /* lease (0: service default) */
+    int unsafe;                  /* expected to break */
+    char condition[64];          /* for people: "contention", "pause 300ms > ttl 100ms" */
+    double duration_s;
+} fl_scene;
+
+typedef struct fl_scene_result {
+    fl_scene sc;
+    int ran;                     /* 0: skipped (see note) */
+    char note[200];
+    double orders_per_s;         /* 201s per second while the sale lasted (to the last 201) */
+    double answers_per_s;        /* order requests answered per second, whatever the answer */
+    uint64_t answered, created, transport_errors;
+    uint64_t p50_us, p90_us, p99_us, p999_us, max_us;
+    fl_verdict verdict;
+    char verdict_line[300];
+    int as_expected;             /* safe and PASS, or unsafe and FAIL */
+    uint64_t status_201, status_409, status_429, status_5xx;
+} fl_scene_result;
+
+typedef struct fl_compare_opts {
+    char strategies[16][32];     /* empty: every strategy of stock.h */
+    int nstrategies;
+    int segments[8];
+    int nsegments;
+    int two_instances;           /* add the two-instance scenes */
+    double duration_s;           /* per scene */
+    double pause_duration_s;     /* per scene run under an injected pause */
+    int connections;
+    int threads;
+    uint32_t users;
+    int qty_min, qty_max;
+    long long stock;             /* of the scenes without a pause */
+    long long pause_stock;       /* of the scenes under an injected pause */
+    char out_dir[400];
+    char service_bin[400];
+    /* Existing services instead of our own. */
+    fl_target targets[FL_MAX_TARGETS];
+    int ntargets;
+    char token[256];
+    char redis_url[512];
+    char key_prefix[64];
+    char db_path[512];
+    int progress;                /* per-second lines during each scene */
+    const atomic_int *interrupted;
+} fl_compare_opts;
+
+void fl_compare_opts_default(fl_compare_opts *o);
+/* Builds the matrix of scenes. Returns how many (at most max). */
+int fl_compare_scenes(const fl_compare_opts *o, fl_scene *out, int max);
+/* Runs every scene, prints the table, writes report.json and report.html
+ * into o->out_dir. Returns 0 when every scene came out as expected, 1 when
+ * one did not, -1 with e set on a setup failure. */
+int fl_compare(const fl_compare_opts *o, fl_err *e);
+/* The table, as printed. */
+void fl_compare_table(const fl_scene_result *r, int n, FILE *f);
+/* report.json and report.html. Return 0 or -1 with e set. */
+int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
+                   const char *path, fl_err *e);
+int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
+                   const char *path, fl_err *e);
+
+#endif

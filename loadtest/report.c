@@ -1,0 +1,393 @@
+/* report.c: the comparison's report.json (for tools) and report.html (for
+ * people).
+ *
+ * The HTML is one self-contained file: inline CSS and inline SVG charts, no
+ * script or font fetched from anywhere, so it opens the same from a CI
+ * artifact, a mail attachment or a laptop offline. Three charts answer the
+ * three questions a reader has: how fast is each strategy (throughput),
+ * what does a buyer wait (latency percentiles, on a log scale because a
+ * lock pause is a thousand times a Lua script), and which ones oversell
+ * (oversold units). A few lines of script at the end only measure the
+ * drawn marks into data- attributes, for the headless-browser test. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <jansson.h>
+
+#include "loadtest/loadtest.h"
+
+#define W 980                      /* chart width */
+#define LABEL_W 270                /* room for scene names */
+#define ROW_H 24
+#define TOP 34
+#define RIGHT 80
+
+/* -------------------------------------------------------------- report.json */
+
+int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n, const char *path,
+                   fl_err *e) {
+    json_t *scenes = json_array();
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        json_t *v = json_array();
+        for (int k = 0; k < s->verdict.nv; k++)
+            json_array_append_new(v, json_pack("{s:s, s:s, s:I}", "vantage", s->verdict.v[k].vantage,
+                                               "what", s->verdict.v[k].what, "size",
+                                               (json_int_t)s->verdict.v[k].size));
+        json_t *j = json_pack(
+            "{s:s, s:i, s:i, s:s, s:b, s:I, s:i, s:i, s:f, s:b}", "strategy", s->sc.strategy,
+            "segments", s->sc.segments, "instances", s->sc.instances, "condition",
+            s->sc.condition, "unsafe", s->sc.unsafe, "stock", (json_int_t)s->sc.stock,
+            "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
+            s->sc.duration_s, "ran", s->ran);
+        if (!s->ran) {
+            json_object_set_new(j, "note", json_string(s->note));
+            json_decref(v);
+        } else {
+            json_object_update_new(
+                j, json_pack("{s:f, s:f, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I, s:I}, "
+                             "s:{s:I, s:I, s:I, s:I}, s:b, s:s, s:b, s:I, s:I, s:I, s:I, s:I, "
+                             "s:I, s:I, s:o}",
+                             "orders_per_s", s->orders_per_s, "answers_per_s", s->answers_per_s,
+                             "answered", (json_int_t)s->answered, "created",
+                             (json_int_t)s->created, "transport_errors",
+                             (json_int_t)s->transport_errors, "latency_us", "p50",
+                             (json_int_t)s->p50_us, "p90", (json_int_t)s->p90_us, "p99",
+                             (json_int_t)s->p99_us, "p999", (json_int_t)s->p999_us, "max",
+                             (json_int_t)s->max_us, "status", "201", (json_int_t)s->status_201,
+                             "409", (json_int_t)s->status_409, "429", (json_int_t)s->status_429,
+                             "5xx", (json_int_t)s->status_5xx, "pass", s->verdict.pass,
+                             "verdict", s->verdict_line, "as_expected", s->as_expected,
+                             "initial", (json_int_t)s->verdict.initial, "sold",
+                             (json_int_t)s->verdict.sold, "available",
+                             (json_int_t)s->verdict.available, "oversold",
+                             (json_int_t)s->verdict.oversold, "min_stock",
+                             (json_int_t)s->verdict.min_stock, "lost",
+                             (json_int_t)s->verdict.lost, "orders_without_201",
+                             (json_int_t)s->verdict.orders_without_201, "violations", v));
+        }
+        json_array_append_new(scenes, j);
+    }
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *root = json_pack("{s:s, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:f, s:f}, s:o}",
+                             "generated_at", when, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN),
+                             "load", "connections", o->connections, "threads", o->threads, "users",
+                             (int)o->users, "quantity_min", o->qty_min, "quantity_max", o->qty_max,
+                             "duration_s", o->duration_s, "pause_duration_s",
+                             o->pause_duration_s, "scenes", scenes);
+    int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
+    json_decref(root);
+    return rc ? fl_errf(e, "cannot write %s", path) : 0;
+}
+
+/* -------------------------------------------------------------- report.html */
+
+static void esc(FILE *f, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static void scene_name(const fl_scene_result *s, char *out, size_t len) {
+    snprintf(out, len, "%s \xc2\xb7 %d seg%s%s", s->sc.strategy, s->sc.segments,
+             s->sc.segments == 1 ? "" : "s", s->sc.instances > 1 ? " \xc2\xb7 2 instances" : "");
+}
+
+/* The colour says what happened: green held, red oversold (as it should,
+ * for an unsafe one), amber did not do what was expected. */
+static const char *colour(const fl_scene_result *s) {
+    if (!s->as_expected) return "#e08a00";
+    return s->verdict.pass ? "#2e7d32" : "#c62828";
+}
+
+/* A "nice" upper bound for a linear axis. */
+static double nice_max(double v) {
+    if (v <= 0) return 1;
+    double p = pow(10, floor(log10(v)));
+    double steps[] = { 1, 2, 2.5, 5, 10 };
+    for (int i = 0; i < 5; i++)
+        if (steps[i] * p >= v) return steps[i] * p;
+    return 10 * p;
+}
+
+static int chart_height(int rows) { return TOP + rows * ROW_H + 30; }
+
+static void chart_open(FILE *f, const char *id, const char *title, int rows) {
+    fprintf(f, "<figure><figcaption>");
+    esc(f, title);
+    fprintf(f, "</figcaption>\n<svg class=\"chart\" id=\"%s\" xmlns=\"http://www.w3.org/2000/svg\" "
+               "viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\">\n",
+            id, W, chart_height(rows), W, chart_height(rows));
+}
+
+static void row_label(FILE *f, int row, const fl_scene_result *s) {
+    char name[96];
+    scene_name(s, name, sizeof name);
+    fprintf(f, "<text class=\"lbl\" x=\"%d\" y=\"%d\" text-anchor=\"end\">", LABEL_W - 10,
+            TOP + row * ROW_H + ROW_H / 2 + 4);
+    esc(f, name);
+    fprintf(f, "</text>\n");
+}
+
+/* Vertical grid lines and their labels for a linear axis 0..max. */
+static void linear_axis(FILE *f, int rows, double max, const char *unit) {
+    int plot = W - LABEL_W - RIGHT;
+    for (int k = 0; k <= 4; k++) {
+        double x = LABEL_W + plot * k / 4.0;
+        double v = max * k / 4.0;
+        fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x,
+                TOP - 6, x, TOP + rows * ROW_H);
+        fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g%s</text>\n",
+                x, TOP - 12, v, k == 4 ? unit : "");
+    }
+}
+
+static void chart_throughput(FILE *f, const fl_scene_result *r, int n) {
+    double max = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].ran && r[i].orders_per_s > max) max = r[i].orders_per_s;
+    max = nice_max(max);
+    chart_open(f, "throughput", "Throughput: orders confirmed (201) per second while the stock lasted", n);
+    linear_axis(f, n, max, "/s");
+    int plot = W - LABEL_W - RIGHT;
+    for (int i = 0; i < n; i++) {
+        row_label(f, i, &r[i]);
+        int y = TOP + i * ROW_H + 4;
+        if (!r[i].ran) {
+            fprintf(f, "<text class=\"note\" x=\"%d\" y=\"%d\">skipped</text>\n", LABEL_W + 4, y + 12);
+            continue;
+        }
+        double w = plot * r[i].orders_per_s / max;
+        if (w < 1) w = 1;
+        fprintf(f, "<rect class=\"mark\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+                   "fill=\"%s\"><title>%.0f orders/s while the stock lasted; %.0f answers/s "
+                   "in all</title></rect>\n",
+                LABEL_W, y, w, ROW_H - 8, colour(&r[i]), r[i].orders_per_s, r[i].answers_per_s);
+        fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%d\">%.0f</text>\n", LABEL_W + w + 5, y + 12,
+                r[i].orders_per_s);
+    }
+    fprintf(f, "</svg></figure>\n");
+}
+
+/* x of a latency on the log axis lo..hi (us). */
+static double log_x(double us, double lo, double hi) {
+    if (us < lo) us = lo;
+    int plot = W - LABEL_W - RIGHT;
+    return LABEL_W + plot * (log10(us) - log10(lo)) / (log10(hi) - log10(lo));
+}
+
+static void chart_latency(FILE *f, const fl_scene_result *r, int n) {
+    double lo = 100, hi = 1e6;      /* 100 us .. 1 s, widened to fit */
+    for (int i = 0; i < n; i++) {
+        if (!r[i].ran) continue;
+        while (r[i].p50_us && (double)r[i].p50_us < lo && lo > 1) lo /= 10;
+        while ((double)r[i].p999_us > hi) hi *= 10;
+    }
+    chart_open(f, "latency",
+               "Latency percentiles (log scale): \xe2\x97\x8f p50, | p90, \xe2\x97\x86 p99, | p99.9 (labelled: p99)",
+               n);
+    for (double t = lo; t <= hi * 1.01; t *= 10) {
+        char lab[16];
+        fl_fmt_us((uint64_t)t, lab, sizeof lab);
+        double x = log_x(t, lo, hi);
+        fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, TOP - 6,
+                x, TOP + n * ROW_H);
+        fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x,
+                TOP - 12, lab);
+    }
+    for (int i = 0; i < n; i++) {
+        row_label(f, i, &r[i]);
+        if (!r[i].ran) continue;
+        double cy = TOP + i * ROW_H + ROW_H / 2.0;
+        double x50 = log_x((double)r[i].p50_us, lo, hi), x90 = log_x((double)r[i].p90_us, lo, hi);
+        double x99 = log_x((double)r[i].p99_us, lo, hi), x999 = log_x((double)r[i].p999_us, lo, hi);
+        const char *c = colour(&r[i]);
+        char a[16], b[16], d[16], g[16];
+        fl_fmt_us(r[i].p50_us, a, sizeof a);
+        fl_fmt_us(r[i].p90_us, b, sizeof b);
+        fl_fmt_us(r[i].p99_us, d, sizeof d);
+        fl_fmt_us(r[i].p999_us, g, sizeof g);
+        fprintf(f, "<g><title>p50 %s, p90 %s, p99 %s, p99.9 %s</title>\n", a, b, d, g);
+        fprintf(f, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"%s\" stroke-width=\"2\" opacity=\"0.5\"/>\n", x50, cy, x999 + 0.5, cy, c);
+        fprintf(f, "<circle class=\"mark\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"/>\n", x50, cy, c);
+        fprintf(f, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"%s\" stroke-width=\"2\"/>\n", x90, cy - 5, x90, cy + 5, c);
+        fprintf(f, "<rect class=\"mark\" x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"%s\" "
+                   "transform=\"rotate(45 %.1f %.1f)\"/>\n", x99 - 4, cy - 4, c, x99, cy);
+        fprintf(f, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                   "stroke=\"%s\" stroke-width=\"2\"/>\n", x999, cy - 7, x999, cy + 7, c);
+        fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.1f\">%s</text></g>\n", x999 + 8, cy + 4, d);
+    }
+    fprintf(f, "</svg></figure>\n");
+}
+
+/* x of a unit count on a log axis 0..max (log10(1 + v): 0 stays at 0). */
+static double units_x(double v, double max) {
+    int plot = W - LABEL_W - RIGHT;
+    return LABEL_W + plot * log10(1 + v) / log10(1 + max);
+}
+
+static void chart_oversold(FILE *f, const fl_scene_result *r, int n) {
+    double max = 10;
+    for (int i = 0; i < n; i++)
+        while (r[i].ran && (double)r[i].verdict.oversold > max) max *= 10;
+    chart_open(f, "oversold",
+               "Oversold units (log scale): sold or still offered beyond the stock put on sale", n);
+    for (double t = 1; t <= max; t *= 10) {
+        double x = units_x(t, max);
+        fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, TOP - 6,
+                x, TOP + n * ROW_H);
+        fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", x,
+                TOP - 12, t);
+    }
+    for (int i = 0; i < n; i++) {
+        row_label(f, i, &r[i]);
+        int y = TOP + i * ROW_H + 4;
+        if (!r[i].ran) continue;
+        long long ov = r[i].verdict.oversold;
+        if (ov == 0) {
+            fprintf(f, "<rect class=\"mark\" x=\"%d\" y=\"%d\" width=\"2\" height=\"%d\" "
+                       "fill=\"%s\"/>\n<text class=\"val ok\" x=\"%d\" y=\"%d\">0 \xe2\x9c\x93%s</text>\n",
+                    LABEL_W, y, ROW_H - 8, colour(&r[i]), LABEL_W + 8, y + 12,
+                    r[i].as_expected ? "" : "  (expected an oversell)");
+            continue;
+        }
+        double w = units_x((double)ov, max) - LABEL_W;
+        if (w < 2) w = 2;
+        char extra[64] = "";
+        if (r[i].verdict.min_stock < 0)
+            snprintf(extra, sizeof extra, ", stock reached %lld", r[i].verdict.min_stock);
+        fprintf(f, "<rect class=\"mark\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+                   "fill=\"%s\"><title>oversold by %lld units%s</title></rect>\n",
+                LABEL_W, y, w, ROW_H - 8, colour(&r[i]), ov, extra);
+        fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%d\">%lld%s</text>\n", LABEL_W + w + 5,
+                y + 12, ov, extra);
+    }
+    fprintf(f, "</svg></figure>\n");
+}
+
+static void table(FILE *f, const fl_scene_result *r, int n) {
+    fprintf(f, "<table><thead><tr><th>strategy</th><th>segments</th><th>instances</th>"
+               "<th>orders/s</th><th>answers/s</th><th>p50</th><th>p99</th><th>sold</th><th>oversold</th>"
+               "<th>min stock</th><th>lost</th><th>verdict</th><th>condition</th></tr></thead>"
+               "<tbody>\n");
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        fprintf(f, "<tr><td>");
+        esc(f, s->sc.strategy);
+        fprintf(f, "</td><td>%d</td><td>%d</td>", s->sc.segments, s->sc.instances);
+        if (!s->ran) {
+            fprintf(f, "<td colspan=\"10\">");
+            esc(f, s->note);
+            fprintf(f, "</td></tr>\n");
+            continue;
+        }
+        char p50[16], p99[16];
+        fl_fmt_us(s->p50_us, p50, sizeof p50);
+        fl_fmt_us(s->p99_us, p99, sizeof p99);
+        fprintf(f, "<td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%lld</td><td>%lld</td>"
+                   "<td>%lld</td><td>%lld</td><td class=\"v\" style=\"color:%s\">",
+                s->orders_per_s, s->answers_per_s, p50, p99, s->verdict.sold, s->verdict.oversold,
+                s->verdict.min_stock, s->verdict.lost, colour(s));
+        esc(f, s->verdict_line);
+        if (!s->as_expected) fprintf(f, " (unexpected)");
+        fprintf(f, "</td><td>");
+        esc(f, s->sc.condition);
+        fprintf(f, "</td></tr>\n");
+    }
+    fprintf(f, "</tbody></table>\n");
+}
+
+static const char CSS[] =
+    "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d2329;"
+    "margin:32px auto;max-width:1020px;padding:0 16px;background:#fbfbfa}"
+    "h1{font-size:26px;margin:0 0 4px}p.sub{color:#5c6670;margin:0 0 20px}"
+    ".sum{padding:12px 16px;border-radius:8px;margin:0 0 24px;font-weight:600}"
+    ".sum.ok{background:#e8f5e9;color:#1b5e20}.sum.bad{background:#fff3e0;color:#8a4b00}"
+    "figure{margin:0 0 28px;background:#fff;border:1px solid #e3e6e8;border-radius:8px;"
+    "padding:12px 8px 4px}figcaption{font-weight:600;margin:0 0 4px 10px}"
+    "svg{max-width:100%;height:auto;font-family:inherit}"
+    ".lbl{font-size:13px;fill:#1d2329}.tick{font-size:11px;fill:#7a848c}"
+    ".val{font-size:12px;fill:#3a434a}.val.ok{fill:#2e7d32}.note{font-size:12px;fill:#999}"
+    ".grid{stroke:#eceff1;stroke-width:1}"
+    "table{border-collapse:collapse;width:100%;font-size:13px;background:#fff}"
+    "th,td{border-bottom:1px solid #e3e6e8;padding:5px 6px;text-align:right;white-space:nowrap}"
+    "td:last-child{white-space:normal}"
+    "th:first-child,td:first-child,td.v,th:nth-last-child(-n+2),td:last-child{text-align:left}"
+    "td.v{white-space:normal;font-weight:600}.legend span{display:inline-block;width:12px;"
+    "height:12px;border-radius:2px;margin:0 4px 0 14px;vertical-align:-1px}"
+    "footer{color:#7a848c;font-size:12px;margin:24px 0}";
+
+/* Counts the drawn marks of each chart into data- attributes, and any
+ * script error, so a headless browser can tell the page rendered. */
+static const char SELF_CHECK[] =
+    "<script>(function(){var errors=0;"
+    "window.addEventListener('error',function(){errors++;"
+    "document.body.setAttribute('data-errors',errors);});"
+    "var charts=document.querySelectorAll('svg.chart');"
+    "charts.forEach(function(svg){var n=0;svg.querySelectorAll('.mark').forEach(function(m){"
+    "var b=m.getBBox();if(b.width>0||b.height>0)n++;});svg.setAttribute('data-marks',n);});"
+    "document.body.setAttribute('data-charts',charts.length);"
+    "document.body.setAttribute('data-errors',errors);})();</script>\n";
+
+int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n, const char *path,
+                   fl_err *e) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fl_errf(e, "cannot write %s", path);
+    int ran = 0, unexpected = 0;
+    for (int i = 0; i < n; i++) {
+        ran += r[i].ran;
+        unexpected += r[i].ran && !r[i].as_expected;
+    }
+    char when[40];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+               "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+               "<title>flashsale: stock strategies compared</title><style>%s</style></head>\n"
+               "<body>\n<h1>flashsale: stock strategies compared</h1>\n",
+            CSS);
+    char qty[32];
+    if (o->qty_max > o->qty_min) snprintf(qty, sizeof qty, "%d-%d", o->qty_min, o->qty_max);
+    else snprintf(qty, sizeof qty, "%d", o->qty_min);
+    fprintf(f, "<p class=\"sub\">%s &middot; %ld CPUs &middot; the same load in every scene: "
+               "%d connections, %u buyers, quantity %s, %.3g s per scene (%.3g s under a "
+               "pause) &middot; verified from the client, the API, Redis and SQLite</p>\n",
+            when, sysconf(_SC_NPROCESSORS_ONLN), o->connections, o->users, qty, o->duration_s,
+            o->pause_duration_s);
+    fprintf(f, "<div class=\"sum %s\">%d scenes: %s</div>\n", unexpected || !ran ? "bad" : "ok",
+            ran,
+            unexpected ? "some did not come out as expected (amber)"
+                       : "every safe strategy passed, every unsafe one oversold, as expected");
+    fprintf(f, "<p class=\"legend\"><span style=\"background:#2e7d32\"></span>invariants held"
+               "<span style=\"background:#c62828\"></span>oversold (an unsafe strategy, as "
+               "designed)<span style=\"background:#e08a00\"></span>not what was expected</p>\n");
+    chart_throughput(f, r, n);
+    chart_latency(f, r, n);
+    chart_oversold(f, r, n);
+    table(f, r, n);
+    fprintf(f, "<footer>Orders/s: orders confirmed (201) per second from the start to the "
+               "last 201, i.e. while there was stock to sell; answers/s counts every answer, "
+               "sold-out ones included. Oversold: units sold or still offered beyond the stock put on sale "
+               "(sold + max(available, 0) &minus; stock). Min stock: the lowest stock any "
+               "vantage point saw, sampled while the load ran and read after it. Lost: units "
+               "neither sold nor available. A pause is injected inside the critical section "
+               "(fault injection) to force the interleaving that breaks a lock whose lease "
+               "runs out. Generated by flashload compare.</footer>\n");
+    fputs(SELF_CHECK, f);
+    fprintf(f, "</body></html>\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return fl_errf(e, "cannot write %s", path);
+    return 0;
+}

@@ -1,0 +1,801 @@
+/* verify.c: the invariants of a flash sale, checked from four vantage
+ * points, so a bug cannot hide behind the one place it also corrupted:
+ *
+ *   client  what the buyers were told: units confirmed by 201s never exceed
+ *           the stock, no order id is confirmed twice, one idempotency key
+ *           never yields two orders, the per-user limit holds;
+ *   api     GET /v1/products/{sku}: sold + available == initial, available
+ *           never below zero (also in every sample taken while running),
+ *           and GET /v1/orders?sku= lists exactly the 201s the client got;
+ *   redis   the stock keys (no segment below zero) and the pending records
+ *           (none left once the load is over and has settled);
+ *   sqlite  the order rows, read-only: they match the 201s, products.sold is
+ *           their sum, no key twice, no user over the limit.
+ *
+ * An order row without a 201 is allowed only when the client saw a
+ * transport error for a request that could have created it: matched by
+ * idempotency key when the row has one of ours, else by (user, quantity).
+ *
+ * Each violation carries its size ("oversold by 37 units", "stock reached
+ * -12", "3 orders without a 201"); the verdict is PASS only without any. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "db/db.h"
+#include "loadtest/loadtest.h"
+#include "stock/stock.h"
+
+/* ----------------------------------------------------------------- sampler */
+
+struct fl_sampler {
+    fl_http api;
+    char sku[65];
+    stock_conn *sc;               /* NULL: Redis not sampled */
+    stock_product sp;
+    long long *seg;
+    fl_samples s;
+};
+
+/* A Redis view of the product, when Redis holds its stock. */
+static stock_conn *open_stock(const fl_vantage *v, const fl_product *p, stock_product *sp,
+                              fl_err *e) {
+    stock_strategy strat;
+    if (!v->redis_url[0] || stock_strategy_parse(p->strategy, &strat) != 0 ||
+        !stock_strategy_about(strat)->uses_redis)
+        return NULL;
+    stock_config cfg = { .redis_url = v->redis_url,
+                         .prefix = v->key_prefix[0] ? v->key_prefix : "fs:",
+                         .timeout_ms = 2000,
+                         .instance = "flashload" };
+    char err[256];
+    stock_conn *sc = stock_conn_new(&cfg, err, sizeof err);
+    if (!sc) {
+        fl_errf(e, "redis %s: %s", v->redis_url, err);
+        return NULL;
+    }
+    if (stock_product_init(sp, p->sku, strat, p->segments > 0 ? p->segments : 1, 0, 0, 0)) {
+        stock_conn_free(sc);
+        fl_errf(e, "out of memory");
+        return NULL;
+    }
+    return sc;
+}
+
+fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e) {
+    fl_sampler *s = calloc(1, sizeof *s);
+    if (!s) {
+        fl_errf(e, "out of memory");
+        return NULL;
+    }
+    fl_http_init(&s->api, &v->api, v->token, 2000);
+    snprintf(s->sku, sizeof s->sku, "%s", p->sku);
+    s->s.min_available = s->s.min_segment = s->s.min_redis_segment = LLONG_MAX;
+    fl_err ignore;
+    s->sc = open_stock(v, p, &s->sp, &ignore);
+    if (s->sc) s->seg = calloc((size_t)s->sp.segments, sizeof *s->seg);
+    return s;
+}
+
+void fl_sampler_sample(fl_sampler *s) {
+    fl_product p;
+    fl_err e;
+    if (fl_product_get(&s->api, s->sku, &p, &e) == 0) {
+        s->s.n++;
+        if (p.stock_available < s->s.min_available) s->s.min_available = p.stock_available;
+        if (p.min_segment < s->s.min_segment) s->s.min_segment = p.min_segment;
+        if (p.stock_available < 0 || p.min_segment < 0) s->s.negative++;
+    } else {
+        s->s.errors++;
+    }
+    long long total;
+    if (s->sc && s->seg && stock_read(s->sc, &s->sp, &total, s->seg) == STOCK_RESERVED) {
+        s->s.redis_n++;
+        int below = 0;
+        for (int i = 0; i < s->sp.segments; i++) {
+            if (s->seg[i] < s->s.min_redis_segment) s->s.min_redis_segment = s->seg[i];
+            below |= s->seg[i] < 0;
+        }
+        s->s.redis_negative += (uint64_t)below;
+    }
+}
+
+void fl_sampler_get(const fl_sampler *s, fl_samples *out) { *out = s->s; }
+
+void fl_sampler_free(fl_sampler *s) {
+    if (!s) return;
+    fl_http_close(&s->api);
+    if (s->sc) {
+        stock_conn_free(s->sc);
+        stock_product_free(&s->sp);
+    }
+    free(s->seg);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- baseline */
+
+typedef struct id_list {
+    char (*ids)[27];
+    size_t n, cap;
+    long long units;
+} id_list;
+
+static void collect_id(const char *id, const char *user, int qty, const char *key, void *ud) {
+    id_list *l = ud;
+    (void)user;
+    (void)key;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        void *p = realloc(l->ids, cap * sizeof *l->ids);
+        if (!p) return;
+        l->ids = p;
+        l->cap = cap;
+    }
+    snprintf(l->ids[l->n++], 27, "%s", id);
+    l->units += qty;
+}
+
+static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
+
+int fl_baseline_take(fl_http *h, const char *sku, fl_baseline *b, fl_err *e) {
+    memset(b, 0, sizeof *b);
+    if (fl_product_get(h, sku, &b->p, e)) return -1;
+    id_list l = { 0 };
+    if (fl_orders_each(h, sku, collect_id, &l, e) < 0) {
+        free(l.ids);
+        return -1;
+    }
+    qsort(l.ids, l.n, sizeof *l.ids, cmp_id);
+    b->ids = l.ids;
+    b->nids = l.n;
+    b->units = l.units;
+    return 0;
+}
+
+void fl_baseline_free(fl_baseline *b) {
+    free(b->ids);
+    b->ids = NULL;
+    b->nids = 0;
+}
+
+static int in_baseline(const fl_baseline *b, const char *id) {
+    return b && b->nids && bsearch(id, b->ids, b->nids, sizeof *b->ids, cmp_id) != NULL;
+}
+
+/* ------------------------------------------------------------- the verdict */
+
+static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...) {
+    vd->pass = 0;
+    vd->nv_total++;
+    if (vd->nv == FL_MAX_VIOLATIONS) return;
+    fl_violation *v = &vd->v[vd->nv++];
+    snprintf(v->vantage, sizeof v->vantage, "%s", vantage);
+    v->size = size;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->what, sizeof v->what, fmt, ap);
+    va_end(ap);
+}
+
+static void note(fl_verdict *vd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void note(fl_verdict *vd, const char *fmt, ...) {
+    size_t n = strlen(vd->notes);
+    if (n + 4 >= sizeof vd->notes) return;
+    if (n) n += (size_t)snprintf(vd->notes + n, sizeof vd->notes - n, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(vd->notes + n, sizeof vd->notes - n, fmt, ap);
+    va_end(ap);
+}
+
+static void see_stock(fl_verdict *vd, long long v) {
+    if (v < vd->min_stock) vd->min_stock = v;
+}
+
+/* --------------------------------------------------- what the client knows */
+
+/* The client's orders, sorted by id, for matching against rows. */
+typedef struct known {
+    fl_order_rec *o;             /* created then replayed, sorted by id */
+    size_t n;
+    fl_lost_rec *lost;           /* sorted by (user, qty) */
+    char *lost_used;
+    size_t nlost;
+    uint64_t *lost_keys;         /* sorted keys of lost requests sent with one */
+    size_t nlost_keys;
+    char *lost_key_used;
+} known;
+
+static int cmp_order(const void *a, const void *b) {
+    return strcmp(((const fl_order_rec *)a)->order_id, ((const fl_order_rec *)b)->order_id);
+}
+
+/* By key, then order id. */
+static int cmp_key_id(const void *a, const void *b) {
+    const fl_order_rec *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return strcmp(x->order_id, y->order_id);
+}
+
+static int cmp_lost(const void *a, const void *b) {
+    const fl_lost_rec *x = a, *y = b;
+    if (x->user != y->user) return x->user < y->user ? -1 : 1;
+    return (int)x->qty - (int)y->qty;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int known_init(known *k, const fl_load_result *r) {
+    memset(k, 0, sizeof *k);
+    k->n = r->ncreated + r->nreplayed;
+    k->o = malloc((k->n + 1) * sizeof *k->o);
+    k->lost = malloc((r->nlost + 1) * sizeof *k->lost);
+    k->lost_used = calloc(r->nlost + 1, 1);
+    k->lost_keys = malloc((r->nlost + 1) * sizeof *k->lost_keys);
+    k->lost_key_used = calloc(r->nlost + 1, 1);
+    if (!k->o || !k->lost || !k->lost_used || !k->lost_keys || !k->lost_key_used) return -1;
+    if (r->ncreated) memcpy(k->o, r->created, r->ncreated * sizeof *k->o);
+    if (r->nreplayed) memcpy(k->o + r->ncreated, r->replayed, r->nreplayed * sizeof *k->o);
+    qsort(k->o, k->n, sizeof *k->o, cmp_order);
+    k->nlost = r->nlost;
+    if (r->nlost) memcpy(k->lost, r->lost, r->nlost * sizeof *k->lost);
+    qsort(k->lost, k->nlost, sizeof *k->lost, cmp_lost);
+    for (size_t i = 0; i < r->nlost; i++)
+        if (r->lost[i].key != FL_NO_KEY) k->lost_keys[k->nlost_keys++] = r->lost[i].key;
+    qsort(k->lost_keys, k->nlost_keys, sizeof *k->lost_keys, cmp_u64);
+    return 0;
+}
+
+static void known_reset_matches(known *k) {
+    memset(k->lost_used, 0, k->nlost + 1);
+    memset(k->lost_key_used, 0, k->nlost + 1);
+}
+
+static void known_free(known *k) {
+    free(k->o);
+    free(k->lost);
+    free(k->lost_used);
+    free(k->lost_keys);
+    free(k->lost_key_used);
+}
+
+static const fl_order_rec *known_find(const known *k, const char *id) {
+    fl_order_rec probe;
+    snprintf(probe.order_id, sizeof probe.order_id, "%s", id);
+    return k->n ? bsearch(&probe, k->o, k->n, sizeof *k->o, cmp_order) : NULL;
+}
+
+/* Parses "u<number>", the user ids flashload sends. */
+static int parse_user(const char *user, uint32_t *out) {
+    if (user[0] != 'u' || !user[1]) return -1;
+    char *end;
+    unsigned long v = strtoul(user + 1, &end, 10);
+    if (*end || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Parses "fl-<tag>-<n>" with this run's tag. */
+static int parse_key(const char *tag, const char *key, uint64_t *out) {
+    size_t tl = strlen(tag);
+    if (strncmp(key, "fl-", 3) || strncmp(key + 3, tag, tl) || key[3 + tl] != '-') return -1;
+    char *end;
+    unsigned long long v = strtoull(key + 4 + tl, &end, 10);
+    if (*end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Whether a row the client holds no 2xx for is explained by a request that
+ * was sent and never answered; each such request explains one row. */
+static int explain(known *k, const char *tag, const char *user, int qty, const char *key) {
+    uint64_t kid;
+    if (key && key[0]) {
+        if (parse_key(tag, key, &kid)) return 0;
+        uint64_t *hit = k->nlost_keys ? bsearch(&kid, k->lost_keys, k->nlost_keys,
+                                                sizeof *k->lost_keys, cmp_u64)
+                                      : NULL;
+        if (!hit) return 0;
+        size_t i = (size_t)(hit - k->lost_keys);
+        if (k->lost_key_used[i]) return 0;   /* one key, one order: a second row is not */
+        k->lost_key_used[i] = 1;
+        return 1;
+    }
+    fl_lost_rec probe = { 0, (uint16_t)qty, 0 };
+    if (parse_user(user, &probe.user)) return 0;
+    fl_lost_rec *hit = k->nlost ? bsearch(&probe, k->lost, k->nlost, sizeof *k->lost, cmp_lost)
+                                : NULL;
+    if (!hit) return 0;
+    size_t i = (size_t)(hit - k->lost);
+    while (i > 0 && cmp_lost(&k->lost[i - 1], &probe) == 0) i--;
+    for (; i < k->nlost && cmp_lost(&k->lost[i], &probe) == 0; i++)
+        if (!k->lost_used[i]) {
+            k->lost_used[i] = 1;
+            return 1;
+        }
+    return 0;
+}
+
+/* Per-user units, for the limit. */
+typedef struct user_units {
+    char user[64];
+    long long units;
+} user_units;
+
+static int cmp_user(const void *a, const void *b) {
+    return strcmp(((const user_units *)a)->user, ((const user_units *)b)->user);
+}
+
+/* Sorts u[0..n) and folds equal users; returns the users over limit and the
+ * worst of them in *worst. */
+static size_t over_limit(user_units *u, size_t n, long long limit, user_units *worst) {
+    qsort(u, n, sizeof *u, cmp_user);
+    size_t over = 0;
+    worst->units = 0;
+    for (size_t i = 0; i < n;) {
+        long long units = 0;
+        size_t j = i;
+        for (; j < n && !strcmp(u[j].user, u[i].user); j++) units += u[j].units;
+        if (units > limit) {
+            over++;
+            if (units > worst->units) {
+                *worst = u[i];
+                worst->units = units;
+            }
+        }
+        i = j;
+    }
+    return over;
+}
+
+static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict *vd) {
+    const fl_load_result *r = in->load;
+    long long units = 0;
+    size_t noid = 0;
+    for (size_t i = 0; i < r->ncreated; i++) {
+        units += r->created[i].qty;
+        if (!r->created[i].order_id[0]) noid++;
+    }
+    vd->units_201 = units;
+    if (units > run_stock)
+        violate(vd, "client", units - run_stock,
+                "oversold by %lld units: the client holds 201s for %lld units of %lld", units - run_stock,
+                units, run_stock);
+    if (noid) violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
+    /* No order id twice. */
+    fl_order_rec *c = malloc((r->ncreated + 1) * sizeof *c);
+    if (!c) return;
+    memcpy(c, r->created, r->ncreated * sizeof *c);
+    qsort(c, r->ncreated, sizeof *c, cmp_order);
+    size_t dup = 0;
+    for (size_t i = 1; i < r->ncreated; i++)
+        if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
+    if (dup) violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
+    free(c);
+    /* One key, one order: every 201 and replay of a key names the same id. */
+    size_t nk = r->ncreated + r->nreplayed, twice = 0, m = 0;
+    fl_order_rec *k = malloc((nk + 1) * sizeof *k);
+    if (!k) return;
+    for (size_t i = 0; i < r->ncreated; i++)
+        if (r->created[i].key != FL_NO_KEY) k[m++] = r->created[i];
+    for (size_t i = 0; i < r->nreplayed; i++)
+        if (r->replayed[i].key != FL_NO_KEY) k[m++] = r->replayed[i];
+    qsort(k, m, sizeof *k, cmp_key_id);
+    for (size_t i = 0; i < m;) {
+        size_t j = i + 1;
+        int differ = 0;
+        for (; j < m && k[j].key == k[i].key; j++)
+            differ |= strcmp(k[j].order_id, k[i].order_id) != 0;
+        twice += (size_t)differ;
+        i = j;
+    }
+    if (twice)
+        violate(vd, "client", (long long)twice,
+                "%zu idempotency keys were answered with two different orders", twice);
+    free(k);
+}
+
+static void check_client_limit(const fl_verify_in *in, long long limit, fl_verdict *vd) {
+    const fl_load_result *r = in->load;
+    if (limit <= 0 || !r->ncreated) return;
+    user_units *u = malloc(r->ncreated * sizeof *u);
+    if (!u) return;
+    for (size_t i = 0; i < r->ncreated; i++) {
+        snprintf(u[i].user, sizeof u[i].user, "u%u", r->created[i].user);
+        u[i].units = r->created[i].qty;
+    }
+    user_units worst;
+    size_t over = over_limit(u, r->ncreated, limit, &worst);
+    if (over)
+        violate(vd, "client", (long long)over,
+                "%zu users got 201s beyond the per-user limit of %lld (%s: %lld units)", over,
+                limit, worst.user, worst.units);
+    free(u);
+}
+
+/* ----------------------------------------------------------- order rows */
+
+/* Rows of one vantage point, compared with what the client knows. */
+typedef struct rows_ctx {
+    known *k;
+    const fl_baseline *base;
+    const char *tag;
+    char (*seen)[27];            /* row ids of this run, to find 201s without a row */
+    size_t nseen, capseen;
+    user_units *users;
+    size_t nusers, capusers;
+    char (*keys)[DB_KEY_MAX + 1];
+    size_t nkeys, capkeys;
+    long long units_all;         /* every row, baseline included */
+    long long units_run;
+    long long rows_run;
+    long long without_201, explained;
+    char last[27];               /* the last row's id: rows come in id order */
+} rows_ctx;
+
+static void *grow_arr(void *p, size_t *cap, size_t n, size_t elem) {
+    if (n < *cap) return p;
+    size_t c = *cap ? *cap * 2 : 256;
+    void *q = realloc(p, c * elem);
+    if (!q) return NULL;
+    *cap = c;
+    return q;
+}
+
+static void on_row(const char *id, const char *user, int qty, const char *key, void *ud) {
+    rows_ctx *x = ud;
+    snprintf(x->last, sizeof x->last, "%s", id);
+    x->units_all += qty;
+    void *p = grow_arr(x->users, &x->capusers, x->nusers, sizeof *x->users);
+    if (p) {
+        x->users = p;
+        snprintf(x->users[x->nusers].user, sizeof x->users[x->nusers].user, "%s", user);
+        x->users[x->nusers++].units = qty;
+    }
+    if (key && key[0] && (p = grow_arr(x->keys, &x->capkeys, x->nkeys, sizeof *x->keys))) {
+        x->keys = p;
+        snprintf(x->keys[x->nkeys++], DB_KEY_MAX + 1, "%s", key);
+    }
+    if (in_baseline(x->base, id)) return;
+    x->rows_run++;
+    x->units_run += qty;
+    if ((p = grow_arr(x->seen, &x->capseen, x->nseen, sizeof *x->seen))) {
+        x->seen = p;
+        snprintf(x->seen[x->nseen++], 27, "%s", id);
+    }
+    if (known_find(x->k, id)) return;
+    if (explain(x->k, x->tag, user, qty, key)) x->explained++;
+    else x->without_201++;
+}
+
+static void on_db_row(const db_order *o, void *ud) {
+    on_row(o->order_id, o->user_id, o->quantity, o->idem_key, ud);
+}
+
+static void rows_free(rows_ctx *x) {
+    free(x->seen);
+    free(x->users);
+    free(x->keys);
+}
+
+/* The checks common to the API's and SQLite's lists of rows. */
+static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in, long long sold,
+                       long long limit, fl_verdict *vd) {
+    const fl_load_result *r = in->load;
+    if (x->without_201 > vd->orders_without_201) vd->orders_without_201 = x->without_201;
+    if (x->without_201)
+        violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
+                x->explained ? " (beyond those explained by transport errors)" : "");
+    qsort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
+    size_t missing = 0;
+    for (size_t i = 0; i < r->ncreated; i++)
+        if (!x->nseen || !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id))
+            missing++;
+    if (missing)
+        violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
+                missing);
+    if ((long long)missing > vd->created_without_order) vd->created_without_order = (long long)missing;
+    size_t ghost = 0;
+    for (size_t i = 0; i < r->nreplayed; i++)
+        if (r->replayed[i].order_id[0] &&
+            (!x->nseen ||
+             !bsearch(r->replayed[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id)))
+            ghost++;
+    if (ghost)
+        violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
+                ghost);
+    if (x->units_all != sold)
+        violate(vd, vantage, llabs(sold - x->units_all),
+                "sold says %lld units but the order rows add up to %lld", sold, x->units_all);
+    if (limit > 0 && x->nusers) {
+        user_units worst;
+        size_t over = over_limit(x->users, x->nusers, limit, &worst);
+        if (over)
+            violate(vd, vantage, (long long)over,
+                    "%zu users bought beyond the per-user limit of %lld (%s: %lld units)", over,
+                    limit, worst.user, worst.units);
+    }
+    if (x->nkeys) {
+        qsort(x->keys, x->nkeys, sizeof *x->keys, (int (*)(const void *, const void *))strcmp);
+        size_t dup = 0;
+        for (size_t i = 1; i < x->nkeys; i++) dup += !strcmp(x->keys[i], x->keys[i - 1]);
+        if (dup)
+            violate(vd, vantage, (long long)dup, "%zu idempotency keys appear on two orders", dup);
+    }
+    if (x->explained > vd->explained_by_errors) vd->explained_by_errors = x->explained;
+}
+
+/* ----------------------------------------------------------------- settle */
+
+typedef struct pend {
+    long long records, units;
+} pend;
+
+static void count_pending(const stock_pending *rec, void *ud) {
+    pend *p = ud;
+    p->records++;
+    p->units += rec->quantity;
+}
+
+/* Waits (up to settle_ms) until nothing is pending and two reads of the
+ * product agree: the pipeline has finished with every answered request. */
+static int settle(const fl_verify_in *in, fl_http *h, stock_conn *sc, stock_product *sp,
+                  fl_product *p, pend *pd, fl_err *e) {
+    int64_t deadline = clock_mono_ms() + in->settle_ms;
+    fl_product prev;
+    int have_prev = 0;
+    for (;;) {
+        if (fl_product_get(h, in->sku, p, e)) return -1;
+        memset(pd, 0, sizeof *pd);
+        if (sc && stock_pending_scan(sc, sp, count_pending, pd) != 0) pd->records = -1;
+        int same = have_prev && prev.sold == p->sold && prev.stock_available == p->stock_available;
+        if (same && pd->records <= 0) return 0;
+        if (clock_mono_ms() >= deadline) return 0;
+        prev = *p;
+        have_prev = 1;
+        clock_sleep_ms(100);
+    }
+}
+
+/* ------------------------------------------------------------- vantages */
+
+static void check_api(const fl_verify_in *in, fl_http *h, const fl_product *p, const pend *pd,
+                      known *k, fl_verdict *vd, fl_err *e, int *failed) {
+    long long avail = p->stock_available;
+    see_stock(vd, avail);
+    see_stock(vd, p->min_segment);
+    long long over = p->sold + (avail > 0 ? avail : 0) - p->stock_initial;
+    if (over > 0 && avail > 0)
+        violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
+                over, p->sold, avail, p->stock_initial);
+    else if (over > 0)
+        violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
+                p->stock_initial);
+    if (avail < 0 || p->min_segment < 0)
+        violate(vd, "api", avail < p->min_segment ? avail : p->min_segment,
+                "stock reached %lld (at the end)", avail < p->min_segment ? avail : p->min_segment);
+    long long pending = pd->records > 0 ? pd->units : 0;
+    long long lost = p->stock_initial - p->sold - (avail > 0 ? avail : 0) - pending;
+    if (avail >= 0 && lost > 0)
+        violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
+                "available %lld of %lld)", lost, p->sold, avail, p->stock_initial);
+    if (avail >= 0 && lost > vd->lost) vd->lost = lost;
+    const fl_samples *s = in->samples;
+    if (s && s->n && (s->min_available < 0 || s->min_segment < 0)) {
+        long long m = s->min_available < s->min_segment ? s->min_available : s->min_segment;
+        violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
+                "below zero)", m, (unsigned long long)s->negative, (unsigned long long)s->n);
+    }
+    if (s && s->n) {
+        see_stock(vd, s->min_available);
+        see_stock(vd, s->min_segment);
+    }
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+    known_reset_matches(k);
+    if (fl_orders_each(h, in->sku, on_row, &x, e) < 0) {
+        *failed = 1;
+        rows_free(&x);
+        return;
+    }
+    vd->orders_listed = x.rows_run;
+    check_rows(&x, "api", in, p->sold, p->per_user_limit, vd);
+    rows_free(&x);
+    vd->api_checked = 1;
+}
+
+static void check_redis(const fl_verify_in *in, stock_conn *sc, stock_product *sp,
+                        const pend *pd, fl_verdict *vd) {
+    long long total;
+    long long *seg = calloc((size_t)sp->segments, sizeof *seg);
+    if (!seg) return;
+    stock_result res = stock_read(sc, sp, &total, seg);
+    if (res == STOCK_UNAVAILABLE) {
+        note(vd, "redis not checked: %s", stock_conn_errstr(sc));
+        free(seg);
+        return;
+    }
+    if (res == STOCK_MISSING) {
+        violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU");
+    } else {
+        int worst = 0;
+        for (int i = 0; i < sp->segments; i++)
+            if (seg[i] < seg[worst]) worst = i;
+        see_stock(vd, total);
+        see_stock(vd, seg[worst]);
+        if (seg[worst] < 0)
+            violate(vd, "redis", seg[worst], "stock key %d reached %lld", worst, seg[worst]);
+    }
+    free(seg);
+    if (pd->records > 0)
+        violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
+                pd->records, pd->units, in->settle_ms);
+    if (pd->records >= 0) vd->pending_records = pd->records;
+    if (pd->records > 0) vd->pending_units = pd->units;
+    const fl_samples *s = in->samples;
+    if (s && s->redis_n && s->min_redis_segment < 0)
+        violate(vd, "redis", s->min_redis_segment,
+                "a stock key reached %lld while the load ran (%llu of %llu samples below zero)",
+                s->min_redis_segment, (unsigned long long)s->redis_negative,
+                (unsigned long long)s->redis_n);
+    if (s && s->redis_n) see_stock(vd, s->min_redis_segment);
+    vd->redis_checked = 1;
+}
+
+static void check_db(const fl_verify_in *in, known *k, fl_verdict *vd) {
+    db_options opt = { .readonly = 1, .busy_timeout_ms = 5000 };
+    char err[300];
+    db *d = db_open(in->v->db_path, &opt, err, sizeof err);
+    if (!d) {
+        note(vd, "sqlite not checked: %s", err);
+        return;
+    }
+    db_product dp;
+    if (db_product_get(d, in->sku, &dp) != DB_OK) {
+        note(vd, "sqlite not checked: product %s: %s", in->sku, db_errstr(d));
+        db_close(d);
+        return;
+    }
+    stock_strategy strat;
+    int in_db = stock_strategy_parse(dp.strategy, &strat) == 0 && !stock_strategy_about(strat)->uses_redis;
+    if (dp.sold > dp.stock_initial)
+        violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
+                dp.sold - dp.stock_initial, dp.sold, dp.stock_initial);
+    if (in_db) {
+        see_stock(vd, dp.db_available);
+        if (dp.db_available < 0)
+            violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
+        if (dp.sold + dp.db_available != dp.stock_initial && dp.db_available >= 0)
+            violate(vd, "sqlite", dp.sold + dp.db_available - dp.stock_initial,
+                    "sold %lld + available %lld != stock %lld", dp.sold, dp.db_available,
+                    dp.stock_initial);
+    }
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+    known_reset_matches(k);
+    int more = 1;
+    for (int page = 0; more && page < 1000000; page++) {
+        char after[sizeof x.last];
+        snprintf(after, sizeof after, "%s", x.last);
+        if (db_order_list(d, in->sku, NULL, after[0] ? after : NULL, 1000, on_db_row, &x, &more) !=
+            DB_OK) {
+            note(vd, "sqlite: listing orders failed: %s", db_errstr(d));
+            rows_free(&x);
+            db_close(d);
+            return;
+        }
+    }
+    check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
+    rows_free(&x);
+    db_close(d);
+    vd->db_checked = 1;
+}
+
+int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
+    memset(vd, 0, sizeof *vd);
+    vd->pass = 1;
+    vd->min_stock = LLONG_MAX;
+    fl_http h;
+    fl_http_init(&h, &in->v->api, in->v->token, 10000);
+    known k;
+    stock_product sp;
+    fl_err ignore;
+    fl_product p;
+    pend pd = { 0, 0 };
+    int rc = -1, failed = 0;
+    stock_conn *sc = NULL;
+    if (known_init(&k, in->load)) {
+        fl_errf(e, "out of memory");
+        goto out;
+    }
+    if (fl_product_get(&h, in->sku, &p, e)) goto out;
+    sc = open_stock(in->v, &p, &sp, &ignore);
+    if (settle(in, &h, sc, &sp, &p, &pd, e)) goto out;
+    const fl_baseline *b = in->base;
+    long long base_sold = b ? b->p.sold : 0;
+    long long base_initial = b ? b->p.stock_initial : p.stock_initial;
+    /* What this run could sell: what was left, plus any restock meanwhile. */
+    long long run_stock = base_initial - base_sold + (p.stock_initial - base_initial);
+    vd->initial = run_stock;
+    vd->sold = p.sold - base_sold;
+    vd->available = p.stock_available;
+    check_client(in, run_stock, vd);
+    check_client_limit(in, p.per_user_limit, vd);
+    check_api(in, &h, &p, &pd, &k, vd, e, &failed);
+    if (failed) goto out;
+    if (sc) check_redis(in, sc, &sp, &pd, vd);
+    else if (in->v->redis_url[0]) note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
+    if (in->v->db_path[0]) check_db(in, &k, vd);
+    long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - p.stock_initial;
+    long long over201 = vd->units_201 - run_stock;
+    vd->oversold = over > over201 ? over : over201;
+    if (vd->oversold < 0) vd->oversold = 0;
+    if (vd->min_stock == LLONG_MAX) vd->min_stock = p.stock_available;
+    rc = 0;
+out:
+    if (sc) {
+        stock_conn_free(sc);
+        stock_product_free(&sp);
+    }
+    known_free(&k);
+    fl_http_close(&h);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ output */
+
+void fl_verdict_print(const fl_verdict *vd, FILE *f) {
+    char seen[64] = "client, api";
+    if (vd->redis_checked) strcat(seen, ", redis");
+    if (vd->db_checked) strcat(seen, ", sqlite");
+    if (vd->pass) {
+        fprintf(f, "verdict    PASS (checked: %s)\n", seen);
+    } else {
+        fprintf(f, "verdict    FAIL: %d invariant%s broken (checked: %s)\n", vd->nv_total,
+                vd->nv_total == 1 ? "" : "s", seen);
+        for (int i = 0; i < vd->nv; i++)
+            fprintf(f, "  [%s] %s\n", vd->v[i].vantage, vd->v[i].what);
+        if (vd->nv_total > vd->nv) fprintf(f, "  ... and %d more\n", vd->nv_total - vd->nv);
+    }
+    if (vd->explained_by_errors)
+        fprintf(f, "note       %lld orders without a 201 match requests that got a transport error\n",
+                vd->explained_by_errors);
+    if (vd->notes[0]) fprintf(f, "note       %s\n", vd->notes);
+}
+
+void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
+    if (vd->pass) {
+        snprintf(out, len, "PASS");
+        return;
+    }
+    /* The headline: one line per kind of damage, the largest of each, so the
+     * same oversell seen from four places is said once. */
+    size_t n = (size_t)snprintf(out, len, "FAIL");
+    const char *kinds[] = { "oversold", "reached", "lost", "without a 201", "not recorded",
+                            "twice", "two different", "limit", "add up", "pending", NULL };
+    for (int k = 0; kinds[k] && n < len; k++) {
+        int best = -1;
+        for (int i = 0; i < vd->nv; i++) {
+            if (!strstr(vd->v[i].what, kinds[k])) continue;
+            if (best < 0 || llabs(vd->v[i].size) > llabs(vd->v[best].size)) best = i;
+        }
+        if (best < 0) continue;
+        char what[240];
+        snprintf(what, sizeof what, "%s", vd->v[best].what);
+        char *colon = strchr(what, ':');   /* the headline drops the details */
+        if (colon) *colon = '\0';
+        char *paren = strstr(what, " (");
+        if (paren) *paren = '\0';
+        n += (size_t)snprintf(out + n, len - n, "%s %s", n == 4 ? ":" : ";", what);
+    }
+}
