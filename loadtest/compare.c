@@ -189,7 +189,7 @@ static void scene_run(const fl_compare_opts *o, world *w, const char *tag, int i
     if (sc->instances > w->ntargets && w->dir[0]) {
         while (w->nsvc < sc->instances && w->nsvc < 2)
             if (start_instance(w, e)) {
-                snprintf(res->note, sizeof res->note, "skipped: %s", e->msg);
+                snprintf(res->note, sizeof res->note, "skipped: %.180s", e->msg);
                 return;
             }
     }
@@ -229,7 +229,7 @@ static void scene_run(const fl_compare_opts *o, world *w, const char *tag, int i
     ps->cs_delay_ms = sc->cs_delay_ms;
     ps->lock_ttl_ms = sc->lock_ttl_ms;
     if (fl_run(&ro, &rr, e)) {
-        snprintf(res->note, sizeof res->note, "skipped: %s", e->msg);
+        snprintf(res->note, sizeof res->note, "skipped: %.180s", e->msg);
         fl_run_result_free(&rr);
         return;
     }

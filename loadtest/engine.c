@@ -20,6 +20,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -398,8 +399,9 @@ static void conn_flush(worker *w, conn *c, int64_t now) {
 }
 
 /* Whether another request may be issued (takes one from the budget). */
-static int take_budget(worker *w) {
+static int take_budget(worker *w, int64_t now) {
     if (w->stopping) return 0;
+    if (w->g->o.rate <= 0 && w->stop_at && now >= w->stop_at) return 0;   /* time is up */
     uint64_t max = w->g->o.requests;
     if (max && atomic_fetch_add(&w->g->issued, 1) >= max) {
         w->stopping = 1;
@@ -430,7 +432,7 @@ static void on_answer(worker *w, conn *c, int64_t now) {
     }
     w->busy--;
     c->st = C_IDLE;
-    if (w->g->o.rate <= 0 && take_budget(w)) {
+    if (w->g->o.rate <= 0 && take_budget(w, now)) {
         issue(w, c, now, now);     /* closed loop: straight on */
         return;
     }
@@ -493,7 +495,7 @@ static void dispatch(worker *w, int64_t now) {
         while (w->nidle) {
             conn *c = pop_idle(w);
             if (!c) break;
-            if (!take_budget(w)) {
+            if (!take_budget(w, now)) {
                 push_idle(w, c);
                 break;
             }
@@ -501,11 +503,13 @@ static void dispatch(worker *w, int64_t now) {
         }
         return;
     }
+    /* The schedule is [t0, stop_at): a request due before the end is still
+     * sent if it is late, with its latency counted from when it was due. */
     while (w->nidle && w->next_sched <= (double)now) {
-        if (w->stop_at && w->next_sched > (double)w->stop_at) break;
+        if (w->stop_at && w->next_sched >= (double)w->stop_at) break;
         conn *c = pop_idle(w);
         if (!c) break;
-        if (!take_budget(w)) {
+        if (!take_budget(w, now)) {
             push_idle(w, c);
             break;
         }
@@ -555,7 +559,7 @@ static int wait_events(worker *w, struct epoll_event *ev, int64_t us) {
 static void count_backlog(worker *w) {
     if (w->g->o.rate <= 0 || !w->stop_at) return;
     double end = (double)w->stop_at;
-    if (w->next_sched <= end) w->r.backlog += (uint64_t)((end - w->next_sched) / w->interval) + 1;
+    if (w->next_sched < end) w->r.backlog += (uint64_t)ceil((end - w->next_sched) / w->interval);
 }
 
 static void *worker_main(void *arg) {
@@ -564,6 +568,10 @@ static void *worker_main(void *arg) {
     int64_t hard_end = 0;
     for (;;) {
         int64_t now = clock_mono_us();
+        if (!w->stopping) {
+            start_connects(w, now);
+            dispatch(w, now);       /* first: what fell due before the end goes out */
+        }
         update_stopping(w, now);
         if (w->stopping) {
             if (!hard_end) {
@@ -571,9 +579,6 @@ static void *worker_main(void *arg) {
                 count_backlog(w);
             }
             if (w->busy == 0 || now > hard_end) break;
-        } else {
-            start_connects(w, now);
-            dispatch(w, now);
         }
         if (now - w->last_scan >= TICK_US) {
             scan_timeouts(w, now);

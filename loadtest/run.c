@@ -210,7 +210,7 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
     json_t *status = json_object(), *codes = json_object(), *viol = json_array();
     for (int s = 100; s < 600; s++)
         if (l->status[s]) {
-            char k[8];
+            char k[16];
             snprintf(k, sizeof k, "%d", s);
             json_object_set_new(status, k, json_integer((json_int_t)l->status[s]));
         }

@@ -142,6 +142,13 @@ static void collect_id(const char *id, const char *user, int qty, const char *ke
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
+static int cmp_key_str(const void *a, const void *b) { return strcmp(a, b); }
+
+/* qsort, for arrays that may be empty (and then NULL). */
+static void sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+    if (n > 1) qsort(base, n, size, cmp);
+}
+
 int fl_baseline_take(fl_http *h, const char *sku, fl_baseline *b, fl_err *e) {
     memset(b, 0, sizeof *b);
     if (fl_product_get(h, sku, &b->p, e)) return -1;
@@ -150,7 +157,7 @@ int fl_baseline_take(fl_http *h, const char *sku, fl_baseline *b, fl_err *e) {
         free(l.ids);
         return -1;
     }
-    qsort(l.ids, l.n, sizeof *l.ids, cmp_id);
+    sort(l.ids, l.n, sizeof *l.ids, cmp_id);
     b->ids = l.ids;
     b->nids = l.n;
     b->units = l.units;
@@ -248,13 +255,13 @@ static int known_init(known *k, const fl_load_result *r) {
     if (!k->o || !k->lost || !k->lost_used || !k->lost_keys || !k->lost_key_used) return -1;
     if (r->ncreated) memcpy(k->o, r->created, r->ncreated * sizeof *k->o);
     if (r->nreplayed) memcpy(k->o + r->ncreated, r->replayed, r->nreplayed * sizeof *k->o);
-    qsort(k->o, k->n, sizeof *k->o, cmp_order);
+    sort(k->o, k->n, sizeof *k->o, cmp_order);
     k->nlost = r->nlost;
     if (r->nlost) memcpy(k->lost, r->lost, r->nlost * sizeof *k->lost);
-    qsort(k->lost, k->nlost, sizeof *k->lost, cmp_lost);
+    sort(k->lost, k->nlost, sizeof *k->lost, cmp_lost);
     for (size_t i = 0; i < r->nlost; i++)
         if (r->lost[i].key != FL_NO_KEY) k->lost_keys[k->nlost_keys++] = r->lost[i].key;
-    qsort(k->lost_keys, k->nlost_keys, sizeof *k->lost_keys, cmp_u64);
+    sort(k->lost_keys, k->nlost_keys, sizeof *k->lost_keys, cmp_u64);
     return 0;
 }
 
@@ -341,7 +348,7 @@ static int cmp_user(const void *a, const void *b) {
 /* Sorts u[0..n) and folds equal users; returns the users over limit and the
  * worst of them in *worst. */
 static size_t over_limit(user_units *u, size_t n, long long limit, user_units *worst) {
-    qsort(u, n, sizeof *u, cmp_user);
+    sort(u, n, sizeof *u, cmp_user);
     size_t over = 0;
     worst->units = 0;
     for (size_t i = 0; i < n;) {
@@ -377,8 +384,8 @@ static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict
     /* No order id twice. */
     fl_order_rec *c = malloc((r->ncreated + 1) * sizeof *c);
     if (!c) return;
-    memcpy(c, r->created, r->ncreated * sizeof *c);
-    qsort(c, r->ncreated, sizeof *c, cmp_order);
+    if (r->ncreated) memcpy(c, r->created, r->ncreated * sizeof *c);
+    sort(c, r->ncreated, sizeof *c, cmp_order);
     size_t dup = 0;
     for (size_t i = 1; i < r->ncreated; i++)
         if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
@@ -392,7 +399,7 @@ static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict
         if (r->created[i].key != FL_NO_KEY) k[m++] = r->created[i];
     for (size_t i = 0; i < r->nreplayed; i++)
         if (r->replayed[i].key != FL_NO_KEY) k[m++] = r->replayed[i];
-    qsort(k, m, sizeof *k, cmp_key_id);
+    sort(k, m, sizeof *k, cmp_key_id);
     for (size_t i = 0; i < m;) {
         size_t j = i + 1;
         int differ = 0;
@@ -498,7 +505,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
     if (x->without_201)
         violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
                 x->explained ? " (beyond those explained by transport errors)" : "");
-    qsort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
+    sort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
     size_t missing = 0;
     for (size_t i = 0; i < r->ncreated; i++)
         if (!x->nseen || !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id))
@@ -528,7 +535,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
                     limit, worst.user, worst.units);
     }
     if (x->nkeys) {
-        qsort(x->keys, x->nkeys, sizeof *x->keys, (int (*)(const void *, const void *))strcmp);
+        sort(x->keys, x->nkeys, sizeof *x->keys, cmp_key_str);
         size_t dup = 0;
         for (size_t i = 1; i < x->nkeys; i++) dup += !strcmp(x->keys[i], x->keys[i - 1]);
         if (dup)

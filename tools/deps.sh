@@ -6,7 +6,7 @@ set -eu
 
 PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 curl
-      python3 python3-redis $*"
+      python3 python3-redis chromium $*"
 
 missing=""
 for p in $PKGS; do

@@ -1,0 +1,302 @@
+"""test_flashload.py: bin/flashload against real processes.
+
+The verifier is tested the way it is used: a safe strategy must PASS, and
+a broken run -- an unsafe strategy, or Redis and SQLite tampered with while
+the load runs -- must exit 1 naming the violated invariant and its exact
+size. Also: orders whose 201 was lost to a client timeout are explained by
+the transport errors, load spreads over two instances, the open loop keeps
+its rate, thousands of connections stay open, and `flashload compare`
+writes a report that headless Chromium renders without errors."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import harness
+from harness import db_rows
+
+FLASHLOAD = os.path.join(harness.BIN, "flashload")
+
+
+def flashload(*args, timeout=120):
+    """Runs bin/flashload; returns (exit code, stdout, stderr)."""
+    p = subprocess.run([FLASHLOAD] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def vantage(s, redis):
+    return ["--target", "http://127.0.0.1:%d" % s.port, "--redis", redis.url,
+            "--db", s.db_path]
+
+
+def sized(pattern, text):
+    """The number in the first match of pattern (a regex with one group)."""
+    m = re.search(pattern, text)
+    assert m, "no %r in:\n%s" % (pattern, text)
+    return int(m.group(1))
+
+
+def test_safe_run_passes_from_four_vantage_points(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    out = ctx.path("run.json")
+    rc, so, se = flashload(*vantage(s, redis), "--sku", "safe", "--stock", 1500,
+                           "--requests", 4000, "--connections", 32, "--users", 300,
+                           "--zipf", 1.1, "--quantity", "1-3", "--per-user-limit", 40,
+                           "--idempotency", "--retry", 0.2, "--json", out)
+    assert rc == 0, so + se
+    assert "verdict    PASS (checked: client, api, redis, sqlite)" in so, so
+    j = json.load(open(out))
+    assert j["verdict"]["pass"] and j["verdict"]["oversold"] == 0, j
+    assert j["answered"] == 4000 and j["transport_errors"] == 0, j
+    # What flashload counted is what SQLite holds.
+    rows = db_rows(s.db_path, "SELECT count(*), coalesce(sum(quantity),0) FROM orders WHERE sku='safe'")
+    assert rows[0][0] == j["created"], (rows, j["created"])
+    assert rows[0][1] == j["verdict"]["sold"] == j["verdict"]["units_201"], (rows, j["verdict"])
+    assert j["status"].get("200", 0) > 0, j["status"]      # replays were answered as replays
+    # No user over the limit, seen directly.
+    worst = db_rows(s.db_path, "SELECT max(u) FROM (SELECT sum(quantity) u FROM orders "
+                               "WHERE sku='safe' GROUP BY user_id)")[0][0]
+    assert worst <= 40, worst
+
+
+def test_unsafe_strategy_fails_with_the_size_of_the_oversell(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--fault-injection"])
+    rc, so, se = flashload(*vantage(s, redis), "--sku", "cd", "--stock", 40,
+                           "--strategy", "unsafe-check-then-decr", "--cs-delay-ms", 20,
+                           "--connections", 32, "--requests", 300)
+    assert rc == 1, so + se
+    over = sized(r"\[client\] oversold by (\d+) units", so)
+    sold = db_rows(s.db_path, "SELECT sold FROM products WHERE sku='cd'")[0][0]
+    assert over > 0 and over == sold - 40, (over, sold, so)
+    low = sized(r"\[redis\] stock key 0 reached (-\d+)", so)
+    assert low == 40 - sold, (low, sold)
+    assert "[sqlite] oversold by %d units" % over in so, so
+    assert "stock reached %d" % low in so, so
+
+
+def run_in_background(args):
+    """Starts flashload; returns a function that waits and gives (rc, out, err)."""
+    p = subprocess.Popen([FLASHLOAD] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def wait():
+        out, err = p.communicate(timeout=120)
+        return p.returncode, out, err
+    return wait
+
+
+def test_redis_tampered_while_running_is_caught(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    wait = run_in_background(vantage(s, redis) + ["--sku", "tamper-r", "--stock", 100000,
+                                                   "--rate", 400, "--duration", 2.5,
+                                                   "--connections", 8])
+    r = redis.client()
+    key = "fs:{tamper-r}:stock:0"
+    harness.wait_until(lambda: r.exists(key), 10, what="the stock key")
+    time.sleep(0.5)
+    r.incrby(key, 37)                       # 37 units appear from nowhere...
+    time.sleep(0.5)
+    r.decrby(key, 200000)                   # ...then the stock goes far below zero
+    time.sleep(0.3)
+    r.incrby(key, 200000)                   # and back: only the samples saw it
+    rc, so, se = wait()
+    assert rc == 1, so + se
+    assert "[api] oversold by 37 units" in so, so
+    low = sized(r"\[redis\] a stock key reached (-\d+) while the load ran", so)
+    assert low < -99000, so
+    assert sized(r"\[api\] stock reached (-\d+) while the load ran", so) < -99000, so
+
+
+def test_sqlite_tampered_while_running_is_caught(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    wait = run_in_background(vantage(s, redis) + ["--sku", "tamper-d", "--stock", 100000,
+                                                  "--rate", 300, "--duration", 2.5,
+                                                  "--connections", 8])
+    harness.wait_until(lambda: db_rows(s.db_path, "SELECT count(*) FROM orders "
+                                                  "WHERE sku='tamper-d'")[0][0] >= 20,
+                       10, what="orders to be committed")
+    import sqlite3
+    con = sqlite3.connect(s.db_path, timeout=10)
+    with con:
+        # Three orders nobody was told about, and one confirmed order erased.
+        for i in range(3):
+            con.execute("INSERT INTO orders(order_id, sku, user_id, quantity, created_at) "
+                        "VALUES (?, 'tamper-d', 'ghost', 1, '2026-01-01T00:00:00.000Z')",
+                        ("01ZZZZZZZZZZZZZZZZZZZZZZZ%d" % i,))
+        con.execute("DELETE FROM orders WHERE order_id = (SELECT min(order_id) FROM orders "
+                    "WHERE sku='tamper-d' AND user_id != 'ghost')")
+    con.close()
+    rc, so, se = wait()
+    assert rc == 1, so + se
+    assert "[api] 3 orders without a 201" in so, so
+    assert "[sqlite] 3 orders without a 201" in so, so
+    assert "[sqlite] 1 orders confirmed by a 201 are not recorded" in so, so
+    assert re.search(r"\[sqlite\] sold says (\d+) units but the order rows add up to (\d+)", so), so
+    m = re.search(r"\[sqlite\] sold says (\d+) units but the order rows add up to (\d+)", so)
+    assert int(m.group(2)) - int(m.group(1)) == 2, so       # +3 ghosts -1 erased
+
+
+def test_lost_answers_are_explained_by_transport_errors(ctx):
+    """Client timeouts shorter than the service's pause: the orders are
+    committed but their 201s never arrive. Each row then matches a request
+    that got a transport error, so the run still PASSes -- with keys (exact
+    match) and without (by user and quantity)."""
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--fault-injection"])
+    for sku, extra in (("slow-k", ["--idempotency"]), ("slow-u", [])):
+        rc, so, se = flashload(*vantage(s, redis), "--sku", sku, "--stock", 1000,
+                               "--strategy", "local", "--cs-delay-ms", 60, "--timeout", 0.03,
+                               "--requests", 12, "--connections", 3, "--users", 5,
+                               "--settle-ms", 8000, *extra)
+        assert rc == 0, so + se
+        assert "verdict    PASS" in so, so
+        explained = sized(r"note       (\d+) orders without a 201 match requests", so)
+        rows = db_rows(s.db_path, "SELECT count(*) FROM orders WHERE sku=?", (sku,))[0][0]
+        assert explained == rows > 0, (explained, rows, so)
+        assert sized(r"transport (\d+) requests without an answer", so) >= rows, so
+
+
+def test_two_targets_and_open_loop_rate(ctx):
+    redis = ctx.redis()
+    db = ctx.path("orders.db")
+    a = ctx.service(redis, db=db)
+    b = ctx.service(redis, db=db)
+    out = ctx.path("run.json")
+    rc, so, se = flashload("--target", "http://127.0.0.1:%d" % a.port,
+                           "--target", "http://127.0.0.1:%d" % b.port, "--redis", redis.url,
+                           "--db", db, "--sku", "two", "--stock", 100000, "--rate", 500,
+                           "--duration", 2, "--connections", 16, "--json", out)
+    assert rc == 0, so + se
+    j = json.load(open(out))
+    assert 800 <= j["answered"] <= 1010, j["answered"]      # 500/s for 2 s, open loop
+    assert j["backlog"] == 0, j
+    for s in (a, b):
+        m = s.get("/metrics").raw
+        created = sized(r'flashsale_orders_total\{sku="two",[^}]*outcome="created"\} (\d+)', m)
+        assert created > 300, (s.port, created)
+
+
+def test_open_loop_counts_the_wait_of_a_stall(ctx):
+    """The service freezes for a second. In the open loop every request due
+    meanwhile is late by the rest of the stall, and its latency says so
+    (no coordinated omission); the closed loop only sees one slow request
+    per connection."""
+    import signal
+    redis = ctx.redis()
+    s = ctx.service(redis)
+
+    def stall():
+        time.sleep(1.0)
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.kill(s.proc.pid, signal.SIGCONT)
+
+    figures = {}
+    for mode, extra in (("open", ["--rate", 300]), ("closed", [])):
+        t = threading.Thread(target=stall)
+        t.start()
+        out = ctx.path(mode + ".json")
+        rc, so, se = flashload(*vantage(s, redis), "--stock", 1000000, "--duration", 3,
+                               "--connections", 8, "--json", out, *extra)
+        t.join()
+        assert rc == 0, so + se
+        figures[mode] = json.load(open(out))["latency_us"]
+    # A third of the open loop's requests fell in the stall: p90 waits most of it.
+    assert figures["open"]["p90"] > 400000, figures
+    assert figures["open"]["max"] > 900000, figures
+    # The closed loop hides it: its p90 stays small though its max is as long.
+    assert figures["closed"]["p90"] < 100000 and figures["closed"]["max"] > 900000, figures
+
+
+def test_thousands_of_connections_stay_open(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    rc, so, se = flashload(*vantage(s, redis), "--stock", 20000, "--connections", 3000,
+                           "--duration", 3)
+    assert rc == 0, so + se
+    assert sized(r"most connections open at once: (\d+)", so) == 3000, so
+    assert sized(r"transport (\d+)", so + "transport 0") == 0, so
+
+
+def test_progress_and_usage_errors(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    rc, so, se = flashload(*vantage(s, redis), "--duration", 2.2, "--progress")
+    assert rc == 0, so + se
+    lines = [l for l in se.splitlines() if re.match(r"\s*\d+\.\ds  requests \d+  201 \d+  409 \d+"
+                                                     r"  429 \d+  5xx \d+  errors \d+  open \d+"
+                                                     r"  \d+/s  p99 \S+$", l)]
+    assert len(lines) >= 2, se
+    rc, so, se = flashload(*vantage(s, redis), "--duration", 1.2)
+    assert rc == 0 and se == "", se          # not a terminal: quiet
+    for bad in (["--connections", "0"], ["--quantity", "0"], ["--retry", "2"], ["--bogus"],
+                ["--no-create"], ["--target", "https://x:1"]):
+        rc, so, se = flashload(*bad)
+        assert rc == 2 and "flashload:" in se, (bad, rc, se)
+    # Nothing listening: a setup error, not a verdict.
+    rc, so, se = flashload("--target", "http://127.0.0.1:%d" % harness.free_port(),
+                           "--duration", 1)
+    assert rc == 2 and "connect" in se, se
+    # A product the service refuses is a setup error too.
+    rc, so, se = flashload(*vantage(s, redis), "--strategy", "lock", "--cs-delay-ms", 5,
+                           "--duration", 1)
+    assert rc == 2 and "fault-injection" in se, se
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(*args):
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--disable-dev-shm-usage", "--no-first-run",
+                           "--user-data-dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                             "fl-chromium-%d" % os.getpid()),
+                           "--enable-logging=stderr", "--v=0"] + list(args),
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_compare_writes_a_report_that_renders(ctx):
+    out = ctx.path("report")
+    os.mkdir(out)
+    rc, so, se = flashload("compare", "--strategies", "lua,unsafe-check-then-decr",
+                           "--segments", "1", "--no-two-instances", "--duration", 1,
+                           "--connections", 16, "--stock", 300, "--out", out, timeout=120)
+    assert rc == 0, so + se
+    header = [l for l in so.splitlines() if l.startswith("strategy")]
+    assert header and re.match(r"strategy\s+segments\s+instances\s+orders/s\s+p50\s+p99\s+sold\s+"
+                               r"oversold\s+min stock\s+lost\s+verdict", header[0]), so
+    rows = {l.split()[0]: l for l in so.splitlines() if re.match(r"(lua|unsafe-\S+)\s+\d", l)}
+    assert rows["lua"].split()[10] == "PASS", rows
+    assert "FAIL: oversold by" in rows["unsafe-check-then-decr"], rows
+    assert "report: " + os.path.join(os.path.realpath(out), "report.html") in so, so
+    j = json.load(open(os.path.join(out, "report.json")))
+    scenes = {sc["strategy"]: sc for sc in j["scenes"]}
+    assert scenes["lua"]["pass"] and scenes["lua"]["oversold"] == 0
+    assert scenes["unsafe-check-then-decr"]["oversold"] > 0
+    assert all(sc["as_expected"] for sc in j["scenes"]), j
+    # No server is left behind by compare.
+    assert "flashload-" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+                                              text=True).stdout
+    # Headless Chromium: the page loads without errors and all three charts
+    # have drawn marks.
+    html = "file://" + os.path.join(out, "report.html")
+    assert CHROMIUM, "chromium is not installed (tools/deps.sh installs it)"
+    p = chromium("--virtual-time-budget=3000", "--dump-dom", html)
+    dom = p.stdout
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert 'data-charts="3"' in dom and 'data-errors="0"' in dom, dom[:2000]
+    marks = dict(re.findall(r'<svg class="chart" id="(\w+)"[^>]*data-marks="(\d+)"', dom))
+    assert set(marks) == {"throughput", "latency", "oversold"}, marks
+    assert all(int(v) >= 2 for v in marks.values()), marks
+    assert "Uncaught" not in p.stderr and "CONSOLE" not in p.stderr, p.stderr[-2000:]
+    shot = ctx.path("report.png")
+    p = chromium("--window-size=1100,1800", "--hide-scrollbars", "--screenshot=" + shot, html)
+    assert p.returncode == 0 and os.path.getsize(shot) > 20000, p.stderr[-2000:]

@@ -1,0 +1,370 @@
+/* test_flashload.c: flashload's pure parts: the HTTP response parser (any
+ * slicing of the stream, chunked bodies, pipelined responses, framing by
+ * close), the latency histogram (bucket edges, percentiles within the
+ * promised 3.2%, merging), the zipf sampler and target parsing. No network:
+ * the loads against real processes are in tests/test_flashload.py. */
+#include <math.h>
+#include <stdint.h>
+
+#include "loadtest/loadtest.h"
+#include "tests/unit/t.h"
+
+static const char SIMPLE[] =
+    "HTTP/1.1 201 Created\r\n"
+    "Connection: Keep-Alive\r\n"
+    "Content-Length: 26\r\n"
+    "Content-Type: application/json\r\n"
+    "\r\n"
+    "{\"order_id\":\"01ABC\",\"q\":1}";
+
+static const char CHUNKED[] =
+    "HTTP/1.1 200 OK\r\n"
+    "Transfer-Encoding: chunked\r\n"
+    "Idempotent-Replayed: true\r\n"
+    "\r\n"
+    "5;name=value\r\nhello\r\n"
+    "1\r\n,\r\n"
+    "7\r\n world!\r\n"
+    "0\r\n"
+    "X-Trailer: yes\r\n"
+    "\r\n";
+
+/* Feeds the whole of s in slices of `step` bytes; returns the last status
+ * and the bytes consumed in total. */
+static int feed_sliced(fl_resp *r, const char *s, size_t len, size_t step, size_t *consumed) {
+    size_t off = 0;
+    int rc = FL_RESP_MORE;
+    *consumed = 0;
+    while (off < len) {
+        size_t n = len - off < step ? len - off : step, used;
+        rc = fl_resp_feed(r, s + off, n, &used);
+        *consumed += used;
+        if (rc != FL_RESP_MORE) return rc;
+        CHECK(used == n);
+        off += n;
+    }
+    return rc;
+}
+
+static void test_simple_response(void) {
+    fl_resp r;
+    fl_resp_init(&r, 4096);
+    size_t used;
+    CHECK(fl_resp_feed(&r, SIMPLE, sizeof SIMPLE - 1, &used) == FL_RESP_DONE);
+    CHECK(used == sizeof SIMPLE - 1);
+    CHECK(r.status == 201 && r.keep_alive && !r.replayed && !r.chunked);
+    CHECK(r.content_length == 26 && r.body_len == 26);
+    CHECK_STR(r.body, "{\"order_id\":\"01ABC\",\"q\":1}");
+    char id[32];
+    CHECK(fl_json_str(r.body, r.body_len, "order_id", id, sizeof id) == 5);
+    CHECK_STR(id, "01ABC");
+    fl_resp_free(&r);
+}
+
+static void test_every_slicing(void) {
+    /* One byte at a time, and every other slice size: same result. */
+    for (size_t step = 1; step <= sizeof SIMPLE; step++) {
+        fl_resp r;
+        fl_resp_init(&r, 4096);
+        size_t consumed;
+        CHECK(feed_sliced(&r, SIMPLE, sizeof SIMPLE - 1, step, &consumed) == FL_RESP_DONE);
+        CHECK(consumed == sizeof SIMPLE - 1);
+        CHECK(r.status == 201 && r.body_len == 26);
+        CHECK(r.body && !strcmp(r.body, "{\"order_id\":\"01ABC\",\"q\":1}"));
+        fl_resp_free(&r);
+    }
+}
+
+static void test_chunked_any_slicing(void) {
+    for (size_t step = 1; step <= sizeof CHUNKED; step++) {
+        fl_resp r;
+        fl_resp_init(&r, 4096);
+        size_t consumed;
+        CHECK(feed_sliced(&r, CHUNKED, sizeof CHUNKED - 1, step, &consumed) == FL_RESP_DONE);
+        CHECK(consumed == sizeof CHUNKED - 1);
+        CHECK(r.status == 200 && r.chunked && r.replayed && r.keep_alive);
+        CHECK(r.body && !strcmp(r.body, "hello, world!"));
+        CHECK(r.body_total == 13);
+        fl_resp_free(&r);
+    }
+}
+
+static void test_pipelined_responses(void) {
+    /* Three responses back to back in one buffer: each ends where it should
+     * and the parser, reset, reads the next from the remaining bytes. */
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "%s%s%s", SIMPLE, CHUNKED,
+                     "HTTP/1.1 409 Conflict\r\nContent-Length: 19\r\n\r\n{\"error\":\"sold_out\"}");
+    /* The third body is 20 bytes; Content-Length says 19: the last byte is
+     * left over, as the start of a fourth response would be. */
+    fl_resp r;
+    fl_resp_init(&r, 4096);
+    size_t off = 0, used;
+    int statuses[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK(fl_resp_feed(&r, buf + off, (size_t)n - off, &used) == FL_RESP_DONE);
+        statuses[i] = r.status;
+        off += used;
+        if (i == 1) CHECK(r.body && !strcmp(r.body, "hello, world!"));
+        if (i == 2) CHECK(r.body && !strcmp(r.body, "{\"error\":\"sold_out\""));
+        fl_resp_reset(&r);
+    }
+    CHECK(statuses[0] == 201 && statuses[1] == 200 && statuses[2] == 409);
+    CHECK(off == (size_t)n - 1);
+    CHECK(fl_resp_feed(&r, buf + off, 1, &used) == FL_RESP_MORE && used == 1);
+    CHECK(fl_resp_started(&r));
+    fl_resp_free(&r);
+}
+
+static void test_pipelined_split_across_reads(void) {
+    /* Two responses, split in the middle of the second one's headers. */
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "%s%s", SIMPLE, SIMPLE);
+    size_t cut = sizeof SIMPLE - 1 + 20;
+    fl_resp r;
+    fl_resp_init(&r, 4096);
+    size_t used;
+    CHECK(fl_resp_feed(&r, buf, cut, &used) == FL_RESP_DONE);
+    CHECK(used == sizeof SIMPLE - 1);
+    fl_resp_reset(&r);
+    CHECK(fl_resp_feed(&r, buf + used, cut - used, &used) == FL_RESP_MORE);
+    CHECK(fl_resp_feed(&r, buf + cut, (size_t)n - cut, &used) == FL_RESP_DONE);
+    CHECK(used == (size_t)n - cut && r.status == 201 && r.body_len == 26);
+    fl_resp_free(&r);
+}
+
+static void test_framing_by_close_and_no_body(void) {
+    fl_resp r;
+    fl_resp_init(&r, 4096);
+    size_t used;
+    /* No length, not chunked: the body runs to the end of the connection. */
+    const char *eof = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it";
+    CHECK(fl_resp_feed(&r, eof, strlen(eof), &used) == FL_RESP_MORE);
+    CHECK(!r.keep_alive);
+    CHECK(fl_resp_eof(&r) == FL_RESP_DONE);
+    CHECK(r.body && !strcmp(r.body, "all of it"));
+    /* 204 and 304 have no body, whatever the headers say. */
+    fl_resp_reset(&r);
+    const char *nc = "HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n";
+    CHECK(fl_resp_feed(&r, nc, strlen(nc), &used) == FL_RESP_DONE && used == strlen(nc));
+    /* HTTP/1.0 closes unless it says keep-alive; Connection: close closes. */
+    fl_resp_reset(&r);
+    const char *h10 = "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
+    CHECK(fl_resp_feed(&r, h10, strlen(h10), &used) == FL_RESP_DONE && !r.keep_alive);
+    fl_resp_reset(&r);
+    const char *h10ka = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
+    CHECK(fl_resp_feed(&r, h10ka, strlen(h10ka), &used) == FL_RESP_DONE && r.keep_alive);
+    fl_resp_reset(&r);
+    const char *close = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                        "Content-Length: 2\r\n\r\n{}";
+    CHECK(fl_resp_feed(&r, close, strlen(close), &used) == FL_RESP_DONE);
+    CHECK(r.status == 503 && !r.keep_alive);
+    /* 100 Continue is skipped: the final response follows. */
+    fl_resp_reset(&r);
+    const char *cont = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}";
+    CHECK(fl_resp_feed(&r, cont, strlen(cont), &used) == FL_RESP_DONE);
+    CHECK(r.status == 201 && used == strlen(cont));
+    fl_resp_free(&r);
+}
+
+static void test_truncated_and_malformed(void) {
+    fl_resp r;
+    fl_resp_init(&r, 4096);
+    size_t used;
+    /* A connection closed mid-body is an error, not a response. */
+    const char *part = "HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{\"order";
+    CHECK(fl_resp_feed(&r, part, strlen(part), &used) == FL_RESP_MORE);
+    CHECK(fl_resp_eof(&r) == FL_RESP_ERROR && r.error);
+    /* Closed before anything: also an error, but not "started". */
+    fl_resp_reset(&r);
+    CHECK(!fl_resp_started(&r));
+    CHECK(fl_resp_eof(&r) == FL_RESP_ERROR);
+    const char *bad[] = {
+        "HTTP/2 200 OK\r\n\r\n",
+        "HTTP/1.1 2x0 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fl_resp_reset(&r);
+        int rc = fl_resp_feed(&r, bad[i], strlen(bad[i]), &used);
+        if (rc != FL_RESP_ERROR) fprintf(stderr, "  accepted: %s\n", bad[i]);
+        CHECK(rc == FL_RESP_ERROR && r.error);
+    }
+    /* A header line longer than the parser keeps. */
+    fl_resp_reset(&r);
+    const char *head = "HTTP/1.1 200 OK\r\nX-Long: ";
+    CHECK(fl_resp_feed(&r, head, strlen(head), &used) == FL_RESP_MORE);
+    static char filler[FL_RESP_LINE_MAX + 10];
+    memset(filler, 'a', sizeof filler);
+    CHECK(fl_resp_feed(&r, filler, sizeof filler, &used) == FL_RESP_ERROR);
+    fl_resp_free(&r);
+}
+
+static void test_body_kept_up_to_max(void) {
+    fl_resp r;
+    fl_resp_init(&r, 8);
+    size_t used;
+    CHECK(fl_resp_feed(&r, SIMPLE, sizeof SIMPLE - 1, &used) == FL_RESP_DONE);
+    CHECK(r.body_len == 8 && r.body_total == 26);
+    CHECK(r.body && !strcmp(r.body, "{\"order_"));
+    fl_resp_free(&r);
+    fl_resp_init(&r, 0);         /* keep nothing, still frame correctly */
+    CHECK(fl_resp_feed(&r, SIMPLE, sizeof SIMPLE - 1, &used) == FL_RESP_DONE);
+    CHECK(r.body_len == 0 && r.body_total == 26 && used == sizeof SIMPLE - 1);
+    fl_resp_free(&r);
+}
+
+static void test_json_str(void) {
+    char out[16];
+    const char *j = "{\"message\": \"order_id\", \"order_id\" : \"X1\", \"error\":\"sold_out\"}";
+    CHECK(fl_json_str(j, strlen(j), "order_id", out, sizeof out) == 2);
+    CHECK_STR(out, "X1");
+    CHECK(fl_json_str(j, strlen(j), "error", out, sizeof out) == 8);
+    CHECK_STR(out, "sold_out");
+    CHECK(fl_json_str(j, strlen(j), "missing", out, sizeof out) == -1);
+    CHECK(fl_json_str(j, strlen(j), "error", out, 4) == -1);    /* does not fit */
+    const char *num = "{\"quantity\":3}";
+    CHECK(fl_json_str(num, strlen(num), "quantity", out, sizeof out) == -1);
+}
+
+/* ----------------------------------------------------------------- histogram */
+
+static void test_hist_buckets(void) {
+    /* Every bucket's low edge maps back to it, edges increase, and no bucket
+     * is wider than 1/32 of its values. */
+    uint64_t prev = 0;
+    for (unsigned i = 0; i < FL_HIST_BUCKETS; i++) {
+        uint64_t lo = fl_hist_bucket_low(i);
+        CHECK(fl_hist_index(lo) == i);
+        if (i) CHECK(lo > prev);
+        if (i + 1 < FL_HIST_BUCKETS && i >= FL_HIST_SUB) {
+            uint64_t next = fl_hist_bucket_low(i + 1);
+            CHECK((double)(next - lo) / (double)lo <= 1.0 / FL_HIST_SUB + 1e-12);
+            CHECK(fl_hist_index(next - 1) == i);
+        }
+        prev = lo;
+    }
+    CHECK(fl_hist_index(0) == 0 && fl_hist_index(31) == 31 && fl_hist_index(32) == 32);
+    CHECK(fl_hist_index(UINT64_MAX) == FL_HIST_BUCKETS - 1);
+}
+
+static void test_hist_percentiles(void) {
+    static fl_hist h;
+    fl_hist_reset(&h);
+    CHECK(fl_hist_percentile(&h, 99) == 0);
+    for (uint64_t v = 1; v <= 100000; v++) fl_hist_record(&h, v);
+    CHECK(h.count == 100000 && h.min == 1 && h.max == 100000);
+    const double ps[] = { 1, 50, 90, 99, 99.9 };
+    for (int i = 0; i < 5; i++) {
+        double want = ps[i] * 1000;
+        double got = (double)fl_hist_percentile(&h, ps[i]);
+        if (fabs(got - want) / want > 1.0 / FL_HIST_SUB)
+            fprintf(stderr, "  p%g: got %.0f want %.0f\n", ps[i], got, want);
+        CHECK(fabs(got - want) / want <= 1.0 / FL_HIST_SUB);
+    }
+    CHECK(fl_hist_percentile(&h, 100) == 100000);
+    CHECK(fl_hist_percentile(&h, 0) == 1);
+    CHECK(fabs(fl_hist_mean(&h) - 50000.5) < 1e-6);
+    /* Small values are exact. */
+    fl_hist_reset(&h);
+    for (int i = 0; i < 90; i++) fl_hist_record(&h, 7);
+    for (int i = 0; i < 10; i++) fl_hist_record(&h, 20);
+    CHECK(fl_hist_percentile(&h, 50) == 7 && fl_hist_percentile(&h, 90) == 7);
+    CHECK(fl_hist_percentile(&h, 91) == 20 && fl_hist_percentile(&h, 99.9) == 20);
+    /* A single huge outlier is reported as the exact max, not a bucket edge. */
+    fl_hist_record(&h, 123456789);
+    CHECK(fl_hist_percentile(&h, 100) == 123456789 && h.max == 123456789);
+    CHECK(fl_hist_percentile(&h, 99.99) <= 123456789);
+}
+
+static void test_hist_merge(void) {
+    static fl_hist a, b, all;
+    fl_hist_reset(&a);
+    fl_hist_reset(&b);
+    fl_hist_reset(&all);
+    fl_rng rng;
+    fl_rng_seed(&rng, 42);
+    for (int i = 0; i < 50000; i++) {
+        uint64_t v = 1 + fl_rng_below(&rng, 2000000);
+        fl_hist_record(i % 3 ? &a : &b, v);
+        fl_hist_record(&all, v);
+    }
+    fl_hist_merge(&a, &b);
+    CHECK(a.count == all.count && a.sum == all.sum && a.min == all.min && a.max == all.max);
+    CHECK(memcmp(a.b, all.b, sizeof a.b) == 0);
+    CHECK(fl_hist_percentile(&a, 99) == fl_hist_percentile(&all, 99));
+    static fl_hist empty;
+    fl_hist_reset(&empty);
+    fl_hist_merge(&a, &empty);     /* merging nothing changes nothing */
+    CHECK(a.min == all.min && a.count == all.count);
+}
+
+/* ------------------------------------------------------------ zipf, targets */
+
+static void test_zipf_shape(void) {
+    fl_zipf z;
+    fl_rng rng;
+    fl_rng_seed(&rng, 7);
+    const double exps[] = { 0.5, 1.0, 1.5 };
+    for (int e = 0; e < 3; e++) {
+        fl_zipf_init(&z, 100, exps[e]);
+        static uint64_t count[101];
+        memset(count, 0, sizeof count);
+        const int n = 400000;
+        for (int i = 0; i < n; i++) {
+            uint64_t k = fl_zipf_next(&z, &rng);
+            CHECK(k >= 1 && k <= 100);
+            if (k >= 1 && k <= 100) count[k]++;
+        }
+        /* P(1)/P(2) = 2^s and P(1)/P(4) = 4^s, within sampling noise. */
+        double r12 = (double)count[1] / (double)count[2], r14 = (double)count[1] / (double)count[4];
+        if (fabs(r12 / pow(2, exps[e]) - 1) > 0.05 || fabs(r14 / pow(4, exps[e]) - 1) > 0.07)
+            fprintf(stderr, "  s=%g: P1/P2 %.3f (want %.3f), P1/P4 %.3f (want %.3f)\n", exps[e],
+                    r12, pow(2, exps[e]), r14, pow(4, exps[e]));
+        CHECK(fabs(r12 / pow(2, exps[e]) - 1) <= 0.05);
+        CHECK(fabs(r14 / pow(4, exps[e]) - 1) <= 0.07);
+        CHECK(count[100] > 0);
+    }
+    fl_zipf_init(&z, 1, 1.0);      /* one user: always rank 1 */
+    for (int i = 0; i < 100; i++) CHECK(fl_zipf_next(&z, &rng) == 1);
+}
+
+static void test_rng_bounds(void) {
+    fl_rng rng;
+    fl_rng_seed(&rng, 1);
+    uint64_t seen[10] = { 0 };
+    for (int i = 0; i < 100000; i++) {
+        uint64_t v = fl_rng_below(&rng, 10);
+        CHECK(v < 10);
+        if (v < 10) seen[v]++;
+        double u = fl_rng_unit(&rng);
+        CHECK(u >= 0 && u < 1);
+    }
+    for (int i = 0; i < 10; i++) CHECK(seen[i] > 9000 && seen[i] < 11000);
+}
+
+static void test_target_parse(void) {
+    fl_target t;
+    fl_err e;
+    CHECK(fl_target_parse("http://127.0.0.1:8080", &t, &e) == 0);
+    CHECK(t.port == 8080 && !strcmp(t.host, "127.0.0.1") && !strcmp(t.hostport, "127.0.0.1:8080"));
+    CHECK(fl_target_parse("127.0.0.1:9/ignored/path", &t, &e) == 0 && t.port == 9);
+    CHECK(fl_target_parse("http://localhost", &t, &e) == 0 && t.port == 80);
+    CHECK(fl_target_parse("https://127.0.0.1:1", &t, &e) == -1 && strstr(e.msg, "http://"));
+    CHECK(fl_target_parse("http://127.0.0.1:99999", &t, &e) == -1);
+    CHECK(fl_target_parse("http://:80", &t, &e) == -1);
+    char key[64];
+    fl_key_string("ab12", 42, key, sizeof key);
+    CHECK_STR(key, "fl-ab12-42");
+}
+
+TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
+          T(test_pipelined_responses), T(test_pipelined_split_across_reads),
+          T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
+          T(test_body_kept_up_to_max), T(test_json_str), T(test_hist_buckets),
+          T(test_hist_percentiles), T(test_hist_merge), T(test_zipf_shape), T(test_rng_bounds),
+          T(test_target_parse))
