@@ -173,8 +173,9 @@ static void chart_throughput(FILE *f, const fl_scene_result *r, int n) {
                    "fill=\"%s\"><title>%.0f orders/s while the stock lasted; %.0f answers/s "
                    "in all</title></rect>\n",
                 LABEL_W, y, w, ROW_H - 8, colour(&r[i]), r[i].orders_per_s, r[i].answers_per_s);
-        fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%d\">%.0f</text>\n", LABEL_W + w + 5, y + 12,
-                r[i].orders_per_s);
+        fprintf(f, r[i].orders_per_s < 10 ? "<text class=\"val\" x=\"%.1f\" y=\"%d\">%.1f</text>\n"
+                                           : "<text class=\"val\" x=\"%.1f\" y=\"%d\">%.0f</text>\n",
+                LABEL_W + w + 5, y + 12, r[i].orders_per_s);
     }
     fprintf(f, "</svg></figure>\n");
 }
@@ -278,35 +279,36 @@ static void chart_oversold(FILE *f, const fl_scene_result *r, int n) {
 }
 
 static void table(FILE *f, const fl_scene_result *r, int n) {
-    fprintf(f, "<table><thead><tr><th>strategy</th><th>segments</th><th>instances</th>"
+    fprintf(f, "<div class=\"scroll\"><table><thead><tr><th>strategy</th><th>segments</th><th>instances</th>"
                "<th>orders/s</th><th>answers/s</th><th>p50</th><th>p99</th><th>sold</th><th>oversold</th>"
-               "<th>min stock</th><th>lost</th><th>verdict</th><th>condition</th></tr></thead>"
+               "<th>min stock</th><th>lost</th><th>verdict</th></tr></thead>"
                "<tbody>\n");
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
         fprintf(f, "<tr><td>");
         esc(f, s->sc.strategy);
-        fprintf(f, "</td><td>%d</td><td>%d</td>", s->sc.segments, s->sc.instances);
+        fprintf(f, "<br><small>");
+        esc(f, s->sc.condition);
+        fprintf(f, "</small></td><td>%d</td><td>%d</td>", s->sc.segments, s->sc.instances);
         if (!s->ran) {
-            fprintf(f, "<td colspan=\"10\">");
+            fprintf(f, "<td colspan=\"9\">");
             esc(f, s->note);
             fprintf(f, "</td></tr>\n");
             continue;
         }
-        char p50[16], p99[16];
+        char p50[16], p99[16], rate[24];
         fl_fmt_us(s->p50_us, p50, sizeof p50);
         fl_fmt_us(s->p99_us, p99, sizeof p99);
-        fprintf(f, "<td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%lld</td><td>%lld</td>"
+        snprintf(rate, sizeof rate, s->orders_per_s < 10 ? "%.1f" : "%.0f", s->orders_per_s);
+        fprintf(f, "<td>%s</td><td>%.0f</td><td>%s</td><td>%s</td><td>%lld</td><td>%lld</td>"
                    "<td>%lld</td><td>%lld</td><td class=\"v\" style=\"color:%s\">",
-                s->orders_per_s, s->answers_per_s, p50, p99, s->verdict.sold, s->verdict.oversold,
+                rate, s->answers_per_s, p50, p99, s->verdict.sold, s->verdict.oversold,
                 s->verdict.min_stock, s->verdict.lost, colour(s));
         esc(f, s->verdict_line);
         if (!s->as_expected) fprintf(f, " (unexpected)");
-        fprintf(f, "</td><td>");
-        esc(f, s->sc.condition);
         fprintf(f, "</td></tr>\n");
     }
-    fprintf(f, "</tbody></table>\n");
+    fprintf(f, "</tbody></table></div>\n");
 }
 
 static const char CSS[] =
@@ -321,11 +323,11 @@ static const char CSS[] =
     ".lbl{font-size:13px;fill:#1d2329}.tick{font-size:11px;fill:#7a848c}"
     ".val{font-size:12px;fill:#3a434a}.val.ok{fill:#2e7d32}.note{font-size:12px;fill:#999}"
     ".grid{stroke:#eceff1;stroke-width:1}"
-    "table{border-collapse:collapse;width:100%;font-size:13px;background:#fff}"
-    "th,td{border-bottom:1px solid #e3e6e8;padding:5px 6px;text-align:right;white-space:nowrap}"
-    "td:last-child{white-space:normal}"
-    "th:first-child,td:first-child,td.v,th:nth-last-child(-n+2),td:last-child{text-align:left}"
-    "td.v{white-space:normal;font-weight:600}.legend span{display:inline-block;width:12px;"
+    "table{border-collapse:collapse;width:100%;font-size:12.5px;background:#fff}"
+    "th,td{border-bottom:1px solid #e3e6e8;padding:5px 5px;text-align:right;white-space:nowrap}"
+    "td small{color:#7a848c}.scroll{overflow-x:auto}"
+    "th:first-child,td:first-child,td.v,th:last-child{text-align:left}"
+    "td.v{white-space:normal;font-weight:600;min-width:190px}.legend span{display:inline-block;width:12px;"
     "height:12px;border-radius:2px;margin:0 4px 0 14px;vertical-align:-1px}"
     "footer{color:#7a848c;font-size:12px;margin:24px 0}";
 

@@ -788,7 +788,7 @@ void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
     /* The headline: one line per kind of damage, the largest of each, so the
      * same oversell seen from four places is said once. */
     size_t n = (size_t)snprintf(out, len, "FAIL");
-    const char *kinds[] = { "oversold", "reached", "lost", "without a 201", "not recorded",
+    const char *kinds[] = { "oversold", "reached", "lost", "without a 201", "not recorded", "no valid",
                             "twice", "two different", "limit", "add up", "pending", NULL };
     for (int k = 0; kinds[k] && n < len; k++) {
         int best = -1;
