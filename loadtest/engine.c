@@ -77,7 +77,7 @@ typedef struct worker {
     int connecting, busy, open;
     int stopping;
     int64_t stop_at;              /* end of issuing (duration), 0: none */
-    int64_t last_scan;
+    int64_t last_scan, scan_every;  /* timeouts are checked this often */
     double next_sched, interval;  /* open loop */
     fl_rng rng;
     fl_zipf zipf;
@@ -536,7 +536,7 @@ static void update_stopping(worker *w, int64_t now) {
 
 /* How long epoll may sleep, in microseconds. */
 static int64_t wait_for(worker *w, int64_t now) {
-    int64_t t = TICK_US;
+    int64_t t = w->busy || w->connecting ? w->scan_every : TICK_US;
     if (!w->stopping) {
         if (w->stop_at && w->stop_at - now < t) t = w->stop_at - now;
         if (w->g->o.rate > 0 && w->nidle && (int64_t)w->next_sched - now < t)
@@ -580,7 +580,7 @@ static void *worker_main(void *arg) {
             }
             if (w->busy == 0 || now > hard_end) break;
         }
-        if (now - w->last_scan >= TICK_US) {
+        if (now - w->last_scan >= w->scan_every) {
             scan_timeouts(w, now);
             w->last_scan = now;
         }
@@ -649,6 +649,10 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
         w->next_sched = (double)g->t0 + w->interval * id / g->nw;
     }
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
+    /* A timeout is noticed within a quarter of itself (and 50 ms at most). */
+    w->scan_every = o->timeout_us / 4;
+    if (w->scan_every > TICK_US) w->scan_every = TICK_US;
+    if (w->scan_every < 1000) w->scan_every = 1000;
     return 0;
 }
 

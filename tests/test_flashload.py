@@ -160,8 +160,9 @@ def test_lost_answers_are_explained_by_transport_errors(ctx):
         assert "verdict    PASS" in so, so
         explained = sized(r"note       (\d+) orders without a 201 match requests", so)
         rows = db_rows(s.db_path, "SELECT count(*) FROM orders WHERE sku=?", (sku,))[0][0]
-        assert explained == rows > 0, (explained, rows, so)
-        assert sized(r"transport (\d+) requests without an answer", so) >= rows, so
+        got_201 = sized(r"201: (\d+)", so + " 201: 0")   # a rare answer may beat the timeout
+        assert explained > 0 and explained == rows - got_201, (explained, rows, got_201, so)
+        assert sized(r"transport (\d+) requests without an answer", so) >= explained, so
 
 
 def test_two_targets_and_open_loop_rate(ctx):
