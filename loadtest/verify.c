@@ -367,8 +367,8 @@ static size_t over_limit(user_units *u, size_t n, long long limit, user_units *w
     return over;
 }
 
-static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict *vd) {
-    const fl_load_result *r = in->load;
+/* Units confirmed by 201s never exceed what was for sale. */
+static void check_client_units(const fl_load_result *r, long long run_stock, fl_verdict *vd) {
     long long units = 0;
     size_t noid = 0;
     for (size_t i = 0; i < r->ncreated; i++) {
@@ -378,10 +378,13 @@ static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict
     vd->units_201 = units;
     if (units > run_stock)
         violate(vd, "client", units - run_stock,
-                "oversold by %lld units: the client holds 201s for %lld units of %lld", units - run_stock,
-                units, run_stock);
+                "oversold by %lld units: the client holds 201s for %lld units of %lld",
+                units - run_stock, units, run_stock);
     if (noid) violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
-    /* No order id twice. */
+}
+
+/* No order id is confirmed by two 201s. */
+static void check_client_ids(const fl_load_result *r, fl_verdict *vd) {
     fl_order_rec *c = malloc((r->ncreated + 1) * sizeof *c);
     if (!c) return;
     if (r->ncreated) memcpy(c, r->created, r->ncreated * sizeof *c);
@@ -391,9 +394,12 @@ static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict
         if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
     if (dup) violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
     free(c);
-    /* One key, one order: every 201 and replay of a key names the same id. */
-    size_t nk = r->ncreated + r->nreplayed, twice = 0, m = 0;
-    fl_order_rec *k = malloc((nk + 1) * sizeof *k);
+}
+
+/* One key, one order: every 201 and every replay of a key name the same id. */
+static void check_client_keys(const fl_load_result *r, fl_verdict *vd) {
+    size_t twice = 0, m = 0;
+    fl_order_rec *k = malloc((r->ncreated + r->nreplayed + 1) * sizeof *k);
     if (!k) return;
     for (size_t i = 0; i < r->ncreated; i++)
         if (r->created[i].key != FL_NO_KEY) k[m++] = r->created[i];
@@ -412,6 +418,12 @@ static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict
         violate(vd, "client", (long long)twice,
                 "%zu idempotency keys were answered with two different orders", twice);
     free(k);
+}
+
+static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict *vd) {
+    check_client_units(in->load, run_stock, vd);
+    check_client_ids(in->load, vd);
+    check_client_keys(in->load, vd);
 }
 
 static void check_client_limit(const fl_verify_in *in, long long limit, fl_verdict *vd) {
@@ -578,48 +590,51 @@ static int settle(const fl_verify_in *in, fl_http *h, stock_conn *sc, stock_prod
 
 /* ------------------------------------------------------------- vantages */
 
-static void check_api(const fl_verify_in *in, fl_http *h, const fl_product *p, const pend *pd,
-                      known *k, fl_verdict *vd, fl_err *e, int *failed) {
-    long long avail = p->stock_available;
+/* The product's numbers: nothing oversold, nothing below zero (now or in
+ * any sample), nothing lost beyond what is still pending. */
+static void check_api_stock(const fl_verify_in *in, const fl_product *p, const pend *pd,
+                            fl_verdict *vd) {
+    long long avail = p->stock_available, shown = avail > 0 ? avail : 0;
+    long long low = avail < p->min_segment ? avail : p->min_segment;
     see_stock(vd, avail);
     see_stock(vd, p->min_segment);
-    long long over = p->sold + (avail > 0 ? avail : 0) - p->stock_initial;
+    long long over = p->sold + shown - p->stock_initial;
     if (over > 0 && avail > 0)
         violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
                 over, p->sold, avail, p->stock_initial);
     else if (over > 0)
         violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
                 p->stock_initial);
-    if (avail < 0 || p->min_segment < 0)
-        violate(vd, "api", avail < p->min_segment ? avail : p->min_segment,
-                "stock reached %lld (at the end)", avail < p->min_segment ? avail : p->min_segment);
-    long long pending = pd->records > 0 ? pd->units : 0;
-    long long lost = p->stock_initial - p->sold - (avail > 0 ? avail : 0) - pending;
-    if (avail >= 0 && lost > 0)
+    if (low < 0) violate(vd, "api", low, "stock reached %lld (at the end)", low);
+    long long lost = p->stock_initial - p->sold - shown - (pd->records > 0 ? pd->units : 0);
+    if (avail >= 0 && lost > 0) {
         violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
                 "available %lld of %lld)", lost, p->sold, avail, p->stock_initial);
-    if (avail >= 0 && lost > vd->lost) vd->lost = lost;
+        if (lost > vd->lost) vd->lost = lost;
+    }
     const fl_samples *s = in->samples;
-    if (s && s->n && (s->min_available < 0 || s->min_segment < 0)) {
-        long long m = s->min_available < s->min_segment ? s->min_available : s->min_segment;
+    if (!s || !s->n) return;
+    long long m = s->min_available < s->min_segment ? s->min_available : s->min_segment;
+    see_stock(vd, m);
+    if (m < 0)
         violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
                 "below zero)", m, (unsigned long long)s->negative, (unsigned long long)s->n);
-    }
-    if (s && s->n) {
-        see_stock(vd, s->min_available);
-        see_stock(vd, s->min_segment);
-    }
+}
+
+/* GET /v1/orders?sku= against the 201s. Returns 0, or -1 with e set. */
+static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *p, known *k,
+                          fl_verdict *vd, fl_err *e) {
     rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
     known_reset_matches(k);
-    if (fl_orders_each(h, in->sku, on_row, &x, e) < 0) {
-        *failed = 1;
-        rows_free(&x);
-        return;
+    int rc = -1;
+    if (fl_orders_each(h, in->sku, on_row, &x, e) >= 0) {
+        vd->orders_listed = x.rows_run;
+        check_rows(&x, "api", in, p->sold, p->per_user_limit, vd);
+        vd->api_checked = 1;
+        rc = 0;
     }
-    vd->orders_listed = x.rows_run;
-    check_rows(&x, "api", in, p->sold, p->per_user_limit, vd);
     rows_free(&x);
-    vd->api_checked = 1;
+    return rc;
 }
 
 static void check_redis(const fl_verify_in *in, stock_conn *sc, stock_product *sp,
@@ -719,7 +734,7 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     fl_err ignore;
     fl_product p;
     pend pd = { 0, 0 };
-    int rc = -1, failed = 0;
+    int rc = -1;
     stock_conn *sc = NULL;
     if (known_init(&k, in->load)) {
         fl_errf(e, "out of memory");
@@ -738,8 +753,8 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     vd->available = p.stock_available;
     check_client(in, run_stock, vd);
     check_client_limit(in, p.per_user_limit, vd);
-    check_api(in, &h, &p, &pd, &k, vd, e, &failed);
-    if (failed) goto out;
+    check_api_stock(in, &p, &pd, vd);
+    if (check_api_rows(in, &h, &p, &k, vd, e)) goto out;
     if (sc) check_redis(in, sc, &sp, &pd, vd);
     else if (in->v->redis_url[0]) note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
     if (in->v->db_path[0]) check_db(in, &k, vd);
