@@ -136,9 +136,9 @@ static void submit_lookup(order_op *op, const char *order_id) {
     db_writer_submit(op->a->writer, &op->job);
 }
 
-/* Hands the order to the writer. take says how it gets its stock there:
- * DB_TAKE_NONE when Redis reserved it already (under op->sreq.gen). */
-static void submit_insert(order_op *op, db_take take, long long expect_version) {
+/* Prepares the order's insert. take says how it gets its stock: DB_TAKE_NONE
+ * when Redis reserved it already (under op->sreq.gen). */
+static void prepare_insert(order_op *op, db_take take, long long expect_version) {
     db_order *o = &op->job.order;
     memset(&op->job, 0, sizeof op->job);
     op->job.kind = DB_JOB_INSERT;
@@ -152,6 +152,11 @@ static void submit_insert(order_op *op, db_take take, long long expect_version) 
     memcpy(o->idem_key, op->idem_key, sizeof o->idem_key);
     memcpy(o->created_at, op->created_at, sizeof o->created_at);
     o->gen = op->sreq.gen;
+}
+
+/* Hands the order to the writer thread. */
+static void submit_insert(order_op *op, db_take take, long long expect_version) {
+    prepare_insert(op, take, expect_version);
     db_writer_submit(op->a->writer, &op->job);
 }
 
@@ -199,14 +204,15 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
 
 /* ----------------------------------------------------------- Redis stage */
 
-/* Acts on the result of one reservation. */
-static void reserved(order_op *op) {
+/* Acts on the result of one reservation. Returns 1 when the order was
+ * reserved and is the caller's to commit; else it has been dealt with. */
+static int reserved(order_op *op) {
     const stock_req *r = &op->sreq;
     char msg[200];
     switch (r->result) {
     case STOCK_RESERVED:
-        submit_insert(op, DB_TAKE_NONE, 0);
-        return;
+        prepare_insert(op, DB_TAKE_NONE, 0);
+        return 1;
     case STOCK_REPLAY:
         if (r->replay_same) {
             submit_lookup(op, r->replay_order_id);
@@ -215,7 +221,7 @@ static void reserved(order_op *op) {
                          "This Idempotency-Key was used for a different request.");
             free(op);
         }
-        return;
+        return 0;
     case STOCK_SOLD_OUT:
         snprintf(msg, sizeof msg, "%s is sold out.", op->p->sku);
         answer_error(op, 409, "sold_out", OUT_SOLD_OUT, json_pack("{s:i}", "available", 0), msg);
@@ -261,28 +267,44 @@ static void reserved(order_op *op) {
              * give the units back (a no-op if it did not) before answering. */
             undo_then_fail(op, 503, "redis_unavailable", OUT_REDIS_UNAVAILABLE,
                            "Redis is unavailable; no stock was taken. Retry shortly.");
-            return;
+            return 0;
         }
         answer_error(op, 503, "redis_unavailable", OUT_REDIS_UNAVAILABLE, NULL,
                      "Redis is unavailable; no stock was taken. Retry shortly.");
         break;
     }
     free(op);
+    return 0;
 }
 
 static stock_ref ref_of(const order_op *op) {
     return (stock_ref){ &op->p->sp, op->order_id, op->idem_key };
 }
 
-static void run_reserves(stock_conn *sc, order_op **ops, size_t n) {
+static size_t after_commit(db_job **jobs, size_t n, order_op **confirm);
+static void run_confirms(app *a, stock_conn *sc, order_op **ops, size_t n);
+
+/* Reserves a batch in one round trip, commits the reserved orders as one
+ * group right here (no hand-off to the writer thread), answers them, and
+ * clears their pending records. */
+static void run_reserves(app *a, stock_conn *sc, order_op **ops, size_t n) {
     stock_req *reqs[STAGE_BATCH];
+    db_job *jobs[STAGE_BATCH];
+    order_op *confirm[STAGE_BATCH];
+    size_t nj = 0;
     for (size_t i = 0; i < n; i++) reqs[i] = &ops[i]->sreq;
     stock_reserve(sc, reqs, n);
-    for (size_t i = 0; i < n; i++) reserved(ops[i]);
+    for (size_t i = 0; i < n; i++)
+        if (reserved(ops[i])) jobs[nj++] = &ops[i]->job;
+    if (nj == 0) return;
+    db_writer_commit_now(a->writer, jobs, nj);
+    size_t nc = after_commit(jobs, nj, confirm);
+    if (nc) run_confirms(a, sc, confirm, nc);
 }
 
 static void run_confirms(app *a, stock_conn *sc, order_op **ops, size_t n) {
-    stock_ref refs[STAGE_BATCH];
+    stock_ref refs[STAGE_BATCH] = { { 0 } };
+    assert(n <= STAGE_BATCH);
     for (size_t i = 0; i < n; i++) refs[i] = ref_of(ops[i]);
     /* On failure the records stay; the sweeper finds the orders committed
      * and clears them. */
@@ -359,6 +381,7 @@ static void optimistic_read(order_op *op) {
 /* Runs one read-check-write reservation, which may wait for a lock. */
 static void reserve_one(app *a, stock_conn *sc, order_op *op) {
     stock_reserve_one(sc, &op->sreq);
+    int to_commit;
     const stock_req *r = &op->sreq;
     if (r->lock_wait_us >= 0) {
         histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
@@ -366,7 +389,8 @@ static void reserve_one(app *a, stock_conn *sc, order_op *op) {
               : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
         atomic_fetch_add(&a->m.lock_outcomes[o], 1);
     }
-    reserved(op);
+    to_commit = reserved(op);
+    if (to_commit) db_writer_submit(a->writer, &op->job);
 }
 
 static void *pool_main(void *arg) {
@@ -409,7 +433,7 @@ static void *stage_main(void *arg) {
         if (nr) {
             atomic_fetch_add(&a->m.reserve_batches, 1);
             atomic_fetch_add(&a->m.reserve_orders, nr);
-            run_reserves(sc, reserve, nr);
+            run_reserves(a, sc, reserve, nr);
         }
         if (nu) run_undos(a, sc, undo, nu);
         if (nc) run_confirms(a, sc, confirm, nc);
@@ -579,9 +603,10 @@ static order_op *committed(order_op *op) {
     }
 }
 
-void order_batch_done(db_job **jobs, size_t n, void *ud) {
-    app *a = ud;
-    order_op *first = NULL, *last = NULL;
+/* Acts on a committed group: answers every order, and fills confirm with
+ * the ones whose pending records are to be cleared. Returns their number. */
+static size_t after_commit(db_job **jobs, size_t n, order_op **confirm) {
+    size_t nc = 0;
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
         order_op *op = (order_op *)((char *)jobs[i] - offsetof(order_op, job));
@@ -591,16 +616,22 @@ void order_batch_done(db_job **jobs, size_t n, void *ud) {
         }
         failed |= jobs[i]->status == DB_ERROR || jobs[i]->status == DB_BUSY;
         order_op *c = committed(op);
-        if (!c) continue;
-        if (last) last->next = c;
-        else first = c;
-        last = c;
+        if (c) confirm[nc++] = c;
     }
-    /* One push for the whole group's confirms. */
-    stage_push_list(a->stage, first, last);
     static _Atomic int64_t last_log_us;
     if (failed && clock_mono_us() - atomic_load(&last_log_us) > 1000000) {
         atomic_store(&last_log_us, clock_mono_us());
         log_msg(LOG_ERROR, "database: group commit failed (orders answered 503, stock given back)");
     }
+    return nc;
+}
+
+void order_batch_done(db_job **jobs, size_t n, void *ud) {
+    app *a = ud;
+    order_op *confirm[n];
+    size_t nc = after_commit(jobs, n, confirm);
+    if (nc == 0) return;
+    /* One push for the whole group's confirms. */
+    for (size_t i = 0; i + 1 < nc; i++) confirm[i]->next = confirm[i + 1];
+    stage_push_list(a->stage, confirm[0], confirm[nc - 1]);
 }
