@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 #include <sqlite3.h>
 
 enum {
@@ -172,6 +174,28 @@ err:
     return -1;
 }
 
+/* Appends the likely cause when a writable open failed on a read-only file
+ * or file system: SQLite's own message ("unable to open database file",
+ * "attempt to write a readonly database") does not say it. */
+static void explain_open_failure(const char *path, char *err, size_t errlen) {
+    char dir[1024];
+    struct statvfs vfs;
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    const char *why = NULL;
+    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+        why = "its file system is mounted read-only";
+    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        why = "the file is read-only";
+    else if (access(dir, W_OK) != 0)
+        why = "its directory is not writable (SQLite needs the -wal and -shm files beside it)";
+    size_t used = strlen(err);
+    if (why && used < errlen)
+        snprintf(err + used, errlen - used, " (%s: orders could not be stored)", why);
+}
+
 db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
     db *d = calloc(1, sizeof *d);
     char pragmas[160];
@@ -213,6 +237,7 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
     }
     return d;
 err:
+    if (!opt->readonly) explain_open_failure(path, err, errlen);
     db_close(d);
     return NULL;
 }

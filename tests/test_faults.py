@@ -13,7 +13,7 @@ import threading
 import time
 
 import harness
-from harness import Client, db_rows, wait_until
+from harness import BIN, Client, db_rows, free_port, wait_until
 
 
 class Load:
@@ -293,6 +293,42 @@ def test_database_full_disk(ctx):
     settle(redis, "full")
     p = s.product("full")
     assert p["sold"] + p["stock_available"] == 100000, p
+    rc, out = audit(redis, db)
+    assert rc == 0, out
+
+
+def test_database_on_a_read_only_file_system(ctx):
+    """A database whose file system went read-only (as after an I/O error):
+    the service refuses to start and says why, rather than taking orders it
+    cannot store; once writable again it starts and nothing was lost. (A file
+    system cannot be remounted read-only under a running service's open
+    database: the kernel refuses while files are open for writing.)"""
+    mnt = ctx.path("ro")
+    os.mkdir(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, "cannot mount a tmpfs here: %s" % r.stderr
+    ctx.on_cleanup(lambda: subprocess.run(["umount", "-l", mnt]))
+    redis = ctx.redis()
+    db = os.path.join(mnt, "orders.db")
+    s = ctx.service(redis, db=db)
+    s.create_product("ro", 10)
+    assert s.order("ro", "a", 2).status == 201
+    assert s.stop() == 0
+    r = subprocess.run(["mount", "-o", "remount,ro", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    cmd = [os.path.join(BIN, "flashsale"), "--listen", "127.0.0.1:%d" % free_port(),
+           "--redis", redis.url, "--db", db]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0, r.stderr
+    assert "read-only" in r.stderr and db in r.stderr, r.stderr
+    r = subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    s.log_path = ctx.path("ro.log")
+    s.start()
+    p = s.product("ro")
+    assert (p["sold"], p["stock_available"]) == (2, 8), p
+    assert s.order("ro", "b", 1).status == 201
     rc, out = audit(redis, db)
     assert rc == 0, out
 
