@@ -98,6 +98,11 @@ static void reply_product(http_req *r, app *a, product *p, int status) {
                           "created_at", dp.created_at);
     if (dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
     if (dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
+    const stock_strategy_info *si = stock_strategy_about(p->strategy);
+    if (si->unsafe) /* said wherever the product is seen, not only in the log */
+        json_object_set_new(j, "warning", json_sprintf("UNSAFE: %s oversells by design (%s); "
+                                                       "a demonstration, never for a real sale",
+                                                       si->name, si->about));
     http_reply_json(r, status, j, NULL);
 }
 

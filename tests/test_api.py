@@ -25,6 +25,7 @@ def test_product_create_get(ctx):
     assert p["sku"] == "phone-x" and p["name"] == "Phone X" and p["strategy"] == "lua"
     assert p["segments"] == 1 and p["per_user_limit"] == 0
     assert p["stock_initial"] == 100 and p["stock_available"] == 100 and p["sold"] == 0
+    assert "warning" not in p                            # only the unsafe ones warn
     assert p["segment_available"] == [100]
     assert s.product("phone-x") == p
     error_of(s.post("/v1/products", {"sku": "phone-x", "stock": 5}), 409, "sku_exists")

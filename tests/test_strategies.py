@@ -169,6 +169,7 @@ def test_unsafe_read_write_loses_updates(ctx):
     assert over > 0, (over, p)
     assert p["sold"] > p["stock_initial"] and p["sold"] + p["stock_available"] > p["stock_initial"]
     assert "OVERSELLS" in s.logs()
+    assert p["warning"].startswith("UNSAFE: unsafe-read-write oversells"), p
 
 
 def test_unsafe_check_then_decr_goes_negative(ctx):
