@@ -267,13 +267,26 @@ static void run_orphans(maint *m, stock_conn *sc) {
         list = o->next;
         stock_ref ref = { &o->p->sp, o->order_id, o->idem_key };
         int done = 0;
-        if (stock_undo(sc, &ref, 1, &done) == 0 && done) {
+        int rc = stock_undo(sc, &ref, 1, &done);
+        if (rc == 0 && done) {
             free(o);
             continue;
         }
-        pthread_mutex_lock(&m->mu);   /* still failing: keep it for later */
+        /* Still failing: keep it for later. When Redis itself failed, keep
+         * the rest too, untried: one timeout per orphan would hold up the
+         * heartbeat behind a stalled Redis. */
+        pthread_mutex_lock(&m->mu);
         o->next = m->orphans;
         m->orphans = o;
+        if (rc != 0) {
+            orphan *last = list;
+            while (last && last->next) last = last->next;
+            if (last) {
+                last->next = m->orphans;
+                m->orphans = list;
+            }
+            list = NULL;
+        }
         pthread_mutex_unlock(&m->mu);
     }
 }
