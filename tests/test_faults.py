@@ -289,16 +289,23 @@ def test_database_locked_gives_stock_back(ctx):
     assert (p["sold"], p["stock_available"]) == (2, 18), p
 
 
-def test_database_full_disk(ctx):
-    """A tiny tmpfs fills up: 503 db_unavailable, stock given back, recovery
-    once space is freed. Needs mount(2): skipped only where the sandbox
-    forbids it, which the test reports rather than passing silently."""
-    mnt = ctx.path("small")
+def tmpfs(ctx, name, size):
+    """Mounts a tmpfs of the given size in the test's dir, unmounted at the
+    end. Needs mount(2) (root): where it cannot mount, the test fails and
+    says so rather than passing silently."""
+    mnt = ctx.path(name)
     os.mkdir(mnt)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", mnt],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", mnt],
                        capture_output=True, text=True)
     assert r.returncode == 0, "cannot mount a tmpfs here: %s" % r.stderr
     ctx.on_cleanup(lambda: subprocess.run(["umount", "-l", mnt]))
+    return mnt
+
+
+def test_database_full_disk(ctx):
+    """A tiny tmpfs fills up: 503 db_unavailable, stock given back, recovery
+    once space is freed."""
+    mnt = tmpfs(ctx, "small", "600k")
     redis = ctx.redis()
     db = os.path.join(mnt, "orders.db")
     s = ctx.service(redis, db=db)
@@ -338,12 +345,7 @@ def test_database_on_a_read_only_file_system(ctx):
     cannot store; once writable again it starts and nothing was lost. (A file
     system cannot be remounted read-only under a running service's open
     database: the kernel refuses while files are open for writing.)"""
-    mnt = ctx.path("ro")
-    os.mkdir(mnt)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, "cannot mount a tmpfs here: %s" % r.stderr
-    ctx.on_cleanup(lambda: subprocess.run(["umount", "-l", mnt]))
+    mnt = tmpfs(ctx, "ro", "4m")
     redis = ctx.redis()
     db = os.path.join(mnt, "orders.db")
     s = ctx.service(redis, db=db)
