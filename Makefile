@@ -104,6 +104,9 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lm
 
+# Per-target sources, as extra prerequisites so that $^ links them.
+build/fuzz/fuzz_http: loadtest/httpresp.c
+
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
 	$(MAKE) build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
