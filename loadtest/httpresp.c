@@ -239,8 +239,12 @@ static long feed_line(fl_resp *r, const char *p, size_t n) {
     }
     const char *l = p;
     size_t ln = take - 1;
+    /* The limit holds for every line, not only for one split across reads:
+     * else a long header is accepted or refused depending on where recv()
+     * happened to cut the stream (caught by the whole-vs-pieces check of
+     * tests/fuzz/fuzz_http.c). */
+    if (r->line_len + ln > sizeof r->line) return fail(r, "line too long");
     if (r->line_len) {            /* finish the line begun in an earlier read */
-        if (r->line_len + ln > sizeof r->line) return fail(r, "line too long");
         memcpy(r->line + r->line_len, p, ln);
         l = r->line;
         ln += r->line_len;
