@@ -4,6 +4,9 @@
 #   make test         install missing Debian packages, build, run every test
 #   make test-sanitize   the same tests against an AddressSanitizer+UBSan build
 #   make demo         the strategy comparison (see README)
+#   make soak         10 minutes of mixed load with Redis restarts (not part
+#                     of make test); SOAK_SECONDS=90 for a short run
+#   make soak-valgrind   a short, slow run of the same under valgrind
 #
 # Layout: every C file of a module directory goes into one static library,
 # except files named <program>_main.c, which each become bin/<program>.
@@ -47,7 +50,8 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
 # Keep intermediate objects (unit-test .o files) between runs.
 .SECONDARY:
 
-.PHONY: all deps test test-run test-sanitize demo bench bench-lock clean fuzz soak
+.PHONY: all deps test test-run test-sanitize demo bench bench-lock clean fuzz soak \
+        soak-valgrind
 all: $(PROGRAMS) $(UNIT_BIN)
 
 deps:
@@ -111,6 +115,22 @@ fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
 	$(MAKE) build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
+
+# Soak: every safe strategy under a moderate open-loop load for SOAK_SECONDS
+# while Redis restarts every minute (sometimes losing its data); fails on a
+# verifier FAIL, an audit discrepancy, or RSS growing past the warm-up by
+# more than 20% + 8 MB. See tests/soak.py.
+SOAK_SECONDS          ?= 600
+SOAK_VALGRIND_SECONDS ?= 60
+
+soak: all
+	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/soak.py --seconds $(SOAK_SECONDS)
+
+soak-valgrind:
+	@tools/deps.sh valgrind
+	$(MAKE) all
+	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/soak.py --valgrind \
+	    --seconds $(SOAK_VALGRIND_SECONDS)
 
 clean:
 	rm -rf build bin
