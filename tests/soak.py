@@ -30,12 +30,23 @@ Exit 1 when any of these is broken:
   - the service dies, or does not exit 0 on SIGTERM (under valgrind: an
     error or a definite leak makes valgrind exit 99);
   - an order is answered 500;
-  - (not under valgrind) RSS: the last sample under load exceeds the sample
-    taken after the warm-up (30 s, or a quarter of a shorter run) by more
-    than 20% + 8 MB. Measured after the warm-up because SQLite's page caches
-    and malloc's arenas fill legitimately at first; past that, with a
-    constant load, memory should be flat;
+  - (not under valgrind) RSS: the last sample under load exceeds the first
+    sample after the warm-up by more than 20% + 8 MB. The warm-up ends 20 s
+    after the first Redis restart (or at a quarter of the run without one):
+    SQLite's page caches and malloc's per-thread arenas fill legitimately at
+    first, and the first outage runs code paths (reconnects, rebuilds, 503s
+    on 32 lock workers) that take their share once, a step of ~7 MB here.
+    Past that, with a constant load, memory should be flat;
   - (not under valgrind) descriptors: more than 16 above the warm-up sample.
+Said but not failed (a busy machine does it too): a product whose load fell
+behind (open-loop backlog over 1% of its requests, or p99 over 2 s); the
+temp dir is then kept.
+
+RSS does step up at each Redis outage, by less each time (+7 MB at the
+first, +0.3-0.7 MB at the eighth and ninth of a 10-minute run): glibc's
+malloc_stats() taken between restarts showed the bytes in use flat (19-20
+MB over 10 restarts) while the arenas' system bytes grew, i.e. memory freed
+after the outage's burst of 503s kept by the allocator, not leaked.
 
 --valgrind runs the same under valgrind memcheck (--error-exitcode=99
 --leak-check=full --errors-for-leak-kinds=definite), 60 s by default, at 4%
@@ -206,6 +217,16 @@ class ServiceProc:
         return self.proc.returncode, time.monotonic() - t0
 
 
+def db_sizes(path):
+    """The SQLite file's and its WAL's sizes, for the progress line."""
+    def size(p):
+        try:
+            return "%.0f MB" % (os.path.getsize(p) / 1048576.0)
+        except OSError:
+            return "-"
+    return "%s, wal %s" % (size(path), size(path + "-wal"))
+
+
 def mb(kb):
     return kb / 1024.0
 
@@ -261,16 +282,17 @@ def main():
     every = o.restart_every or (20.0 if vg else 60.0)
     scale = o.rate_scale or (0.04 if vg else 1.0)
     cycle = ("term", "loss") if vg else CYCLE
-    warm = min(30.0, seconds / 4)
     quiet = max(15.0, min(30.0, seconds / 5))   # no restart this close to the end
     restarts_at = []
     t = every
     while t <= seconds - quiet:
         restarts_at.append(t)
         t += every
+    warm = restarts_at[0] + 20.0 if restarts_at else seconds / 4   # see the docstring
 
     tmp = tempfile.mkdtemp(prefix="fs-soak-")
     failures = []
+    warnings = []             # products that fell behind: the workdir is kept
     redis = service = None
     loads = []
 
@@ -366,9 +388,10 @@ def main():
                     prev_m, prev_t = m, now
                 rss = "rss %6.1f MB" % mb(st[0]) if st else "rss ?"
                 log("[%5.0fs] %s  fds %3d  threads %2d | redis restarts %d | orders %d (%.0f/s), "
-                    "503 %d, rebuilds %d" %
+                    "503 %d, rebuilds %d | sqlite %s" %
                     (el, rss, st[1] if st else -1, st[2] if st else -1, len(restarts), created,
-                     rate, m.get("redis_unavailable", 0), m.get("rebuilds", 0)))
+                     rate, m.get("redis_unavailable", 0), m.get("rebuilds", 0),
+                     db_sizes(service.db)))
             if el >= seconds:
                 break
             time.sleep(0.2)
@@ -453,6 +476,17 @@ def main():
                      j["backlog"], json.dumps(j["codes"], sort_keys=True)))
         if total_500:
             failures.append("%d orders answered 500" % total_500)
+        # Falling behind is not a verdict (the machine may be busy), but it is
+        # what a slowdown over time looks like: said, not hidden.
+        for ld in loads:
+            j = ld["res"]
+            if j and (j["backlog"] > 0.01 * ld["rate"] * seconds or
+                      j["latency_us"]["p99"] > 2000000 * (10 if vg else 1)):
+                log("  WARNING %s fell behind: %.0f/s answered of %.0f/s asked, %d never sent "
+                    "in time, p99 %.1f s; see %s" %
+                    (ld["label"], j["per_second"], ld["rate"], j["backlog"],
+                     j["latency_us"]["p99"] / 1e6, os.path.join(tmp, ld["label"] + ".log")))
+                warnings.append(ld["label"])
 
         kinds = {}
         for _, k in restarts:
@@ -472,10 +506,11 @@ def main():
             ok = growth <= limit_kb
             log("service RSS     start %.1f MB (at %.0f s, after the warm-up), end %.1f MB "
                 "(at %.0f s, under load), max %.1f MB (at %.0f s); growth %+.1f MB (%+.1f%%); "
-                "trend after warm-up %+.3f MB/min; after verification %s" %
+                "trend after warm-up %+.3f MB/min; first sample %.1f MB (at %.0f s), "
+                "after verification %s" %
                 (mb(base[1]), base[0], mb(end[1]), end[0], mb(top[1]), top[0], mb(growth),
-                 100.0 * growth / base[1], slope_mb_per_min(under_load),
-                 "%.1f MB" % mb(after[0]) if after else "-"))
+                 100.0 * growth / base[1], slope_mb_per_min(under_load), mb(samples[0][1]),
+                 samples[0][0], "%.1f MB" % mb(after[0]) if after else "-"))
             log("                rule: end <= start + 20%% + 8 MB = %.1f MB: %s%s" %
                 (mb(base[1] + limit_kb), "OK" if ok else "BROKEN",
                  " (not applied under valgrind)" if vg else ""))
@@ -542,7 +577,7 @@ def main():
         for f in failures:
             log("  - " + f)
         return 1
-    if o.keep or vg:
+    if o.keep or vg or warnings:
         log("soak: PASS (workdir kept: %s)" % tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
