@@ -77,7 +77,7 @@ static void reply_product(http_req *r, app *a, product *p, int status) {
         total = seg[0] = dp.db_available;      /* the db strategies keep it in SQLite */
     } else {
         res = sc ? stock_read(sc, &p->sp, &total, seg) : STOCK_UNAVAILABLE;
-        if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p) == 0)
+        if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p, 0) == 0)
             res = stock_read(sc, &p->sp, &total, seg);
     }
     if (res != STOCK_RESERVED) {
@@ -199,8 +199,8 @@ static void product_restock(http_req *r, const char *const *params, void *ud) {
     stock_conn *sc = app_stock(a);
     if (stock_strategy_about(p->strategy)->uses_redis &&
         (!sc || stock_restock(sc, &p->sp, qty) != STOCK_RESERVED) &&
-        (!sc || stock_rebuild(a, d, sc, p) != 0))
-        maint_request_rebuild(a->maint, p);
+        (!sc || stock_rebuild(a, d, sc, p, 1) != 0))
+        maint_request_forced_rebuild(a->maint, p);
     log_msg(LOG_INFO, "product %s restocked: +%lld units", p->sku, qty);
     reply_product(r, a, p, 200);
 }

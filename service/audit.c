@@ -149,7 +149,7 @@ static int audit_product(const db_product *dp, void *ud) {
     }
     free(seg);
     if (rebuild && au->repair) {
-        if (stock_rebuild(a, au->d, au->sc, p) == 0) {
+        if (stock_rebuild(a, au->d, au->sc, p, 1) == 0) {
             printf("  repaired: rebuilt the Redis copy from SQLite (%lld available)\n",
                    dp->stock_initial - sold);
             au->fixed++;

@@ -66,7 +66,7 @@ static int check_copy(const db_product *dp, void *ud) {
         return 1;
     }
     if (res == STOCK_MISSING) {
-        if (stock_rebuild(s->a, s->d, s->sc, p) == 0) s->rebuilt++;
+        if (stock_rebuild(s->a, s->d, s->sc, p, 0) == 0) s->rebuilt++;
         else s->failed = 1;
     }
     return 0;

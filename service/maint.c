@@ -62,19 +62,31 @@ static int add_user(const char *user, long long units, void *ud) {
     return 0;
 }
 
-int stock_rebuild(app *a, db *d, stock_conn *sc, product *p) {
-    long long redis_gen = 0;
+int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force) {
+    /* One rebuild at a time in this process, and none over a valid copy.
+     * Orders sent before a rebuild finished come back MISSING and ask for
+     * another, and a GET may find the copy missing while maintenance
+     * rebuilds it: building a new generation over a copy that is valid for
+     * this Redis process (its run_id), made by us or another instance,
+     * would refuse every order reserved from it meanwhile (DB_STALE, 503).
+     * Found by tests/soak.py: two or three rebuilds per SKU per restart. */
+    static pthread_mutex_t rebuild_mu = PTHREAD_MUTEX_INITIALIZER;
+    long long redis_gen = 0, total;
     db_product dp;
     users_acc users = { 0 };
     int rc = -1;
+    pthread_mutex_lock(&rebuild_mu);
+    if (!force && stock_read(sc, &p->sp, &total, NULL) == STOCK_RESERVED) {
+        rc = 0;
+        goto out;
+    }
     if (stock_read_gen(sc, &p->sp, &redis_gen) != STOCK_RESERVED) {
         log_msg(LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
-        return -1;
+        goto out;
     }
-    db_status st = db_product_new_gen(d, p->sku, redis_gen, &dp);
-    if (st != DB_OK) {
+    if (db_product_new_gen(d, p->sku, redis_gen, &dp) != DB_OK) {
         log_msg(LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
-        return -1;
+        goto out;
     }
     if (p->per_user_limit > 0 && db_user_units(d, p->sku, add_user, &users) != DB_OK) {
         log_msg(LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
@@ -101,6 +113,7 @@ int stock_rebuild(app *a, db *d, stock_conn *sc, product *p) {
 out:
     for (size_t i = 0; i < users.n; i++) free((char *)users.v[i].user_id);
     free(users.v);
+    pthread_mutex_unlock(&rebuild_mu);
     return rc;
 }
 
@@ -208,6 +221,11 @@ int reconcile(app *a, db *d, stock_conn *sc, int only_dead) {
 
 /* ------------------------------------------------------------------- thread */
 
+void maint_request_forced_rebuild(maint *m, product *p) {
+    atomic_store(&p->rebuild_forced, 1);   /* before queueing: seen by its run */
+    maint_request_rebuild(m, p);
+}
+
 void maint_request_rebuild(maint *m, product *p) {
     if (atomic_exchange(&p->rebuilding, 1)) return;   /* already queued */
     pthread_mutex_lock(&m->mu);
@@ -251,16 +269,12 @@ static void run_rebuilds(maint *m, db *d, stock_conn *sc) {
     }
     pthread_mutex_unlock(&m->mu);
     for (size_t i = 0; i < n; i++) {
-        long long total;
         atomic_store(&todo[i]->rebuilding, 0);
-        /* Orders sent before a rebuild finished come back MISSING and queue
-         * another one. A copy valid for this Redis process (run_id) has been
-         * rebuilt since Redis restarted, by us or another instance: building
-         * a new generation over it would refuse every order reserved from it
-         * meanwhile (DB_STALE, 503). Found by tests/soak.py: two rebuilds
-         * per SKU per Redis restart. */
-        if (stock_read(sc, &todo[i]->sp, &total, NULL) == STOCK_RESERVED) continue;
-        if (stock_rebuild(m->a, d, sc, todo[i]) != 0) maint_request_rebuild(m, todo[i]);
+        int force = atomic_exchange(&todo[i]->rebuild_forced, 0);
+        if (stock_rebuild(m->a, d, sc, todo[i], force) != 0) {
+            if (force) maint_request_forced_rebuild(m, todo[i]);
+            else maint_request_rebuild(m, todo[i]);
+        }
     }
     free(todo);
 }

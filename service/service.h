@@ -169,6 +169,7 @@ typedef struct product {
     long long per_user_limit;
     stock_product sp;              /* the stock module's view (points into this) */
     atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
+    atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
     atomic_uint_fast64_t outcomes[OUT_COUNT];
     struct product *next;          /* hash chain */
 } product;
@@ -251,11 +252,15 @@ maint *maint_start(app *a, char *err, size_t errlen);
 void maint_stop(maint *m);
 /* Asks for p's Redis copy to be rebuilt from SQLite (deduplicated). */
 void maint_request_rebuild(maint *m, product *p);
+/* The same, replacing even a copy that looks valid. */
+void maint_request_forced_rebuild(maint *m, product *p);
 /* Hands over a reservation whose undo failed, to retry until it succeeds. */
 void maint_retry_undo(maint *m, product *p, const char *order_id, const char *idem_key);
-/* Rebuilds p's Redis copy now, on the caller's connections. Returns 0, or
- * -1 with the reason logged. */
-int stock_rebuild(app *a, db *d, stock_conn *sc, product *p);
+/* Rebuilds p's Redis copy now, on the caller's connections, unless the copy
+ * is valid for the running Redis and force is 0 (a copy that is valid may
+ * still be wrong only after a write of unknown outcome: restock, audit).
+ * Returns 0, or -1 with the reason logged. */
+int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force);
 /* Settles every pending record that no live request owns: committed orders
  * are confirmed, the others voided and given back. only_dead: skip records
  * of live instances younger than the pending timeout. Returns the number
