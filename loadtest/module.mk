@@ -23,6 +23,7 @@ demo-run: $(BIN)/flashload $(BIN)/flashsale
 	$(BIN)/flashload compare $(DEMO_ARGS)
 
 bench: deps
+	@tools/deps.sh wrk
 	$(MAKE) bench-run
 
 bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
