@@ -148,6 +148,8 @@ static db_status fail(db *d, const char *what) {
 
 const char *db_errstr(const db *d) { return d->errstr; }
 
+long long db_memory_used(void) { return (long long)sqlite3_memory_used(); }
+
 db_status db_ping(db *d) {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->conn, "SELECT count(*) FROM products", -1, &s, NULL) != SQLITE_OK)

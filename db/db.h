@@ -88,6 +88,9 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen);
 void db_close(db *d);
 /* The last error of d, for logs and answers. */
 const char *db_errstr(const db *d);
+/* Bytes SQLite holds in this process now (page caches of every connection,
+ * prepared statements), for the metrics. */
+long long db_memory_used(void);
 /* A cheap read that fails when the file is unreadable. */
 db_status db_ping(db *d);
 

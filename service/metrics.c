@@ -161,6 +161,9 @@ void metrics_render(app *a, char **out, size_t *len) {
     counter(&b, "flashsale_db_commit_jobs_total", "Orders and lookups handled by the writer.",
             ws.jobs);
     counter(&b, "flashsale_db_commit_failures_total", "Group commits that failed.", ws.failures);
+    put(&b, "# HELP flashsale_sqlite_memory_bytes Memory SQLite holds: page caches of every "
+            "connection, statements.\n# TYPE flashsale_sqlite_memory_bytes gauge\n"
+            "flashsale_sqlite_memory_bytes %lld\n", db_memory_used());
     put(&b, "# HELP flashsale_http_inflight Requests received and not yet answered.\n"
             "# TYPE flashsale_http_inflight gauge\nflashsale_http_inflight %ld\n"
             "# HELP flashsale_http_connections Open HTTP connections.\n"

@@ -199,6 +199,9 @@ class ServiceProc:
         m = re.search(r"^flashsale_stock_rebuilds_total (\d+)$", text, re.M)
         if m:
             out["rebuilds"] = int(m.group(1))
+        m = re.search(r"^flashsale_sqlite_memory_bytes (\d+)$", text, re.M)
+        if m:
+            out["sqlite_mem"] = int(m.group(1))
         return out
 
     def stop(self, timeout):
@@ -388,10 +391,10 @@ def main():
                     prev_m, prev_t = m, now
                 rss = "rss %6.1f MB" % mb(st[0]) if st else "rss ?"
                 log("[%5.0fs] %s  fds %3d  threads %2d | redis restarts %d | orders %d (%.0f/s), "
-                    "503 %d, rebuilds %d | sqlite %s" %
+                    "503 %d, rebuilds %d | sqlite %s, in memory %.1f MB" %
                     (el, rss, st[1] if st else -1, st[2] if st else -1, len(restarts), created,
                      rate, m.get("redis_unavailable", 0), m.get("rebuilds", 0),
-                     db_sizes(service.db)))
+                     db_sizes(service.db), m.get("sqlite_mem", 0) / 1048576.0))
             if el >= seconds:
                 break
             time.sleep(0.2)

@@ -240,6 +240,8 @@ def test_healthz_and_metrics(ctx):
     for family in ("flashsale_lock_acquire_duration_seconds_count", "flashsale_redis_errors_total",
                    "flashsale_db_errors_total", "flashsale_http_inflight"):
         assert family in t, family
+    sqlite_mem = int(re.search(r"^flashsale_sqlite_memory_bytes (\d+)$", t, re.M).group(1))
+    assert sqlite_mem > 0, t                # the open connections hold page caches
 
 
 def test_restart_keeps_orders_and_stock(ctx):
