@@ -12,6 +12,7 @@
  * - Undo retries: reservations whose undo failed (Redis down) are retried
  *   until Redis answers. */
 #include <assert.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,27 @@ static void run_orphans(maint *m, stock_conn *sc) {
     }
 }
 
+/* An outage of Redis or the database makes every thread answer a burst of
+ * 503s, and glibc keeps the memory they freed: RSS stepped up ~10 MB at the
+ * soak's first Redis outage and 1-2 MB at each next one, with valgrind
+ * finding every byte freed. Trimming at the sweeps during an outage and
+ * just after it returns that memory (soak, 6 restarts in 200 s: 41 MB at
+ * the end without, 34 MB with a trim at every sweep); in steady state, with
+ * no errors, nothing is trimmed, so the hot path never meets it. */
+static void trim_after_errors(app *a) {
+    static uint64_t seen;
+    static int sweeps_left;
+    uint64_t errors = atomic_load(&a->m.redis_errors) + atomic_load(&a->m.db_errors);
+    if (errors != seen) {
+        seen = errors;
+        sweeps_left = 2;
+    }
+    if (sweeps_left > 0) {
+        sweeps_left--;
+        malloc_trim(0);
+    }
+}
+
 static void *maint_main(void *arg) {
     maint *m = arg;
     pthread_setname_np(pthread_self(), "fs-maint");
@@ -344,6 +366,7 @@ static void *maint_main(void *arg) {
             if (now >= next_sweep) {
                 reconcile(a, d, sc, 1);
                 next_sweep = now + SWEEP_EVERY_MS;
+                trim_after_errors(a);
             }
         }
         run_orphans(m, sc);
