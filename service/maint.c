@@ -40,6 +40,8 @@ struct maint {
     product **rebuild;             /* queued rebuilds */
     size_t nrebuild, caprebuild;
     orphan *orphans;
+    uint64_t errors_seen;          /* redis + db errors at the last sweep */
+    int trims_left;                /* sweeps that still trim (see trim_after_errors) */
 };
 
 /* ------------------------------------------------------------------ rebuild */
@@ -321,16 +323,14 @@ static void run_orphans(maint *m, stock_conn *sc) {
  * just after it returns that memory (soak, 6 restarts in 200 s: 41 MB at
  * the end without, 34 MB with a trim at every sweep); in steady state, with
  * no errors, nothing is trimmed, so the hot path never meets it. */
-static void trim_after_errors(app *a) {
-    static uint64_t seen;
-    static int sweeps_left;
-    uint64_t errors = atomic_load(&a->m.redis_errors) + atomic_load(&a->m.db_errors);
-    if (errors != seen) {
-        seen = errors;
-        sweeps_left = 2;
+static void trim_after_errors(maint *m) {
+    uint64_t errors = atomic_load(&m->a->m.redis_errors) + atomic_load(&m->a->m.db_errors);
+    if (errors != m->errors_seen) {
+        m->errors_seen = errors;
+        m->trims_left = 2;
     }
-    if (sweeps_left > 0) {
-        sweeps_left--;
+    if (m->trims_left > 0) {
+        m->trims_left--;
         malloc_trim(0);
     }
 }
@@ -366,7 +366,7 @@ static void *maint_main(void *arg) {
             if (now >= next_sweep) {
                 reconcile(a, d, sc, 1);
                 next_sweep = now + SWEEP_EVERY_MS;
-                trim_after_errors(a);
+                trim_after_errors(m);
             }
         }
         run_orphans(m, sc);

@@ -309,8 +309,8 @@ static void run_reserves(app *a, stock_conn *sc, order_op **ops, size_t n) {
 }
 
 static void run_confirms(app *a, stock_conn *sc, order_op **ops, size_t n) {
-    stock_ref refs[STAGE_BATCH] = { { 0 } };
-    assert(n <= STAGE_BATCH);
+    assert(n > 0 && n <= STAGE_BATCH);
+    stock_ref refs[n];
     for (size_t i = 0; i < n; i++) refs[i] = ref_of(ops[i]);
     /* On failure the records stay; the sweeper finds the orders committed
      * and clears them. */
@@ -387,7 +387,6 @@ static void optimistic_read(order_op *op) {
 /* Runs one read-check-write reservation, which may wait for a lock. */
 static void reserve_one(app *a, stock_conn *sc, order_op *op) {
     stock_reserve_one(sc, &op->sreq);
-    int to_commit;
     const stock_req *r = &op->sreq;
     if (r->lock_wait_us >= 0) {
         histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
@@ -395,8 +394,7 @@ static void reserve_one(app *a, stock_conn *sc, order_op *op) {
               : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
         atomic_fetch_add(&a->m.lock_outcomes[o], 1);
     }
-    to_commit = reserved(op);
-    if (to_commit) db_writer_submit(a->writer, &op->job);
+    if (reserved(op)) db_writer_submit(a->writer, &op->job);
 }
 
 static void *pool_main(void *arg) {
