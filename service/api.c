@@ -307,6 +307,26 @@ static void order_list(http_req *r, const char *const *params, void *ud) {
     http_reply_json(r, 200, json_pack("{s:o, s:o}", "orders", orders, "next", next), NULL);
 }
 
+/* --------------------------------------------------------------- strategies */
+
+/* Every strategy this build offers, so clients (flashload among them) learn
+ * the list from the service instead of keeping a copy that can drift. */
+static void strategy_list(http_req *r, const char *const *params, void *ud) {
+    (void)params;
+    (void)ud;
+    json_t *list = json_array();
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        const stock_strategy_info *si = stock_strategy_about((stock_strategy)s);
+        json_t *needs = json_array();
+        if (si->uses_redis) json_array_append_new(needs, json_string("redis"));
+        json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:o, s:b, s:s}", "name", si->name,
+                                              "safe", !si->unsafe, "segments", si->segments_ok,
+                                              "needs", needs, "available", 1,
+                                              "description", si->about));
+    }
+    http_reply_json(r, 200, json_pack("{s:o}", "strategies", list), NULL);
+}
+
 /* --------------------------------------------------------------- operations */
 
 static void healthz(http_req *r, const char *const *params, void *ud) {
@@ -348,6 +368,7 @@ const http_route api_routes[] = {
     { "POST", "/v1/orders", order_create, ROUTE_ORDER_CREATE },
     { "GET", "/v1/orders", order_list, ROUTE_ORDER_LIST },
     { "GET", "/v1/orders/{}", order_get, ROUTE_ORDER_GET },
+    { "GET", "/v1/strategies", strategy_list, ROUTE_STRATEGIES },
     { "GET", "/healthz", healthz, ROUTE_HEALTHZ },
     { "GET", "/metrics", metrics_route, ROUTE_METRICS },
 };

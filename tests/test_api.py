@@ -351,3 +351,20 @@ def test_help_and_bad_flags(ctx):
     assert bad.returncode == 2 and "redis" in bad.stderr.lower()
     bad = subprocess.run([exe, "--strategy", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2
+
+
+def test_strategies_list(ctx):
+    s = ctx.service(ctx.redis())
+    r = s.get("/v1/strategies")
+    assert r.status == 200, r
+    by_name = {x["name"]: x for x in r.json["strategies"]}
+    assert {"lua", "lock", "db", "db-optimistic", "local"} <= set(by_name), by_name
+    assert by_name["lua"]["safe"] and by_name["lua"]["segments"]
+    assert by_name["lua"]["needs"] == ["redis"] and by_name["lua"]["available"]
+    assert by_name["db"]["needs"] == [] and not by_name["db"]["segments"]
+    for name, x in by_name.items():
+        assert x["safe"] == (not name.startswith("unsafe-")), x
+        assert x["description"], x
+        # Every listed strategy can be chosen for a product.
+        created = s.post("/v1/products", {"sku": "s-" + name, "stock": 1, "strategy": name})
+        assert created.status == 201 and created.json["strategy"] == name, created
