@@ -22,6 +22,7 @@ enum {
     ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
     ST_ORDER_UNITS, ST_PRODUCT_REPAIR,
     ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
+    ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_COUNT
 };
@@ -81,6 +82,13 @@ static const char *const SQL[ST_COUNT] = {
     [ST_USER_ADD] =
         "INSERT INTO user_units(sku,user_id,units) VALUES(?1,?2,?3)"
         " ON CONFLICT(sku,user_id) DO UPDATE SET units=units+excluded.units",
+    [ST_RESTOCK_GET] = "SELECT sku, quantity FROM restocks WHERE idempotency_key=?1",
+    [ST_RESTOCK_INSERT] =
+        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
+        " VALUES(?1,?2,?3,strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
+    [ST_PROBE] =
+        "INSERT OR REPLACE INTO meta(key,value)"
+        " VALUES('health_probe',strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -134,6 +142,20 @@ static const char SCHEMA_V2[] =
     "  WHERE p.strategy IN ('db','db-optimistic') AND p.per_user_limit > 0"
     "  GROUP BY o.sku, o.user_id;";
 
+/* Version 3: restocks remembered by idempotency key, so a retried restock
+ * adds its units once; and a key-value table whose one row the health
+ * probe rewrites (a real write: it fails on a full disk or a read-only
+ * file, as orders would). */
+static const char SCHEMA_V3[] =
+    "CREATE TABLE restocks("
+    "  idempotency_key TEXT PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
+    "  created_at TEXT NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE meta("
+    "  key TEXT PRIMARY KEY,"
+    "  value TEXT NOT NULL) WITHOUT ROWID;";
+
 struct db {
     sqlite3 *conn;
     sqlite3_stmt *st[ST_COUNT];
@@ -179,6 +201,9 @@ static int user_version(sqlite3 *c) {
 /* Brings the schema to DB_SCHEMA_VERSION inside one write transaction, so
  * two processes opening a new file at once cannot both create it. */
 static int migrate(sqlite3 *c, char *err, size_t errlen) {
+    /* Current already (the usual case): no write lock, so a connection
+     * opened while another process holds it can still read. */
+    if (user_version(c) == DB_SCHEMA_VERSION) return 0;
     if (exec(c, "BEGIN IMMEDIATE", err, errlen)) return -1;
     int v = user_version(c);
     if (v < 0 || v > DB_SCHEMA_VERSION) {
@@ -191,6 +216,9 @@ static int migrate(sqlite3 *c, char *err, size_t errlen) {
         goto err;
     if (v < 2 && (exec(c, SCHEMA_V2, err, errlen) ||
                   exec(c, "PRAGMA user_version=2", err, errlen)))
+        goto err;
+    if (v < 3 && (exec(c, SCHEMA_V3, err, errlen) ||
+                  exec(c, "PRAGMA user_version=3", err, errlen)))
         goto err;
     /* Later versions add "if (v < N) apply step N" here. */
     if (exec(c, "COMMIT", err, errlen)) goto err;
@@ -381,11 +409,70 @@ static db_status update_product(db *d, int st_id, const char *sku, long long qty
     return st;
 }
 
-db_status db_product_restock(db *d, const char *sku, long long qty, db_product *out) {
+/* Looks up a restock by key: DB_OK (and its sku and quantity), DB_NOTFOUND
+ * or an error. */
+static db_status restock_by_key(db *d, const char *key, char *sku, size_t skulen,
+                                long long *qty) {
+    sqlite3_stmt *s = stmt(d, ST_RESTOCK_GET);
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        copy_col(sku, skulen, s, 0);
+        *qty = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+    if (rc == SQLITE_ROW) return DB_OK;
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read restock");
+}
+
+db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
+                             db_product *out, int *replayed) {
+    char prior_sku[DB_SKU_MAX + 1];
+    long long prior_qty = 0;
+    *replayed = 0;
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    st = update_product(d, ST_PRODUCT_RESTOCK, sku, qty, "restock");
+    if (idem_key && idem_key[0]) {
+        st = restock_by_key(d, idem_key, prior_sku, sizeof prior_sku, &prior_qty);
+        if (st == DB_OK) {
+            *replayed = 1;
+            st = strcmp(prior_sku, sku) || prior_qty != qty ? DB_DUPKEY : DB_OK;
+            if (st == DB_OK) st = db_product_get(d, sku, out);
+            db_rollback(d);                   /* nothing was written */
+            return st;
+        }
+        if (st == DB_NOTFOUND) {
+            sqlite3_stmt *s = stmt(d, ST_RESTOCK_INSERT);
+            sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
+            sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(s, 3, qty);
+            st = step_done(d, s, "record restock");
+        }
+    }
+    if (st == DB_OK) st = update_product(d, ST_PRODUCT_RESTOCK, sku, qty, "restock");
     if (st == DB_OK) st = db_product_get(d, sku, out);
+    if (st != DB_OK) {
+        db_rollback(d);
+        return st;
+    }
+    /* A COMMIT that fails may still have reached the log. */
+    if ((st = db_commit(d)) != DB_OK) {
+        db_rollback(d);
+        return DB_UNKNOWN;
+    }
+    return DB_OK;
+}
+
+db_status db_restock_state(db *d, const char *idem_key) {
+    char sku[DB_SKU_MAX + 1];
+    long long qty;
+    return restock_by_key(d, idem_key, sku, sizeof sku, &qty);
+}
+
+db_status db_probe(db *d) {
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    st = step_done(d, stmt(d, ST_PROBE), "probe");
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) db_rollback(d);
     return st;

@@ -31,7 +31,7 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 
 typedef enum db_status {
     DB_OK = 0,
@@ -100,8 +100,20 @@ db_status db_product_get(db *d, const char *sku, db_product *out);
 /* Calls fn for every product, in SKU order; stops early when fn returns
  * non-zero. */
 db_status db_product_each(db *d, int (*fn)(const db_product *p, void *ud), void *ud);
-/* Adds qty units to stock_initial (and db_available); returns the product. */
-db_status db_product_restock(db *d, const char *sku, long long qty, db_product *out);
+/* Adds qty units to stock_initial (and db_available) in one transaction and
+ * returns the product. With an idempotency key (NULL or "": none) the
+ * restock is recorded under it: a second restock with the same key adds
+ * nothing and sets *replayed (DB_OK when it named the same sku and
+ * quantity, DB_DUPKEY when not). DB_BUSY / DB_ERROR: nothing was applied;
+ * DB_UNKNOWN: the COMMIT failed and may still have landed. */
+db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
+                             db_product *out, int *replayed);
+/* Whether a restock with this key is committed: DB_OK, DB_NOTFOUND, or an
+ * error (to learn the outcome of a restock whose commit failed). */
+db_status db_restock_state(db *d, const char *idem_key);
+/* A small real write transaction (the health probe): fails as an order's
+ * commit would on a locked, full or read-only database. */
+db_status db_probe(db *d);
 /* Starts a new stock generation: gen = max(gen, min_gen) + 1, in one write
  * transaction that also reads stock_initial and sold, so the caller can set
  * the Redis copy to exactly stock_initial - sold under the new generation. */

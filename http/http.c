@@ -1,66 +1,93 @@
-/* http.c: libmicrohttpd server, routing, bodies, JSON answers. See http.h.
+/* http.c: libmicrohttpd server, framing checks, bodies, JSON answers. See
+ * http.h.
  *
- * libmicrohttpd calls the access handler several times per request: once
- * when the headers are in (we only set up the request then: a response
- * queued in that first call makes libmicrohttpd close the connection), once
- * per piece of body, and once more when the body is complete; that last
- * call routes and answers. A deferred request is suspended and resumed by
- * http_reply from another thread; the handler is then called again and
- * queues the prepared response. */
+ * libmicrohttpd reports a request's line first (the URI log callback: we
+ * keep the target exactly as sent, for routing), then calls the access
+ * handler several times: once when the headers are in (we only check the
+ * framing and set up then: a response queued in that first call makes
+ * libmicrohttpd close the connection, which is what a framing error
+ * wants), once per piece of body, and once more when the body is
+ * complete; that last call routes and answers. A deferred request is
+ * suspended and resumed by http_reply from another thread; the handler is
+ * then called again and queues the prepared response.
+ *
+ * Nothing a client sends can make an answer impossible: messages are
+ * cleaned to valid UTF-8 before jansson sees them, and when an answer
+ * still cannot be built the fixed FALLBACK body is sent instead. Only a
+ * failure to allocate even that closes the connection without an answer. */
 #include "http/http.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
 #include <netdb.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <microhttpd.h>
 
 #include "common/clock.h"
+#include "common/utf8.h"
+#include "http/internal.h"
 
-struct http_server {
-    struct MHD_Daemon *daemon;
-    http_options opt;
-    int port;
-    int quiesced;
-    atomic_long inflight;
-    atomic_long connections;
-    atomic_long refused;
-};
+#define JSON_TYPE "application/json; charset=utf-8"
 
-struct http_req {
-    http_server *srv;
-    struct MHD_Connection *conn;
-    const char *method;
-    const char *url;
-    int64_t t0_us;
-    char *body;
-    size_t len, cap;
-    int too_large;
-    int answered;                 /* a response was queued */
-    int deferred;
-    int route_id;
-    unsigned status;
-    struct MHD_Response *resp;    /* prepared answer, queued by the handler thread */
-};
+static const char FALLBACK[] =
+    "{\"error\":\"internal_error\",\"message\":\"The answer could not be built; "
+    "nothing was changed by it. Retry.\"}\n";
 
 /* ------------------------------------------------------------ request data */
 
 const char *http_method(const http_req *r) { return r->method; }
-const char *http_path(const http_req *r) { return r->url; }
+const char *http_path(const http_req *r) { return r->path; }
 
-const char *http_header(const http_req *r, const char *name) {
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+/* Counts the values of name of the given kind. */
+typedef struct count_ctx {
+    const char *name;
+    int n;
+} count_ctx;
+
+static enum MHD_Result count_value(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    count_ctx *c = cls;
+    (void)kind;
+    (void)value;
+    if (key && !strcasecmp(key, c->name)) c->n++;
+    return MHD_YES;
 }
 
-const char *http_query(const http_req *r, const char *name) {
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+static int count_values(struct MHD_Connection *conn, enum MHD_ValueKind kind, const char *name) {
+    count_ctx c = { name, 0 };
+    MHD_get_connection_values(conn, kind, count_value, &c);
+    return c.n;
+}
+
+/* Looks up name once, refusing repeats and embedded NUL bytes. */
+static int lookup(const http_req *r, enum MHD_ValueKind kind, const char *name,
+                  const char **value) {
+    const char *v = NULL;
+    size_t len = 0;
+    *value = NULL;
+    if (MHD_lookup_connection_value_n(r->conn, kind, name, strlen(name), &v, &len) != MHD_YES)
+        return 0;
+    if (!v || strlen(v) != len || count_values(r->conn, kind, name) != 1) return -1;
+    *value = v;
+    return 1;
+}
+
+int http_header(const http_req *r, const char *name, const char **value) {
+    return lookup(r, MHD_HEADER_KIND, name, value);
+}
+
+int http_query(const http_req *r, const char *name, const char **value) {
+    int rc = lookup(r, MHD_GET_ARGUMENT_KIND, name, value);
+    if (rc == 1 && !utf8_valid(*value, strlen(*value))) {
+        *value = NULL;
+        return -1;
+    }
+    return rc;
 }
 
 const char *http_body(const http_req *r, size_t *len) {
@@ -95,35 +122,70 @@ static void deliver(http_req *r) {
     if (r->deferred) MHD_resume_connection(r->conn);
 }
 
+/* Prepares the fixed 500 answer; without memory even for that, the
+ * connection is closed unanswered (r->fatal). */
+static void prepare_fallback(http_req *r) {
+    r->status = 500;
+    r->resp = MHD_create_response_from_buffer(sizeof FALLBACK - 1, (void *)FALLBACK,
+                                              MHD_RESPMEM_PERSISTENT);
+    if (!r->resp) {
+        r->fatal = 1;
+        return;
+    }
+    if (MHD_add_response_header(r->resp, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE) != MHD_YES) {
+        MHD_destroy_response(r->resp);
+        r->resp = NULL;
+        r->fatal = 1;
+    }
+}
+
+static void reply_fallback(http_req *r) {
+    prepare_fallback(r);
+    deliver(r);
+}
+
 void http_reply(http_req *r, int status, const char *content_type, const char *body,
                 size_t len, const char *const *extra_headers) {
-    assert(r->resp == NULL);
+    assert(r->resp == NULL && !r->fatal);
     r->resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     r->status = (unsigned)status;
-    if (!r->resp) abort();   /* out of memory: nothing sensible to answer */
-    MHD_add_response_header(r->resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    for (size_t i = 0; extra_headers && extra_headers[i]; i += 2)
-        MHD_add_response_header(r->resp, extra_headers[i], extra_headers[i + 1]);
+    int ok = r->resp != NULL &&
+             MHD_add_response_header(r->resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_YES;
+    for (size_t i = 0; ok && extra_headers && extra_headers[i]; i += 2)
+        ok = MHD_add_response_header(r->resp, extra_headers[i], extra_headers[i + 1]) == MHD_YES;
+    if (!ok) {
+        if (r->resp) MHD_destroy_response(r->resp);
+        r->resp = NULL;
+        prepare_fallback(r);
+    }
     deliver(r);
 }
 
 void http_reply_json(http_req *r, int status, json_t *body, const char *const *extra_headers) {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!text) abort();
-    http_reply(r, status, "application/json; charset=utf-8", text, strlen(text), extra_headers);
-    free(text);
+    size_t len = text ? strlen(text) : 0;
+    char *nl = text ? realloc(text, len + 2) : NULL;
+    if (!nl) {
+        free(text);
+        reply_fallback(r);
+        return;
+    }
+    nl[len] = '\n';          /* so curl's output does not run into the prompt */
+    nl[len + 1] = '\0';
+    http_reply(r, status, JSON_TYPE, nl, len + 1, extra_headers);
+    free(nl);
 }
 
 static void reply_error_v(http_req *r, int status, const char *code, json_t *extra,
                           const char *const *extra_headers, const char *fmt, va_list ap) {
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[512], msg[512];
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
+    utf8_clean(msg, sizeof msg, raw, len);
     json_t *j = json_pack("{s:s, s:s}", "error", code, "message", msg);
-    if (extra) {
-        json_object_update_missing(j, extra);
-        json_decref(extra);
-    }
+    if (j && extra) json_object_update_missing(j, extra);
+    json_decref(extra);
     http_reply_json(r, status, j, extra_headers);
 }
 
@@ -143,7 +205,8 @@ void http_reply_error_with(http_req *r, int status, const char *code, json_t *ex
 }
 
 void http_defer(http_req *r) {
-    assert(!r->deferred && !r->resp);
+    if (r->deferred) return;                   /* handed on again: still suspended */
+    assert(!r->resp);
     r->deferred = 1;
     /* Suspend before the request can reach another thread, so that an
      * answer can never race ahead of the suspension. */
@@ -152,50 +215,37 @@ void http_defer(http_req *r) {
 
 /* ------------------------------------------------------------------ routing */
 
-/* Matches path against pattern; {} matches one non-empty segment, which is
- * copied into params (each of cap bytes). */
-static int match(const char *pattern, const char *path, char params[][256], int *np) {
-    *np = 0;
-    while (*pattern && *path) {
-        if (pattern[0] == '{' && pattern[1] == '}') {
-            size_t n = strcspn(path, "/");
-            if (n == 0 || n >= 256 || *np == HTTP_MAX_PARAMS) return 0;
-            memcpy(params[*np], path, n);
-            params[(*np)++][n] = '\0';
-            path += n;
-            pattern += 2;
-        } else if (*pattern++ != *path++) {
-            return 0;
-        }
-    }
-    return *pattern == '\0' && *path == '\0';
-}
-
 static void route(http_req *r) {
     const http_options *o = &r->srv->opt;
-    char params[HTTP_MAX_PARAMS][256];
+    char params[HTTP_MAX_PARAMS][HTTP_PARAM_MAX + 1];
     const char *pv[HTTP_MAX_PARAMS + 1] = { params[0], params[1], NULL };
-    char allow[64] = "";
-    int np;
-    for (size_t i = 0; i < o->nroutes; i++) {
-        if (!match(o->routes[i].pattern, r->url, params, &np)) continue;
-        if (strcmp(o->routes[i].method, r->method) == 0) {
-            r->route_id = o->routes[i].id;
-            o->routes[i].handler(r, pv, o->ud);
-            return;
-        }
-        if (!strstr(allow, o->routes[i].method) && strlen(allow) + 8 < sizeof allow) {
-            if (allow[0]) strcat(allow, ", ");
-            strcat(allow, o->routes[i].method);
-        }
-    }
-    if (allow[0]) {
+    char allow[64], method[40], path[300];
+    size_t i;
+    switch (http_route_find(o->routes, o->nroutes, r->method, r->path, &i, params, allow,
+                            sizeof allow)) {
+    case HTTP_MATCH_OK:
+        r->route_id = o->routes[i].id;
+        o->routes[i].handler(r, pv, o->ud);
+        return;
+    case HTTP_MATCH_METHOD: {
         const char *h[] = { "Allow", allow, NULL };
         http_reply_error_with(r, 405, "method_not_allowed", NULL, h,
-                              "%s is not allowed on %s; allowed: %s.", r->method, r->url, allow);
-    } else {
-        http_reply_error(r, 404, "not_found", "No route for %s %s.", r->method, r->url);
+                              "%s is not allowed on %s; allowed: %s.",
+                              utf8_clip(method, sizeof method, r->method),
+                              utf8_clip(path, sizeof path, r->path), allow);
+        return;
     }
+    case HTTP_MATCH_BAD_PATH:
+        http_reply_error(r, 400, "bad_request",
+                         "The path %s is malformed (a bad %%-escape, an escaped NUL byte, or "
+                         "not an absolute path).", utf8_clip(path, sizeof path, r->path));
+        return;
+    case HTTP_MATCH_NONE:
+        break;
+    }
+    http_reply_error(r, 404, "not_found", "No route for %s %s.",
+                     utf8_clip(method, sizeof method, r->method),
+                     utf8_clip(path, sizeof path, r->path));
 }
 
 /* A body is JSON when no Content-Type says otherwise. */
@@ -209,11 +259,110 @@ static int json_content_type(const char *ct) {
 /* ---------------------------------------------------------- access handler */
 
 static enum MHD_Result queue(http_req *r) {
+    if (r->fatal || !r->resp) return MHD_NO;        /* nothing to send: close */
     r->answered = 1;
     enum MHD_Result rc = MHD_queue_response(r->conn, r->status, r->resp);
     MHD_destroy_response(r->resp);
     r->resp = NULL;
     return rc;
+}
+
+/* Answers a framing error at once and closes the connection after it: the
+ * rest of the stream cannot be trusted to start where we think it does. */
+static enum MHD_Result refuse_framing(http_req *r, const char *why) {
+    const char *close_hdr[] = { "Connection", "close", NULL };
+    http_reply_error_with(r, 400, "bad_request", NULL, close_hdr, "%s", why);
+    return queue(r);
+}
+
+/* Checks the framing headers (RFC 9112 section 6). Returns NULL when the
+ * request can be read, else why not. */
+static const char *framing_problem(struct MHD_Connection *conn) {
+    int ncl = count_values(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int nte = count_values(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (ncl > 1) return "The request has more than one Content-Length header.";
+    if (ncl && nte) return "The request has both Content-Length and Transfer-Encoding.";
+    if (nte > 1) return "The request has more than one Transfer-Encoding header.";
+    if (nte) {
+        const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (!te || strcasecmp(te, "chunked") != 0)
+            return "The only transfer coding accepted is chunked.";
+    }
+    return NULL;
+}
+
+static http_req *req_new(http_server *s, const char *target) {
+    http_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    size_t n = strlen(target), pl = strcspn(target, "?");
+    r->target = malloc(n + pl + 2);
+    if (!r->target) {
+        free(r);
+        return NULL;
+    }
+    memcpy(r->target, target, n + 1);
+    memcpy(r->target + n + 1, target, pl);       /* the path, as its own string */
+    r->target[n + 1 + pl] = '\0';
+    r->path = r->target + n + 1;
+    r->srv = s;
+    r->route_id = -1;
+    r->t0_us = clock_mono_us();
+    return r;
+}
+
+static void req_free(http_req *r) {
+    if (r->resp) MHD_destroy_response(r->resp);
+    free(r->body);
+    free(r->target);
+    free(r);
+}
+
+/* libmicrohttpd's request-line report: the target before it decodes it. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+    http_server *s = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) http_conn_request_seen(ci->socket_context);
+    return req_new(s, uri ? uri : "");
+}
+
+/* First call of a request: headers in, body not yet. */
+static enum MHD_Result on_headers(http_server *s, http_req *r) {
+    const char *why = framing_problem(r->conn);
+    if (why) return refuse_framing(r, why);
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
+        http_reply_error(r, 413, "body_too_large", "The body is larger than %zu bytes.",
+                         s->opt.max_body);
+        return queue(r);
+    }
+    return MHD_YES;
+}
+
+/* A piece of body: kept up to max_body, the rest discarded. */
+static enum MHD_Result on_body(http_server *s, http_req *r, const char *data, size_t n) {
+    if (r->too_large) return MHD_YES;
+    if (r->len + n > s->opt.max_body) {
+        r->too_large = 1;
+        free(r->body);
+        r->body = NULL;
+        r->len = r->cap = 0;
+        return MHD_YES;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 512;
+        while (cap < r->len + n + 1) cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (!b) return MHD_NO;
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -223,27 +372,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_server *s = cls;
     http_req *r = *con_cls;
     (void)version;
-    if (!r) {
-        /* First call: headers only. Answering here would close the
-         * connection, so just set up (except for a body we will refuse). */
-        r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
-        r->srv = s;
+    if (!r && !(r = *con_cls = req_new(s, url))) return MHD_NO;
+    if (!r->started) {
+        r->started = 1;
         r->conn = conn;
-        r->url = url;
         r->method = method;
-        r->route_id = -1;
-        r->t0_us = clock_mono_us();
-        *con_cls = r;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->hc = ci ? ci->socket_context : NULL;
+        r->counted = 1;
         atomic_fetch_add(&s->inflight, 1);
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
-            http_reply_error(r, 413, "body_too_large", "The body is larger than %zu bytes.",
-                             s->opt.max_body);
-            return queue(r);
-        }
-        return MHD_YES;
+        return on_headers(s, r);
     }
     if (r->answered) {                             /* refused early: discard */
         *upload_data_size = 0;
@@ -252,40 +391,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (r->too_large) return MHD_YES;          /* discard the rest */
-        if (r->len + n > s->opt.max_body) {
-            r->too_large = 1;
-            free(r->body);
-            r->body = NULL;
-            r->len = 0;
-            return MHD_YES;
-        }
-        if (r->len + n + 1 > r->cap) {
-            size_t cap = r->cap ? r->cap : 512;
-            while (cap < r->len + n + 1) cap *= 2;
-            char *b = realloc(r->body, cap);
-            if (!b) return MHD_NO;
-            r->body = b;
-            r->cap = cap;
-        }
-        memcpy(r->body + r->len, upload_data, n);
-        r->len += n;
-        r->body[r->len] = '\0';
-        return MHD_YES;
+        return on_body(s, r, upload_data, n);
     }
-    if (r->resp) return queue(r);                  /* a deferred answer is ready */
+    if (r->resp || r->fatal) return queue(r);      /* a deferred answer is ready */
     if (r->deferred) return MHD_YES;               /* resumed without an answer: wait */
+    http_conn_request_in(r->hc);
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
     if (r->too_large)
         http_reply_error(r, 413, "body_too_large", "The body is larger than %zu bytes.",
                          s->opt.max_body);
-    else if (r->len > 0 && !json_content_type(MHD_lookup_connection_value(
-                               conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE)))
-        http_reply_error(r, 415, "unsupported_media_type",
-                         "The body must be application/json.");
+    else if (r->len > 0 && !json_content_type(ct))
+        http_reply_error(r, 415, "unsupported_media_type", "The body must be application/json.");
     else
         route(r);
     if (r->deferred) return MHD_YES;
-    assert(r->resp != NULL);   /* every handler answers or defers */
+    assert(r->resp != NULL || r->fatal);   /* every handler answers or defers */
     return queue(r);
 }
 
@@ -293,14 +414,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_server *s = cls;
     http_req *r = *con_cls;
-    (void)conn;
     (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) http_conn_answered(ci->socket_context);
     if (!r) return;
-    if (r->resp) MHD_destroy_response(r->resp);
-    free(r->body);
-    free(r);
+    if (r->counted) atomic_fetch_sub(&s->inflight, 1);
+    req_free(r);
     *con_cls = NULL;
-    atomic_fetch_sub(&s->inflight, 1);
 }
 
 /* Past the connection limit, a new connection is closed at once: the client
@@ -318,9 +439,16 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe) {
     http_server *s = cls;
-    (void)conn;
-    (void)socket_ctx;
-    atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&s->connections, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? http_conn_opened(&s->conns, ci->connect_fd) : NULL;
+    } else {
+        atomic_fetch_sub(&s->connections, 1);
+        http_conn_closed(*socket_ctx);
+        *socket_ctx = NULL;
+    }
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -363,6 +491,11 @@ http_server *http_start(const http_options *o, char *err, size_t errlen) {
     }
     s->opt = *o;
     if (!s->opt.max_connections) s->opt.max_connections = 16384;
+    if (http_conns_init(&s->conns, o->request_timeout_s) != 0) {
+        snprintf(err, errlen, "cannot start the request-deadline thread");
+        free(s);
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ITC | MHD_USE_TURBO;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -372,14 +505,17 @@ http_server *http_start(const http_options *o, char *err, size_t errlen) {
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 0 ? o->threads : 2),
         /* Room above our own limit, so on_accept sees and refuses excess. */
         MHD_OPTION_CONNECTION_LIMIT, s->opt.max_connections + 1024u,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_per_client,
         MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, errlen, "cannot listen on %s (address in use, or too many threads?)",
                  o->listen);
+        http_conns_fini(&s->conns);
         free(s);
         return NULL;
     }
@@ -392,6 +528,9 @@ int http_port(const http_server *s) { return s->port; }
 long http_inflight(const http_server *s) { return atomic_load(&s->inflight); }
 long http_connections(const http_server *s) { return atomic_load(&s->connections); }
 long http_refused(const http_server *s) { return atomic_load(&s->refused); }
+long http_timed_out(const http_server *s) {
+    return atomic_load(&((http_server *)s)->conns.timed_out);
+}
 
 void http_quiesce(http_server *s) {
     if (s->quiesced) return;
@@ -403,5 +542,6 @@ void http_quiesce(http_server *s) {
 void http_stop(http_server *s) {
     if (!s) return;
     MHD_stop_daemon(s->daemon);
+    http_conns_fini(&s->conns);
     free(s);
 }

@@ -3,18 +3,35 @@
  * - A pool of event-loop threads (epoll), no thread per connection, so
  *   thousands of idle keep-alive connections cost memory, not threads.
  * - Routing by method and path pattern ("/v1/products/{}/restock": {} is one
- *   path segment, handed to the handler as a parameter); 404 `not_found` for
- *   an unknown path and 405 `method_not_allowed` with an Allow header for a
- *   known path with another method.
- * - Request bodies are collected up to a limit (413 `body_too_large` beyond
- *   it, answered as soon as Content-Length tells); a body sent with a
- *   Content-Type other than application/json gets 415.
+ *   path segment, handed to the handler as a parameter). Routing works on
+ *   the path exactly as the client sent it: it is split on '/' first and
+ *   each segment is percent-decoded after, so "%2F" is part of a segment,
+ *   never a separator. 404 `not_found` for an unknown path, 405
+ *   `method_not_allowed` with an Allow header for a known path with another
+ *   method; HEAD is served wherever GET is (libmicrohttpd sends no body).
+ * - Framing the server will not guess at is refused with 400 `bad_request`
+ *   and the connection closed: two Content-Length headers, Content-Length
+ *   with Transfer-Encoding (RFC 9112 6.1), a transfer coding other than
+ *   chunked, a malformed percent-escape or a NUL byte in the path.
+ * - Request bodies are collected up to a limit (413 `body_too_large`
+ *   beyond it, answered as soon as Content-Length tells); a body sent with
+ *   a Content-Type other than application/json gets 415.
+ * - Slow clients cannot hold connections: once a request has started (its
+ *   first byte arrived), its head and body must arrive within
+ *   request_timeout_s or the connection is closed; an idle connection is
+ *   closed after idle_timeout_s; one client address may hold at most
+ *   max_per_client connections.
  * - Deferred answers: a handler may call http_defer() and answer later from
  *   any thread; the connection is suspended meanwhile and its event-loop
  *   thread serves other connections. (Answers are queued on a later call of
  *   the access handler than the first, which keeps the connection alive.)
+ * - An answer can always be given: error messages are made valid UTF-8 and
+ *   cut on a character boundary, and an answer that cannot be built (out
+ *   of memory, text jansson refuses) becomes a fixed JSON 500
+ *   `internal_error`, never an abort.
  *
- * Every error answer has the JSON body {"error": code, "message": text}. */
+ * Every error answer has the JSON body {"error": code, "message": text};
+ * every JSON body ends with a newline. */
 #ifndef FLASHSALE_HTTP_H
 #define FLASHSALE_HTTP_H
 
@@ -26,16 +43,18 @@ typedef struct http_server http_server;
 typedef struct http_req http_req;
 
 #define HTTP_MAX_PARAMS 2
+#define HTTP_PARAM_MAX 512        /* longest decoded path segment, bytes */
 
 /* A route handler. It must answer (http_reply*) exactly once, now or after
- * http_defer(). params[] holds the {} segments of the pattern. */
+ * http_defer(). params[] holds the {} segments of the pattern, decoded
+ * (any bytes but NUL, not necessarily valid UTF-8). */
 typedef void http_handler(http_req *req, const char *const *params, void *ud);
 
 typedef struct http_route {
-    const char *method;       /* "GET", "POST", ... */
+    const char *method;       /* "GET" (also serves HEAD), "POST", ... */
     const char *pattern;      /* "/v1/orders/{}" */
     http_handler *handler;
-    int id;                   /* caller's label (metrics), see http_req_route */
+    int id;                   /* caller's label (metrics), see http_observer */
 } http_route;
 
 /* Called once per answered request, on the thread that answered it, with
@@ -47,7 +66,9 @@ typedef struct http_options {
     const char *listen;           /* "host:port"; port 0 picks a free one */
     int threads;                  /* event-loop threads */
     unsigned max_connections;     /* beyond it new connections are refused */
+    unsigned max_per_client;      /* connections one address may hold; 0: no cap */
     unsigned idle_timeout_s;      /* an idle connection is closed after it */
+    unsigned request_timeout_s;   /* a started request must be in by then; 0: none */
     size_t max_body;              /* 413 beyond it */
     const http_route *routes;
     size_t nroutes;
@@ -67,30 +88,38 @@ long http_inflight(const http_server *s);
 long http_connections(const http_server *s);
 /* Connections refused because max_connections were open. */
 long http_refused(const http_server *s);
+/* Connections closed because a request did not arrive in time. */
+long http_timed_out(const http_server *s);
 /* Stops the server: call once no request is deferred. Frees s. */
 void http_stop(http_server *s);
 
 /* Request data. Valid until the request is answered; read it on the
  * handler's thread (copy what a deferred answer needs). */
 const char *http_method(const http_req *r);
+/* The path as the client sent it (still percent-encoded, no query). */
 const char *http_path(const http_req *r);
-/* A request header, or NULL. */
-const char *http_header(const http_req *r, const char *name);
-/* A query argument (URL-decoded), or NULL. */
-const char *http_query(const http_req *r, const char *name);
+/* A request header: returns 1 and sets *value when present once, 0 when
+ * absent, -1 when it is malformed (sent twice, or holding a NUL byte). */
+int http_header(const http_req *r, const char *name, const char **value);
+/* A query argument, URL-decoded: 1 and *value when present once, 0 when
+ * absent, -1 when malformed (repeated, a NUL byte, invalid UTF-8). */
+int http_query(const http_req *r, const char *name, const char **value);
 /* The body (NUL-terminated) and its length. */
 const char *http_body(const http_req *r, size_t *len);
-/* Parses the body as a JSON object. On failure answers 400 invalid_json (or
- * invalid_field when it is JSON but not an object) and returns NULL. */
+/* Parses the body as a JSON object. On failure answers 400 invalid_json and
+ * returns NULL. */
 json_t *http_body_json(http_req *r);
 
 /* Answering. extra_headers: NULL or a NULL-terminated list of alternating
  * names and values. Any thread may answer a deferred request. */
 void http_reply(http_req *r, int status, const char *content_type, const char *body,
                 size_t len, const char *const *extra_headers);
-/* Answers with the JSON encoding of body (a reference is stolen). */
+/* Answers with the JSON encoding of body (a reference is stolen; NULL, as
+ * from a json_pack that failed, answers 500 internal_error). */
 void http_reply_json(http_req *r, int status, json_t *body, const char *const *extra_headers);
-/* Answers {"error": code, "message": <formatted>}. */
+/* Answers {"error": code, "message": <formatted>}; the message is made
+ * valid UTF-8 (invalid bytes become U+FFFD) and cut on a character
+ * boundary. */
 void http_reply_error(http_req *r, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Answers an error with more fields merged into the body (reference stolen). */
@@ -99,7 +128,8 @@ void http_reply_error_with(http_req *r, int status, const char *code, json_t *ex
     __attribute__((format(printf, 6, 7)));
 
 /* The handler will answer later, from any thread. Call before handing the
- * request to another thread. */
+ * request to another thread; calling it again (a thread that was handed a
+ * deferred request hands it on) does nothing. */
 void http_defer(http_req *r);
 
 #endif

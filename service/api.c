@@ -1,32 +1,47 @@
-/* api.c: the HTTP API of ../shared/API.md, one handler per route.
+/* api.c: the HTTP API (docs/api.md), one handler per route.
  *
- * Handlers validate, look things up, and answer; orders are handed to the
- * pipeline (pipeline.c). Reads run on the HTTP thread with its own SQLite
- * and Redis connections: they are quick, and readers never wait for the
- * writer in WAL mode. */
+ * Handlers run on the HTTP event-loop threads, which must never wait on
+ * Redis or SQLite: there they only check the request (all that needs no
+ * I/O) and then either answer, hand an order to the pipeline (pipeline.c),
+ * or defer the request to an API worker (workers.c) that does the reads
+ * and writes and answers. /healthz answers from the probes' state.
+ *
+ * Messages to clients are fixed sentences: the text of a SQLite or Redis
+ * error goes to the log (details of an outage are the operator's, and they
+ * would make clients' messages change with library versions).
+ *
+ * Admin writes are honest: SQLite is the truth, so once a product or a
+ * restock is committed there the answer is success, even if the Redis copy
+ * could not take it (the rebuild loads it from SQLite); and an error is
+ * answered only when nothing was applied, or says plainly that the outcome
+ * is unknown. A restock may carry an Idempotency-Key so a retry adds once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/utf8.h"
 #include "service/service.h"
 
 /* ------------------------------------------------------------------ helpers */
+
+static const char *const RETRY[] = { "Retry-After", "1", NULL };
 
 static void reply_verr(http_req *r, const verr *e) {
     http_reply_error(r, e->status, e->code, "%s", e->message);
 }
 
-static void reply_db_down(http_req *r, app *a, const char *what) {
+static void reply_db_down(http_req *r, app *a, const char *doing) {
     atomic_fetch_add(&a->m.db_errors, 1);
-    http_reply_error(r, 503, "db_unavailable", "The database is unavailable (%s). Retry shortly.",
-                     what);
+    health_poke_db(a->health);
+    http_reply_error_with(r, 503, "db_unavailable", NULL, RETRY,
+                          "The database is unavailable (%s); nothing was changed. Retry shortly.",
+                          doing);
 }
 
 static void reply_redis_down(http_req *r, app *a, const char *why) {
-    const char *retry[] = { "Retry-After", "1", NULL };
     atomic_fetch_add(&a->m.redis_errors, 1);
-    http_reply_error_with(r, 503, "redis_unavailable", NULL, retry, "%s", why);
+    http_reply_error_with(r, 503, "redis_unavailable", NULL, RETRY, "%s", why);
 }
 
 /* Constant-time comparison: the time taken does not depend on where the
@@ -41,98 +56,190 @@ static int same_secret(const char *given, const char *want) {
 /* Admin endpoints need the bearer token when one is configured. */
 static int authorized(http_req *r, app *a) {
     if (!a->cfg.admin_token[0]) return 1;
-    const char *h = http_header(r, "Authorization");
-    if (h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, a->cfg.admin_token)) return 1;
+    const char *h;
+    if (http_header(r, "Authorization", &h) == 1 && !strncmp(h, "Bearer ", 7) &&
+        same_secret(h + 7, a->cfg.admin_token))
+        return 1;
     const char *www[] = { "WWW-Authenticate", "Bearer", NULL };
     http_reply_error_with(r, 401, "unauthorized", NULL, www,
                           "This endpoint needs 'Authorization: Bearer <admin token>'.");
     return 0;
 }
 
-/* Finds the product named in a path, answering 404/503 when it cannot. */
-static product *path_product(http_req *r, app *a, const char *sku) {
-    product *p = NULL;
-    db_status st = valid_sku(sku) ? app_product(a, sku, &p) : DB_NOTFOUND;
-    if (st == DB_NOTFOUND)
-        http_reply_error(r, 404, "unknown_sku", "No product has SKU '%.64s'.", sku);
-    else if (st != DB_OK)
-        reply_db_down(r, a, "reading the product");
-    return st == DB_OK ? p : NULL;
+/* Reads the Idempotency-Key header into key (DB_KEY_MAX + 1 bytes; "" when
+ * absent). Answers 400 and returns -1 when it is malformed. */
+static int idem_key(http_req *r, char *key) {
+    const char *v;
+    int rc = http_header(r, "Idempotency-Key", &v);
+    key[0] = '\0';
+    if (rc == 0) return 0;
+    if (rc < 0 || !valid_idem_key(v)) {
+        http_reply_error(r, 400, "invalid_field",
+                         "The Idempotency-Key header must be sent once, as 1 to 128 visible "
+                         "ASCII characters.");
+        return -1;
+    }
+    snprintf(key, DB_KEY_MAX + 1, "%s", v);
+    return 0;
 }
 
+static void reply_unknown_sku(http_req *r, const char *sku) {
+    char clip[80];
+    http_reply_error(r, 404, "unknown_sku", "No product has SKU '%s'.",
+                     utf8_clip(clip, sizeof clip, sku));
+}
+
+/* ---------------------------------------------------------- deferred jobs */
+
+/* A request handed to an API worker, with everything it needs copied out
+ * of the HTTP layer's buffers. */
+typedef struct api_job {
+    app *a;
+    http_req *r;
+    void (*run)(struct api_job *j);
+    char sku[DB_SKU_MAX + 1];
+    char key[DB_KEY_MAX + 1];
+    char order_id[DB_ORDER_ID_LEN + 1];
+    char user[DB_USER_MAX * 4 + 1];
+    char after[DB_ORDER_ID_LEN + 1];
+    int has_sku, has_user, has_after;
+    long long qty;
+    long limit;
+    json_t *body;                  /* owned; inputs below point into it */
+    product_input product;
+    order_input order;
+} api_job;
+
+static void run_job(void *arg) {
+    api_job *j = arg;
+    j->run(j);
+    json_decref(j->body);
+    free(j);
+}
+
+/* Defers r to an API worker running run(j). Takes j (and j->body). */
+static void defer_job(http_req *r, api_job *j, void (*run)(api_job *j)) {
+    j->r = r;
+    j->run = run;
+    http_defer(r);
+    if (workers_submit(j->a->api, run_job, j) != 0) {
+        http_reply_error_with(r, 503, "shutting_down", NULL, RETRY,
+                              "The service is out of memory; retry shortly.");
+        json_decref(j->body);
+        free(j);
+    }
+}
+
+static api_job *job_new(http_req *r, app *a, json_t *body) {
+    api_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        json_decref(body);
+        http_reply_error_with(r, 503, "shutting_down", NULL, RETRY,
+                              "The service is out of memory; retry shortly.");
+        return NULL;
+    }
+    j->a = a;
+    j->body = body;
+    return j;
+}
+
+/* --------------------------------------------------------- product answers */
+
 /* Answers with the product as GET shows it: SQLite's numbers and the
- * stock store's. A lost Redis copy is rebuilt first. */
-static void reply_product(http_req *r, app *a, product *p, int status) {
+ * stock store's. A lost Redis copy is rebuilt first. after_write: the
+ * answer to a committed create or restock, which must not become an error
+ * because Redis lags: the available units then come from SQLite
+ * (stock_initial - sold) and "stock_source" says so. */
+static void reply_product(http_req *r, app *a, product *p, int status, int after_write,
+                          const char *const *extra_headers) {
     db *d = app_db(a);
     stock_conn *sc = app_stock(a);
     db_product dp;
     long long total = 0, *seg = calloc((size_t)p->segments, sizeof *seg);
     if (!d || !seg || db_product_get(d, p->sku, &dp) != DB_OK) {
         free(seg);
+        if (after_write) {
+            /* Committed, but not readable back now: say so, not 503. */
+            char loc[96];
+            snprintf(loc, sizeof loc, "/v1/products/%s", p->sku);
+            const char *h[] = { "Location", loc, NULL };
+            http_reply_json(r, status, json_pack("{s:s, s:s}", "sku", p->sku, "note",
+                                                 "committed; the product could not be read "
+                                                 "back just now"), h);
+            return;
+        }
         reply_db_down(r, a, "reading the product");
         return;
     }
+    const stock_strategy_info *si = stock_strategy_about(p->strategy);
     stock_result res = STOCK_RESERVED;
-    if (!stock_strategy_about(p->strategy)->uses_redis) {
+    const char *source = "redis";
+    if (!si->uses_redis) {
+        source = "database";
         total = seg[0] = dp.db_available;      /* the db strategies keep it in SQLite */
     } else {
         res = sc ? stock_read(sc, &p->sp, &total, seg) : STOCK_UNAVAILABLE;
         if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p, 0) == 0)
             res = stock_read(sc, &p->sp, &total, seg);
+        if (res != STOCK_RESERVED && after_write) {
+            source = "database";
+            total = dp.stock_initial - dp.sold;
+            if (total < 0) total = 0;
+            for (int i = 0; i < p->segments; i++)
+                seg[i] = total / p->segments + (i < total % p->segments);
+            res = STOCK_RESERVED;
+        }
     }
     if (res != STOCK_RESERVED) {
         free(seg);
         reply_redis_down(r, a, res == STOCK_MISSING
                                    ? "The Redis stock copy is being rebuilt; retry shortly."
-                                   : "Redis is unavailable; the stock cannot be read.");
+                                   : "Redis is unavailable; the stock cannot be read. Retry shortly.");
         return;
     }
     json_t *segs = json_array();
     for (int i = 0; i < p->segments; i++) json_array_append_new(segs, json_integer(seg[i]));
     free(seg);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:s}", "sku", dp.sku,
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:s, s:s}", "sku", dp.sku,
                           "name", dp.name, "strategy", dp.strategy, "segments", dp.segments,
                           "per_user_limit", (json_int_t)dp.per_user_limit, "stock_initial",
                           (json_int_t)dp.stock_initial, "stock_available", (json_int_t)total,
                           "sold", (json_int_t)dp.sold, "segment_available", segs,
-                          "created_at", dp.created_at);
-    if (dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
-    if (dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
-    const stock_strategy_info *si = stock_strategy_about(p->strategy);
-    if (si->unsafe) /* said wherever the product is seen, not only in the log */
+                          "stock_source", source, "created_at", dp.created_at);
+    if (j && dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
+    if (j && dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
+    if (j && si->unsafe) /* said wherever the product is seen, not only in the log */
         json_object_set_new(j, "warning", json_sprintf("UNSAFE: %s oversells by design (%s); "
                                                        "a demonstration, never for a real sale",
                                                        si->name, si->about));
-    http_reply_json(r, status, j, NULL);
+    http_reply_json(r, status, j, extra_headers);
+}
+
+/* Finds the product of a job, answering 404/503 when it cannot. */
+static product *job_product(api_job *j) {
+    product *p = NULL;
+    db_status st = app_product(j->a, j->sku, &p);
+    if (st == DB_NOTFOUND) reply_unknown_sku(j->r, j->sku);
+    else if (st != DB_OK) reply_db_down(j->r, j->a, "reading the product");
+    return st == DB_OK ? p : NULL;
 }
 
 /* ----------------------------------------------------------------- products */
 
-static void product_create(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    product_input in;
-    verr e;
-    (void)params;
-    if (!authorized(r, a)) return;
-    json_t *body = http_body_json(r);
-    if (!body) return;
-    if (validate_product(body, stock_strategy_about(a->default_strategy)->name,
-                         a->cfg.fault_injection, &in, &e) != 0) {
-        reply_verr(r, &e);
-        json_decref(body);
-        return;
-    }
-    db_product dp = { 0 };
-    snprintf(dp.sku, sizeof dp.sku, "%s", in.sku);
-    snprintf(dp.name, sizeof dp.name, "%s", in.name);
-    snprintf(dp.strategy, sizeof dp.strategy, "%s", in.strategy);
-    dp.segments = in.segments;
-    dp.per_user_limit = in.per_user_limit;
-    dp.stock_initial = in.stock;
-    dp.cs_delay_ms = (int)in.cs_delay_ms;
-    dp.lock_ttl_ms = (int)in.lock_ttl_ms;
+static void product_create_job(api_job *j) {
+    app *a = j->a;
+    http_req *r = j->r;
+    const product_input *in = &j->product;
+    db_product dp = { 0 }, now;
+    snprintf(dp.sku, sizeof dp.sku, "%s", in->sku);
+    snprintf(dp.name, sizeof dp.name, "%s", in->name);
+    snprintf(dp.strategy, sizeof dp.strategy, "%s", in->strategy);
+    dp.segments = in->segments;
+    dp.per_user_limit = in->per_user_limit;
+    dp.stock_initial = in->stock;
+    dp.cs_delay_ms = (int)in->cs_delay_ms;
+    dp.lock_ttl_ms = (int)in->lock_ttl_ms;
     db_format_time(clock_wall_ms(), dp.created_at);
-    json_decref(body);
 
     db *d = app_db(a);
     db_status st = d ? db_product_insert(d, &dp) : DB_ERROR;
@@ -141,8 +248,23 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
         return;
     }
     if (st != DB_OK) {
-        reply_db_down(r, a, d ? db_errstr(d) : "cannot open");
-        return;
+        log_msg(LOG_ERROR, "create product %s: %s", dp.sku, d ? db_errstr(d) : "no database");
+        /* A failed commit may still have landed: look before answering. */
+        db_status seen = d ? db_product_get(d, dp.sku, &now) : DB_ERROR;
+        if (seen == DB_OK && now.stock_initial == dp.stock_initial &&
+            !strcmp(now.strategy, dp.strategy) && now.segments == dp.segments) {
+            st = DB_OK;                        /* it did: carry on as created */
+        } else if (seen == DB_NOTFOUND) {
+            reply_db_down(r, a, "creating the product");
+            return;
+        } else {
+            atomic_fetch_add(&a->m.db_errors, 1);
+            http_reply_error_with(r, 503, "db_unavailable", NULL, RETRY,
+                                  "The database failed while creating the product, and whether "
+                                  "it was created is not known; GET /v1/products/%s to see.",
+                                  dp.sku);
+            return;
+        }
     }
     product *p = product_cache_put(a->products, &dp);
     if (!p) {
@@ -163,22 +285,118 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
                 sc ? stock_conn_errstr(sc) : "no connection");
         maint_request_rebuild(a->maint, p);
     }
-    reply_product(r, a, p, 201);
+    char loc[96];
+    snprintf(loc, sizeof loc, "/v1/products/%s", p->sku);
+    const char *h[] = { "Location", loc, NULL };
+    reply_product(r, a, p, 201, 1, h);
+}
+
+static void product_create(http_req *r, const char *const *params, void *ud) {
+    app *a = ud;
+    verr e;
+    (void)params;
+    if (!authorized(r, a)) return;
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    api_job *j = job_new(r, a, body);
+    if (!j) return;
+    if (validate_product(body, stock_strategy_about(a->default_strategy)->name,
+                         a->cfg.fault_injection, &j->product, &e) != 0) {
+        reply_verr(r, &e);
+        json_decref(body);
+        free(j);
+        return;
+    }
+    defer_job(r, j, product_create_job);
+}
+
+static void product_get_job(api_job *j) {
+    product *p = job_product(j);
+    if (p) reply_product(j->r, j->a, p, 200, 0, NULL);
 }
 
 static void product_get(http_req *r, const char *const *params, void *ud) {
     app *a = ud;
-    product *p = path_product(r, a, params[0]);
-    if (p) reply_product(r, a, p, 200);
+    if (!valid_sku(params[0])) {
+        reply_unknown_sku(r, params[0]);
+        return;
+    }
+    api_job *j = job_new(r, a, NULL);
+    if (!j) return;
+    snprintf(j->sku, sizeof j->sku, "%s", params[0]);
+    defer_job(r, j, product_get_job);
+}
+
+/* The restock is in SQLite: make the Redis copy take it (or rebuild it). */
+static void restock_redis(app *a, db *d, product *p, long long qty, int committed_unseen) {
+    stock_conn *sc = app_stock(a);
+    if (!stock_strategy_about(p->strategy)->uses_redis) return;
+    /* Whether Redis took the units is unknown after an error, and after a
+     * commit we did not see succeed we do not know the units are not in
+     * already: a rebuild from SQLite makes the copy exact either way. */
+    if (!committed_unseen && sc && stock_restock(sc, &p->sp, qty) == STOCK_RESERVED) return;
+    if (!sc || stock_rebuild(a, d, sc, p, 1) != 0) maint_request_forced_rebuild(a->maint, p);
+}
+
+static void product_restock_job(api_job *j) {
+    app *a = j->a;
+    http_req *r = j->r;
+    product *p = job_product(j);
+    if (!p) return;
+    db *d = app_db(a);
+    db_product dp;
+    int replayed = 0, unseen = 0;
+    db_status st = d ? db_product_restock(d, p->sku, j->qty, j->key, &dp, &replayed) : DB_ERROR;
+    if (st == DB_UNKNOWN && j->key[0]) {
+        /* The commit failed in a way that may have landed: the key says. */
+        db_status was = db_restock_state(d, j->key);
+        st = was == DB_OK ? DB_OK : was == DB_NOTFOUND ? DB_ERROR : DB_UNKNOWN;
+        unseen = st == DB_OK;
+    }
+    switch (st) {
+    case DB_OK:
+        break;
+    case DB_NOTFOUND:
+        reply_unknown_sku(r, p->sku);
+        return;
+    case DB_DUPKEY:
+        http_reply_error(r, 422, "idempotency_key_reused",
+                         "This Idempotency-Key was used for a different restock.");
+        return;
+    case DB_UNKNOWN:
+        log_msg(LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
+        atomic_fetch_add(&a->m.db_errors, 1);
+        http_reply_error_with(r, 503, "db_unavailable", NULL, RETRY,
+                              "The database failed while committing the restock, and whether it "
+                              "was applied is not known. %s",
+                              j->key[0] ? "Retry with the same Idempotency-Key: it adds the units "
+                                          "at most once."
+                                        : "Send restocks with an Idempotency-Key to retry them "
+                                          "safely; check stock_initial before retrying this one.");
+        return;
+    default:
+        if (d) log_msg(LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
+        reply_db_down(r, a, "restocking");
+        return;
+    }
+    const char *replay_hdr[] = { "Idempotent-Replayed", "true", NULL };
+    if (!replayed) {
+        restock_redis(a, d, p, j->qty, unseen);
+        log_msg(LOG_INFO, "product %s restocked: +%lld units", p->sku, j->qty);
+    }
+    reply_product(r, a, p, 200, 1, replayed ? replay_hdr : NULL);
 }
 
 static void product_restock(http_req *r, const char *const *params, void *ud) {
     app *a = ud;
     long long qty;
     verr e;
-    if (!authorized(r, a)) return;
-    product *p = path_product(r, a, params[0]);
-    if (!p) return;
+    char key[DB_KEY_MAX + 1];
+    if (!authorized(r, a) || idem_key(r, key) != 0) return;
+    if (!valid_sku(params[0])) {
+        reply_unknown_sku(r, params[0]);
+        return;
+    }
     json_t *body = http_body_json(r);
     if (!body) return;
     int bad = validate_restock(body, &qty, &e);
@@ -187,31 +405,30 @@ static void product_restock(http_req *r, const char *const *params, void *ud) {
         reply_verr(r, &e);
         return;
     }
-    db *d = app_db(a);
-    db_product dp;
-    if (!d || db_product_restock(d, p->sku, qty, &dp) != DB_OK) {
-        reply_db_down(r, a, d ? db_errstr(d) : "cannot open");
-        return;
-    }
-    /* SQLite counts the units now. If Redis does not take them (missing
-     * copy, or an error that leaves it unknown whether it did), a rebuild
-     * from SQLite makes the copy exact again. */
-    stock_conn *sc = app_stock(a);
-    if (stock_strategy_about(p->strategy)->uses_redis &&
-        (!sc || stock_restock(sc, &p->sp, qty) != STOCK_RESERVED) &&
-        (!sc || stock_rebuild(a, d, sc, p, 1) != 0))
-        maint_request_forced_rebuild(a->maint, p);
-    log_msg(LOG_INFO, "product %s restocked: +%lld units", p->sku, qty);
-    reply_product(r, a, p, 200);
+    api_job *j = job_new(r, a, NULL);
+    if (!j) return;
+    snprintf(j->sku, sizeof j->sku, "%s", params[0]);
+    memcpy(j->key, key, sizeof j->key);
+    j->qty = qty;
+    defer_job(r, j, product_restock_job);
 }
 
 /* ------------------------------------------------------------------- orders */
+
+/* The product was not cached: look it up off the HTTP thread. */
+static void order_create_job(api_job *j) {
+    product *p = NULL;
+    db_status st = app_product(j->a, j->order.sku, &p);
+    if (st == DB_NOTFOUND) reply_unknown_sku(j->r, j->order.sku);
+    else if (st != DB_OK) reply_db_down(j->r, j->a, "reading the product");
+    else order_submit(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
+}
 
 static void order_create(http_req *r, const char *const *params, void *ud) {
     app *a = ud;
     order_input in;
     verr e;
-    product *p;
+    char key[DB_KEY_MAX + 1];
     (void)params;
     if (atomic_load(&a->shutting_down)) {
         const char *h[] = { "Connection", "close", "Retry-After", "1", NULL };
@@ -219,12 +436,7 @@ static void order_create(http_req *r, const char *const *params, void *ud) {
                               "The service is shutting down; retry on another instance.");
         return;
     }
-    const char *key = http_header(r, "Idempotency-Key");
-    if (key && !valid_idem_key(key)) {
-        http_reply_error(r, 400, "invalid_field",
-                         "The Idempotency-Key header must be 1 to 128 visible ASCII characters.");
-        return;
-    }
+    if (idem_key(r, key) != 0) return;
     json_t *body = http_body_json(r);
     if (!body) return;
     if (validate_order(body, &in, &e) != 0) {
@@ -232,79 +444,108 @@ static void order_create(http_req *r, const char *const *params, void *ud) {
         json_decref(body);
         return;
     }
-    db_status st = app_product(a, in.sku, &p);
+    product *p = product_cache_get(a->products, in.sku);
+    if (p) {
+        order_submit(a, r, p, &in, key[0] ? key : NULL);
+        json_decref(body);
+        return;
+    }
+    api_job *j = job_new(r, a, body);
+    if (!j) return;
+    j->order = in;                     /* its strings point into body, which j owns */
+    memcpy(j->key, key, sizeof j->key);
+    defer_job(r, j, order_create_job);
+}
+
+static json_t *order_json(const db_order *o) {
+    return json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o->order_id, "sku", o->sku,
+                     "user_id", o->user_id, "quantity", o->quantity, "status", "confirmed",
+                     "created_at", o->created_at);
+}
+
+static void order_get_job(api_job *j) {
+    db_order o;
+    db *d = app_db(j->a);
+    db_status st = d ? db_order_get(d, j->order_id, &o) : DB_ERROR;
     if (st == DB_NOTFOUND)
-        http_reply_error(r, 404, "unknown_sku", "No product has SKU '%s'.", in.sku);
+        http_reply_error(j->r, 404, "unknown_order", "No order has id '%s'.", j->order_id);
     else if (st != DB_OK)
-        reply_db_down(r, a, "reading the product");
+        reply_db_down(j->r, j->a, "reading the order");
     else
-        order_submit(a, r, p, &in, key);
-    json_decref(body);
+        http_reply_json(j->r, 200, order_json(&o), NULL);
 }
 
 static void order_get(http_req *r, const char *const *params, void *ud) {
     app *a = ud;
-    db_order o;
-    db *d = app_db(a);
-    db_status st = order_id_valid(params[0]) ? (d ? db_order_get(d, params[0], &o) : DB_ERROR)
-                                             : DB_NOTFOUND;
-    if (st == DB_NOTFOUND) {
-        http_reply_error(r, 404, "unknown_order", "No order has id '%.64s'.", params[0]);
+    char clip[80];
+    if (!order_id_valid(params[0])) {
+        http_reply_error(r, 404, "unknown_order", "No order has id '%s'.",
+                         utf8_clip(clip, sizeof clip, params[0]));
         return;
     }
-    if (st != DB_OK) {
-        reply_db_down(r, a, "reading the order");
-        return;
-    }
-    http_reply_json(r, 200,
-                    json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o.order_id, "sku",
-                              o.sku, "user_id", o.user_id, "quantity", o.quantity, "status",
-                              "confirmed", "created_at", o.created_at),
-                    NULL);
+    api_job *j = job_new(r, a, NULL);
+    if (!j) return;
+    snprintf(j->order_id, sizeof j->order_id, "%s", params[0]);
+    defer_job(r, j, order_get_job);
 }
 
 static void append_order(const db_order *o, void *ud) {
-    json_array_append_new(ud, json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id",
-                                        o->order_id, "sku", o->sku, "user_id", o->user_id,
-                                        "quantity", o->quantity, "status", "confirmed",
-                                        "created_at", o->created_at));
+    json_t *one = order_json(o);
+    if (one) json_array_append_new(ud, one);
 }
 
-static void order_list(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    const char *sku = http_query(r, "sku"), *user = http_query(r, "user_id");
-    const char *after = http_query(r, "after"), *lim = http_query(r, "limit");
-    long limit = 100;
-    char *end;
-    (void)params;
-    if (sku && !valid_sku(sku)) {
-        http_reply_error(r, 400, "invalid_field", "'sku' is not a valid SKU.");
-        return;
-    }
-    if (user && !valid_user_id(user)) {
-        http_reply_error(r, 400, "invalid_field", "'user_id' is not a valid user id.");
-        return;
-    }
-    if (after && !order_id_valid(after)) {
-        http_reply_error(r, 400, "invalid_field", "'after' must be an order id.");
-        return;
-    }
-    if (lim && (limit = strtol(lim, &end, 10), end == lim || *end || limit < 1 || limit > 1000)) {
-        http_reply_error(r, 400, "invalid_field", "'limit' must be an integer from 1 to 1000.");
-        return;
-    }
-    db *d = app_db(a);
+static void order_list_job(api_job *j) {
+    db *d = app_db(j->a);
     json_t *orders = json_array();
     int more = 0;
-    if (!d || db_order_list(d, sku, user, after, (int)limit, append_order, orders, &more) != DB_OK) {
+    if (!d || !orders ||
+        db_order_list(d, j->has_sku ? j->sku : NULL, j->has_user ? j->user : NULL,
+                      j->has_after ? j->after : NULL, (int)j->limit, append_order, orders,
+                      &more) != DB_OK) {
         json_decref(orders);
-        reply_db_down(r, a, "listing orders");
+        reply_db_down(j->r, j->a, "listing orders");
         return;
     }
     size_t n = json_array_size(orders);
     json_t *next = more && n ? json_copy(json_object_get(json_array_get(orders, n - 1), "order_id"))
                              : json_null();
-    http_reply_json(r, 200, json_pack("{s:o, s:o}", "orders", orders, "next", next), NULL);
+    http_reply_json(j->r, 200, json_pack("{s:o, s:o}", "orders", orders, "next", next), NULL);
+}
+
+static void order_list(http_req *r, const char *const *params, void *ud) {
+    app *a = ud;
+    const char *sku, *user, *after, *lim;
+    int hs = http_query(r, "sku", &sku), hu = http_query(r, "user_id", &user);
+    int ha = http_query(r, "after", &after), hl = http_query(r, "limit", &lim);
+    long limit = 100;
+    char *end;
+    (void)params;
+    if (hs < 0 || (hs && !valid_sku(sku))) {
+        http_reply_error(r, 400, "invalid_field", "'sku' is not a valid SKU (given once).");
+        return;
+    }
+    if (hu < 0 || (hu && !valid_user_id(user))) {
+        http_reply_error(r, 400, "invalid_field",
+                         "'user_id' is not a valid user id (given once, 1 to 128 characters of "
+                         "UTF-8 without control characters or NUL).");
+        return;
+    }
+    if (ha < 0 || (ha && !order_id_valid(after))) {
+        http_reply_error(r, 400, "invalid_field", "'after' must be an order id (given once).");
+        return;
+    }
+    if (hl < 0 ||
+        (hl && (limit = strtol(lim, &end, 10), end == lim || *end || limit < 1 || limit > 1000))) {
+        http_reply_error(r, 400, "invalid_field", "'limit' must be an integer from 1 to 1000.");
+        return;
+    }
+    api_job *j = job_new(r, a, NULL);
+    if (!j) return;
+    if ((j->has_sku = hs == 1)) snprintf(j->sku, sizeof j->sku, "%s", sku);
+    if ((j->has_user = hu == 1)) snprintf(j->user, sizeof j->user, "%s", user);
+    if ((j->has_after = ha == 1)) snprintf(j->after, sizeof j->after, "%s", after);
+    j->limit = limit;
+    defer_job(r, j, order_list_job);
 }
 
 /* --------------------------------------------------------------- strategies */
@@ -331,24 +572,17 @@ static void strategy_list(http_req *r, const char *const *params, void *ud) {
 
 static void healthz(http_req *r, const char *const *params, void *ud) {
     app *a = ud;
+    health_view v;
     (void)params;
-    stock_conn *sc = app_stock(a);
-    db *d = app_db(a);
-    db_writer_stats ws;
-    db_writer_get_stats(a->writer, &ws);
-    char redis[160] = "ok", dbs[160] = "ok";
-    if (!sc || stock_ping(sc) != 0)
-        snprintf(redis, sizeof redis, "unavailable: %s", sc ? stock_conn_errstr(sc) : "no connection");
-    if (!d || db_ping(d) != DB_OK)
-        snprintf(dbs, sizeof dbs, "unavailable: %s", d ? db_errstr(d) : "cannot open");
-    else if (ws.last_failed)
-        snprintf(dbs, sizeof dbs, "failing: the last commit failed");
-    int down = strcmp(redis, "ok") || strcmp(dbs, "ok");
-    const char *status = atomic_load(&a->shutting_down) ? "shutting_down" : down ? "unavailable" : "ok";
+    health_read(a->health, &v);
+    int up = v.redis == HEALTH_OK && v.db == HEALTH_OK;
+    const char *status = atomic_load(&a->shutting_down) ? "shutting_down" : up ? "ok" : "unavailable";
     http_reply_json(r, strcmp(status, "ok") ? 503 : 200,
-                    json_pack("{s:s, s:s, s:s, s:s}", "status", status, "redis", redis, "db", dbs,
-                              "instance", a->instance_id),
-                    NULL);
+                    json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I}}", "status", status, "redis",
+                              health_state_name(v.redis), "db", health_state_name(v.db),
+                              "instance", a->instance_id, "checked_ms_ago", "redis",
+                              (json_int_t)v.redis_age_ms, "db", (json_int_t)v.db_age_ms),
+                    strcmp(status, "ok") ? RETRY : NULL);
 }
 
 static void metrics_route(http_req *r, const char *const *params, void *ud) {

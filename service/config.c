@@ -53,8 +53,17 @@ static const opt OPTS[] = {
       "SQLite synchronous mode: FULL (an answered order survives power loss) or NORMAL" },
     { "max-connections", "FLASHSALE_MAX_CONNECTIONS", T_UINT, F(max_connections), 1, 1000000,
       "16384", "open HTTP connections at most; more are refused" },
+    { "max-connections-per-client", "FLASHSALE_MAX_CONNECTIONS_PER_CLIENT", T_UINT,
+      F(max_per_client), 0, 1000000, "0",
+      "open HTTP connections one client address may hold (0: a quarter of --max-connections)" },
     { "idle-timeout", "FLASHSALE_IDLE_TIMEOUT", T_UINT, F(idle_timeout_s), 0, 86400, "60",
       "seconds before an idle HTTP connection is closed (0: never)" },
+    { "request-timeout", "FLASHSALE_REQUEST_TIMEOUT", T_UINT, F(request_timeout_s), 0, 3600,
+      "10", "seconds a request may take to arrive (head and body) once it has started; "
+      "slower clients are disconnected (0: no limit)" },
+    { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
+      "threads for API requests that read or write the stores (product reads, admin writes, "
+      "order lookups), so the HTTP threads never wait on Redis or SQLite" },
     { "pending-timeout-ms", "FLASHSALE_PENDING_TIMEOUT_MS", T_LL, F(pending_timeout_ms), 100,
       86400000, "10000", "a reservation not committed after this long is settled by the sweeper" },
     { "idempotency-ttl-ms", "FLASHSALE_IDEMPOTENCY_TTL_MS", T_LL, F(idem_ttl_ms), 1000,
@@ -177,6 +186,7 @@ int config_load(config *c, int argc, char **argv) {
         fprintf(stderr, "flashsale: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
     }
+    if (c->max_per_client == 0) c->max_per_client = c->max_connections / 4 ? c->max_connections / 4 : 1;
     if (c->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         c->threads = n > 0 ? (int)n : 2;

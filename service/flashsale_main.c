@@ -104,11 +104,13 @@ static void shutdown_gracefully(app *a) {
         }
         clock_sleep_ms(5);
     }
+    workers_stop(a->api);
     /* The writer first: its last groups queue confirmations on the stage. */
     db_writer_stop(a->writer);
     stage_stop(a->pool);
     stage_stop(a->stage);
     maint_stop(a->maint);
+    health_stop(a->health);
     http_stop(a->http);
 }
 
@@ -188,13 +190,20 @@ int main(int argc, char **argv) {
     if (!(a.writer = db_writer_start(a.cfg.db_path, &a.db_opt, 4096, order_batch_done, &a, err,
                                      sizeof err)) ||
         !(a.maint = maint_start(&a, err, sizeof err)) ||
+        !(a.health = health_start(&a, err, sizeof err)) ||
+        !(a.api = workers_start("fs-api", a.cfg.api_workers, err, sizeof err)) ||
         !(a.stage = stage_start(&a, a.cfg.redis_workers, 0, err, sizeof err)) ||
         !(a.pool = stage_start(&a, a.cfg.lock_workers, 1, err, sizeof err))) {
         log_msg(LOG_ERROR, "start: %s", err);
         return 1;
     }
-    http_options ho = { a.cfg.listen, a.cfg.threads, a.cfg.max_connections, a.cfg.idle_timeout_s,
-                        64 * 1024, api_routes, api_nroutes, api_observe, &a };
+    http_options ho = { .listen = a.cfg.listen, .threads = a.cfg.threads,
+                        .max_connections = a.cfg.max_connections,
+                        .max_per_client = a.cfg.max_per_client,
+                        .idle_timeout_s = a.cfg.idle_timeout_s,
+                        .request_timeout_s = a.cfg.request_timeout_s, .max_body = 64 * 1024,
+                        .routes = api_routes, .nroutes = api_nroutes, .observer = api_observe,
+                        .ud = &a };
     if (!(a.http = http_start(&ho, err, sizeof err))) {
         log_msg(LOG_ERROR, "start: %s", err);
         return 1;

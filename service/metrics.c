@@ -170,8 +170,13 @@ void metrics_render(app *a, char **out, size_t *len) {
             "# TYPE flashsale_http_connections gauge\nflashsale_http_connections %ld\n"
             "# HELP flashsale_http_refused_connections_total Connections refused at the limit.\n"
             "# TYPE flashsale_http_refused_connections_total counter\n"
-            "flashsale_http_refused_connections_total %ld\n",
-        http_inflight(a->http), http_connections(a->http), http_refused(a->http));
+            "flashsale_http_refused_connections_total %ld\n"
+            "# HELP flashsale_http_request_timeouts_total Connections closed because a started "
+            "request did not arrive within --request-timeout.\n"
+            "# TYPE flashsale_http_request_timeouts_total counter\n"
+            "flashsale_http_request_timeouts_total %ld\n",
+        http_inflight(a->http), http_connections(a->http), http_refused(a->http),
+        http_timed_out(a->http));
     *out = b.p;
     *len = b.len;
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/utf8.h"
 #include "service/service.h"
 
 #define STAGE_BATCH 256
@@ -232,14 +233,16 @@ static int reserved(order_op *op) {
         answer_error(op, 409, "insufficient_stock", OUT_INSUFFICIENT,
                      json_pack("{s:I}", "available", (json_int_t)r->available), msg);
         break;
-    case STOCK_LIMIT:
-        snprintf(msg, sizeof msg, "User %.64s may buy at most %lld of %s and has bought %lld.",
-                 op->user_id, op->p->per_user_limit, op->p->sku, r->available);
+    case STOCK_LIMIT: {
+        char clip[80];
+        snprintf(msg, sizeof msg, "User %s may buy at most %lld of %s and has bought %lld.",
+                 utf8_clip(clip, sizeof clip, op->user_id), op->p->per_user_limit, op->p->sku, r->available);
         answer_error(op, 409, "per_user_limit", OUT_LIMIT,
                      json_pack("{s:I, s:I}", "per_user_limit", (json_int_t)op->p->per_user_limit,
                                "bought", (json_int_t)r->available),
                      msg);
         break;
+    }
     case STOCK_MISSING:
         maint_request_rebuild(op->a->maint, op->p);
         snprintf(msg, sizeof msg,
@@ -553,14 +556,16 @@ static void db_refused(order_op *op) {
                      json_pack("{s:I}", "available", (json_int_t)(j->available > 0 ? j->available : 0)),
                      msg);
         break;
-    case DB_LIMIT:
-        snprintf(msg, sizeof msg, "User %.64s may buy at most %lld of %s and has bought %lld.",
-                 op->user_id, op->p->per_user_limit, op->p->sku, j->available);
+    case DB_LIMIT: {
+        char clip[80];
+        snprintf(msg, sizeof msg, "User %s may buy at most %lld of %s and has bought %lld.",
+                 utf8_clip(clip, sizeof clip, op->user_id), op->p->per_user_limit, op->p->sku, j->available);
         answer_error(op, 409, "per_user_limit", OUT_LIMIT,
                      json_pack("{s:I, s:I}", "per_user_limit", (json_int_t)op->p->per_user_limit,
                                "bought", (json_int_t)j->available),
                      msg);
         break;
+    }
     case DB_CONFLICT:
         if (op->tries < OPTIMISTIC_TRIES) {
             op->phase = PH_DB_READ;       /* read the new version, try again */
@@ -646,6 +651,10 @@ static size_t after_commit(db_job **jobs, size_t n, order_op **confirm) {
         failed |= jobs[i]->status == DB_ERROR || jobs[i]->status == DB_BUSY;
         order_op *c = committed(op);
         if (c) confirm[nc++] = c;
+    }
+    if (failed && n) {
+        order_op *first = (order_op *)((char *)jobs[0] - offsetof(order_op, job));
+        health_poke_db(first->a->health);
     }
     static _Atomic int64_t last_log_us;
     if (failed && clock_mono_us() - atomic_load(&last_log_us) > 1000000) {

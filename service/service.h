@@ -49,7 +49,10 @@ typedef struct config {
     int db_busy_timeout_ms;
     int synchronous_full;
     unsigned max_connections;
+    unsigned max_per_client;  /* connections one client address may hold (0: no cap) */
     unsigned idle_timeout_s;
+    unsigned request_timeout_s;   /* a started request must be in within this */
+    int api_workers;          /* threads for API work that reads or writes the stores */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     long long idem_ttl_ms;
     int shutdown_grace_ms;
@@ -74,7 +77,7 @@ typedef struct verr {
 } verr;
 
 int valid_sku(const char *s);
-/* 1..128 characters (UTF-8), no control characters. */
+/* 1..128 characters of valid UTF-8, no control characters (C0, DEL, C1). */
 int valid_user_id(const char *s);
 /* 1..128 visible ASCII characters. */
 int valid_idem_key(const char *s);
@@ -185,6 +188,35 @@ product *product_cache_put(product_cache *pc, const db_product *p);
 /* Calls fn for each cached product. */
 void product_cache_each(product_cache *pc, void (*fn)(product *p, void *ud), void *ud);
 
+/* ------------------------------------------------------------------ workers */
+
+/* Threads for work that may wait on Redis or SQLite (workers.c): the HTTP
+ * threads defer such requests and hand them over. */
+typedef struct workers workers;
+workers *workers_start(const char *name, int threads, char *err, size_t errlen);
+/* Queues fn(arg). Returns 0, or -1 when out of memory (not queued). */
+int workers_submit(workers *w, void (*fn)(void *arg), void *arg);
+/* Runs what is queued, then stops the threads and frees w. */
+void workers_stop(workers *w);
+
+/* ------------------------------------------------------------------- health */
+
+/* Probed health of the dependencies (health.c). */
+typedef struct health health;
+typedef enum health_state { HEALTH_OK, HEALTH_DOWN, HEALTH_UNKNOWN } health_state;
+typedef struct health_view {
+    health_state redis, db;
+    int64_t redis_age_ms, db_age_ms;   /* since the latest probe completed; -1: none yet */
+} health_view;
+
+health *health_start(app *a, char *err, size_t errlen);
+void health_stop(health *h);
+/* Reads the latest probe results; never waits on a dependency. */
+void health_read(const health *h, health_view *v);
+/* Asks for a database probe now (after a failed commit). */
+void health_poke_db(health *h);
+const char *health_state_name(health_state s);
+
 /* ---------------------------------------------------------------------- app */
 
 typedef struct stage stage;
@@ -201,6 +233,8 @@ struct app {
     db_writer *writer;
     stage *stage;                  /* Redis stage: batched scripts, confirms, undos */
     stage *pool;                   /* strategies that may block */
+    workers *api;                  /* API work that reads or writes the stores */
+    health *health;
     maint *maint;
     product_cache *products;
     metrics m;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "service/service.h"
 
 static int fail(verr *e, int status, const char *code, const char *fmt, ...)
@@ -32,13 +33,19 @@ int valid_sku(const char *s) {
     return n >= 1 && n <= DB_SKU_MAX;
 }
 
-/* Counts UTF-8 characters of s (jansson has already checked the encoding),
- * refusing control characters. Returns -1 on a control character. */
+/* Counts the characters of s, refusing invalid UTF-8 and control
+ * characters: C0, DEL and C1 (U+0080..U+009F, two bytes C2 80..C2 9F),
+ * which terminals and log viewers act on. Returns -1 on either. */
 static long utf8_chars(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
     long n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f) return -1;
-        if ((*p & 0xC0) != 0x80) n++;
+    while (left) {
+        size_t l = utf8_char_len(p, left);
+        if (l == 0 || *p < 0x20 || *p == 0x7f || (p[0] == 0xC2 && p[1] < 0xA0)) return -1;
+        p += l;
+        left -= l;
+        n++;
     }
     return n;
 }
@@ -62,7 +69,11 @@ static int known_fields(json_t *body, const char *const *allowed, verr *e) {
     json_object_foreach(body, k, v) {
         int ok = 0;
         for (size_t i = 0; allowed[i]; i++) ok |= !strcmp(k, allowed[i]);
-        if (!ok) return fail(e, 400, "invalid_field", "Unknown field '%.64s'.", k);
+        if (!ok) {
+            char clip[80];
+            return fail(e, 400, "invalid_field", "Unknown field '%s'.",
+                        utf8_clip(clip, sizeof clip, k));
+        }
     }
     return 0;
 }
@@ -140,9 +151,11 @@ int validate_product(json_t *body, const char *default_strategy, int fault_injec
     in->strategy = default_strategy;
     if (str_field(body, "strategy", &in->strategy, e) < 0) return -1;
     stock_strategy s;
-    if (stock_strategy_parse(in->strategy, &s) != 0)
-        return fail(e, 400, "invalid_field", "'strategy' '%.32s' is not one this service offers.",
-                    in->strategy);
+    if (stock_strategy_parse(in->strategy, &s) != 0) {
+        char clip[48];
+        return fail(e, 400, "invalid_field", "'strategy' '%s' is not one this service offers "
+                    "(GET /v1/strategies lists them).", utf8_clip(clip, sizeof clip, in->strategy));
+    }
     if (int_field(body, "segments", 1, STOCK_MAX_SEGMENTS, &segments, e) < 0) return -1;
     in->segments = (int)segments;
     if (segments > 1 && !stock_strategy_about(s)->segments_ok)

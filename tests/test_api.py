@@ -318,12 +318,15 @@ def test_redis_down_then_back(ctx):
     took = time.monotonic() - t0
     error_of(r, 503, "redis_unavailable")
     assert took < 2.0, took
-    h = s.get("/healthz")
-    assert h.status == 503 and h.json["redis"] != "ok" and h.json["db"] == "ok", h
-    redis.start()                         # back, empty
     from harness import wait_until
+    # Health is probed every 0.5 s: it turns within a probe and a timeout.
+    h = wait_until(lambda: (lambda h: h.status == 503 and h)(s.get("/healthz")), 3,
+                   what="/healthz to see Redis down")
+    assert h.json["redis"] == "unavailable" and h.json["db"] == "ok", h
+    assert h.headers.get("retry-after") == "1", h.headers
+    redis.start()                         # back, empty
     wait_until(lambda: s.order("down", "c", 1).status == 201, 10, what="recovery")
-    assert s.get("/healthz").status == 200
+    wait_until(lambda: s.get("/healthz").status == 200, 3, what="/healthz to recover")
     p = s.product("down")
     assert (p["sold"], p["stock_available"]) == (2, 8), p
 

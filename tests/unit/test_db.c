@@ -61,10 +61,33 @@ static void test_products(void) {
     CHECK(db_product_get(d, "a", &got) == DB_OK);
     CHECK(got.stock_initial == 10 && got.sold == 0 && got.stock_gen == 1 && got.db_available == 10);
     CHECK(db_product_get(d, "b", &got) == DB_NOTFOUND);
-    CHECK(db_product_restock(d, "a", 5, &got) == DB_OK);
+    int replayed = -1;
+    CHECK(db_product_restock(d, "a", 5, NULL, &got, &replayed) == DB_OK && !replayed);
     CHECK(got.stock_initial == 15 && got.db_available == 15);
-    CHECK(db_product_restock(d, "zz", 5, &got) == DB_NOTFOUND);
+    CHECK(db_product_restock(d, "zz", 5, NULL, &got, &replayed) == DB_NOTFOUND);
     CHECK(db_ping(d) == DB_OK);
+    CHECK(db_probe(d) == DB_OK);
+    db_close(d);
+}
+
+/* A restock with a key adds once; the same key for another restock is
+ * refused; its state is readable after the fact. */
+static void test_restock_keys(void) {
+    db *d = fresh();
+    db_product p = product("r", 10), got;
+    int replayed = -1;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    CHECK(db_restock_state(d, "k1") == DB_NOTFOUND);
+    CHECK(db_product_restock(d, "r", 5, "k1", &got, &replayed) == DB_OK && !replayed);
+    CHECK(got.stock_initial == 15);
+    CHECK(db_product_restock(d, "r", 5, "k1", &got, &replayed) == DB_OK && replayed);
+    CHECK(got.stock_initial == 15);                 /* nothing added the second time */
+    CHECK(db_product_restock(d, "r", 6, "k1", &got, &replayed) == DB_DUPKEY && replayed);
+    CHECK(db_restock_state(d, "k1") == DB_OK);
+    CHECK(db_product_restock(d, "r", 1, "", &got, &replayed) == DB_OK && !replayed);
+    CHECK(db_product_restock(d, "r", 1, "", &got, &replayed) == DB_OK && !replayed);
+    CHECK(got.stock_initial == 17);                 /* no key: each one adds */
+    CHECK(db_product_get(d, "r", &got) == DB_OK && got.db_available == 17);
     db_close(d);
 }
 
@@ -183,10 +206,11 @@ static void test_schema_version(void) {
     d = db_open(path, &ro, err, sizeof err);
     CHECK(d != NULL);
     db_close(d);
-    /* A version 1 file is migrated: the buyers' units of the db strategies
+    /* A version 1 file is migrated (through 2 and 3): the buyers' units of the db strategies
      * with a limit are counted from their order rows, no one else's. */
     char cmd[1000];
-    snprintf(cmd, sizeof cmd, "sqlite3 %s \"DROP TABLE user_units; PRAGMA user_version=1;"
+    snprintf(cmd, sizeof cmd, "sqlite3 %s \"DROP TABLE user_units; DROP TABLE restocks; DROP TABLE meta;"
+             " PRAGMA user_version=1;"
              " INSERT INTO products VALUES('d','d','db',1,5,10,3,1,7,3,0,0,'t'),"
              " ('l','l','lua',1,5,10,2,1,10,0,0,0,'t');"
              " INSERT INTO orders VALUES('o1','d','u',1,NULL,'t'),('o2','d','u',2,NULL,'t'),"
@@ -202,7 +226,7 @@ static void test_schema_version(void) {
     size_t got = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[got] = '\0';
     CHECK(f && pclose(f) == 0);
-    CHECK(strcmp(out, "2\nd|u|3\n") == 0);
+    CHECK(strcmp(out, "3\nd|u|3\n") == 0);
     /* A file from a newer build is refused, not damaged. */
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
     CHECK(system(cmd) == 0);
@@ -270,7 +294,7 @@ static void cleanup(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        T(test_products), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
+        T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
         T(test_writer_groups),
     };

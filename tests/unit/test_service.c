@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "common/rconn.h"
+#include "common/utf8.h"
 #include "service/service.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
@@ -36,6 +37,12 @@ static void test_user_and_key(void) {
     CHECK(valid_user_id(u128));           /* 128 characters, 256 bytes */
     memset(u129, 'u', 129); u129[129] = 0;
     CHECK(!valid_user_id(u129));
+    CHECK(!valid_user_id("bob\xc2\x85"));          /* C1: NEL */
+    CHECK(!valid_user_id("\xc2\x9b""31m"));         /* C1: CSI, a terminal escape */
+    CHECK(valid_user_id("\xc2\xa0x"));              /* U+00A0 is not a control */
+    CHECK(!valid_user_id("bad\xff"));               /* not UTF-8 (a query value) */
+    CHECK(!valid_user_id("\xed\xa0\x80"));         /* a surrogate */
+    CHECK(!valid_user_id("a\x7f"));
     CHECK(valid_idem_key("k1"));
     CHECK(valid_idem_key("~!@#$%^&*()"));
     CHECK(!valid_idem_key(""));
@@ -233,7 +240,31 @@ static void test_script_sha(void) {
     CHECK_STR(s.sha, "d8e4b5c1594d2e9c1c4154eb8ea5715cfe9dd055");
 }
 
-TEST_MAIN(T(test_sku), T(test_user_and_key), T(test_order_body), T(test_product_body),
+/* common/utf8: what jansson accepts, and repairs that keep it so. */
+static void test_utf8(void) {
+    char out[16];
+    CHECK(utf8_valid("caf\xc3\xa9", 5));
+    CHECK(!utf8_valid("\xff", 1));
+    CHECK(!utf8_valid("\xc3", 1));                  /* cut in half */
+    CHECK(!utf8_valid("\xc0\xaf", 2));              /* overlong '/' */
+    CHECK(!utf8_valid("\xf4\x90\x80\x80", 4));      /* above U+10FFFF */
+    CHECK(utf8_clean(out, sizeof out, "a\xff""b", 3) == 5);
+    CHECK_STR(out, "a\xef\xbf\xbd""b");
+    /* Too long: cut on a character boundary, marked with "...". */
+    utf8_clean(out, 8, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 8);
+    CHECK_STR(out, "\xc3\xa9\xc3\xa9...");
+    CHECK(utf8_valid(out, strlen(out)));
+    utf8_clean(out, 4, "abcdef", 6);
+    CHECK_STR(out, "...");
+    utf8_clean(out, 8, "abc\xc3", 4);             /* a trailing half character */
+    CHECK_STR(out, "abc\xef\xbf\xbd");
+    for (unsigned cap = 4; cap < 16; cap++) {      /* every cut stays valid */
+        utf8_clean(out, cap, "\xe2\x9c\x93\xf0\x9f\x98\x80\xc3\xa9zz\xe2\x9c", 14);
+        CHECK(strlen(out) < cap && utf8_valid(out, strlen(out)));
+    }
+}
+
+TEST_MAIN(T(test_sku), T(test_user_and_key), T(test_utf8), T(test_order_body), T(test_product_body),
           T(test_fingerprint), T(test_order_ids_increase), T(test_order_id_time),
           T(test_order_ids_unique_across_threads), T(test_keys), T(test_redis_urls),
           T(test_script_sha))

@@ -1,0 +1,166 @@
+/* conns.c: open connections and the deadline of slow requests.
+ *
+ * libmicrohttpd's only timer is an idle timeout that every byte resets, so
+ * a client sending one byte every few seconds holds its connection for
+ * ever (slowloris): 250 such clients kept a 250-connection service full.
+ * Here a request, once started, must be complete (head and body) within
+ * request_timeout_s, however it trickles in.
+ *
+ * "Started" is seen two ways. The request line arriving is reported by
+ * libmicrohttpd (the URI log callback). Bytes before that (a request line
+ * sent slowly, or garbage without a newline) never reach us, so the
+ * sweeper also asks the kernel (TCP_INFO's bytes received) whether an idle
+ * connection has received anything since it went idle. Either way the
+ * clock starts, and a connection still receiving after the timeout is shut
+ * down; libmicrohttpd then sees the end of the stream and closes it.
+ *
+ * The sweeper uses descriptors it does not own. It holds the list's mutex
+ * while it does, and libmicrohttpd reports a close (which takes the same
+ * mutex to unlink the connection) before it closes the descriptor, so a
+ * descriptor in the list is always still the connection's. */
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "http/internal.h"
+
+#define SWEEP_EVERY_MS 250
+
+/* Bytes the kernel has received on fd, or 0 when it cannot say. */
+static uint64_t bytes_received(int fd) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return 0;
+    return ti.tcpi_bytes_received;
+}
+
+static void sweep(http_conns *cs) {
+    int64_t now = clock_mono_us();
+    pthread_mutex_lock(&cs->mu);
+    for (http_conn *c = cs->head; c; c = c->next) {
+        if (c->phase == CONN_IDLE && bytes_received(c->fd) > c->bytes_idle) {
+            c->phase = CONN_RECEIVING;
+            c->started_us = now;
+        } else if (c->phase == CONN_RECEIVING && now - c->started_us > cs->timeout_us) {
+            shutdown(c->fd, SHUT_RDWR);
+            c->phase = CONN_BUSY;                 /* once is enough */
+            atomic_fetch_add(&cs->timed_out, 1);
+        }
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+static void *sweeper_main(void *arg) {
+    http_conns *cs = arg;
+    pthread_setname_np(pthread_self(), "http-deadline");
+    pthread_mutex_lock(&cs->mu);
+    while (!cs->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SWEEP_EVERY_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&cs->cv, &cs->mu, &until);
+        if (cs->stopping) break;
+        pthread_mutex_unlock(&cs->mu);
+        sweep(cs);
+        pthread_mutex_lock(&cs->mu);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    return NULL;
+}
+
+int http_conns_init(http_conns *cs, unsigned request_timeout_s) {
+    pthread_condattr_t ca;
+    pthread_mutex_init(&cs->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cs->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    cs->head = NULL;
+    cs->stopping = 0;
+    cs->timeout_us = (int64_t)request_timeout_s * 1000000;
+    atomic_init(&cs->timed_out, 0);
+    cs->sweeping = request_timeout_s > 0 &&
+                   pthread_create(&cs->sweeper, NULL, sweeper_main, cs) == 0;
+    return request_timeout_s > 0 && !cs->sweeping ? -1 : 0;
+}
+
+void http_conns_fini(http_conns *cs) {
+    pthread_mutex_lock(&cs->mu);
+    cs->stopping = 1;
+    pthread_cond_signal(&cs->cv);
+    pthread_mutex_unlock(&cs->mu);
+    if (cs->sweeping) pthread_join(cs->sweeper, NULL);
+    while (cs->head) {                         /* libmicrohttpd is stopped: nothing races */
+        http_conn *c = cs->head;
+        cs->head = c->next;
+        free(c);
+    }
+    pthread_mutex_destroy(&cs->mu);
+    pthread_cond_destroy(&cs->cv);
+}
+
+http_conn *http_conn_opened(http_conns *cs, int fd) {
+    http_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;                       /* untracked: only the idle timeout applies */
+    c->fd = fd;
+    c->phase = CONN_IDLE;
+    c->bytes_idle = 0;                         /* any byte at all starts a request */
+    c->cs = cs;
+    pthread_mutex_lock(&cs->mu);
+    c->next = cs->head;
+    if (cs->head) cs->head->prev = c;
+    cs->head = c;
+    pthread_mutex_unlock(&cs->mu);
+    return c;
+}
+
+void http_conn_closed(http_conn *c) {
+    if (!c) return;
+    http_conns *cs = c->cs;
+    pthread_mutex_lock(&cs->mu);
+    if (c->prev) c->prev->next = c->next;
+    else cs->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&cs->mu);
+    free(c);
+}
+
+/* Phase changes take the list's mutex: they are three per request, and
+ * the sweeper's check of an idle connection (phase, then the kernel's
+ * byte count) must not interleave with the connection going idle. */
+void http_conn_request_seen(http_conn *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->cs->mu);
+    if (c->phase == CONN_IDLE) {
+        c->phase = CONN_RECEIVING;
+        c->started_us = clock_mono_us();
+    }
+    pthread_mutex_unlock(&c->cs->mu);
+}
+
+void http_conn_request_in(http_conn *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->cs->mu);
+    c->phase = CONN_BUSY;
+    pthread_mutex_unlock(&c->cs->mu);
+}
+
+void http_conn_answered(http_conn *c) {
+    if (!c) return;
+    /* Bytes of a pipelined next request may already be in; they are
+     * counted as idle here, and that request's line restarts the clock. */
+    uint64_t b = bytes_received(c->fd);
+    pthread_mutex_lock(&c->cs->mu);
+    c->bytes_idle = b;
+    c->phase = CONN_IDLE;
+    pthread_mutex_unlock(&c->cs->mu);
+}
