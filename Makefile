@@ -111,9 +111,17 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 # Per-target sources, as extra prerequisites so that $^ links them.
 build/fuzz/fuzz_http: loadtest/httpresp.c
 
+# The request-surface harness runs the whole service in its process.
+FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c http/*.c db/*.c stock/*.c \
+                    lock/*.c service/*.c))
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
+                         build/rel/gen/lua_scripts.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lm
+
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
-	$(MAKE) build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
+	$(MAKE) all build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
 
 # Soak: every safe strategy under a moderate open-loop load for SOAK_SECONDS

@@ -12,7 +12,8 @@
  * sweeper also asks the kernel (TCP_INFO's bytes received) whether an idle
  * connection has received anything since it went idle. Either way the
  * clock starts, and a connection still receiving after the timeout is shut
- * down; libmicrohttpd then sees the end of the stream and closes it.
+ * down; libmicrohttpd then sees the end of the stream and closes it. An
+ * idle connection whose client has closed its side is shut down too.
  *
  * The sweeper uses descriptors it does not own. It holds the list's mutex
  * while it does, and libmicrohttpd reports a close (which takes the same
@@ -28,14 +29,21 @@
 #include "http/internal.h"
 
 #define SWEEP_EVERY_MS 250
+/* tcpi_state of a connection whose peer has closed its side (the kernel's
+ * include/net/tcp_states.h; <netinet/tcp.h> names it but clashes with the
+ * tcp_info of <linux/tcp.h>, which has tcpi_bytes_received). */
+#define STATE_CLOSE_WAIT 8
 
-/* Bytes the kernel has received on fd, or 0 when it cannot say. */
-static uint64_t bytes_received(int fd) {
+/* Bytes the kernel has received on fd (0 when it cannot say), and whether
+ * the peer has closed its side (the connection is in CLOSE_WAIT). */
+static uint64_t bytes_received(int fd, int *peer_closed) {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
+    if (peer_closed) *peer_closed = 0;
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
         len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
         return 0;
+    if (peer_closed) *peer_closed = ti.tcpi_state == STATE_CLOSE_WAIT;
     return ti.tcpi_bytes_received;
 }
 
@@ -43,9 +51,28 @@ static void sweep(http_conns *cs) {
     int64_t now = clock_mono_us();
     pthread_mutex_lock(&cs->mu);
     for (http_conn *c = cs->head; c; c = c->next) {
-        if (c->phase == CONN_IDLE && bytes_received(c->fd) > c->bytes_idle) {
+        int peer_closed;
+        if (c->phase == CONN_IDLE && bytes_received(c->fd, &peer_closed) > c->bytes_idle) {
             c->phase = CONN_RECEIVING;
             c->started_us = now;
+            c->closed_seen_us = 0;
+        } else if (c->phase == CONN_IDLE && peer_closed) {
+            /* The client finished sending and everything it sent is
+             * answered: nothing more can come. libmicrohttpd may have read
+             * past the end of the stream without noticing it, and would
+             * hold the connection until the idle timeout. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->phase = CONN_BUSY;
+        } else if (c->phase == CONN_RECEIVING && (bytes_received(c->fd, &peer_closed), peer_closed)) {
+            /* The client stopped sending in the middle of a request: it
+             * can never be completed. Seen on two sweeps, so a whole
+             * request that libmicrohttpd is about to hand over is left be. */
+            if (!c->closed_seen_us) {
+                c->closed_seen_us = now;
+            } else if (now - c->closed_seen_us >= (SWEEP_EVERY_MS - 50) * 1000) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->phase = CONN_BUSY;
+            }
         } else if (c->phase == CONN_RECEIVING && now - c->started_us > cs->timeout_us) {
             shutdown(c->fd, SHUT_RDWR);
             c->phase = CONN_BUSY;                 /* once is enough */
@@ -143,6 +170,7 @@ void http_conn_request_seen(http_conn *c) {
     if (c->phase == CONN_IDLE) {
         c->phase = CONN_RECEIVING;
         c->started_us = clock_mono_us();
+        c->closed_seen_us = 0;
     }
     pthread_mutex_unlock(&c->cs->mu);
 }
@@ -158,7 +186,7 @@ void http_conn_answered(http_conn *c) {
     if (!c) return;
     /* Bytes of a pipelined next request may already be in; they are
      * counted as idle here, and that request's line restarts the clock. */
-    uint64_t b = bytes_received(c->fd);
+    uint64_t b = bytes_received(c->fd, NULL);
     pthread_mutex_lock(&c->cs->mu);
     c->bytes_idle = b;
     c->phase = CONN_IDLE;

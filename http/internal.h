@@ -54,6 +54,7 @@ typedef struct http_conn {
     http_conns *cs;
     conn_phase phase;
     int64_t started_us;              /* when the current request was first seen */
+    int64_t closed_seen_us;          /* receiving, and the client had closed its side */
     uint64_t bytes_idle;             /* bytes the kernel had received when it went idle */
     struct http_conn *prev, *next;
 } http_conn;

@@ -96,6 +96,13 @@ static void *prober_main(void *arg) {
     return NULL;
 }
 
+/* A result this old means the prober is stuck waiting on its dependency. */
+static int64_t stale_after_ms(const app *a) {
+    int timeout = a->cfg.redis_timeout_ms > DB_PROBE_BUSY_MS ? a->cfg.redis_timeout_ms
+                                                             : DB_PROBE_BUSY_MS;
+    return 3 * PROBE_EVERY_MS + 2 * timeout;
+}
+
 health *health_start(app *a, char *err, size_t errlen) {
     health *h = calloc(1, sizeof *h);
     pthread_condattr_t ca;
@@ -120,6 +127,13 @@ health *health_start(app *a, char *err, size_t errlen) {
         }
         p->started = 1;
     }
+    /* The first results before serving, so /healthz means something from
+     * the first request on (bounded: a dead dependency fails its probe
+     * within its timeout). */
+    int64_t until = clock_mono_ms() + stale_after_ms(a);
+    while ((!atomic_load(&h->probe[0].at_ms) || !atomic_load(&h->probe[1].at_ms)) &&
+           clock_mono_ms() < until)
+        clock_sleep_ms(2);
     return h;
 }
 
@@ -141,13 +155,6 @@ void health_poke_db(health *h) {
     pthread_mutex_lock(&h->mu);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-}
-
-/* A result this old means the prober is stuck waiting on its dependency. */
-static int64_t stale_after_ms(const app *a) {
-    int timeout = a->cfg.redis_timeout_ms > DB_PROBE_BUSY_MS ? a->cfg.redis_timeout_ms
-                                                             : DB_PROBE_BUSY_MS;
-    return 3 * PROBE_EVERY_MS + 2 * timeout;
 }
 
 static health_state state_of(const prober *p, int64_t now, int64_t stale, int64_t *age) {

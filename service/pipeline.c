@@ -76,16 +76,21 @@ struct stage {
 
 /* ---------------------------------------------------------------- answers */
 
-static void finish(order_op *op, outcome o) {
+/* Counts the order's outcome and takes its request, to be answered by the
+ * caller. Counted first, so a client that has its answer finds it counted
+ * in /metrics. */
+static http_req *finish(order_op *op, outcome o) {
+    http_req *r = op->req;
     atomic_fetch_add(&op->p->outcomes[o], 1);
     op->req = NULL;
+    return r;
 }
 
 static void answer_error(order_op *op, int status, const char *code, outcome o, json_t *extra,
                          const char *msg) {
     const char *retry[] = { "Retry-After", "1", NULL };
-    http_reply_error_with(op->req, status, code, extra, status == 503 ? retry : NULL, "%s", msg);
-    finish(op, o);
+    http_reply_error_with(finish(op, o), status, code, extra, status == 503 ? retry : NULL, "%s",
+                          msg);
 }
 
 static json_t *order_json(const db_order *o) {
@@ -99,8 +104,8 @@ static void answer_order(order_op *op, const db_order *o, int replayed) {
     snprintf(location, sizeof location, "/v1/orders/%s", o->order_id);
     const char *created[] = { "Location", location, NULL };
     const char *replay[] = { "Location", location, "Idempotent-Replayed", "true", NULL };
-    http_reply_json(op->req, replayed ? 200 : 201, order_json(o), replayed ? replay : created);
-    finish(op, replayed ? OUT_REPLAYED : OUT_CREATED);
+    http_reply_json(finish(op, replayed ? OUT_REPLAYED : OUT_CREATED), replayed ? 200 : 201,
+                    order_json(o), replayed ? replay : created);
 }
 
 /* ------------------------------------------------------------------ queue */
@@ -259,8 +264,8 @@ static int reserved(order_op *op) {
         else
             snprintf(msg, sizeof msg, "The lock on %s's stock expired before the write, which was "
                      "refused (fenced); nothing was taken. Retry.", op->p->sku);
-        http_reply_error_with(op->req, 429, "lock_timeout", NULL, retry, "%s", msg);
-        finish(op, OUT_LOCK_TIMEOUT);
+        http_reply_error_with(finish(op, OUT_LOCK_TIMEOUT), 429, "lock_timeout", NULL, retry, "%s",
+                              msg);
         break;
     }
     case STOCK_UNAVAILABLE:
@@ -529,10 +534,9 @@ static void looked_up(order_op *op) {
                           "This Idempotency-Key was used for a different request.");
     } else if (j->status == DB_NOTFOUND) {
         const char *retry[] = { "Retry-After", "1", NULL };
-        http_reply_error_with(op->req, 409, "request_in_progress", NULL, retry,
+        http_reply_error_with(finish(op, OUT_IN_PROGRESS), 409, "request_in_progress", NULL, retry,
                               "A request with this Idempotency-Key is still being processed; "
                               "retry shortly.");
-        finish(op, OUT_IN_PROGRESS);
     } else {
         atomic_fetch_add(&op->a->m.db_errors, 1);
         answer_error(op, 503, "db_unavailable", OUT_DB_UNAVAILABLE, NULL,
@@ -576,8 +580,8 @@ static void db_refused(order_op *op) {
                  "nothing was taken. Retry.", op->p->sku, op->tries);
         {
             const char *retry[] = { "Retry-After", "1", NULL };
-            http_reply_error_with(op->req, 429, "lock_timeout", NULL, retry, "%s", msg);
-            finish(op, OUT_LOCK_TIMEOUT);
+            http_reply_error_with(finish(op, OUT_LOCK_TIMEOUT), 429, "lock_timeout", NULL, retry,
+                                  "%s", msg);
         }
         break;
     case DB_DUPKEY:

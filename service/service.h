@@ -29,7 +29,7 @@
 
 /* ------------------------------------------------------------------ logging */
 
-typedef enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
+typedef enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_QUIET } log_level;
 void log_set_level(log_level lvl);
 /* One line to stderr: time, level, message. */
 void log_msg(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -241,6 +241,14 @@ struct app {
     atomic_int shutting_down;
     pthread_key_t tls;             /* per-thread db and stock connections */
 };
+
+/* Starts the whole service from a->cfg (lifecycle.c): recovery, threads,
+ * then the HTTP listener. Returns 0; 2 for a configuration error, 1 for
+ * one at run time (both with a message in err). */
+int app_start(app *a, char *err, size_t errlen);
+/* Stops accepting, answers every request in flight, commits, stops every
+ * thread and frees what app_start made. */
+void app_stop(app *a);
 
 /* Sets up the per-thread connection slots (once, before threads start). */
 void app_tls_init(app *a);

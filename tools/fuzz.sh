@@ -5,6 +5,9 @@
 set -eu
 dir=$1 runs=$2 secs=$3 min_total=$4
 shift 4
+# fuzz_request runs bin/flashsale audit to check the stock books.
+FLASHSALE_BIN=${FLASHSALE_BIN:-$(pwd)/bin}
+export FLASHSALE_BIN
 total=0
 for t in "$@"; do
     bin="$dir/fuzz_$t"
@@ -16,8 +19,15 @@ for t in "$@"; do
             echo "fuzz: a regression input of $t fails again"; exit 1; }
     fi
     log="$dir/fuzz-$t.log"
+    dict=""
+    [ -f "tests/fuzz/$t.dict" ] && dict="-dict=tests/fuzz/$t.dict"
+    # Per-target libFuzzer flags (fuzz_request: no per-input leak scans; the
+    # service keeps caches between inputs, and leaks are checked at exit).
+    [ -f "tests/fuzz/$t.options" ] && dict="$dict $(cat "tests/fuzz/$t.options")"
     echo "fuzz: $t: up to $runs runs or ${secs}s"
-    if ! "$bin" -runs="$runs" -max_total_time="$secs" -print_final_stats=1 \
+    # shellcheck disable=SC2086
+    if ! "$bin" $dict -runs="$runs" \
+            -max_total_time="$secs" -print_final_stats=1 \
             -artifact_prefix="$dir/crash-$t-" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1; then
         tail -40 "$log"
         echo "fuzz: $t found a crash; the input is in $dir/crash-$t-*"
@@ -25,7 +35,8 @@ for t in "$@"; do
         exit 1
     fi
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    echo "fuzz: $t: $n executions, no crash, no sanitizer report"
+    cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1)
+    echo "fuzz: $t: $n executions ($cov), no crash, no sanitizer report"
     total=$((total + n))
 done
 echo "fuzz: $total executions in total"
