@@ -54,13 +54,12 @@ def build(data):
         sign = -1 if digits.startswith(b"-") else 1
         if digits[:1] in (b"+", b"-"):
             digits = digits[1:]
-        num = b""
-        for c in digits:
-            if 48 <= c <= 57 and len(num) < 13:
-                num += bytes([c])
-            else:
+        n = 0
+        for c in digits:                 # as parse_ll in fuzz_request.c
+            if not 48 <= c <= 57 or n >= 10 ** 12:
                 break
-        want = sign * int(num) if num else 0
+            n = n * 10 + c - 48
+        want = sign * n
         if want > len(body) and want - len(body) < MAX_PAD:
             pad = want - len(body)
     out = line + b" HTTP/1.1\r\n"
