@@ -106,6 +106,7 @@ static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_
         out->gen = strtoll(gen->str, NULL, 10);
         if (!colon || strcmp(colon + 1, r->run_id) != 0) out->state = FL_COPY_STALE;
     }
+    int seen = 0;
     for (int i = 0; i < n; i++) {
         const redisReply *s = rep->element[2 + i];
         if (s->type != REDIS_REPLY_STRING) {
@@ -114,7 +115,7 @@ static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_
         }
         long long v = strtoll(s->str, NULL, 10);
         out->total += v;
-        if (i == 0 || v < out->low) {
+        if (!seen++ || v < out->low) {
             out->low = v;
             out->low_seg = i;
         }
