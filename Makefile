@@ -8,10 +8,16 @@
 #                     of make test); SOAK_SECONDS=90 for a short run
 #   make soak-valgrind   a short, slow run of the same under valgrind
 #
-# Layout: every C file of a module directory goes into one static library,
-# except files named <program>_main.c, which each become bin/<program>.
-# Lua scripts in <module>/lua/*.lua are embedded as <module>_lua_<name>[].
-# tests/unit/test_*.c become unit-test programs.
+# Layout: each module directory (MODULES) becomes one static library,
+# build/$(VARIANT)/lib<module>.a: its C files and its own Lua scripts
+# (<module>/lua/*.lua, embedded as <module>_lua_<name>[] in
+# build/$(VARIANT)/gen/lua_<module>.c). Files named <program>_main.c each
+# become bin/<program>, linked with only the archives its LINK_<program> line
+# names; tests/unit/test_<name>.c become unit-test programs (LINK_test_<name>).
+# Before anything compiles, tools/layering.py checks every #include of the
+# modules against their allowed arrows (service -> http, stock, lock, db,
+# common; stock -> lock, db, common; lock, db, http, loadtest -> common) and
+# fails the build, naming the rule, on one that breaks them.
 
 VARIANT ?= rel
 BUILD   := build/$(VARIANT)
@@ -38,14 +44,30 @@ LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lm -pthread
 
 ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)))
 MAIN_C   := $(filter %_main.c,$(ALL_C))
-LIB_C    := $(filter-out %_main.c,$(ALL_C))
-LUA      := $(wildcard $(addsuffix /lua/*.lua,$(MODULES)))
-LUA_C    := $(BUILD)/gen/lua_scripts.c
-LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_C)) $(BUILD)/gen/lua_scripts.o
-LIBA     := $(BUILD)/libflashsale.a
 PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
 UNIT_C   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
+
+# The archives each program links, highest layer first; nothing else is on
+# its command line, so a call across a forbidden boundary cannot link.
+LINK_flashsale      := service http stock lock db common
+LINK_flashload      := loadtest common
+LINK_mhdhello       := loadtest common
+LINK_flashlock      := lock common
+LINK_lockbench      := lock common
+# Unit tests link what they test.
+LINK_test_db        := db common
+LINK_test_flashload := loadtest common
+LINK_test_lock      := lock common
+LINK_test_service   := service http stock lock db common
+LINK_test_stock     := stock lock db common
+
+mod_lua   = $(wildcard $(1)/lua/*.lua)
+mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c))) \
+            $(if $(call mod_lua,$(1)),$(BUILD)/gen/lua_$(1).o)
+link_libs = $(if $(LINK_$(1)),$(patsubst %,$(BUILD)/lib%.a,$(LINK_$(1))),$(error \
+              no LINK_$(1) in the Makefile: say which module archives $(1) may link))
+LAYERING  := $(BUILD)/layering.ok
 
 # Keep intermediate objects (unit-test .o files) between runs.
 .SECONDARY:
@@ -57,38 +79,49 @@ all: $(PROGRAMS) $(UNIT_BIN)
 deps:
 	@tools/deps.sh
 
-# Lua sources become C string constants named <module>_lua_<file>.
-lua_sym = $(firstword $(subst /, ,$(1)))_lua_$(basename $(notdir $(1)))
-$(LUA_C): $(LUA) tools/embed.sh
+# The module boundaries, checked before anything compiles.
+$(LAYERING): tools/layering.py $(wildcard $(addsuffix /*.[ch],$(MODULES)))
 	@mkdir -p $(dir $@)
-	tools/embed.sh $@ $(foreach f,$(LUA),$(call lua_sym,$(f))=$(f))
+	@$(PYTHON) tools/layering.py
+	@touch $@
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | $(LAYERING)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
 
-$(BUILD)/gen/lua_scripts.o: $(LUA_C)
+# Lua sources become C string constants named <module>_lua_<file>, one
+# generated file per module, so each archive carries only its own scripts.
+lua_sym = $(firstword $(subst /, ,$(1)))_lua_$(basename $(notdir $(1)))
+$(BUILD)/gen/lua_%.o: $(BUILD)/gen/lua_%.c
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
 
-$(LIBA): $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
-
-define program_rule
-$(BIN)/$(patsubst %_main.c,%,$(notdir $(1))): $(BUILD)/$(1:.c=.o) $(LIBA)
+define module_rule
+$(BUILD)/gen/lua_$(1).c: $(call mod_lua,$(1)) tools/embed.sh
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS_ALL) -o $$@ $$< $(LIBA) $$(LIBS)
-endef
-$(foreach m,$(MAIN_C),$(eval $(call program_rule,$(m))))
+	tools/embed.sh $$@ $(foreach f,$(call mod_lua,$(1)),$(call lua_sym,$(f))=$(f))
 
-$(BIN)/tests/%: $(BUILD)/tests/unit/%.o $(LIBA)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS)
+$(BUILD)/lib$(1).a: $(call mod_obj,$(1))
+	@rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach m,$(MODULES),$(eval $(call module_rule,$(m))))
+
+# $(1): the program's object, $(2): its binary, $(3): its name.
+define program_rule
+$(2): $(1) $(call link_libs,$(3))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS_ALL) -o $$@ $$< $(call link_libs,$(3)) $$(LIBS)
+endef
+$(foreach m,$(MAIN_C),$(eval $(call program_rule,$(BUILD)/$(m:.c=.o),$(BIN)/$(patsubst \
+    %_main.c,%,$(notdir $(m))),$(patsubst %_main.c,%,$(notdir $(m))))))
+$(foreach t,$(UNIT_C),$(eval $(call program_rule,$(patsubst %.c,$(BUILD)/%.o,$(t)),$(patsubst \
+    tests/unit/%.c,$(BIN)/tests/%,$(t)),$(basename $(notdir $(t))))))
 
 test: deps
 	$(MAKE) test-run
 
 test-run: all
+	$(PYTHON) tools/layering.py
 	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py $(TESTS)
 
 test-sanitize: deps
@@ -102,7 +135,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIBSRC  := service/validate.c service/orderid.c stock/stock.c common/rconn.c \
-                build/rel/gen/lua_scripts.c $(FUZZ_EXTRA_SRC)
+                build/rel/gen/lua_stock.c $(FUZZ_EXTRA_SRC)
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	@mkdir -p $(dir $@)
@@ -115,13 +148,13 @@ build/fuzz/fuzz_http: loadtest/httpresp.c
 FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c http/*.c db/*.c stock/*.c \
                     lock/*.c service/*.c))
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
-                         build/rel/gen/lua_scripts.c
+                         build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lm
 
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
-	$(MAKE) all build/rel/gen/lua_scripts.c $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
+	$(MAKE) all $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
 
 # Soak: every safe strategy under a moderate open-loop load for SOAK_SECONDS

@@ -296,3 +296,59 @@ long fl_orders_each(fl_http *h, const char *sku,
     }
     return fl_errf(e, "listing orders: too many pages");
 }
+
+/* ------------------------------------------------------------ strategies */
+
+int fl_strategies_get(fl_http *h, fl_strategy *out, int max, fl_err *e) {
+    int st = fl_http_request(h, "GET", "/v1/strategies", NULL, e);
+    if (st < 0) return -1;
+    if (st != 200) {
+        api_error(h, "listing the strategies", e);
+        return -1;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(h->resp.body ? h->resp.body : "", h->resp.body_len, 0, &je);
+    json_t *list = json_object_get(j, "strategies");
+    if (!json_is_array(list)) {
+        json_decref(j);
+        return fl_errf(e, "listing the strategies: no \"strategies\" array");
+    }
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(list) && n < max; i++) {
+        json_t *s = json_array_get(list, i);
+        const char *name = json_string_value(json_object_get(s, "name"));
+        if (!name || strlen(name) >= sizeof out[n].name) continue;
+        fl_strategy *o = &out[n++];
+        memset(o, 0, sizeof *o);
+        snprintf(o->name, sizeof o->name, "%s", name);
+        o->safe = json_is_true(json_object_get(s, "safe"));
+        o->segments = json_is_true(json_object_get(s, "segments"));
+        /* Absent means available: a service that cannot tell runs them all. */
+        o->available = !json_is_false(json_object_get(s, "available"));
+        const char *reason = json_string_value(json_object_get(s, "reason"));
+        snprintf(o->reason, sizeof o->reason, "%s", reason ? reason : "");
+        json_t *needs = json_object_get(s, "needs");
+        for (size_t k = 0; k < json_array_size(needs); k++) {
+            const char *need = json_string_value(json_array_get(needs, k));
+            if (need && !strcmp(need, "redis")) o->in_redis = 1;
+        }
+    }
+    json_decref(j);
+    return n;
+}
+
+const fl_strategy *fl_strategy_find(const fl_strategy *s, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s[i].name, name)) return &s[i];
+    return NULL;
+}
+
+int fl_strategy_lookup(fl_http *h, const char *name, fl_strategy *out, fl_err *e) {
+    fl_strategy all[FL_MAX_STRATEGIES];
+    int n = fl_strategies_get(h, all, FL_MAX_STRATEGIES, e);
+    if (n < 0) return -1;
+    const fl_strategy *s = fl_strategy_find(all, n, name);
+    if (!s) return fl_errf(e, "the service lists no strategy '%s'", name);
+    *out = *s;
+    return 0;
+}

@@ -2,7 +2,8 @@
  * strategy, so the safe ones can be seen to hold and the unsafe ones to
  * oversell, side by side.
  *
- * The matrix is strategies (all of stock.h's, by default) x segment counts,
+ * The matrix is strategies (every one the service lists at GET
+ * /v1/strategies, by default) x segment counts,
  * plus two-instance scenes for `local` (which breaks there) and `lua`
  * (which does not). A flaw that needs a particular interleaving is forced,
  * not hoped for: the lock-based unsafe strategies run with an injected
@@ -24,7 +25,6 @@
 
 #include "common/clock.h"
 #include "loadtest/loadtest.h"
-#include "stock/stock.h"
 
 #define MAX_SCENES 64
 
@@ -102,25 +102,46 @@ static int add_scene(const fl_compare_opts *o, fl_scene *out, int *n, int max, c
     return 0;
 }
 
-int fl_compare_scenes(const fl_compare_opts *o, fl_scene *out, int max) {
+int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
+                      int max) {
     int n = 0;
-    for (int i = 0; i < STOCK_STRATEGY_COUNT; i++) {
-        const stock_strategy_info *info = stock_strategy_about((stock_strategy)i);
-        if (!info || !info->name) continue;
+    for (int i = 0; i < nst; i++) {
+        const fl_strategy *info = &st[i];
         int wanted = o->nstrategies == 0;
         for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], info->name);
         if (!wanted) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
-            if (o->segments[k] > 1 && !info->segments_ok) continue;
-            add_scene(o, out, &n, max, info->name, o->segments[k], 1, info->unsafe);
+            if (o->segments[k] > 1 && !info->segments) continue;
+            add_scene(o, out, &n, max, info->name, o->segments[k], 1, !info->safe);
             did_one = 1;
         }
-        if (!did_one) add_scene(o, out, &n, max, info->name, 1, 1, info->unsafe);
+        if (!did_one) add_scene(o, out, &n, max, info->name, 1, 1, !info->safe);
         if (o->two_instances && (!strcmp(info->name, "local") || !strcmp(info->name, "lua")))
-            add_scene(o, out, &n, max, info->name, 1, 2, info->unsafe);
+            add_scene(o, out, &n, max, info->name, 1, 2, !info->safe);
     }
     return n;
+}
+
+/* Asks the service for its strategies; every name asked for must be one. */
+static int strategies(const fl_compare_opts *o, const fl_target *t, fl_strategy *st, int *nst,
+                      fl_err *e) {
+    fl_http h;
+    fl_http_init(&h, t, o->token, 10000);
+    *nst = fl_strategies_get(&h, st, FL_MAX_STRATEGIES, e);
+    fl_http_close(&h);
+    if (*nst < 0) return -1;
+    for (int k = 0; k < o->nstrategies; k++) {
+        if (fl_strategy_find(st, *nst, o->strategies[k])) continue;
+        char names[400] = "";
+        for (int i = 0; i < *nst; i++) {
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%.31s", i ? ", " : "", st[i].name);
+        }
+        return fl_errf(e, "--strategies: the service offers no strategy '%s' (it offers: %s)",
+                       o->strategies[k], names);
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------- the services */
@@ -303,11 +324,17 @@ static void make_tag(char *tag, size_t len) {
 int fl_compare(const fl_compare_opts *o, fl_err *e) {
     static fl_scene scenes[MAX_SCENES];
     static fl_scene_result res[MAX_SCENES];
-    int n = fl_compare_scenes(o, scenes, MAX_SCENES);
-    if (n == 0) return fl_errf(e, "no scene to run (check --strategies and --segments)");
+    fl_strategy st[FL_MAX_STRATEGIES];
+    int nst, n;
     world w;
     int rc = -1;
     if (world_up(o, &w, e)) goto out;
+    if (strategies(o, &w.targets[0], st, &nst, e)) goto out;
+    n = fl_compare_scenes(o, st, nst, scenes, MAX_SCENES);
+    if (n == 0) {
+        fl_errf(e, "no scene to run (check --strategies and --segments)");
+        goto out;
+    }
     char tag[16];
     make_tag(tag, sizeof tag);
     fprintf(stderr, "flashload compare: %d scenes, %d connections each, services at %s%s\n", n,
@@ -321,8 +348,12 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
             snprintf(res[i].note, sizeof res[i].note, "skipped: interrupted");
             continue;
         }
+        const fl_strategy *info = fl_strategy_find(st, nst, scenes[i].strategy);
         fl_err se = { "" };
-        scene_run(o, &w, tag, i + 1, n, &res[i], &se);
+        if (info && !info->available)
+            snprintf(res[i].note, sizeof res[i].note, "skipped: the service cannot run it%s%.150s",
+                     info->reason[0] ? ": " : "", info->reason);
+        else scene_run(o, &w, tag, i + 1, n, &res[i], &se);
         if (!res[i].ran) {
             fprintf(stderr, "[%d/%d] %s x%d x%d: %s\n", i + 1, n, scenes[i].strategy,
                     scenes[i].segments, scenes[i].instances, res[i].note);

@@ -5,7 +5,8 @@
  *   flashload compare [options]  every strategy x segments, table and report
  *
  * Exit code: 0 PASS (compare: every scene came out as expected), 1 an
- * invariant broken (compare: a scene did not), 2 usage or setup error. */
+ * invariant broken (compare: a scene did not), 2 a setup error (the service
+ * cannot be reached, refuses the product, ...), 64 a usage error (EX_USAGE). */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,11 +15,16 @@
 #include <unistd.h>
 
 #include "loadtest/loadtest.h"
-#include "stock/stock.h"
 
-enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_USAGE = 2 };
+enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_SETUP = 2, EXIT_USAGE = 64 };
+
+#define RUN_DURATION_S 10          /* a run without --duration or --requests */
+#define DEFAULT_TARGET "http://127.0.0.1:8080"
 
 static atomic_int interrupted;
+
+/* What a usage error points to: the help of the command being parsed. */
+static const char *help_hint = "flashload --help";
 
 static void on_signal(int sig) {
     if (atomic_exchange(&interrupted, 1)) {
@@ -27,71 +33,107 @@ static void on_signal(int sig) {
     }
 }
 
-static void usage(FILE *f) {
+static void usage_exit_codes(FILE *f) {
+    fprintf(f, "\nExit: 0 PASS (compare: every scene as expected), 1 an invariant broken "
+               "(compare: a scene\nnot as expected), 2 setup error, 64 usage error.\n");
+}
+
+/* The help of `run`, with the defaults the code uses. */
+static void usage_run(FILE *f) {
+    static fl_run_opts d;          /* large: off the stack */
+    fl_run_opts_default(&d);
     fprintf(f,
-"usage: flashload [run] [options]      load one product, then verify it\n"
-"       flashload compare [options]    every strategy x segments: table, report.json/.html\n"
+"usage: flashload [run] [options]    load one product, then verify it\n"
+"                                    (flashload compare --help: the strategy matrix)\n"
 "\n"
-"run: where and how hard\n"
-"  --target URL           a service instance, repeatable (default http://127.0.0.1:8080)\n"
-"  --connections N        keep-alive connections in total (64)\n"
-"  --threads N            event-loop threads (2)\n"
-"  --duration SECS        stop issuing after SECS (10 unless --requests is given)\n"
+"where and how hard\n"
+"  --target URL           a service instance, repeatable (default %s)\n"
+"  --connections N        keep-alive connections in total (%d)\n"
+"  --threads N            event-loop threads (%d)\n"
+"  --duration SECS        stop issuing after SECS (%d unless --requests is given)\n"
 "  --requests N           stop issuing after N requests\n"
 "  --rate R               open loop: R requests/s in total; latency counts from each\n"
 "                         request's scheduled time (no coordinated omission)\n"
-"  --timeout SECS         an answer later than this is a transport error (10)\n"
-"run: the buyers\n"
-"  --users N              buyers u0 .. u<N-1> (1000)\n"
+"  --timeout SECS         an answer later than this is a transport error (%g)\n"
+"the buyers\n"
+"  --users N              buyers u0 .. u<N-1> (%u)\n"
 "  --zipf S               choose buyers by zipf with exponent S (default: uniform)\n"
-"  --quantity Q | A-B     units per order, fixed or uniform in A..B (1)\n"
+"  --quantity Q | A-B     units per order, fixed or uniform in A..B (%d)\n"
 "  --idempotency          send an Idempotency-Key with every order\n"
 "  --retry SHARE          share 0..1 of orders that replay an earlier key (with its body)\n"
-"run: the product (created unless --no-create)\n"
+"the product (created unless --no-create)\n"
 "  --sku SKU              its SKU (default: a fresh fl-<time>-<n>)\n"
 "  --no-create            use the existing SKU given by --sku\n"
-"  --stock N              units on sale (10000)\n"
-"  --strategy NAME        one of the service's strategies (default: the service's)\n"
-"  --segments N           stock segments (1)\n"
+"  --stock N              units on sale (%lld)\n"
+"  --strategy NAME        one of the service's strategies (GET /v1/strategies;\n"
+"                         default: the service's --strategy)\n"
+"  --segments N           stock segments (%d)\n"
 "  --per-user-limit N     units one user may buy (0: none)\n"
 "  --cs-delay-ms N        injected pause in the critical section  } the service needs\n"
 "  --lock-ttl-ms N        lease of the lock strategies            } --fault-injection\n"
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
-"run: verification (on by default)\n"
-"  --redis URL            also check Redis directly: stock keys, pending records\n"
-"  --key-prefix P         the service's --key-prefix (fs:)\n"
-"  --db PATH              also check the SQLite file directly (read-only)\n"
+"verification (on by default)\n"
+"  --redis URL            also read Redis directly: stock keys, empty-segment bitmap,\n"
+"                         pending records (format: docs/storage.md)\n"
+"  --key-prefix P         the service's --key-prefix (%s)\n"
+"  --db PATH              also read the SQLite file directly (read-only)\n"
 "  --no-verify            skip it\n"
-"  --settle-ms N          after the load, wait up to N ms for a quiet state (5000)\n"
-"run: output\n"
+"  --settle-ms N          after the load, wait up to N ms for a quiet state (%d)\n"
+"output\n"
 "  --progress | --quiet   a progress line each second (default: if stderr is a terminal)\n"
 "  --json FILE            also write the results as JSON\n"
-"  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n"
+"  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n",
+            DEFAULT_TARGET, d.load.connections, d.load.threads, RUN_DURATION_S,
+            d.load.timeout_us / 1e6, d.load.users, d.load.qty_min, d.product.stock,
+            d.product.segments, d.vantage.key_prefix, d.settle_ms);
+    usage_exit_codes(f);
+}
+
+/* The help of `compare`, with the defaults the code uses. */
+static void usage_compare(FILE *f) {
+    static fl_compare_opts d;
+    char segs[64] = "";
+    fl_compare_opts_default(&d);
+    for (int i = 0; i < d.nsegments; i++)
+        snprintf(segs + strlen(segs), sizeof segs - strlen(segs), "%s%d", i ? "," : "",
+                 d.segments[i]);
+    fprintf(f,
+"usage: flashload compare [options]  every strategy x segments: table, report.json/.html\n"
 "\n"
-"compare (without --target it starts its own redis-server and flashsale, and stops them)\n"
-"  --strategies A,B,..    (default: every strategy the service offers)\n"
-"  --segments 1,8         segment counts for the strategies that allow them (1,8)\n"
+"Without --target it starts its own redis-server and flashsale, and stops them.\n"
+"  --strategies A,B,..    (default: every strategy the service lists)\n"
+"  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
-"  --duration SECS        per scene (2); --pause-duration SECS with a pause (3)\n"
-"  --connections N --threads N --users N --quantity Q    the same load in every scene\n"
-"  --stock N              stock of the scenes without a pause (5000)\n"
-"  --out DIR              where report.json and report.html go (.)\n"
+"  --duration SECS        per scene (%g)\n"
+"  --pause-duration SECS  per scene run under an injected pause (%g)\n"
+"  --connections N        keep-alive connections per scene (%d)\n"
+"  --threads N            event-loop threads (%d)\n"
+"  --users N              buyers (%u)\n"
+"  --quantity Q | A-B     units per order (%d)\n"
+"  --stock N              stock of the scenes without a pause (%lld; %lld under a pause)\n"
+"  --out DIR              where report.json and report.html go (%s)\n"
 "  --flashsale PATH       the service binary (default: next to flashload)\n"
-"  --target URL --redis URL --db PATH --admin-token T --key-prefix P\n"
-"                         use running services instead (they need --fault-injection)\n"
-"\n"
-"Exit: 0 PASS (compare: every scene as expected), 1 an invariant broken, 2 usage error.\n");
+"  --progress | --quiet   a progress line each second during each scene (default: quiet)\n"
+"running services instead (they need --fault-injection)\n"
+"  --target URL           a service instance, repeatable\n"
+"  --redis URL --db PATH  its Redis and SQLite file, read directly by the verifier\n"
+"  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
+"  --key-prefix P         the service's --key-prefix (%s)\n",
+            segs, d.duration_s, d.pause_duration_s, d.connections, d.threads, d.users,
+            d.qty_min, d.stock, d.pause_stock, d.out_dir, d.key_prefix);
+    usage_exit_codes(f);
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* One line naming what is wrong and where help is; -1. */
 static int bad(const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "flashload: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (see flashload --help)\n");
+    fprintf(stderr, " (see %s)\n", help_hint);
     return -1;
 }
 
@@ -258,9 +300,8 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
             return bad("unknown option %s", a);
         }
     }
-    if (!lo->ntargets && add_target(lo->targets, &lo->ntargets, "http://127.0.0.1:8080"))
-        return -1;
-    if (!have_duration && !lo->requests) lo->duration_us = 10 * 1000000LL;
+    if (!lo->ntargets && add_target(lo->targets, &lo->ntargets, DEFAULT_TARGET)) return -1;
+    if (!have_duration && !lo->requests) lo->duration_us = RUN_DURATION_S * 1000000LL;
     if (!o->create && !o->product.sku[0] && !lo->get_path) return bad("--no-create needs --sku");
     if (lo->get_path) o->verify = 0;
     o->vantage.api = lo->targets[0];
@@ -281,7 +322,7 @@ static int run_main(int argc, char **argv, int first) {
     if (fl_run(&o, &r, &e)) {
         fprintf(stderr, "flashload: %s\n", e.msg);
         fl_run_result_free(&r);
-        return EXIT_USAGE;
+        return EXIT_SETUP;
     }
     fl_run_print(&o, &r, stdout);
     if (json && fl_run_write_json(&o, &r, json, &e)) fprintf(stderr, "flashload: %s\n", e.msg);
@@ -319,7 +360,6 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
     lo.qty_max = o->qty_max;
     snprintf(v.key_prefix, sizeof v.key_prefix, "%s", o->key_prefix);
     int progress = 0;
-    double d;
     long long n;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -327,14 +367,10 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
         if (c < 0) return -1;
         if (c) continue;
         if (!strcmp(a, "--strategies")) {
+            /* Checked against the service's list once it is up. */
             if (list(a, val(argc, argv, &i), o->strategies[0], sizeof o->strategies[0], 16,
                      &o->nstrategies))
                 return -1;
-            for (int k = 0; k < o->nstrategies; k++) {
-                stock_strategy s;
-                if (stock_strategy_parse(o->strategies[k], &s))
-                    return bad("--strategies: no strategy '%s'", o->strategies[k]);
-            }
         } else if (!strcmp(a, "--segments")) {
             char items[8][8];
             if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 8, &o->nsegments))
@@ -358,7 +394,6 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
         } else {
             return bad("unknown option %s", a);
         }
-        (void)d;
     }
     o->connections = lo.connections;
     o->threads = lo.threads;
@@ -401,9 +436,16 @@ static int compare_main(int argc, char **argv, int first) {
     int rc = fl_compare(&o, &e);
     if (rc < 0) {
         fprintf(stderr, "flashload compare: %s\n", e.msg);
-        return EXIT_USAGE;
+        return EXIT_SETUP;
     }
     return rc ? EXIT_BROKEN : EXIT_PASS;
+}
+
+/* Whether argv[first..) asks for help. */
+static int wants_help(int argc, char **argv, int first) {
+    for (int i = first; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -412,16 +454,23 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
+    if (argc > 1 && !strcmp(argv[1], "compare")) {
+        help_hint = "flashload compare --help";
+        if (wants_help(argc, argv, 2)) {
+            usage_compare(stdout);
             return EXIT_PASS;
         }
-    if (argc > 1 && !strcmp(argv[1], "compare")) return compare_main(argc, argv, 2);
-    if (argc > 1 && !strcmp(argv[1], "run")) return run_main(argc, argv, 2);
-    if (argc > 1 && argv[1][0] != '-') {
-        bad("unknown command '%s'", argv[1]);
+        return compare_main(argc, argv, 2);
+    }
+    int first = argc > 1 && !strcmp(argv[1], "run") ? 2 : 1;
+    if (first == 2) help_hint = "flashload run --help";
+    if (wants_help(argc, argv, first)) {
+        usage_run(stdout);
+        return EXIT_PASS;
+    }
+    if (first == 1 && argc > 1 && argv[1][0] != '-') {
+        bad("unknown command '%s'", argv[first]);
         return EXIT_USAGE;
     }
-    return run_main(argc, argv, 1);
+    return run_main(argc, argv, first);
 }

@@ -14,6 +14,9 @@
  *                latency from each request's scheduled time (engine.c)
  *   fl_http      a blocking HTTP client for the admin calls and the API
  *                vantage point (client.c)
+ *   fl_strategy  the strategies, as the service lists them (client.c)
+ *   fl_redis,    the verifier's own reads of Redis and SQLite, by the format
+ *   fl_sqlite    in docs/storage.md, never through the service's code (stores.c)
  *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c)
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
@@ -327,6 +330,94 @@ long fl_orders_each(fl_http *h, const char *sku,
                                const char *idem_key, void *ud),
                     void *ud, fl_err *e);
 
+/* -------------------------------------------------------------- strategies */
+
+#define FL_MAX_STRATEGIES 32
+
+/* A stock strategy as GET /v1/strategies describes it: flashload keeps no
+ * list of its own, so it offers exactly what the service it drives does. */
+typedef struct fl_strategy {
+    char name[32];
+    int safe;                    /* 0: oversells by design (a demonstration) */
+    int segments;                /* takes segments > 1 */
+    int in_redis;                /* "redis" among its needs: its stock copy lives there */
+    int available;               /* this instance can run it now */
+    char reason[160];            /* why not, when it cannot */
+} fl_strategy;
+
+/* GET /v1/strategies into out[0..max). Returns how many, or -1 with e set. */
+int fl_strategies_get(fl_http *h, fl_strategy *out, int max, fl_err *e);
+/* The strategy named name among s[0..n), or NULL. */
+const fl_strategy *fl_strategy_find(const fl_strategy *s, int n, const char *name);
+/* Looks name up on the service. Returns 0 with *out filled, or -1 with e set
+ * (the service cannot be asked, or offers no such strategy). */
+int fl_strategy_lookup(fl_http *h, const char *name, fl_strategy *out, fl_err *e);
+
+/* ------------------------------------------------- the stores, read directly */
+
+/* The verifier reads Redis and SQLite itself, by the format users are given
+ * (docs/storage.md), with hiredis and its own read-only SQL: a wrong key, a
+ * wrong sum or a wrong query in the service's stock/ or db/ code cannot then
+ * be wrong the same way in its judge. */
+
+typedef struct fl_redis fl_redis;
+
+/* A handle for reading the keys under prefix on the Redis at url. It
+ * connects on first use and again after an error. NULL with e set when the
+ * URL is unusable. */
+fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_err *e);
+void fl_redis_close(fl_redis *r);
+
+typedef enum fl_copy_state {
+    FL_COPY_VALID = 0,           /* built for this Redis process; every segment key there */
+    FL_COPY_MISSING,             /* no gen key, or a segment key absent */
+    FL_COPY_STALE                /* gen names another Redis process (run_id) */
+} fl_copy_state;
+
+/* A SKU's stock copy, read in one atomic step (one MGET). */
+typedef struct fl_stock_copy {
+    fl_copy_state state;
+    long long gen;               /* the copy's generation (0: none) */
+    long long total;             /* units in all segments */
+    int low_seg;                 /* the segment holding least */
+    long long low;               /* its units */
+    int stranded;                /* segments the empty bitmap marks that hold units */
+    int stranded_seg;            /* the first of them */
+    long long stranded_units;    /* the units they hold, which no order can take */
+} fl_stock_copy;
+
+/* Reads the copy of sku, which has `segments` segments (1..1024). Returns 0,
+ * or -1 with e set when Redis could not be read. */
+int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *out, fl_err *e);
+/* Counts sku's pending records and the units they hold out (field "q").
+ * A record without a readable "q" counts as a record of no units and in
+ * *unreadable. Returns 0, or -1 with e set. */
+int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long *units,
+                     long long *unreadable, fl_err *e);
+
+/* What SQLite holds for one SKU, read in one read transaction. */
+typedef struct fl_sqlite_sku {
+    char strategy[32];
+    int segments;
+    long long per_user_limit;
+    long long stock_initial, sold;
+    long long stock_gen;
+    long long db_available;      /* the db strategies' stock */
+    long long voided_committed;  /* orders both committed and voided */
+    int schema_version;          /* PRAGMA user_version */
+} fl_sqlite_sku;
+
+#define FL_KEY_MAX 128           /* longest idempotency key (the API's limit) */
+
+/* Opens path read-only and, in one snapshot, reads sku's product row, then
+ * calls fn for each of its orders in order_id order. Returns 1 when read, 0
+ * when the file has no such SKU, -1 with e set (no such file, not the
+ * documented schema, I/O). */
+int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
+                   void (*fn)(const char *order_id, const char *user_id, int quantity,
+                              const char *idem_key, void *ud),
+                   void *ud, fl_err *e);
+
 /* ------------------------------------------------------------ verification */
 
 /* Where to look, besides the client's own record. */
@@ -357,6 +448,8 @@ typedef struct fl_samples {
     long long min_redis_segment; /* lowest segment read from Redis */
     uint64_t negative;           /* API samples with anything below zero */
     uint64_t redis_negative;     /* Redis samples with a segment below zero */
+    uint64_t redis_stranded;     /* Redis samples with units in segments marked empty */
+    long long max_stranded;      /* most such units in one sample */
     uint64_t errors;             /* samples that failed */
 } fl_samples;
 
@@ -387,6 +480,7 @@ typedef struct fl_verdict {
     long long oversold;          /* units sold or offered beyond the stock */
     long long lost;              /* units neither sold nor available */
     long long min_stock;         /* lowest stock seen anywhere */
+    long long stranded;          /* Redis: units in segments marked empty (unsellable) */
     long long pending_records, pending_units;   /* Redis, after settling */
     long long orders_listed;     /* API order rows of this run */
     long long orders_without_201, created_without_order;
@@ -506,7 +600,7 @@ typedef struct fl_scene_result {
 } fl_scene_result;
 
 typedef struct fl_compare_opts {
-    char strategies[16][32];     /* empty: every strategy of stock.h */
+    char strategies[16][32];     /* empty: every strategy the service lists */
     int nstrategies;
     int segments[8];
     int nsegments;
@@ -533,8 +627,10 @@ typedef struct fl_compare_opts {
 } fl_compare_opts;
 
 void fl_compare_opts_default(fl_compare_opts *o);
-/* Builds the matrix of scenes. Returns how many (at most max). */
-int fl_compare_scenes(const fl_compare_opts *o, fl_scene *out, int max);
+/* Builds the matrix of scenes over the strategies st[0..nst) (as the
+ * service lists them). Returns how many (at most max). */
+int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
+                      int max);
 /* Runs every scene, prints the table, writes report.json and report.html
  * into o->out_dir. Returns 0 when every scene came out as expected, 1 when
  * one did not, -1 with e set on a setup failure. */

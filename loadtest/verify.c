@@ -7,10 +7,17 @@
  *   api     GET /v1/products/{sku}: sold + available == initial, available
  *           never below zero (also in every sample taken while running),
  *           and GET /v1/orders?sku= lists exactly the 201s the client got;
- *   redis   the stock keys (no segment below zero) and the pending records
- *           (none left once the load is over and has settled);
+ *   redis   the stock keys (a valid copy, no segment below zero, no units in
+ *           a segment the empty bitmap marks empty: those are stranded, as
+ *           no order can take them while every sum counts them) and the
+ *           pending records (none left once the load is over and has settled);
  *   sqlite  the order rows, read-only: they match the 201s, products.sold is
- *           their sum, no key twice, no user over the limit.
+ *           their sum, no key twice, no user over the limit, no order both
+ *           committed and voided.
+ *
+ * Redis and SQLite are read by stores.c, by the documented format, never
+ * through the service's code; where the stock lives (Redis or SQLite) is
+ * what the service says of the product's strategy (GET /v1/strategies).
  *
  * An order row without a 201 is allowed only when the client saw a
  * transport error for a request that could have created it: matched by
@@ -26,45 +33,32 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "db/db.h"
 #include "loadtest/loadtest.h"
-#include "stock/stock.h"
+
+/* ------------------------------------------------------------ stock's home */
+
+/* Opens a Redis reader for the product when Redis holds its stock, as the
+ * service says of its strategy (GET /v1/strategies). *home: 1 Redis, 0
+ * SQLite, -1 unknown (e says why). NULL when Redis is not to be read. */
+static fl_redis *open_redis(const fl_vantage *v, fl_http *h, const fl_product *p, int *home,
+                            fl_err *e) {
+    fl_strategy st;
+    *home = -1;
+    if (fl_strategy_lookup(h, p->strategy, &st, e)) return NULL;
+    *home = st.in_redis;
+    if (!st.in_redis || !v->redis_url[0]) return NULL;
+    return fl_redis_open(v->redis_url, v->key_prefix[0] ? v->key_prefix : "fs:", 2000, e);
+}
 
 /* ----------------------------------------------------------------- sampler */
 
 struct fl_sampler {
     fl_http api;
     char sku[65];
-    stock_conn *sc;               /* NULL: Redis not sampled */
-    stock_product sp;
-    long long *seg;
+    fl_redis *redis;              /* NULL: Redis not sampled */
+    int segments;
     fl_samples s;
 };
-
-/* A Redis view of the product, when Redis holds its stock. */
-static stock_conn *open_stock(const fl_vantage *v, const fl_product *p, stock_product *sp,
-                              fl_err *e) {
-    stock_strategy strat;
-    if (!v->redis_url[0] || stock_strategy_parse(p->strategy, &strat) != 0 ||
-        !stock_strategy_about(strat)->uses_redis)
-        return NULL;
-    stock_config cfg = { .redis_url = v->redis_url,
-                         .prefix = v->key_prefix[0] ? v->key_prefix : "fs:",
-                         .timeout_ms = 2000,
-                         .instance = "flashload" };
-    char err[256];
-    stock_conn *sc = stock_conn_new(&cfg, err, sizeof err);
-    if (!sc) {
-        fl_errf(e, "redis %s: %s", v->redis_url, err);
-        return NULL;
-    }
-    if (stock_product_init(sp, p->sku, strat, p->segments > 0 ? p->segments : 1, 0, 0, 0)) {
-        stock_conn_free(sc);
-        fl_errf(e, "out of memory");
-        return NULL;
-    }
-    return sc;
-}
 
 fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e) {
     fl_sampler *s = calloc(1, sizeof *s);
@@ -74,10 +68,11 @@ fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e) 
     }
     fl_http_init(&s->api, &v->api, v->token, 2000);
     snprintf(s->sku, sizeof s->sku, "%s", p->sku);
+    s->segments = p->segments > 0 ? p->segments : 1;
     s->s.min_available = s->s.min_segment = s->s.min_redis_segment = LLONG_MAX;
     fl_err ignore;
-    s->sc = open_stock(v, p, &s->sp, &ignore);
-    if (s->sc) s->seg = calloc((size_t)s->sp.segments, sizeof *s->seg);
+    int home;
+    s->redis = open_redis(v, &s->api, p, &home, &ignore);
     return s;
 }
 
@@ -92,15 +87,16 @@ void fl_sampler_sample(fl_sampler *s) {
     } else {
         s->s.errors++;
     }
-    long long total;
-    if (s->sc && s->seg && stock_read(s->sc, &s->sp, &total, s->seg) == STOCK_RESERVED) {
+    fl_stock_copy c;
+    if (s->redis && fl_redis_stock(s->redis, s->sku, s->segments, &c, &e) == 0 &&
+        c.state == FL_COPY_VALID) {
         s->s.redis_n++;
-        int below = 0;
-        for (int i = 0; i < s->sp.segments; i++) {
-            if (s->seg[i] < s->s.min_redis_segment) s->s.min_redis_segment = s->seg[i];
-            below |= s->seg[i] < 0;
+        if (c.low < s->s.min_redis_segment) s->s.min_redis_segment = c.low;
+        s->s.redis_negative += (uint64_t)(c.low < 0);
+        if (c.stranded) {
+            s->s.redis_stranded++;
+            if (c.stranded_units > s->s.max_stranded) s->s.max_stranded = c.stranded_units;
         }
-        s->s.redis_negative += (uint64_t)below;
     }
 }
 
@@ -109,11 +105,7 @@ void fl_sampler_get(const fl_sampler *s, fl_samples *out) { *out = s->s; }
 void fl_sampler_free(fl_sampler *s) {
     if (!s) return;
     fl_http_close(&s->api);
-    if (s->sc) {
-        stock_conn_free(s->sc);
-        stock_product_free(&s->sp);
-    }
-    free(s->seg);
+    fl_redis_close(s->redis);
     free(s);
 }
 
@@ -455,7 +447,7 @@ typedef struct rows_ctx {
     size_t nseen, capseen;
     user_units *users;
     size_t nusers, capusers;
-    char (*keys)[DB_KEY_MAX + 1];
+    char (*keys)[FL_KEY_MAX + 1];
     size_t nkeys, capkeys;
     long long units_all;         /* every row, baseline included */
     long long units_run;
@@ -485,7 +477,7 @@ static void on_row(const char *id, const char *user, int qty, const char *key, v
     }
     if (key && key[0] && (p = grow_arr(x->keys, &x->capkeys, x->nkeys, sizeof *x->keys))) {
         x->keys = p;
-        snprintf(x->keys[x->nkeys++], DB_KEY_MAX + 1, "%s", key);
+        snprintf(x->keys[x->nkeys++], FL_KEY_MAX + 1, "%s", key);
     }
     if (in_baseline(x->base, id)) return;
     x->rows_run++;
@@ -497,10 +489,6 @@ static void on_row(const char *id, const char *user, int qty, const char *key, v
     if (known_find(x->k, id)) return;
     if (explain(x->k, x->tag, user, qty, key)) x->explained++;
     else x->without_201++;
-}
-
-static void on_db_row(const db_order *o, void *ud) {
-    on_row(o->order_id, o->user_id, o->quantity, o->idem_key, ud);
 }
 
 static void rows_free(rows_ctx *x) {
@@ -559,26 +547,23 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
 /* ----------------------------------------------------------------- settle */
 
 typedef struct pend {
-    long long records, units;
+    long long records, units, unreadable;   /* records -1: not read */
 } pend;
-
-static void count_pending(const stock_pending *rec, void *ud) {
-    pend *p = ud;
-    p->records++;
-    p->units += rec->quantity;
-}
 
 /* Waits (up to settle_ms) until nothing is pending and two reads of the
  * product agree: the pipeline has finished with every answered request. */
-static int settle(const fl_verify_in *in, fl_http *h, stock_conn *sc, stock_product *sp,
-                  fl_product *p, pend *pd, fl_err *e) {
+static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, fl_product *p, pend *pd,
+                  fl_err *e) {
     int64_t deadline = clock_mono_ms() + in->settle_ms;
     fl_product prev;
     int have_prev = 0;
     for (;;) {
+        fl_err ignore;
         if (fl_product_get(h, in->sku, p, e)) return -1;
         memset(pd, 0, sizeof *pd);
-        if (sc && stock_pending_scan(sc, sp, count_pending, pd) != 0) pd->records = -1;
+        if (rd && fl_redis_pending(rd, in->sku, &pd->records, &pd->units, &pd->unreadable,
+                                   &ignore) != 0)
+            pd->records = -1;
         int same = have_prev && prev.sold == p->sold && prev.stock_available == p->stock_available;
         if (same && pd->records <= 0) return 0;
         if (clock_mono_ms() >= deadline) return 0;
@@ -637,32 +622,58 @@ static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *
     return rc;
 }
 
-static void check_redis(const fl_verify_in *in, stock_conn *sc, stock_product *sp,
-                        const pend *pd, fl_verdict *vd) {
-    long long total;
-    long long *seg = calloc((size_t)sp->segments, sizeof *seg);
-    if (!seg) return;
-    stock_result res = stock_read(sc, sp, &total, seg);
-    if (res == STOCK_UNAVAILABLE) {
-        note(vd, "redis not checked: %s", stock_conn_errstr(sc));
-        free(seg);
+/* The copy against the books: what is in Redis plus what pending records
+ * hold out is what is left to sell (stock_initial - sold, by `whose`). */
+static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long initial,
+                              long long sold, const char *whose, fl_verdict *vd) {
+    long long shown = c->total > 0 ? c->total : 0;
+    long long held = pd->records > 0 ? pd->units : 0;
+    long long over = sold + shown - initial;
+    if (over > 0)
+        violate(vd, "redis", over, "oversold by %lld units: sold %lld (%s) + %lld units in "
+                "Redis > stock %lld", over, sold, whose, c->total, initial);
+    long long lost = initial - sold - shown - held;
+    if (c->total >= 0 && lost > 0) {
+        violate(vd, "redis", lost, "%lld units lost: neither sold (%lld, %s) nor in Redis (%lld) "
+                "nor pending (%lld) of %lld", lost, sold, whose, c->total, held, initial);
+        if (lost > vd->lost) vd->lost = lost;
+    }
+}
+
+/* Redis, read by its documented format. The books (stock_initial, sold)
+ * are SQLite's as read by us when we read it (db), else the API's (p). */
+static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *p,
+                        const fl_sqlite_sku *db, const pend *pd, fl_verdict *vd) {
+    int segments = p->segments > 0 ? p->segments : 1;
+    fl_stock_copy c;
+    fl_err e;
+    if (fl_redis_stock(rd, in->sku, segments, &c, &e)) {
+        note(vd, "redis not checked: %s", e.msg);
         return;
     }
-    if (res == STOCK_MISSING) {
-        violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU");
+    if (c.state != FL_COPY_VALID) {
+        violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
+                c.state == FL_COPY_STALE ? "its gen names another Redis process"
+                                         : "a gen or stock key is missing");
     } else {
-        int worst = 0;
-        for (int i = 0; i < sp->segments; i++)
-            if (seg[i] < seg[worst]) worst = i;
-        see_stock(vd, total);
-        see_stock(vd, seg[worst]);
-        if (seg[worst] < 0)
-            violate(vd, "redis", seg[worst], "stock key %d reached %lld", worst, seg[worst]);
+        see_stock(vd, c.total);
+        see_stock(vd, c.low);
+        if (c.low < 0) violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
+        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, "sqlite", vd);
+        else check_redis_books(&c, pd, p->stock_initial, p->sold, "api", vd);
+        vd->stranded = c.stranded_units;
+        if (c.stranded)
+            violate(vd, "redis", c.stranded_units,
+                    "%lld units stranded: %d segment%s marked empty in the bitmap still "
+                    "hold%s units (first: segment %d); no order can take them",
+                    c.stranded_units, c.stranded, c.stranded == 1 ? "" : "s",
+                    c.stranded == 1 ? "s" : "", c.stranded_seg);
     }
-    free(seg);
     if (pd->records > 0)
         violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
                 pd->records, pd->units, in->settle_ms);
+    if (pd->unreadable > 0)
+        note(vd, "redis: %lld pending records without a readable quantity", pd->unreadable);
     if (pd->records >= 0) vd->pending_records = pd->records;
     if (pd->records > 0) vd->pending_units = pd->units;
     const fl_samples *s = in->samples;
@@ -671,30 +682,36 @@ static void check_redis(const fl_verify_in *in, stock_conn *sc, stock_product *s
                 "a stock key reached %lld while the load ran (%llu of %llu samples below zero)",
                 s->min_redis_segment, (unsigned long long)s->redis_negative,
                 (unsigned long long)s->redis_n);
+    if (s && s->redis_stranded) {
+        if (s->max_stranded > vd->stranded) vd->stranded = s->max_stranded;
+        violate(vd, "redis", s->max_stranded,
+                "up to %lld units stranded in segments marked empty while the load ran "
+                "(%llu of %llu samples)", s->max_stranded,
+                (unsigned long long)s->redis_stranded, (unsigned long long)s->redis_n);
+    }
     if (s && s->redis_n) see_stock(vd, s->min_redis_segment);
     vd->redis_checked = 1;
 }
 
-static void check_db(const fl_verify_in *in, known *k, fl_verdict *vd) {
-    db_options opt = { .readonly = 1, .busy_timeout_ms = 5000 };
-    char err[300];
-    db *d = db_open(in->v->db_path, &opt, err, sizeof err);
-    if (!d) {
-        note(vd, "sqlite not checked: %s", err);
+/* The SQLite file, read-only, by its documented schema. home: where the
+ * service says the product's stock lives (0: SQLite, the db strategies). */
+static void check_db(const fl_verify_in *in, known *k, int home, fl_sqlite_sku *out,
+                     fl_verdict *vd) {
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+    fl_sqlite_sku dp;
+    fl_err e;
+    known_reset_matches(k);
+    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, on_row, &x, &e);
+    if (found <= 0) {
+        if (found < 0) note(vd, "sqlite not checked: %s", e.msg);
+        else note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
+        rows_free(&x);
         return;
     }
-    db_product dp;
-    if (db_product_get(d, in->sku, &dp) != DB_OK) {
-        note(vd, "sqlite not checked: product %s: %s", in->sku, db_errstr(d));
-        db_close(d);
-        return;
-    }
-    stock_strategy strat;
-    int in_db = stock_strategy_parse(dp.strategy, &strat) == 0 && !stock_strategy_about(strat)->uses_redis;
     if (dp.sold > dp.stock_initial)
         violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
                 dp.sold - dp.stock_initial, dp.sold, dp.stock_initial);
-    if (in_db) {
+    if (home == 0) {
         see_stock(vd, dp.db_available);
         if (dp.db_available < 0)
             violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
@@ -703,23 +720,12 @@ static void check_db(const fl_verify_in *in, known *k, fl_verdict *vd) {
                     "sold %lld + available %lld != stock %lld", dp.sold, dp.db_available,
                     dp.stock_initial);
     }
-    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
-    known_reset_matches(k);
-    int more = 1;
-    for (int page = 0; more && page < 1000000; page++) {
-        char after[sizeof x.last];
-        snprintf(after, sizeof after, "%s", x.last);
-        if (db_order_list(d, in->sku, NULL, after[0] ? after : NULL, 1000, on_db_row, &x, &more) !=
-            DB_OK) {
-            note(vd, "sqlite: listing orders failed: %s", db_errstr(d));
-            rows_free(&x);
-            db_close(d);
-            return;
-        }
-    }
+    if (dp.voided_committed)
+        violate(vd, "sqlite", dp.voided_committed,
+                "%lld orders are both committed and voided", dp.voided_committed);
     check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
     rows_free(&x);
-    db_close(d);
+    *out = dp;
     vd->db_checked = 1;
 }
 
@@ -730,19 +736,20 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     fl_http h;
     fl_http_init(&h, &in->v->api, in->v->token, 10000);
     known k;
-    stock_product sp;
-    fl_err ignore;
     fl_product p;
-    pend pd = { 0, 0 };
-    int rc = -1;
-    stock_conn *sc = NULL;
+    pend pd = { 0, 0, 0 };
+    int rc = -1, home = -1;
+    fl_redis *rd = NULL;
     if (known_init(&k, in->load)) {
         fl_errf(e, "out of memory");
         goto out;
     }
     if (fl_product_get(&h, in->sku, &p, e)) goto out;
-    sc = open_stock(in->v, &p, &sp, &ignore);
-    if (settle(in, &h, sc, &sp, &p, &pd, e)) goto out;
+    fl_err why = { "" };
+    rd = open_redis(in->v, &h, &p, &home, &why);
+    if (home < 0) note(vd, "where the stock lives is unknown: %s", why.msg);
+    else if (home == 1 && in->v->redis_url[0] && !rd) note(vd, "redis not checked: %s", why.msg);
+    if (settle(in, &h, rd, &p, &pd, e)) goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
     long long base_initial = b ? b->p.stock_initial : p.stock_initial;
@@ -755,9 +762,11 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     check_client_limit(in, p.per_user_limit, vd);
     check_api_stock(in, &p, &pd, vd);
     if (check_api_rows(in, &h, &p, &k, vd, e)) goto out;
-    if (sc) check_redis(in, sc, &sp, &pd, vd);
-    else if (in->v->redis_url[0]) note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
-    if (in->v->db_path[0]) check_db(in, &k, vd);
+    fl_sqlite_sku dp;
+    if (in->v->db_path[0]) check_db(in, &k, home, &dp, vd);
+    if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, vd);
+    else if (in->v->redis_url[0] && home == 0)
+        note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
     long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - p.stock_initial;
     long long over201 = vd->units_201 - run_stock;
     vd->oversold = over > over201 ? over : over201;
@@ -765,10 +774,7 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     if (vd->min_stock == LLONG_MAX) vd->min_stock = p.stock_available;
     rc = 0;
 out:
-    if (sc) {
-        stock_conn_free(sc);
-        stock_product_free(&sp);
-    }
+    fl_redis_close(rd);
     known_free(&k);
     fl_http_close(&h);
     return rc;
@@ -803,8 +809,9 @@ void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
     /* The headline: one line per kind of damage, the largest of each, so the
      * same oversell seen from four places is said once. */
     size_t n = (size_t)snprintf(out, len, "FAIL");
-    const char *kinds[] = { "oversold", "reached", "lost", "without a 201", "not recorded", "no valid",
-                            "twice", "two different", "limit", "add up", "pending", NULL };
+    const char *kinds[] = { "oversold", "reached", "lost", "stranded", "without a 201",
+                            "not recorded", "no valid", "twice", "two different", "limit",
+                            "add up", "pending", "both committed and voided", NULL };
     for (int k = 0; kinds[k] && n < len; k++) {
         int best = -1;
         for (int i = 0; i < vd->nv; i++) {

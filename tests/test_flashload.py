@@ -238,10 +238,23 @@ def test_progress_and_usage_errors(ctx):
     assert len(lines) >= 2, se
     rc, so, se = flashload(*vantage(s, redis), "--duration", 1.2)
     assert rc == 0 and se == "", se          # not a terminal: quiet
+    # A usage error: one line naming what is wrong and where help is, exit 64.
     for bad in (["--connections", "0"], ["--quantity", "0"], ["--retry", "2"], ["--bogus"],
-                ["--no-create"], ["--target", "https://x:1"]):
+                ["--no-create"], ["--target", "https://x:1"], ["run", "--bogus"],
+                ["compare", "--bogus"], ["compare", "--stock"]):
         rc, so, se = flashload(*bad)
-        assert rc == 2 and "flashload:" in se, (bad, rc, se)
+        assert rc == 64 and se.startswith("flashload:") and len(se.splitlines()) == 1, \
+            (bad, rc, se)
+        assert "see flashload %s--help" % ("compare " if bad[0] == "compare" else
+                                           "run " if bad[0] == "run" else "") in se, (bad, se)
+    # Each command has its own help, with the defaults the code uses.
+    rc, run_help, _ = flashload("run", "--help")
+    assert rc == 0 and "--rate R" in run_help and "--strategies" not in run_help, run_help
+    assert re.search(r"--stock N\s+units on sale \(10000\)", run_help), run_help
+    rc, cmp_help, _ = flashload("compare", "--help")
+    assert rc == 0 and "--strategies" in cmp_help and "--rate" not in cmp_help, cmp_help
+    assert re.search(r"--stock N\s+stock of the scenes without a pause \(20000;", cmp_help), cmp_help
+    assert flashload("--help")[1] == run_help
     # Nothing listening: a setup error, not a verdict.
     rc, so, se = flashload("--target", "http://127.0.0.1:%d" % harness.free_port(),
                            "--duration", 1)

@@ -1,0 +1,331 @@
+/* stores.c: the verifier's own reads of Redis and SQLite.
+ *
+ * flashload is the oracle that judges the service, so it must not look at
+ * the service's data through the service's eyes: a wrong key name, a wrong
+ * segment sum or a wrong query in stock/ or db/ would then be wrong the same
+ * way here, and the bug would pass. This file reads the stores by the format
+ * written down for users in docs/storage.md, with plain hiredis (common/
+ * only parses the URL and connects) and its own read-only SQL, and it reads
+ * only what the verdict needs, so a change of the service's internals that
+ * keeps the documented format cannot break it.
+ *
+ * What it reads, per SKU:
+ *   Redis   <prefix>{sku}:gen, :empty and :stock:0..n-1 in one MGET (the
+ *           copy's validity, its units, and the bitmap of segments marked
+ *           empty), and the :pending hash (records, and their "q" units);
+ *   SQLite  the products row, the orders rows and the orders that are also
+ *           voided, in one read transaction (one snapshot). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "common/rconn.h"
+#include "loadtest/loadtest.h"
+
+#define MAX_SEGMENTS 1024        /* the API's limit on segments */
+
+/* ------------------------------------------------------------------- Redis */
+
+struct fl_redis {
+    rconn_addr addr;
+    char prefix[64];
+    int timeout_ms;
+    redisContext *ctx;           /* NULL: connect on next use */
+    char run_id[41];             /* of the server ctx is connected to */
+};
+
+fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_err *e) {
+    char err[256];
+    fl_redis *r = calloc(1, sizeof *r);
+    if (!r) {
+        fl_errf(e, "out of memory");
+        return NULL;
+    }
+    if (rconn_parse(url, &r->addr, err, sizeof err)) {
+        fl_errf(e, "redis %s: %s", url, err);
+        free(r);
+        return NULL;
+    }
+    snprintf(r->prefix, sizeof r->prefix, "%s", prefix && prefix[0] ? prefix : "fs:");
+    r->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    return r;
+}
+
+void fl_redis_close(fl_redis *r) {
+    if (!r) return;
+    if (r->ctx) redisFree(r->ctx);
+    free(r);
+}
+
+/* Drops the connection after a failure, so the next call starts afresh
+ * (Redis may have restarted: its run_id is then read again). */
+static int redis_fail(fl_redis *r, const char *what, fl_err *e) {
+    fl_errf(e, "redis %s: %s", what, r->ctx && r->ctx->err ? r->ctx->errstr : "connection lost");
+    if (r->ctx) redisFree(r->ctx);
+    r->ctx = NULL;
+    return -1;
+}
+
+static int redis_ensure(fl_redis *r, fl_err *e) {
+    char err[256];
+    if (r->ctx) return 0;
+    r->ctx = rconn_connect(&r->addr, r->timeout_ms, err, sizeof err);
+    if (!r->ctx) return fl_errf(e, "redis: %s", err);
+    if (rconn_run_id(r->ctx, r->run_id)) return redis_fail(r, "INFO server", e);
+    return 0;
+}
+
+/* "<prefix>{<sku>}:<suffix>", the one shape of every per-SKU key. */
+static char *sku_key(const fl_redis *r, const char *sku, const char *suffix, int idx) {
+    char buf[512];
+    if (idx >= 0) snprintf(buf, sizeof buf, "%s{%s}:%s:%d", r->prefix, sku, suffix, idx);
+    else snprintf(buf, sizeof buf, "%s{%s}:%s", r->prefix, sku, suffix);
+    return strdup(buf);
+}
+
+/* Whether bit i of a Redis bitmap is set (SETBIT order: bit 0 is the most
+ * significant bit of the first byte). */
+static int bit_set(const redisReply *bm, int i) {
+    if (!bm || bm->type != REDIS_REPLY_STRING || (size_t)(i / 8) >= bm->len) return 0;
+    return ((unsigned char)bm->str[i / 8] & (0x80u >> (i % 8))) != 0;
+}
+
+/* Fills out from the MGET reply {gen, empty, stock:0 .. stock:n-1}. */
+static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_copy *out) {
+    const redisReply *gen = rep->element[0], *empty = rep->element[1];
+    memset(out, 0, sizeof *out);
+    out->state = FL_COPY_VALID;
+    out->stranded_seg = -1;
+    if (gen->type != REDIS_REPLY_STRING) {
+        out->state = FL_COPY_MISSING;
+    } else {
+        const char *colon = strchr(gen->str, ':');
+        out->gen = strtoll(gen->str, NULL, 10);
+        if (!colon || strcmp(colon + 1, r->run_id) != 0) out->state = FL_COPY_STALE;
+    }
+    int seen = 0;
+    for (int i = 0; i < n; i++) {
+        const redisReply *s = rep->element[2 + i];
+        if (s->type != REDIS_REPLY_STRING) {
+            if (out->state == FL_COPY_VALID) out->state = FL_COPY_MISSING;
+            continue;
+        }
+        long long v = strtoll(s->str, NULL, 10);
+        out->total += v;
+        if (!seen++ || v < out->low) {
+            out->low = v;
+            out->low_seg = i;
+        }
+        /* A set bit promises the segment holds nothing: reserve.lua then
+         * skips it without reading it, so units under a set bit are lost
+         * to every buyer while every sum still counts them. */
+        if (v > 0 && bit_set(empty, i)) {
+            if (!out->stranded++) out->stranded_seg = i;
+            out->stranded_units += v;
+        }
+    }
+}
+
+int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *out, fl_err *e) {
+    if (segments < 1 || segments > MAX_SEGMENTS)
+        return fl_errf(e, "redis: %d segments is not a valid count", segments);
+    if (redis_ensure(r, e)) return -1;
+    int argc = segments + 3, rc = -1;
+    char **argv = calloc((size_t)argc, sizeof *argv);
+    if (!argv) return fl_errf(e, "out of memory");
+    argv[0] = strdup("MGET");
+    argv[1] = sku_key(r, sku, "gen", -1);
+    argv[2] = sku_key(r, sku, "empty", -1);
+    for (int i = 0; i < segments; i++) argv[3 + i] = sku_key(r, sku, "stock", i);
+    for (int i = 0; i < argc; i++)
+        if (!argv[i]) {
+            fl_errf(e, "out of memory");
+            goto out;
+        }
+    redisReply *rep = redisCommandArgv(r->ctx, argc, (const char **)argv, NULL);
+    if (!rep) {
+        redis_fail(r, "MGET", e);
+        goto out;
+    }
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)argc - 1) {
+        read_copy(r, rep, segments, out);
+        rc = 0;
+    } else {
+        fl_errf(e, "redis MGET: %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    }
+    freeReplyObject(rep);
+out:
+    for (int i = 0; i < argc; i++) free(argv[i]);
+    free(argv);
+    return rc;
+}
+
+/* The units a pending record holds out: its "q". -1 when unreadable. */
+static long long record_units(const redisReply *v) {
+    if (v->type != REDIS_REPLY_STRING) return -1;
+    json_error_t je;
+    json_t *j = json_loadb(v->str, v->len, 0, &je);
+    json_t *q = json_object_get(j, "q");
+    long long units = json_is_integer(q) ? json_integer_value(q) : -1;
+    json_decref(j);
+    return units;
+}
+
+int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long *units,
+                     long long *unreadable, fl_err *e) {
+    char cursor[32] = "0";
+    *records = *units = *unreadable = 0;
+    if (redis_ensure(r, e)) return -1;
+    char *key = sku_key(r, sku, "pending", -1);
+    if (!key) return fl_errf(e, "out of memory");
+    int rc = -1;
+    do {
+        redisReply *rep = redisCommand(r->ctx, "HSCAN %s %s COUNT 500", key, cursor);
+        if (!rep) {
+            redis_fail(r, "HSCAN", e);
+            goto out;
+        }
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            fl_errf(e, "redis HSCAN %s: %s", key,
+                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+            freeReplyObject(rep);
+            goto out;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        const redisReply *kv = rep->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            long long q = record_units(kv->element[i + 1]);
+            (*records)++;
+            if (q < 0) (*unreadable)++;
+            else *units += q;
+        }
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    rc = 0;
+out:
+    free(key);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ SQLite */
+
+/* The documented schema, as this reader needs it: nothing else is read. */
+static const char SQL_PRODUCT[] =
+    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available"
+    " FROM products WHERE sku = ?1";
+static const char SQL_ORDERS[] =
+    "SELECT order_id, user_id, quantity, coalesce(idempotency_key, '')"
+    " FROM orders WHERE sku = ?1 ORDER BY order_id";
+static const char SQL_VOIDED_COMMITTED[] =
+    "SELECT count(*) FROM orders o JOIN voided_orders v ON v.order_id = o.order_id"
+    " WHERE o.sku = ?1";
+
+static int sql_fail(sqlite3 *c, const char *path, const char *what, fl_err *e) {
+    return fl_errf(e, "sqlite %s: %s: %s", path, what, c ? sqlite3_errmsg(c) : "out of memory");
+}
+
+static const char *col_text(sqlite3_stmt *s, int i) {
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : "";
+}
+
+/* Prepares sql, with sku (unless NULL) bound to ?1. NULL on failure. */
+static sqlite3_stmt *prepare(sqlite3 *c, const char *sql, const char *sku) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(c, sql, -1, &s, NULL) != SQLITE_OK) {
+        sqlite3_finalize(s);
+        return NULL;
+    }
+    if (sku) sqlite3_bind_text(s, 1, sku, -1, SQLITE_TRANSIENT);
+    return s;
+}
+
+/* Reads the product row; 1 found, 0 not, -1 error. */
+static int read_product(sqlite3 *c, const char *path, const char *sku, fl_sqlite_sku *out,
+                        fl_err *e) {
+    sqlite3_stmt *s = prepare(c, SQL_PRODUCT, sku);
+    if (!s) return sql_fail(c, path, "products (not the documented schema?)", e);
+    int rc = sqlite3_step(s), found = rc == SQLITE_ROW;
+    if (found) {
+        snprintf(out->strategy, sizeof out->strategy, "%s", col_text(s, 0));
+        out->segments = sqlite3_column_int(s, 1);
+        out->per_user_limit = sqlite3_column_int64(s, 2);
+        out->stock_initial = sqlite3_column_int64(s, 3);
+        out->sold = sqlite3_column_int64(s, 4);
+        out->stock_gen = sqlite3_column_int64(s, 5);
+        out->db_available = sqlite3_column_int64(s, 6);
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(c, path, "products", e);
+    return found;
+}
+
+static int read_orders(sqlite3 *c, const char *path, const char *sku,
+                       void (*fn)(const char *, const char *, int, const char *, void *),
+                       void *ud, fl_err *e) {
+    sqlite3_stmt *s = prepare(c, SQL_ORDERS, sku);
+    if (!s) return sql_fail(c, path, "orders (not the documented schema?)", e);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        fn(col_text(s, 0), col_text(s, 1), sqlite3_column_int(s, 2), col_text(s, 3), ud);
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : sql_fail(c, path, "orders", e);
+}
+
+/* A query of one number (sku bound to ?1 unless NULL). */
+static int read_scalar(sqlite3 *c, const char *path, const char *what, const char *sql,
+                       const char *sku, long long *out, fl_err *e) {
+    sqlite3_stmt *s = prepare(c, sql, sku);
+    if (!s) return sql_fail(c, path, what, e);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW ? 0 : sql_fail(c, path, what, e);
+}
+
+int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
+                   void (*fn)(const char *order_id, const char *user_id, int quantity,
+                              const char *idem_key, void *ud),
+                   void *ud, fl_err *e) {
+    sqlite3 *c = NULL;
+    long long version = 0;
+    int rc = -1, in_tx = 0;
+    memset(out, 0, sizeof *out);
+    /* Read-only: the judge must not be able to change what it judges. */
+    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        sql_fail(c, path, "open", e);
+        goto out;
+    }
+    sqlite3_busy_timeout(c, 5000);
+    if (read_scalar(c, path, "schema version", "PRAGMA user_version", NULL, &version, e)) goto out;
+    if (version < 1) {
+        fl_errf(e, "sqlite %s: not a flashsale database (schema version %lld)", path, version);
+        goto out;
+    }
+    out->schema_version = (int)version;
+    /* One transaction: the product row and the order rows are one snapshot,
+     * however many orders there are and whoever writes meanwhile. */
+    if (sqlite3_exec(c, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        sql_fail(c, path, "begin", e);
+        goto out;
+    }
+    in_tx = 1;
+    int found = read_product(c, path, sku, out, e);
+    if (found <= 0) {
+        rc = found;
+        goto out;
+    }
+    if (read_orders(c, path, sku, fn, ud, e)) goto out;
+    if (read_scalar(c, path, "voided_orders (not the documented schema?)",
+                    SQL_VOIDED_COMMITTED, sku, &out->voided_committed, e)) goto out;
+    rc = 1;
+out:
+    if (in_tx) sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(c);
+    return rc;
+}
