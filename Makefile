@@ -42,6 +42,9 @@ LIB_C    := $(filter-out %_main.c,$(ALL_C))
 LUA      := $(wildcard $(addsuffix /lua/*.lua,$(MODULES)))
 LUA_C    := $(BUILD)/gen/lua_scripts.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_C)) $(BUILD)/gen/lua_scripts.o
+# operability: the version stamp and the OpenAPI document (rules below)
+GEN_OBJ  := $(BUILD)/gen/version.o $(BUILD)/gen/openapi.o
+LIB_OBJ  += $(GEN_OBJ)
 LIBA     := $(BUILD)/libflashsale.a
 PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
 UNIT_C   := $(wildcard tests/unit/test_*.c)
@@ -69,6 +72,35 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/gen/lua_scripts.o: $(LUA_C)
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+# ---- operability: generated sources (version stamp, embedded OpenAPI) ----
+# build/<variant>/gen/version.c holds `git describe` (or VERSION) and is
+# rewritten only when that changes; gen/openapi.c holds docs/openapi.yaml
+# as JSON (GET /openapi.json). Both go into the library like the Lua.
+$(BUILD)/gen/version.c: FORCE
+	@mkdir -p $(dir $@)
+	@tools/version.sh --c $@
+
+$(BUILD)/gen/openapi.json: docs/openapi.yaml tools/openapi_json.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) tools/openapi_json.py $< $@
+
+$(BUILD)/gen/openapi.c: $(BUILD)/gen/openapi.json tools/embed.sh
+	tools/embed.sh $@ docs_openapi_json=$<
+
+$(GEN_OBJ): %.o: %.c
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+.PHONY: FORCE
+FORCE:
+
+# The Node.js tools the tests use (OpenAPI linter, node-redlock), pinned by
+# tools/node/package-lock.json; a no-op once installed.
+.PHONY: npm-deps
+npm-deps:
+	@tools/npm-deps.sh
+test-run: npm-deps
+# ---- end operability: generated sources ----
 
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
