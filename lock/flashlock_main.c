@@ -32,7 +32,7 @@
 static void usage(FILE *f) {
     fputs(
 "Usage: flashlock [OPTION]... NAME [--] COMMAND [ARG]...\n"
-"       flashlock [OPTION]... NAME -c COMMAND-STRING\n"
+"  or:  flashlock [OPTION]... NAME -c COMMAND-STRING\n"
 "\n"
 "Like flock(1), across machines: takes the Redis lock NAME, runs COMMAND while\n"
 "holding it, renews the lease while COMMAND runs, releases the lock when COMMAND\n"
