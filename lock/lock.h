@@ -227,8 +227,8 @@ typedef struct lock_stats {
     uint64_t timeouts;                  /* waits that ended by PTTL/backoff, not by a notice */
     uint64_t renewals, renew_errors, lost;
     uint64_t released, not_owner, unknown;   /* lock_release outcomes */
-    uint64_t keyspace_wakeups;          /* waiters woken by a keyspace notification
-                                           of another client's release */
+    uint64_t keyspace_wakeups;          /* waits ended by a keyspace notification of
+                                           another client's release (in wakeups too) */
     int keyspace_on, keyspace_off;      /* servers whose notify-keyspace-events had
                                            (K and g) / had not, when the subscriber
                                            last connected (CONFIG GET); the rest:

@@ -84,7 +84,8 @@ typedef struct lock_waiter {
     size_t chanlen;
     const char *name;             /* the lock name (caller's), for keyspace events */
     unsigned confirmed;           /* servers that confirmed the SUBSCRIBE (bits) */
-    int woken;                    /* a release notice arrived since last cleared */
+    int woken;                    /* since last cleared: 1 a release notice came,
+                                     2 a keyspace event of a foreign release */
     pthread_cond_t cv;
     struct lock_waiter *next;     /* hash chain */
     lock_topic *topic;            /* the waiters of the same name in this client */

@@ -135,13 +135,13 @@ static lock_topic *topic_leave(lock_client *c, lock_waiter *w) {
     return t;
 }
 
-/* A release nobody announced: wake the oldest local waiter of t, once. */
-static void wake_oldest(lock_client *c, lock_topic *t) {
+/* A release nobody announced: wake the oldest local waiter of t, once
+ * (woken = 2: counted as a keyspace wake-up if a wait ends by it). */
+static void wake_oldest(lock_topic *t) {
     lock_waiter *w = t->first;
     if (!w || w->woken) return;
-    w->woken = 1;
+    w->woken = 2;
     pthread_cond_signal(&w->cv);
-    atomic_fetch_add(&c->st.keyspace_wakeups, 1);
 }
 
 static void kick(lock_waker *wk) {
@@ -198,7 +198,7 @@ static void dispatch(lock_client *c, lock_server *s, const redisReply *r) {
             s->released = t;
         } else if ((t = keyspace_topic(wk, s, chan, n)) && gone_event(r->element[2]) &&
                    !(t == ours && !strcmp(r->element[2]->str, "del"))) {
-            wake_oldest(c, t);
+            wake_oldest(t);
         }
     } else if (w && !strcmp(r->element[0]->str, "subscribe")) {
         w->confirmed |= 1u << s->index;
@@ -401,7 +401,8 @@ int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us) {
     int woken = w->woken;
     w->woken = 0;
     pthread_mutex_unlock(&wk->mu);
-    return woken;
+    if (woken == 2) atomic_fetch_add(&c->st.keyspace_wakeups, 1);
+    return woken != 0;
 }
 
 void lock_waiter_clear(lock_client *c, lock_waiter *w) {
