@@ -141,3 +141,19 @@ def test_every_test_answer_is_checked(ctx):
     s.get("/nope")
     s.request("PATCH", "/healthz")
     assert contract().checked == before + 5
+
+
+def test_head_wherever_get(ctx):
+    """Every GET path answers HEAD with GET's status and no body; each
+    answer passes the document's check for HEAD."""
+    s = ctx.service(ctx.redis())
+    s.create_product("h", 3)
+    oid = s.order("h", "u", 1).json["order_id"]
+    for path in ("/v1/products/h", "/v1/products/nope", "/v1/orders/" + oid, "/v1/orders/x",
+                 "/v1/orders?sku=h", "/v1/orders?limit=0", "/v1/strategies", "/healthz",
+                 "/metrics", "/openapi.json"):
+        g = s.get(path)
+        h = s.request("HEAD", path)
+        assert h.status == g.status and h.raw == "", (path, g, h)
+        assert h.headers.get("content-type") == g.headers.get("content-type"), (path, h.headers)
+    assert s.request("HEAD", "/v1/products").status == 405      # POST only: no GET, no HEAD
