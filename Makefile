@@ -44,6 +44,12 @@ LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lm -pthread
 
 ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)))
 MAIN_C   := $(filter %_main.c,$(ALL_C))
+# Generated objects, each in the archive of the module that owns it: the
+# version stamp in common (every program links it), the OpenAPI document in
+# service (rules below).
+GEN_common  := $(BUILD)/gen/version.o
+GEN_service := $(BUILD)/gen/openapi.o
+GEN_OBJ     := $(GEN_common) $(GEN_service)
 PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
 UNIT_C   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
@@ -64,7 +70,7 @@ LINK_test_stock     := stock lock db common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)
 mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c))) \
-            $(if $(call mod_lua,$(1)),$(BUILD)/gen/lua_$(1).o)
+            $(if $(call mod_lua,$(1)),$(BUILD)/gen/lua_$(1).o) $(GEN_$(1))
 link_libs = $(if $(LINK_$(1)),$(patsubst %,$(BUILD)/lib%.a,$(LINK_$(1))),$(error \
               no LINK_$(1) in the Makefile: say which module archives $(1) may link))
 LAYERING  := $(BUILD)/layering.ok
@@ -94,6 +100,36 @@ $(BUILD)/%.o: %.c | $(LAYERING)
 lua_sym = $(firstword $(subst /, ,$(1)))_lua_$(basename $(notdir $(1)))
 $(BUILD)/gen/lua_%.o: $(BUILD)/gen/lua_%.c
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+# ---- operability: generated sources (version stamp, embedded OpenAPI) ----
+# build/<variant>/gen/version.c holds `git describe` (or VERSION) and is
+# rewritten only when that changes; gen/openapi.c holds docs/openapi.yaml
+# as JSON (GET /openapi.json). Each goes into its module's archive
+# (GEN_common, GEN_service above).
+$(BUILD)/gen/version.c: FORCE
+	@mkdir -p $(dir $@)
+	@tools/version.sh --c $@
+
+$(BUILD)/gen/openapi.json: docs/openapi.yaml tools/openapi_json.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) tools/openapi_json.py $< $@
+
+$(BUILD)/gen/openapi.c: $(BUILD)/gen/openapi.json tools/embed.sh
+	tools/embed.sh $@ docs_openapi_json=$<
+
+$(GEN_OBJ): %.o: %.c
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+.PHONY: FORCE
+FORCE:
+
+# The Node.js tools the tests use (OpenAPI linter, node-redlock), pinned by
+# tools/node/package-lock.json; a no-op once installed.
+.PHONY: npm-deps
+npm-deps:
+	@tools/npm-deps.sh
+test-run: npm-deps
+# ---- end operability: generated sources ----
 
 define module_rule
 $(BUILD)/gen/lua_$(1).c: $(call mod_lua,$(1)) tools/embed.sh
@@ -148,7 +184,8 @@ build/fuzz/fuzz_http: loadtest/httpresp.c
 FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c http/*.c db/*.c stock/*.c \
                     lock/*.c service/*.c))
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
-                         build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c
+                         build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
+                         build/rel/gen/version.c build/rel/gen/openapi.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lm
 

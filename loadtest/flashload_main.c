@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/version.h"
 #include "loadtest/loadtest.h"
 
 enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_SETUP = 2, EXIT_USAGE = 64 };
@@ -454,6 +455,10 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("flashload %s\n", flashsale_version);
+        return EXIT_PASS;
+    }
     if (argc > 1 && !strcmp(argv[1], "compare")) {
         help_hint = "flashload compare --help";
         if (wants_help(argc, argv, 2)) {

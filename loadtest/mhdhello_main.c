@@ -15,6 +15,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 
+#include "common/version.h"
+
 static volatile sig_atomic_t stop;
 
 static void on_signal(int sig) {
@@ -50,7 +52,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc) listen = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--version")) {
+            printf("mhdhello %s\n", flashsale_version);
+            return 0;
+        } else {
             fprintf(stderr, "usage: mhdhello [--listen 127.0.0.1:PORT] [--threads N]\n");
             return 2;
         }

@@ -171,6 +171,8 @@ void lock_client_stats(lock_client *c, lock_stats *o) {
     o->released = atomic_load(&c->st.released);
     o->not_owner = atomic_load(&c->st.not_owner);
     o->unknown = atomic_load(&c->st.unknown);
+    o->keyspace_wakeups = atomic_load(&c->st.keyspace_wakeups);
+    lock_waker_stats(c, o);
 }
 
 /* ------------------------------------------------------------------ client */

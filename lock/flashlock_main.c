@@ -8,8 +8,10 @@
  * thread, so ^C still works while waiting. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,62 +21,88 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/version.h"
 #include "lock/lock.h"
 
-#define EXIT_USAGE 64       /* EX_USAGE */
+#define EXIT_USAGE 64       /* EX_USAGE: bad option, bad lock name, no COMMAND */
 #define EXIT_REDIS 69       /* EX_UNAVAILABLE: Redis unreachable, no quorum */
 #define EXIT_LOST 70        /* the lock was lost while COMMAND ran */
-#define EXIT_BUSY 75        /* EX_TEMPFAIL: not acquired within --wait */
+#define EXIT_BUSY 75        /* EX_TEMPFAIL: not acquired (-n, -w); -E changes it */
 
 static void usage(FILE *f) {
     fputs(
-"usage: flashlock [--redis URL]... [--ttl MS] [--wait MS] NAME -- COMMAND [ARGS...]\n"
+"Usage: flashlock [OPTION]... NAME [--] COMMAND [ARG]...\n"
+"  or:  flashlock [OPTION]... NAME -c COMMAND-STRING\n"
 "\n"
 "Like flock(1), across machines: takes the Redis lock NAME, runs COMMAND while\n"
 "holding it, renews the lease while COMMAND runs, releases the lock when COMMAND\n"
-"exits, and exits with COMMAND's status (128+N if it died of signal N).\n"
+"exits, and exits with COMMAND's status. By default it waits for the lock as\n"
+"long as it takes.\n"
 "\n"
-"  -r, --redis URL       Redis server: redis://host:port/db or unix:/path\n"
-"                        (default $FLASHLOCK_REDIS, else redis://127.0.0.1:6379/0).\n"
-"                        Give it 3 or 5 times for Redlock over independent servers:\n"
-"                        the lock is held when a majority took it in time.\n"
-"  -t, --ttl MS          lease in ms (default 10000); renewed every MS/3 while\n"
-"                        COMMAND runs, so it bounds how long a crashed flashlock\n"
-"                        keeps others out, not how long COMMAND may run.\n"
-"  -w, --wait MS         give up after waiting MS ms for the lock (default: wait\n"
-"                        forever; 0: try once). Waiting is woken by the release.\n"
-"      --timeout MS      connect/command timeout per Redis call (default: a third\n"
-"                        of the ttl, at most 1000).\n"
+"Options (flock's where flock has them):\n"
+"  -w, --wait, --timeout SECONDS\n"
+"                        give up if the lock is not had within SECONDS\n"
+"                        (fractions allowed, e.g. 0.25; 0 is --nonblock).\n"
+"  -n, --nb, --nonblock  give up at once if the lock is held.\n"
+"  -E, --conflict-exit-code N\n"
+"                        exit status when -n or -w gives up (0..255, default 75).\n"
+"  -c, --command STRING  run STRING with /bin/sh -c instead of COMMAND [ARG]...\n"
+"  -x, -e, --exclusive   accepted for flock compatibility (every lock is exclusive).\n"
+"      --verbose         say how long getting the lock took and what woke the wait.\n"
+"  -r, --redis URL       Redis server: redis://[:password@]host:port/db or\n"
+"                        unix:/path (default $FLASHLOCK_REDIS, else\n"
+"                        redis://127.0.0.1:6379/0). Give it 3 or 5 times for\n"
+"                        Redlock over independent servers: the lock is held\n"
+"                        when a majority took it in time.\n"
+"  -t, --ttl MS          lease in milliseconds (default 10000); renewed every MS/3\n"
+"                        while COMMAND runs, so it bounds how long a crashed\n"
+"                        flashlock keeps others out, not how long COMMAND may run.\n"
+"      --redis-timeout-ms MS\n"
+"                        connect/command timeout of each Redis call (default: a\n"
+"                        third of the ttl, at most 1000).\n"
 "      --kill-after MS   after the lock is lost, SIGKILL COMMAND if it has not\n"
 "                        exited MS ms after SIGTERM (default 5000).\n"
+"  -V, --version         print the version and exit.\n"
 "  -h, --help            this text.\n"
 "\n"
 "COMMAND gets the lock's fencing token in FLASHLOCK_FENCE (strictly increasing\n"
 "per NAME: pass it to whatever you write, so it can refuse a stale holder) and\n"
 "the name in FLASHLOCK_NAME. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to\n"
 "flashlock are passed on to COMMAND. If flashlock itself dies, COMMAND gets\n"
-"SIGTERM (the lease would lapse without renewal).\n"
-"\n"
-"If the lock is lost while COMMAND runs (renewal finds it gone or taken, or the\n"
-"lease runs out by the local monotonic clock because Redis did not confirm a\n"
-"renewal in time), COMMAND gets SIGTERM and flashlock exits 70 with a message.\n"
+"SIGTERM (the lease would lapse without renewal). If the lock is lost while\n"
+"COMMAND runs (renewal finds it gone or taken, or the lease runs out by the\n"
+"local monotonic clock because Redis did not confirm a renewal in time),\n"
+"COMMAND gets SIGTERM and flashlock exits 70 with a message.\n"
 "\n"
 "The lock is a plain Redis string taken with SET NX PX, so it also excludes\n"
-"other clients (redis-py's Lock, redsync, ...) that take the same key.\n"
+"other clients (redis-py's Lock, node-redlock, redsync, ...) that take the same\n"
+"key. A waiter is woken by a flashlock release at once; behind a client that\n"
+"publishes nothing, at once too if the server has keyspace notifications on\n"
+"(CONFIG SET notify-keyspace-events Kgx), else within a backoff of at most\n"
+"200 ms. flashlock never changes the server's configuration.\n"
 "\n"
-"Exit status: COMMAND's; 75 if the lock was not had within --wait; 70 if it was\n"
-"lost; 69 if Redis could not be reached (or no quorum); 64 on bad usage;\n"
-"126/127 if COMMAND could not be run.\n", f);
+"Exit status:\n"
+"  COMMAND's    COMMAND ran: its status, or 128+N if it died of signal N\n"
+"  75 (or -E)   the lock was not had: held, with -n, or still held after -w\n"
+"  70           the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
+"  69           Redis could not be reached, or no quorum of Redlock servers\n"
+"  64           bad usage: an unknown option, a bad value or lock name, no COMMAND\n"
+"  126          COMMAND could not be run\n"
+"  127          COMMAND was not found\n"
+"  128+N        flashlock was stopped by signal N while waiting for the lock\n", f);
 }
 
 typedef struct args {
     const char *urls[LOCK_MAX_SERVERS];
     int nurls;
     long long ttl_ms, wait_ms, timeout_ms, kill_after_ms;
+    int conflict_exit, verbose;
     const char *name;
     char **cmd;
+    char *sh_cmd[4];              /* -c: /bin/sh -c STRING */
 } args;
 
+/* Parses milliseconds, at least lo. */
 static int parse_ms(const char *s, long long lo, long long *out) {
     char *end;
     errno = 0;
@@ -84,41 +112,122 @@ static int parse_ms(const char *s, long long lo, long long *out) {
     return 0;
 }
 
-/* Returns 0, 1 for --help, or -1 (message printed). */
+/* Parses flock's SECONDS (fractions allowed) into whole milliseconds,
+ * rounded up so that a tiny positive wait still waits. */
+static int parse_seconds(const char *s, long long *ms) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 1e9) return -1;
+    *ms = (long long)ceil(v * 1000.0);
+    return 0;
+}
+
+/* Prints one line of complaint and where to read more; returns -1. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    fputs("flashlock: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'flashlock --help' for more.\n", stderr);
+    return -1;
+}
+
+/* Returns 0, 1 for --help, 2 for --version, or -1 (message printed). */
 static int parse_args(int argc, char **argv, args *a) {
+    enum { O_REDIS_TIMEOUT = 1000, O_KILL_AFTER, O_VERBOSE };
     static const struct option opts[] = {
-        { "redis", required_argument, 0, 'r' }, { "ttl", required_argument, 0, 't' },
-        { "wait", required_argument, 0, 'w' },  { "timeout", required_argument, 0, 'T' },
-        { "kill-after", required_argument, 0, 'K' }, { "help", no_argument, 0, 'h' },
+        { "wait", required_argument, 0, 'w' }, { "timeout", required_argument, 0, 'w' },
+        { "nonblock", no_argument, 0, 'n' }, { "nb", no_argument, 0, 'n' },
+        { "conflict-exit-code", required_argument, 0, 'E' },
+        { "command", required_argument, 0, 'c' }, { "exclusive", no_argument, 0, 'x' },
+        { "verbose", no_argument, 0, O_VERBOSE }, { "redis", required_argument, 0, 'r' },
+        { "ttl", required_argument, 0, 't' },
+        { "redis-timeout-ms", required_argument, 0, O_REDIS_TIMEOUT },
+        { "kill-after", required_argument, 0, O_KILL_AFTER },
+        { "version", no_argument, 0, 'V' }, { "help", no_argument, 0, 'h' },
+        /* flock's, refused by name below */
+        { "shared", no_argument, 0, 's' }, { "unlock", no_argument, 0, 'u' },
+        { "no-fork", no_argument, 0, 'F' }, { "close", no_argument, 0, 'o' },
         { 0, 0, 0, 0 } };
+    const char *command = NULL;
     memset(a, 0, sizeof *a);
     a->ttl_ms = 10000;
     a->wait_ms = -1;
     a->timeout_ms = 0;   /* default: ttl/3, at most 1000 */
     a->kill_after_ms = 5000;
+    a->conflict_exit = EXIT_BUSY;
+    opterr = 0;          /* our own messages, one line each */
     int ch;
-    while ((ch = getopt_long(argc, argv, "+r:t:w:h", opts, NULL)) != -1) {
+    long long n;
+    while ((ch = getopt_long(argc, argv, "+w:nE:c:xer:t:VhsuFo", opts, NULL)) != -1) {
         switch (ch) {
+        case 'w':
+            if (parse_seconds(optarg, &a->wait_ms))
+                return usage_error("--wait: want seconds (e.g. 5 or 0.25), not '%s'", optarg);
+            break;
+        case 'n': a->wait_ms = 0; break;
+        case 'E':
+            if (parse_ms(optarg, 0, &n) || n > 255)
+                return usage_error("--conflict-exit-code: want 0..255, not '%s'", optarg);
+            a->conflict_exit = (int)n;
+            break;
+        case 'c': command = optarg; break;
+        case 'x': case 'e': break;
+        case O_VERBOSE: a->verbose = 1; break;
         case 'r':
-            if (a->nurls == LOCK_MAX_SERVERS) {
-                fprintf(stderr, "flashlock: at most %d --redis\n", LOCK_MAX_SERVERS);
-                return -1;
-            }
+            if (a->nurls == LOCK_MAX_SERVERS)
+                return usage_error("at most %d --redis", LOCK_MAX_SERVERS);
             a->urls[a->nurls++] = optarg;
             break;
-        case 't': if (parse_ms(optarg, 10, &a->ttl_ms)) goto bad; break;
-        case 'w': if (parse_ms(optarg, 0, &a->wait_ms)) goto bad; break;
-        case 'T': if (parse_ms(optarg, 1, &a->timeout_ms)) goto bad; break;
-        case 'K': if (parse_ms(optarg, 0, &a->kill_after_ms)) goto bad; break;
+        case 't':
+            if (parse_ms(optarg, 10, &a->ttl_ms))
+                return usage_error("--ttl: want milliseconds >= 10, not '%s'", optarg);
+            break;
+        case O_REDIS_TIMEOUT:
+            if (parse_ms(optarg, 1, &a->timeout_ms) || a->timeout_ms > 3600000)
+                return usage_error("--redis-timeout-ms: want 1..3600000, not '%s'", optarg);
+            break;
+        case O_KILL_AFTER:
+            if (parse_ms(optarg, 0, &a->kill_after_ms))
+                return usage_error("--kill-after: want milliseconds, not '%s'", optarg);
+            break;
+        case 'V': return 2;
         case 'h': return 1;
-        default: goto usage;
+        case 's': return usage_error("%s: there are no shared locks: each is exclusive", "--shared");
+        case 'u': return usage_error("%s: the lock is released when COMMAND exits", "--unlock");
+        case 'F': case 'o':
+            return usage_error("%s: flashlock stays to renew the lease, so it always forks",
+                               ch == 'F' ? "--no-fork" : "--close");
+        case ':': return usage_error("%s needs a value", argv[optind - 1]);
+        default:
+            if (optopt) return usage_error("unknown option '-%c'", optopt);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind >= argc) goto usage;
+    if (optind >= argc) return usage_error("%s", "no lock NAME given");
     a->name = argv[optind++];
+    if (optind < argc && (!strcmp(argv[optind], "-c") || !strcmp(argv[optind], "--command"))) {
+        if (command || argc - optind != 2)   /* flock's form: NAME -c STRING */
+            return usage_error("%s takes exactly one command string", argv[optind]);
+        command = argv[optind + 1];
+        optind = argc;
+    }
     if (optind < argc && !strcmp(argv[optind], "--")) optind++;
-    if (optind >= argc) goto usage;
-    a->cmd = argv + optind;
+    if (command) {
+        if (optind < argc)
+            return usage_error("-c takes the whole command as one string; unexpected '%s'",
+                               argv[optind]);
+        a->sh_cmd[0] = "/bin/sh";
+        a->sh_cmd[1] = "-c";
+        a->sh_cmd[2] = (char *)command;
+        a->cmd = a->sh_cmd;
+    } else {
+        if (optind >= argc) return usage_error("%s", "no COMMAND given (or -c STRING)");
+        a->cmd = argv + optind;
+    }
     if (a->timeout_ms == 0) {
         a->timeout_ms = a->ttl_ms / 3 < 1000 ? a->ttl_ms / 3 : 1000;
         if (a->timeout_ms < 5) a->timeout_ms = 5;
@@ -128,13 +237,6 @@ static int parse_args(int argc, char **argv, args *a) {
         a->urls[a->nurls++] = env && *env ? env : "redis://127.0.0.1:6379/0";
     }
     return 0;
-bad:
-    fprintf(stderr, "flashlock: bad number of milliseconds '%s'\n", optarg);
-    return -1;
-usage:
-    fprintf(stderr, "usage: flashlock [--redis URL]... [--ttl MS] [--wait MS] NAME -- COMMAND [ARGS...]\n"
-                    "       (flashlock --help for more)\n");
-    return -1;
 }
 
 /* ----------------------------------------------------------------- acquire */
@@ -313,14 +415,35 @@ static int run(const args *a, const sigset_t *set, lock_handle *h) {
     return code;
 }
 
+/* --verbose: what flock says ("getting lock took S seconds"), and what
+ * woke the wait, so a slow hand-off can be told from a slow holder. */
+static void report(lock_client *c, const args *a, lock_status st, const lock_handle *h,
+                   int64_t took_us) {
+    lock_stats s;
+    lock_client_stats(c, &s);
+    if (st == LOCK_OK)
+        fprintf(stderr, "flashlock: getting lock took %lld.%06lld seconds (fence %llu)\n",
+                (long long)(took_us / 1000000), (long long)(took_us % 1000000),
+                (unsigned long long)lock_fence(h));
+    else
+        fprintf(stderr, "flashlock: failed to get lock after %lld.%06lld seconds\n",
+                (long long)(took_us / 1000000), (long long)(took_us % 1000000));
+    fprintf(stderr, "flashlock: %llu tries; woken %llu times by a release (%llu of them seen "
+            "as keyspace events), %llu times by the re-check; keyspace notifications "
+            "on %d, off %d of %d servers\n",
+            (unsigned long long)s.attempts, (unsigned long long)s.wakeups,
+            (unsigned long long)s.keyspace_wakeups, (unsigned long long)s.timeouts,
+            s.keyspace_on, s.keyspace_off, a->nurls);
+    if (st == LOCK_OK) fprintf(stderr, "flashlock: executing %s\n", a->cmd[a->cmd == a->sh_cmd ? 2 : 0]);
+}
+
 int main(int argc, char **argv) {
     args a;
     char err[600];
     int rc = parse_args(argc, argv, &a);
-    if (rc) {
-        if (rc > 0) usage(stdout);
-        return rc > 0 ? 0 : EXIT_USAGE;
-    }
+    if (rc == 2) printf("flashlock %s\n", flashsale_version);
+    if (rc == 1) usage(stdout);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     sigset_t set;
     sigemptyset(&set);
     int sigs[] = { SIGCHLD, SIGUSR1, SIGINT, SIGTERM, SIGHUP, SIGQUIT };
@@ -337,11 +460,15 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     lock_handle *h = NULL;
+    int64_t t0 = clock_mono_us();
     lock_status st = acquire(c, &a, &set, &h, err, sizeof err);
+    if (a.verbose) report(c, &a, st, h, clock_mono_us() - t0);
     if (st != LOCK_OK) {
+        /* A name the library refuses is the caller's mistake, not Redis's. */
+        int bad_name = st == LOCK_ERROR && lock_client_error(c, NULL, 0) == LOCK_ERR_ARG;
         fprintf(stderr, "flashlock: %s\n", err);
         lock_client_free(c);
-        return st == LOCK_BUSY ? EXIT_BUSY : EXIT_REDIS;
+        return st == LOCK_BUSY ? a.conflict_exit : bad_name ? EXIT_USAGE : EXIT_REDIS;
     }
     rc = run(&a, &set, h);
     lock_client_free(c);

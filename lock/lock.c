@@ -297,6 +297,7 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
     snprintf(w->id, sizeof w->id, "%s-%llx", c->cid,
              (unsigned long long)atomic_fetch_add(&c->waiter_seq, 1));
     w->chanlen = (size_t)snprintf(w->chan, sizeof w->chan, "%s%s", a->k->wake, w->id);
+    w->name = a->k->name;
     lock_cond_init(&w->cv);
     int64_t sub_until = clock_mono_us() + c->timeout_ms * 1000;
     int subscribed = lock_waiter_add(c, w, sub_until < deadline_us ? sub_until : deadline_us) == 0;

@@ -30,6 +30,11 @@
  *                     PUBLISHes to each until one had a listener, so one
  *                     release wakes one live waiter, not a stampede; gone
  *                     waiters (PUBLISH reached nobody) are dropped as met.
+ *     B:wake:         pub/sub channel (the bare prefix): a release PUBLISHes
+ *                     "released" here just before its DEL, in the same
+ *                     script, so a client watching the key's keyspace
+ *                     notifications knows that this DEL was one of ours
+ *                     (which wakes its queue itself) and not a foreign one.
  *
  * WAITING. lock_acquire with a wait first tries once; if the lock is held it
  * subscribes to its own wake channel (one shared subscriber connection per
@@ -40,6 +45,21 @@
  * sees a lock that expired or was freed by a client that does not publish.
  * The lock is not fair: a newcomer may take a free lock before the woken
  * waiter's retry arrives; the waiter then keeps its place in the queue.
+ *
+ * OTHER CLIENTS' RELEASES. node-redlock, redis-py's Lock and the like free
+ * the key with a plain DEL (or let it expire) and publish nothing. If the
+ * server has keyspace notifications on (notify-keyspace-events with K and
+ * g, for del; x adds expired), the waker also subscribes, per lock name
+ * with local waiters, to __keyspace@<db>__:NAME (together with B:wake:,
+ * before the waiter's own channel, so its confirmation covers both), and a
+ * del/expired/evicted event that no marker of ours announced wakes the
+ * oldest local waiter of that name: one per client and release, within a
+ * round trip. Without notifications the PTTL/backoff re-check above is
+ * what finds such a release. The library never changes the server's
+ * configuration (CONFIG SET would turn on events for every key of every
+ * application on that server): an operator enables them, e.g.
+ * CONFIG SET notify-keyspace-events Kgx (adding to any flags already set);
+ * lock_client_stats says which servers have them.
  *
  * LEASES. Every lock has a TTL. remaining_ms is measured on the monotonic
  * clock from the start of the acquire (or renewal) that set the lease:
@@ -207,6 +227,12 @@ typedef struct lock_stats {
     uint64_t timeouts;                  /* waits that ended by PTTL/backoff, not by a notice */
     uint64_t renewals, renew_errors, lost;
     uint64_t released, not_owner, unknown;   /* lock_release outcomes */
+    uint64_t keyspace_wakeups;          /* waits ended by a keyspace notification of
+                                           another client's release (in wakeups too) */
+    int keyspace_on, keyspace_off;      /* servers whose notify-keyspace-events had
+                                           (K and g) / had not, when the subscriber
+                                           last connected (CONFIG GET); the rest:
+                                           not known yet, or CONFIG refused */
 } lock_stats;
 
 void lock_client_stats(lock_client *c, lock_stats *out);

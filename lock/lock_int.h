@@ -4,7 +4,8 @@
  *   client.c    the client: servers, pooled connections, scripts, running
  *               one script on every server at once, errors and counters
  *   lock.c      acquire (try, wait, Redlock quorum), reentry, release
- *   waker.c     the subscriber thread that turns release notices into
+ *   waker.c     the subscriber thread that turns release notices (and
+ *               keyspace notifications of other clients' releases) into
  *               wake-ups of waiting threads
  *   watchdog.c  the renewal thread
  *   fence.c     lock_fenced_set
@@ -67,19 +68,45 @@ typedef struct lock_server {
     redisContext *sub;
     int sub_broken;               /* a write failed: the waker thread drops it */
     int64_t sub_retry_us;
+    int keyspace;                 /* notify-keyspace-events at the subscriber's last
+                                     connect: 1 has K and g, -1 not, 0 unknown */
+    struct lock_topic *released;  /* our release marker just came: the next message,
+                                     if a del of this topic's key, is that release */
 } lock_server;
 
 /* --------------------------------------------------------------- the waker */
+
+typedef struct lock_topic lock_topic;
 
 typedef struct lock_waiter {
     char chan[LOCK_KEY_MAX + 48];
     char id[48];                  /* member of the waiter queue */
     size_t chanlen;
+    const char *name;             /* the lock name (caller's), for keyspace events */
     unsigned confirmed;           /* servers that confirmed the SUBSCRIBE (bits) */
-    int woken;                    /* a release notice arrived since last cleared */
+    int woken;                    /* since last cleared: 1 a release notice came,
+                                     2 a keyspace event of a foreign release */
     pthread_cond_t cv;
     struct lock_waiter *next;     /* hash chain */
+    lock_topic *topic;            /* the waiters of the same name in this client */
+    struct lock_waiter *tnext;    /* ...oldest first */
 } lock_waiter;
+
+/* The local waiters of one lock name. A client that does not publish
+ * (node-redlock, redis-py) frees a lock with a plain DEL or lets it expire;
+ * with Redis keyspace notifications on, that shows as a del/expired event
+ * on __keyspace@<db>__:<name>, and the waker wakes the oldest local waiter
+ * of the name. Our own releases publish on the marker channel (B:wake:)
+ * just before their DEL, so their event is told apart and ignored: their
+ * queue already wakes exactly one waiter. */
+struct lock_topic {
+    char name[LOCK_NAME_MAX + 1];
+    char marker[LOCK_KEY_MAX];
+    size_t namelen, markerlen;
+    lock_waiter *first, *last;
+    lock_topic *next;             /* hash chain by name */
+    lock_topic *mnext;            /* hash chain by marker */
+};
 
 typedef struct lock_waker {
     pthread_mutex_t mu;
@@ -88,10 +115,14 @@ typedef struct lock_waker {
     int efd;                      /* eventfd that wakes the thread */
     pthread_cond_t state_cv;      /* a confirmation came or a connection changed */
     lock_waiter *buckets[LOCK_WAITER_BUCKETS];
+    lock_topic *topics[LOCK_WAITER_BUCKETS];    /* by name */
+    lock_topic *markers[LOCK_WAITER_BUCKETS];   /* by marker channel */
     int nwaiters;
 } lock_waker;
 
-/* Adds w (chan and id set by the caller) and subscribes it on every server,
+/* Adds w (chan, id and name set by the caller) and subscribes it on every
+ * server -- and, for the first local waiter of the name, the name's keyspace
+ * and marker channels, before w's own, so w's confirmation covers them --
  * starting the waker thread on first use. Then waits (until deadline_us at
  * most) for the servers to confirm. Returns 0, or -1 if the thread could not
  * start (the caller then waits by backoff alone). */
@@ -109,6 +140,9 @@ void lock_waiter_remove(lock_client *c, lock_waiter *w);
 
 /* Stops the waker thread and drops the subscriber connections. */
 void lock_waker_stop(lock_client *c);
+
+/* Fills the keyspace fields of o. */
+void lock_waker_stats(lock_client *c, lock_stats *o);
 
 /* ------------------------------------------------------------- held locks */
 
@@ -173,7 +207,8 @@ struct lock_client {
 
     struct {
         atomic_uint_fast64_t acquired, busy, errors, reentered, attempts, wakeups,
-            timeouts, renewals, renew_errors, lost, released, not_owner, unknown;
+            timeouts, renewals, renew_errors, lost, released, not_owner, unknown,
+            keyspace_wakeups;
     } st;
 };
 

@@ -13,7 +13,7 @@
  * one of the 8 waiters). The number of threads waiting at each release is
  * measured and printed.
  *
- * Usage: lockbench --redis URL [--seconds S] */
+ * Usage: lockbench --redis URL [--seconds S] | --version */
 #include <getopt.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "common/version.h"
 #include "lock/lock.h"
 
 #define THREADS 9               /* one holding, up to 8 waiting */
@@ -312,15 +313,20 @@ int main(int argc, char **argv) {
     bench b = { NULL, 3.0 };
     static const struct option opts[] = { { "redis", required_argument, 0, 'r' },
                                           { "seconds", required_argument, 0, 's' },
+                                          { "version", no_argument, 0, 'V' },
                                           { 0, 0, 0, 0 } };
     int ch;
     while ((ch = getopt_long(argc, argv, "r:s:", opts, NULL)) != -1) {
         if (ch == 'r') b.url = optarg;
         else if (ch == 's') b.seconds = atof(optarg);
+        else if (ch == 'V') {
+            printf("lockbench %s\n", flashsale_version);
+            return 0;
+        }
         else return 64;
     }
     if (!b.url || b.seconds <= 0) {
-        fprintf(stderr, "usage: lockbench --redis URL [--seconds S]\n");
+        fprintf(stderr, "usage: lockbench --redis URL [--seconds S] | --version\n");
         return 64;
     }
     char err[300];

@@ -2,7 +2,16 @@
  * that reads it, turning release notices into wake-ups of waiting threads.
  *
  * Each waiting acquire has its own channel (B:wake:<waiter id>), so a
- * release wakes exactly the waiter it popped from the queue. Waiting threads
+ * release wakes exactly the waiter it popped from the queue. Releases by
+ * clients that publish nothing (node-redlock, redis-py) are seen through
+ * Redis keyspace notifications when the server has them on: per lock name
+ * with local waiters ("topic") the connection also listens on
+ * __keyspace@<db>__:<name> and on the marker channel B:wake:, which our own
+ * releases publish to just before their DEL. A del that follows a marker is
+ * ours (its queue wakes one waiter; ignored here); any other del, expired
+ * or evicted event wakes the topic's oldest waiter. See lock.h, OTHER
+ * CLIENTS' RELEASES, for why the library never turns notifications on
+ * itself. Waiting threads
  * write SUBSCRIBE/UNSUBSCRIBE themselves (under waker.mu); only this thread
  * reads, connects and frees the subscriber connections, so it never polls a
  * socket that another thread closed. hiredis 0.14 cannot wait on a socket
@@ -30,6 +39,109 @@ static lock_waiter *find_waiter(lock_waker *wk, const char *chan, size_t n) {
     for (lock_waiter *w = wk->buckets[chan_hash(chan, n)]; w; w = w->next)
         if (w->chanlen == n && !memcmp(w->chan, chan, n)) return w;
     return NULL;
+}
+
+/* -------------------------------------------------------------- topics */
+
+static lock_topic *find_topic(lock_waker *wk, const char *name, size_t n) {
+    for (lock_topic *t = wk->topics[chan_hash(name, n)]; t; t = t->next)
+        if (t->namelen == n && !memcmp(t->name, name, n)) return t;
+    return NULL;
+}
+
+static lock_topic *find_marker(lock_waker *wk, const char *chan, size_t n) {
+    for (lock_topic *t = wk->markers[chan_hash(chan, n)]; t; t = t->mnext)
+        if (t->markerlen == n && !memcmp(t->marker, chan, n)) return t;
+    return NULL;
+}
+
+/* The topic a keyspace channel of server s names, or NULL. */
+static lock_topic *keyspace_topic(lock_waker *wk, const lock_server *s, const char *chan,
+                                  size_t n) {
+    char pfx[48];
+    size_t pl = (size_t)snprintf(pfx, sizeof pfx, "__keyspace@%d__:", s->addr.db);
+    if (n <= pl || memcmp(chan, pfx, pl)) return NULL;
+    return find_topic(wk, chan + pl, n - pl);
+}
+
+/* Whether a keyspace event says the key is gone. */
+static int gone_event(const redisReply *ev) {
+    return ev->type == REDIS_REPLY_STRING &&
+           (!strcmp(ev->str, "del") || !strcmp(ev->str, "expired") || !strcmp(ev->str, "evicted"));
+}
+
+/* Appends SUBSCRIBE or UNSUBSCRIBE of t's keyspace and marker channels to
+ * s's subscriber (waker.mu held). */
+static void topic_append(lock_server *s, const char *verb, const lock_topic *t) {
+    char ks[LOCK_NAME_MAX + 48];
+    size_t kl = (size_t)snprintf(ks, sizeof ks, "__keyspace@%d__:%s", s->addr.db, t->name);
+    const char *argv[3] = { verb, ks, t->marker };
+    size_t len[3] = { strlen(verb), kl, t->markerlen };
+    if (redisAppendCommandArgv(s->sub, 3, argv, len) != REDIS_OK) s->sub_broken = 1;
+}
+
+/* Joins w to its name's topic, creating it (and returning it, to be
+ * subscribed) if w is the first local waiter of the name. NULL when the
+ * topic exists already or cannot be made (w then relies on its queue and
+ * the re-check). waker.mu held. */
+static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
+    size_t n = w->name ? strlen(w->name) : 0;
+    size_t ml = w->chanlen - strlen(w->id);        /* the chan's B:wake: prefix */
+    lock_topic *t = n ? find_topic(wk, w->name, n) : NULL, *fresh = NULL;
+    if (!t && n && n <= LOCK_NAME_MAX && ml < sizeof t->marker && (t = calloc(1, sizeof *t))) {
+        memcpy(t->name, w->name, n + 1);
+        t->namelen = n;
+        memcpy(t->marker, w->chan, ml);
+        t->markerlen = ml;
+        unsigned b = chan_hash(t->name, n), mb = chan_hash(t->marker, ml);
+        t->next = wk->topics[b];
+        wk->topics[b] = t;
+        t->mnext = wk->markers[mb];
+        wk->markers[mb] = t;
+        fresh = t;
+    }
+    if (!t) return NULL;
+    w->topic = t;
+    w->tnext = NULL;
+    if (t->last) t->last->tnext = w;
+    else t->first = w;
+    t->last = w;
+    return fresh;
+}
+
+/* Takes w out of its topic; returns the topic if it is now empty (out of
+ * the tables, to be unsubscribed and freed by the caller). waker.mu held. */
+static lock_topic *topic_leave(lock_client *c, lock_waiter *w) {
+    lock_waker *wk = &c->waker;
+    lock_topic *t = w->topic;
+    if (!t) return NULL;
+    lock_waiter **pp = &t->first, *prev = NULL;
+    while (*pp && *pp != w) {
+        prev = *pp;
+        pp = &(*pp)->tnext;
+    }
+    if (*pp) *pp = w->tnext;
+    if (t->last == w) t->last = prev;
+    w->topic = NULL;
+    if (t->first) return NULL;
+    lock_topic **tp = &wk->topics[chan_hash(t->name, t->namelen)];
+    while (*tp != t) tp = &(*tp)->next;
+    *tp = t->next;
+    tp = &wk->markers[chan_hash(t->marker, t->markerlen)];
+    while (*tp != t) tp = &(*tp)->mnext;
+    *tp = t->mnext;
+    for (int i = 0; i < c->nservers; i++)
+        if (c->servers[i].released == t) c->servers[i].released = NULL;
+    return t;
+}
+
+/* A release nobody announced: wake the oldest local waiter of t, once
+ * (woken = 2: counted as a keyspace wake-up if a wait ends by it). */
+static void wake_oldest(lock_topic *t) {
+    lock_waiter *w = t->first;
+    if (!w || w->woken) return;
+    w->woken = 2;
+    pthread_cond_signal(&w->cv);
 }
 
 static void kick(lock_waker *wk) {
@@ -65,22 +177,36 @@ static void sub_append(lock_server *s, const char *verb, const lock_waiter *w) {
 /* ------------------------------------------------------------ the thread */
 
 /* A message from a subscriber connection (waker.mu held). */
-static void dispatch(lock_waker *wk, int si, const redisReply *r) {
+static void dispatch(lock_client *c, lock_server *s, const redisReply *r) {
+    lock_waker *wk = &c->waker;
+    /* A marker speaks for the very next message only: the script that
+     * published it ran its DEL right after, atomically. */
+    lock_topic *ours = s->released;
+    s->released = NULL;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
         return;
-    lock_waiter *w = find_waiter(wk, r->element[1]->str, r->element[1]->len);
-    if (!w) return;   /* a waiter that has left */
+    const char *chan = r->element[1]->str;
+    size_t n = r->element[1]->len;
+    lock_waiter *w = find_waiter(wk, chan, n);
     if (!strcmp(r->element[0]->str, "message")) {
-        w->woken = 1;
-        pthread_cond_signal(&w->cv);
-    } else if (!strcmp(r->element[0]->str, "subscribe")) {
-        w->confirmed |= 1u << si;
+        lock_topic *t;
+        if (w) {
+            w->woken = 1;
+            pthread_cond_signal(&w->cv);
+        } else if ((t = find_marker(wk, chan, n))) {
+            s->released = t;
+        } else if ((t = keyspace_topic(wk, s, chan, n)) && gone_event(r->element[2]) &&
+                   !(t == ours && !strcmp(r->element[2]->str, "del"))) {
+            wake_oldest(t);
+        }
+    } else if (w && !strcmp(r->element[0]->str, "subscribe")) {
+        w->confirmed |= 1u << s->index;
         pthread_cond_broadcast(&wk->state_cv);
     }
 }
 
-static void read_sub(lock_waker *wk, lock_server *s) {
+static void read_sub(lock_client *c, lock_server *s) {
     if (redisBufferRead(s->sub) != REDIS_OK) {
         s->sub_broken = 1;
         return;
@@ -92,7 +218,7 @@ static void read_sub(lock_waker *wk, lock_server *s) {
             return;
         }
         if (!r) return;
-        dispatch(wk, s->index, r);
+        dispatch(c, s, r);
         freeReplyObject(r);
     }
 }
@@ -102,20 +228,43 @@ static void drop_sub(lock_waker *wk, lock_server *s) {
     redisFree(s->sub);
     s->sub = NULL;
     s->sub_broken = 0;
+    s->released = NULL;
     s->sub_retry_us = clock_mono_us();   /* a restart: reconnect at once */
     for (int b = 0; b < LOCK_WAITER_BUCKETS; b++)
         for (lock_waiter *w = wk->buckets[b]; w; w = w->next) w->confirmed &= ~(1u << s->index);
     pthread_cond_broadcast(&wk->state_cv);
 }
 
-/* Connects s's subscriber and subscribes every current waiter. Called with
- * waker.mu held; drops it while connecting. */
+/* Whether the server has keyspace notifications for DEL on: 1 (K and g,
+ * or A), -1 (not), 0 (CONFIG refused or renamed: unknown). Asked on the
+ * new subscriber connection before it subscribes; never changed. Sets
+ * *broken when the connection failed. */
+static int keyspace_config(redisContext *ctx, int *broken) {
+    redisReply *r = redisCommand(ctx, "CONFIG GET notify-keyspace-events");
+    int on = 0;
+    *broken = r == NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        const char *f = r->element[1]->str;
+        on = strchr(f, 'K') && (strchr(f, 'g') || strchr(f, 'A')) ? 1 : -1;
+    }
+    if (r) freeReplyObject(r);
+    return on;
+}
+
+/* Connects s's subscriber and subscribes every current topic and waiter.
+ * Called with waker.mu held; drops it while connecting. */
 static void connect_sub(lock_client *c, lock_server *s) {
     lock_waker *wk = &c->waker;
     char err[200];
+    int keyspace = 0, broken = 0;
     pthread_mutex_unlock(&wk->mu);
     redisContext *ctx = rconn_connect(&s->addr, c->timeout_ms, err, sizeof err);
     if (ctx) lock_set_cloexec(ctx);
+    if (ctx && (keyspace = keyspace_config(ctx, &broken), broken)) {
+        redisFree(ctx);
+        ctx = NULL;
+    }
     pthread_mutex_lock(&wk->mu);
     if (!ctx) {
         s->sub_retry_us = clock_mono_us() + LOCK_DOWN_MS * 1000;
@@ -124,6 +273,11 @@ static void connect_sub(lock_client *c, lock_server *s) {
     }
     s->sub = ctx;
     s->sub_broken = 0;
+    s->keyspace = keyspace;
+    s->released = NULL;
+    /* Topics first: a waiter's confirmation then covers its topic's. */
+    for (int b = 0; b < LOCK_WAITER_BUCKETS; b++)
+        for (lock_topic *t = wk->topics[b]; t; t = t->next) topic_append(s, "SUBSCRIBE", t);
     for (int b = 0; b < LOCK_WAITER_BUCKETS; b++)
         for (lock_waiter *w = wk->buckets[b]; w; w = w->next) sub_append(s, "SUBSCRIBE", w);
     if (!s->sub_broken) sub_flush(s);
@@ -174,7 +328,7 @@ static void *waker_main(void *arg) {
         }
         for (int k = 1; k < n; k++) {
             lock_server *s = &c->servers[who[k]];
-            if (pfd[k].revents && s->sub && !s->sub_broken) read_sub(wk, s);
+            if (pfd[k].revents && s->sub && !s->sub_broken) read_sub(c, s);
         }
     }
     pthread_mutex_unlock(&wk->mu);
@@ -221,10 +375,12 @@ int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us) {
     w->next = wk->buckets[b];
     wk->buckets[b] = w;
     wk->nwaiters++;
+    lock_topic *fresh = topic_join(wk, w);
     int need_thread = 0;
     for (int i = 0; i < c->nservers; i++) {
         lock_server *s = &c->servers[i];
         if (sub_up(s)) {
+            if (fresh) topic_append(s, "SUBSCRIBE", fresh);
             sub_append(s, "SUBSCRIBE", w);
             if (!s->sub_broken) sub_flush(s);
         }
@@ -245,7 +401,8 @@ int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us) {
     int woken = w->woken;
     w->woken = 0;
     pthread_mutex_unlock(&wk->mu);
-    return woken;
+    if (woken == 2) atomic_fetch_add(&c->st.keyspace_wakeups, 1);
+    return woken != 0;
 }
 
 void lock_waiter_clear(lock_client *c, lock_waiter *w) {
@@ -263,16 +420,29 @@ void lock_waiter_remove(lock_client *c, lock_waiter *w) {
         *pp = w->next;
         wk->nwaiters--;
     }
+    lock_topic *empty = topic_leave(c, w);
     int need_thread = 0;
     for (int i = 0; i < c->nservers; i++) {
         lock_server *s = &c->servers[i];
         if (!sub_up(s)) continue;
         sub_append(s, "UNSUBSCRIBE", w);
+        if (empty) topic_append(s, "UNSUBSCRIBE", empty);
         if (!s->sub_broken) sub_flush(s);
         if (s->sub_broken) need_thread = 1;
     }
     if (need_thread) kick(wk);
     pthread_mutex_unlock(&wk->mu);
+    free(empty);
+}
+
+void lock_waker_stats(lock_client *c, lock_stats *o) {
+    o->keyspace_on = o->keyspace_off = 0;
+    pthread_mutex_lock(&c->waker.mu);
+    for (int i = 0; i < c->nservers; i++) {
+        o->keyspace_on += c->servers[i].keyspace > 0;
+        o->keyspace_off += c->servers[i].keyspace < 0;
+    }
+    pthread_mutex_unlock(&c->waker.mu);
 }
 
 void lock_waker_stop(lock_client *c) {

@@ -1,4 +1,4 @@
-/* api.c: the HTTP API (docs/api.md), one handler per route.
+/* api.c: the HTTP API of docs/openapi.yaml (docs/api.md), one handler per route.
  *
  * Handlers run on the HTTP event-loop threads, which must never wait on
  * Redis or SQLite: there they only check the request (all that needs no
@@ -595,6 +595,17 @@ static void metrics_route(http_req *r, const char *const *params, void *ud) {
     free(text);
 }
 
+/* docs/openapi.yaml as JSON, embedded at build time (Makefile, gen/openapi.c),
+ * so an instance serves the contract of the very build that answers. */
+extern const char docs_openapi_json[];
+
+static void openapi_route(http_req *r, const char *const *params, void *ud) {
+    (void)params;
+    (void)ud;
+    http_reply(r, 200, "application/json; charset=utf-8", docs_openapi_json,
+               strlen(docs_openapi_json), NULL);
+}
+
 const http_route api_routes[] = {
     { "POST", "/v1/products", product_create, ROUTE_PRODUCT_CREATE },
     { "GET", "/v1/products/{}", product_get, ROUTE_PRODUCT_GET },
@@ -605,5 +616,6 @@ const http_route api_routes[] = {
     { "GET", "/v1/strategies", strategy_list, ROUTE_STRATEGIES },
     { "GET", "/healthz", healthz, ROUTE_HEALTHZ },
     { "GET", "/metrics", metrics_route, ROUTE_METRICS },
+    { "GET", "/openapi.json", openapi_route, ROUTE_OPENAPI },
 };
 const size_t api_nroutes = sizeof api_routes / sizeof api_routes[0];

@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/version.h"
 #include "service/service.h"
 
 typedef enum { T_STR, T_INT, T_UINT, T_LL, T_SYNC, T_FLAG } opt_type;
@@ -39,6 +40,9 @@ static const opt OPTS[] = {
       "default stock strategy of new products (see below)" },
     { "admin-token", "FLASHSALE_ADMIN_TOKEN", T_STR, F(admin_token), 0, 0, "",
       "bearer token for the admin endpoints; empty: they are open (a warning is logged)" },
+    { "insecure-admin", "FLASHSALE_INSECURE_ADMIN", T_FLAG, F(insecure_admin), 0, 0, "0",
+      "start even when the admin endpoints would be open (no --admin-token) on a "
+      "non-loopback --listen, which is refused otherwise" },
     { "threads", "FLASHSALE_THREADS", T_INT, F(threads), 0, 256, "0",
       "HTTP event-loop threads (0: one per CPU)" },
     { "redis-workers", "FLASHSALE_REDIS_WORKERS", T_INT, F(redis_workers), 1, 64, "2",
@@ -97,8 +101,8 @@ static void usage(FILE *f, const char *prog) {
         fprintf(f, "  %-24s %s\n  %-24s [%s, default %s]\n", left, OPTS[i].help, "",
                 OPTS[i].env, OPTS[i].def[0] ? OPTS[i].def : "none");
     }
-    fprintf(f, "  %-24s show this help\n\nStock strategies (per product, \"strategy\" in POST /v1/products):\n",
-            "--help");
+    fprintf(f, "  %-24s show this help\n  %-24s print the version and exit\n\nStock strategies (per product, \"strategy\" in POST /v1/products):\n",
+            "--help", "--version");
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
         const stock_strategy_info *si = stock_strategy_about((stock_strategy)s);
         fprintf(f, "  %-26s %s%s\n", si->name, si->unsafe ? "UNSAFE, oversells: " : "", si->about);
@@ -150,7 +154,7 @@ static int set(config *c, const opt *o, const char *v, const char *from) {
 }
 
 int config_load(config *c, int argc, char **argv) {
-    struct option lopts[NOPTS + 2];
+    struct option lopts[NOPTS + 3];
     char from[96];
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NOPTS; i++) {
@@ -162,12 +166,17 @@ int config_load(config *c, int argc, char **argv) {
                                     NULL, 1000 + (int)i };
     }
     lopts[NOPTS] = (struct option){ "help", no_argument, NULL, 'h' };
-    lopts[NOPTS + 1] = (struct option){ 0, 0, 0, 0 };
+    lopts[NOPTS + 1] = (struct option){ "version", no_argument, NULL, 'V' };
+    lopts[NOPTS + 2] = (struct option){ 0, 0, 0, 0 };
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, "hv", lopts, NULL)) != -1) {
         if (ch == 'h') {
             usage(stdout, argv[0]);
+            return 1;
+        }
+        if (ch == 'V') {
+            printf("flashsale %s\n", flashsale_version);
             return 1;
         }
         if (ch == 'v') {

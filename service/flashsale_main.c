@@ -4,6 +4,8 @@
  * Stop (SIGTERM/SIGINT): stop accepting, let every request in flight be
  * answered, let the writer commit what it holds, clear pending records,
  * exit 0. */
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,31 @@ static void raise_fd_limit(unsigned want) {
     if (rl.rlim_cur < (rlim_t)want + 64)
         log_msg(LOG_WARN, "open-file limit %llu is below --max-connections %u",
                 (unsigned long long)rl.rlim_cur, want);
+}
+
+/* Whether the address --listen binds to is a loopback one (127.0.0.0/8,
+ * ::1, or "localhost"); a wildcard or an unresolvable host is not. */
+static int listen_is_loopback(const char *listen) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    size_t n = colon ? (size_t)(colon - listen) : 0;
+    if (n == 0 || n >= sizeof host) return 0;
+    memcpy(host, listen, n);
+    host[n] = '\0';
+    if (host[0] == '[') {             /* [::1]:8080 */
+        memmove(host, host + 1, n);
+        host[strcspn(host, "]")] = '\0';
+    }
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE }, *res;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    int loop = 0;
+    if (res->ai_family == AF_INET)
+        loop = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (res->ai_family == AF_INET6)
+        loop = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
+    freeaddrinfo(res);
+    return loop;
 }
 
 /* flashsale audit [--repair] [OPTIONS]: the same flags as the service. */
@@ -53,6 +80,17 @@ int main(int argc, char **argv) {
     int rc = config_load(&a.cfg, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     if (a.cfg.verbose) log_set_level(LOG_DEBUG);
+    /* Open admin endpoints are a convenience on one's own machine, never a
+     * default on a network: listening elsewhere takes a token or a flag. */
+    if (!a.cfg.admin_token[0] && !a.cfg.insecure_admin && !listen_is_loopback(a.cfg.listen)) {
+        fprintf(stderr,
+                "flashsale: refusing to start: --listen %s is not a loopback address and no\n"
+                "--admin-token is set, so anyone who can reach it could create and restock\n"
+                "products. Set --admin-token (FLASHSALE_ADMIN_TOKEN), listen on 127.0.0.1, or\n"
+                "pass --insecure-admin (FLASHSALE_INSECURE_ADMIN=1) to allow it anyway.\n",
+                a.cfg.listen);
+        return 2;
+    }
 
     /* Signals are taken by sigwait in main only; threads inherit the mask. */
     sigset_t sigs;

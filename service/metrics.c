@@ -19,7 +19,8 @@ static const char *const ROUTE_NAMES[ROUTE_COUNT + 1] = {
     [ROUTE_PRODUCT_CREATE] = "product_create", [ROUTE_PRODUCT_GET] = "product_get",
     [ROUTE_PRODUCT_RESTOCK] = "product_restock", [ROUTE_ORDER_CREATE] = "order_create",
     [ROUTE_ORDER_GET] = "order_get", [ROUTE_ORDER_LIST] = "order_list",
-    [ROUTE_STRATEGIES] = "strategies", [ROUTE_HEALTHZ] = "healthz", [ROUTE_METRICS] = "metrics", [ROUTE_COUNT] = "unrouted",
+    [ROUTE_STRATEGIES] = "strategies", [ROUTE_HEALTHZ] = "healthz", [ROUTE_METRICS] = "metrics",
+    [ROUTE_OPENAPI] = "openapi", [ROUTE_COUNT] = "unrouted",
 };
 
 static const char *const OUTCOME_NAMES[OUT_COUNT] = {

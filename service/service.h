@@ -60,11 +60,13 @@ typedef struct config {
     int lock_wait_ms;         /* how long an order waits for a lock */
     int lock_workers;         /* threads that run the blocking strategies */
     int fault_injection;      /* products may set cs_delay_ms and lock_ttl_ms */
+    int insecure_admin;       /* open admin endpoints on a non-loopback address */
     int verbose;
 } config;
 
 /* Fills c from defaults, then environment (FLASHSALE_*), then argv. Returns
- * 0 to run, 1 when --help was printed, -1 on a usage error (printed). */
+ * 0 to run, 1 when --help or --version was printed, -1 on a usage error
+ * (printed). */
 int config_load(config *c, int argc, char **argv);
 
 /* ---------------------------------------------------------------- validation */
@@ -127,7 +129,7 @@ int order_id_valid(const char *s);
 enum route_id {
     ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
     ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_STRATEGIES, ROUTE_HEALTHZ, ROUTE_METRICS,
-    ROUTE_COUNT
+    ROUTE_OPENAPI, ROUTE_COUNT
 };
 
 typedef enum outcome {

@@ -5,6 +5,10 @@ unless asked), stopped at the end even when a test fails.
 Service: bin/flashsale on a free port against that Redis and a fresh SQLite
 file, with a small HTTP client. Nothing is mocked: a fault test kills,
 stops or restarts the real process.
+
+Every answer the Client receives is checked against docs/openapi.yaml
+(contract.py): a status, body or required header the document does not
+describe fails the test that received it.
 """
 import http.client
 import json
@@ -17,6 +21,8 @@ import subprocess
 import tempfile
 import threading
 import time
+
+from contract import contract
 
 BIN = os.environ.get("FLASHSALE_BIN", os.path.join(os.path.dirname(__file__), "..", "bin"))
 _live = []          # processes to stop at exit, whatever happens
@@ -143,6 +149,7 @@ class Client:
                 r = self.conn.getresponse()
                 body = r.read().decode()
                 resp = Response(r.status, {k.lower(): v for k, v in r.getheaders()}, body)
+                contract().check(method, path, resp.status, resp.headers, body)
                 if r.getheader("Connection", "").lower() == "close":
                     self.close()
                 return resp

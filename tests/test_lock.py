@@ -9,6 +9,7 @@ and DECRs it on exit; seeing anything but 1 on entry is an overlap, counted
 in Redis. Time bounds are generous for a noisy machine, but each separates
 working from broken by a wide margin."""
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -29,13 +30,14 @@ def flashlock(urls, name, command, ttl=None, wait=None, extra=(), **kw):
 
 
 def flashlock_args(urls, name, command, ttl=None, wait=None, extra=()):
+    """wait in milliseconds (flashlock's --wait takes seconds, as flock's)."""
     args = [FLASHLOCK]
     for u in urls if isinstance(urls, (list, tuple)) else [urls]:
         args += ["--redis", u]
     if ttl is not None:
         args += ["--ttl", str(ttl)]
     if wait is not None:
-        args += ["--wait", str(wait)]
+        args += ["--wait", "%g" % (wait / 1000.0)]
     return args + list(extra) + [name, "--"] + list(command)
 
 
@@ -153,7 +155,7 @@ def test_silent_redis_stops_command_at_lease_end(ctx):
     pidfile = ctx.path("cmd.pid")
     p = start(ctx, flashlock_args(redis.url, "quiet", ["sh", "-c", "echo $$ > %s; exec sleep 30"
                                                         % pidfile], ttl=600,
-                                  extra=["--timeout", "1000"]))
+                                  extra=["--redis-timeout-ms", "1000"]))
     wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10,
                what="the command to start")
     cmd_pid = int(open(pidfile).read())
@@ -206,14 +208,14 @@ def redlock_case(ctx, n, minority, majority):
     live = servers[minority:]
     live[-1].client().set("{rl}:fence", 50)          # one counter ahead of the rest
     got = flashlock(urls, "rl", ["sh", "-c", "echo $FLASHLOCK_FENCE"], ttl=2000,
-                    extra=["--timeout", "300"])
+                    extra=["--redis-timeout-ms", "300"])
     assert got.returncode == 0 and int(got.stdout) == 51, (got.returncode, got.stdout, got.stderr)
     # Every server that took the lock now starts above the token handed out.
     assert {s.client().get("{rl}:fence") for s in live} == {"51"}
     for s in servers[minority:majority]:
         s.kill()
     t0 = time.monotonic()
-    bad = flashlock(urls, "rl", ["true"], ttl=2000, wait=2000, extra=["--timeout", "300"])
+    bad = flashlock(urls, "rl", ["true"], ttl=2000, wait=2000, extra=["--redis-timeout-ms", "300"])
     assert bad.returncode == EXIT_REDIS and "quorum" in bad.stderr, (bad.returncode, bad.stderr)
     assert time.monotonic() - t0 < 3
     for s in servers[majority:]:
@@ -295,8 +297,175 @@ def test_cli_statuses_and_errors(ctx):
     redis.pause()
     try:
         t0 = time.monotonic()
-        hung = flashlock(redis.url, "st", ["true"], wait=5000, extra=["--timeout", "200"])
+        hung = flashlock(redis.url, "st", ["true"], wait=5000, extra=["--redis-timeout-ms", "200"])
         assert hung.returncode == EXIT_REDIS, hung.stderr
         assert time.monotonic() - t0 < 2
     finally:
         redis.resume()
+
+
+def test_flock_style_options(ctx):
+    """flock(1)'s options and exit statuses where they apply."""
+    redis = ctx.redis()
+    url = ["--redis", redis.url]
+    run = lambda *a, **kw: subprocess.run([FLASHLOCK] + list(a), capture_output=True, text=True,
+                                          timeout=30, **kw)
+    v = run("--version")
+    assert v.returncode == 0 and re.fullmatch(r"flashlock \S+\n", v.stdout), v
+    # -c STRING, in flock's place (NAME -c STRING) and as an option before NAME.
+    p = run(*url, "st", "-c", "echo fence=$FLASHLOCK_FENCE name=$FLASHLOCK_NAME; exit 3")
+    assert p.returncode == 3 and p.stdout == "fence=1 name=st\n", p
+    p = run(*url, "--command", "echo $FLASHLOCK_FENCE", "st")
+    assert p.returncode == 0 and p.stdout == "2\n", p
+    # Held elsewhere: -n gives up at once, -E chooses the status, -w takes
+    # (fractional) seconds and --timeout is its flock alias.
+    holder = start(ctx, flashlock_args(redis.url, "st", ["sleep", "30"]))
+    wait_until(lambda: redis.client().exists("st"), 5, what="the holder")
+    t0 = time.monotonic()
+    assert run(*url, "-n", "st", "true").returncode == EXIT_BUSY
+    assert run(*url, "--nb", "-E", "9", "st", "true").returncode == 9
+    assert time.monotonic() - t0 < 2
+    for opt in ("-w", "--wait", "--timeout"):
+        t0 = time.monotonic()
+        p = run(*url, opt, "0.25", "--conflict-exit-code", "0", "st", "true")
+        took = time.monotonic() - t0
+        assert p.returncode == 0 and "held by another" in p.stderr, (opt, p)
+        assert 0.24 < took < 2, (opt, took)
+    assert run(*url, "-w", "0", "st", "true").returncode == EXIT_BUSY      # 0 is --nonblock
+    p = run(*url, "--verbose", "-n", "st", "true")
+    assert "failed to get lock" in p.stderr, p.stderr
+    holder.send_signal(signal.SIGTERM)
+    holder.wait(10)
+    p = run(*url, "--verbose", "-x", "st", "true")
+    assert p.returncode == 0 and re.search(r"getting lock took \d+\.\d{6} seconds", p.stderr), p
+    # Usage errors are 64 with one line of complaint, not the whole help; a
+    # bad lock name is one too, even with Redis unreachable (not 69).
+    for args in (["--bogus", "st", "true"], ["-w", "soon", "st", "true"], ["-w", "-1", "st", "true"],
+                 ["-E", "256", "st", "true"], ["--shared", "st", "true"], ["-u", "st", "true"],
+                 ["st"], ["st", "-c"], ["st", "-c", "true", "extra"], ["-c", "true", "st", "x"],
+                 ["--redis", "redis://127.0.0.1:1/0", "bad{name", "true"],
+                 ["--redis", "http://nowhere", "st", "true"]):
+        p = run(*args)
+        assert p.returncode == 64, (args, p)
+        assert 1 <= len(p.stderr.splitlines()) <= 2 and p.stdout == "", (args, p.stderr)
+    # The help documents every exit status in a table.
+    h = run("--help").stdout
+    for status in ("75 (or -E)", "70 ", "69 ", "64 ", "126 ", "127 ", "128+N"):
+        assert "\n  " + status in h, (status, h)
+
+
+def test_keyspace_notifications_wake_waiter_behind_redis_py(ctx):
+    """redis-py's Lock publishes nothing on release. With keyspace
+    notifications off, flashlock finds the free lock by its re-check;
+    with them on, a keyspace event wakes it (and --verbose says so); the
+    library itself never turns them on."""
+    from redis.lock import Lock
+    server = ctx.redis()
+    r = server.client()
+    assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""
+    for events in ("", "Kgx"):
+        r.config_set("notify-keyspace-events", events)
+        lk = Lock(r, "py", timeout=30)
+        assert lk.acquire(blocking=False)
+        p = start(ctx, flashlock_args(server.url, "py", ["true"], wait=20000, extra=["--verbose"]))
+        wait_until(lambda: r.zcard("{py}:waiters") >= 1, 10, what="flashlock to queue")
+        time.sleep(0.4)                        # its re-check is at its longest now
+        lk.release()
+        assert p.wait(20) == 0, p.stderr.read()
+        err = p.stderr.read()
+        m = re.search(r"\((\d+) of them seen as keyspace events\).*on (\d+), off (\d+) of 1",
+                      err)
+        assert m, err
+        seen, on, off = (int(x) for x in m.groups())
+        if events:
+            assert (seen, on, off) == (1, 1, 0), err
+        else:
+            assert (seen, on, off) == (0, 0, 1), err
+        assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == \
+            ("" if not events else "gxK"), "flashlock must not change the server's config"
+
+
+def test_own_releases_wake_one_waiter_with_keyspace_on(ctx):
+    """With keyspace notifications on, a flashlock release is still one
+    wake-up: its marker tells the other clients that its DEL is ours, so
+    none of them is woken by the keyspace event (--verbose counts 0)."""
+    server = ctx.redis()
+    server.client().config_set("notify-keyspace-events", "Kgx")
+    loop = " ".join(shlex.quote(a) for a in
+                    flashlock_args(server.url, "own", ["sleep", "0.02"], wait=30000,
+                                   extra=["--verbose"]))
+    workers = [start(ctx, ["sh", "-c", "for i in $(seq 6); do %s || exit 1; done" % loop])
+               for _ in range(4)]
+    errs = ""
+    for w in workers:
+        assert w.wait(120) == 0, w.stderr.read()
+        errs += w.stderr.read()
+    seen = [int(x) for x in re.findall(r"\((\d+) of them seen as keyspace events\)", errs)]
+    woken = [int(x) for x in re.findall(r"woken (\d+) times by a release", errs)]
+    assert len(seen) == 24 and sum(woken) >= 10, errs
+    assert sum(seen) == 0, errs
+
+
+NODE_MODULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "node",
+                            "node_modules")
+
+
+def handoffs(ctx, server, node, rounds):
+    """Hand-offs from a node-redlock holder to a waiting flashlock: the ms
+    from just before the test tells node-redlock to release to flashlock's
+    command starting (a `date` under the lock: process start-up is
+    included), both read from the kernel's CLOCK_REALTIME, so the figure
+    is never understated; and how many of the waits a keyspace event
+    ended."""
+    r = server.client()
+    out, by_keyspace = [], 0
+    for i in range(rounds):
+        node.stdin.write("acquire\n")
+        node.stdin.flush()
+        assert node.stdout.readline() == "held\n"
+        p = start(ctx, flashlock_args(server.url, "report", ["date", "+%s.%N"], wait=20000,
+                                      extra=["--verbose"]))
+        wait_until(lambda: r.zcard("{report}:waiters") >= 1, 10, what="flashlock to queue")
+        # A holder that held for a while: the waiter's re-check is at its
+        # longest (200 ms, jittered), where a real wait spends its time.
+        time.sleep(0.45 + 0.15 * (i % 5) / 5)
+        released_ms = time.time() * 1000.0
+        node.stdin.write("release\n")
+        node.stdin.flush()
+        line = node.stdout.readline()
+        assert line == "released\n", line
+        assert p.wait(20) == 0, p.stderr.read()
+        acquired_ms = float(p.stdout.read()) * 1000.0
+        by_keyspace += "(1 of them seen as keyspace events)" in p.stderr.read()
+        out.append(acquired_ms - released_ms)
+    return sorted(out), by_keyspace
+
+
+def test_handoff_behind_node_redlock(ctx):
+    """node-redlock holds; flashlock waits on the same key; node releases.
+    Measured before (keyspace notifications off: flashlock's re-check finds
+    the free lock) and after (on: the del event wakes it)."""
+    assert os.path.isdir(os.path.join(NODE_MODULES, "redlock")), \
+        "node-redlock missing: run tools/npm-deps.sh (make test does)"
+    server = ctx.redis()
+    r = server.client()
+    node = start(ctx, ["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "node",
+                                            "redlock_holder.js"), str(server.port), "report"],
+                 stdin=subprocess.PIPE, env=dict(os.environ, NODE_PATH=NODE_MODULES))
+    rounds = 15
+    figures = {}
+    for events in ("", "Kgx"):
+        r.config_set("notify-keyspace-events", events)
+        lat, by_keyspace = handoffs(ctx, server, node, rounds)
+        figures[events] = (lat, by_keyspace)
+        print("    node-redlock -> flashlock hand-off, keyspace notifications %s: median %.1f ms, "
+              "p90 %.1f ms, min %.1f, max %.1f (%d rounds; %d woken by a keyspace event)"
+              % ("on (Kgx)" if events else "off", lat[rounds // 2], lat[int(rounds * 0.9)],
+                 lat[0], lat[-1], rounds, by_keyspace))
+    node.stdin.write("quit\n")
+    node.stdin.flush()
+    assert node.wait(10) == 0
+    off, on = figures[""], figures["Kgx"]
+    assert all(x >= 0 for x in off[0] + on[0]), figures    # released before acquired
+    assert off[1] == 0 and on[1] >= rounds // 2, figures
+    assert on[0][rounds // 2] < 50, figures                 # generous: a few ms when idle

@@ -6,7 +6,8 @@ set -eu
 
 PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 curl
-      python3 python3-redis chromium $*"
+      python3 python3-redis python3-yaml python3-jsonschema systemd man-db help2man
+      chromium $*"
 
 missing=""
 for p in $PKGS; do
