@@ -387,16 +387,35 @@ db_status db_product_get(db *d, const char *sku, db_product *out) {
     return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "get product");
 }
 
-db_status db_product_each(db *d, int (*fn)(const db_product *p, void *ud), void *ud) {
+db_status db_product_list(db *d, db_product **out, size_t *n) {
     sqlite3_stmt *s = stmt(d, ST_PRODUCT_ALL);
-    db_product p;
+    db_product *v = NULL;
+    size_t cap = 0;
     int rc;
+    *out = NULL;
+    *n = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        read_product(s, &p);
-        if (fn(&p, ud)) break;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            db_product *w = realloc(v, cap * sizeof *w);
+            if (!w) {
+                sqlite3_reset(s);
+                free(v);
+                snprintf(d->errstr, sizeof d->errstr, "list products: out of memory");
+                return DB_ERROR;
+            }
+            v = w;
+        }
+        read_product(s, &v[(*n)++]);
     }
     sqlite3_reset(s);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "list products");
+    if (rc != SQLITE_DONE) {
+        free(v);
+        *n = 0;
+        return fail(d, "list products");
+    }
+    *out = v;
+    return DB_OK;
 }
 
 static db_status update_product(db *d, int st_id, const char *sku, long long qty,

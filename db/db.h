@@ -97,9 +97,11 @@ db_status db_ping(db *d);
 /* Products. */
 db_status db_product_insert(db *d, const db_product *p);
 db_status db_product_get(db *d, const char *sku, db_product *out);
-/* Calls fn for every product, in SKU order; stops early when fn returns
- * non-zero. */
-db_status db_product_each(db *d, int (*fn)(const db_product *p, void *ud), void *ud);
+/* Every product, in SKU order, as an array the caller frees with free().
+ * (A list, not a walk with a callback: a callback that itself walked the
+ * products on the same handle would reset the statement under the outer
+ * walk, which is how `flashsale audit --repair` once looped for ever.) */
+db_status db_product_list(db *d, db_product **out, size_t *n);
 /* Adds qty units to stock_initial (and db_available) in one transaction and
  * returns the product. With an idempotency key (NULL or "": none) the
  * restock is recorded under it: a second restock with the same key adds

@@ -72,8 +72,9 @@ static void problem(audit *au, const char *fmt, ...) {
     printf("\n");
 }
 
-static int audit_product(const db_product *dp, void *ud) {
-    audit *au = ud;
+/* Audits one product (and repairs it when asked). Returns -1 when Redis
+ * failed, which ends the audit. */
+static int audit_product(audit *au, const db_product *dp) {
     app *a = au->a;
     product *p = product_cache_put(a->products, dp);
     long long units = 0;
@@ -119,7 +120,7 @@ static int audit_product(const db_product *dp, void *ud) {
     if (res == STOCK_UNAVAILABLE) {
         free(seg);
         problem(au, "redis: %s", stock_conn_errstr(au->sc));
-        return 1;
+        return -1;
     }
     pend_sum ps = { a, au->d, au->sc, 0, 0, 0 };
     int rebuild = 0;
@@ -133,11 +134,16 @@ static int audit_product(const db_product *dp, void *ud) {
         if (ps.orphans) {
             au->problems += ps.orphans;
             if (au->repair) {
-                int n = reconcile(a, au->d, au->sc, 1);
+                /* This product's records only: the others are audited in
+                 * their turn. */
+                int n = reconcile_product(a, au->d, au->sc, p, 1);
                 if (n > 0) {
                     printf("  repaired: settled %d pending reservation(s)\n", n);
-                    au->fixed += ps.orphans;
+                    au->fixed += n;
                 }
+                if (n >= 0 && n < ps.orphans)
+                    printf("  NOT repaired: %d pending reservation(s) could not be settled\n",
+                           ps.orphans - n);
             }
         }
         if (total + ps.uncommitted != dp->stock_initial - sold) {
@@ -180,7 +186,12 @@ int audit_main(app *a, int repair) {
         return 2;
     }
     a->products = product_cache_new();
-    db_product_each(au.d, audit_product, &au);
+    db_product *all = NULL;
+    size_t n = 0;
+    if (db_product_list(au.d, &all, &n) != DB_OK)
+        problem(&au, "cannot list the products: %s", db_errstr(au.d));
+    for (size_t i = 0; i < n && audit_product(&au, &all[i]) == 0; i++) {}
+    free(all);
     int left = au.problems - au.fixed;
     if (au.problems == 0) printf("audit: consistent\n");
     else if (repair) printf("audit: %d discrepancies, %d repaired, %d left\n", au.problems, au.fixed,

@@ -40,19 +40,16 @@ typedef struct start_ctx {
     int rebuilt, failed;
 } start_ctx;
 
-static int check_copy(const db_product *dp, void *ud) {
-    start_ctx *s = ud;
+/* Rebuilds p's Redis copy if it is missing; 0, or -1 when Redis failed. */
+static int check_copy(start_ctx *s, const db_product *dp) {
     long long total;
     product *p = product_cache_put(s->a->products, dp);
     if (!p || !stock_strategy_about(p->strategy)->uses_redis) return 0;
     stock_result res = stock_read(s->sc, &p->sp, &total, NULL);
-    if (res == STOCK_UNAVAILABLE) {
-        s->failed = 1;
-        return 1;
-    }
+    if (res == STOCK_UNAVAILABLE) return -1;
     if (res == STOCK_MISSING) {
-        if (stock_rebuild(s->a, s->d, s->sc, p, 0) == 0) s->rebuilt++;
-        else s->failed = 1;
+        if (stock_rebuild(s->a, s->d, s->sc, p, 0) != 0) return -1;
+        s->rebuilt++;
     }
     return 0;
 }
@@ -64,7 +61,11 @@ static void recover(app *a, db *d) {
     start_ctx s = { a, d, stock_conn_new(&a->stock_cfg, err, sizeof err), 0, 0 };
     if (!s.sc) return;
     stock_heartbeat(s.sc, 5000);
-    db_product_each(d, check_copy, &s);
+    db_product *all = NULL;
+    size_t n = 0;
+    if (db_product_list(d, &all, &n) != DB_OK) s.failed = 1;
+    for (size_t i = 0; i < n && !s.failed; i++) s.failed = check_copy(&s, &all[i]) != 0;
+    free(all);
     int settled = s.failed ? -1 : reconcile(a, d, s.sc, 1);
     if (s.failed || settled < 0)
         log_msg(LOG_WARN, "start: Redis not ready (%s); will retry in the background",

@@ -179,46 +179,35 @@ static int settle(app *a, db *d, stock_conn *sc, product *p, const pend *r) {
     return 1;
 }
 
-typedef struct prod_acc {
-    app *a;
-    product **v;
-    size_t n, cap;
-} prod_acc;
-
-static int collect_product(const db_product *dp, void *ud) {
-    prod_acc *acc = ud;
-    product *p = product_cache_put(acc->a->products, dp);
-    if (!p || !stock_strategy_about(p->strategy)->uses_redis) return 0;
-    if (acc->n == acc->cap) {
-        size_t cap = acc->cap ? acc->cap * 2 : 16;
-        product **v = realloc(acc->v, cap * sizeof *v);
-        if (!v) return 1;
-        acc->v = v;
-        acc->cap = cap;
+int reconcile_product(app *a, db *d, stock_conn *sc, product *p, int only_dead) {
+    pend_acc acc = { 0 };
+    int settled = 0;
+    if (!stock_strategy_about(p->strategy)->uses_redis) return 0;
+    if (stock_pending_scan(sc, &p->sp, collect_pending, &acc) != 0) {
+        free(acc.v);
+        return -1;
     }
-    acc->v[acc->n++] = p;
-    return 0;
+    for (size_t k = 0; k < acc.n; k++)
+        if (settleable(a, sc, &acc.v[k], only_dead)) settled += settle(a, d, sc, p, &acc.v[k]);
+    free(acc.v);
+    return settled;
 }
 
 int reconcile(app *a, db *d, stock_conn *sc, int only_dead) {
-    prod_acc prods = { a, NULL, 0, 0 };
+    db_product *all;
+    size_t n;
     int settled = 0;
-    if (db_product_each(d, collect_product, &prods) != DB_OK) {
+    if (db_product_list(d, &all, &n) != DB_OK) {
         log_msg(LOG_WARN, "reconcile: %s", db_errstr(d));
         return -1;
     }
-    for (size_t i = 0; i < prods.n && settled >= 0; i++) {
-        pend_acc acc = { 0 };
-        if (stock_pending_scan(sc, &prods.v[i]->sp, collect_pending, &acc) != 0) {
-            settled = -1;
-        } else {
-            for (size_t k = 0; k < acc.n; k++)
-                if (settleable(a, sc, &acc.v[k], only_dead))
-                    settled += settle(a, d, sc, prods.v[i], &acc.v[k]);
-        }
-        free(acc.v);
+    for (size_t i = 0; i < n && settled >= 0; i++) {
+        product *p = product_cache_put(a->products, &all[i]);
+        if (!p) continue;
+        int k = reconcile_product(a, d, sc, p, only_dead);
+        settled = k < 0 ? -1 : settled + k;
     }
-    free(prods.v);
+    free(all);
     return settled;
 }
 

@@ -311,5 +311,7 @@ int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force);
  * of live instances younger than the pending timeout. Returns the number
  * settled, or -1 on error. */
 int reconcile(app *a, db *d, stock_conn *sc, int only_dead);
+/* The same for one product's pending records. */
+int reconcile_product(app *a, db *d, stock_conn *sc, product *p, int only_dead);
 
 #endif
