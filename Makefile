@@ -63,6 +63,7 @@ LINK_flashlock      := lock common
 LINK_lockbench      := lock common
 # Unit tests link what they test.
 LINK_test_db        := db common
+LINK_test_http      := http common
 LINK_test_flashload := loadtest common
 LINK_test_lock      := lock common
 LINK_test_service   := service http stock lock db common

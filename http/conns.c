@@ -15,10 +15,9 @@
  * down; libmicrohttpd then sees the end of the stream and closes it. An
  * idle connection whose client has closed its side is shut down too.
  *
- * The sweeper uses descriptors it does not own. It holds the list's mutex
- * while it does, and libmicrohttpd reports a close (which takes the same
- * mutex to unlink the connection) before it closes the descriptor, so a
- * descriptor in the list is always still the connection's. */
+ * The sweep runs on the event loop that owns the connections (a timer), so
+ * it never races their close; the list's mutex stays because deferred
+ * answers from other threads end requests too (http_conn_answered). */
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -89,7 +88,8 @@ static int sweep(http_conns *cs, long *count) {
             } else {
                 recheck = 1;
             }
-        } else if (c->phase == CONN_RECEIVING && now - c->started_us > cs->timeout_us) {
+        } else if (c->phase == CONN_RECEIVING && cs->timeout_us &&
+                   now - c->started_us > cs->timeout_us) {
             shutdown(c->fd, SHUT_RDWR);
             c->phase = CONN_BUSY;                 /* once is enough */
             atomic_fetch_add(&cs->timed_out, 1);
@@ -99,61 +99,35 @@ static int sweep(http_conns *cs, long *count) {
     return recheck;
 }
 
-static void *sweeper_main(void *arg) {
-    http_conns *cs = arg;
-    pthread_setname_np(pthread_self(), "http-deadline");
-    int recheck = 0;
-    long count = 0;
-    pthread_mutex_lock(&cs->mu);
-    while (!cs->stopping) {
-        long every = count / SWEEP_CONNS_PER_MS;
-        every = every < SWEEP_MIN_MS ? SWEEP_MIN_MS : every > SWEEP_MAX_MS ? SWEEP_MAX_MS : every;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (recheck ? RECHECK_MS : every) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&cs->cv, &cs->mu, &until);
-        if (cs->stopping) break;
-        pthread_mutex_unlock(&cs->mu);
-        recheck = sweep(cs, &count);
-        pthread_mutex_lock(&cs->mu);
-    }
-    pthread_mutex_unlock(&cs->mu);
-    return NULL;
+/* The loop's timer: a full sweep when its period is due (longer with more
+ * connections), a quick second look when a close awaits confirmation. */
+void http_conns_tick(http_conns *cs) {
+    int64_t now = clock_mono_us();
+    if (now < cs->next_sweep_us && !(cs->recheck && now >= cs->recheck_us)) return;
+    long count;
+    cs->recheck = sweep(cs, &count);
+    cs->recheck_us = now + RECHECK_MS * 1000;
+    long every = count / SWEEP_CONNS_PER_MS;
+    every = every < SWEEP_MIN_MS ? SWEEP_MIN_MS : every > SWEEP_MAX_MS ? SWEEP_MAX_MS : every;
+    cs->next_sweep_us = now + every * 1000;
 }
 
-int http_conns_init(http_conns *cs, unsigned request_timeout_s) {
-    pthread_condattr_t ca;
+void http_conns_init(http_conns *cs, unsigned request_timeout_s) {
     pthread_mutex_init(&cs->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cs->cv, &ca);
-    pthread_condattr_destroy(&ca);
     cs->head = NULL;
-    cs->stopping = 0;
     cs->timeout_us = (int64_t)request_timeout_s * 1000000;
+    cs->next_sweep_us = 0;
+    cs->recheck = 0;
     atomic_init(&cs->timed_out, 0);
-    cs->sweeping = request_timeout_s > 0 &&
-                   pthread_create(&cs->sweeper, NULL, sweeper_main, cs) == 0;
-    return request_timeout_s > 0 && !cs->sweeping ? -1 : 0;
 }
 
 void http_conns_fini(http_conns *cs) {
-    pthread_mutex_lock(&cs->mu);
-    cs->stopping = 1;
-    pthread_cond_signal(&cs->cv);
-    pthread_mutex_unlock(&cs->mu);
-    if (cs->sweeping) pthread_join(cs->sweeper, NULL);
     while (cs->head) {                         /* libmicrohttpd is stopped: nothing races */
         http_conn *c = cs->head;
         cs->head = c->next;
         free(c);
     }
     pthread_mutex_destroy(&cs->mu);
-    pthread_cond_destroy(&cs->cv);
 }
 
 http_conn *http_conn_opened(http_conns *cs, int fd) {

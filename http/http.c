@@ -320,7 +320,7 @@ static void req_free(http_req *r) {
 
 /* libmicrohttpd's request-line report: the target before it decodes it. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
-    http_server *s = cls;
+    http_server *s = ((http_daemon *)cls)->srv;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (ci && ci->socket_context) http_conn_request_seen(ci->socket_context);
@@ -369,7 +369,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    http_server *s = cls;
+    http_server *s = ((http_daemon *)cls)->srv;
     http_req *r = *con_cls;
     (void)version;
     if (!r && !(r = *con_cls = req_new(s, url))) return MHD_NO;
@@ -412,7 +412,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    http_server *s = cls;
+    http_server *s = ((http_daemon *)cls)->srv;
     http_req *r = *con_cls;
     (void)toe;
     const union MHD_ConnectionInfo *ci =
@@ -428,24 +428,39 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * sees it refused instead of waiting in the kernel's accept queue (which is
  * what libmicrohttpd's own limit does: it stops accepting). */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
-    http_server *s = cls;
-    (void)addr;
+    http_server *s = ((http_daemon *)cls)->srv;
     (void)len;
-    if (atomic_load(&s->connections) < (long)s->opt.max_connections) return MHD_YES;
-    atomic_fetch_add(&s->refused, 1);
-    return MHD_NO;
+    if (atomic_load(&s->connections) >= (long)s->opt.max_connections) {
+        atomic_fetch_add(&s->refused, 1);
+        return MHD_NO;
+    }
+    /* The slot is given back when the connection closes (on_connection). */
+    if (!http_clients_take(&s->clients, addr)) {
+        atomic_fetch_add(&s->refused_per_client, 1);
+        return MHD_NO;
+    }
+    return MHD_YES;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe) {
-    http_server *s = cls;
+    http_daemon *hd = cls;
+    http_server *s = hd->srv;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         atomic_fetch_add(&s->connections, 1);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_ctx = ci ? http_conn_opened(&s->conns, ci->connect_fd) : NULL;
+        const union MHD_ConnectionInfo *ca =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        http_client_key key;
+        http_client_key_of(ca ? ca->client_addr : NULL, &key);
+        http_conn *c = ci ? http_conn_opened(&hd->conns, ci->connect_fd) : NULL;
+        if (c) c->client = key;
+        else http_clients_give(&s->clients, &key);   /* untracked: do not hold its slot */
+        *socket_ctx = c;
     } else {
         atomic_fetch_sub(&s->connections, 1);
+        if (*socket_ctx) http_clients_give(&s->clients, &((http_conn *)*socket_ctx)->client);
         http_conn_closed(*socket_ctx);
         *socket_ctx = NULL;
     }
@@ -480,47 +495,104 @@ static int resolve_listen(const char *listen, struct sockaddr_storage *ss, sockl
     return 0;
 }
 
+/* The daemon's epoll descriptor is readable: connections are ready. */
+static void on_ready(loop *l, int fd, unsigned events, void *ud) {
+    http_daemon *hd = ud;
+    (void)l;
+    (void)fd;
+    (void)events;
+    MHD_run(hd->d);
+}
+
+/* End of a loop iteration: libmicrohttpd may have work it did not get to
+ * (its timeout is then 0) without its descriptor being readable again. */
+static void on_flush(loop *l, void *ud) {
+    http_daemon *hd = ud;
+    MHD_UNSIGNED_LONG_LONG t;
+    (void)l;
+    for (int i = 0; i < 4 && MHD_get_timeout(hd->d, &t) == MHD_YES && t == 0; i++)
+        MHD_run(hd->d);
+}
+
+/* Timer: idle timeouts (libmicrohttpd's) and request deadlines (ours). */
+static void on_tick(loop *l, void *ud) {
+    http_daemon *hd = ud;
+    (void)l;
+    MHD_run(hd->d);
+    http_conns_tick(&hd->conns);
+}
+
+/* Starts daemon i on hd->l, listening on ss (port 0 for the first: the
+ * kernel picks; the others then share the port it picked). */
+static int start_daemon(http_server *s, http_daemon *hd, struct sockaddr_storage *ss,
+                        char *err, size_t errlen) {
+    const http_options *o = &s->opt;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO;
+    if (ss->ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    http_conns_init(&hd->conns, o->request_timeout_s);
+    hd->d = MHD_start_daemon(
+        flags, 0, on_accept, hd, on_request, hd,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,
+        /* SO_REUSEPORT: every loop listens on the port; the kernel spreads
+         * new connections over them. */
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        /* Room above our own limit, so on_accept sees and refuses excess. */
+        MHD_OPTION_CONNECTION_LIMIT, s->opt.max_connections + 1024u,
+        MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, hd,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, hd,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, hd,
+        MHD_OPTION_END);
+    if (!hd->d) {
+        snprintf(err, errlen, "cannot listen on %s (address in use?)", o->listen);
+        return -1;
+    }
+    const union MHD_DaemonInfo *ep = MHD_get_daemon_info(hd->d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ep || loop_watch(hd->l, ep->epoll_fd, LOOP_READ, on_ready, hd) != 0 ||
+        loop_on_flush(hd->l, on_flush, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
+        snprintf(err, errlen, "cannot attach the HTTP daemon to its event loop");
+        return -1;
+    }
+    return 0;
+}
+
 http_server *http_start(const http_options *o, char *err, size_t errlen) {
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (resolve_listen(o->listen, &ss, &sl, err, errlen)) return NULL;
+    if (o->nloops < 1 || resolve_listen(o->listen, &ss, &sl, err, errlen)) return NULL;
     http_server *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (!s || !(s->daemons = calloc((size_t)o->nloops, sizeof *s->daemons))) {
+        free(s);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     s->opt = *o;
     if (!s->opt.max_connections) s->opt.max_connections = 16384;
-    if (http_conns_init(&s->conns, o->request_timeout_s) != 0) {
-        snprintf(err, errlen, "cannot start the request-deadline thread");
+    s->ndaemons = o->nloops;
+    if (http_clients_init(&s->clients, o->max_per_client) != 0) {
+        free(s->daemons);
         free(s);
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ITC | MHD_USE_TURBO;
-    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(
-        flags, 0, on_accept, s, on_request, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 0 ? o->threads : 2),
-        /* Room above our own limit, so on_accept sees and refuses excess. */
-        MHD_OPTION_CONNECTION_LIMIT, s->opt.max_connections + 1024u,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_per_client,
-        MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_END);
-    if (!s->daemon) {
-        snprintf(err, errlen, "cannot listen on %s (address in use, or too many threads?)",
-                 o->listen);
-        http_conns_fini(&s->conns);
-        free(s);
-        return NULL;
+    for (int i = 0; i < s->ndaemons; i++) {
+        http_daemon *hd = &s->daemons[i];
+        hd->srv = s;
+        hd->l = o->loops[i];
+        if (start_daemon(s, hd, &ss, err, errlen) != 0) {
+            http_stop(s);
+            return NULL;
+        }
+        if (i == 0) {                  /* the port the others share */
+            const union MHD_DaemonInfo *info =
+                MHD_get_daemon_info(hd->d, MHD_DAEMON_INFO_BIND_PORT);
+            s->port = info ? info->port : 0;
+            if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)s->port);
+            else ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)s->port);
+        }
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : 0;
+    (void)sl;
     return s;
 }
 
@@ -528,20 +600,42 @@ int http_port(const http_server *s) { return s->port; }
 long http_inflight(const http_server *s) { return atomic_load(&s->inflight); }
 long http_connections(const http_server *s) { return atomic_load(&s->connections); }
 long http_refused(const http_server *s) { return atomic_load(&s->refused); }
+long http_refused_per_client(const http_server *s) { return atomic_load(&s->refused_per_client); }
 long http_timed_out(const http_server *s) {
-    return atomic_load(&((http_server *)s)->conns.timed_out);
+    long n = 0;
+    for (int i = 0; i < s->ndaemons; i++) n += atomic_load(&s->daemons[i].conns.timed_out);
+    return n;
+}
+
+/* On a daemon's own loop: stop accepting (libmicrohttpd's listen socket is
+ * in the epoll set that loop is polling). */
+static void quiesce_one(loop *l, void *ud) {
+    http_daemon *hd = ud;
+    (void)l;
+    MHD_socket fd = MHD_quiesce_daemon(hd->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    atomic_fetch_add(&hd->srv->quiesced_n, 1);
 }
 
 void http_quiesce(http_server *s) {
     if (s->quiesced) return;
     s->quiesced = 1;
-    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    for (int i = 0; i < s->ndaemons; i++) {
+        s->daemons[i].quiesce_task = (loop_task){ quiesce_one, &s->daemons[i], NULL };
+        loop_post(s->daemons[i].l, &s->daemons[i].quiesce_task);
+    }
+    while (atomic_load(&s->quiesced_n) < s->ndaemons) clock_sleep_ms(1);
 }
 
 void http_stop(http_server *s) {
     if (!s) return;
-    MHD_stop_daemon(s->daemon);
-    http_conns_fini(&s->conns);
+    for (int i = 0; i < s->ndaemons; i++) {
+        http_daemon *hd = &s->daemons[i];
+        if (!hd->d) continue;
+        MHD_stop_daemon(hd->d);
+        http_conns_fini(&hd->conns);
+    }
+    http_clients_fini(&s->clients);
+    free(s->daemons);
     free(s);
 }

@@ -1,7 +1,10 @@
 /* http.h: the HTTP front of flashsale, on libmicrohttpd.
  *
- * - A pool of event-loop threads (epoll), no thread per connection, so
- *   thousands of idle keep-alive connections cost memory, not threads.
+ * - Runs on the caller's event loops (common/loop.h): one libmicrohttpd
+ *   daemon per loop, all listening on one port (SO_REUSEPORT), no thread
+ *   per connection, so thousands of idle keep-alive connections cost
+ *   memory, not threads, and a handler runs on the loop that also carries
+ *   the rest of the request's work.
  * - Routing by method and path pattern ("/v1/products/{}/restock": {} is one
  *   path segment, handed to the handler as a parameter). Routing works on
  *   the path exactly as the client sent it: it is split on '/' first and
@@ -39,6 +42,8 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "common/loop.h"
+
 typedef struct http_server http_server;
 typedef struct http_req http_req;
 
@@ -64,7 +69,8 @@ typedef void http_observer(int route_id, int status, int64_t micros, void *ud);
 
 typedef struct http_options {
     const char *listen;           /* "host:port"; port 0 picks a free one */
-    int threads;                  /* event-loop threads */
+    loop **loops;                 /* the event loops to serve on (their threads run them) */
+    int nloops;
     unsigned max_connections;     /* beyond it new connections are refused */
     unsigned max_per_client;      /* connections one address may hold; 0: no cap */
     unsigned idle_timeout_s;      /* an idle connection is closed after it */
@@ -80,7 +86,8 @@ typedef struct http_options {
 http_server *http_start(const http_options *o, char *err, size_t errlen);
 /* The TCP port it listens on. */
 int http_port(const http_server *s);
-/* Stops accepting new connections; requests already in progress go on. */
+/* Stops accepting new connections; requests already in progress go on.
+ * The loops must be running. */
 void http_quiesce(http_server *s);
 /* Requests received and not yet answered (deferred ones included). */
 long http_inflight(const http_server *s);
@@ -88,9 +95,12 @@ long http_inflight(const http_server *s);
 long http_connections(const http_server *s);
 /* Connections refused because max_connections were open. */
 long http_refused(const http_server *s);
+/* Connections refused because their address held max_per_client. */
+long http_refused_per_client(const http_server *s);
 /* Connections closed because a request did not arrive in time. */
 long http_timed_out(const http_server *s);
-/* Stops the server: call once no request is deferred. Frees s. */
+/* Stops the server: call once no request is deferred and the loops have
+ * stopped. Frees s. */
 void http_stop(http_server *s);
 
 /* Request data. Valid until the request is answered; read it on the

@@ -10,8 +10,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <microhttpd.h>
 
+#include "common/loop.h"
 #include "http/http.h"
 
 /* ------------------------------------------------------------------ routes */
@@ -37,6 +39,33 @@ http_match http_route_find(const http_route *routes, size_t nroutes, const char 
                            char params[HTTP_MAX_PARAMS][HTTP_PARAM_MAX + 1], char *allow,
                            size_t allowlen);
 
+/* ----------------------------------------------------------------- clients */
+
+/* Open connections per client address, across every daemon of a server
+ * (libmicrohttpd's own per-IP limit counts one daemon only, and the kernel
+ * does not spread one client's connections evenly over the daemons). */
+typedef struct http_client_key {
+    unsigned char len;               /* 4 or 16 bytes of address; 0: an empty slot */
+    unsigned char addr[16];
+} http_client_key;
+
+typedef struct http_clients {
+    pthread_mutex_t mu;
+    unsigned cap;                    /* per address; 0: no cap */
+    size_t size, used;               /* open addressing: slots, slots in use */
+    http_client_key *keys;
+    unsigned *counts;
+} http_clients;
+
+int http_clients_init(http_clients *cl, unsigned cap);
+void http_clients_fini(http_clients *cl);
+/* Takes a slot for addr: 1 when it is under the cap, 0 when not. */
+int http_clients_take(http_clients *cl, const struct sockaddr *addr);
+/* Gives back the slot taken for key. */
+void http_clients_give(http_clients *cl, const http_client_key *key);
+/* The key of addr. */
+void http_client_key_of(const struct sockaddr *addr, http_client_key *key);
+
 /* ------------------------------------------------------------- connections */
 
 typedef enum conn_phase {
@@ -55,25 +84,25 @@ typedef struct http_conn {
     conn_phase phase;
     int64_t started_us;              /* when the current request was first seen */
     int64_t closed_seen_us;          /* receiving, and the client had closed its side */
+    http_client_key client;          /* the slot it holds in the per-client count */
     uint64_t bytes_idle;             /* bytes the kernel had received when it went idle */
     struct http_conn *prev, *next;
 } http_conn;
 
 struct http_conns {
-    pthread_mutex_t mu;              /* guards the list; held while an fd is used, so
-                                        the fd cannot be closed and reused meanwhile */
+    pthread_mutex_t mu;              /* guards the list and the phases */
     http_conn *head;
-    pthread_t sweeper;
-    int sweeping;
-    pthread_cond_t cv;
-    int stopping;
-    int64_t timeout_us;
+    int64_t timeout_us;              /* 0: no request deadline */
+    int64_t next_sweep_us, recheck_us;
+    int recheck;                     /* a close awaits its second look */
     atomic_long timed_out;
 };
 
-/* Starts tracking (and, with a timeout, the sweeper thread). */
-int http_conns_init(http_conns *cs, unsigned request_timeout_s);
+/* Starts tracking the connections of one daemon. */
+void http_conns_init(http_conns *cs, unsigned request_timeout_s);
 void http_conns_fini(http_conns *cs);
+/* The daemon's loop timer: sweeps when due (see conns.c). */
+void http_conns_tick(http_conns *cs);
 /* A connection opened / closed (libmicrohttpd's notification; the close
  * comes before libmicrohttpd closes the descriptor). */
 http_conn *http_conn_opened(http_conns *cs, int fd);
@@ -85,15 +114,27 @@ void http_conn_answered(http_conn *c);
 
 /* --------------------------------------------------------------- requests */
 
+/* One libmicrohttpd daemon, driven by one event loop. */
+typedef struct http_daemon {
+    struct http_server *srv;
+    struct MHD_Daemon *d;
+    loop *l;
+    http_conns conns;
+    loop_task quiesce_task;
+} http_daemon;
+
 struct http_server {
-    struct MHD_Daemon *daemon;
+    http_daemon *daemons;
+    int ndaemons;
     http_options opt;
     int port;
     int quiesced;
+    atomic_int quiesced_n;
     atomic_long inflight;
     atomic_long connections;
     atomic_long refused;
-    http_conns conns;
+    atomic_long refused_per_client;
+    http_clients clients;
 };
 
 struct http_req {

@@ -19,6 +19,53 @@
 #include "lock/lock.h"
 #include "service/service.h"
 
+static void *loop_main(void *arg) {
+    loop *l = arg;
+    pthread_setname_np(pthread_self(), "fs-loop");
+    loop_run(l);
+    return NULL;
+}
+
+/* The event loops that carry HTTP and the order path, one per thread. */
+static int loops_start(app *a, char *err, size_t errlen) {
+    a->nloops = a->cfg.threads;
+    a->loops = calloc((size_t)a->nloops, sizeof *a->loops);
+    a->loop_threads = calloc((size_t)a->nloops, sizeof *a->loop_threads);
+    if (!a->loops || !a->loop_threads) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < a->nloops; i++)
+        if (!(a->loops[i] = loop_new(err, errlen))) return -1;
+    return 0;
+}
+
+/* Runs each loop on its own thread (after everything is attached). */
+static int loops_run(app *a, char *err, size_t errlen) {
+    for (; a->nrunning < a->nloops; a->nrunning++) {
+        if (pthread_create(&a->loop_threads[a->nrunning], NULL, loop_main,
+                           a->loops[a->nrunning]) != 0) {
+            snprintf(err, errlen, "cannot start the event-loop threads");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void loops_stop(app *a) {
+    for (int i = 0; i < a->nrunning; i++) loop_stop(a->loops[i]);
+    for (int i = 0; i < a->nrunning; i++) pthread_join(a->loop_threads[i], NULL);
+    a->nrunning = 0;
+}
+
+static void loops_free(app *a) {
+    for (int i = 0; i < a->nloops && a->loops; i++) loop_free(a->loops[i]);
+    free(a->loops);
+    free(a->loop_threads);
+    a->loops = NULL;
+    a->loop_threads = NULL;
+}
+
 static void make_instance_id(app *a) {
     char host[64] = "localhost";
     unsigned char nonce[4];
@@ -98,7 +145,10 @@ static void shutdown_gracefully(app *a) {
     stage_stop(a->stage);
     maint_stop(a->maint);
     health_stop(a->health);
+    /* Nothing is in flight: the loops may stop, then their daemons. */
+    loops_stop(a);
     http_stop(a->http);
+    loops_free(a);
 }
 
 int app_start(app *a, char *err, size_t errlen) {
@@ -150,14 +200,18 @@ int app_start(app *a, char *err, size_t errlen) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;                    /* a failed start is the end of the process */
     }
-    http_options ho = { .listen = a->cfg.listen, .threads = a->cfg.threads,
+    if (loops_start(a, why, sizeof why) != 0) {
+        snprintf(err, errlen, "start: %s", why);
+        goto fail1;
+    }
+    http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,
                         .idle_timeout_s = a->cfg.idle_timeout_s,
                         .request_timeout_s = a->cfg.request_timeout_s, .max_body = 64 * 1024,
                         .routes = api_routes, .nroutes = api_nroutes, .observer = api_observe,
                         .ud = a };
-    if (!(a->http = http_start(&ho, why, sizeof why))) {
+    if (!(a->http = http_start(&ho, why, sizeof why)) || loops_run(a, why, sizeof why) != 0) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;
     }

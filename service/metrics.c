@@ -172,12 +172,16 @@ void metrics_render(app *a, char **out, size_t *len) {
             "# HELP flashsale_http_refused_connections_total Connections refused at the limit.\n"
             "# TYPE flashsale_http_refused_connections_total counter\n"
             "flashsale_http_refused_connections_total %ld\n"
+            "# HELP flashsale_http_refused_per_client_total Connections refused because their "
+            "address held --max-connections-per-client.\n"
+            "# TYPE flashsale_http_refused_per_client_total counter\n"
+            "flashsale_http_refused_per_client_total %ld\n"
             "# HELP flashsale_http_request_timeouts_total Connections closed because a started "
             "request did not arrive within --request-timeout.\n"
             "# TYPE flashsale_http_request_timeouts_total counter\n"
             "flashsale_http_request_timeouts_total %ld\n",
         http_inflight(a->http), http_connections(a->http), http_refused(a->http),
-        http_timed_out(a->http));
+        http_refused_per_client(a->http), http_timed_out(a->http));
     *out = b.p;
     *len = b.len;
 }

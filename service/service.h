@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "common/loop.h"
 #include "db/db.h"
 #include "http/http.h"
 #include "stock/stock.h"
@@ -232,6 +233,9 @@ struct app {
     stock_config stock_cfg;
     db_options db_opt;
     http_server *http;
+    loop **loops;                  /* event loops: HTTP and the order path */
+    pthread_t *loop_threads;
+    int nloops, nrunning;
     db_writer *writer;
     stage *stage;                  /* Redis stage: batched scripts, confirms, undos */
     stage *pool;                   /* strategies that may block */

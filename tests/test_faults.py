@@ -474,6 +474,11 @@ def test_connection_limit_refuses_excess_cleanly(ctx):
     held = []
     for _ in range(49):       # leave one for the test's own client
         held.append(socket.create_connection(("127.0.0.1", s.port)))
+    # Each event loop has its own accept queue: wait until the held ones are
+    # all in, so the extra ones are the excess.
+    import re
+    wait_until(lambda: int(re.search(r"^flashsale_http_connections (\d+)", s.get("/metrics").raw,
+                                     re.M).group(1)) >= 50, 5, what="the held connections")
     extra = []
     for _ in range(20):
         k = socket.create_connection(("127.0.0.1", s.port))

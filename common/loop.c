@@ -1,0 +1,221 @@
+/* loop.c: the epoll event loop (see loop.h).
+ *
+ * Watched descriptors live in a table indexed by fd (descriptors are small
+ * integers), so dispatching an event is an index, not a search. Timers and
+ * flush hooks are few and fixed, in small arrays. The posted-task queue is
+ * a mutex-guarded list plus an eventfd; `notified` makes posters write the
+ * eventfd only once until the loop has drained the queue. */
+#include "common/loop.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+#define MAX_TIMERS 16
+#define MAX_FLUSH 8
+#define MAX_EVENTS 256
+
+typedef struct watch {
+    loop_io_fn *fn;
+    void *ud;
+    unsigned events;
+    int active;
+} watch;
+
+typedef struct timer {
+    int64_t period_ms, next_ms;
+    loop_fn *fn;
+    void *ud;
+} timer;
+
+typedef struct hook {
+    loop_fn *fn;
+    void *ud;
+} hook;
+
+struct loop {
+    int epfd, evfd;
+    watch *watches;
+    int nwatches;                     /* size of the table */
+    timer timers[MAX_TIMERS];
+    int ntimers;
+    hook flush[MAX_FLUSH];
+    int nflush;
+    pthread_mutex_t mu;               /* guards head, tail */
+    loop_task *head, *tail;
+    atomic_int notified;              /* the eventfd was written since the last drain */
+    atomic_int stopping;
+    void *data;
+};
+
+static __thread loop *current;
+
+loop *loop_current(void) { return current; }
+void loop_set_data(loop *l, void *data) { l->data = data; }
+void *loop_data(const loop *l) { return l->data; }
+
+static void drain(loop *l, int fd, unsigned events, void *ud);
+
+loop *loop_new(char *err, size_t errlen) {
+    loop *l = calloc(1, sizeof *l);
+    if (!l) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&l->mu, NULL);
+    if (l->epfd < 0 || l->evfd < 0 || loop_watch(l, l->evfd, LOOP_READ, drain, NULL) != 0) {
+        snprintf(err, errlen, "event loop: %s", strerror(errno));
+        loop_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* Runs every posted task; more may be posted meanwhile (they run next). */
+static void run_tasks(loop *l) {
+    pthread_mutex_lock(&l->mu);
+    loop_task *t = l->head;
+    l->head = l->tail = NULL;
+    pthread_mutex_unlock(&l->mu);
+    while (t) {
+        loop_task *next = t->next;   /* fn may reuse or free t */
+        t->fn(l, t->ud);
+        t = next;
+    }
+}
+
+void loop_free(loop *l) {
+    if (!l) return;
+    run_tasks(l);
+    if (l->epfd >= 0) close(l->epfd);
+    if (l->evfd >= 0) close(l->evfd);
+    pthread_mutex_destroy(&l->mu);
+    free(l->watches);
+    free(l);
+}
+
+static int grow(loop *l, int fd) {
+    if (fd < l->nwatches) return 0;
+    int n = l->nwatches ? l->nwatches : 64;
+    while (n <= fd) n *= 2;
+    watch *w = realloc(l->watches, (size_t)n * sizeof *w);
+    if (!w) return -1;
+    memset(w + l->nwatches, 0, (size_t)(n - l->nwatches) * sizeof *w);
+    l->watches = w;
+    l->nwatches = n;
+    return 0;
+}
+
+int loop_watch(loop *l, int fd, unsigned events, loop_io_fn *fn, void *ud) {
+    if (fd < 0 || grow(l, fd) != 0) {
+        errno = fd < 0 ? EBADF : ENOMEM;
+        return -1;
+    }
+    watch *w = &l->watches[fd];
+    struct epoll_event ev = { .events = ((events & LOOP_READ) ? EPOLLIN : 0) |
+                                        ((events & LOOP_WRITE) ? EPOLLOUT : 0),
+                              .data.fd = fd };
+    if (w->active && w->events == events) {
+        w->fn = fn;
+        w->ud = ud;
+        return 0;
+    }
+    if (epoll_ctl(l->epfd, w->active ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    *w = (watch){ fn, ud, events, 1 };
+    return 0;
+}
+
+void loop_unwatch(loop *l, int fd) {
+    if (fd < 0 || fd >= l->nwatches || !l->watches[fd].active) return;
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+    l->watches[fd].active = 0;
+}
+
+int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud) {
+    if (l->ntimers == MAX_TIMERS || period_ms <= 0) return -1;
+    l->timers[l->ntimers++] = (timer){ period_ms, clock_mono_ms() + period_ms, fn, ud };
+    return 0;
+}
+
+int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
+    if (l->nflush == MAX_FLUSH) return -1;
+    l->flush[l->nflush++] = (hook){ fn, ud };
+    return 0;
+}
+
+void loop_post(loop *l, loop_task *t) {
+    t->next = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (l->tail) l->tail->next = t;
+    else l->head = t;
+    l->tail = t;
+    pthread_mutex_unlock(&l->mu);
+    if (atomic_exchange(&l->notified, 1) == 0) {
+        uint64_t one = 1;
+        if (write(l->evfd, &one, sizeof one) < 0) {}   /* EAGAIN: already readable */
+    }
+}
+
+static void drain(loop *l, int fd, unsigned events, void *ud) {
+    uint64_t n;
+    (void)events;
+    (void)ud;
+    if (read(fd, &n, sizeof n) < 0) {}
+    /* Cleared before the tasks are taken: a post after this point writes
+     * the eventfd again, so none is left waiting unseen. */
+    atomic_store(&l->notified, 0);
+    run_tasks(l);
+}
+
+void loop_stop(loop *l) {
+    atomic_store(&l->stopping, 1);
+    uint64_t one = 1;                          /* wakes epoll_wait */
+    if (write(l->evfd, &one, sizeof one) < 0) {}
+}
+
+/* Runs due timers; returns the milliseconds until the next one (-1: none). */
+static int run_timers(loop *l) {
+    int64_t now = clock_mono_ms(), wait = -1;
+    for (int i = 0; i < l->ntimers; i++) {
+        timer *t = &l->timers[i];
+        if (now >= t->next_ms) {
+            t->fn(l, t->ud);
+            now = clock_mono_ms();
+            t->next_ms = now + t->period_ms;
+        }
+        int64_t left = t->next_ms - now;
+        if (wait < 0 || left < wait) wait = left;
+    }
+    return (int)wait;
+}
+
+void loop_run(loop *l) {
+    struct epoll_event evs[MAX_EVENTS];
+    current = l;
+    while (!atomic_load(&l->stopping)) {
+        int wait = run_timers(l);
+        int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd >= l->nwatches || !l->watches[fd].active) continue;   /* unwatched meanwhile */
+            /* A hang-up or error is reported as both, so whichever side the
+             * owner waits on finds out. */
+            unsigned e = evs[i].events;
+            unsigned ev = ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) ? LOOP_READ : 0) |
+                          ((e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ? LOOP_WRITE : 0);
+            l->watches[fd].fn(l, fd, ev, l->watches[fd].ud);
+        }
+        for (int i = 0; i < l->nflush; i++) l->flush[i].fn(l, l->flush[i].ud);
+    }
+    current = NULL;
+}
