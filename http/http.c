@@ -318,13 +318,31 @@ static void req_free(http_req *r) {
     free(r);
 }
 
+/* A request libmicrohttpd handed us (URI log) but will never report
+ * completed: some of its error paths (a request line whose arguments do
+ * not fit the connection's memory, found by the fuzzer) end the request
+ * without the completion callback. Freed when the connection goes on or
+ * closes. Never a deferred one: a suspended connection does no I/O, so
+ * libmicrohttpd cannot drop it, and the service stops only with none. */
+static void req_abandoned(http_server *s, http_req *r) {
+    if (r->deferred) return;                   /* (kept, rather than freed under a worker) */
+    if (r->counted) atomic_fetch_sub(&s->inflight, 1);
+    req_free(r);
+}
+
 /* libmicrohttpd's request-line report: the target before it decodes it. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
     http_server *s = ((http_daemon *)cls)->srv;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context) http_conn_request_seen(ci->socket_context);
-    return req_new(s, uri ? uri : "");
+    http_conn *hc = ci ? ci->socket_context : NULL;
+    http_req *r = req_new(s, uri ? uri : "");
+    if (hc) {
+        http_conn_request_seen(hc);
+        if (hc->req) req_abandoned(s, hc->req);    /* never completed by libmicrohttpd */
+        hc->req = r;
+    }
+    return r;
 }
 
 /* First call of a request: headers in, body not yet. */
@@ -417,7 +435,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context) http_conn_answered(ci->socket_context);
+    http_conn *hc = ci ? ci->socket_context : NULL;
+    if (hc) {
+        http_conn_answered(hc);
+        if (hc->req == r) hc->req = NULL;
+    }
     if (!r) return;
     if (r->counted) atomic_fetch_sub(&s->inflight, 1);
     req_free(r);
@@ -460,8 +482,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         *socket_ctx = c;
     } else {
         atomic_fetch_sub(&s->connections, 1);
-        if (*socket_ctx) http_clients_give(&s->clients, &((http_conn *)*socket_ctx)->client);
-        http_conn_closed(*socket_ctx);
+        http_conn *c = *socket_ctx;
+        if (c) {
+            http_clients_give(&s->clients, &c->client);
+            if (c->req) req_abandoned(s, c->req);
+        }
+        http_conn_closed(c);
         *socket_ctx = NULL;
     }
 }

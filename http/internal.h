@@ -85,6 +85,7 @@ typedef struct http_conn {
     int64_t started_us;              /* when the current request was first seen */
     int64_t closed_seen_us;          /* receiving, and the client had closed its side */
     http_client_key client;          /* the slot it holds in the per-client count */
+    struct http_req *req;            /* the request being read or answered (its thread only) */
     uint64_t bytes_idle;             /* bytes the kernel had received when it went idle */
     struct http_conn *prev, *next;
 } http_conn;

@@ -25,8 +25,10 @@ struct stock_conn {
     char errstr[256];
 };
 
-/* Scripts of the read-check-write strategies (rcw.c). */
-extern rconn_script sk_read, sk_write, sk_unlock;
+/* Scripts of the read-check-write strategies (rcw.c), and those the loop
+ * side uses (async.c); initialised by sk_scripts_init (once). */
+extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch;
+void sk_scripts_init(void);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
 void sk_drop(stock_conn *c, const char *what);

@@ -16,14 +16,17 @@
 #include "stock/internal.h"
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
-    stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[];
+    stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
+    stock_lua_reserve_batch[];
 
-static rconn_script s_reserve, s_undo, s_load, s_restock;
-rconn_script sk_read, sk_write, sk_unlock;
+static rconn_script s_reserve, s_load, s_restock;
+rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+#define s_undo sk_undo
 
 static void scripts_init(void) {
     rconn_script_init(&s_reserve, "reserve", stock_lua_reserve);
+    rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);
@@ -113,8 +116,10 @@ void sk_hint_set(const stock_product *p, int seg, int empty) {
 
 
 
+void sk_scripts_init(void) { pthread_once(&scripts_once, scripts_init); }
+
 stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
-    pthread_once(&scripts_once, scripts_init);
+    sk_scripts_init();
     stock_conn *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");

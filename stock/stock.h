@@ -218,6 +218,46 @@ int stock_heartbeat(stock_conn *c, long long ttl_ms);
 /* Whether instance id has a live heartbeat: 1, 0, or -1 on error. */
 int stock_instance_alive(stock_conn *c, const char *instance);
 
+/* ------------------------------------------------------ on an event loop
+ *
+ * The order path's side: one non-blocking connection per event loop
+ * (common/loop.h), whose calls return at once and report through callbacks
+ * on the loop's thread. Everything here runs on that thread. A callback may
+ * run before the call that queued its work returns (when the work fails at
+ * once, with nothing sent). */
+
+#define STOCK_BATCH_MAX 256
+
+struct loop;
+typedef struct stock_async stock_async;
+
+/* A stock handle for loop l (it connects at once, in the background). */
+stock_async *stock_async_new(struct loop *l, const stock_config *cfg, char *err, size_t errlen);
+/* Frees sa; work not answered yet fails (UNAVAILABLE, outcome unknown). */
+void stock_async_free(stock_async *sa);
+/* The last connection error. */
+const char *stock_async_errstr(const stock_async *sa);
+/* Commands sent and not answered yet. */
+int stock_async_inflight(const stock_async *sa);
+
+/* The reservations of a batch, each with its result set (as stock_reserve). */
+typedef void stock_batch_fn(void *ud, stock_req **reqs, size_t n);
+/* Reserves reqs[0..n) (all of product p; n <= STOCK_BATCH_MAX) in one
+ * script call, which first clears the pending records of the committed
+ * orders in clear[0..nclear) (their ids are copied). Returns how many of the
+ * clears it took (the rest: another call). The reqs must stay alive until
+ * fn is called. */
+size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
+                           const char *const *clear, size_t nclear, stock_batch_fn *fn, void *ud);
+/* Clears pending records of committed orders of p (no answer: a failure
+ * leaves them to reconciliation). Returns how many it took. */
+size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *const *ids,
+                         size_t n);
+/* done: 1 when the order's units are known given back (now or before). */
+typedef void stock_undo_fn(void *ud, int done);
+/* Gives back the reservation of an order that will never commit (undo.lua). */
+void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud);
+
 /* Writes "<prefix>{<sku>}:<suffix>" into buf (of len bytes). Returns the
  * length, or -1 if it does not fit. Exposed for tests and tools. */
 int stock_key(char *buf, size_t len, const char *prefix, const char *sku, const char *suffix);

@@ -1,0 +1,361 @@
+/* async.c: the stock operations of the order path, on an event loop.
+ *
+ * The service's loops gather the orders of one iteration and reserve each
+ * SKU's share in one script call (reserve_batch.lua) on the loop's own
+ * non-blocking connection (common/aconn); the pending records of orders
+ * committed meanwhile are cleared in the same call. Undoing a reservation
+ * (its order will never commit) is undo.lua, as on the blocking side.
+ *
+ * While the connection is being set up (at start, after Redis came back)
+ * work waits in `held` and goes out once it is ready; if the connection
+ * cannot be made, the work fails as UNAVAILABLE with nothing sent. */
+#include "stock/stock.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/aconn.h"
+#include "common/clock.h"
+#include "stock/internal.h"
+
+#define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
+
+typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO } job_kind;
+
+/* Work for the connection: sent at once when it is ready, else held. */
+typedef struct job {
+    job_kind kind;
+    const stock_product *p;
+    stock_req **reqs;            /* J_RESERVE: the caller's; n of them */
+    size_t n;
+    char **ids;                  /* order ids to clear (copies) */
+    size_t nids;
+    stock_ref ref;               /* J_UNDO */
+    char ref_id[STOCK_ORDER_ID_MAX + 1], ref_key[160];
+    stock_batch_fn *batch_fn;
+    stock_undo_fn *undo_fn;
+    void *ud;
+    struct job *next;
+} job;
+
+struct stock_async {
+    loop *l;
+    aconn *conn;
+    char prefix[64];
+    char instance[128];
+    long long idem_ttl_ms;
+    uint64_t rng;
+    rconn_cmd cmd;
+    job *held, *held_tail;
+    char errstr[256];
+};
+
+/* -------------------------------------------------------------- commands */
+
+static void add_key(stock_async *sa, const char *sku, const char *suffix) {
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:%s", sa->prefix, sku, suffix);
+}
+
+static void add_segments(stock_async *sa, const stock_product *p) {
+    for (int i = 0; i < p->segments; i++)
+        rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, i);
+}
+
+static uint64_t next_random(stock_async *sa) {
+    sa->rng ^= sa->rng >> 12;
+    sa->rng ^= sa->rng << 25;
+    sa->rng ^= sa->rng >> 27;
+    return sa->rng * 2685821657736338717ULL;
+}
+
+static int has_key(const stock_req *r) { return r->idem_key && r->idem_key[0]; }
+
+/* Builds one reserve_batch.lua call into sa->cmd. */
+static void build_reserve(stock_async *sa, const job *j) {
+    const stock_product *p = j->p;
+    int nkeyed = 0;
+    for (size_t i = 0; i < j->n; i++) nkeyed += has_key(j->reqs[i]);
+    rconn_cmd_evalsha(&sa->cmd, &sk_reserve_batch, 4 + p->segments + nkeyed);
+    add_key(sa, p->sku, "gen");
+    add_key(sa, p->sku, "pending");
+    add_key(sa, p->sku, "users");
+    add_key(sa, p->sku, "empty");
+    add_segments(sa, p);
+    for (size_t i = 0; i < j->n; i++)
+        if (has_key(j->reqs[i]))
+            rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, j->reqs[i]->idem_key);
+    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    rconn_cmd_adds(&sa->cmd, sa->instance);
+    rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
+    rconn_cmd_addll(&sa->cmd, p->per_user_limit);
+    rconn_cmd_addll(&sa->cmd, p->segments);
+    rconn_cmd_addll(&sa->cmd,
+                    p->segments > 1 ? (long long)(next_random(sa) % (uint64_t)p->segments) : 0);
+    rconn_cmd_addll(&sa->cmd, (long long)j->nids);
+    for (size_t i = 0; i < j->nids; i++) rconn_cmd_adds(&sa->cmd, j->ids[i]);
+    int keyidx = 5 + p->segments;              /* KEYS index of the first idem record */
+    for (size_t i = 0; i < j->n; i++) {
+        const stock_req *r = j->reqs[i];
+        rconn_cmd_adds(&sa->cmd, r->order_id);
+        rconn_cmd_adds(&sa->cmd, r->user_id);
+        rconn_cmd_addll(&sa->cmd, r->quantity);
+        rconn_cmd_adds(&sa->cmd, has_key(r) ? r->fingerprint : "");
+        rconn_cmd_addll(&sa->cmd, has_key(r) ? keyidx++ : 0);
+        if (has_key(r)) rconn_cmd_adds(&sa->cmd, r->idem_key);
+    }
+}
+
+static void build_clear(stock_async *sa, const job *j) {
+    rconn_cmd_reset(&sa->cmd);
+    rconn_cmd_adds(&sa->cmd, "HDEL");
+    add_key(sa, j->p->sku, "pending");
+    for (size_t i = 0; i < j->nids; i++) rconn_cmd_adds(&sa->cmd, j->ids[i]);
+}
+
+static void build_undo(stock_async *sa, const job *j) {
+    const stock_product *p = j->p;
+    rconn_cmd_evalsha(&sa->cmd, &sk_undo, 4 + p->segments);
+    add_key(sa, p->sku, "pending");
+    add_key(sa, p->sku, "users");
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, j->ref_key);
+    add_key(sa, p->sku, "empty");
+    add_segments(sa, p);
+    rconn_cmd_adds(&sa->cmd, j->ref_id);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static long long elem_int(const redisReply *r, size_t i) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return 0;
+    const redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_INTEGER) return e->integer;
+    if (e->type == REDIS_REPLY_STRING) return strtoll(e->str, NULL, 10);
+    return 0;
+}
+
+static const char *elem_str(const redisReply *r, size_t i) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return "";
+    const redisReply *e = r->element[i];
+    return e->type == REDIS_REPLY_STRING ? e->str : "";
+}
+
+/* One order's entry of the batch's reply (as reserve.lua's whole reply). */
+static void read_one(stock_req *r, const redisReply *e) {
+    r->outcome_unknown = 0;
+    if (!e || e->type != REDIS_REPLY_ARRAY || e->elements < 1) {
+        r->result = STOCK_UNAVAILABLE;
+        return;
+    }
+    switch (elem_int(e, 0)) {
+    case 1:
+        r->result = STOCK_RESERVED;
+        r->gen = elem_int(e, 1);
+        break;
+    case 2:
+        r->result = STOCK_REPLAY;
+        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", elem_str(e, 1));
+        r->replay_same = r->fingerprint && !strcmp(elem_str(e, 2), r->fingerprint);
+        break;
+    case 0:
+        r->result = STOCK_SOLD_OUT;
+        r->available = 0;
+        break;
+    case -1:
+        r->result = STOCK_INSUFFICIENT;
+        r->available = elem_int(e, 1);
+        break;
+    case -2:
+        r->result = STOCK_LIMIT;
+        r->available = elem_int(e, 1);
+        break;
+    default:
+        r->result = STOCK_MISSING;
+        break;
+    }
+}
+
+static void job_free(job *j) {
+    for (size_t i = 0; i < j->nids; i++) free(j->ids[i]);
+    free(j->ids);
+    free(j);
+}
+
+/* Ends a job that got no reply: sent (the script may have run) or not. */
+static void job_fail(stock_async *sa, job *j, int sent) {
+    if (j->kind == J_RESERVE) {
+        for (size_t i = 0; i < j->n; i++) {
+            j->reqs[i]->result = STOCK_UNAVAILABLE;
+            j->reqs[i]->outcome_unknown = sent;
+        }
+        j->batch_fn(j->ud, j->reqs, j->n);
+    } else if (j->kind == J_UNDO) {
+        j->undo_fn(j->ud, 0);
+    }
+    (void)sa;
+    job_free(j);
+}
+
+static void on_reply(void *ud, redisReply *r) {
+    job *j = ud;
+    if (!r) {
+        job_fail(NULL, j, 1);
+        return;
+    }
+    if (j->kind == J_RESERVE) {
+        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == j->n;
+        for (size_t i = 0; i < j->n; i++) {
+            if (ok) {
+                read_one(j->reqs[i], r->element[i]);
+            } else {
+                /* An error reply: the script aborted, nothing it did stays. */
+                j->reqs[i]->result = STOCK_UNAVAILABLE;
+                j->reqs[i]->outcome_unknown = 0;
+            }
+        }
+        j->batch_fn(j->ud, j->reqs, j->n);
+    } else if (j->kind == J_UNDO) {
+        j->undo_fn(j->ud, r->type == REDIS_REPLY_INTEGER);
+    }
+    job_free(j);
+}
+
+/* -------------------------------------------------------------- dispatch */
+
+static void send_job(stock_async *sa, job *j) {
+    switch (j->kind) {
+    case J_RESERVE: build_reserve(sa, j); break;
+    case J_CLEAR: build_clear(sa, j); break;
+    case J_UNDO: build_undo(sa, j); break;
+    }
+    if (aconn_send(sa->conn, &sa->cmd, on_reply, j) != 0) job_fail(sa, j, 0);
+}
+
+/* Sends j now, or holds it until the connection is ready. */
+static void submit(stock_async *sa, job *j) {
+    if (aconn_ready(sa->conn)) {
+        send_job(sa, j);
+        return;
+    }
+    if (aconn_connect(sa->conn) != 0) {            /* not now: fail, nothing sent */
+        snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(sa->conn));
+        job_fail(sa, j, 0);
+        return;
+    }
+    j->next = NULL;
+    if (sa->held_tail) sa->held_tail->next = j;
+    else sa->held = j;
+    sa->held_tail = j;
+}
+
+static void on_state(aconn *c, int up, void *ud) {
+    stock_async *sa = ud;
+    job *j = sa->held;
+    (void)c;
+    sa->held = sa->held_tail = NULL;
+    if (!up) snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(sa->conn));
+    while (j) {
+        job *next = j->next;
+        if (up) send_job(sa, j);
+        else job_fail(sa, j, 0);
+        j = next;
+    }
+}
+
+/* ------------------------------------------------------------------ API */
+
+stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
+    static const rconn_script *scripts[2];
+    rconn_addr a;
+    sk_scripts_init();
+    scripts[0] = &sk_reserve_batch;
+    scripts[1] = &sk_undo;
+    if (rconn_parse(cfg->redis_url, &a, err, errlen)) return NULL;
+    stock_async *sa = calloc(1, sizeof *sa);
+    if (!sa) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sa->l = l;
+    snprintf(sa->prefix, sizeof sa->prefix, "%s", cfg->prefix);
+    snprintf(sa->instance, sizeof sa->instance, "%s", cfg->instance ? cfg->instance : "");
+    sa->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    sa->rng = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
+    rconn_cmd_init(&sa->cmd);
+    sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 2, on_state, sa);
+    if (!sa->conn) {
+        snprintf(err, errlen, "cannot attach a Redis connection to the loop");
+        rconn_cmd_free(&sa->cmd);
+        free(sa);
+        return NULL;
+    }
+    aconn_connect(sa->conn);                     /* ready before the first order, usually */
+    return sa;
+}
+
+void stock_async_free(stock_async *sa) {
+    if (!sa) return;
+    aconn_free(sa->conn);                        /* fails what is in flight */
+    on_state(NULL, 0, sa);                       /* and what is held */
+    rconn_cmd_free(&sa->cmd);
+    free(sa);
+}
+
+const char *stock_async_errstr(const stock_async *sa) { return sa->errstr; }
+int stock_async_inflight(const stock_async *sa) { return aconn_inflight(sa->conn); }
+
+/* Copies ids (at most CLEAR_MAX) into j. Returns how many were taken. */
+static size_t take_ids(job *j, const char *const *ids, size_t n) {
+    if (n > CLEAR_MAX) n = CLEAR_MAX;
+    if (!n || !(j->ids = calloc(n, sizeof *j->ids))) return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(j->ids[i] = strdup(ids[i]))) break;
+        j->nids++;
+    }
+    return j->nids;
+}
+
+size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
+                           const char *const *clear, size_t nclear, stock_batch_fn *fn, void *ud) {
+    assert(n > 0 && n <= STOCK_BATCH_MAX);
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        for (size_t i = 0; i < n; i++) {
+            reqs[i]->result = STOCK_UNAVAILABLE;
+            reqs[i]->outcome_unknown = 0;
+        }
+        fn(ud, reqs, n);
+        return 0;
+    }
+    *j = (job){ .kind = J_RESERVE, .p = p, .reqs = reqs, .n = n, .batch_fn = fn, .ud = ud };
+    size_t taken = take_ids(j, clear, nclear);
+    submit(sa, j);
+    return taken;
+}
+
+size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *const *ids,
+                         size_t n) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return 0;
+    *j = (job){ .kind = J_CLEAR, .p = p };
+    size_t taken = take_ids(j, ids, n);
+    if (!taken) {
+        job_free(j);
+        return 0;
+    }
+    submit(sa, j);
+    return taken;
+}
+
+void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        fn(ud, 0);
+        return;
+    }
+    *j = (job){ .kind = J_UNDO, .p = ref->product, .undo_fn = fn, .ud = ud };
+    snprintf(j->ref_id, sizeof j->ref_id, "%s", ref->order_id);
+    snprintf(j->ref_key, sizeof j->ref_key, "%s", ref->idem_key ? ref->idem_key : "");
+    submit(sa, j);
+}

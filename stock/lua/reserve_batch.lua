@@ -1,0 +1,125 @@
+-- reserve_batch.lua: the `lua` strategy's order step for a whole batch of
+-- orders of one SKU, in one atomic script: each order is checked and taken
+-- exactly as reserve.lua does it (validity of the copy, idempotency,
+-- per-user limit, stock, decrement across segments if need be, pending
+-- record), one after another; and first, the pending records of orders
+-- already committed are cleared (so clearing them costs no round trip of
+-- its own). All keys are of one SKU, so of one Redis Cluster slot.
+--
+-- KEYS[1] gen   KEYS[2] pending   KEYS[3] users   KEYS[4] empty bitmap
+-- KEYS[5 .. 4+n]       stock segments 0 .. n-1
+-- KEYS[5+n ..]         idempotency records of the orders that have a key
+-- ARGV[1] run_id   ARGV[2] instance   ARGV[3] idem TTL ms   ARGV[4] per-user limit
+-- ARGV[5] segments n   ARGV[6] first segment to try   ARGV[7] c: orders to clear
+-- ARGV[8 .. 7+c]       their order ids
+-- then per order, 5 values: order_id, user_id, quantity, fingerprint ('' when
+-- no key), the KEYS index of its idempotency record (0 when none); its key
+-- itself follows only when it has one (6 values then).
+--
+-- Returns one entry per order, as reserve.lua: {1, gen, spec} reserved,
+-- {2, order_id, fp} a replay, {0, 0} sold out, {-1, available},
+-- {-2, bought}, {-3} no valid copy.
+local n = tonumber(ARGV[5])
+local c = tonumber(ARGV[7])
+if c > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 8, 7 + c)) end
+
+local g = redis.call('GET', KEYS[1])
+local gen, run_id
+if g then gen, run_id = string.match(g, '^(%d+):(.*)$') end
+local valid = g and run_id == ARGV[1]
+
+local limit = tonumber(ARGV[4])
+local first = tonumber(ARGV[6])
+local bm = (valid and n > 1) and redis.call('GET', KEYS[4]) or false
+local vals = {}              -- segment -> units, read once per batch
+local dirty = {}             -- segments written
+local now = nil
+local pend = {}              -- HSET field, value pairs
+local out = {}
+
+local function units(seg)
+    local v = vals[seg]
+    if v then return v end
+    local b = bm and string.byte(bm, math.floor(seg / 8) + 1)
+    if b and bit.band(b, bit.rshift(128, seg % 8)) ~= 0 then
+        v = 0                -- marked empty: exactly 0, no read
+    else
+        v = tonumber(redis.call('GET', KEYS[5 + seg]))
+        if not v then return nil end
+    end
+    vals[seg] = v
+    return v
+end
+
+local i = 8 + c
+local k = 0
+while i <= #ARGV do
+    local oid, user, qty, fp, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
+        tonumber(ARGV[i + 4])
+    local key = ''
+    i = i + 5
+    if ik > 0 then key = ARGV[i]; i = i + 1 end
+    k = k + 1
+    local res = nil
+    if not valid then res = {-3} end
+    if not res and ik > 0 then
+        local rec = redis.call('GET', KEYS[ik])
+        if rec then
+            local rgen, roid, rfp = string.match(rec, '^(%d+)|([^|]*)|(.*)$')
+            if rgen == gen then res = {2, roid, rfp} end
+        end
+    end
+    local bought = 0
+    if not res and limit > 0 then
+        bought = tonumber(redis.call('HGET', KEYS[3], user) or '0')
+        if bought + qty > limit then res = {-2, bought} end
+    end
+    if not res then
+        local need, seen, plan = qty, 0, {}
+        for s = 0, n - 1 do
+            local seg = (first + k + s) % n
+            local v = units(seg)
+            if not v then res = {-3}; break end
+            if v > 0 then
+                local t = math.min(v, need)
+                plan[#plan + 1] = seg
+                plan[#plan + 1] = t
+                need = need - t
+                seen = seen + v
+                if need == 0 then break end
+            end
+        end
+        if not res and need > 0 then
+            res = (seen == 0) and {0, 0} or {-1, seen}
+        end
+        if not res then
+            local spec = {}
+            for j = 1, #plan, 2 do
+                vals[plan[j]] = vals[plan[j]] - plan[j + 1]
+                dirty[plan[j]] = true
+                spec[#spec + 1] = plan[j] .. ':' .. plan[j + 1]
+            end
+            spec = table.concat(spec, ',')
+            if limit > 0 then redis.call('HINCRBY', KEYS[3], user, qty) end
+            if not now then
+                local t = redis.call('TIME')
+                now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            end
+            pend[#pend + 1] = oid
+            pend[#pend + 1] = cjson.encode({ q = qty, u = user, k = key, i = ARGV[2], t = now,
+                                             s = spec, l = (limit > 0) and 1 or 0 })
+            if ik > 0 then
+                redis.call('SET', KEYS[ik], gen .. '|' .. oid .. '|' .. fp, 'PX', ARGV[3])
+            end
+            res = {1, tonumber(gen), spec}
+        end
+    end
+    out[k] = res
+end
+
+for seg, _ in pairs(dirty) do
+    redis.call('SET', KEYS[5 + seg], vals[seg])
+    if vals[seg] == 0 and n > 1 then redis.call('SETBIT', KEYS[4], seg, 1) end
+end
+if #pend > 0 then redis.call('HSET', KEYS[2], unpack(pend)) end
+return out
