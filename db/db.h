@@ -197,6 +197,8 @@ db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_b
                            db_batch_done *done, void *ud, char *err, size_t errlen);
 /* Queues job (thread-safe). */
 void db_writer_submit(db_writer *w, db_job *job);
+/* Queues jobs[0..n) at once: one lock and one wake for the lot. */
+void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n);
 /* Commits jobs[0..n) as one group now, on the calling thread, taking turns
  * with the writer thread on its connection; sets each job's status. The done
  * callback is not called: the jobs stay the caller's. Thread-safe. */

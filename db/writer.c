@@ -40,13 +40,17 @@ struct db_writer {
     atomic_int last_failed;
 };
 
-void db_writer_submit(db_writer *w, db_job *job) {
-    job->next = NULL;
+void db_writer_submit(db_writer *w, db_job *job) { db_writer_submit_many(w, &job, 1); }
+
+void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n) {
+    if (n == 0) return;
+    for (size_t i = 0; i + 1 < n; i++) jobs[i]->next = jobs[i + 1];
+    jobs[n - 1]->next = NULL;
     pthread_mutex_lock(&w->mu);
-    if (w->tail) w->tail->next = job;
-    else w->head = job;
-    w->tail = job;
-    pthread_cond_signal(&w->cv);
+    if (w->tail) w->tail->next = jobs[0];
+    else w->head = jobs[0];
+    w->tail = jobs[n - 1];
+    pthread_cond_signal(&w->cv);          /* one wake for the batch */
     pthread_mutex_unlock(&w->mu);
 }
 

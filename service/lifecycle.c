@@ -142,11 +142,13 @@ static void shutdown_gracefully(app *a) {
     /* The writer first: its last groups queue confirmations on the stage. */
     db_writer_stop(a->writer);
     stage_stop(a->pool);
-    stage_stop(a->stage);
+    /* The loops' last clears and undos, then the loops. */
+    order_loops_drain(a, 2000);
     maint_stop(a->maint);
     health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then their daemons. */
     loops_stop(a);
+    order_loops_free(a);
     http_stop(a->http);
     loops_free(a);
 }
@@ -195,8 +197,7 @@ int app_start(app *a, char *err, size_t errlen) {
         !(a->maint = maint_start(a, why, sizeof why)) ||
         !(a->health = health_start(a, why, sizeof why)) ||
         !(a->api = workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
-        !(a->stage = stage_start(a, a->cfg.redis_workers, 0, why, sizeof why)) ||
-        !(a->pool = stage_start(a, a->cfg.lock_workers, 1, why, sizeof why))) {
+        !(a->pool = stage_start(a, a->cfg.lock_workers, why, sizeof why))) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;                    /* a failed start is the end of the process */
     }
@@ -211,7 +212,8 @@ int app_start(app *a, char *err, size_t errlen) {
                         .request_timeout_s = a->cfg.request_timeout_s, .max_body = 64 * 1024,
                         .routes = api_routes, .nroutes = api_nroutes, .observer = api_observe,
                         .ud = a };
-    if (!(a->http = http_start(&ho, why, sizeof why)) || loops_run(a, why, sizeof why) != 0) {
+    if (!(a->http = http_start(&ho, why, sizeof why)) || order_loops_start(a, why, sizeof why) ||
+        loops_run(a, why, sizeof why) != 0) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;
     }

@@ -29,6 +29,7 @@ static const char *const OUTCOME_NAMES[OUT_COUNT] = {
     [OUT_KEY_REUSED] = "idempotency_key_reused", [OUT_IN_PROGRESS] = "request_in_progress",
     [OUT_LOCK_TIMEOUT] = "lock_timeout", [OUT_REDIS_UNAVAILABLE] = "redis_unavailable",
     [OUT_DB_UNAVAILABLE] = "db_unavailable", [OUT_SHUTTING_DOWN] = "shutting_down",
+    [OUT_CONFLICT] = "optimistic_conflict",
 };
 
 const char *outcome_name(outcome o) { return OUTCOME_NAMES[o]; }

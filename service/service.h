@@ -1,17 +1,19 @@
 /* service.h: the flashsale service's own parts and how they are wired.
  *
  * The service wires the modules together (http.h, stock.h, db.h) and owns
- * the order pipeline:
+ * the order pipeline (pipeline.c, orderloop.c), on event loops (one per
+ * thread; common/loop.h):
  *
- *   HTTP thread        validate, look up the product, suspend the connection
- *     -> Redis stage   reserve a whole batch of orders in one pipelined round
- *                      trip (stock_reserve)
- *     -> DB writer     commit the batch's orders in one transaction (db_writer)
- *     -> answer 201    resume the connection; then the Redis stage clears the
- *                      pending records of the committed orders (stock_confirm)
+ *   event loop    HTTP request in, validated, connection suspended; the
+ *                 loop's `lua` orders of one iteration reserved per SKU in
+ *                 one script call on the loop's own Redis connection
+ *     committer   the reserved orders of every loop committed as one group
+ *                 (one fsync), then handed back to their loops in one wake
+ *   event loop    201 answered; the pending records cleared in the next
+ *                 script call
  *
- * A failure after the reservation gives the units back (stock_undo) before
- * the client hears 503; whatever a crash leaves behind is found by the
+ * A failure after the reservation gives the units back (undo) before the
+ * client hears 503; whatever a crash leaves behind is found by the
  * maintenance thread through the pending records and settled against
  * SQLite. Nothing here is visible outside the service. */
 #ifndef FLASHSALE_SERVICE_H
@@ -45,7 +47,6 @@ typedef struct config {
     char admin_token[256];
     char key_prefix[64];
     int threads;              /* HTTP event-loop threads */
-    int redis_workers;        /* Redis stage threads (one connection each) */
     int redis_timeout_ms;
     int db_busy_timeout_ms;
     int synchronous_full;
@@ -136,7 +137,7 @@ enum route_id {
 typedef enum outcome {
     OUT_CREATED, OUT_REPLAYED, OUT_SOLD_OUT, OUT_INSUFFICIENT, OUT_LIMIT, OUT_KEY_REUSED,
     OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_REDIS_UNAVAILABLE, OUT_DB_UNAVAILABLE,
-    OUT_SHUTTING_DOWN, OUT_COUNT
+    OUT_SHUTTING_DOWN, OUT_CONFLICT, OUT_COUNT
 } outcome;
 
 #define HIST_BUCKETS 14
@@ -237,8 +238,9 @@ struct app {
     pthread_t *loop_threads;
     int nloops, nrunning;
     db_writer *writer;
-    stage *stage;                  /* Redis stage: batched scripts, confirms, undos */
     stage *pool;                   /* strategies that may block */
+    struct order_loop **order_loops;   /* the order path on each loop (orderloop.c) */
+    struct order_loop *give_touched;   /* the committer's: loops it is handing back to */
     workers *api;                  /* API work that reads or writes the stores */
     health *health;
     maint *maint;
@@ -277,16 +279,21 @@ void api_observe(int route_id, int status, int64_t micros, void *ud);
 /* One order request on its way through the pipeline (pipeline.c). */
 typedef struct order_op order_op;
 
-/* Starts a stage: the Redis stage (batched, blocking = 0) or the pool for
- * strategies that may block (blocking = 1), each thread with its own
+/* Starts the pool for strategies that may block, each thread with its own
  * connections. */
-stage *stage_start(app *a, int threads, int blocking, char *err, size_t errlen);
+stage *stage_start(app *a, int threads, char *err, size_t errlen);
+/* The order path's state on each event loop (call after http_start, so its
+ * flush follows libmicrohttpd's); waiting, with a bound, for the loops'
+ * Redis work to be answered (at shutdown); freeing it, loops stopped. */
+int order_loops_start(app *a, char *err, size_t errlen);
+void order_loops_drain(app *a, int64_t wait_ms);
+void order_loops_free(app *a);
 /* Takes over a validated order request: reserves, commits and answers it. */
 void order_submit(app *a, http_req *req, product *p, const order_input *in,
                   const char *idem_key);
 /* The writer's callback (registered by main). */
 void order_batch_done(db_job **jobs, size_t n, void *ud);
-/* Drains the stage's queue, then stops its threads. */
+/* Drains the pool's queue, then stops its threads. */
 void stage_stop(stage *s);
 
 /* `flashsale audit` (audit.c): prints every discrepancy between Redis and

@@ -42,14 +42,16 @@ def test_openapi_served_is_the_document(ctx):
 
 def emitted_error_codes():
     """The error codes the C sources pass to the reply functions (the
-    argument after the status), ternaries included, and those written into
-    fixed JSON answers ("{\"error\":\"...\"")."""
+    argument after the status), ternaries included, those written into
+    fixed JSON answers ("{\"error\":\"...\""), and those of the order
+    path's answer table (rows "{ <status>, \"<code>\", ...")."""
     calls = re.compile(r"\b(http_reply_error_with|http_reply_error|answer_error|undo_then_fail|fail)\s*\(")
     codes = set()
     for path in glob.glob(os.path.join(ROOT, "service", "*.c")) + \
             glob.glob(os.path.join(ROOT, "http", "*.c")):
         src = open(path).read()
         codes.update(re.findall(r'\\"error\\":\s*\\"([a-z_]+)\\"', src))
+        codes.update(re.findall(r'\{\s*[45]\d\d,\s*"([a-z_]+)"', src))
         for m in calls.finditer(src):
             # The arguments, split at top-level commas.
             depth, args, cur, i = 1, [], "", m.end()
