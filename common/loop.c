@@ -53,6 +53,7 @@ struct loop {
     loop_task *head, *tail;
     atomic_int notified;              /* the eventfd was written since the last drain */
     atomic_int stopping;
+    int again;                        /* next epoll_wait does not block */
     void *data;
 };
 
@@ -147,6 +148,8 @@ int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud) {
     return 0;
 }
 
+void loop_again(loop *l) { l->again = 1; }
+
 int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
     if (l->nflush == MAX_FLUSH) return -1;
     l->flush[l->nflush++] = (hook){ fn, ud };
@@ -204,6 +207,8 @@ void loop_run(loop *l) {
     current = l;
     while (!atomic_load(&l->stopping)) {
         int wait = run_timers(l);
+        if (l->again) wait = 0;
+        l->again = 0;
         int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;

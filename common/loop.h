@@ -55,6 +55,10 @@ int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud);
 /* Calls fn after the events of every iteration. Returns 0 or -1. */
 int loop_on_flush(loop *l, loop_fn *fn, void *ud);
 
+/* Makes the next iteration not wait for events (work is left that a flush
+ * hook of this iteration made after another had run). On l's thread. */
+void loop_again(loop *l);
+
 /* Runs t->fn(l, t->ud) on l's thread soon. Thread-safe. */
 void loop_post(loop *l, loop_task *t);
 

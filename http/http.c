@@ -113,13 +113,38 @@ json_t *http_body_json(http_req *r) {
 
 /* ---------------------------------------------------------------- answering */
 
+/* A resumed connection is processed only when libmicrohttpd runs (its
+ * wake-up does not reach our epoll in external mode): at the end of this
+ * iteration on the daemon's own loop, else through a task on that loop. */
+static void kick(http_daemon *hd) {
+    if (loop_current() == hd->l) {
+        hd->kicked = 1;
+        loop_again(hd->l);                     /* in case its flush has run already */
+    } else if (!atomic_exchange(&hd->kick_posted, 1)) {
+        loop_post(hd->l, &hd->kick_task);
+    }
+}
+
+static void on_kick(loop *l, void *ud) {
+    http_daemon *hd = ud;
+    (void)l;
+    atomic_store(&hd->kick_posted, 0);
+    MHD_run(hd->d);
+}
+
 /* Queues the prepared response: on the handler's thread directly, else by
  * resuming the suspended connection so its thread queues it. */
 static void deliver(http_req *r) {
     http_server *s = r->srv;
     if (s->opt.observer)
         s->opt.observer(r->route_id, (int)r->status, clock_mono_us() - r->t0_us, s->opt.ud);
-    if (r->deferred) MHD_resume_connection(r->conn);
+    if (r->deferred) {
+        /* Once resumed, the connection's loop may answer and free r at any
+         * moment: nothing of r is read after this. */
+        http_daemon *hd = r->hd;
+        MHD_resume_connection(r->conn);
+        kick(hd);
+    }
 }
 
 /* Prepares the fixed 500 answer; without memory even for that, the
@@ -292,7 +317,8 @@ static const char *framing_problem(struct MHD_Connection *conn) {
     return NULL;
 }
 
-static http_req *req_new(http_server *s, const char *target) {
+static http_req *req_new(http_daemon *hd, const char *target) {
+    http_server *s = hd->srv;
     http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     size_t n = strlen(target), pl = strcspn(target, "?");
@@ -306,6 +332,7 @@ static http_req *req_new(http_server *s, const char *target) {
     r->target[n + 1 + pl] = '\0';
     r->path = r->target + n + 1;
     r->srv = s;
+    r->hd = hd;
     r->route_id = -1;
     r->t0_us = clock_mono_us();
     return r;
@@ -332,11 +359,12 @@ static void req_abandoned(http_server *s, http_req *r) {
 
 /* libmicrohttpd's request-line report: the target before it decodes it. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
-    http_server *s = ((http_daemon *)cls)->srv;
+    http_daemon *hd0 = cls;
+    http_server *s = hd0->srv;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     http_conn *hc = ci ? ci->socket_context : NULL;
-    http_req *r = req_new(s, uri ? uri : "");
+    http_req *r = req_new(hd0, uri ? uri : "");
     if (hc) {
         http_conn_request_seen(hc);
         if (hc->req) req_abandoned(s, hc->req);    /* never completed by libmicrohttpd */
@@ -390,7 +418,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_server *s = ((http_daemon *)cls)->srv;
     http_req *r = *con_cls;
     (void)version;
-    if (!r && !(r = *con_cls = req_new(s, url))) return MHD_NO;
+    if (!r && !(r = *con_cls = req_new(cls, url))) return MHD_NO;
     if (!r->started) {
         r->started = 1;
         r->conn = conn;
@@ -536,6 +564,10 @@ static void on_flush(loop *l, void *ud) {
     http_daemon *hd = ud;
     MHD_UNSIGNED_LONG_LONG t;
     (void)l;
+    if (hd->kicked) {
+        hd->kicked = 0;
+        MHD_run(hd->d);
+    }
     for (int i = 0; i < 4 && MHD_get_timeout(hd->d, &t) == MHD_YES && t == 0; i++)
         MHD_run(hd->d);
 }
@@ -606,6 +638,7 @@ http_server *http_start(const http_options *o, char *err, size_t errlen) {
         http_daemon *hd = &s->daemons[i];
         hd->srv = s;
         hd->l = o->loops[i];
+        hd->kick_task = (loop_task){ on_kick, hd, NULL };
         if (start_daemon(s, hd, &ss, err, errlen) != 0) {
             http_stop(s);
             return NULL;

@@ -122,6 +122,9 @@ typedef struct http_daemon {
     loop *l;
     http_conns conns;
     loop_task quiesce_task;
+    int kicked;                      /* resumed on the loop: run at its flush */
+    atomic_int kick_posted;          /* resumed elsewhere: kick_task is queued */
+    loop_task kick_task;
 } http_daemon;
 
 struct http_server {
@@ -140,6 +143,7 @@ struct http_server {
 
 struct http_req {
     http_server *srv;
+    http_daemon *hd;              /* the daemon (and loop) of its connection */
     struct MHD_Connection *conn;
     http_conn *hc;
     char *target;                 /* the request target as sent (path?query) */

@@ -146,6 +146,7 @@ static void batch_done(void *ud, stock_req **reqs, size_t n) {
 
 /* Removes the first k clears of q (the call took them). */
 static void drop_clears(sku_queue *q, size_t k) {
+    if (k == 0) return;
     memmove(q->clear, q->clear + k, (q->nclear - k) * sizeof *q->clear);
     q->nclear -= k;
 }

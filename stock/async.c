@@ -296,8 +296,8 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
 
 void stock_async_free(stock_async *sa) {
     if (!sa) return;
-    aconn_free(sa->conn);                        /* fails what is in flight */
-    on_state(NULL, 0, sa);                       /* and what is held */
+    on_state(NULL, 0, sa);                       /* fails what is held */
+    aconn_free(sa->conn);                        /* and what is in flight */
     rconn_cmd_free(&sa->cmd);
     free(sa);
 }
