@@ -31,7 +31,7 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 3
+#define DB_SCHEMA_VERSION 4
 
 typedef enum db_status {
     DB_OK = 0,

@@ -169,10 +169,11 @@ static void reply_fallback(http_req *r) {
     deliver(r);
 }
 
-void http_reply(http_req *r, int status, const char *content_type, const char *body,
-                size_t len, const char *const *extra_headers) {
-    assert(r->resp == NULL && !r->fatal);
-    r->resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+/* Prepares the response of r from an MHD response made of the body. */
+/* Adds the headers to r's response and delivers it; the fallback when
+ * that cannot be done. */
+static void finish_reply(http_req *r, int status, const char *content_type,
+                         const char *const *extra_headers) {
     r->status = (unsigned)status;
     int ok = r->resp != NULL &&
              MHD_add_response_header(r->resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_YES;
@@ -184,6 +185,21 @@ void http_reply(http_req *r, int status, const char *content_type, const char *b
         prepare_fallback(r);
     }
     deliver(r);
+}
+
+void http_reply(http_req *r, int status, const char *content_type, const char *body,
+                size_t len, const char *const *extra_headers) {
+    assert(r->resp == NULL && !r->fatal);
+    r->resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    finish_reply(r, status, content_type, extra_headers);
+}
+
+void http_reply_take(http_req *r, int status, const char *content_type, char *body,
+                     size_t len, const char *const *extra_headers) {
+    assert(r->resp == NULL && !r->fatal);
+    r->resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r->resp) free(body);
+    finish_reply(r, status, content_type, extra_headers);
 }
 
 void http_reply_json(http_req *r, int status, json_t *body, const char *const *extra_headers) {
@@ -198,8 +214,7 @@ void http_reply_json(http_req *r, int status, json_t *body, const char *const *e
     }
     nl[len] = '\n';          /* so curl's output does not run into the prompt */
     nl[len + 1] = '\0';
-    http_reply(r, status, JSON_TYPE, nl, len + 1, extra_headers);
-    free(nl);
+    http_reply_take(r, status, JSON_TYPE, nl, len + 1, extra_headers);
 }
 
 static void reply_error_v(http_req *r, int status, const char *code, json_t *extra,
@@ -322,7 +337,8 @@ static http_req *req_new(http_daemon *hd, const char *target) {
     http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     size_t n = strlen(target), pl = strcspn(target, "?");
-    r->target = malloc(n + pl + 2);
+    /* Most targets fit the request itself: no allocation of their own. */
+    r->target = n + pl + 2 <= sizeof r->small_target ? r->small_target : malloc(n + pl + 2);
     if (!r->target) {
         free(r);
         return NULL;
@@ -340,8 +356,8 @@ static http_req *req_new(http_daemon *hd, const char *target) {
 
 static void req_free(http_req *r) {
     if (r->resp) MHD_destroy_response(r->resp);
-    free(r->body);
-    free(r->target);
+    if (r->body != r->small_body) free(r->body);
+    if (r->target != r->small_target) free(r->target);
     free(r);
 }
 
@@ -392,16 +408,21 @@ static enum MHD_Result on_body(http_server *s, http_req *r, const char *data, si
     if (r->too_large) return MHD_YES;
     if (r->len + n > s->opt.max_body) {
         r->too_large = 1;
-        free(r->body);
+        if (r->body != r->small_body) free(r->body);
         r->body = NULL;
         r->len = r->cap = 0;
         return MHD_YES;
     }
+    if (!r->body && n + 1 <= sizeof r->small_body) {    /* the usual order body */
+        r->body = r->small_body;
+        r->cap = sizeof r->small_body;
+    }
     if (r->len + n + 1 > r->cap) {
         size_t cap = r->cap ? r->cap : 512;
         while (cap < r->len + n + 1) cap *= 2;
-        char *b = realloc(r->body, cap);
+        char *b = r->body == r->small_body ? malloc(cap) : realloc(r->body, cap);
         if (!b) return MHD_NO;
+        if (r->body == r->small_body) memcpy(b, r->small_body, r->len);
         r->body = b;
         r->cap = cap;
     }

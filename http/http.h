@@ -124,6 +124,10 @@ json_t *http_body_json(http_req *r);
  * names and values. Any thread may answer a deferred request. */
 void http_reply(http_req *r, int status, const char *content_type, const char *body,
                 size_t len, const char *const *extra_headers);
+/* Answers with body, taking it over (it was malloc'd; libmicrohttpd frees
+ * it with free() once sent): no copy. */
+void http_reply_take(http_req *r, int status, const char *content_type, char *body,
+                     size_t len, const char *const *extra_headers);
 /* Answers with the JSON encoding of body (a reference is stolen; NULL, as
  * from a json_pack that failed, answers 500 internal_error). */
 void http_reply_json(http_req *r, int status, json_t *body, const char *const *extra_headers);

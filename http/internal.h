@@ -161,6 +161,8 @@ struct http_req {
     int route_id;
     unsigned status;
     struct MHD_Response *resp;    /* prepared answer, queued by the handler thread */
+    char small_target[192];       /* target and body, when they fit: no allocation */
+    char small_body[256];
 };
 
 #endif

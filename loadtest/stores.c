@@ -163,9 +163,15 @@ out:
     return rc;
 }
 
-/* The units a pending record holds out: its "q". -1 when unreadable. */
+/* The units a pending record holds out: its q, in format 2 ("2|<q>|...")
+ * or in the JSON of format 1 (docs/storage.md). -1 when unreadable. */
 static long long record_units(const redisReply *v) {
     if (v->type != REDIS_REPLY_STRING) return -1;
+    if (v->len > 2 && v->str[0] == '2' && v->str[1] == '|') {
+        char *end;
+        long long q = strtoll(v->str + 2, &end, 10);
+        return end > v->str + 2 && *end == '|' && q > 0 ? q : -1;
+    }
     json_error_t je;
     json_t *j = json_loadb(v->str, v->len, 0, &je);
     json_t *q = json_object_get(j, "q");

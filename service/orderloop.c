@@ -26,6 +26,7 @@
 /* One SKU's orders and clears on one loop. */
 typedef struct sku_queue {
     product *p;
+    int inflight;                  /* batches sent, not answered yet */
     order_op *head, *tail;
     size_t n;
     char (*clear)[DB_ORDER_ID_LEN + 1];
@@ -37,6 +38,7 @@ typedef struct sku_queue {
 /* One script call's orders, until its reply. */
 typedef struct batch {
     order_loop *ol;
+    sku_queue *q;
     size_t n;
     stock_req *reqs[STOCK_BATCH_MAX];
     order_op *ops[STOCK_BATCH_MAX];
@@ -59,6 +61,18 @@ struct order_loop {
     int give_listed;
     order_loop *give_next;
 };
+
+/* Batches of one SKU a loop keeps in flight at most: while they are out,
+ * orders gather for the next, so batches grow with the load instead of the
+ * loop sending one small script call per iteration. */
+static int max_inflight(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FS_MAX_INFLIGHT");
+        v = e ? atoi(e) : 1;
+    }
+    return v > 0 ? v : 1000000;
+}
 
 /* ------------------------------------------------------------ SKU queues */
 
@@ -133,11 +147,15 @@ void order_loop_clear(order_loop *ol, product *p, const char *order_id) {
 
 /* --------------------------------------------------------------- batches */
 
+static void mark_dirty(order_loop *ol, sku_queue *q);
+
 static void batch_done(void *ud, stock_req **reqs, size_t n) {
     batch *b = ud;
     db_job *jobs[STOCK_BATCH_MAX];
     size_t nj = 0;
     (void)reqs;
+    /* The next batch of this SKU may go: what gathered meanwhile. */
+    if (--b->q->inflight < max_inflight() && b->q->n) mark_dirty(b->ol, b->q);
     for (size_t i = 0; i < n; i++)
         if (order_reserved(b->ops[i])) jobs[nj++] = &b->ops[i]->job;
     db_writer_submit_many(b->ol->a->writer, jobs, nj);
@@ -155,10 +173,12 @@ static void drop_clears(sku_queue *q, size_t k) {
  * then the clears left over on their own. */
 static void send_queue(order_loop *ol, sku_queue *q) {
     const char *ids[STOCK_BATCH_MAX * 4];
-    while (q->n > 0) {
+    while (q->n > 0 && q->inflight < max_inflight()) {
         batch *b = malloc(sizeof *b);
         if (!b) break;                        /* retried at the next flush */
         b->ol = ol;
+        b->q = q;
+        q->inflight++;
         b->n = 0;
         while (q->head && b->n < STOCK_BATCH_MAX) {
             order_op *op = q->head;
@@ -196,7 +216,9 @@ static void flush(loop *l, void *ud) {
         ol->dirty = q->next_dirty;
         q->dirty = 0;
         send_queue(ol, q);
-        if (q->n || q->nclear) mark_dirty(ol, q);    /* out of memory: next time */
+        /* Left over: clears that did not fit (out of memory), or orders
+         * waiting for a batch in flight (batch_done marks the queue again). */
+        if (q->nclear || (q->n && q->inflight < max_inflight())) mark_dirty(ol, q);
         if (q->dirty) break;
     }
 }

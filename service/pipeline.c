@@ -122,16 +122,49 @@ static void refuse(order_op *op, refusal rf, long long n) {
     free(op);
 }
 
+/* Appends s to p as the body of a JSON string; returns the new end. The
+ * user id is the one field that may need escaping (it is valid UTF-8,
+ * checked on the way in, and is copied as such). */
+static char *json_escape(char *p, const char *s) {
+    static const char HEX[] = "0123456789abcdef";
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)*c;
+        } else if (*c < 0x20) {
+            memcpy(p, "\\u00", 4);
+            p[4] = HEX[*c >> 4];
+            p[5] = HEX[*c & 15];
+            p += 6;
+        } else {
+            *p++ = (char)*c;
+        }
+    }
+    return p;
+}
+
+/* Answers with the order. The body is written here rather than through
+ * jansson: it is the answer to every order, and its fields are known (ids,
+ * SKU and time are plain ASCII by construction). */
 static void answer_order(order_op *op, const db_order *o, int replayed) {
     char location[64];
-    snprintf(location, sizeof location, "/v1/orders/%s", o->order_id);
+    memcpy(location, "/v1/orders/", 11);
+    memcpy(location + 11, o->order_id, sizeof o->order_id);
     const char *created[] = { "Location", location, NULL };
     const char *replay[] = { "Location", location, "Idempotent-Replayed", "true", NULL };
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o->order_id, "sku",
-                          o->sku, "user_id", o->user_id, "quantity", o->quantity, "status",
-                          "confirmed", "created_at", o->created_at);
-    http_reply_json(finish(op, replayed ? OUT_REPLAYED : OUT_CREATED), replayed ? 200 : 201, j,
-                    replayed ? replay : created);
+    http_req *r = finish(op, replayed ? OUT_REPLAYED : OUT_CREATED);
+    char *body = malloc(160 + strlen(o->sku) + 6 * strlen(o->user_id));
+    if (!body) {
+        http_reply_json(r, 503, NULL, NULL);          /* the fixed 500 answer */
+        return;
+    }
+    char *p = body;
+    p += sprintf(p, "{\"order_id\":\"%s\",\"sku\":\"%s\",\"user_id\":\"", o->order_id, o->sku);
+    p = json_escape(p, o->user_id);
+    p += sprintf(p, "\",\"quantity\":%d,\"status\":\"confirmed\",\"created_at\":\"%s\"}\n",
+                 o->quantity, o->created_at);
+    http_reply_take(r, replayed ? 200 : 201, "application/json; charset=utf-8", body,
+                    (size_t)(p - body), replayed ? replay : created);
 }
 
 /* ------------------------------------------------------------ db hand-off */
@@ -144,19 +177,23 @@ static void prepare_lookup(order_op *op, const char *order_id) {
 }
 
 /* Prepares the order's insert. take says how it gets its stock: DB_TAKE_NONE
- * when Redis reserved it already (under op->sreq.gen). */
+ * when Redis reserved it already (under op->sreq.gen). Field by field, the
+ * strings by their length: this runs for every order. */
 static void prepare_insert(order_op *op, db_take take, long long expect_version) {
-    db_order *o = &op->job.order;
-    memset(&op->job, 0, sizeof op->job);
-    op->job.kind = DB_JOB_INSERT;
-    op->job.take = take;
-    op->job.per_user_limit = take == DB_TAKE_NONE ? 0 : op->p->per_user_limit;
-    op->job.expect_version = expect_version;
+    db_job *j = &op->job;
+    db_order *o = &j->order;
+    j->kind = DB_JOB_INSERT;
+    j->take = take;
+    j->per_user_limit = take == DB_TAKE_NONE ? 0 : op->p->per_user_limit;
+    j->expect_version = expect_version;
+    j->status = DB_OK;
+    j->available = 0;
+    j->next = NULL;
     memcpy(o->order_id, op->order_id, sizeof o->order_id);
-    snprintf(o->sku, sizeof o->sku, "%s", op->p->sku);
-    memcpy(o->user_id, op->user_id, sizeof o->user_id);
+    memcpy(o->sku, op->p->sku, strlen(op->p->sku) + 1);
+    memcpy(o->user_id, op->user_id, strlen(op->user_id) + 1);
     o->quantity = op->quantity;
-    memcpy(o->idem_key, op->idem_key, sizeof o->idem_key);
+    memcpy(o->idem_key, op->idem_key, strlen(op->idem_key) + 1);
     memcpy(o->created_at, op->created_at, sizeof o->created_at);
     o->gen = op->sreq.gen;
 }
@@ -351,7 +388,9 @@ void order_batch_done(db_job **jobs, size_t n, void *ud) {
 
 void order_submit(app *a, http_req *req, product *p, const order_input *in,
                   const char *idem_key) {
-    order_op *op = calloc(1, sizeof *op);
+    /* Not calloc: the op is 1.6 KB, mostly string room, and every field
+     * is set below or before it is read. */
+    order_op *op = malloc(sizeof *op);
     int64_t wall_ms;
     if (!op) {
         const char *retry[] = { "Retry-After", "1", NULL };
@@ -364,10 +403,20 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
     op->p = p;
     op->home = order_loop_home(a);
     op->quantity = in->quantity;
+    op->phase = PH_RESERVE_ONE;
+    op->fail = 0;
+    op->lookup_after_undo = 0;
+    op->tries = 0;
+    op->next = NULL;
+    op->job.kind = DB_JOB_INSERT;
     order_id_new(op->order_id, &wall_ms);
     db_format_time(wall_ms, op->created_at);
-    snprintf(op->user_id, sizeof op->user_id, "%s", in->user_id);
-    snprintf(op->idem_key, sizeof op->idem_key, "%s", idem_key ? idem_key : "");
+    /* Validated lengths: a user id is at most 128 characters (512 bytes),
+     * a key at most 128 bytes. */
+    size_t ul = strlen(in->user_id), kl = idem_key ? strlen(idem_key) : 0;
+    assert(ul < sizeof op->user_id && kl < sizeof op->idem_key);
+    memcpy(op->user_id, in->user_id, ul + 1);
+    memcpy(op->idem_key, idem_key ? idem_key : "", kl + 1);
     order_fingerprint(p->sku, in->user_id, in->quantity, op->fingerprint);
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,

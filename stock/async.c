@@ -98,11 +98,17 @@ static void build_reserve(stock_async *sa, const job *j) {
     int keyidx = 5 + p->segments;              /* KEYS index of the first idem record */
     for (size_t i = 0; i < j->n; i++) {
         const stock_req *r = j->reqs[i];
+        char tail[STOCK_USER_MAX + 200];
+        size_t ul = strlen(r->user_id), kl = has_key(r) ? strlen(r->idem_key) : 0;
         rconn_cmd_adds(&sa->cmd, r->order_id);
-        rconn_cmd_adds(&sa->cmd, r->user_id);
+        rconn_cmd_add(&sa->cmd, r->user_id, ul);
         rconn_cmd_addll(&sa->cmd, r->quantity);
         rconn_cmd_adds(&sa->cmd, has_key(r) ? r->fingerprint : "");
         rconn_cmd_addll(&sa->cmd, has_key(r) ? keyidx++ : 0);
+        /* The pending record's tail, "<n>:<user><n>:<key>" (docs/storage.md). */
+        int n = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
+                         has_key(r) ? r->idem_key : "");
+        rconn_cmd_add(&sa->cmd, tail, n > 0 && (size_t)n < sizeof tail ? (size_t)n : 0);
         if (has_key(r)) rconn_cmd_adds(&sa->cmd, r->idem_key);
     }
 }

@@ -558,22 +558,63 @@ static long long redis_now_ms(stock_conn *c) {
     return now;
 }
 
+/* Reads one <length>:<bytes> field of a format 2 record at *p (end: the
+ * record's end) into out (cap bytes). Returns 0, or -1 when malformed. */
+static int length_field(const char **p, const char *end, char *out, size_t cap) {
+    char *colon;
+    long long n = strtoll(*p, &colon, 10);
+    if (colon == *p || colon >= end || *colon != ':' || n < 0 || n > end - colon - 1 ||
+        (size_t)n >= cap)
+        return -1;
+    memcpy(out, colon + 1, (size_t)n);
+    out[n] = '\0';
+    *p = colon + 1 + n;
+    return 0;
+}
+
+/* Parses a pending record, format 2 ("2|q|t|l|spec|" and length-prefixed
+ * instance, user, key) or the JSON of format 1. Returns 0, or -1 when the
+ * record is not one of ours (left for the audit to report). */
+static int parse_pending(const redisReply *v, long long *q, long long *t, char *instance,
+                         size_t ilen, char *key, size_t klen) {
+    if (v->len > 0 && v->str[0] == '{') {
+        json_error_t jerr;
+        json_t *j = json_loadb(v->str, v->len, 0, &jerr);
+        if (!j) return -1;
+        const char *i = json_string_value(json_object_get(j, "i"));
+        const char *k = json_string_value(json_object_get(j, "k"));
+        *q = json_integer_value(json_object_get(j, "q"));
+        *t = json_integer_value(json_object_get(j, "t"));
+        snprintf(instance, ilen, "%s", i ? i : "");
+        snprintf(key, klen, "%s", k ? k : "");
+        json_decref(j);
+        return 0;
+    }
+    const char *p = v->str, *end = v->str + v->len;
+    char user[STOCK_USER_MAX + 1];
+    int l, used = 0;
+    if (sscanf(p, "2|%lld|%lld|%d|%*[0-9:,]|%n", q, t, &l, &used) < 3 || used == 0) {
+        /* An empty spec does not match %[...]: try without it. */
+        used = 0;
+        if (sscanf(p, "2|%lld|%lld|%d||%n", q, t, &l, &used) < 3 || used == 0) return -1;
+    }
+    p += used;
+    if (length_field(&p, end, instance, ilen) || length_field(&p, end, user, sizeof user) ||
+        length_field(&p, end, key, klen))
+        return -1;
+    return 0;
+}
+
 static int visit_pending(const redisReply *field, const redisReply *value, long long now,
                          void (*fn)(const stock_pending *rec, void *ud), void *ud) {
-    json_error_t jerr;
-    json_t *j = json_loadb(value->str, value->len, 0, &jerr);
-    if (!j) return 0;   /* not ours to judge; left for the audit */
-    stock_pending rec = {
-        .order_id = field->str,
-        .instance = json_string_value(json_object_get(j, "i")),
-        .idem_key = json_string_value(json_object_get(j, "k")),
-        .quantity = json_integer_value(json_object_get(j, "q")),
-        .age_ms = now - json_integer_value(json_object_get(j, "t")),
-    };
-    if (!rec.instance) rec.instance = "";
-    if (!rec.idem_key) rec.idem_key = "";
+    char instance[160], key[160];
+    long long q, t;
+    if (value->type != REDIS_REPLY_STRING ||
+        parse_pending(value, &q, &t, instance, sizeof instance, key, sizeof key) != 0)
+        return 0;   /* not ours to judge; left for the audit */
+    stock_pending rec = { .order_id = field->str, .instance = instance, .idem_key = key,
+                          .quantity = q, .age_ms = now - t };
     fn(&rec, ud);
-    json_decref(j);
     return 0;
 }
 

@@ -29,6 +29,7 @@
 #define STOCK_SKU_MAX 64
 #define STOCK_ORDER_ID_MAX 26
 #define STOCK_MAX_SEGMENTS 1024
+#define STOCK_USER_MAX 512      /* bytes of a user id (128 UTF-8 characters) */
 
 typedef enum stock_strategy {
     STOCK_LUA = 0,

@@ -12,9 +12,13 @@
 -- ARGV[1] run_id   ARGV[2] instance   ARGV[3] idem TTL ms   ARGV[4] per-user limit
 -- ARGV[5] segments n   ARGV[6] first segment to try   ARGV[7] c: orders to clear
 -- ARGV[8 .. 7+c]       their order ids
--- then per order, 5 values: order_id, user_id, quantity, fingerprint ('' when
--- no key), the KEYS index of its idempotency record (0 when none); its key
--- itself follows only when it has one (6 values then).
+-- then per order, 6 values: order_id, user_id, quantity, fingerprint ('' when
+-- no key), the KEYS index of its idempotency record (0 when none), and the
+-- tail of its pending record ("<n>:<user><n>:<key>", built by the caller);
+-- its key itself follows only when it has one (7 values then).
+--
+-- Numbers stay strings where they can: every number Lua turns into a string
+-- goes through printf("%.17g"), which was the largest cost of this script.
 --
 -- Returns one entry per order, as reserve.lua: {1, gen, spec} reserved,
 -- {2, order_id, fp} a replay, {0, 0} sold out, {-1, available},
@@ -29,11 +33,14 @@ if g then gen, run_id = string.match(g, '^(%d+):(.*)$') end
 local valid = g and run_id == ARGV[1]
 
 local limit = tonumber(ARGV[4])
+local lflag = (limit > 0) and '|1|' or '|0|'
+local inst = #ARGV[2] .. ':' .. ARGV[2]   -- the record's instance field, built once
+local segname = {}           -- segment -> its number as a string, made once
 local first = tonumber(ARGV[6])
 local bm = (valid and n > 1) and redis.call('GET', KEYS[4]) or false
 local vals = {}              -- segment -> units, read once per batch
 local dirty = {}             -- segments written
-local now = nil
+local nowstr = nil
 local pend = {}              -- HSET field, value pairs
 local out = {}
 
@@ -54,10 +61,11 @@ end
 local i = 8 + c
 local k = 0
 while i <= #ARGV do
-    local oid, user, qty, fp, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
-        tonumber(ARGV[i + 4])
+    local oid, user, qstr, fp, ik, tail = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+        tonumber(ARGV[i + 4]), ARGV[i + 5]
+    local qty = tonumber(qstr)
     local key = ''
-    i = i + 5
+    i = i + 6
     if ik > 0 then key = ARGV[i]; i = i + 1 end
     k = k + 1
     local res = nil
@@ -95,19 +103,23 @@ while i <= #ARGV do
         if not res then
             local spec = {}
             for j = 1, #plan, 2 do
-                vals[plan[j]] = vals[plan[j]] - plan[j + 1]
-                dirty[plan[j]] = true
-                spec[#spec + 1] = plan[j] .. ':' .. plan[j + 1]
+                local seg, t = plan[j], plan[j + 1]
+                vals[seg] = vals[seg] - t
+                dirty[seg] = true
+                local sn = segname[seg]
+                if not sn then sn = tostring(seg); segname[seg] = sn end
+                spec[#spec + 1] = sn .. ':' .. ((t == qty) and qstr or tostring(t))
             end
-            spec = table.concat(spec, ',')
-            if limit > 0 then redis.call('HINCRBY', KEYS[3], user, qty) end
-            if not now then
-                local t = redis.call('TIME')
-                now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            spec = (#spec == 1) and spec[1] or table.concat(spec, ',')
+            if limit > 0 then redis.call('HINCRBY', KEYS[3], user, qstr) end
+            if not nowstr then
+                local t = redis.call('TIME')    -- "<seconds>", "<microseconds>": milliseconds, as a string
+                local us = t[2]
+                nowstr = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
             end
             pend[#pend + 1] = oid
-            pend[#pend + 1] = cjson.encode({ q = qty, u = user, k = key, i = ARGV[2], t = now,
-                                             s = spec, l = (limit > 0) and 1 or 0 })
+            -- Format 2 (docs/storage.md; see reserve.lua): cheaper than JSON.
+            pend[#pend + 1] = '2|' .. qstr .. '|' .. nowstr .. lflag .. spec .. '|' .. inst .. tail
             if ik > 0 then
                 redis.call('SET', KEYS[ik], gen .. '|' .. oid .. '|' .. fp, 'PX', ARGV[3])
             end

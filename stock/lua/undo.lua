@@ -9,7 +9,22 @@
 -- Returns 1 when units were given back, 0 when there was nothing to undo.
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return 0 end
-local r = cjson.decode(rec)
+-- Format 2 (docs/storage.md), or the JSON of format 1.
+local r
+if string.sub(rec, 1, 1) == '{' then
+    r = cjson.decode(rec)
+else
+    local q, l, s, pos = string.match(rec, '^2|(%d+)|%d+|(%d)|([%d:,]*)|()')
+    if not q then return redis.error_reply('unreadable pending record') end
+    local f = {}
+    for i = 1, 3 do
+        local n, at = string.match(rec, '^(%d+):()', pos)
+        if not n then return redis.error_reply('unreadable pending record') end
+        f[i] = string.sub(rec, at, at + tonumber(n) - 1)
+        pos = at + tonumber(n)
+    end
+    r = { q = tonumber(q), l = tonumber(l), s = s, u = f[2], k = f[3] }
+end
 for seg, q in string.gmatch(r.s, '(%d+):(%d+)') do
     local key = KEYS[5 + tonumber(seg)]
     -- A missing segment means the copy was lost: the rebuild counts these
