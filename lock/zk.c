@@ -98,6 +98,7 @@ typedef struct zk_hold {
     struct zk_hold *wnext;        /* the watch table's chain */
     int registered;
     int woken;                    /* a watch on the predecessor fired (z->mu) */
+    int deleting;                 /* we delete the own node: its watch is no news */
     atomic_int gone;              /* the own node was deleted */
     pthread_cond_t cv;            /* the waiter sleeps here (z->mu) */
     uint64_t czxid;
@@ -587,7 +588,7 @@ static void node_watcher(zhandle_t *zh, int type, int state, const char *path, v
     pthread_mutex_lock(&z->mu);
     zk_hold *h = watch_find(z, (uint64_t)(uintptr_t)ctx);
     if (h) {
-        if (type == ZOO_DELETED_EVENT && path && !strcmp(path, h->path)) {
+        if (type == ZOO_DELETED_EVENT && path && !strcmp(path, h->path) && !h->deleting) {
             atomic_store(&h->gone, 1);
             z->gone_pending = 1;
             pthread_cond_signal(&z->keeper_cv);
@@ -663,11 +664,17 @@ static int create_node(zk_session *s, zk_hold *h, char *err, size_t errlen) {
         zk_op *op;
         int rc = call(s, REQ_CREATE, prefix, 0, h, &op, err, errlen);
         int answered = op != NULL;
-        if (rc == ZOK) {
+        if (rc == ZOK && op->created && op->created[0] == '/' && strrchr(op->created, '/')[1]) {
             snprintf(h->path, sizeof h->path, "%s", op->created);
             h->czxid = (uint64_t)op->stat.czxid;
             op_release(op);
             return 0;
+        }
+        if (rc == ZOK) {          /* not a path: nothing to wait on, nothing to delete */
+            snprintf(err, errlen, "%s: the server created '%.100s'", s->z->desc,
+                     op->created ? op->created : "");
+            op_release(op);
+            return -1;
         }
         op_release(op);
         if (rc == ZNONODE) {
@@ -687,9 +694,17 @@ static int create_node(zk_session *s, zk_hold *h, char *err, size_t errlen) {
     return -1;
 }
 
+/* Marks h's node as being deleted by us, so its watch firing is no loss. */
+static void deleting(zk_hold *h) {
+    pthread_mutex_lock(&h->z->mu);
+    h->deleting = 1;
+    pthread_mutex_unlock(&h->z->mu);
+}
+
 /* Deletes h's node now (bounded) or, failing that, by a sweep. */
 static void delete_node(zk_session *s, zk_hold *h) {
     char ignored[200];
+    deleting(h);
     int rc = call(s, REQ_DELETE, h->path, 0, NULL, NULL, ignored, sizeof ignored);
     if (rc == ZOK || rc == ZNONODE) return;
     pthread_mutex_lock(&s->z->mu);
@@ -822,6 +837,7 @@ static lock_release_result zk_release(lock_client *c, lock_hold *base, char *err
         snprintf(err, errlen, "%s: our node %s was deleted by another", s->z->desc, h->path);
         return LOCK_NOT_OWNER;
     }
+    deleting(h);
     int rc = call(s, REQ_DELETE, h->path, 0, NULL, NULL, err, errlen);
     if (rc == ZOK) return LOCK_RELEASED;
     if (rc == ZNONODE) {
