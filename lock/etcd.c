@@ -26,6 +26,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -148,6 +149,30 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
     return body_add(ud, data, size * nmemb);
 }
 
+static long ms_until(int64_t until_us);
+
+/* A command run by flashlock (fork + exec) must not inherit our sockets. */
+static int on_socket(void *ud, curl_socket_t fd, curlsocktype purpose) {
+    (void)ud;
+    (void)purpose;
+    int fl = fcntl(fd, F_GETFD);
+    if (fl >= 0) fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    return CURL_SOCKOPT_OK;
+}
+
+/* The options every request shares. */
+static void handle_setup(etcd_backend *b, CURL *h, const char *url, const char *json,
+                         int64_t until_us) {
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, b->headers);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_until(until_us));
+    long ct = ms_until(until_us);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ct < b->timeout_ms ? ct : (long)b->timeout_ms);
+}
+
 static CURL *handle_get(etcd_backend *b) {
     pthread_mutex_lock(&b->mu);
     CURL *h = b->nidle > 0 ? b->idle[--b->nidle] : NULL;
@@ -201,12 +226,7 @@ static int post(etcd_backend *b, const char *path, json_t *req, int64_t until_us
         snprintf(url, sizeof url, "%s%s", b->endpoints[(ep + tried) % b->nendpoints], path);
         bd.n = 0;
         bd.overflow = 0;
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, b->headers);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_until(until_us));
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms_until(until_us));
+        handle_setup(b, h, url, json, until_us);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &bd);
         cc = curl_easy_perform(h);
@@ -329,13 +349,7 @@ static int watch_delete(etcd_backend *b, const char *key64, int64_t from, int64_
     watch_state w = { 0 };
     char url[300];
     snprintf(url, sizeof url, "%s/v3/watch", b->endpoints[atomic_load(&b->current)]);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, b->headers);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_until(until_us));
-    long ct = b->timeout_ms < ms_until(until_us) ? b->timeout_ms : ms_until(until_us);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ct);
+    handle_setup(b, h, url, json, until_us);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_watch);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
     CURLcode cc = curl_easy_perform(h);
