@@ -19,7 +19,8 @@
  *             Prints "held TOKEN", then "lost CODE REASON" if the lock is
  *             lost; at the end, with --redis, one fenced write with its
  *             token ("write accepted" / "write refused HIGHEST"), then
- *             "release RESULT". Exit 0, or 70 if the lock was lost.
+ *             "release RESULT". With --log, one line as loop writes (the
+ *             belief checked every 50 ms). Exit 0, or 70 if lost.
  *   try       one acquire: prints "held TOKEN" (then releases) or "busy".
  *             Exit 0 held, 75 busy, 69 error.
  *   selftest  checks of the API against the server at --url, printing
@@ -183,13 +184,24 @@ static int run_hold(const opts *o, const sigset_t *sigs) {
         lock_client_free(c);
         return st == LOCK_BUSY ? EXIT_BUSY : EXIT_ERROR;
     }
+    int64_t t0 = clock_mono_us(), last = believed(h) ? t0 : -1;
     printf("held %" PRIu64 " %" PRId64 "\n", lock_fence(h), lock_remaining_ms(h));
     fflush(stdout);
     lock_on_lost(h, on_lost, NULL);
     int64_t until = o->hold_ms > 0 ? clock_mono_us() + o->hold_ms * 1000 : INT64_MAX;
     while (clock_mono_us() < until) {
         struct timespec ts = { 0, 50 * 1000000 };
+        int64_t t = clock_mono_us();
+        if (last >= 0 && believed(h)) last = t;
         if (sigtimedwait(sigs, NULL, &ts) > 0) break;
+    }
+    if (o->log && last >= 0) {
+        int fd = open(o->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        char line[200];
+        int n = snprintf(line, sizeof line, "%" PRId64 " %" PRId64 " %" PRIu64 " -1 -1\n", t0,
+                         last, lock_fence(h));
+        if (fd < 0 || write(fd, line, (size_t)n) != n) fprintf(stderr, "lockcheck: --log failed\n");
+        if (fd >= 0) close(fd);
     }
     if (w) {
         uint64_t highest = 0;
@@ -400,12 +412,26 @@ static int run_selftest(const opts *o) {
     lock_client_stats(c, &st);
     CHECK(st.acquired >= 20 && st.lost == 0 && st.unknown == 0);
 
-    /* One kind of server per client. */
+    /* One kind of server per client; bad URLs are refused with a reason. */
     const char *mixed[2] = { o->urls[0], "redis://127.0.0.1:1/0" };
     lock_options lo = { mixed, 2, 500, 0, 0 };
     lock_client *bad = lock_client_new(&lo, err, sizeof err);
     CHECK(!bad && strstr(err, "one kind"));
-    lock_client_free(bad);
+    const char *two[2] = { "zk://127.0.0.1:1", "zk://127.0.0.1:2" };
+    lo.urls = two;
+    CHECK(!(bad = lock_client_new(&lo, err, sizeof err)) && strstr(err, "one URL"));
+    const char *urls_bad[] = { "zk://", "zk://host", "zk://h:1,", "zk://h:x", "zk://h:1/a//b",
+                               "zk://h:1/a/..", "zk://h:1/a b", "etcd://", "etcd://h",
+                               "etcd://h:1,", "etcd:///p" };
+    for (size_t i = 0; i < sizeof urls_bad / sizeof *urls_bad; i++) {
+        lo.urls = &urls_bad[i];
+        lo.nurls = 1;
+        err[0] = '\0';
+        bad = lock_client_new(&lo, err, sizeof err);
+        CHECK(!bad && err[0]);
+        if (bad) fprintf(stderr, "  accepted bad URL %s\n", urls_bad[i]);
+        lock_client_free(bad);
+    }
 
     lock_client_free(c);
     printf("%d passed, %d failed\n", passed, failed);
