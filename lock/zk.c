@@ -305,9 +305,9 @@ static zk_session *session_open(zk_backend *z, int64_t ttl_ms, char *err, size_t
     return s;
 }
 
-/* A connected live session for ttl_ms, with a reference for the caller
- * (a hold takes it over; hold_drop drops it). Waits at most timeout_ms for it to
- * connect. Returns NULL with a message in err. */
+/* A connected live session for ttl_ms, with a reference for the caller (a
+ * hold takes it over; hold_drop drops it). Waits at most timeout_ms for it
+ * to connect. Returns NULL with a message in err. */
 static zk_session *session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t errlen) {
     int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
     pthread_mutex_lock(&z->mu);
@@ -349,8 +349,8 @@ static int session_enter(zk_session *s, char *err, size_t errlen) {
     pthread_mutex_lock(&z->mu);
     int ok = !s->closing;
     if (ok) s->users++;
+    else snprintf(err, errlen, "%s: %s", z->desc, s->why[0] ? s->why : "session closed");
     pthread_mutex_unlock(&z->mu);
-    if (!ok) snprintf(err, errlen, "%s: %s", z->desc, s->why[0] ? s->why : "session closed");
     return ok ? 0 : -1;
 }
 
@@ -414,7 +414,8 @@ static void op_complete(zk_op *op, int rc) {
         pthread_cond_signal(&s->z->keeper_cv);
     } else if (op->abandoned && op->guid[0] && !s->dead) {
         if (rc == ZOK && op->created) sweep_add(s, op->created, NULL);
-        else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT) sweep_add(s, op->parent, op->guid);
+        else if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT)
+            sweep_add(s, op->parent, op->guid);
     }
     pthread_cond_signal(&op->cv);
     op_unref(op);
@@ -534,7 +535,17 @@ static zk_op *send_req(zk_session *s, zk_req req, const char *path, int mode, zk
     session_leave(s);
     if (rc != ZOK) {
         snprintf(err, errlen, "%s: %s", z->desc, zerror(rc));
-        op_free(op);              /* the completion will not run */
+        if (rc == ZBADARGUMENTS || rc == ZINVALIDSTATE) {
+            op_free(op);          /* refused before its completion was queued */
+        } else {
+            /* A marshalling error may come after the completion was queued:
+             * leave it its reference (at worst a small leak, never a use
+             * after free). */
+            pthread_mutex_lock(&z->mu);
+            op->abandoned = 1;
+            op_unref(op);
+            pthread_mutex_unlock(&z->mu);
+        }
         return NULL;
     }
     return op;
