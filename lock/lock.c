@@ -353,7 +353,8 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
 
 /* ------------------------------------------------------------------ reentry */
 
-/* Adds h to the hold e (c->mu held) and re-arms the lease from start_us. */
+/* Adds h to the hold e (c->mu held) and re-arms the lease from start_us
+ * (< 0: the lease is left as it is). */
 static void add_handle(lock_entry *e, lock_client *c, lock_handle *h, int64_t start_us,
                        int64_t ttl_ms) {
     h->c = c;
@@ -362,6 +363,7 @@ static void add_handle(lock_entry *e, lock_client *c, lock_handle *h, int64_t st
     e->handles = h;
     e->count++;
     e->refs++;
+    if (start_us < 0) return;
     e->ttl_ms = ttl_ms;
     atomic_store(&e->lease_end_us, start_us + ttl_ms * 1000 - lock_drift_us(ttl_ms));
     e->next_renew_us = start_us + ttl_ms * 1000 / 3;
@@ -379,9 +381,7 @@ static lock_status reenter_backend(lock_client *c, lock_entry *e, const char *na
     lock_status st = LOCK_ERROR;
     pthread_mutex_lock(&c->mu);
     if (r == LOCK_CHECK_OURS && !atomic_load(&e->lost)) {
-        int64_t keep = atomic_load(&e->lease_end_us);
-        add_handle(e, c, h, start >= 0 ? start : 0, e->ttl_ms);
-        if (start < 0) atomic_store(&e->lease_end_us, keep);
+        add_handle(e, c, h, start, e->ttl_ms);
         st = LOCK_OK;
     } else if (r == LOCK_CHECK_GONE || atomic_load(&e->lost)) {
         lock_entry_mark_lost(c, e, LOCK_ERR_LOST, "reentry found the lock gone");

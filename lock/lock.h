@@ -87,8 +87,9 @@
  *   request the server answered. When that passes unconfirmed (server
  *   silent, network cut, process paused), or the server says the session
  *   expired, every lock of the session is lost (lock_lost, on_lost -- on the
- *   keeper thread) and the session is closed, which deletes its nodes if the
- *   server still had them; later acquires open a new one. options.watchdog
+ *   keeper thread) and the session is closed (if the server can be told,
+ *   that deletes its nodes at once; if not, the server expires it in its own
+ *   time, and until then others still wait); later acquires open a new one. options.watchdog
  *   has no effect: a held node lives as long as its session. A held node
  *   deleted by anyone else is reported lost at once (a watch on it).
  *
