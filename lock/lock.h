@@ -134,7 +134,7 @@
  * The lock is not fair: a newcomer may take a free lock before the woken
  * waiter's retry arrives; the waiter then keeps its place in the queue.
  *
- * OTHER CLIENTS' RELEASES. node-redlock, redis-py's Lock and the like free
+ * OTHER CLIENTS' RELEASES, REDIS. node-redlock, redis-py's Lock and the like free
  * the key with a plain DEL (or let it expire) and publish nothing. If the
  * server has keyspace notifications on (notify-keyspace-events with K and
  * g, for del; x adds expired), the waker also subscribes, per lock name

@@ -26,7 +26,7 @@
  *   selftest  checks of the API against the server at --url, printing
  *             "N passed, N failed" (exit 1 on failures).
  *
- * Usage: lockcheck --url URL [--url URL...] [options] MODE */
+ * Usage: lockcheck --url URL [--url URL...] [options] MODE | --version */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -42,6 +42,7 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "common/version.h"
 #include "lock/lock.h"
 
 #define EXIT_ERROR 69
@@ -444,7 +445,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: lockcheck --url URL [--url URL...] [--name N] [--ttl MS] [--wait MS]\n"
             "                 [--timeout MS] [--watchdog 0|1] [--count N] [--hold-ms MS]\n"
-            "                 [--redis URL] [--log FILE] [--seconds S] loop|hold|try|selftest\n");
+            "                 [--redis URL] [--log FILE] [--seconds S] loop|hold|try|selftest\n"
+            "       lockcheck --version\n");
 }
 
 int main(int argc, char **argv) {
@@ -456,7 +458,8 @@ int main(int argc, char **argv) {
         { "timeout", required_argument, 0, 'T' },  { "watchdog", required_argument, 0, 'W' },
         { "count", required_argument, 0, 'c' },    { "hold-ms", required_argument, 0, 'H' },
         { "redis", required_argument, 0, 'r' },    { "log", required_argument, 0, 'l' },
-        { "seconds", required_argument, 0, 's' },  { 0, 0, 0, 0 }
+        { "seconds", required_argument, 0, 's' },  { "version", no_argument, 0, 'V' },
+        { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "u:n:t:w:", lo, NULL)) != -1) {
@@ -475,6 +478,7 @@ int main(int argc, char **argv) {
         case 'r': o.redis = optarg; break;
         case 'l': o.log = optarg; break;
         case 's': o.seconds = atof(optarg); break;
+        case 'V': printf("lockcheck %s\n", flashsale_version); return 0;
         default: usage(); return 64;
         }
     }
