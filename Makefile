@@ -40,7 +40,7 @@ else
 CFLAGS_ALL += -O2
 LDFLAGS_ALL := $(LDFLAGS)
 endif
-LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lm -pthread
+LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm -pthread
 
 ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)))
 MAIN_C   := $(filter %_main.c,$(ALL_C))
@@ -61,6 +61,7 @@ LINK_flashload      := loadtest common
 LINK_mhdhello       := loadtest common
 LINK_flashlock      := lock common
 LINK_lockbench      := lock common
+LINK_lockcheck      := lock common
 # Unit tests link what they test.
 LINK_test_db        := db common
 LINK_test_http      := http common

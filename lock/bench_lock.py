@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench_lock.py: `make bench-lock`: runs bin/lockbench against a private
-redis-server (free port, temp dir, started and stopped here by the test
-harness) and prints its figures.
+redis-server and, when they can start, a standalone ZooKeeper and etcd
+(free ports, temp dirs, started and stopped here by the test harness), and
+prints its figures: Redis's, then each other lock server's next to them.
 
 Usage: bench_lock.py LOCKBENCH [SECONDS]"""
 import os
@@ -15,11 +16,23 @@ import harness  # noqa: E402
 def main():
     exe = sys.argv[1]
     seconds = sys.argv[2] if len(sys.argv) > 2 else "3"
-    redis = harness.Redis()
+    servers = []
     try:
-        return subprocess.run([exe, "--redis", redis.url, "--seconds", seconds]).returncode
+        redis = harness.Redis()
+        servers.append(redis)
+        args = [exe, "--redis", redis.url, "--seconds", seconds]
+        for cls in (harness.ZooKeeper, harness.Etcd):
+            try:
+                srv = cls()
+            except Exception as e:  # noqa: BLE001 - reported, Redis's figures still come
+                print("bench-lock: no %s: %s" % (cls.__name__, str(e).splitlines()[0]))
+                continue
+            servers.append(srv)
+            args += ["--url", srv.url]
+        return subprocess.run(args).returncode
     finally:
-        redis.stop()
+        for s in servers:
+            s.stop()
         harness.stop_all()
 
 

@@ -177,12 +177,53 @@ void lock_client_stats(lock_client *c, lock_stats *o) {
 
 /* ------------------------------------------------------------------ client */
 
+/* The kind of server a URL names, by its scheme. */
+static lock_kind url_kind(const char *url) {
+    if (!strncmp(url, "zk://", 5)) return LOCK_KIND_ZK;
+    if (!strncmp(url, "etcd://", 7)) return LOCK_KIND_ETCD;
+    return LOCK_KIND_REDIS;
+}
+
+static const char *kind_name(lock_kind k) {
+    return k == LOCK_KIND_ZK ? "ZooKeeper (zk://)" : k == LOCK_KIND_ETCD ? "etcd (etcd://)"
+                                                                         : "Redis";
+}
+
+/* One kind of server per client; ZooKeeper and etcd take one URL (a
+ * ZooKeeper ensemble is listed inside it). Returns 0 or -1 (err). */
+static int check_kinds(const lock_options *o, lock_kind *kind, char *err, size_t errlen) {
+    *kind = url_kind(o->urls[0] ? o->urls[0] : "");
+    for (int i = 0; i < o->nurls; i++) {
+        if (!o->urls[i]) {
+            snprintf(err, errlen, "lock: URL %d is NULL", i + 1);
+            return -1;
+        }
+        lock_kind k = url_kind(o->urls[i]);
+        if (k != *kind) {
+            snprintf(err, errlen,
+                     "lock: one client serves one kind of server: %s and %s URLs mixed (%.100s)",
+                     kind_name(*kind), kind_name(k), o->urls[i]);
+            return -1;
+        }
+    }
+    if (*kind != LOCK_KIND_REDIS && o->nurls != 1) {
+        snprintf(err, errlen, "lock: give %s one URL%s, not %d", kind_name(*kind),
+                 *kind == LOCK_KIND_ZK ? " (list an ensemble's servers inside it: "
+                                         "zk://h1:p1,h2:p2/path)" : "", o->nurls);
+        return -1;
+    }
+    return 0;
+}
+
 lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
     unsigned char rnd[8];
+    lock_kind kind;
     if (!o || !o->urls || o->nurls < 1 || o->nurls > LOCK_MAX_SERVERS) {
-        snprintf(err, errlen, "lock: need 1 to %d Redis URLs", LOCK_MAX_SERVERS);
+        snprintf(err, errlen, "lock: need 1 to %d Redis URLs, or one zk:// or etcd:// URL",
+                 LOCK_MAX_SERVERS);
         return NULL;
     }
+    if (check_kinds(o, &kind, err, errlen)) return NULL;
     if (lock_random(rnd, sizeof rnd)) {
         snprintf(err, errlen, "lock: getrandom: %s", strerror(errno));
         return NULL;
@@ -192,7 +233,7 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < o->nurls; i++) {
+    for (int i = 0; kind == LOCK_KIND_REDIS && i < o->nurls; i++) {
         lock_server *s = &c->servers[i];
         if (rconn_parse(o->urls[i], &s->addr, err, errlen)) {
             free(c);
@@ -203,7 +244,8 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
         s->index = i;
         pthread_mutex_init(&s->pool_mu, NULL);
     }
-    c->nservers = o->nurls;
+    c->kind = kind;
+    c->nservers = kind == LOCK_KIND_REDIS ? o->nurls : 0;
     c->quorum = o->nurls / 2 + 1;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
     c->watchdog = o->watchdog != 0;
@@ -216,11 +258,19 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
     lock_cond_init(&c->waker.state_cv);
     c->waker.efd = -1;
     lock_script(LOCK_S_ACQUIRE);   /* SHA1s computed now, not on a hot path */
+    int rc = 0;
+    if (kind == LOCK_KIND_ZK) rc = lock_zk_open(c, o->urls[0], err, errlen);
+    else if (kind == LOCK_KIND_ETCD) rc = lock_etcd_open(c, o->urls[0], err, errlen);
+    if (rc) {
+        lock_client_destroy(c);
+        return NULL;
+    }
     return c;
 }
 
 /* Frees what lock_client_new made; the threads and held locks are gone. */
 void lock_client_destroy(lock_client *c) {
+    if (c->be) c->be->destroy(c);
     for (int i = 0; i < c->nservers; i++) {
         lock_server *s = &c->servers[i];
         for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);

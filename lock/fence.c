@@ -18,6 +18,14 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
         snprintf(err, errlen, "lock_fenced_set: need a client, two keys and a value");
         return -1;
     }
+    if (c->kind != LOCK_KIND_REDIS) {
+        /* The protected resource is in Redis; the token may come from any
+         * kind of lock, the write needs a Redis client of its own. */
+        snprintf(err, errlen, "lock_fenced_set: this is a %s lock client; write through a "
+                 "redis:// client, passing lock_fence()'s token", c->be->name);
+        lock_set_error(c, LOCK_ERR_ARG, err);
+        return -1;
+    }
     lock_call call;
     lock_replies rs;
     rconn_cmd_init(&call.cmd);

@@ -1,5 +1,8 @@
 /* lock.c: acquiring (try, wait for a wake-up, Redlock quorum), reentry,
- * releasing, and the handles. See lock.h for the contract and the format. */
+ * releasing, and the handles. See lock.h for the contract and the format.
+ * For ZooKeeper and etcd clients the server side is the backend's (zk.c,
+ * etcd.c); the held table, reentry counts, handles and callbacks are the
+ * same for every kind. */
 #include "lock/lock_int.h"
 
 #include <assert.h>
@@ -52,11 +55,17 @@ static void table_remove(lock_client *c, lock_entry *e) {
     e->released = 1;
 }
 
+/* Frees an entry that is out of the table (c->mu held). */
+static void entry_free(lock_entry *e) {
+    if (e->hold) e->hold->be->hold_free(e->hold);
+    free(e);
+}
+
 void lock_entry_unref(lock_entry *e) {
     assert(e->refs > 0);
     if (--e->refs == 0) {
         assert(e->released && e->count == 0 && !e->handles);
-        free(e);
+        entry_free(e);
     }
 }
 
@@ -88,6 +97,25 @@ void lock_entry_mark_lost(lock_client *c, lock_entry *e, lock_errcode code, cons
         if (!h) break;
         run_callback(c, h);
     }
+}
+
+int lock_holds_lost(lock_client *c, int (*match)(const lock_hold *h, void *arg), void *arg,
+                    lock_errcode code, const char *why) {
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    /* From the head each time: callbacks run without c->mu and may
+     * release entries; marked ones are skipped, so this ends. */
+    for (;;) {
+        lock_entry *e = c->all;
+        while (e && (atomic_load(&e->lost) || !e->hold || !match(e->hold, arg))) e = e->next;
+        if (!e) break;
+        e->refs++;
+        lock_entry_mark_lost(c, e, code, why);
+        lock_entry_unref(e);
+        n++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 /* --------------------------------------------------------------- attempts */
@@ -325,6 +353,47 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
 
 /* ------------------------------------------------------------------ reentry */
 
+/* Adds h to the hold e (c->mu held) and re-arms the lease from start_us
+ * (< 0: the lease is left as it is). */
+static void add_handle(lock_entry *e, lock_client *c, lock_handle *h, int64_t start_us,
+                       int64_t ttl_ms) {
+    h->c = c;
+    h->e = e;
+    h->next = e->handles;
+    e->handles = h;
+    e->count++;
+    e->refs++;
+    if (start_us < 0) return;
+    e->ttl_ms = ttl_ms;
+    atomic_store(&e->lease_end_us, start_us + ttl_ms * 1000 - lock_drift_us(ttl_ms));
+    e->next_renew_us = start_us + ttl_ms * 1000 / 3;
+}
+
+/* reenter() for a backend: the backend checks the hold is still ours (an
+ * etcd lease is kept alive by the check; a ZooKeeper session's lease is its
+ * own). The lease keeps the length the server granted: a backend lease
+ * cannot be re-armed to another ttl. e is pinned by the caller. */
+static lock_status reenter_backend(lock_client *c, lock_entry *e, const char *name,
+                                   lock_handle *h, lock_errcode *code, char *err,
+                                   size_t errlen) {
+    int64_t start = -1;
+    lock_check r = c->be->check(c, e->hold, &start, err, errlen);
+    lock_status st = LOCK_ERROR;
+    pthread_mutex_lock(&c->mu);
+    if (r == LOCK_CHECK_OURS && !atomic_load(&e->lost)) {
+        add_handle(e, c, h, start, e->ttl_ms);
+        st = LOCK_OK;
+    } else if (r == LOCK_CHECK_GONE || atomic_load(&e->lost)) {
+        lock_entry_mark_lost(c, e, LOCK_ERR_LOST, "reentry found the lock gone");
+        snprintf(err, errlen, "%s: this owner held it but it is gone (expired or taken)", name);
+    } else {
+        *code = LOCK_ERR_IO;
+    }
+    lock_entry_unref(e);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
 /* An acquire of a name this owner already holds: Redis must still have it
  * (the lease is re-armed to ttl_ms at the same time). Returns LOCK_OK (h is
  * now a handle of the hold), LOCK_ERROR (*code, err), or LOCK_BUSY meaning
@@ -346,6 +415,7 @@ static lock_status reenter(lock_client *c, const char *name, const char *owner, 
     }
     e->refs++;
     pthread_mutex_unlock(&c->mu);
+    if (c->be) return reenter_backend(c, e, name, h, code, err, errlen);
 
     lock_call call;
     lock_replies rs;
@@ -369,15 +439,7 @@ static lock_status reenter(lock_client *c, const char *name, const char *owner, 
     lock_status st = LOCK_ERROR;
     pthread_mutex_lock(&c->mu);
     if (t.ok >= c->quorum && clock_mono_us() < lease_end && !atomic_load(&e->lost)) {
-        h->c = c;
-        h->e = e;
-        h->next = e->handles;
-        e->handles = h;
-        e->count++;
-        e->refs++;
-        e->ttl_ms = ttl_ms;
-        atomic_store(&e->lease_end_us, lease_end);
-        e->next_renew_us = start + ttl_ms * 1000 / 3;
+        add_handle(e, c, h, start, ttl_ms);
         st = LOCK_OK;
     } else if (t.no > c->nservers - c->quorum) {
         lock_entry_mark_lost(c, e, LOCK_ERR_LOST, "reentry found the lock gone");
@@ -402,28 +464,28 @@ static lock_status fail(lock_client *c, lock_errcode code, const char *msg, char
     return LOCK_ERROR;
 }
 
-/* Puts a fresh hold into the table and hands out its first handle. */
-static void hold(lock_client *c, const attempt *a, const char *owner, lock_entry *e,
-                 lock_handle *h) {
-    snprintf(e->name, sizeof e->name, "%s", a->k->name);
+/* Puts a fresh hold into the table and hands out its first handle. e's
+ * name, keys, id and hold are set by the caller. */
+static void hold(lock_client *c, const char *owner, uint64_t fence, int64_t start_us,
+                 int64_t ttl_ms, lock_entry *e, lock_handle *h) {
     snprintf(e->owner, sizeof e->owner, "%s", owner);
-    e->keys = *a->k;
     e->keys.name = e->name;
-    memcpy(e->id, a->id, sizeof e->id);
-    e->fence = a->fence;
-    e->ttl_ms = a->ttl_ms;
-    atomic_init(&e->lease_end_us, a->start_us + a->ttl_ms * 1000 - lock_drift_us(a->ttl_ms));
+    e->fence = fence;
+    e->ttl_ms = ttl_ms;
+    atomic_init(&e->lease_end_us, start_us + ttl_ms * 1000 - lock_drift_us(ttl_ms));
     atomic_init(&e->lost, 0);
-    e->next_renew_us = a->start_us + a->ttl_ms * 1000 / 3;
+    e->next_renew_us = start_us + ttl_ms * 1000 / 3;
     e->count = 1;
     e->refs = 1;
     e->handles = h;
     h->c = c;
     h->e = e;
+    int renew = c->watchdog && (!c->be || c->be->watchdog_renews);
     pthread_mutex_lock(&c->mu);
     table_insert(c, e);
-    if (c->watchdog && lock_watchdog_ensure(c) == 0) pthread_cond_signal(&c->wd_cv);
+    if (renew && lock_watchdog_ensure(c) == 0) pthread_cond_signal(&c->wd_cv);
     pthread_mutex_unlock(&c->mu);
+    if (e->hold && c->be->held) c->be->held(c, e->hold);
 }
 
 /* Sets up a's id, jitter seed and keys. Returns 0 or -1 (err). */
@@ -468,7 +530,17 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
                     err, errlen);
     if (owner && (!owner[0] || strlen(owner) > LOCK_OWNER_MAX))
         return fail(c, LOCK_ERR_ARG, "lock_acquire: owner must be 1 to 200 bytes", err, errlen);
-    if (lock_keys_make(name, &keys, err, errlen)) return fail(c, LOCK_ERR_ARG, err, err, errlen);
+    if (c->be) {
+        size_t n = strlen(name);
+        if (n == 0 || n > LOCK_NAME_MAX) {
+            snprintf(err, errlen, "lock name must be 1 to %d bytes", LOCK_NAME_MAX);
+            return fail(c, LOCK_ERR_ARG, err, err, errlen);
+        }
+        memset(&keys, 0, sizeof keys);
+        keys.name = name;
+    } else if (lock_keys_make(name, &keys, err, errlen)) {
+        return fail(c, LOCK_ERR_ARG, err, err, errlen);
+    }
     if (!owner) {
         snprintf(me, sizeof me, "%ld:%ld", (long)getpid(), (long)syscall(SYS_gettid));
         owner = me;
@@ -495,23 +567,37 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
         free(h);
         return fail(c, code, err, err, errlen);
     }
-    if (attempt_init(&a, c, &keys, ttl_ms, wait_ms, err, errlen)) {
-        free(e);
-        free(h);
-        return fail(c, LOCK_ERR_IO, err, err, errlen);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->keys = keys;
+    code = LOCK_ERR_IO;
+    if (c->be) {
+        lock_took t = { 0 };
+        atomic_fetch_add(&c->st.attempts, 1);
+        st = c->be->acquire(c, name, ttl_ms, deadline, &t, &code, err, errlen);
+        if (st == LOCK_OK) {
+            e->hold = t.hold;
+            e->lease_src = t.lease_src;
+            hold(c, owner, t.fence, t.start_us, t.ttl_ms, e, h);
+        }
+    } else if (attempt_init(&a, c, &keys, ttl_ms, wait_ms, err, errlen)) {
+        st = LOCK_ERROR;
+    } else {
+        code = c->nservers > 1 ? LOCK_ERR_QUORUM : LOCK_ERR_IO;
+        st = try_once(&a, err, errlen);
+        if (st == LOCK_BUSY && clock_mono_us() < deadline) st = wait_for(&a, deadline, err, errlen);
+        if (st == LOCK_OK) {
+            memcpy(e->id, a.id, sizeof e->id);
+            hold(c, owner, a.fence, a.start_us, a.ttl_ms, e, h);
+        }
     }
-    st = try_once(&a, err, errlen);
-    if (st == LOCK_BUSY && clock_mono_us() < deadline) st = wait_for(&a, deadline, err, errlen);
     if (st == LOCK_OK) {
-        hold(c, &a, owner, e, h);
         atomic_fetch_add(&c->st.acquired, 1);
         *out = h;
         return LOCK_OK;
     }
     free(e);
     free(h);
-    if (st == LOCK_ERROR)
-        return fail(c, c->nservers > 1 ? LOCK_ERR_QUORUM : LOCK_ERR_IO, err, err, errlen);
+    if (st == LOCK_ERROR) return fail(c, code, err, err, errlen);
     atomic_fetch_add(&c->st.busy, 1);
     snprintf(err, errlen, "%s is held by another (waited %lld ms)", name,
              (long long)((clock_mono_us() - start) / 1000));
@@ -524,7 +610,8 @@ uint64_t lock_fence(const lock_handle *h) { return h ? h->e->fence : 0; }
 
 int64_t lock_remaining_ms(const lock_handle *h) {
     if (!h || atomic_load(&h->e->lost)) return 0;
-    int64_t left = atomic_load(&h->e->lease_end_us) - clock_mono_us();
+    const atomic_int_fast64_t *end = h->e->lease_src ? h->e->lease_src : &h->e->lease_end_us;
+    int64_t left = atomic_load(end) - clock_mono_us();
     return left >= 0 ? left / 1000 : -((-left + 999) / 1000);
 }
 
@@ -597,6 +684,9 @@ lock_release_result lock_release_ex(lock_handle *h, char *err, size_t errlen) {
     if (!last) {
         res = lost ? LOCK_NOT_OWNER : LOCK_RELEASED;
         if (lost) snprintf(err, errlen, "%s was lost", e->name);
+    } else if (c->be) {
+        res = c->be->release(c, e->hold, err, errlen);
+        if (res == LOCK_UNKNOWN) lock_set_error(c, LOCK_ERR_IO, err);
     } else {
         lock_tally t = release_on(c, &e->keys, e->id, all_servers(c), err, errlen);
         if (t.ok >= c->quorum) {
@@ -631,7 +721,8 @@ void lock_entries_drop_all(lock_client *c) {
         table_remove(c, e);
         pthread_mutex_unlock(&c->mu);
         char ignored[8];
-        release_on(c, &e->keys, e->id, all_servers(c), ignored, sizeof ignored);
+        if (c->be) c->be->release(c, e->hold, ignored, sizeof ignored);
+        else release_on(c, &e->keys, e->id, all_servers(c), ignored, sizeof ignored);
         pthread_mutex_lock(&c->mu);
         while (e->handles) {
             lock_handle *h = e->handles;
@@ -639,7 +730,7 @@ void lock_entries_drop_all(lock_client *c) {
             free(h);
         }
         e->count = 0;
-        free(e);
+        entry_free(e);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -648,6 +739,7 @@ void lock_client_free(lock_client *c) {
     if (!c) return;
     lock_watchdog_stop(c);
     lock_waker_stop(c);
+    if (c->be) c->be->stop(c);
     lock_entries_drop_all(c);
     lock_client_destroy(c);
 }

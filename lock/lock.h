@@ -1,11 +1,23 @@
-/* lock.h: a distributed lock on Redis -- the lock module's whole public face.
+/* lock.h: a distributed lock on Redis, ZooKeeper or etcd -- the lock
+ * module's whole public face.
  *
  * A lease lock that waits without polling, renews itself, hands out fencing
  * tokens, counts reentry, and runs over one Redis server or, as Redlock,
- * over several independent ones. It is a library of its own: it needs
- * hiredis and common/ (rconn, clock), nothing of the service.
+ * over several independent ones -- or over ZooKeeper or etcd, behind the
+ * same calls. It is a library of its own: it needs hiredis, the ZooKeeper
+ * C client (libzookeeper_mt), libcurl, jansson and common/ (rconn, clock),
+ * nothing of the service.
  *
- * THE FORMAT (what is in Redis, so other clients can interoperate)
+ * One client serves one kind of server, chosen by the scheme of its URLs:
+ *   redis://host:port/db, unix:/path   Redis (several: Redlock)
+ *   zk://host:port[,host:port...][/base]   ZooKeeper (one URL; an ensemble
+ *                                      is listed inside it)
+ *   etcd://host:port[,host:port...][/prefix]   etcd (one URL; endpoints are
+ *                                      tried in turn when one refuses)
+ * Mixing schemes in one client is refused. Sections marked REDIS, ZOOKEEPER
+ * and ETCD below say how each kind stores the lock; the rest holds for all.
+ *
+ * THE FORMAT, REDIS (what is in Redis, so other clients can interoperate)
  *
  *   The lock NAME is the full Redis key. Its hash tag B is NAME when NAME
  *   has a {tag} of its own (e.g. "fs:{sku}:lock:3"), else "{NAME}" (so
@@ -36,7 +48,83 @@
  *                     notifications knows that this DEL was one of ours
  *                     (which wakes its queue itself) and not a foreign one.
  *
- * WAITING. lock_acquire with a wait first tries once; if the lock is held it
+ * THE FORMAT, ZOOKEEPER. The recipe of ZooKeeper's documentation and of
+ * Curator's InterProcessMutex, in Curator's node format (so the two
+ * exclude each other on the same path; not tested against Curator here):
+ *
+ *     BASE            the URL's path (default /locks): persistent nodes,
+ *                     created if missing. Everything lives under it.
+ *     BASE/N          one container node per lock name (created as needed;
+ *                     the server deletes it once it is empty). N is the
+ *                     name with every byte outside printable ASCII
+ *                     (0x21-0x7e), and '/' and '%', written as %XX
+ *                     (uppercase hex), and a name "." or ".." written
+ *                     %2E / %2E%2E: names are opaque bytes, one path
+ *                     component each, and distinct names stay distinct
+ *                     ("a/b" -> BASE/a%2Fb, "caf\xc3\xa9" -> BASE/caf%C3%A9).
+ *     BASE/N/_c_<guid>-lock-<seq>
+ *                     one EPHEMERAL_SEQUENTIAL node per acquire: <guid> is
+ *                     32 random hex digits (new for every attempt: a create
+ *                     whose answer was lost is found and deleted by it),
+ *                     <seq> the server's 10-digit sequence. Data:
+ *                     "flashsale-lock host=H pid=P". Children sort by what
+ *                     follows their last "lock-"; the first holds the lock.
+ *
+ *   A waiter watches (getData) only the node just before its own and looks
+ *   again when that one goes: one release wakes one waiter, no herd. The
+ *   token is the own node's czxid (the zxid of its create): zxids grow
+ *   across the whole ensemble, a later holder's node was created later, so
+ *   tokens strictly increase per name -- and keep increasing when the
+ *   container (and with it the sequence counter) is deleted and recreated,
+ *   which a sequence number would not.
+ *
+ *   The lease is the ZooKeeper session: the client opens one session per
+ *   distinct ttl asked (at most 16), requesting ttl as the session timeout;
+ *   the server clamps it to its [min,max]SessionTimeout (by default 2 and 20
+ *   ticks) and the negotiated timeout is the lease. The client library's
+ *   heartbeats keep the session; a keeper thread sends a small request every
+ *   timeout/3, and the lease ends timeout - drift after the send of the last
+ *   request the server answered. When that passes unconfirmed (server
+ *   silent, network cut, process paused), or the server says the session
+ *   expired, every lock of the session is lost (lock_lost, on_lost -- on the
+ *   keeper thread) and the session is closed (if the server can be told,
+ *   that deletes its nodes at once; if not, the server expires it in its own
+ *   time, and until then others still wait); later acquires open a new one. options.watchdog
+ *   has no effect: a held node lives as long as its session. A held node
+ *   deleted by anyone else is reported lost at once (a watch on it).
+ *
+ * THE FORMAT, ETCD. etcd's own recipe (its concurrency.Mutex, the v3lock
+ * service, `etcdctl lock`), in the same keys, so they exclude each other:
+ *
+ *     P<name>/<lease> one key per acquire, attached to a lease of its own:
+ *                     P is the URL's path without its leading '/' plus "/"
+ *                     ("" without a path: then the keys are exactly those
+ *                     of `etcdctl lock <name>`), <lease> the lease id in
+ *                     lowercase hex. Created in a transaction only if
+ *                     absent (create_revision == 0). Value:
+ *                     "flashsale-lock host=H pid=P".
+ *
+ *   The holder is the key with the lowest create revision under
+ *   "P<name>/"; a waiter watches only the key created just before its own
+ *   (the highest create revision below its own) for deletion. The token is
+ *   the own key's create revision: revisions grow with every write, so
+ *   tokens strictly increase per name. The lease is ttl rounded up to whole
+ *   seconds (etcd's unit; the server may raise it to its minimum, by
+ *   default 2 s, and the granted TTL is the lease); it is kept alive every
+ *   TTL/3 while waiting, and while held by the watchdog (options.watchdog;
+ *   without it the lease runs out after TTL, as a Redis lease does). A
+ *   renewal is a lease keepalive plus a look at the key. Because names are
+ *   prefixes, a lock on "a" also waits for holders of names "a/...".
+ *
+ *   Both: giving up a wait (timeout) deletes the own node or key (etcd:
+ *   revokes its lease); a release deletes it only if it is still ours (the
+ *   node by its path in our session; the key by its create revision), and
+ *   etcd then revokes the lease. A server that loses its data (restarted
+ *   empty) forgets locks and restarts its zxids/revisions: holders are told
+ *   (lost), but new tokens are smaller than old ones, so a fence that
+ *   remembers the old highest token refuses new holders until it is reset.
+ *
+ * WAITING, REDIS. lock_acquire with a wait first tries once; if the lock is held it
  * subscribes to its own wake channel (one shared subscriber connection per
  * server and client), and only then retries, atomically joining B:waiters
  * if still held, so a release between the retry and the wait is never
@@ -46,7 +134,7 @@
  * The lock is not fair: a newcomer may take a free lock before the woken
  * waiter's retry arrives; the waiter then keeps its place in the queue.
  *
- * OTHER CLIENTS' RELEASES. node-redlock, redis-py's Lock and the like free
+ * OTHER CLIENTS' RELEASES, REDIS. node-redlock, redis-py's Lock and the like free
  * the key with a plain DEL (or let it expire) and publish nothing. If the
  * server has keyspace notifications on (notify-keyspace-events with K and
  * g, for del; x adds expired), the waker also subscribes, per lock name
@@ -63,7 +151,8 @@
  *
  * LEASES. Every lock has a TTL. remaining_ms is measured on the monotonic
  * clock from the start of the acquire (or renewal) that set the lease:
- * start + ttl - drift, drift = ttl * 0.01 + 2 ms. With options.watchdog one
+ * start + ttl - drift, drift = ttl * 0.01 + 2 ms (etcd: the granted TTL;
+ * ZooKeeper: the session's, see above). With options.watchdog one
  * background thread per client renews every held lock at ttl/3, pipelined
  * in batches; when a renewal finds the lock gone (or the lease runs out
  * while Redis cannot be reached) the handle reports lock_lost() and its
@@ -78,7 +167,10 @@
  * is re-armed to the new ttl after Redis confirms the lock is still ours);
  * only the last lock_release frees it. The owner is the calling thread by
  * default (the count lives with the client, i.e. this process), or any
- * string passed as `owner`, for code that hops threads.
+ * string passed as `owner`, for code that hops threads. ZooKeeper and etcd
+ * check with the server that the node or key is still ours (etcd also
+ * keeps its lease alive) but cannot re-arm a lease to another length: the
+ * hold keeps the lease it was granted, whatever ttl the reentry asks.
  *
  * REDLOCK (nurls > 1). The same calls over N independent servers: a lock is
  * held when N/2+1 servers took it within the validity time, validity = ttl -
@@ -90,7 +182,9 @@
  * Redlock apply: a server that restarts without persistence forgets locks.
  *
  * FENCING. lock_fence() is strictly larger for every successful acquire of a
- * name. A lease can run out while its holder is paused; the resource then
+ * name, for every kind of server (Redis: the counter; ZooKeeper: czxid;
+ * etcd: create revision -- tokens of different kinds are not comparable).
+ * A lease can run out while its holder is paused; the resource then
  * refuses the stale holder by remembering the highest token it has seen.
  * The exact check, to be done inside the same atomic step as the write
  * (lock/lua/fence.lua is this check plus a SET; lock_fenced_set calls it):
@@ -104,15 +198,20 @@
  *   FENCE_KEY is a per-resource key of the protected side (not B:fence),
  *   in the resource's hash slot; tokens start at 1, so a missing key
  *   admits any holder. Equal tokens pass: one holder may write many times.
- *   Lua compares tokens as doubles: exact up to 2^53, far beyond any use.
+ *   Lua compares tokens as doubles: exact up to 2^53, far beyond any use
+ *   (a czxid is epoch << 32 | counter: exact while the epoch < 2^21).
+ *   lock_fenced_set needs a Redis client: with a ZooKeeper or etcd lock,
+ *   call it on a separate redis:// client with lock_fence()'s token.
  *
  * THREADS AND ERRORS. A lock_client is thread-safe: any number of threads
- * acquire and release on it at once (each borrows a pooled connection).
- * A lock_handle belongs to its owner; the getters may be called from any
- * thread. Nothing aborts on Redis errors: every Redis wait is bounded by
- * timeout_ms, and failures come back as LOCK_ERROR / LOCK_UNKNOWN with a
- * message; the client keeps its last error (code and message) and each
- * handle the reason it was lost. */
+ * acquire and release on it at once (each borrows a pooled connection;
+ * ZooKeeper: shares the session). A lock_handle belongs to its owner; the
+ * getters may be called from any thread. Nothing aborts on server input:
+ * every server call is bounded by timeout_ms, and failures come back as
+ * LOCK_ERROR / LOCK_UNKNOWN with a message; the client keeps its last error
+ * (code and message) and each handle the reason it was lost. A ZooKeeper
+ * client runs the keeper thread and two library threads per session; an
+ * etcd client no thread of its own (a watch runs on the waiting thread). */
 #ifndef FLASHSALE_LOCK_H
 #define FLASHSALE_LOCK_H
 
@@ -126,18 +225,21 @@
 typedef struct lock_client lock_client;
 
 typedef struct lock_options {
-    const char *const *urls;    /* redis://host:port/db or unix:/path (rconn.h) */
+    const char *const *urls;    /* redis://host:port/db or unix:/path (rconn.h); or one
+                                 * zk://hosts[/base] or etcd://hosts[/prefix] (see above) */
     int nurls;                  /* 1: one server; > 1: Redlock over independent servers */
-    int timeout_ms;             /* connect/command timeout per Redis operation; 0: 1000 */
-    int watchdog;               /* 1: renew held locks at ttl/3 in one background thread */
-    int max_backoff_ms;         /* longest wait between a waiter's retries; 0: 200 */
+    int timeout_ms;             /* connect/command timeout per server call; 0: 1000 */
+    int watchdog;               /* 1: renew held locks at ttl/3 in one background thread
+                                 * (Redis, etcd; ZooKeeper sessions keep themselves) */
+    int max_backoff_ms;         /* longest wait between a waiter's retries; 0: 200 (Redis) */
 } lock_options;
 
 /* What went wrong last (lock_client_error) or why a lease ended (lock_err). */
 typedef enum lock_errcode {
     LOCK_ERR_NONE = 0,
     LOCK_ERR_ARG,               /* a bad argument: empty name, ttl <= 0, ... */
-    LOCK_ERR_IO,                /* Redis unreachable, timed out, or the connection broke */
+    LOCK_ERR_IO,                /* the server unreachable, timed out, the connection broke;
+                                 * ZooKeeper/etcd: also an error answer, a session gone */
     LOCK_ERR_REDIS,             /* Redis answered with an error */
     LOCK_ERR_QUORUM,            /* Redlock: too few servers answered to decide */
     LOCK_ERR_LOST,              /* the lock was found gone or taken by another */
@@ -145,13 +247,15 @@ typedef enum lock_errcode {
 } lock_errcode;
 
 /* Creates a client for o->urls (copied; nothing connects until first use).
- * Returns NULL with a message in err on a bad option or URL. Free with
- * lock_client_free. */
+ * Returns NULL with a message in err on a bad option or URL, or URLs of
+ * different kinds. Free with lock_client_free. */
 lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen);
 
 /* Stops the client's threads and frees it. No other call on c may be in
- * progress. Locks still held are released in Redis (bounded by timeout_ms)
- * and their handles freed: do not use them afterwards. NULL is a no-op. */
+ * progress. Locks still held are released on the server (bounded by
+ * timeout_ms each; ZooKeeper: closing a session may take up to 4.5 s more
+ * when the server does not answer) and their handles freed: do not use
+ * them afterwards. NULL is a no-op. */
 void lock_client_free(lock_client *c);
 
 /* Copies the client's last error message (of any thread) into buf; returns
@@ -166,7 +270,7 @@ typedef enum lock_status {
     LOCK_ERROR                  /* could not find out: see err */
 } lock_status;
 
-/* Acquires the lock `name` (the full Redis key; see THE FORMAT) for ttl_ms,
+/* Acquires the lock `name` (Redis: the full key; see THE FORMAT) for ttl_ms,
  * waiting up to wait_ms for it (0: try once; < 0: no deadline). owner NULL =
  * the calling thread of this process; else an explicit owner string for
  * reentrancy across threads. On LOCK_OK *out is a new handle (free it with
@@ -181,7 +285,8 @@ uint64_t lock_fence(const lock_handle *h);
  * acquire or last renewal + ttl - drift); <= 0 once it has run out. */
 int64_t lock_remaining_ms(const lock_handle *h);
 
-/* 1 when the watchdog (or a reentrant acquire) found the lock gone. */
+/* 1 when the watchdog (or a reentrant acquire; ZooKeeper: the keeper) found
+ * the lock gone. */
 int lock_lost(const lock_handle *h);
 
 /* The handle's name, as passed to lock_acquire. */
@@ -191,9 +296,10 @@ const char *lock_name(const lock_handle *h);
  * well); the message goes to buf. */
 lock_errcode lock_err(const lock_handle *h, char *buf, size_t len);
 
-/* Registers fn(h, ud), called once, on the watchdog thread, when the lock is
- * found lost (at once, on this thread, if it already is). fn may call the
- * getters and lock_release(h); it should be quick. NULL fn unregisters. */
+/* Registers fn(h, ud), called once, on the watchdog thread (ZooKeeper: the
+ * keeper thread), when the lock is found lost (at once, on this thread, if
+ * it already is). fn may call the getters and lock_release(h); it should be
+ * quick. NULL fn unregisters. */
 void lock_on_lost(lock_handle *h, void (*fn)(lock_handle *h, void *ud), void *ud);
 
 typedef enum lock_release_result {
@@ -213,7 +319,8 @@ lock_release_result lock_release_ex(lock_handle *h, char *err, size_t errlen);
 /* Writes value to key only if token >= the highest token recorded in
  * fence_key, recording token (lock/lua/fence.lua, on the client's first
  * server). Returns 1 written, 0 refused (a newer holder wrote; *highest, if
- * given, is set to its token), -1 on error (err). */
+ * given, is set to its token), -1 on error (err) -- always -1 on a
+ * ZooKeeper or etcd client: use a redis:// client with their token. */
 int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
                     const char *value, size_t value_len, uint64_t *highest, char *err,
                     size_t errlen);
@@ -222,7 +329,8 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
 typedef struct lock_stats {
     uint64_t acquired, busy, errors;    /* lock_acquire outcomes */
     uint64_t reentered;                 /* acquires served by an existing hold */
-    uint64_t attempts;                  /* acquire scripts run (one per try, any number of servers) */
+    uint64_t attempts;                  /* acquire scripts run (one per try, any number of
+                                         * servers); ZooKeeper/etcd: acquires begun */
     uint64_t wakeups;                   /* release notices delivered to waiters */
     uint64_t timeouts;                  /* waits that ended by PTTL/backoff, not by a notice */
     uint64_t renewals, renew_errors, lost;

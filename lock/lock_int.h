@@ -9,9 +9,18 @@
  *               wake-ups of waiting threads
  *   watchdog.c  the renewal thread
  *   fence.c     lock_fenced_set
+ *   zk.c        the ZooKeeper backend (zk:// URLs)
+ *   etcd.c      the etcd backend (etcd:// URLs)
  *
- * Locking order: client.mu, then waker.mu or a server's pool_mu; never the
- * other way round. No Redis I/O happens under client.mu. */
+ * A client serves one kind of server, chosen by the URL scheme. Redis is
+ * built into lock.c and the files above; the other kinds are backends
+ * (struct lock_backend): lock.c keeps the generic parts (the held table,
+ * reentry counts, handles, lost callbacks, counters) and asks the backend
+ * to take, check and free the lock on its server.
+ *
+ * Locking order: client.mu, then waker.mu, a server's pool_mu or a
+ * backend's own mutex; never the other way round. No server I/O happens
+ * under client.mu. */
 #ifndef FLASHSALE_LOCK_INT_H
 #define FLASHSALE_LOCK_INT_H
 
@@ -144,6 +153,77 @@ void lock_waker_stop(lock_client *c);
 /* Fills the keyspace fields of o. */
 void lock_waker_stats(lock_client *c, lock_stats *o);
 
+/* ------------------------------------------------------------- backends */
+
+typedef enum lock_kind { LOCK_KIND_REDIS, LOCK_KIND_ZK, LOCK_KIND_ETCD } lock_kind;
+
+typedef struct lock_backend lock_backend;
+
+/* A backend's record of one hold (the node, the key and lease, ...). Each
+ * backend's own struct starts with this header. It is written by the
+ * backend's acquire and read-only afterwards, so checks and a release may
+ * run on it at once; it is freed with its entry, never before. */
+typedef struct lock_hold {
+    const lock_backend *be;
+} lock_hold;
+
+/* What a backend's acquire hands back on LOCK_OK. */
+typedef struct lock_took {
+    lock_hold *hold;
+    uint64_t fence;
+    int64_t start_us;             /* monotonic: the server confirmed the lease after this */
+    int64_t ttl_ms;               /* the lease the server granted (may differ from the asked) */
+    /* Non-NULL: the lease is shared and kept by the backend (a ZooKeeper
+     * session); lock_remaining_ms reads its end from here. */
+    const atomic_int_fast64_t *lease_src;
+} lock_took;
+
+/* Whether a hold is still ours, as a check (reentry, renewal) found it. */
+typedef enum lock_check { LOCK_CHECK_OURS, LOCK_CHECK_GONE, LOCK_CHECK_UNKNOWN } lock_check;
+
+struct lock_backend {
+    const char *name;             /* "zookeeper", "etcd": in messages */
+    /* 1: the watchdog renews holds through check() (etcd leases); 0: the
+     * backend keeps its leases alive itself (ZooKeeper sessions). */
+    int watchdog_renews;
+    /* Takes the lock `name` for ttl_ms, waiting until deadline_us
+     * (monotonic; INT64_MAX: no deadline; already past: try once). Every
+     * server call is bounded by the client's timeout_ms. Returns LOCK_OK
+     * (*out filled), LOCK_BUSY (nothing left behind on the server), or
+     * LOCK_ERROR (*code, err). */
+    lock_status (*acquire)(lock_client *c, const char *name, int64_t ttl_ms, int64_t deadline_us,
+                           lock_took *out, lock_errcode *code, char *err, size_t errlen);
+    /* Is h still ours on the server? On OURS with a renewable lease,
+     * *start_us is when the renewed lease began (else left alone). */
+    lock_check (*check)(lock_client *c, lock_hold *h, int64_t *start_us, char *err,
+                        size_t errlen);
+    /* Frees the lock on the server (never one that is not h's). Does not
+     * free h. */
+    lock_release_result (*release)(lock_client *c, lock_hold *h, char *err, size_t errlen);
+    /* Optional: h is now in the held table (a loss found from here on is
+     * reported through lock_holds_lost). */
+    void (*held)(lock_client *c, lock_hold *h);
+    /* Frees h (called with client.mu held: no I/O, no client.mu). */
+    void (*hold_free)(lock_hold *h);
+    /* Stops the backend's threads that may call into lock.c (before the
+     * held locks are dropped); the backend still serves release(). */
+    void (*stop)(lock_client *c);
+    /* Frees the backend's state, once every hold is freed. */
+    void (*destroy)(lock_client *c);
+};
+
+/* Opens the backend for url on c (c->kind, c->be and c->bstate are set on
+ * success). Returns 0, or -1 with a message in err. */
+int lock_zk_open(lock_client *c, const char *url, char *err, size_t errlen);
+int lock_etcd_open(lock_client *c, const char *url, char *err, size_t errlen);
+
+/* Marks lost every held entry whose hold matches, running the callbacks
+ * (on the calling thread, which must not hold client.mu or any backend
+ * mutex). For backends that learn of a loss on their own (a session that
+ * ended, a node deleted from outside). Returns how many were marked. */
+int lock_holds_lost(lock_client *c, int (*match)(const lock_hold *h, void *arg), void *arg,
+                    lock_errcode code, const char *why);
+
 /* ------------------------------------------------------------- held locks */
 
 typedef struct lock_entry lock_entry;
@@ -169,6 +249,8 @@ struct lock_entry {
     uint64_t fence;
     int64_t ttl_ms;
     atomic_int_fast64_t lease_end_us;   /* monotonic */
+    const atomic_int_fast64_t *lease_src;   /* backend-kept lease (lock_took), or NULL */
+    lock_hold *hold;              /* a backend's record; NULL for Redis */
     atomic_int lost;
     int64_t next_renew_us;
     int count;                    /* handles */
@@ -186,7 +268,10 @@ struct lock_entry {
 #define LOCK_ENTRY_BUCKETS 1024
 
 struct lock_client {
-    lock_server servers[LOCK_MAX_SERVERS];
+    lock_kind kind;
+    const lock_backend *be;       /* NULL for Redis */
+    void *bstate;                 /* the backend's own state */
+    lock_server servers[LOCK_MAX_SERVERS];   /* Redis only: nservers is 0 otherwise */
     int nservers, quorum;
     int timeout_ms, watchdog, max_backoff_ms;
     char cid[17];                 /* random client id, in waiter ids */

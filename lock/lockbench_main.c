@@ -13,7 +13,12 @@
  * one of the 8 waiters). The number of threads waiting at each release is
  * measured and printed.
  *
- * Usage: lockbench --redis URL [--seconds S] | --version */
+ * With --url (zk://... or etcd://..., repeatable) the same figures are
+ * taken for those lock servers too, each next to Redis: uncontended
+ * acquire+release and the contended hand-off with a client per thread
+ * (separate processes' view). --handoff-only prints just the hand-offs.
+ *
+ * Usage: lockbench --redis URL [--url URL]... [--seconds S] [--handoff-only] | --version */
 #include <getopt.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -31,8 +36,13 @@
 #define HOLD_MS 1
 #define MAX_SAMPLES 100000
 
+#define MAX_URLS 8
+
 typedef struct bench {
     const char *url;
+    const char *others[MAX_URLS];   /* --url: other kinds of lock server */
+    int nothers;
+    int handoff_only;
     double seconds;
 } bench;
 
@@ -115,6 +125,7 @@ typedef struct scheme {
 
 typedef struct run {
     const scheme *s;
+    const char *label;
     const char *url;
     void *shared;
     int64_t until_us;
@@ -191,7 +202,7 @@ static int cmp64(const void *a, const void *b) {
 
 static void report(const run *r, double seconds) {
     if (r->nsamples == 0) {
-        printf("  %-44s no hand-offs measured (errors: %d)\n", r->s->label, r->errors);
+        printf("  %-44s no hand-offs measured (errors: %d)\n", r->label, atomic_load(&r->errors));
         return;
     }
     int64_t *s = r->samples;
@@ -199,13 +210,14 @@ static void report(const run *r, double seconds) {
     int n = r->nsamples;
     printf("  %-44s p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms  %5d hand-offs (%.0f/s), "
            "%.1f waiting per release%s\n",
-           r->s->label, s[n / 2] / 1000.0, s[(n * 99) / 100] / 1000.0, s[n - 1] / 1000.0, n,
+           r->label, s[n / 2] / 1000.0, s[(n * 99) / 100] / 1000.0, s[n - 1] / 1000.0, n,
            n / seconds, (double)r->waiters_sum / (double)(r->handoffs ? r->handoffs : 1),
-           r->errors ? " (with errors)" : "");
+           atomic_load(&r->errors) ? " (with errors)" : "");
 }
 
-static void contended(const scheme *s, const char *url, void *shared, double seconds) {
-    run r = { .s = s, .url = url, .shared = shared };
+static void contended(const scheme *s, const char *label, const char *url, void *shared,
+                      double seconds) {
+    run r = { .s = s, .label = label ? label : s->label, .url = url, .shared = shared };
     pthread_t t[THREADS];
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.taken, NULL);
@@ -309,16 +321,45 @@ static void poll_teardown(void *self) {
     free(p);
 }
 
+/* The kind of lock server a URL names, for labels. */
+static const char *kind_of(const char *url) {
+    return !strncmp(url, "zk://", 5) ? "zookeeper" : !strncmp(url, "etcd://", 7) ? "etcd" : "redis";
+}
+
+/* The figures for one other lock server, next to Redis's. */
+static void other_server(const bench *b, const char *url, const scheme *own) {
+    char err[300], label[64];
+    lock_options o = { .urls = &url, .nurls = 1 };
+    lock_client *c = lock_client_new(&o, err, sizeof err);
+    if (!c) {
+        printf("  %s: %s\n", kind_of(url), err);
+        return;
+    }
+    if (!b->handoff_only) {
+        long e;
+        double one = uncontended(c, 1, b->seconds, &e);
+        printf("%s (%s) uncontended acquire+release, 1 thread: %.0f /s (%.2f ms each)%s\n",
+               kind_of(url), url, one, one > 0 ? 1e3 / one : 0.0, e ? " (with errors)" : "");
+    }
+    snprintf(label, sizeof label, "%s: a client per thread", kind_of(url));
+    contended(own, label, url, NULL, b->seconds);
+    lock_client_free(c);
+}
+
 int main(int argc, char **argv) {
-    bench b = { NULL, 3.0 };
+    bench b = { .seconds = 3.0 };
     static const struct option opts[] = { { "redis", required_argument, 0, 'r' },
+                                          { "url", required_argument, 0, 'u' },
                                           { "seconds", required_argument, 0, 's' },
+                                          { "handoff-only", no_argument, 0, 'H' },
                                           { "version", no_argument, 0, 'V' },
                                           { 0, 0, 0, 0 } };
     int ch;
-    while ((ch = getopt_long(argc, argv, "r:s:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "r:u:s:", opts, NULL)) != -1) {
         if (ch == 'r') b.url = optarg;
+        else if (ch == 'u' && b.nothers < MAX_URLS) b.others[b.nothers++] = optarg;
         else if (ch == 's') b.seconds = atof(optarg);
+        else if (ch == 'H') b.handoff_only = 1;
         else if (ch == 'V') {
             printf("lockbench %s\n", flashsale_version);
             return 0;
@@ -326,7 +367,8 @@ int main(int argc, char **argv) {
         else return 64;
     }
     if (!b.url || b.seconds <= 0) {
-        fprintf(stderr, "usage: lockbench --redis URL [--seconds S] | --version\n");
+        fprintf(stderr, "usage: lockbench --redis URL [--url zk://...|etcd://...]... "
+                        "[--seconds S] [--handoff-only] | --version\n");
         return 64;
     }
     char err[300];
@@ -338,6 +380,21 @@ int main(int argc, char **argv) {
     if (!c || !r) {
         fprintf(stderr, "lockbench: %s\n", err);
         return 1;
+    }
+    static const scheme shared = { "lock (wake-up), one client, 9 threads", lk_setup_shared,
+                                   lk_take, lk_give, lk_teardown };
+    static const scheme own = { "lock (wake-up), a client per thread", lk_setup_own, lk_take,
+                                lk_give, lk_teardown };
+    static const scheme polling = { "seed 001 tryLock (SET NX, sleep 100 ms)", poll_setup,
+                                    poll_take, poll_give, poll_teardown };
+    if (b.handoff_only) {
+        printf("contended hand-off, release -> next holder, %d threads (1 holding, up to %d "
+               "waiting), hold %d ms, %.1f s each:\n", THREADS, THREADS - 1, HOLD_MS, b.seconds);
+        contended(&own, "redis: a client per thread", b.url, NULL, b.seconds);
+        for (int i = 0; i < b.nothers; i++) other_server(&b, b.others[i], &own);
+        redisFree(r);
+        lock_client_free(c);
+        return 0;
     }
     long e1, e4;
     printf("lock benchmark against %s (%.1f s per figure)\n", b.url, b.seconds);
@@ -351,19 +408,14 @@ int main(int argc, char **argv) {
            e4 ? " (with errors)" : "");
     printf("contended hand-off, release -> next holder, %d threads (1 holding, up to %d "
            "waiting), hold %d ms:\n", THREADS, THREADS - 1, HOLD_MS);
-    static const scheme shared = { "lock (wake-up), one client, 9 threads", lk_setup_shared,
-                                   lk_take, lk_give, lk_teardown };
-    static const scheme own = { "lock (wake-up), a client per thread", lk_setup_own, lk_take,
-                                lk_give, lk_teardown };
-    static const scheme polling = { "seed 001 tryLock (SET NX, sleep 100 ms)", poll_setup,
-                                    poll_take, poll_give, poll_teardown };
-    contended(&shared, b.url, c, b.seconds);
-    contended(&own, b.url, NULL, b.seconds);
-    contended(&polling, b.url, NULL, b.seconds * 1.5);
+    contended(&shared, NULL, b.url, c, b.seconds);
+    contended(&own, NULL, b.url, NULL, b.seconds);
+    contended(&polling, NULL, b.url, NULL, b.seconds * 1.5);
     lock_stats st;
     lock_client_stats(c, &st);
     printf("shared client: %llu wake-ups by notice, %llu by backoff/PTTL timeout\n",
            (unsigned long long)st.wakeups, (unsigned long long)st.timeouts);
+    for (int i = 0; i < b.nothers; i++) other_server(&b, b.others[i], &own);
     redisFree(r);
     lock_client_free(c);
     return 0;

@@ -2,7 +2,8 @@
 #
 #   make bench-lock   uncontended acquire+release/s and contended hand-off
 #                     latency p50/p99 with 8 waiters, next to seed 001's
-#                     100 ms-polling tryLock, on a private redis-server.
+#                     100 ms-polling tryLock, on a private redis-server;
+#                     then the same for a private ZooKeeper and etcd.
 #                     BENCH_SECONDS sets the time per figure (default 3).
 
 BENCH_SECONDS ?= 3

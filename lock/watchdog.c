@@ -3,7 +3,9 @@
  * finds gone -- or whose lease ran out while Redis could not be reached --
  * through lock_lost() and the handles' on_lost callbacks. A renewal that
  * merely failed (I/O) is retried soon; only a definite "not ours" or the
- * end of the lease by the monotonic clock counts as lost. */
+ * end of the lease by the monotonic clock counts as lost. For an etcd
+ * client a renewal is the backend's check (a lease keepalive and a look at
+ * the key), one hold at a time; ZooKeeper sessions keep themselves. */
 #include "lock/lock_int.h"
 
 #include <stdio.h>
@@ -44,28 +46,28 @@ static int collect(lock_client *c, due *d, int64_t now, int64_t *next) {
     return n;
 }
 
-/* Applies one entry's renewal result (c->mu held). */
-static void apply(lock_client *c, const due *d, const lock_replies *rs, int i, int64_t start,
-                  unsigned all) {
+/* Applies one entry's renewal outcome (c->mu held): renewed from start,
+ * found gone, or unknown (why). */
+static void apply(lock_client *c, const due *d, lock_check outcome, int64_t start,
+                  const char *why) {
     lock_entry *e = d->e;
     if (e->released || atomic_load(&e->lost)) return;
-    lock_tally t = lock_tally_int(rs, i, all);
     int64_t now = clock_mono_us();
     int64_t lease_end = start + d->ttl_ms * 1000 - lock_drift_us(d->ttl_ms);
-    if (t.ok >= c->quorum && now < lease_end) {
+    if (outcome == LOCK_CHECK_OURS && now < lease_end) {
         atomic_store(&e->lease_end_us, lease_end);
         e->next_renew_us = start + d->ttl_ms * 1000 / 3;
         atomic_fetch_add(&c->st.renewals, 1);
         return;
     }
-    if (t.no > c->nservers - c->quorum) {
+    if (outcome == LOCK_CHECK_GONE) {
         lock_entry_mark_lost(c, e, LOCK_ERR_LOST,
                              "renewal found the lock gone (expired, deleted or taken by another)");
         return;
     }
-    char why[600], msg[700];
+    char msg[700];
+    if (outcome == LOCK_CHECK_OURS) why = "the renewal was confirmed too late";
     atomic_fetch_add(&c->st.renew_errors, 1);
-    lock_replies_why(c, rs, all, why, sizeof why);
     if (now >= atomic_load(&e->lease_end_us)) {
         snprintf(msg, sizeof msg, "lease ran out while renewal failed: %s", why);
         lock_entry_mark_lost(c, e, LOCK_ERR_IO, msg);
@@ -77,8 +79,33 @@ static void apply(lock_client *c, const due *d, const lock_replies *rs, int i, i
     e->next_renew_us = now + (retry < RETRY_MAX_US ? retry : RETRY_MAX_US);
 }
 
+/* The Redis outcome of call i: a quorum renewed, enough said no, or unknown. */
+static lock_check redis_outcome(lock_client *c, const lock_replies *rs, int i, unsigned all) {
+    lock_tally t = lock_tally_int(rs, i, all);
+    if (t.ok >= c->quorum) return LOCK_CHECK_OURS;
+    if (t.no > c->nservers - c->quorum) return LOCK_CHECK_GONE;
+    return LOCK_CHECK_UNKNOWN;
+}
+
+/* Renews the n pinned entries of a backend client, one check each. */
+static void renew_backend(lock_client *c, due *d, int n) {
+    for (int i = 0; i < n; i++) {
+        char why[600] = "";
+        int64_t start = clock_mono_us();
+        lock_check r = c->be->check(c, d[i].e->hold, &start, why, sizeof why);
+        pthread_mutex_lock(&c->mu);
+        apply(c, &d[i], r, start, why);
+        lock_entry_unref(d[i].e);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
 /* Renews the n pinned entries (c->mu not held) and applies the results. */
 static void renew(lock_client *c, due *d, int n) {
+    if (c->be) {
+        renew_backend(c, d, n);
+        return;
+    }
     lock_call *calls = calloc((size_t)n, sizeof *calls);
     lock_replies rs = { 0 };
     unsigned all = (1u << c->nservers) - 1;
@@ -93,8 +120,14 @@ static void renew(lock_client *c, due *d, int n) {
     int ran = calls && lock_run(c, calls, n, all, &rs) == 0;
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < n; i++) {
-        if (ran) apply(c, &d[i], &rs, i, start, all);
-        else d[i].e->next_renew_us = clock_mono_us() + RETRY_MAX_US;   /* out of memory */
+        if (ran) {
+            lock_check r = redis_outcome(c, &rs, i, all);
+            char why[600] = "";
+            if (r == LOCK_CHECK_UNKNOWN) lock_replies_why(c, &rs, all, why, sizeof why);
+            apply(c, &d[i], r, start, why);
+        } else {
+            d[i].e->next_renew_us = clock_mono_us() + RETRY_MAX_US;   /* out of memory */
+        }
         lock_entry_unref(d[i].e);
     }
     pthread_mutex_unlock(&c->mu);

@@ -2,6 +2,9 @@
 
 Redis: a private redis-server on a free port in a temp dir (no persistence
 unless asked), stopped at the end even when a test fails.
+ZooKeeper and etcd: a standalone server of each (Debian's zookeeper and
+etcd-server), likewise on free loopback ports in temp dirs, for the lock
+module's other backends; same kill/restart/pause helpers.
 Service: bin/flashsale on a free port against that Redis and a fresh SQLite
 file, with a small HTTP client. Nothing is mocked: a fault test kills,
 stops or restarts the real process.
@@ -10,6 +13,7 @@ Every answer the Client receives is checked against docs/openapi.yaml
 (contract.py): a status, body or required header the document does not
 describe fails the test that received it.
 """
+import base64
 import http.client
 import json
 import os
@@ -112,6 +116,221 @@ class Redis:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _stop_proc(proc):
+    """SIGCONT (in case it is paused), SIGTERM, then SIGKILL after 5 s."""
+    if proc and proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _Server:
+    """What the lock servers share: kill, restart (same data, or wiped),
+    pause and resume by PID, stop and remove the temp dir."""
+
+    def kill(self):
+        """SIGKILL: the server keeps only what it wrote to its data dir."""
+        try:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self, wipe=False):
+        """Kills and starts again on the same port; wipe=True starts with an
+        empty data dir (the server lost its data)."""
+        if self.proc.poll() is None:
+            self.kill()
+        if wipe:
+            shutil.rmtree(self.data, ignore_errors=True)
+            os.makedirs(self.data)
+        self.start()
+
+    def pause(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self):
+        _stop_proc(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def logs(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+# Debian's zookeeper.jar names its dependencies in its manifest; log4j and
+# its slf4j binding are added so the server logs to a file.
+ZK_CLASSPATH = ":".join(p for p in ["/usr/share/java/zookeeper.jar",
+                                    "/usr/share/java/slf4j-log4j12.jar",
+                                    "/usr/share/java/log4j-1.2.jar"] if os.path.exists(p))
+
+
+class ZooKeeper(_Server):
+    """A standalone ZooKeeper from Debian's zookeeper package (needs a JRE),
+    on a free loopback port, its data in a temp dir. tickTime 100 ms and
+    minSessionTimeout 200 ms let tests use short sessions; the admin server
+    (Jetty on 8080) is off; four-letter words are on (ruok, dump).
+    Containers are checked every second, not every minute."""
+
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="fs-zk-")
+        self.data = os.path.join(self.dir, "data")
+        os.makedirs(self.data)
+        self.port = port or free_port()
+        self.log_path = os.path.join(self.dir, "zookeeper.log")
+        self.cfg = os.path.join(self.dir, "zoo.cfg")
+        with open(self.cfg, "w") as f:
+            f.write("tickTime=100\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"
+                    "minSessionTimeout=200\nmaxSessionTimeout=60000\n"
+                    "admin.enableServer=false\n4lw.commands.whitelist=*\n"
+                    "maxClientCnxns=0\n" % (self.data, self.port))
+        with open(os.path.join(self.dir, "log4j.properties"), "w") as f:
+            f.write("log4j.rootLogger=INFO, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+                    "log4j.appender.F.File=%s\nlog4j.appender.F.layout="
+                    "org.apache.log4j.PatternLayout\nlog4j.appender.F.layout.ConversionPattern="
+                    "%%d %%p %%c{1}: %%m%%n\n" % self.log_path)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        # C1 only and a serial GC: a JVM that starts fast on a busy 2-core box.
+        cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Dzookeeper.admin.enableServer=false", "-Dznode.container.checkIntervalMs=1000",
+               "-Dlog4j.configuration=file:" + os.path.join(self.dir, "log4j.properties"),
+               "-cp", ZK_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", self.cfg]
+        out = open(os.path.join(self.dir, "stdout.log"), "a")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, cwd=self.dir)
+        out.close()
+        _live.append(self.proc)
+        wait_until(self._ready, 90, step=0.1, what="zookeeper to answer ruok")
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("zookeeper exited with %s:\n%s" % (self.proc.returncode,
+                                                                   self.logs()[-3000:]))
+        return self.four("ruok") == "imok" and "Mode: standalone" in self.four("srvr")
+
+    def four(self, word):
+        """A four-letter word's answer ("" when the server does not answer)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                s.sendall(word.encode())
+                out = b""
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        return out.decode(errors="replace")
+                    out += d
+        except OSError:
+            return ""
+
+    def ephemerals(self):
+        """Every ephemeral node (full paths), from the dump word."""
+        dump = self.four("dump")
+        part = dump.split("ephemeral nodes dump:", 1)[-1].split("Connections dump:", 1)[0]
+        return sorted(line.strip() for line in part.splitlines() if line.startswith("\t/"))
+
+    def cli(self, *args):
+        """Runs one zkCli.sh command; returns its stdout."""
+        p = subprocess.run(["/usr/share/zookeeper/bin/zkCli.sh", "-server",
+                            "127.0.0.1:%d" % self.port] + list(args),
+                           capture_output=True, text=True, timeout=60)
+        return p.stdout
+
+    @property
+    def url(self):
+        return "zk://127.0.0.1:%d/locks" % self.port
+
+
+class Etcd(_Server):
+    """A single-member etcd from Debian's etcd-server on free loopback client
+    and peer ports, its data in a temp dir. A short election timeout makes
+    its smallest lease 1 s (the default allows 2 s) and a restart quick."""
+
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="fs-etcd-")
+        self.data = os.path.join(self.dir, "data")
+        os.makedirs(self.data)
+        self.port = port or free_port()
+        self.peer_port = free_port()
+        self.log_path = os.path.join(self.dir, "etcd.log")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        peer = "http://127.0.0.1:%d" % self.peer_port
+        client = "http://127.0.0.1:%d" % self.port
+        cmd = ["etcd", "--name", "fs", "--data-dir", self.data,
+               "--listen-client-urls", client, "--advertise-client-urls", client,
+               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+               "--initial-cluster", "fs=" + peer, "--initial-cluster-state", "new",
+               "--heartbeat-interval", "50", "--election-timeout", "500"]
+        out = open(self.log_path, "a")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, cwd=self.dir)
+        out.close()
+        _live.append(self.proc)
+        wait_until(self._ready, 30, step=0.05, what="etcd to be healthy")
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("etcd exited with %s:\n%s" % (self.proc.returncode,
+                                                              self.logs()[-3000:]))
+        try:
+            return self.call("/v3/kv/range", {"key": _b64(b"\0")}, timeout=1) is not None
+        except OSError:
+            return False
+
+    def call(self, path, body, timeout=5):
+        """POSTs body (JSON) to the v3 gateway; returns the decoded reply."""
+        import urllib.request
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path),
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read().decode())
+
+    def keys(self, prefix):
+        """[(key, create_revision, lease)] of every key under prefix (bytes)."""
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        r = self.call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end)})
+        return [(base64.b64decode(kv["key"]), int(kv.get("create_revision", 0)),
+                 int(kv.get("lease", 0))) for kv in r.get("kvs", [])]
+
+    def leases(self):
+        """Ids of the leases etcd holds."""
+        r = self.call("/v3/lease/leases", {})
+        return sorted(int(x["ID"]) for x in r.get("leases", []))
+
+    def etcdctl(self, *args, **kw):
+        """Runs etcdctl (v3) against this server; returns the CompletedProcess."""
+        env = dict(os.environ, ETCDCTL_API="3")
+        return subprocess.run(["etcdctl", "--endpoints", "127.0.0.1:%d" % self.port] +
+                              list(args), capture_output=True, text=True, env=env,
+                              timeout=kw.pop("timeout", 60), **kw)
+
+    @property
+    def url(self):
+        return "etcd://127.0.0.1:%d" % self.port
+
+
+def _b64(b):
+    return base64.b64encode(b).decode()
 
 
 class Response:

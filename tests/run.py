@@ -46,6 +46,16 @@ class Ctx:
         self._cleanup.append(r.stop)
         return r
 
+    def zookeeper(self, **kw):
+        z = harness.ZooKeeper(**kw)
+        self._cleanup.append(z.stop)
+        return z
+
+    def etcd(self, **kw):
+        e = harness.Etcd(**kw)
+        self._cleanup.append(e.stop)
+        return e
+
     def service(self, redis, db=None, **kw):
         s = harness.Service(redis.url if hasattr(redis, "url") else redis,
                             db or self.path("orders.db"), **kw)
