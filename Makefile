@@ -189,7 +189,7 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
                          build/rel/gen/version.c build/rel/gen/openapi.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lzookeeper_mt -lcurl -lm
 
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
