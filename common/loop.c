@@ -36,6 +36,14 @@ typedef struct timer {
     void *ud;
 } timer;
 
+/* A one-shot timer (loop_after), kept in a binary min-heap by due time. */
+typedef struct oneshot {
+    int64_t due_us;
+    uint64_t seq;                     /* FIFO among equal due times */
+    loop_fn *fn;
+    void *ud;
+} oneshot;
+
 typedef struct hook {
     loop_fn *fn;
     void *ud;
@@ -54,6 +62,9 @@ struct loop {
     atomic_int notified;              /* the eventfd was written since the last drain */
     atomic_int stopping;
     int again;                        /* next epoll_wait does not block */
+    oneshot *heap;                    /* one-shot timers */
+    size_t nheap, capheap;
+    uint64_t seq;
     void *data;
 };
 
@@ -98,6 +109,7 @@ static void run_tasks(loop *l) {
 void loop_free(loop *l) {
     if (!l) return;
     run_tasks(l);
+    free(l->heap);
     if (l->epfd >= 0) close(l->epfd);
     if (l->evfd >= 0) close(l->evfd);
     pthread_mutex_destroy(&l->mu);
@@ -150,6 +162,43 @@ int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud) {
 
 void loop_again(loop *l) { l->again = 1; }
 
+static int before(const oneshot *a, const oneshot *b) {
+    return a->due_us < b->due_us || (a->due_us == b->due_us && a->seq < b->seq);
+}
+
+int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud) {
+    if (l->nheap == l->capheap) {
+        size_t cap = l->capheap ? l->capheap * 2 : 64;
+        oneshot *h = realloc(l->heap, cap * sizeof *h);
+        if (!h) return -1;
+        l->heap = h;
+        l->capheap = cap;
+    }
+    size_t i = l->nheap++;
+    oneshot t = { clock_mono_us() + ms * 1000, l->seq++, fn, ud };
+    while (i > 0 && before(&t, &l->heap[(i - 1) / 2])) {     /* sift up */
+        l->heap[i] = l->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    l->heap[i] = t;
+    return 0;
+}
+
+static oneshot pop_oneshot(loop *l) {
+    oneshot top = l->heap[0], last = l->heap[--l->nheap];
+    size_t i = 0;
+    for (;;) {                                                 /* sift down */
+        size_t c = 2 * i + 1;
+        if (c >= l->nheap) break;
+        if (c + 1 < l->nheap && before(&l->heap[c + 1], &l->heap[c])) c++;
+        if (!before(&l->heap[c], &last)) break;
+        l->heap[i] = l->heap[c];
+        i = c;
+    }
+    if (l->nheap) l->heap[i] = last;
+    return top;
+}
+
 int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
     if (l->nflush == MAX_FLUSH) return -1;
     l->flush[l->nflush++] = (hook){ fn, ud };
@@ -188,6 +237,14 @@ void loop_stop(loop *l) {
 
 /* Runs due timers; returns the milliseconds until the next one (-1: none). */
 static int run_timers(loop *l) {
+    int64_t now_us = clock_mono_us();
+    /* One-shot timers due now (those they add run next time round). */
+    size_t due = 0;
+    for (size_t i = 0; i < l->nheap; i++) due += l->heap[i].due_us <= now_us;
+    while (due-- > 0 && l->nheap && l->heap[0].due_us <= now_us) {
+        oneshot t = pop_oneshot(l);
+        t.fn(l, t.ud);
+    }
     int64_t now = clock_mono_ms(), wait = -1;
     for (int i = 0; i < l->ntimers; i++) {
         timer *t = &l->timers[i];
@@ -197,6 +254,11 @@ static int run_timers(loop *l) {
             t->next_ms = now + t->period_ms;
         }
         int64_t left = t->next_ms - now;
+        if (wait < 0 || left < wait) wait = left;
+    }
+    if (l->nheap) {
+        int64_t left = (l->heap[0].due_us - clock_mono_us() + 999) / 1000;
+        if (left < 0) left = 0;
         if (wait < 0 || left < wait) wait = left;
     }
     return (int)wait;

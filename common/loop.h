@@ -52,6 +52,9 @@ void loop_unwatch(loop *l, int fd);
 
 /* Calls fn every period_ms while the loop runs. Returns 0 or -1. */
 int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud);
+/* Calls fn once, about ms milliseconds from now (0: next iteration).
+ * Returns 0, or -1 when out of memory. */
+int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud);
 /* Calls fn after the events of every iteration. Returns 0 or -1. */
 int loop_on_flush(loop *l, loop_fn *fn, void *ud);
 

@@ -47,6 +47,7 @@ typedef struct batch {
 struct order_loop {
     app *a;
     loop *l;
+    int index;                     /* in a->order_loops */
     stock_async *sa;
     sku_queue **slots;             /* open addressing by product pointer */
     size_t nslots, used;
@@ -60,6 +61,9 @@ struct order_loop {
     order_op *give_head, *give_tail;
     int give_listed;
     order_loop *give_next;
+    lock_q **lqs;                  /* the `lock` queues this loop owns, by (product, segment) */
+    size_t nlqs, usedlqs;
+    lock_q *lock_ready;            /* queues with an order to start this iteration */
 };
 
 /* Batches of one SKU a loop keeps in flight at most: while they are out,
@@ -73,6 +77,8 @@ static int max_inflight(void) {
     }
     return v > 0 ? v : 1000000;
 }
+
+static void wake(order_loop *ol);
 
 /* ------------------------------------------------------------ SKU queues */
 
@@ -211,6 +217,13 @@ static void send_queue(order_loop *ol, sku_queue *q) {
 static void flush(loop *l, void *ud) {
     order_loop *ol = ud;
     (void)l;
+    /* Lock queues first: an order they start may fail at once and start
+     * the next, which comes back on this list. */
+    while (ol->lock_ready) {
+        lock_q *q = ol->lock_ready;
+        ol->lock_ready = lock_q_next_ready(q);
+        lock_q_advance(q);
+    }
     while (ol->dirty) {
         sku_queue *q = ol->dirty;
         ol->dirty = q->next_dirty;
@@ -221,6 +234,73 @@ static void flush(loop *l, void *ud) {
         if (q->nclear || (q->n && q->inflight < max_inflight())) mark_dirty(ol, q);
         if (q->dirty) break;
     }
+}
+
+/* ------------------------------------------------------------ lock queues */
+
+stock_async *order_loop_stock(order_loop *ol) { return ol->sa; }
+int order_loop_index(const order_loop *ol) { return ol->index; }
+loop *order_loop_loop(order_loop *ol) { return ol->l; }
+
+static size_t lq_slot(const order_loop *ol, const product *p, int seg) {
+    uintptr_t h = (uintptr_t)p * 31 + (uintptr_t)seg;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    size_t i = (size_t)(h >> 20) & (ol->nlqs - 1);
+    while (ol->lqs[i] && (lock_q_product(ol->lqs[i]) != p || lock_q_segment(ol->lqs[i]) != seg))
+        i = (i + 1) & (ol->nlqs - 1);
+    return i;
+}
+
+/* The queue of (p, seg) on ol, made on first use; NULL when out of memory. */
+static lock_q *lq_of(order_loop *ol, product *p, int seg) {
+    if (ol->usedlqs * 2 >= ol->nlqs) {
+        size_t old = ol->nlqs;
+        lock_q **prev = ol->lqs, **bigger = calloc(old ? old * 2 : 16, sizeof *bigger);
+        if (!bigger) return NULL;
+        ol->lqs = bigger;
+        ol->nlqs = old ? old * 2 : 16;
+        for (size_t i = 0; i < old; i++)
+            if (prev[i]) ol->lqs[lq_slot(ol, lock_q_product(prev[i]), lock_q_segment(prev[i]))] = prev[i];
+        free(prev);
+    }
+    size_t i = lq_slot(ol, p, seg);
+    if (!ol->lqs[i]) {
+        if (!(ol->lqs[i] = lock_q_new(ol, p, seg))) return NULL;
+        ol->usedlqs++;
+    }
+    return ol->lqs[i];
+}
+
+/* On the owner's thread: into its segment's queue. */
+static void lock_enqueue(order_loop *ol, order_op *op) {
+    lock_q *q = lq_of(ol, op->p, op->hold.seg);
+    if (!q) {
+        op->phase = PH_RESERVE_ONE;           /* no memory here: the pool takes it */
+        stage_push(op->a->pool, op);
+        return;
+    }
+    lock_q_enqueue(q, op);
+}
+
+void order_loop_lock_ready(order_loop *ol, lock_q *q) {
+    lock_q_set_next_ready(q, ol->lock_ready);
+    ol->lock_ready = q;
+}
+
+void order_loop_lock(order_loop *ol, order_op *op) {
+    op->phase = PH_LOCK;
+    if (loop_current() == ol->l) {
+        lock_enqueue(ol, op);
+        return;
+    }
+    op->next = NULL;
+    pthread_mutex_lock(&ol->mu);
+    if (ol->res_tail) ol->res_tail->next = op;
+    else ol->res_head = op;
+    ol->res_tail = op;
+    pthread_mutex_unlock(&ol->mu);
+    wake(ol);
 }
 
 void order_loop_undo(order_loop *ol, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
@@ -240,7 +320,8 @@ static void drain_inbox(loop *l, void *ud) {
     pthread_mutex_unlock(&ol->mu);
     while (res) {
         order_op *next = res->next;
-        enqueue(ol, res);
+        if (res->phase == PH_LOCK) lock_enqueue(ol, res);
+        else enqueue(ol, res);
         res = next;
     }
     while (in) {
@@ -262,6 +343,7 @@ order_loop *order_loop_home(app *a) {
 }
 
 void order_loop_reserve(order_loop *ol, order_op *op) {
+    op->phase = PH_SCRIPT;
     if (loop_current() == ol->l) {
         enqueue(ol, op);
         return;
@@ -311,6 +393,7 @@ int order_loops_start(app *a, char *err, size_t errlen) {
         order_loop *ol = calloc(1, sizeof *ol);
         if (!ol) goto oom;
         a->order_loops[i] = ol;
+        ol->index = i;
         ol->a = a;
         ol->l = a->loops[i];
         ol->nslots = 16;
@@ -337,7 +420,9 @@ oom:
 static int busy(app *a) {
     for (int i = 0; i < a->nloops; i++) {
         order_loop *ol = a->order_loops[i];
-        if (ol && (ol->dirty || stock_async_inflight(ol->sa) > 0)) return 1;
+        if (ol && (ol->dirty || ol->lock_ready || stock_async_inflight(ol->sa) > 0)) return 1;
+        for (size_t k = 0; ol && k < ol->nlqs; k++)
+            if (ol->lqs[k] && lock_q_busy(ol->lqs[k])) return 1;
     }
     return 0;
 }
@@ -358,6 +443,8 @@ void order_loops_free(app *a) {
             free(ol->slots[k]);
         }
         free(ol->slots);
+        for (size_t k = 0; k < ol->nlqs; k++) free(ol->lqs[k]);
+        free(ol->lqs);
         pthread_mutex_destroy(&ol->mu);
         free(ol);
     }

@@ -11,10 +11,13 @@
 #include "service/service.h"
 
 typedef struct order_loop order_loop;
+typedef struct lock_q lock_q;
 
 typedef enum phase {
     PH_RESERVE_ONE,    /* pool: read-check-write strategies */
-    PH_DB_READ         /* pool: db-optimistic reads the version */
+    PH_DB_READ,        /* pool: db-optimistic reads the version */
+    PH_LOCK,           /* loop: the `lock` strategy's queue of its segment */
+    PH_SCRIPT          /* loop: the `lua` batch */
 } phase;
 
 struct order_op {
@@ -34,6 +37,9 @@ struct order_op {
     int fail;                      /* the refusal to answer once an undo is done */
     int lookup_after_undo;         /* key taken in SQLite: answer as a replay */
     int tries;                     /* db-optimistic: versioned updates tried */
+    stock_hold hold;               /* `lock` on a loop: the segment and what its read found */
+    int64_t lock_t0_us;            /* ...when it started waiting for the lock */
+    lock_q *lq;                    /* ...its segment's queue */
     order_op *next;
 };
 
@@ -44,6 +50,28 @@ int order_reserved(order_op *op);
 void order_committed(order_op *op);
 /* pipeline.c: the pool of threads for strategies that may block. */
 void stage_push(stage *s, order_op *op);
+
+/* lockloop.c: the `lock` strategy on the loops. lock_submit routes op to
+ * its segment's owner loop (-1: no segment fits one hold; use the pool). */
+int lock_submit(app *a, order_op *op);
+lock_q *lock_q_new(order_loop *ol, product *p, int seg);
+void lock_q_enqueue(lock_q *q, order_op *op);
+void lock_q_advance(lock_q *q);
+lock_q *lock_q_next_ready(lock_q *q);
+void lock_q_set_next_ready(lock_q *q, lock_q *next);
+product *lock_q_product(const lock_q *q);
+int lock_q_segment(const lock_q *q);
+/* Has orders not yet answered or handed on. */
+int lock_q_busy(const lock_q *q);
+
+/* The loop's stock handle, loop, and index in a->order_loops. */
+int order_loop_index(const order_loop *ol);
+stock_async *order_loop_stock(order_loop *ol);
+loop *order_loop_loop(order_loop *ol);
+/* Hands op to its segment's queue on ol (any thread). */
+void order_loop_lock(order_loop *ol, order_op *op);
+/* q has an order to start: at the end of this iteration. On ol's thread. */
+void order_loop_lock_ready(order_loop *ol, lock_q *q);
 
 /* The calling thread's order loop, or (another thread) one in turn. */
 order_loop *order_loop_home(app *a);

@@ -427,6 +427,10 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
         order_loop_reserve(op->home, op);
         break;
     case STOCK_KIND_RCW:
+        /* `lock`: on the loops, two round trips and no thread waiting;
+         * the others here (and `lock` orders no one segment can hold) on
+         * the pool. */
+        if (p->strategy == STOCK_LOCK && lock_submit(a, op) == 0) break;
         op->phase = PH_RESERVE_ONE;
         stage_push(a->pool, op);
         break;

@@ -19,6 +19,7 @@
 #include "common/aconn.h"
 #include "common/clock.h"
 #include "stock/internal.h"
+#include "stock/async_int.h"
 
 #define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
 
@@ -40,17 +41,7 @@ typedef struct job {
     struct job *next;
 } job;
 
-struct stock_async {
-    loop *l;
-    aconn *conn;
-    char prefix[64];
-    char instance[128];
-    long long idem_ttl_ms;
-    uint64_t rng;
-    rconn_cmd cmd;
-    job *held, *held_tail;
-    char errstr[256];
-};
+
 
 /* -------------------------------------------------------------- commands */
 
@@ -272,11 +263,13 @@ static void on_state(aconn *c, int up, void *ud) {
 /* ------------------------------------------------------------------ API */
 
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
-    static const rconn_script *scripts[2];
+    static const rconn_script *scripts[4];
     rconn_addr a;
     sk_scripts_init();
     scripts[0] = &sk_reserve_batch;
     scripts[1] = &sk_undo;
+    scripts[2] = &sk_lock_read;
+    scripts[3] = &sk_lock_write;
     if (rconn_parse(cfg->redis_url, &a, err, errlen)) return NULL;
     stock_async *sa = calloc(1, sizeof *sa);
     if (!sa) {
@@ -289,7 +282,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     sa->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
     sa->rng = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
     rconn_cmd_init(&sa->cmd);
-    sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 2, on_state, sa);
+    sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 4, on_state, sa);
     if (!sa->conn) {
         snprintf(err, errlen, "cannot attach a Redis connection to the loop");
         rconn_cmd_free(&sa->cmd);

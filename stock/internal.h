@@ -27,7 +27,8 @@ struct stock_conn {
 
 /* Scripts of the read-check-write strategies (rcw.c), and those the loop
  * side uses (async.c); initialised by sk_scripts_init (once). */
-extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch;
+extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
+    sk_lock_write;
 void sk_scripts_init(void);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */

@@ -17,16 +17,19 @@
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
-    stock_lua_reserve_batch[];
+    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[];
 
 static rconn_script s_reserve, s_load, s_restock;
-rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch;
+rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
+    sk_lock_write;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
 
 static void scripts_init(void) {
     rconn_script_init(&s_reserve, "reserve", stock_lua_reserve);
     rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
+    rconn_script_init(&sk_lock_read, "lock_read", stock_lua_lock_read);
+    rconn_script_init(&sk_lock_write, "lock_write", stock_lua_lock_write);
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);

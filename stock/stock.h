@@ -259,6 +259,38 @@ typedef void stock_undo_fn(void *ud, int done);
 /* Gives back the reservation of an order that will never commit (undo.lua). */
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud);
 
+/* The `lock` strategy on a loop (lockasync.c): one order holds a segment's
+ * lock for two round trips, lock_read (take, raise the fence, read) and
+ * lock_write (fenced write, release). */
+typedef struct stock_hold {
+    int seg;                      /* in: the segment */
+    char owner[33];               /* set by lock_read: the owner id taken with */
+    uint64_t token;               /* the fencing token */
+    long long gen, bought, units; /* what the read found */
+    char idem[160];
+    long long pttl;               /* lock_read found it held: the holder's lease left */
+} stock_hold;
+
+/* res: lock_read: 1 taken (h filled), 0 held by another (h->pttl), -3 no
+ * valid copy (r->result MISSING), -1 Redis failed (r->result UNAVAILABLE).
+ * lock_write: 1 written (r->result RESERVED), 0 released only, -4 fenced
+ * off, -3 copy gone, -1 Redis failed. */
+typedef void stock_lock_fn(void *ud, int res);
+
+/* A segment of p for a one-segment lock hold, among first, first+stride,
+ * first+2*stride...: from a random start, the first not known to be empty;
+ * -1 when all of those look empty. */
+int stock_pick_segment(const stock_product *p, uint64_t random, int first, int stride);
+void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                           stock_lock_fn *fn, void *ud);
+/* Checks the read against r: STOCK_RESERVED to write, else the verdict
+ * (INSUFFICIENT with r->available: this segment alone is short). */
+stock_result stock_lock_check(stock_req *r, const stock_hold *h);
+/* write: 1 the fenced write then release, 0 release only. With fn NULL
+ * (a release only), r is not touched once this returns. */
+void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                            stock_lock_fn *fn, void *ud);
+
 /* Writes "<prefix>{<sku>}:<suffix>" into buf (of len bytes). Returns the
  * length, or -1 if it does not fit. Exposed for tests and tools. */
 int stock_key(char *buf, size_t len, const char *prefix, const char *sku, const char *suffix);

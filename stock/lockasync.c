@@ -1,0 +1,247 @@
+/* lockasync.c: the `lock` strategy on an event loop, in two round trips.
+ *
+ *   lock_read.lua    take the segment's lock (the lock module's format and
+ *                    token counter), raise the segment's fence, read
+ *   (check, in C)    replay? over the limit? enough units?
+ *   lock_write.lua   the fenced write of the value computed from the read,
+ *                    and the release, in one step
+ *
+ * The service keeps one order per segment in the critical section at a
+ * time and sends the next order's lock_read right behind the previous
+ * order's write, on the same connection: Redis runs release and acquire
+ * back to back, so the lock is held for about one round trip per order
+ * and no thread ever waits for it. A hold that short needs no renewal (an
+ * extend would run behind the write on the same connection anyway); a
+ * write that arrives after the lease has run out is refused by the fence.
+ *
+ * A segment that holds fewer units than asked is refused here as
+ * insufficient; the caller, for a product with several segments, takes
+ * the order to the blocking path, which reads every segment and locks the
+ * ones it needs (stock_reserve_one: same keys, same locks). */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/aconn.h"
+#include "common/clock.h"
+#include "stock/internal.h"
+#include "stock/async_int.h"
+
+/* --------------------------------------------------------------- owners */
+
+/* A new owner id: 32 hex digits, unique per acquire (a random 64-bit base
+ * per connection and a counter), as the lock module's format asks. */
+static void new_owner(stock_async *sa, char out[33]) {
+    if (!sa->owner_base) {
+        if (getrandom(&sa->owner_base, sizeof sa->owner_base, 0) != sizeof sa->owner_base)
+            sa->owner_base = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
+        sa->owner_base |= 1;
+    }
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)sa->owner_base,
+             (unsigned long long)++sa->owner_seq);
+}
+
+int stock_pick_segment(const stock_product *p, uint64_t random, int first, int stride) {
+    assert(stride >= 1 && first >= 0);
+    int n = first < p->segments ? (p->segments - first + stride - 1) / stride : 0;
+    for (int i = 0; i < n; i++) {
+        int seg = first + (int)((random + (uint64_t)i) % (uint64_t)n) * stride;
+        if (!sk_hint_empty(p, seg)) return seg;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------- read */
+
+typedef struct lock_job {
+    stock_async *sa;
+    stock_req *r;
+    stock_hold *h;
+    stock_lock_fn *fn;
+    void *ud;
+} lock_job;
+
+static void add_lock_keys(stock_async *sa, const stock_product *p, int seg, const char *suffix) {
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d%s", sa->prefix, p->sku, seg, suffix);
+}
+
+static void on_read(void *ud, redisReply *rep) {
+    lock_job *j = ud;
+    stock_req *r = j->r;
+    stock_hold *h = j->h;
+    int res;
+    r->outcome_unknown = 0;
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
+        r->result = STOCK_UNAVAILABLE;
+        res = -1;
+    } else if (sk_elem_int(rep, 0) == 1 && rep->elements == 6) {
+        h->token = (uint64_t)sk_elem_int(rep, 1);
+        h->gen = sk_elem_int(rep, 2);
+        h->bought = sk_elem_int(rep, 3);
+        snprintf(h->idem, sizeof h->idem, "%s", sk_elem_str(rep, 4));
+        h->units = sk_elem_int(rep, 5);
+        sk_hint_set(r->product, h->seg, h->units <= 0);
+        res = 1;
+    } else if (sk_elem_int(rep, 0) == 0) {
+        h->pttl = sk_elem_int(rep, 1);
+        res = 0;
+    } else {
+        r->result = STOCK_MISSING;
+        res = -3;
+    }
+    j->fn(j->ud, res);
+    free(j);
+}
+
+void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                           stock_lock_fn *fn, void *ud) {
+    const stock_product *p = r->product;
+    lock_job *j = malloc(sizeof *j);
+    if (!j || !aconn_ready(sa->conn)) {
+        if (!aconn_ready(sa->conn)) aconn_connect(sa->conn);
+        free(j);
+        r->result = STOCK_UNAVAILABLE;
+        r->outcome_unknown = 0;
+        fn(ud, -1);
+        return;
+    }
+    *j = (lock_job){ sa, r, h, fn, ud };
+    new_owner(sa, h->owner);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 7);
+    add_lock_keys(sa, p, h->seg, "");
+    add_lock_keys(sa, p, h->seg, ":fence");
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:users", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku,
+                   r->idem_key ? r->idem_key : "");
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
+    rconn_cmd_adds(&sa->cmd, h->owner);
+    rconn_cmd_addll(&sa->cmd, ttl_ms);
+    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    rconn_cmd_adds(&sa->cmd, r->user_id);
+    if (aconn_send(sa->conn, &sa->cmd, on_read, j) != 0) {
+        free(j);
+        r->result = STOCK_UNAVAILABLE;
+        r->outcome_unknown = 0;
+        fn(ud, -1);
+    }
+}
+
+/* ------------------------------------------------------------ check */
+
+stock_result stock_lock_check(stock_req *r, const stock_hold *h) {
+    const stock_product *p = r->product;
+    if (r->idem_key && r->idem_key[0] && h->idem[0]) {
+        char rgen[24], oid[STOCK_ORDER_ID_MAX + 1], fp[40];
+        if (sscanf(h->idem, "%23[0-9]|%26[^|]|%39s", rgen, oid, fp) == 3 &&
+            atoll(rgen) == h->gen) {
+            snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", oid);
+            r->replay_same = !strcmp(fp, r->fingerprint);
+            return STOCK_REPLAY;
+        }
+    }
+    if (p->per_user_limit > 0 && h->bought + r->quantity > p->per_user_limit) {
+        r->available = h->bought;
+        return STOCK_LIMIT;
+    }
+    if (h->units < r->quantity) {
+        r->available = h->units > 0 ? h->units : 0;
+        return h->units <= 0 && p->segments == 1 ? STOCK_SOLD_OUT : STOCK_INSUFFICIENT;
+    }
+    return STOCK_RESERVED;
+}
+
+/* ----------------------------------------------------------- write */
+
+static void on_write(void *ud, redisReply *rep) {
+    lock_job *j = ud;
+    stock_req *r = j->r;
+    int res = 0;
+    if (!j->fn) {                               /* a release only: r is answered already */
+        free(j);
+        return;
+    }
+    if (!rep) {
+        r->result = STOCK_UNAVAILABLE;
+        r->outcome_unknown = 1;                 /* the write may have run */
+        res = -1;
+    } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
+        r->result = STOCK_UNAVAILABLE;          /* an error reply: nothing stayed */
+        r->outcome_unknown = 0;
+        res = -1;
+    } else {
+        long long code = sk_elem_int(rep, 0);
+        r->outcome_unknown = 0;
+        if (code == 1) {
+            r->result = STOCK_RESERVED;
+            r->gen = sk_elem_int(rep, 1);
+        } else if (code == -4) {
+            r->result = STOCK_FENCED;
+        } else if (code == -3) {
+            r->result = STOCK_MISSING;
+        }
+        res = (int)code;
+    }
+    j->fn(j->ud, res);
+    free(j);
+}
+
+/* Nothing was sent: nothing written; the lock expires by its lease. A
+ * release only (fn NULL) leaves r alone: its order is answered already. */
+static void write_failed(stock_req *r, stock_lock_fn *fn, void *ud) {
+    if (!fn) return;
+    r->result = STOCK_UNAVAILABLE;
+    r->outcome_unknown = 0;
+    fn(ud, -1);
+}
+
+void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                            stock_lock_fn *fn, void *ud) {
+    const stock_product *p = r->product;
+    lock_job *j = malloc(sizeof *j);
+    if (!j) {
+        write_failed(r, fn, ud);                 /* the lock expires by its lease */
+        return;
+    }
+    *j = (lock_job){ sa, fn ? r : NULL, (stock_hold *)h, fn, ud };
+    int has_key = write && r->idem_key && r->idem_key[0];
+    size_t ul = strlen(r->user_id), kl = has_key ? strlen(r->idem_key) : 0;
+    char tail[STOCK_USER_MAX + 200];
+    int tl = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
+                      has_key ? r->idem_key : "");
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, 9);
+    add_lock_keys(sa, p, h->seg, "");
+    add_lock_keys(sa, p, h->seg, ":waiters");
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:pending", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:users", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, has_key ? r->idem_key : "");
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:empty", sa->prefix, p->sku);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
+    rconn_cmd_adds(&sa->cmd, h->owner);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d:wake:", sa->prefix, p->sku, h->seg);
+    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    rconn_cmd_addll(&sa->cmd, h->gen);
+    rconn_cmd_addll(&sa->cmd, (long long)h->token);
+    rconn_cmd_adds(&sa->cmd, write ? "write" : "release");
+    rconn_cmd_addll(&sa->cmd, h->seg);
+    rconn_cmd_addll(&sa->cmd, p->segments);
+    rconn_cmd_addll(&sa->cmd, h->units - r->quantity);
+    rconn_cmd_addll(&sa->cmd, r->quantity);
+    rconn_cmd_adds(&sa->cmd, r->order_id);
+    rconn_cmd_add(&sa->cmd, r->user_id, ul);
+    rconn_cmd_addll(&sa->cmd, p->per_user_limit);
+    rconn_cmd_adds(&sa->cmd, has_key ? r->fingerprint : "");
+    rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
+    rconn_cmd_adds(&sa->cmd, sa->instance);
+    rconn_cmd_add(&sa->cmd, tail, tl > 0 && (size_t)tl < sizeof tail ? (size_t)tl : 0);
+    if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
+    if (aconn_send(sa->conn, &sa->cmd, on_write, j) != 0) {
+        free(j);
+        write_failed(r, fn, ud);
+    }
+}
