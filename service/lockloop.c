@@ -30,7 +30,7 @@
 #include <sys/random.h>
 
 #include "common/clock.h"
-#include "service/orderloop.h"
+#include "service/order.h"
 
 #define RETRY_MIN_MS 1
 #define RETRY_MAX_MS 20

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "service/orderloop.h"
+#include "service/order.h"
 
 /* One SKU's orders and clears on one loop. */
 typedef struct sku_queue {

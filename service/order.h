@@ -1,12 +1,13 @@
-/* orderloop.h: what pipeline.c and orderloop.c share about an order on
- * its way; private to service/ (service.h is the module's face).
+/* order.h: what the files of the order path share about an order on its
+ * way (pipeline.c, strategies.c, answer.c, orderloop.c, lockloop.c,
+ * pool.c, dbstrategy.c); private to service/.
  *
  * An order_loop is the order path's state on one event loop: its Redis
  * connection (stock_async), the orders gathered this iteration per SKU,
  * the pending records to clear, and the inbox where the committer hands
  * orders back. */
-#ifndef FLASHSALE_ORDERLOOP_H
-#define FLASHSALE_ORDERLOOP_H
+#ifndef FLASHSALE_SERVICE_ORDER_H
+#define FLASHSALE_SERVICE_ORDER_H
 
 #include "service/service.h"
 
@@ -43,13 +44,40 @@ struct order_op {
     order_op *next;
 };
 
+/* answer.c: the refusals, one row each in its table. */
+typedef enum refusal {
+    RF_SOLD_OUT, RF_INSUFFICIENT, RF_LIMIT, RF_KEY_REUSED, RF_IN_PROGRESS, RF_LOCK_TIMEOUT,
+    RF_FENCED, RF_CONFLICT, RF_REBUILDING, RF_REDIS_DOWN, RF_REDIS_DOWN_TAKEN, RF_STALE,
+    RF_DB_DOWN, RF_DB_UNKNOWN, RF_COUNT
+} refusal;
+/* Answers op with refusal rf (n: the number its sentence names; for the
+ * 409s also a field of the body) and frees op. */
+void refuse(order_op *op, refusal rf, long long n);
+/* Answers op with its order (replayed: 200 and Idempotent-Replayed); the
+ * caller frees op. */
+void answer_order(order_op *op, const db_order *o, int replayed);
+
+/* strategies.c: sends op down its strategy's path. */
+void strategy_submit(order_op *op);
+
+/* pipeline.c: the order's job for the committer: its insert, the stock
+ * taken as take says (DB_TAKE_NONE: reserved in Redis already), or the
+ * lookup of the order a replayed key names. */
+void prepare_insert(order_op *op, db_take take, long long expect_version);
+void prepare_lookup(order_op *op, const char *order_id);
 /* pipeline.c: acts on op's reservation result. Returns 1 when op->job is
  * ready for the committer, else op has been answered and freed. */
 int order_reserved(order_op *op);
 /* pipeline.c: acts on op's commit (or lookup), on its home loop. */
 void order_committed(order_op *op);
-/* pipeline.c: the pool of threads for strategies that may block. */
+/* pool.c: the pool of threads for strategies that may block. */
 void stage_push(stage *s, order_op *op);
+
+/* dbstrategy.c: `db` to the committer; db-optimistic's read (on a pool
+ * thread); a db strategy's commit result, on the order's home loop. */
+void db_submit(order_op *op);
+void db_optimistic_read(order_op *op);
+void db_committed(order_op *op);
 
 /* lockloop.c: the `lock` strategy on the loops. lock_submit routes op to
  * its segment's owner loop (-1: no segment fits one hold; use the pool). */

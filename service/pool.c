@@ -1,0 +1,105 @@
+/* pool.c: threads for the strategies that may block.
+ *
+ * The read-check-write strategies other than `lock` (local, the unsafe
+ * baselines, and `lock` orders that no one segment can hold) wait for a
+ * lock on the thread that runs them, and db-optimistic reads SQLite: they
+ * run here, one order per thread at a time, each thread with its own
+ * connections, and hand their orders on to the committer. */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "service/order.h"
+
+/* Strategies that may block run here, one order per thread at a time. */
+struct stage {
+    app *a;
+    pthread_t *threads;
+    int nthreads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    order_op *head, *tail;
+    int stopping;
+};
+
+void stage_push(stage *s, order_op *op) {
+    op->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static order_op *take(stage *s) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+    order_op *op = s->head;
+    if (op && !(s->head = op->next)) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return op;
+}
+
+/* Runs one read-check-write reservation, which may wait for a lock. */
+static void reserve_one(app *a, stock_conn *sc, order_op *op) {
+    stock_reserve_one(sc, &op->sreq);
+    const stock_req *r = &op->sreq;
+    if (r->lock_wait_us >= 0) {
+        histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
+        int o = r->result == STOCK_LOCK_TIMEOUT ? 1
+              : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
+        atomic_fetch_add(&a->m.lock_outcomes[o], 1);
+    }
+    if (order_reserved(op)) db_writer_submit(a->writer, &op->job);
+}
+
+static void *pool_main(void *arg) {
+    stage *s = arg;
+    pthread_setname_np(pthread_self(), "fs-pool");
+    app *a = s->a;
+    char err[256];
+    stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
+    order_op *op;
+    assert(sc != NULL);   /* the configuration was checked at start */
+    while ((op = take(s)) != NULL) {
+        if (op->phase == PH_DB_READ) db_optimistic_read(op);
+        else reserve_one(a, sc, op);
+    }
+    stock_conn_free(sc);
+    return NULL;
+}
+
+stage *stage_start(app *a, int threads, char *err, size_t errlen) {
+    stage *s = calloc(1, sizeof *s);
+    if (!s || !(s->threads = calloc((size_t)threads, sizeof *s->threads))) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->a = a;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    for (s->nthreads = 0; s->nthreads < threads; s->nthreads++) {
+        if (pthread_create(&s->threads[s->nthreads], NULL, pool_main, s) != 0) {
+            snprintf(err, errlen, "cannot start the pool's threads");
+            stage_stop(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void stage_stop(stage *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
+    assert(s->head == NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->threads);
+    free(s);
+}

@@ -1,0 +1,63 @@
+/* strategies.c: where each strategy's orders run: the one table that says.
+ *
+ * The stock module describes a strategy (stock_strategy_about: its name,
+ * whether it oversells, whether it may be segmented); this table is the
+ * service's side: the path an order of that strategy takes, and so the
+ * files that hold it. A new strategy is a row here plus its stock code. */
+#include <assert.h>
+
+#include "service/order.h"
+
+typedef enum path {
+    PATH_LOOP_BATCH,   /* orderloop.c, stock/async.c: batched per SKU on the
+                          request's own loop, one script call per batch */
+    PATH_LOOP_LOCK,    /* lockloop.c, stock/lockasync.c: queued on the loop
+                          that owns the segment's lock, two round trips */
+    PATH_POOL,         /* pool.c, stock/rcw.c: one order per pool thread,
+                          which may wait for a lock */
+    PATH_DB,           /* dbstrategy.c, db/db.c: taken in the order's own
+                          SQLite transaction by the committer */
+    PATH_DB_OPTIMISTIC /* dbstrategy.c: version read on a pool thread, then
+                          a versioned update by the committer */
+} path;
+
+static const path PATHS[STOCK_STRATEGY_COUNT] = {
+    [STOCK_LUA] = PATH_LOOP_BATCH,
+    [STOCK_LOCK] = PATH_LOOP_LOCK,
+    [STOCK_DB] = PATH_DB,
+    [STOCK_DB_OPTIMISTIC] = PATH_DB_OPTIMISTIC,
+    [STOCK_LOCAL] = PATH_POOL,
+    [STOCK_UNSAFE_READ_WRITE] = PATH_POOL,
+    [STOCK_UNSAFE_CHECK_THEN_DECR] = PATH_POOL,
+    [STOCK_UNSAFE_SETNX_EXPIRE] = PATH_POOL,
+    [STOCK_UNSAFE_LOCK_NO_FENCE] = PATH_POOL,
+    [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = PATH_POOL,
+};
+
+void strategy_submit(order_op *op) {
+    stock_strategy s = op->p->strategy;
+    assert(s >= 0 && s < STOCK_STRATEGY_COUNT);
+    switch (PATHS[s]) {
+    case PATH_LOOP_BATCH:
+        order_loop_reserve(op->home, op);
+        return;
+    case PATH_LOOP_LOCK:
+        if (lock_submit(op->a, op) == 0) return;
+        /* No one segment can hold the order: the pool reads them all. */
+        op->phase = PH_RESERVE_ONE;
+        stage_push(op->a->pool, op);
+        return;
+    case PATH_POOL:
+        op->phase = PH_RESERVE_ONE;
+        stage_push(op->a->pool, op);
+        return;
+    case PATH_DB:
+        db_submit(op);
+        return;
+    case PATH_DB_OPTIMISTIC:
+        op->phase = PH_DB_READ;
+        stage_push(op->a->pool, op);
+        return;
+    }
+    assert(!"a strategy without a path");
+}
