@@ -172,7 +172,7 @@ FUZZ_SECONDS ?= 120
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  := service/validate.c service/orderid.c stock/stock.c common/rconn.c \
+FUZZ_LIBSRC  := service/validate.c service/orderid.c stock/stock.c common/rconn.c common/utf8.c \
                 build/rel/gen/lua_stock.c $(FUZZ_EXTRA_SRC)
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)

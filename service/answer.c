@@ -3,7 +3,7 @@
  * Refusals come from one table (REFUSALS), whichever store refused (Redis
  * or SQLite) and whichever strategy ran: the same situation gets the same
  * status, error code and sentence. The order itself is answered by
- * answer_order, its body written by hand (it is every order's answer). */
+ * svc_answer_order, its body written by hand (it is every order's answer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@
 static const struct {
     int status;
     const char *code;
-    outcome out;
+    svc_outcome out;
     const char *fmt;
 } REFUSALS[RF_COUNT] = {
     [RF_SOLD_OUT] = { 409, "sold_out", OUT_SOLD_OUT, "%1$s is sold out." },
@@ -63,7 +63,7 @@ static const struct {
 /* Counts the order's outcome and takes its request, to be answered by the
  * caller. Counted first, so a client that has its answer finds it counted
  * in /metrics. */
-static http_req *finish(order_op *op, outcome o) {
+static http_req *finish(svc_order *op, svc_outcome o) {
     http_req *r = op->req;
     atomic_fetch_add(&op->p->outcomes[o], 1);
     op->req = NULL;
@@ -72,7 +72,7 @@ static http_req *finish(order_op *op, outcome o) {
 
 /* Answers op with refusal rf (n: the number its sentence names; for the
  * 409s also a field of the body) and frees op. */
-void refuse(order_op *op, refusal rf, long long n) {
+void svc_refuse(svc_order *op, svc_refusal rf, long long n) {
     const char *retry[] = { "Retry-After", "1", NULL };
     json_t *extra = NULL;
     if (rf == RF_SOLD_OUT || rf == RF_INSUFFICIENT)
@@ -114,7 +114,7 @@ static char *json_escape(char *p, const char *s) {
 /* Answers with the order. The body is written here rather than through
  * jansson: it is the answer to every order, and its fields are known (ids,
  * SKU and time are plain ASCII by construction). */
-void answer_order(order_op *op, const db_order *o, int replayed) {
+void svc_answer_order(svc_order *op, const db_order *o, int replayed) {
     char location[64];
     memcpy(location, "/v1/orders/", 11);
     memcpy(location + 11, o->order_id, sizeof o->order_id);

@@ -27,19 +27,19 @@
 
 static const char *const RETRY[] = { "Retry-After", "1", NULL };
 
-static void reply_verr(http_req *r, const verr *e) {
+static void reply_verr(http_req *r, const svc_verr *e) {
     http_reply_error(r, e->status, e->code, "%s", e->message);
 }
 
-static void reply_db_down(http_req *r, app *a, const char *doing) {
+static void reply_db_down(http_req *r, svc_app *a, const char *doing) {
     atomic_fetch_add(&a->m.db_errors, 1);
-    health_poke_db(a->health);
+    svc_health_poke_db(a->health);
     http_reply_error_with(r, 503, "db_unavailable", NULL, RETRY,
                           "The database is unavailable (%s); nothing was changed. Retry shortly.",
                           doing);
 }
 
-static void reply_redis_down(http_req *r, app *a, const char *why) {
+static void reply_redis_down(http_req *r, svc_app *a, const char *why) {
     atomic_fetch_add(&a->m.redis_errors, 1);
     http_reply_error_with(r, 503, "redis_unavailable", NULL, RETRY, "%s", why);
 }
@@ -54,7 +54,7 @@ static int same_secret(const char *given, const char *want) {
 }
 
 /* Admin endpoints need the bearer token when one is configured. */
-static int authorized(http_req *r, app *a) {
+static int authorized(http_req *r, svc_app *a) {
     if (!a->cfg.admin_token[0]) return 1;
     const char *h;
     if (http_header(r, "Authorization", &h) == 1 && !strncmp(h, "Bearer ", 7) &&
@@ -73,7 +73,7 @@ static int idem_key(http_req *r, char *key) {
     int rc = http_header(r, "Idempotency-Key", &v);
     key[0] = '\0';
     if (rc == 0) return 0;
-    if (rc < 0 || !valid_idem_key(v)) {
+    if (rc < 0 || !svc_valid_idem_key(v)) {
         http_reply_error(r, 400, "invalid_field",
                          "The Idempotency-Key header must be sent once, as 1 to 128 visible "
                          "ASCII characters.");
@@ -94,7 +94,7 @@ static void reply_unknown_sku(http_req *r, const char *sku) {
 /* A request handed to an API worker, with everything it needs copied out
  * of the HTTP layer's buffers. */
 typedef struct api_job {
-    app *a;
+    svc_app *a;
     http_req *r;
     void (*run)(struct api_job *j);
     char sku[DB_SKU_MAX + 1];
@@ -106,8 +106,8 @@ typedef struct api_job {
     long long qty;
     long limit;
     json_t *body;                  /* owned; inputs below point into it */
-    product_input product;
-    order_input order;
+    svc_product_input product;
+    svc_order_input order;
 } api_job;
 
 static void run_job(void *arg) {
@@ -122,7 +122,7 @@ static void defer_job(http_req *r, api_job *j, void (*run)(api_job *j)) {
     j->r = r;
     j->run = run;
     http_defer(r);
-    if (workers_submit(j->a->api, run_job, j) != 0) {
+    if (svc_workers_submit(j->a->api, run_job, j) != 0) {
         http_reply_error_with(r, 503, "shutting_down", NULL, RETRY,
                               "The service is out of memory; retry shortly.");
         json_decref(j->body);
@@ -130,7 +130,7 @@ static void defer_job(http_req *r, api_job *j, void (*run)(api_job *j)) {
     }
 }
 
-static api_job *job_new(http_req *r, app *a, json_t *body) {
+static api_job *job_new(http_req *r, svc_app *a, json_t *body) {
     api_job *j = calloc(1, sizeof *j);
     if (!j) {
         json_decref(body);
@@ -150,10 +150,10 @@ static api_job *job_new(http_req *r, app *a, json_t *body) {
  * answer to a committed create or restock, which must not become an error
  * because Redis lags: the available units then come from SQLite
  * (stock_initial - sold) and "stock_source" says so. */
-static void reply_product(http_req *r, app *a, product *p, int status, int after_write,
+static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, int after_write,
                           const char *const *extra_headers) {
-    db *d = app_db(a);
-    stock_conn *sc = app_stock(a);
+    db *d = svc_thread_db(a);
+    stock_conn *sc = svc_thread_stock(a);
     db_product dp;
     long long total = 0, *seg = calloc((size_t)p->segments, sizeof *seg);
     if (!d || !seg || db_product_get(d, p->sku, &dp) != DB_OK) {
@@ -179,7 +179,7 @@ static void reply_product(http_req *r, app *a, product *p, int status, int after
         total = seg[0] = dp.db_available;      /* the db strategies keep it in SQLite */
     } else {
         res = sc ? stock_read(sc, &p->sp, &total, seg) : STOCK_UNAVAILABLE;
-        if (res == STOCK_MISSING && stock_rebuild(a, d, sc, p, 0) == 0)
+        if (res == STOCK_MISSING && svc_rebuild(a, d, sc, p, 0) == 0)
             res = stock_read(sc, &p->sp, &total, seg);
         if (res != STOCK_RESERVED && after_write) {
             source = "database";
@@ -216,9 +216,9 @@ static void reply_product(http_req *r, app *a, product *p, int status, int after
 }
 
 /* Finds the product of a job, answering 404/503 when it cannot. */
-static product *job_product(api_job *j) {
-    product *p = NULL;
-    db_status st = app_product(j->a, j->sku, &p);
+static svc_product *job_product(api_job *j) {
+    svc_product *p = NULL;
+    db_status st = svc_product_find(j->a, j->sku, &p);
     if (st == DB_NOTFOUND) reply_unknown_sku(j->r, j->sku);
     else if (st != DB_OK) reply_db_down(j->r, j->a, "reading the product");
     return st == DB_OK ? p : NULL;
@@ -227,9 +227,9 @@ static product *job_product(api_job *j) {
 /* ----------------------------------------------------------------- products */
 
 static void product_create_job(api_job *j) {
-    app *a = j->a;
+    svc_app *a = j->a;
     http_req *r = j->r;
-    const product_input *in = &j->product;
+    const svc_product_input *in = &j->product;
     db_product dp = { 0 }, now;
     snprintf(dp.sku, sizeof dp.sku, "%s", in->sku);
     snprintf(dp.name, sizeof dp.name, "%s", in->name);
@@ -241,14 +241,14 @@ static void product_create_job(api_job *j) {
     dp.lock_ttl_ms = (int)in->lock_ttl_ms;
     db_format_time(clock_wall_ms(), dp.created_at);
 
-    db *d = app_db(a);
+    db *d = svc_thread_db(a);
     db_status st = d ? db_product_insert(d, &dp) : DB_ERROR;
     if (st == DB_EXISTS) {
         http_reply_error(r, 409, "sku_exists", "A product with SKU '%s' exists already.", dp.sku);
         return;
     }
     if (st != DB_OK) {
-        log_msg(LOG_ERROR, "create product %s: %s", dp.sku, d ? db_errstr(d) : "no database");
+        svc_log(SVC_LOG_ERROR, "create product %s: %s", dp.sku, d ? db_errstr(d) : "no database");
         /* A failed commit may still have landed: look before answering. */
         db_status seen = d ? db_product_get(d, dp.sku, &now) : DB_ERROR;
         if (seen == DB_OK && now.stock_initial == dp.stock_initial &&
@@ -266,24 +266,24 @@ static void product_create_job(api_job *j) {
             return;
         }
     }
-    product *p = product_cache_put(a->products, &dp);
+    svc_product *p = svc_product_cache_put(a->products, &dp);
     if (!p) {
         reply_db_down(r, a, "caching the product");
         return;
     }
     const stock_strategy_info *si = stock_strategy_about(p->strategy);
     if (si->unsafe)
-        log_msg(LOG_WARN, "product %s uses %s, which OVERSELLS by design (a demonstration): %s",
+        svc_log(SVC_LOG_WARN, "product %s uses %s, which OVERSELLS by design (a demonstration): %s",
                 p->sku, si->name, si->about);
-    log_msg(LOG_INFO, "product %s created: %lld units, strategy %s, %d segment(s)", p->sku,
+    svc_log(SVC_LOG_INFO, "product %s created: %lld units, strategy %s, %d segment(s)", p->sku,
             dp.stock_initial, si->name, p->segments);
     /* The product exists once SQLite has it. If Redis cannot take the
      * stock now, the first order or read rebuilds it from SQLite. */
-    stock_conn *sc = app_stock(a);
+    stock_conn *sc = svc_thread_stock(a);
     if (si->uses_redis && (!sc || stock_load(sc, &p->sp, 1, dp.stock_initial, NULL, 0, 1) < 0)) {
-        log_msg(LOG_WARN, "product %s: stock not loaded into Redis yet (%s)", p->sku,
+        svc_log(SVC_LOG_WARN, "product %s: stock not loaded into Redis yet (%s)", p->sku,
                 sc ? stock_conn_errstr(sc) : "no connection");
-        maint_request_rebuild(a->maint, p);
+        svc_maint_request_rebuild(a->maint, p);
     }
     char loc[96];
     snprintf(loc, sizeof loc, "/v1/products/%s", p->sku);
@@ -292,16 +292,16 @@ static void product_create_job(api_job *j) {
 }
 
 static void product_create(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    verr e;
+    svc_app *a = ud;
+    svc_verr e;
     (void)params;
     if (!authorized(r, a)) return;
     json_t *body = http_body_json(r);
     if (!body) return;
     api_job *j = job_new(r, a, body);
     if (!j) return;
-    if (validate_product(body, stock_strategy_about(a->default_strategy)->name,
-                         a->cfg.fault_injection, &j->product, &e) != 0) {
+    if (svc_validate_product(body, stock_strategy_about(a->default_strategy)->name,
+                             a->cfg.fault_injection, &j->product, &e) != 0) {
         reply_verr(r, &e);
         json_decref(body);
         free(j);
@@ -311,13 +311,13 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
 }
 
 static void product_get_job(api_job *j) {
-    product *p = job_product(j);
+    svc_product *p = job_product(j);
     if (p) reply_product(j->r, j->a, p, 200, 0, NULL);
 }
 
 static void product_get(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    if (!valid_sku(params[0])) {
+    svc_app *a = ud;
+    if (!svc_valid_sku(params[0])) {
         reply_unknown_sku(r, params[0]);
         return;
     }
@@ -328,22 +328,22 @@ static void product_get(http_req *r, const char *const *params, void *ud) {
 }
 
 /* The restock is in SQLite: make the Redis copy take it (or rebuild it). */
-static void restock_redis(app *a, db *d, product *p, long long qty, int committed_unseen) {
-    stock_conn *sc = app_stock(a);
+static void restock_redis(svc_app *a, db *d, svc_product *p, long long qty, int committed_unseen) {
+    stock_conn *sc = svc_thread_stock(a);
     if (!stock_strategy_about(p->strategy)->uses_redis) return;
     /* Whether Redis took the units is unknown after an error, and after a
      * commit we did not see succeed we do not know the units are not in
      * already: a rebuild from SQLite makes the copy exact either way. */
     if (!committed_unseen && sc && stock_restock(sc, &p->sp, qty) == STOCK_RESERVED) return;
-    if (!sc || stock_rebuild(a, d, sc, p, 1) != 0) maint_request_forced_rebuild(a->maint, p);
+    if (!sc || svc_rebuild(a, d, sc, p, 1) != 0) svc_maint_request_forced_rebuild(a->maint, p);
 }
 
 static void product_restock_job(api_job *j) {
-    app *a = j->a;
+    svc_app *a = j->a;
     http_req *r = j->r;
-    product *p = job_product(j);
+    svc_product *p = job_product(j);
     if (!p) return;
-    db *d = app_db(a);
+    db *d = svc_thread_db(a);
     db_product dp;
     int replayed = 0, unseen = 0;
     db_status st = d ? db_product_restock(d, p->sku, j->qty, j->key, &dp, &replayed) : DB_ERROR;
@@ -364,7 +364,7 @@ static void product_restock_job(api_job *j) {
                          "This Idempotency-Key was used for a different restock.");
         return;
     case DB_UNKNOWN:
-        log_msg(LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
+        svc_log(SVC_LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
         atomic_fetch_add(&a->m.db_errors, 1);
         http_reply_error_with(r, 503, "db_unavailable", NULL, RETRY,
                               "The database failed while committing the restock, and whether it "
@@ -375,31 +375,31 @@ static void product_restock_job(api_job *j) {
                                           "safely; check stock_initial before retrying this one.");
         return;
     default:
-        if (d) log_msg(LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
+        if (d) svc_log(SVC_LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
         reply_db_down(r, a, "restocking");
         return;
     }
     const char *replay_hdr[] = { "Idempotent-Replayed", "true", NULL };
     if (!replayed) {
         restock_redis(a, d, p, j->qty, unseen);
-        log_msg(LOG_INFO, "product %s restocked: +%lld units", p->sku, j->qty);
+        svc_log(SVC_LOG_INFO, "product %s restocked: +%lld units", p->sku, j->qty);
     }
     reply_product(r, a, p, 200, 1, replayed ? replay_hdr : NULL);
 }
 
 static void product_restock(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
+    svc_app *a = ud;
     long long qty;
-    verr e;
+    svc_verr e;
     char key[DB_KEY_MAX + 1];
     if (!authorized(r, a) || idem_key(r, key) != 0) return;
-    if (!valid_sku(params[0])) {
+    if (!svc_valid_sku(params[0])) {
         reply_unknown_sku(r, params[0]);
         return;
     }
     json_t *body = http_body_json(r);
     if (!body) return;
-    int bad = validate_restock(body, &qty, &e);
+    int bad = svc_validate_restock(body, &qty, &e);
     json_decref(body);
     if (bad) {
         reply_verr(r, &e);
@@ -417,17 +417,17 @@ static void product_restock(http_req *r, const char *const *params, void *ud) {
 
 /* The product was not cached: look it up off the HTTP thread. */
 static void order_create_job(api_job *j) {
-    product *p = NULL;
-    db_status st = app_product(j->a, j->order.sku, &p);
+    svc_product *p = NULL;
+    db_status st = svc_product_find(j->a, j->order.sku, &p);
     if (st == DB_NOTFOUND) reply_unknown_sku(j->r, j->order.sku);
     else if (st != DB_OK) reply_db_down(j->r, j->a, "reading the product");
-    else order_submit(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
+    else svc_order_submit(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
 }
 
 static void order_create(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    order_input in;
-    verr e;
+    svc_app *a = ud;
+    svc_order_input in;
+    svc_verr e;
     char key[DB_KEY_MAX + 1];
     (void)params;
     if (atomic_load(&a->shutting_down)) {
@@ -439,14 +439,14 @@ static void order_create(http_req *r, const char *const *params, void *ud) {
     if (idem_key(r, key) != 0) return;
     json_t *body = http_body_json(r);
     if (!body) return;
-    if (validate_order(body, &in, &e) != 0) {
+    if (svc_validate_order(body, &in, &e) != 0) {
         reply_verr(r, &e);
         json_decref(body);
         return;
     }
-    product *p = product_cache_get(a->products, in.sku);
+    svc_product *p = svc_product_cache_get(a->products, in.sku);
     if (p) {
-        order_submit(a, r, p, &in, key[0] ? key : NULL);
+        svc_order_submit(a, r, p, &in, key[0] ? key : NULL);
         json_decref(body);
         return;
     }
@@ -465,7 +465,7 @@ static json_t *order_json(const db_order *o) {
 
 static void order_get_job(api_job *j) {
     db_order o;
-    db *d = app_db(j->a);
+    db *d = svc_thread_db(j->a);
     db_status st = d ? db_order_get(d, j->order_id, &o) : DB_ERROR;
     if (st == DB_NOTFOUND)
         http_reply_error(j->r, 404, "unknown_order", "No order has id '%s'.", j->order_id);
@@ -476,9 +476,9 @@ static void order_get_job(api_job *j) {
 }
 
 static void order_get(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
+    svc_app *a = ud;
     char clip[80];
-    if (!order_id_valid(params[0])) {
+    if (!svc_order_id_valid(params[0])) {
         http_reply_error(r, 404, "unknown_order", "No order has id '%s'.",
                          utf8_clip(clip, sizeof clip, params[0]));
         return;
@@ -495,7 +495,7 @@ static void append_order(const db_order *o, void *ud) {
 }
 
 static void order_list_job(api_job *j) {
-    db *d = app_db(j->a);
+    db *d = svc_thread_db(j->a);
     json_t *orders = json_array();
     int more = 0;
     if (!d || !orders ||
@@ -513,24 +513,24 @@ static void order_list_job(api_job *j) {
 }
 
 static void order_list(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
+    svc_app *a = ud;
     const char *sku, *user, *after, *lim;
     int hs = http_query(r, "sku", &sku), hu = http_query(r, "user_id", &user);
     int ha = http_query(r, "after", &after), hl = http_query(r, "limit", &lim);
     long limit = 100;
     char *end;
     (void)params;
-    if (hs < 0 || (hs && !valid_sku(sku))) {
+    if (hs < 0 || (hs && !svc_valid_sku(sku))) {
         http_reply_error(r, 400, "invalid_field", "'sku' is not a valid SKU (given once).");
         return;
     }
-    if (hu < 0 || (hu && !valid_user_id(user))) {
+    if (hu < 0 || (hu && !svc_valid_user_id(user))) {
         http_reply_error(r, 400, "invalid_field",
                          "'user_id' is not a valid user id (given once, 1 to 128 characters of "
                          "UTF-8 without control characters or NUL).");
         return;
     }
-    if (ha < 0 || (ha && !order_id_valid(after))) {
+    if (ha < 0 || (ha && !svc_order_id_valid(after))) {
         http_reply_error(r, 400, "invalid_field", "'after' must be an order id (given once).");
         return;
     }
@@ -571,26 +571,26 @@ static void strategy_list(http_req *r, const char *const *params, void *ud) {
 /* --------------------------------------------------------------- operations */
 
 static void healthz(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
-    health_view v;
+    svc_app *a = ud;
+    svc_health_view v;
     (void)params;
-    health_read(a->health, &v);
+    svc_health_read(a->health, &v);
     int up = v.redis == HEALTH_OK && v.db == HEALTH_OK;
     const char *status = atomic_load(&a->shutting_down) ? "shutting_down" : up ? "ok" : "unavailable";
     http_reply_json(r, strcmp(status, "ok") ? 503 : 200,
                     json_pack("{s:s, s:s, s:s, s:s, s:{s:I, s:I}}", "status", status, "redis",
-                              health_state_name(v.redis), "db", health_state_name(v.db),
+                              svc_health_state_name(v.redis), "db", svc_health_state_name(v.db),
                               "instance", a->instance_id, "checked_ms_ago", "redis",
                               (json_int_t)v.redis_age_ms, "db", (json_int_t)v.db_age_ms),
                     strcmp(status, "ok") ? RETRY : NULL);
 }
 
 static void metrics_route(http_req *r, const char *const *params, void *ud) {
-    app *a = ud;
+    svc_app *a = ud;
     char *text;
     size_t len;
     (void)params;
-    metrics_render(a, &text, &len);
+    svc_metrics_render(a, &text, &len);
     http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
     free(text);
 }
@@ -606,7 +606,7 @@ static void openapi_route(http_req *r, const char *const *params, void *ud) {
                strlen(docs_openapi_json), NULL);
 }
 
-const http_route api_routes[] = {
+const http_route svc_api_routes[] = {
     { "POST", "/v1/products", product_create, ROUTE_PRODUCT_CREATE },
     { "GET", "/v1/products/{}", product_get, ROUTE_PRODUCT_GET },
     { "POST", "/v1/products/{}/restock", product_restock, ROUTE_PRODUCT_RESTOCK },
@@ -618,4 +618,4 @@ const http_route api_routes[] = {
     { "GET", "/metrics", metrics_route, ROUTE_METRICS },
     { "GET", "/openapi.json", openapi_route, ROUTE_OPENAPI },
 };
-const size_t api_nroutes = sizeof api_routes / sizeof api_routes[0];
+const size_t svc_api_nroutes = sizeof svc_api_routes / sizeof svc_api_routes[0];

@@ -21,40 +21,40 @@ static void tls_free(void *p) {
     free(t);
 }
 
-void app_tls_init(app *a) { pthread_key_create(&a->tls, tls_free); }
+void svc_tls_init(svc_app *a) { pthread_key_create(&a->tls, tls_free); }
 
-static tls_conns *tls(app *a) {
+static tls_conns *tls(svc_app *a) {
     tls_conns *t = pthread_getspecific(a->tls);
     if (!t && (t = calloc(1, sizeof *t)) != NULL) pthread_setspecific(a->tls, t);
     return t;
 }
 
-db *app_db(app *a) {
+db *svc_thread_db(svc_app *a) {
     tls_conns *t = tls(a);
     char err[256];
     if (!t) return NULL;
     if (!t->d && !(t->d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err)))
-        log_msg(LOG_ERROR, "database: %s", err);
+        svc_log(SVC_LOG_ERROR, "database: %s", err);
     return t->d;
 }
 
-stock_conn *app_stock(app *a) {
+stock_conn *svc_thread_stock(svc_app *a) {
     tls_conns *t = tls(a);
     char err[256];
     if (!t) return NULL;
     if (!t->sc && !(t->sc = stock_conn_new(&a->stock_cfg, err, sizeof err)))
-        log_msg(LOG_ERROR, "redis: %s", err);
+        svc_log(SVC_LOG_ERROR, "redis: %s", err);
     return t->sc;
 }
 
-db_status app_product(app *a, const char *sku, product **out) {
-    *out = product_cache_get(a->products, sku);
+db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {
+    *out = svc_product_cache_get(a->products, sku);
     if (*out) return DB_OK;
-    db *d = app_db(a);
+    db *d = svc_thread_db(a);
     db_product dp;
     if (!d) return DB_ERROR;
     db_status st = db_product_get(d, sku, &dp);
     if (st != DB_OK) return st;
-    *out = product_cache_put(a->products, &dp);
+    *out = svc_product_cache_put(a->products, &dp);
     return *out ? DB_OK : DB_ERROR;
 }

@@ -27,7 +27,7 @@
 #include "service/service.h"
 
 typedef struct audit {
-    app *a;
+    svc_app *a;
     db *d;
     stock_conn *sc;
     int repair;
@@ -36,7 +36,7 @@ typedef struct audit {
 } audit;
 
 typedef struct pend_sum {
-    app *a;
+    svc_app *a;
     db *d;
     stock_conn *sc;
     long long uncommitted;   /* units of reservations whose order is not in SQLite */
@@ -75,8 +75,8 @@ static void problem(audit *au, const char *fmt, ...) {
 /* Audits one product (and repairs it when asked). Returns -1 when Redis
  * failed, which ends the audit. */
 static int audit_product(audit *au, const db_product *dp) {
-    app *a = au->a;
-    product *p = product_cache_put(a->products, dp);
+    svc_app *a = au->a;
+    svc_product *p = svc_product_cache_put(a->products, dp);
     long long units = 0;
     if (!p) {
         problem(au, "%s has an unknown strategy %s", dp->sku, dp->strategy);
@@ -136,7 +136,7 @@ static int audit_product(audit *au, const db_product *dp) {
             if (au->repair) {
                 /* This product's records only: the others are audited in
                  * their turn. */
-                int n = reconcile_product(a, au->d, au->sc, p, 1);
+                int n = svc_reconcile_product(a, au->d, au->sc, p, 1);
                 if (n > 0) {
                     printf("  repaired: settled %d pending reservation(s)\n", n);
                     au->fixed += n;
@@ -155,7 +155,7 @@ static int audit_product(audit *au, const db_product *dp) {
     }
     free(seg);
     if (rebuild && au->repair) {
-        if (stock_rebuild(a, au->d, au->sc, p, 1) == 0) {
+        if (svc_rebuild(a, au->d, au->sc, p, 1) == 0) {
             printf("  repaired: rebuilt the Redis copy from SQLite (%lld available)\n",
                    dp->stock_initial - sold);
             au->fixed++;
@@ -168,7 +168,7 @@ static int audit_product(audit *au, const db_product *dp) {
     return 0;
 }
 
-int audit_main(app *a, int repair) {
+int svc_audit_main(svc_app *a, int repair) {
     char err[256];
     audit au = { .a = a, .repair = repair };
     snprintf(a->instance_name, sizeof a->instance_name, "audit");
@@ -185,7 +185,7 @@ int audit_main(app *a, int repair) {
         db_close(au.d);
         return 2;
     }
-    a->products = product_cache_new();
+    a->products = svc_product_cache_new();
     db_product *all = NULL;
     size_t n = 0;
     if (db_product_list(au.d, &all, &n) != DB_OK)
@@ -200,6 +200,6 @@ int audit_main(app *a, int repair) {
                 au.problems);
     stock_conn_free(au.sc);
     db_close(au.d);
-    product_cache_free(a->products);
+    svc_product_cache_free(a->products);
     return left > 0 || (!repair && au.problems) ? 1 : 0;
 }

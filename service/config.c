@@ -27,7 +27,7 @@ typedef struct opt {
     const char *help;
 } opt;
 
-#define F(field) offsetof(config, field), sizeof(((config *)0)->field)
+#define F(field) offsetof(svc_config, field), sizeof(((svc_config *)0)->field)
 
 static const opt OPTS[] = {
     { "listen", "FLASHSALE_LISTEN", T_STR, F(listen), 0, 0, "127.0.0.1:8080",
@@ -77,7 +77,7 @@ static const opt OPTS[] = {
     { "lock-wait-ms", "FLASHSALE_LOCK_WAIT_MS", T_INT, F(lock_wait_ms), 0, 60000, "1000",
       "how long an order waits for a lock before 429 lock_timeout" },
     { "lock-workers", "FLASHSALE_LOCK_WORKERS", T_INT, F(lock_workers), 1, 1024, "32",
-      "threads that run the strategies that may block (lock, local, db-optimistic, unsafe-*)" },
+      "threads that run the strategies that may block (local, unsafe-*, db-optimistic's read)" },
     { "fault-injection", "FLASHSALE_FAULT_INJECTION", T_FLAG, F(fault_injection), 0, 0, "0",
       "let products set cs_delay_ms (a pause inside the critical section) and lock_ttl_ms, "
       "to make the unsafe strategies' flaws visible; never in production" },
@@ -114,7 +114,7 @@ static void usage(FILE *f, const char *prog) {
                "  saying what it did. Exit 0 when consistent, 1 when not, 2 on errors.\n", prog);
 }
 
-static int set(config *c, const opt *o, const char *v, const char *from) {
+static int set(svc_config *c, const opt *o, const char *v, const char *from) {
     char *p = (char *)c + o->off, *end;
     long long n;
     switch (o->type) {
@@ -151,7 +151,7 @@ static int set(config *c, const opt *o, const char *v, const char *from) {
     }
 }
 
-int config_load(config *c, int argc, char **argv) {
+int svc_config_load(svc_config *c, int argc, char **argv) {
     struct option lopts[NOPTS + 3];
     char from[96];
     memset(c, 0, sizeof *c);

@@ -22,66 +22,66 @@
 
 #define OPTIMISTIC_TRIES 20
 
-void db_submit(order_op *op) {
-    prepare_insert(op, DB_TAKE_CONDITIONAL, 0);
+void svc_db_submit(svc_order *op) {
+    svc_prepare_insert(op, DB_TAKE_CONDITIONAL, 0);
     db_writer_submit(op->a->writer, &op->job);
 }
 
 /* db-optimistic, step one: read the stock and its version (outside any
  * transaction, as an application would), then let the committer try the
  * versioned update. */
-void db_optimistic_read(order_op *op) {
-    db *d = app_db(op->a);
+void svc_db_optimistic_read(svc_order *op) {
+    db *d = svc_thread_db(op->a);
     long long available = 0, version = 0;
     if (!d || db_stock_read(d, op->p->sku, &available, &version) != DB_OK) {
-        health_poke_db(op->a->health);
-        refuse(op, RF_DB_DOWN, 0);
+        svc_health_poke_db(op->a->health);
+        svc_refuse(op, RF_DB_DOWN, 0);
         return;
     }
     if (available < op->quantity) {
-        refuse(op, available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, available);
+        svc_refuse(op, available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, available);
         return;
     }
     op->tries++;
-    prepare_insert(op, DB_TAKE_OPTIMISTIC, version);
+    svc_prepare_insert(op, DB_TAKE_OPTIMISTIC, version);
     db_writer_submit(op->a->writer, &op->job);
 }
 
 /* A db strategy's order came back refused: nothing was reserved in Redis,
  * so there is nothing to give back. */
-static void refused(order_op *op) {
+static void refused(svc_order *op) {
     const db_job *j = &op->job;
     switch (j->status) {
     case DB_NOSTOCK:
-        refuse(op, j->available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, j->available);
+        svc_refuse(op, j->available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, j->available);
         return;
     case DB_LIMIT:
-        refuse(op, RF_LIMIT, j->available);
+        svc_refuse(op, RF_LIMIT, j->available);
         return;
     case DB_CONFLICT:
         if (op->tries < OPTIMISTIC_TRIES) {
             op->phase = PH_DB_READ;       /* read the new version, try again */
-            stage_push(op->a->pool, op);
+            svc_pool_push(op->a->pool, op);
             return;
         }
-        refuse(op, RF_CONFLICT, op->tries);
+        svc_refuse(op, RF_CONFLICT, op->tries);
         return;
     case DB_DUPKEY:
-        prepare_lookup(op, "");           /* answer as a replay of the key's order */
+        svc_prepare_lookup(op, "");           /* answer as a replay of the key's order */
         db_writer_submit(op->a->writer, &op->job);
         return;
     default:
-        health_poke_db(op->a->health);
-        refuse(op, j->status == DB_UNKNOWN ? RF_DB_UNKNOWN : RF_DB_DOWN, 0);
+        svc_health_poke_db(op->a->health);
+        svc_refuse(op, j->status == DB_UNKNOWN ? RF_DB_UNKNOWN : RF_DB_DOWN, 0);
         return;
     }
 }
 
-void db_committed(order_op *op) {
+void svc_db_committed(svc_order *op) {
     if (op->job.status != DB_OK) {
         refused(op);
         return;
     }
-    answer_order(op, &op->job.order, 0);
+    svc_answer_order(op, &op->job.order, 0);
     free(op);                                /* no pending record to clear */
 }

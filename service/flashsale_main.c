@@ -1,6 +1,6 @@
 /* flashsale_main.c: the flashsale service's entry point: configuration,
  * signals, and the audit command. Starting and stopping the service itself
- * is lifecycle.c's (app_start, app_stop).
+ * is lifecycle.c's (svc_start, svc_stop).
  * Stop (SIGTERM/SIGINT): stop accepting, let every request in flight be
  * answered, let the writer commit what it holds, clear pending records,
  * exit 0. */
@@ -26,7 +26,7 @@ static void raise_fd_limit(unsigned want) {
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (rl.rlim_cur < (rlim_t)want + 64)
-        log_msg(LOG_WARN, "open-file limit %llu is below --max-connections %u",
+        svc_log(SVC_LOG_WARN, "open-file limit %llu is below --max-connections %u",
                 (unsigned long long)rl.rlim_cur, want);
 }
 
@@ -56,7 +56,7 @@ static int listen_is_loopback(const char *listen) {
 }
 
 /* flashsale audit [--repair] [OPTIONS]: the same flags as the service. */
-static int audit_command(app *a, int argc, char **argv) {
+static int audit_command(svc_app *a, int argc, char **argv) {
     int repair = 0, n = 1;
     char *args[argc + 1];
     args[0] = argv[0];
@@ -65,21 +65,21 @@ static int audit_command(app *a, int argc, char **argv) {
         else args[n++] = argv[i];
     }
     args[n] = NULL;
-    int rc = config_load(&a->cfg, n, args);
+    int rc = svc_config_load(&a->cfg, n, args);
     if (rc != 0) return rc > 0 ? 0 : 2;
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
-    return audit_main(a, repair);
+    return svc_audit_main(a, repair);
 }
 
 int main(int argc, char **argv) {
-    static app a;
+    static svc_app a;
     char err[512], where[300];
     if (argc > 1 && !strcmp(argv[1], "audit")) return audit_command(&a, argc, argv);
-    int rc = config_load(&a.cfg, argc, argv);
+    int rc = svc_config_load(&a.cfg, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
-    if (a.cfg.verbose) log_set_level(LOG_DEBUG);
+    if (a.cfg.verbose) svc_log_set_level(SVC_LOG_DEBUG);
     /* Open admin endpoints are a convenience on one's own machine, never a
      * default on a network: listening elsewhere takes a token or a flag. */
     if (!a.cfg.admin_token[0] && !a.cfg.insecure_admin && !listen_is_loopback(a.cfg.listen)) {
@@ -101,25 +101,26 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(a.cfg.max_connections);
 
-    if ((rc = app_start(&a, err, sizeof err)) != 0) {
+    if ((rc = svc_start(&a, err, sizeof err)) != 0) {
         if (rc == 2) fprintf(stderr, "flashsale: %s\n", err);
-        else log_msg(LOG_ERROR, "%s", err);
+        else svc_log(SVC_LOG_ERROR, "%s", err);
         return rc;
     }
     rconn_addr ra;
     rconn_parse(a.cfg.redis_url, &ra, err, sizeof err);
     rconn_describe(&ra, where, sizeof where);
-    log_msg(LOG_INFO, "listening on %s (port %d), %d HTTP threads, redis %s, db %s, "
+    svc_log(SVC_LOG_INFO, "listening on %s (port %d), %d HTTP threads, redis %s, db %s, "
             "default strategy %s, instance %s",
             a.cfg.listen, http_port(a.http), a.cfg.threads, where, a.cfg.db_path, a.cfg.strategy,
             a.instance_id);
     if (!a.cfg.admin_token[0])
-        log_msg(LOG_WARN, "no --admin-token: the admin endpoints are open to anyone");
+        svc_log(SVC_LOG_WARN, "no --admin-token: the admin endpoints are open to anyone");
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    log_msg(LOG_INFO, "%s: stopping (finishing requests in flight)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    app_stop(&a);
-    log_msg(LOG_INFO, "stopped");
+    svc_log(SVC_LOG_INFO, "%s: stopping (finishing requests in flight)",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    svc_stop(&a);
+    svc_log(SVC_LOG_INFO, "stopped");
     return 0;
 }

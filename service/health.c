@@ -25,7 +25,7 @@
 typedef enum probe_kind { PROBE_REDIS, PROBE_DB } probe_kind;
 
 typedef struct prober {
-    health *h;
+    svc_health *h;
     probe_kind kind;
     pthread_t thread;
     int started;
@@ -34,8 +34,8 @@ typedef struct prober {
     _Atomic int poke;              /* probe again now */
 } prober;
 
-struct health {
-    app *a;
+struct svc_health {
+    svc_app *a;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping;
@@ -44,7 +44,7 @@ struct health {
 
 /* One probe; logs when the state changes, with the detail clients never see. */
 static void probe_once(prober *p, db **d, stock_conn *sc) {
-    app *a = p->h->a;
+    svc_app *a = p->h->a;
     char err[256] = "";
     int ok;
     if (p->kind == PROBE_REDIS) {
@@ -63,13 +63,13 @@ static void probe_once(prober *p, db **d, stock_conn *sc) {
     int first = atomic_load(&p->at_ms) == 0;
     atomic_store(&p->at_ms, clock_mono_ms());
     const char *what = p->kind == PROBE_REDIS ? "redis" : "database";
-    if (!ok && (was || first)) log_msg(LOG_ERROR, "health: %s unavailable: %s", what, err);
-    if (ok && !was && !first) log_msg(LOG_INFO, "health: %s available again", what);
+    if (!ok && (was || first)) svc_log(SVC_LOG_ERROR, "health: %s unavailable: %s", what, err);
+    if (ok && !was && !first) svc_log(SVC_LOG_INFO, "health: %s available again", what);
 }
 
 static void *prober_main(void *arg) {
     prober *p = arg;
-    health *h = p->h;
+    svc_health *h = p->h;
     char err[256];
     pthread_setname_np(pthread_self(), p->kind == PROBE_REDIS ? "fs-health-rd" : "fs-health-db");
     stock_conn *sc = p->kind == PROBE_REDIS ? stock_conn_new(&h->a->stock_cfg, err, sizeof err)
@@ -97,14 +97,14 @@ static void *prober_main(void *arg) {
 }
 
 /* A result this old means the prober is stuck waiting on its dependency. */
-static int64_t stale_after_ms(const app *a) {
+static int64_t stale_after_ms(const svc_app *a) {
     int timeout = a->cfg.redis_timeout_ms > DB_PROBE_BUSY_MS ? a->cfg.redis_timeout_ms
                                                              : DB_PROBE_BUSY_MS;
     return 3 * PROBE_EVERY_MS + 2 * timeout;
 }
 
-health *health_start(app *a, char *err, size_t errlen) {
-    health *h = calloc(1, sizeof *h);
+svc_health *svc_health_start(svc_app *a, char *err, size_t errlen) {
+    svc_health *h = calloc(1, sizeof *h);
     pthread_condattr_t ca;
     if (!h) {
         snprintf(err, errlen, "out of memory");
@@ -122,7 +122,7 @@ health *health_start(app *a, char *err, size_t errlen) {
         p->kind = i == 0 ? PROBE_REDIS : PROBE_DB;
         if (pthread_create(&p->thread, NULL, prober_main, p) != 0) {
             snprintf(err, errlen, "cannot start the health threads");
-            health_stop(h);
+            svc_health_stop(h);
             return NULL;
         }
         p->started = 1;
@@ -137,7 +137,7 @@ health *health_start(app *a, char *err, size_t errlen) {
     return h;
 }
 
-void health_stop(health *h) {
+void svc_health_stop(svc_health *h) {
     if (!h) return;
     pthread_mutex_lock(&h->mu);
     h->stopping = 1;
@@ -150,26 +150,26 @@ void health_stop(health *h) {
     free(h);
 }
 
-void health_poke_db(health *h) {
+void svc_health_poke_db(svc_health *h) {
     if (!h || atomic_exchange(&h->probe[PROBE_DB].poke, 1)) return;
     pthread_mutex_lock(&h->mu);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
 }
 
-static health_state state_of(const prober *p, int64_t now, int64_t stale, int64_t *age) {
+static svc_health_state state_of(const prober *p, int64_t now, int64_t stale, int64_t *age) {
     int64_t at = atomic_load(&p->at_ms);
     *age = at ? now - at : -1;
     if (!at || now - at > stale) return HEALTH_UNKNOWN;
     return atomic_load(&p->ok) ? HEALTH_OK : HEALTH_DOWN;
 }
 
-void health_read(const health *h, health_view *v) {
+void svc_health_read(const svc_health *h, svc_health_view *v) {
     int64_t now = clock_mono_ms(), stale = stale_after_ms(h->a);
     v->redis = state_of(&h->probe[PROBE_REDIS], now, stale, &v->redis_age_ms);
     v->db = state_of(&h->probe[PROBE_DB], now, stale, &v->db_age_ms);
 }
 
-const char *health_state_name(health_state s) {
+const char *svc_health_state_name(svc_health_state s) {
     return s == HEALTH_OK ? "ok" : s == HEALTH_DOWN ? "unavailable" : "unknown";
 }

@@ -27,7 +27,7 @@ static void *loop_main(void *arg) {
 }
 
 /* The event loops that carry HTTP and the order path, one per thread. */
-static int loops_start(app *a, char *err, size_t errlen) {
+static int loops_start(svc_app *a, char *err, size_t errlen) {
     a->nloops = a->cfg.threads;
     a->loops = calloc((size_t)a->nloops, sizeof *a->loops);
     a->loop_threads = calloc((size_t)a->nloops, sizeof *a->loop_threads);
@@ -41,7 +41,7 @@ static int loops_start(app *a, char *err, size_t errlen) {
 }
 
 /* Runs each loop on its own thread (after everything is attached). */
-static int loops_run(app *a, char *err, size_t errlen) {
+static int loops_run(svc_app *a, char *err, size_t errlen) {
     for (; a->nrunning < a->nloops; a->nrunning++) {
         if (pthread_create(&a->loop_threads[a->nrunning], NULL, loop_main,
                            a->loops[a->nrunning]) != 0) {
@@ -52,13 +52,13 @@ static int loops_run(app *a, char *err, size_t errlen) {
     return 0;
 }
 
-static void loops_stop(app *a) {
+static void loops_stop(svc_app *a) {
     for (int i = 0; i < a->nrunning; i++) loop_stop(a->loops[i]);
     for (int i = 0; i < a->nrunning; i++) pthread_join(a->loop_threads[i], NULL);
     a->nrunning = 0;
 }
 
-static void loops_free(app *a) {
+static void loops_free(svc_app *a) {
     for (int i = 0; i < a->nloops && a->loops; i++) loop_free(a->loops[i]);
     free(a->loops);
     free(a->loop_threads);
@@ -66,7 +66,7 @@ static void loops_free(app *a) {
     a->loop_threads = NULL;
 }
 
-static void make_instance_id(app *a) {
+static void make_instance_id(svc_app *a) {
     char host[64] = "localhost";
     unsigned char nonce[4];
     gethostname(host, sizeof host - 1);
@@ -81,7 +81,7 @@ static void make_instance_id(app *a) {
 }
 
 typedef struct start_ctx {
-    app *a;
+    svc_app *a;
     db *d;
     stock_conn *sc;
     int rebuilt, failed;
@@ -90,12 +90,12 @@ typedef struct start_ctx {
 /* Rebuilds p's Redis copy if it is missing; 0, or -1 when Redis failed. */
 static int check_copy(start_ctx *s, const db_product *dp) {
     long long total;
-    product *p = product_cache_put(s->a->products, dp);
+    svc_product *p = svc_product_cache_put(s->a->products, dp);
     if (!p || !stock_strategy_about(p->strategy)->uses_redis) return 0;
     stock_result res = stock_read(s->sc, &p->sp, &total, NULL);
     if (res == STOCK_UNAVAILABLE) return -1;
     if (res == STOCK_MISSING) {
-        if (stock_rebuild(s->a, s->d, s->sc, p, 0) != 0) return -1;
+        if (svc_rebuild(s->a, s->d, s->sc, p, 0) != 0) return -1;
         s->rebuilt++;
     }
     return 0;
@@ -103,7 +103,7 @@ static int check_copy(start_ctx *s, const db_product *dp) {
 
 /* Brings Redis in line with SQLite before serving. Redis being down is not
  * fatal: orders answer 503 and the maintenance thread catches up. */
-static void recover(app *a, db *d) {
+static void recover(svc_app *a, db *d) {
     char err[256];
     start_ctx s = { a, d, stock_conn_new(&a->stock_cfg, err, sizeof err), 0, 0 };
     if (!s.sc) return;
@@ -113,18 +113,18 @@ static void recover(app *a, db *d) {
     if (db_product_list(d, &all, &n) != DB_OK) s.failed = 1;
     for (size_t i = 0; i < n && !s.failed; i++) s.failed = check_copy(&s, &all[i]) != 0;
     free(all);
-    int settled = s.failed ? -1 : reconcile(a, d, s.sc, 1);
+    int settled = s.failed ? -1 : svc_reconcile(a, d, s.sc, 1);
     if (s.failed || settled < 0)
-        log_msg(LOG_WARN, "start: Redis not ready (%s); will retry in the background",
+        svc_log(SVC_LOG_WARN, "start: Redis not ready (%s); will retry in the background",
                 stock_conn_errstr(s.sc));
     else
-        log_msg(LOG_INFO, "start: %d stock copies rebuilt, %d pending reservations settled",
+        svc_log(SVC_LOG_INFO, "start: %d stock copies rebuilt, %d pending reservations settled",
                 s.rebuilt, settled);
     stock_conn_free(s.sc);
 }
 
 /* Stops accepting, answers what is in flight, then stops every thread. */
-static void shutdown_gracefully(app *a) {
+static void shutdown_gracefully(svc_app *a) {
     atomic_store(&a->shutting_down, 1);
     http_quiesce(a->http);
     int64_t start = clock_mono_ms(), warned = 0;
@@ -132,28 +132,28 @@ static void shutdown_gracefully(app *a) {
      * Redis and database timeouts, so this ends. */
     while (http_inflight(a->http) > 0) {
         if (!warned && clock_mono_ms() - start > a->cfg.shutdown_grace_ms) {
-            log_msg(LOG_WARN, "shutdown: %ld requests still in flight after %d ms",
+            svc_log(SVC_LOG_WARN, "shutdown: %ld requests still in flight after %d ms",
                     http_inflight(a->http), a->cfg.shutdown_grace_ms);
             warned = 1;
         }
         clock_sleep_ms(5);
     }
-    workers_stop(a->api);
+    svc_workers_stop(a->api);
     /* The writer first: its last groups queue confirmations on the stage. */
     db_writer_stop(a->writer);
-    stage_stop(a->pool);
+    svc_pool_stop(a->pool);
     /* The loops' last clears and undos, then the loops. */
-    order_loops_drain(a, 2000);
-    maint_stop(a->maint);
-    health_stop(a->health);
+    svc_order_loops_drain(a, 2000);
+    svc_maint_stop(a->maint);
+    svc_health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then their daemons. */
     loops_stop(a);
-    order_loops_free(a);
+    svc_order_loops_free(a);
     http_stop(a->http);
     loops_free(a);
 }
 
-int app_start(app *a, char *err, size_t errlen) {
+int svc_start(svc_app *a, char *err, size_t errlen) {
     if (stock_strategy_parse(a->cfg.strategy, &a->default_strategy) != 0) {
         snprintf(err, errlen, "--strategy: no strategy named '%s' (see --help)", a->cfg.strategy);
         return 2;
@@ -187,17 +187,17 @@ int app_start(app *a, char *err, size_t errlen) {
         snprintf(err, errlen, "database %s: %s", a->cfg.db_path, why);
         goto fail1;
     }
-    a->products = product_cache_new();
-    app_tls_init(a);
+    a->products = svc_product_cache_new();
+    svc_tls_init(a);
     recover(a, d);
     db_close(d);
 
-    if (!(a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, order_batch_done, a,
+    if (!(a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_order_batch_done, a,
                                       why, sizeof why)) ||
-        !(a->maint = maint_start(a, why, sizeof why)) ||
-        !(a->health = health_start(a, why, sizeof why)) ||
-        !(a->api = workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
-        !(a->pool = stage_start(a, a->cfg.lock_workers, why, sizeof why))) {
+        !(a->maint = svc_maint_start(a, why, sizeof why)) ||
+        !(a->health = svc_health_start(a, why, sizeof why)) ||
+        !(a->api = svc_workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
+        !(a->pool = svc_pool_start(a, a->cfg.lock_workers, why, sizeof why))) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;                    /* a failed start is the end of the process */
     }
@@ -210,9 +210,11 @@ int app_start(app *a, char *err, size_t errlen) {
                         .max_per_client = a->cfg.max_per_client,
                         .idle_timeout_s = a->cfg.idle_timeout_s,
                         .request_timeout_s = a->cfg.request_timeout_s, .max_body = 64 * 1024,
-                        .routes = api_routes, .nroutes = api_nroutes, .observer = api_observe,
+                        .routes = svc_api_routes, .nroutes = svc_api_nroutes,
+                        .observer = svc_api_observe,
                         .ud = a };
-    if (!(a->http = http_start(&ho, why, sizeof why)) || order_loops_start(a, why, sizeof why) ||
+    if (!(a->http = http_start(&ho, why, sizeof why)) ||
+        svc_order_loops_start(a, why, sizeof why) ||
         loops_run(a, why, sizeof why) != 0) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;
@@ -226,10 +228,10 @@ fail1:
     return 1;
 }
 
-void app_stop(app *a) {
+void svc_stop(svc_app *a) {
     shutdown_gracefully(a);
     lock_client_free(a->stock_cfg.locks);
     lock_client_free(a->stock_cfg.locks_frozen);
-    product_cache_free(a->products);
+    svc_product_cache_free(a->products);
     pthread_key_delete(a->tls);
 }

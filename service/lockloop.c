@@ -37,70 +37,70 @@
 
 typedef enum lq_state { LQ_IDLE, LQ_TAKING, LQ_WAITING, LQ_HOLDING } lq_state;
 
-struct lock_q {
-    order_loop *ol;
-    product *p;
+struct svc_lock_q {
+    svc_order_loop *ol;
+    svc_product *p;
     int seg;
-    order_op *head, *tail;         /* waiting for the lock, in arrival order */
-    order_op *holder;              /* taking or holding it */
+    svc_order *head, *tail;         /* waiting for the lock, in arrival order */
+    svc_order *holder;              /* taking or holding it */
     lq_state state;
     int64_t lease_until_us;        /* LQ_HOLDING: when the holder's lease runs out */
     int ops;                       /* orders here not yet settled (shutdown waits) */
-    struct lock_q *next_ready;
+    struct svc_lock_q *next_ready;
     int ready;
 };
 
 /* --------------------------------------------------------------- helpers */
 
-static int ttl_of(const order_op *op) {
+static int ttl_of(const svc_order *op) {
     const stock_product *sp = &op->p->sp;
     return sp->lock_ttl_ms > 0 ? sp->lock_ttl_ms : op->a->cfg.lock_ttl_ms;
 }
 
-static void count_lock(order_op *op, int outcome) {
-    histogram_observe(&op->a->m.lock_acquire, clock_mono_us() - op->lock_t0_us);
+static void count_lock(svc_order *op, int outcome) {
+    svc_histogram_observe(&op->a->m.lock_acquire, clock_mono_us() - op->lock_t0_us);
     atomic_fetch_add(&op->a->m.lock_outcomes[outcome], 1);
 }
 
 /* Marks q to go on with its next order at the end of this iteration (not
  * at once: a failure reported synchronously must not recurse). */
-static void ready(lock_q *q) {
+static void ready(svc_lock_q *q) {
     if (q->ready) return;
     q->ready = 1;
-    order_loop_lock_ready(q->ol, q);
+    svc_order_loop_lock_ready(q->ol, q);
 }
 
-static void next_holder(lock_q *q) {
+static void next_holder(svc_lock_q *q) {
     q->holder = NULL;
     q->state = LQ_IDLE;
     if (q->head) ready(q);
 }
 
-/* The op is answered by order_reserved (a refusal), or, when reserved or a
+/* The op is answered by svc_order_reserved (a refusal), or, when reserved or a
  * replay to look up, handed to the committer. */
-static void settle(order_op *op) {
+static void settle(svc_order *op) {
     op->lq->ops--;
-    if (order_reserved(op)) db_writer_submit(op->a->writer, &op->job);
+    if (svc_order_reserved(op)) db_writer_submit(op->a->writer, &op->job);
 }
 
 /* ----------------------------------------------------------------- write */
 
 static void written(void *ud, int res) {
-    order_op *op = ud;
+    svc_order *op = ud;
     (void)res;
     settle(op);                                /* RESERVED, FENCED, MISSING, UNAVAILABLE */
 }
 
 /* The fenced write, then the next holder right behind it. */
-static void write_now(lock_q *q, order_op *op) {
-    stock_async_lock_write(order_loop_stock(q->ol), &op->sreq, &op->hold, 1, written, op);
+static void write_now(svc_lock_q *q, svc_order *op) {
+    stock_async_lock_write(svc_order_loop_stock(q->ol), &op->sreq, &op->hold, 1, written, op);
     if (q->holder == op) next_holder(q);
 }
 
 /* The injected pause is over: write (the fence decides whether it still
  * may). The op stayed alive: nothing answers it before its write. */
 static void pause_over(loop *l, void *ud) {
-    order_op *op = ud;
+    svc_order *op = ud;
     (void)l;
     write_now(op->lq, op);
 }
@@ -108,7 +108,7 @@ static void pause_over(loop *l, void *ud) {
 /* The head's lease ran out while it paused: the next order may take the
  * lock; the paused one's write will meet the fence. */
 static void lease_over(loop *l, void *ud) {
-    lock_q *q = ud;
+    svc_lock_q *q = ud;
     (void)l;
     if (q->state == LQ_HOLDING && clock_mono_us() >= q->lease_until_us) next_holder(q);
 }
@@ -119,15 +119,15 @@ static void taken(void *ud, int res);
 
 static void retry(loop *l, void *ud);
 
-static void send_read(lock_q *q) {
-    order_op *op = q->holder;
+static void send_read(svc_lock_q *q) {
+    svc_order *op = q->holder;
     q->state = LQ_TAKING;
-    stock_async_lock_read(order_loop_stock(q->ol), &op->sreq, &op->hold, ttl_of(op), taken, op);
+    stock_async_lock_read(svc_order_loop_stock(q->ol), &op->sreq, &op->hold, ttl_of(op), taken, op);
 }
 
 /* Another process holds the lock: try again after its lease or a short
  * backoff, whichever comes first, within the order's lock wait. */
-static void wait_for_lock(lock_q *q, order_op *op) {
+static void wait_for_lock(svc_lock_q *q, svc_order *op) {
     int64_t waited_ms = (clock_mono_us() - op->lock_t0_us) / 1000;
     if (waited_ms >= op->a->cfg.lock_wait_ms) {
         count_lock(op, 1);
@@ -141,18 +141,18 @@ static void wait_for_lock(lock_q *q, order_op *op) {
     int64_t delay = RETRY_MIN_MS + (int64_t)j * (RETRY_MAX_MS - RETRY_MIN_MS) / 255;
     if (op->hold.pttl >= 0 && op->hold.pttl < delay) delay = op->hold.pttl;
     q->state = LQ_WAITING;
-    if (loop_after(order_loop_loop(q->ol), delay, retry, q) != 0) send_read(q);
+    if (loop_after(svc_order_loop_loop(q->ol), delay, retry, q) != 0) send_read(q);
 }
 
 static void retry(loop *l, void *ud) {
-    lock_q *q = ud;
+    svc_lock_q *q = ud;
     (void)l;
     if (q->state == LQ_WAITING && q->holder) send_read(q);
 }
 
 static void taken(void *ud, int res) {
-    order_op *op = ud;
-    lock_q *q = op->lq;
+    svc_order *op = ud;
+    svc_lock_q *q = op->lq;
     stock_req *r = &op->sreq;
     if (res == 0) {                            /* held by another */
         wait_for_lock(q, op);
@@ -167,13 +167,13 @@ static void taken(void *ud, int res) {
     count_lock(op, 0);
     stock_result verdict = stock_lock_check(r, &op->hold);
     if (verdict != STOCK_RESERVED) {
-        stock_async_lock_write(order_loop_stock(q->ol), r, &op->hold, 0, NULL, NULL);
+        stock_async_lock_write(svc_order_loop_stock(q->ol), r, &op->hold, 0, NULL, NULL);
         next_holder(q);
         if (verdict == STOCK_INSUFFICIENT && op->p->segments > 1) {
             /* This segment is short: the blocking path reads them all. */
             q->ops--;
             op->phase = PH_RESERVE_ONE;
-            stage_push(op->a->pool, op);
+            svc_pool_push(op->a->pool, op);
             return;
         }
         r->result = verdict;
@@ -191,7 +191,7 @@ static void taken(void *ud, int res) {
     if (getrandom(&j, 1, GRND_NONBLOCK) != 1) j = 128;
     q->state = LQ_HOLDING;
     q->lease_until_us = clock_mono_us() + (int64_t)ttl_of(op) * 1000;
-    loop *l = order_loop_loop(q->ol);
+    loop *l = svc_order_loop_loop(q->ol);
     if (loop_after(l, pause * (192 + (int)j / 2) / 256, pause_over, op) != 0) {
         write_now(q, op);
         return;
@@ -201,7 +201,7 @@ static void taken(void *ud, int res) {
 
 /* ------------------------------------------------------------- the queue */
 
-void lock_q_enqueue(lock_q *q, order_op *op) {
+void svc_lock_q_enqueue(svc_lock_q *q, svc_order *op) {
     op->lq = q;
     op->next = NULL;
     q->ops++;
@@ -211,10 +211,10 @@ void lock_q_enqueue(lock_q *q, order_op *op) {
     if (q->state == LQ_IDLE) ready(q);
 }
 
-void lock_q_advance(lock_q *q) {
+void svc_lock_q_advance(svc_lock_q *q) {
     q->ready = 0;
     while (q->state == LQ_IDLE && q->head) {
-        order_op *op = q->head;
+        svc_order *op = q->head;
         if (!(q->head = op->next)) q->tail = NULL;
         if ((clock_mono_us() - op->lock_t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
             count_lock(op, 1);
@@ -227,8 +227,8 @@ void lock_q_advance(lock_q *q) {
     }
 }
 
-lock_q *lock_q_new(order_loop *ol, product *p, int seg) {
-    lock_q *q = calloc(1, sizeof *q);
+svc_lock_q *svc_lock_q_new(svc_order_loop *ol, svc_product *p, int seg) {
+    svc_lock_q *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     q->ol = ol;
     q->p = p;
@@ -236,36 +236,36 @@ lock_q *lock_q_new(order_loop *ol, product *p, int seg) {
     return q;
 }
 
-int lock_q_busy(const lock_q *q) { return q->ops > 0; }
-lock_q *lock_q_next_ready(lock_q *q) { return q->next_ready; }
-void lock_q_set_next_ready(lock_q *q, lock_q *next) { q->next_ready = next; }
-product *lock_q_product(const lock_q *q) { return q->p; }
-int lock_q_segment(const lock_q *q) { return q->seg; }
+int svc_lock_q_busy(const svc_lock_q *q) { return q->ops > 0; }
+svc_lock_q *svc_lock_q_next_ready(svc_lock_q *q) { return q->next_ready; }
+void svc_lock_q_set_next_ready(svc_lock_q *q, svc_lock_q *next) { q->next_ready = next; }
+svc_product *svc_lock_q_product(const svc_lock_q *q) { return q->p; }
+int svc_lock_q_segment(const svc_lock_q *q) { return q->seg; }
 
 /* ------------------------------------------------------------- routing */
 
 /* The loop that owns segment seg of p: segments are dealt round the loops
  * from a per-product start, so that each loop owns some of a segmented
  * product's locks. */
-static int owner_of(const app *a, const product *p, int seg) {
+static int owner_of(const svc_app *a, const svc_product *p, int seg) {
     uintptr_t h = (uintptr_t)p;
     h = (h ^ (h >> 17)) * 0x9E3779B97F4A7C15ull;
     return (int)(((h >> 24) + (unsigned)seg) % (unsigned)a->nloops);
 }
 
-int lock_submit(app *a, order_op *op) {
-    product *p = op->p;
+int svc_lock_submit(svc_app *a, svc_order *op) {
+    svc_product *p = op->p;
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) rnd = (uint64_t)clock_mono_us();
     /* A segment this thread's loop owns when there is one with stock:
      * the order then stays on its thread, no hand-over to another loop. */
-    int seg = -1, n = a->nloops, home = order_loop_index(op->home);
+    int seg = -1, n = a->nloops, home = svc_order_loop_index(op->home);
     if (p->segments >= n)
         seg = stock_pick_segment(&p->sp, rnd, ((home - owner_of(a, p, 0)) % n + n) % n, n);
     if (seg < 0) seg = stock_pick_segment(&p->sp, rnd, 0, 1);
     if (seg < 0) return -1;                    /* all look empty: the full read decides */
     op->hold.seg = seg;
     op->lock_t0_us = clock_mono_us();
-    order_loop_lock(a->order_loops[owner_of(a, p, seg)], op);
+    svc_order_loop_lock(a->order_loops[owner_of(a, p, seg)], op);
     return 0;
 }

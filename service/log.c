@@ -9,12 +9,12 @@
 #include "common/clock.h"
 #include "service/service.h"
 
-static log_level min_level = LOG_INFO;
+static svc_log_level min_level = SVC_LOG_INFO;
 static const char *const NAMES[] = { "debug", "info", "warn", "error" };
 
-void log_set_level(log_level lvl) { min_level = lvl; }
+void svc_log_set_level(svc_log_level lvl) { min_level = lvl; }
 
-void log_msg(log_level lvl, const char *fmt, ...) {
+void svc_log(svc_log_level lvl, const char *fmt, ...) {
     if (lvl < min_level) return;
     char when[DB_TIME_LEN + 1], line[1024];
     db_format_time(clock_wall_ms(), when);

@@ -20,19 +20,19 @@
 #define SWEEP_EVERY_MS 2000
 
 typedef struct orphan {
-    product *p;
+    svc_product *p;
     char order_id[DB_ORDER_ID_LEN + 1];
     char idem_key[DB_KEY_MAX + 1];
     struct orphan *next;
 } orphan;
 
-struct maint {
-    app *a;
+struct svc_maint {
+    svc_app *a;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping;
-    product **rebuild;             /* queued rebuilds */
+    svc_product **rebuild;             /* queued rebuilds */
     size_t nrebuild, caprebuild;
     orphan *orphans;
     uint64_t errors_seen;          /* redis + db errors at the last sweep */
@@ -41,17 +41,17 @@ struct maint {
 
 /* ------------------------------------------------------------------- thread */
 
-void maint_request_forced_rebuild(maint *m, product *p) {
+void svc_maint_request_forced_rebuild(svc_maint *m, svc_product *p) {
     atomic_store(&p->rebuild_forced, 1);   /* before queueing: seen by its run */
-    maint_request_rebuild(m, p);
+    svc_maint_request_rebuild(m, p);
 }
 
-void maint_request_rebuild(maint *m, product *p) {
+void svc_maint_request_rebuild(svc_maint *m, svc_product *p) {
     if (atomic_exchange(&p->rebuilding, 1)) return;   /* already queued */
     pthread_mutex_lock(&m->mu);
     if (m->nrebuild == m->caprebuild) {
         size_t cap = m->caprebuild ? m->caprebuild * 2 : 16;
-        product **v = realloc(m->rebuild, cap * sizeof *v);
+        svc_product **v = realloc(m->rebuild, cap * sizeof *v);
         if (!v) {
             pthread_mutex_unlock(&m->mu);
             atomic_store(&p->rebuilding, 0);
@@ -65,7 +65,8 @@ void maint_request_rebuild(maint *m, product *p) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void maint_retry_undo(maint *m, product *p, const char *order_id, const char *idem_key) {
+void svc_maint_retry_undo(svc_maint *m, svc_product *p, const char *order_id,
+                          const char *idem_key) {
     orphan *o = calloc(1, sizeof *o);
     if (!o) return;   /* the sweeper settles it after the pending timeout */
     o->p = p;
@@ -77,10 +78,10 @@ void maint_retry_undo(maint *m, product *p, const char *order_id, const char *id
     pthread_mutex_unlock(&m->mu);
 }
 
-static void run_rebuilds(maint *m, db *d, stock_conn *sc) {
+static void run_rebuilds(svc_maint *m, db *d, stock_conn *sc) {
     pthread_mutex_lock(&m->mu);
     size_t n = m->nrebuild;
-    product **todo = malloc((n ? n : 1) * sizeof *todo);
+    svc_product **todo = malloc((n ? n : 1) * sizeof *todo);
     if (todo) {
         if (n) memcpy(todo, m->rebuild, n * sizeof *todo);
         m->nrebuild = 0;
@@ -91,15 +92,15 @@ static void run_rebuilds(maint *m, db *d, stock_conn *sc) {
     for (size_t i = 0; i < n; i++) {
         atomic_store(&todo[i]->rebuilding, 0);
         int force = atomic_exchange(&todo[i]->rebuild_forced, 0);
-        if (stock_rebuild(m->a, d, sc, todo[i], force) != 0) {
-            if (force) maint_request_forced_rebuild(m, todo[i]);
-            else maint_request_rebuild(m, todo[i]);
+        if (svc_rebuild(m->a, d, sc, todo[i], force) != 0) {
+            if (force) svc_maint_request_forced_rebuild(m, todo[i]);
+            else svc_maint_request_rebuild(m, todo[i]);
         }
     }
     free(todo);
 }
 
-static void run_orphans(maint *m, stock_conn *sc) {
+static void run_orphans(svc_maint *m, stock_conn *sc) {
     pthread_mutex_lock(&m->mu);
     orphan *list = m->orphans;
     m->orphans = NULL;
@@ -140,7 +141,7 @@ static void run_orphans(maint *m, stock_conn *sc) {
  * just after it returns that memory (soak, 6 restarts in 200 s: 41 MB at
  * the end without, 34 MB with a trim at every sweep); in steady state, with
  * no errors, nothing is trimmed, so the hot path never meets it. */
-static void trim_after_errors(maint *m) {
+static void trim_after_errors(svc_maint *m) {
     uint64_t errors = atomic_load(&m->a->m.redis_errors) + atomic_load(&m->a->m.db_errors);
     if (errors != m->errors_seen) {
         m->errors_seen = errors;
@@ -153,15 +154,15 @@ static void trim_after_errors(maint *m) {
 }
 
 static void *maint_main(void *arg) {
-    maint *m = arg;
+    svc_maint *m = arg;
     pthread_setname_np(pthread_self(), "fs-maint");
-    app *a = m->a;
+    svc_app *a = m->a;
     char err[256];
     db *d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err);
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
     int64_t next_beat = 0, next_sweep = clock_mono_ms() + SWEEP_EVERY_MS;
     assert(sc != NULL);
-    if (!d) log_msg(LOG_ERROR, "maintenance: %s", err);
+    if (!d) svc_log(SVC_LOG_ERROR, "maintenance: %s", err);
     pthread_mutex_lock(&m->mu);
     while (!m->stopping) {
         struct timespec until;
@@ -181,7 +182,7 @@ static void *maint_main(void *arg) {
         if (d) {
             run_rebuilds(m, d, sc);
             if (now >= next_sweep) {
-                reconcile(a, d, sc, 1);
+                svc_reconcile(a, d, sc, 1);
                 next_sweep = now + SWEEP_EVERY_MS;
                 trim_after_errors(m);
             }
@@ -196,8 +197,8 @@ static void *maint_main(void *arg) {
     return NULL;
 }
 
-maint *maint_start(app *a, char *err, size_t errlen) {
-    maint *m = calloc(1, sizeof *m);
+svc_maint *svc_maint_start(svc_app *a, char *err, size_t errlen) {
+    svc_maint *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -213,7 +214,7 @@ maint *maint_start(app *a, char *err, size_t errlen) {
     return m;
 }
 
-void maint_stop(maint *m) {
+void svc_maint_stop(svc_maint *m) {
     if (!m) return;
     pthread_mutex_lock(&m->mu);
     m->stopping = 1;
@@ -223,7 +224,7 @@ void maint_stop(maint *m) {
     while (m->orphans) {
         orphan *o = m->orphans;
         m->orphans = o->next;
-        log_msg(LOG_WARN, "reservation %s of %s left for reconciliation (Redis unreachable)",
+        svc_log(SVC_LOG_WARN, "reservation %s of %s left for reconciliation (Redis unreachable)",
                 o->order_id, o->p->sku);
         free(o);
     }

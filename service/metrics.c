@@ -32,9 +32,9 @@ static const char *const OUTCOME_NAMES[OUT_COUNT] = {
     [OUT_CONFLICT] = "optimistic_conflict",
 };
 
-const char *outcome_name(outcome o) { return OUTCOME_NAMES[o]; }
+const char *svc_outcome_name(svc_outcome o) { return OUTCOME_NAMES[o]; }
 
-void histogram_observe(histogram *h, int64_t micros) {
+void svc_histogram_observe(svc_histogram *h, int64_t micros) {
     int i = 0;
     while (i < HIST_BUCKETS && micros > BOUNDS_US[i]) i++;
     atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
@@ -43,11 +43,11 @@ void histogram_observe(histogram *h, int64_t micros) {
                               memory_order_relaxed);
 }
 
-void api_observe(int route_id, int status, int64_t micros, void *ud) {
-    app *a = ud;
+void svc_api_observe(int route_id, int status, int64_t micros, void *ud) {
+    svc_app *a = ud;
     int r = route_id < 0 || route_id >= ROUTE_COUNT ? ROUTE_COUNT : route_id;
     int cls = status / 100;
-    histogram_observe(&a->m.route_latency[r], micros);
+    svc_histogram_observe(&a->m.route_latency[r], micros);
     atomic_fetch_add_explicit(&a->m.route_status[r][cls >= 0 && cls < 6 ? cls : 0], 1,
                               memory_order_relaxed);
 }
@@ -76,7 +76,7 @@ static void put(buf *b, const char *fmt, ...) {
     }
 }
 
-static void put_histogram(buf *b, const char *name, const char *labels, histogram *h) {
+static void put_histogram(buf *b, const char *name, const char *labels, svc_histogram *h) {
     uint64_t cum = 0;
     for (int i = 0; i <= HIST_BUCKETS; i++) {
         cum += atomic_load(&h->bucket[i]);
@@ -91,7 +91,7 @@ static void put_histogram(buf *b, const char *name, const char *labels, histogra
     put(b, "%s_count{%s} %llu\n", name, labels, (unsigned long long)atomic_load(&h->count));
 }
 
-static void put_product(product *p, void *ud) {
+static void put_product(svc_product *p, void *ud) {
     buf *b = ud;
     for (int o = 0; o < OUT_COUNT; o++) {
         uint64_t n = atomic_load(&p->outcomes[o]);
@@ -107,14 +107,14 @@ static void counter(buf *b, const char *name, const char *help, uint64_t v) {
         (unsigned long long)v);
 }
 
-void metrics_render(app *a, char **out, size_t *len) {
+void svc_metrics_render(svc_app *a, char **out, size_t *len) {
     buf b = { malloc(8192), 0, 8192 };
     char labels[64];
-    metrics *m = &a->m;
+    svc_metrics *m = &a->m;
     if (!b.p) abort();
     put(&b, "# HELP flashsale_orders_total Order requests by SKU, strategy and outcome.\n"
             "# TYPE flashsale_orders_total counter\n");
-    product_cache_each(a->products, put_product, &b);
+    svc_product_cache_each(a->products, put_product, &b);
 
     put(&b, "# HELP flashsale_http_request_duration_seconds Time from request to answer.\n"
             "# TYPE flashsale_http_request_duration_seconds histogram\n");

@@ -34,7 +34,7 @@ static void fill_random(unsigned char *p, size_t n) {
     }
 }
 
-void order_id_new(char out[27], int64_t *wall_ms) {
+void svc_order_id_new(char out[27], int64_t *wall_ms) {
     unsigned char bytes[16];
     pthread_mutex_lock(&mu);
     int64_t ms = clock_wall_ms();
@@ -69,7 +69,7 @@ void order_id_new(char out[27], int64_t *wall_ms) {
     out[26] = '\0';
 }
 
-int order_id_valid(const char *s) {
+int svc_order_id_valid(const char *s) {
     size_t n = strlen(s);
     if (n != 26 || s[0] > '7') return 0;
     for (size_t i = 0; i < n; i++)

@@ -25,9 +25,9 @@
 
 /* One SKU's orders and clears on one loop. */
 typedef struct sku_queue {
-    product *p;
+    svc_product *p;
     int inflight;                  /* batches sent, not answered yet */
-    order_op *head, *tail;
+    svc_order *head, *tail;
     size_t n;
     char (*clear)[DB_ORDER_ID_LEN + 1];
     size_t nclear, capclear;
@@ -37,15 +37,15 @@ typedef struct sku_queue {
 
 /* One script call's orders, until its reply. */
 typedef struct batch {
-    order_loop *ol;
+    svc_order_loop *ol;
     sku_queue *q;
     size_t n;
     stock_req *reqs[STOCK_BATCH_MAX];
-    order_op *ops[STOCK_BATCH_MAX];
+    svc_order *ops[STOCK_BATCH_MAX];
 } batch;
 
-struct order_loop {
-    app *a;
+struct svc_order_loop {
+    svc_app *a;
     loop *l;
     int index;                     /* in a->order_loops */
     stock_async *sa;
@@ -53,17 +53,17 @@ struct order_loop {
     size_t nslots, used;
     sku_queue *dirty;
     pthread_mutex_t mu;            /* guards the inbox */
-    order_op *in_head, *in_tail;   /* committed, to act on */
-    order_op *res_head, *res_tail; /* to reserve (from other threads) */
+    svc_order *in_head, *in_tail;   /* committed, to act on */
+    svc_order *res_head, *res_tail; /* to reserve (from other threads) */
     atomic_int posted;             /* task is queued on the loop */
     loop_task task;
     /* The committer's staging, touched by its thread only. */
-    order_op *give_head, *give_tail;
+    svc_order *give_head, *give_tail;
     int give_listed;
-    order_loop *give_next;
-    lock_q **lqs;                  /* the `lock` queues this loop owns, by (product, segment) */
+    svc_order_loop *give_next;
+    svc_lock_q **lqs;                  /* the `lock` queues this loop owns, by (product, segment) */
     size_t nlqs, usedlqs;
-    lock_q *lock_ready;            /* queues with an order to start this iteration */
+    svc_lock_q *lock_ready;            /* queues with an order to start this iteration */
 };
 
 /* Batches of one SKU a loop keeps in flight at most: while they are out,
@@ -78,11 +78,11 @@ static int max_inflight(void) {
     return v > 0 ? v : 1000000;
 }
 
-static void wake(order_loop *ol);
+static void wake(svc_order_loop *ol);
 
 /* ------------------------------------------------------------ SKU queues */
 
-static size_t slot_of(const order_loop *ol, const product *p) {
+static size_t slot_of(const svc_order_loop *ol, const svc_product *p) {
     uintptr_t h = (uintptr_t)p;
     h ^= h >> 17;
     h *= 0x9E3779B97F4A7C15ull;
@@ -92,7 +92,7 @@ static size_t slot_of(const order_loop *ol, const product *p) {
 }
 
 /* The queue of p on ol (made on first use), or NULL when out of memory. */
-static sku_queue *queue_of(order_loop *ol, product *p) {
+static sku_queue *queue_of(svc_order_loop *ol, svc_product *p) {
     if (ol->used * 2 >= ol->nslots) {
         size_t old = ol->nslots;
         sku_queue **prev = ol->slots;
@@ -113,7 +113,7 @@ static sku_queue *queue_of(order_loop *ol, product *p) {
     return ol->slots[i];
 }
 
-static void mark_dirty(order_loop *ol, sku_queue *q) {
+static void mark_dirty(svc_order_loop *ol, sku_queue *q) {
     if (q->dirty) return;
     q->dirty = 1;
     q->next_dirty = ol->dirty;
@@ -121,12 +121,12 @@ static void mark_dirty(order_loop *ol, sku_queue *q) {
 }
 
 /* On the loop's thread: queue op for this iteration's batch. */
-static void enqueue(order_loop *ol, order_op *op) {
+static void enqueue(svc_order_loop *ol, svc_order *op) {
     sku_queue *q = queue_of(ol, op->p);
     if (!q) {
         op->sreq.result = STOCK_UNAVAILABLE;
         op->sreq.outcome_unknown = 0;
-        order_reserved(op);                   /* answers 503, nothing taken */
+        svc_order_reserved(op);                   /* answers 503, nothing taken */
         return;
     }
     op->next = NULL;
@@ -137,7 +137,7 @@ static void enqueue(order_loop *ol, order_op *op) {
     mark_dirty(ol, q);
 }
 
-void order_loop_clear(order_loop *ol, product *p, const char *order_id) {
+void svc_order_loop_clear(svc_order_loop *ol, svc_product *p, const char *order_id) {
     sku_queue *q = queue_of(ol, p);
     if (!q) return;                           /* reconciliation clears it */
     if (q->nclear == q->capclear) {
@@ -153,7 +153,7 @@ void order_loop_clear(order_loop *ol, product *p, const char *order_id) {
 
 /* --------------------------------------------------------------- batches */
 
-static void mark_dirty(order_loop *ol, sku_queue *q);
+static void mark_dirty(svc_order_loop *ol, sku_queue *q);
 
 static void batch_done(void *ud, stock_req **reqs, size_t n) {
     batch *b = ud;
@@ -163,7 +163,7 @@ static void batch_done(void *ud, stock_req **reqs, size_t n) {
     /* The next batch of this SKU may go: what gathered meanwhile. */
     if (--b->q->inflight < max_inflight() && b->q->n) mark_dirty(b->ol, b->q);
     for (size_t i = 0; i < n; i++)
-        if (order_reserved(b->ops[i])) jobs[nj++] = &b->ops[i]->job;
+        if (svc_order_reserved(b->ops[i])) jobs[nj++] = &b->ops[i]->job;
     db_writer_submit_many(b->ol->a->writer, jobs, nj);
     free(b);
 }
@@ -177,7 +177,7 @@ static void drop_clears(sku_queue *q, size_t k) {
 
 /* Sends what q gathered: its orders in batches (each carrying clears),
  * then the clears left over on their own. */
-static void send_queue(order_loop *ol, sku_queue *q) {
+static void send_queue(svc_order_loop *ol, sku_queue *q) {
     const char *ids[STOCK_BATCH_MAX * 4];
     while (q->n > 0 && q->inflight < max_inflight()) {
         batch *b = malloc(sizeof *b);
@@ -187,7 +187,7 @@ static void send_queue(order_loop *ol, sku_queue *q) {
         q->inflight++;
         b->n = 0;
         while (q->head && b->n < STOCK_BATCH_MAX) {
-            order_op *op = q->head;
+            svc_order *op = q->head;
             q->head = op->next;
             b->ops[b->n] = op;
             b->reqs[b->n++] = &op->sreq;
@@ -215,14 +215,14 @@ static void send_queue(order_loop *ol, sku_queue *q) {
 
 /* End of an iteration: every SKU touched in it goes out. */
 static void flush(loop *l, void *ud) {
-    order_loop *ol = ud;
+    svc_order_loop *ol = ud;
     (void)l;
     /* Lock queues first: an order they start may fail at once and start
      * the next, which comes back on this list. */
     while (ol->lock_ready) {
-        lock_q *q = ol->lock_ready;
-        ol->lock_ready = lock_q_next_ready(q);
-        lock_q_advance(q);
+        svc_lock_q *q = ol->lock_ready;
+        ol->lock_ready = svc_lock_q_next_ready(q);
+        svc_lock_q_advance(q);
     }
     while (ol->dirty) {
         sku_queue *q = ol->dirty;
@@ -238,57 +238,60 @@ static void flush(loop *l, void *ud) {
 
 /* ------------------------------------------------------------ lock queues */
 
-stock_async *order_loop_stock(order_loop *ol) { return ol->sa; }
-int order_loop_index(const order_loop *ol) { return ol->index; }
-loop *order_loop_loop(order_loop *ol) { return ol->l; }
+stock_async *svc_order_loop_stock(svc_order_loop *ol) { return ol->sa; }
+int svc_order_loop_index(const svc_order_loop *ol) { return ol->index; }
+loop *svc_order_loop_loop(svc_order_loop *ol) { return ol->l; }
 
-static size_t lq_slot(const order_loop *ol, const product *p, int seg) {
+static size_t lq_slot(const svc_order_loop *ol, const svc_product *p, int seg) {
     uintptr_t h = (uintptr_t)p * 31 + (uintptr_t)seg;
     h ^= h >> 17;
     h *= 0x9E3779B97F4A7C15ull;
     size_t i = (size_t)(h >> 20) & (ol->nlqs - 1);
-    while (ol->lqs[i] && (lock_q_product(ol->lqs[i]) != p || lock_q_segment(ol->lqs[i]) != seg))
+    while (ol->lqs[i] &&
+           (svc_lock_q_product(ol->lqs[i]) != p || svc_lock_q_segment(ol->lqs[i]) != seg))
         i = (i + 1) & (ol->nlqs - 1);
     return i;
 }
 
 /* The queue of (p, seg) on ol, made on first use; NULL when out of memory. */
-static lock_q *lq_of(order_loop *ol, product *p, int seg) {
+static svc_lock_q *lq_of(svc_order_loop *ol, svc_product *p, int seg) {
     if (ol->usedlqs * 2 >= ol->nlqs) {
         size_t old = ol->nlqs;
-        lock_q **prev = ol->lqs, **bigger = calloc(old ? old * 2 : 16, sizeof *bigger);
+        svc_lock_q **prev = ol->lqs, **bigger = calloc(old ? old * 2 : 16, sizeof *bigger);
         if (!bigger) return NULL;
         ol->lqs = bigger;
         ol->nlqs = old ? old * 2 : 16;
         for (size_t i = 0; i < old; i++)
-            if (prev[i]) ol->lqs[lq_slot(ol, lock_q_product(prev[i]), lock_q_segment(prev[i]))] = prev[i];
+            if (prev[i])
+                ol->lqs[lq_slot(ol, svc_lock_q_product(prev[i]), svc_lock_q_segment(prev[i]))] =
+                    prev[i];
         free(prev);
     }
     size_t i = lq_slot(ol, p, seg);
     if (!ol->lqs[i]) {
-        if (!(ol->lqs[i] = lock_q_new(ol, p, seg))) return NULL;
+        if (!(ol->lqs[i] = svc_lock_q_new(ol, p, seg))) return NULL;
         ol->usedlqs++;
     }
     return ol->lqs[i];
 }
 
 /* On the owner's thread: into its segment's queue. */
-static void lock_enqueue(order_loop *ol, order_op *op) {
-    lock_q *q = lq_of(ol, op->p, op->hold.seg);
+static void lock_enqueue(svc_order_loop *ol, svc_order *op) {
+    svc_lock_q *q = lq_of(ol, op->p, op->hold.seg);
     if (!q) {
         op->phase = PH_RESERVE_ONE;           /* no memory here: the pool takes it */
-        stage_push(op->a->pool, op);
+        svc_pool_push(op->a->pool, op);
         return;
     }
-    lock_q_enqueue(q, op);
+    svc_lock_q_enqueue(q, op);
 }
 
-void order_loop_lock_ready(order_loop *ol, lock_q *q) {
-    lock_q_set_next_ready(q, ol->lock_ready);
+void svc_order_loop_lock_ready(svc_order_loop *ol, svc_lock_q *q) {
+    svc_lock_q_set_next_ready(q, ol->lock_ready);
     ol->lock_ready = q;
 }
 
-void order_loop_lock(order_loop *ol, order_op *op) {
+void svc_order_loop_lock(svc_order_loop *ol, svc_order *op) {
     op->phase = PH_LOCK;
     if (loop_current() == ol->l) {
         lock_enqueue(ol, op);
@@ -303,7 +306,7 @@ void order_loop_lock(order_loop *ol, order_op *op) {
     wake(ol);
 }
 
-void order_loop_undo(order_loop *ol, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
+void svc_order_loop_undo(svc_order_loop *ol, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
     stock_async_undo(ol->sa, ref, fn, ud);
 }
 
@@ -311,38 +314,38 @@ void order_loop_undo(order_loop *ol, const stock_ref *ref, stock_undo_fn *fn, vo
 
 /* The loop's task: what other threads handed over. */
 static void drain_inbox(loop *l, void *ud) {
-    order_loop *ol = ud;
+    svc_order_loop *ol = ud;
     (void)l;
     atomic_store(&ol->posted, 0);             /* before taking: a later give posts again */
     pthread_mutex_lock(&ol->mu);
-    order_op *in = ol->in_head, *res = ol->res_head;
+    svc_order *in = ol->in_head, *res = ol->res_head;
     ol->in_head = ol->in_tail = ol->res_head = ol->res_tail = NULL;
     pthread_mutex_unlock(&ol->mu);
     while (res) {
-        order_op *next = res->next;
+        svc_order *next = res->next;
         if (res->phase == PH_LOCK) lock_enqueue(ol, res);
         else enqueue(ol, res);
         res = next;
     }
     while (in) {
-        order_op *next = in->next;
-        order_committed(in);
+        svc_order *next = in->next;
+        svc_order_committed(in);
         in = next;
     }
 }
 
-static void wake(order_loop *ol) {
+static void wake(svc_order_loop *ol) {
     if (!atomic_exchange(&ol->posted, 1)) loop_post(ol->l, &ol->task);
 }
 
-order_loop *order_loop_home(app *a) {
+svc_order_loop *svc_order_loop_home(svc_app *a) {
     static atomic_uint turn;
     loop *l = loop_current();
     if (l && loop_data(l)) return loop_data(l);
     return a->order_loops[atomic_fetch_add(&turn, 1) % (unsigned)a->nloops];
 }
 
-void order_loop_reserve(order_loop *ol, order_op *op) {
+void svc_order_loop_reserve(svc_order_loop *ol, svc_order *op) {
     op->phase = PH_SCRIPT;
     if (loop_current() == ol->l) {
         enqueue(ol, op);
@@ -357,8 +360,8 @@ void order_loop_reserve(order_loop *ol, order_op *op) {
     wake(ol);
 }
 
-void order_loop_give(order_loop *ol, order_op *op) {
-    app *a = ol->a;
+void svc_order_loop_give(svc_order_loop *ol, svc_order *op) {
+    svc_app *a = ol->a;
     op->next = NULL;
     if (ol->give_tail) ol->give_tail->next = op;
     else ol->give_head = op;
@@ -370,9 +373,9 @@ void order_loop_give(order_loop *ol, order_op *op) {
     }
 }
 
-void order_loop_give_done(app *a) {
+void svc_order_loop_give_done(svc_app *a) {
     while (a->give_touched) {
-        order_loop *ol = a->give_touched;
+        svc_order_loop *ol = a->give_touched;
         a->give_touched = ol->give_next;
         ol->give_listed = 0;
         pthread_mutex_lock(&ol->mu);
@@ -387,10 +390,10 @@ void order_loop_give_done(app *a) {
 
 /* ------------------------------------------------------------- lifecycle */
 
-int order_loops_start(app *a, char *err, size_t errlen) {
+int svc_order_loops_start(svc_app *a, char *err, size_t errlen) {
     if (!(a->order_loops = calloc((size_t)a->nloops, sizeof *a->order_loops))) goto oom;
     for (int i = 0; i < a->nloops; i++) {
-        order_loop *ol = calloc(1, sizeof *ol);
+        svc_order_loop *ol = calloc(1, sizeof *ol);
         if (!ol) goto oom;
         a->order_loops[i] = ol;
         ol->index = i;
@@ -417,24 +420,24 @@ oom:
 
 /* Whether the loops still have Redis work in flight or queued. Read from
  * another thread while the loops run: a hint for waiting, never a verdict. */
-static int busy(app *a) {
+static int busy(svc_app *a) {
     for (int i = 0; i < a->nloops; i++) {
-        order_loop *ol = a->order_loops[i];
+        svc_order_loop *ol = a->order_loops[i];
         if (ol && (ol->dirty || ol->lock_ready || stock_async_inflight(ol->sa) > 0)) return 1;
         for (size_t k = 0; ol && k < ol->nlqs; k++)
-            if (ol->lqs[k] && lock_q_busy(ol->lqs[k])) return 1;
+            if (ol->lqs[k] && svc_lock_q_busy(ol->lqs[k])) return 1;
     }
     return 0;
 }
 
-void order_loops_drain(app *a, int64_t wait_ms) {
+void svc_order_loops_drain(svc_app *a, int64_t wait_ms) {
     for (int64_t waited = 0; waited < wait_ms && a->order_loops && busy(a); waited += 5)
         clock_sleep_ms(5);
 }
 
-void order_loops_free(app *a) {
+void svc_order_loops_free(svc_app *a) {
     for (int i = 0; a->order_loops && i < a->nloops; i++) {
-        order_loop *ol = a->order_loops[i];
+        svc_order_loop *ol = a->order_loops[i];
         if (!ol) continue;
         stock_async_free(ol->sa);
         for (size_t k = 0; k < ol->nslots; k++) {

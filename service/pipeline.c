@@ -1,6 +1,6 @@
 /* pipeline.c: the order path, from a validated request to its answer.
  *
- * An order_op carries one request. Where it goes depends on its product's
+ * An svc_order carries one request. Where it goes depends on its product's
  * strategy (strategies.c is the one table that says):
  *
  *   script    (`lua`) on the event loop that received the request: the
@@ -34,7 +34,7 @@
 
 /* ------------------------------------------------------------ db hand-off */
 
-void prepare_lookup(order_op *op, const char *order_id) {
+void svc_prepare_lookup(svc_order *op, const char *order_id) {
     memset(&op->job, 0, sizeof op->job);
     op->job.kind = DB_JOB_LOOKUP;
     snprintf(op->job.order.order_id, sizeof op->job.order.order_id, "%s", order_id);
@@ -44,7 +44,7 @@ void prepare_lookup(order_op *op, const char *order_id) {
 /* Prepares the order's insert. take says how it gets its stock: DB_TAKE_NONE
  * when Redis reserved it already (under op->sreq.gen). Field by field, the
  * strings by their length: this runs for every order. */
-void prepare_insert(order_op *op, db_take take, long long expect_version) {
+void svc_prepare_insert(svc_order *op, db_take take, long long expect_version) {
     db_job *j = &op->job;
     db_order *o = &j->order;
     j->kind = DB_JOB_INSERT;
@@ -65,37 +65,37 @@ void prepare_insert(order_op *op, db_take take, long long expect_version) {
 
 /* -------------------------------------------------------- reservation results */
 
-int order_reserved(order_op *op) {
+int svc_order_reserved(svc_order *op) {
     const stock_req *r = &op->sreq;
     switch (r->result) {
     case STOCK_RESERVED:
-        prepare_insert(op, DB_TAKE_NONE, 0);
+        svc_prepare_insert(op, DB_TAKE_NONE, 0);
         return 1;
     case STOCK_REPLAY:
         if (!r->replay_same) {
-            refuse(op, RF_KEY_REUSED, 0);
+            svc_refuse(op, RF_KEY_REUSED, 0);
             return 0;
         }
-        prepare_lookup(op, r->replay_order_id);   /* answered once the db has looked */
+        svc_prepare_lookup(op, r->replay_order_id);   /* answered once the db has looked */
         return 1;
     case STOCK_SOLD_OUT:
-        refuse(op, RF_SOLD_OUT, 0);
+        svc_refuse(op, RF_SOLD_OUT, 0);
         return 0;
     case STOCK_INSUFFICIENT:
-        refuse(op, RF_INSUFFICIENT, r->available);
+        svc_refuse(op, RF_INSUFFICIENT, r->available);
         return 0;
     case STOCK_LIMIT:
-        refuse(op, RF_LIMIT, r->available);
+        svc_refuse(op, RF_LIMIT, r->available);
         return 0;
     case STOCK_MISSING:
-        maint_request_rebuild(op->a->maint, op->p);
-        refuse(op, RF_REBUILDING, 0);
+        svc_maint_request_rebuild(op->a->maint, op->p);
+        svc_refuse(op, RF_REBUILDING, 0);
         return 0;
     case STOCK_LOCK_TIMEOUT:
-        refuse(op, RF_LOCK_TIMEOUT, 0);
+        svc_refuse(op, RF_LOCK_TIMEOUT, 0);
         return 0;
     case STOCK_FENCED:
-        refuse(op, RF_FENCED, 0);
+        svc_refuse(op, RF_FENCED, 0);
         return 0;
     case STOCK_UNAVAILABLE:
         if (r->outcome_unknown) {
@@ -105,10 +105,10 @@ int order_reserved(order_op *op) {
              * script did not run): trying the undo here first would make
              * the client wait a second timeout on a Redis that just failed
              * to answer one. */
-            maint_retry_undo(op->a->maint, op->p, op->order_id, op->idem_key);
-            refuse(op, RF_REDIS_DOWN_TAKEN, 0);
+            svc_maint_retry_undo(op->a->maint, op->p, op->order_id, op->idem_key);
+            svc_refuse(op, RF_REDIS_DOWN_TAKEN, 0);
         } else {
-            refuse(op, RF_REDIS_DOWN, 0);
+            svc_refuse(op, RF_REDIS_DOWN, 0);
         }
         return 0;
     }
@@ -118,62 +118,62 @@ int order_reserved(order_op *op) {
 
 /* --------------------------------------------------------------- commits */
 
-static int same_request(const order_op *op, const db_order *o) {
+static int same_request(const svc_order *op, const db_order *o) {
     return !strcmp(o->sku, op->p->sku) && !strcmp(o->user_id, op->user_id) &&
            o->quantity == op->quantity;
 }
 
 /* A replay's lookup is done. */
-static void looked_up(order_op *op) {
+static void looked_up(svc_order *op) {
     const db_job *j = &op->job;
     if (j->status == DB_OK && same_request(op, &j->order)) {
-        answer_order(op, &j->order, 1);
+        svc_answer_order(op, &j->order, 1);
         free(op);
     } else if (j->status == DB_OK) {
-        refuse(op, RF_KEY_REUSED, 0);
+        svc_refuse(op, RF_KEY_REUSED, 0);
     } else if (j->status == DB_NOTFOUND) {
-        refuse(op, RF_IN_PROGRESS, 0);
+        svc_refuse(op, RF_IN_PROGRESS, 0);
     } else {
-        health_poke_db(op->a->health);
-        refuse(op, RF_DB_DOWN, 0);
+        svc_health_poke_db(op->a->health);
+        svc_refuse(op, RF_DB_DOWN, 0);
     }
 }
 
 /* The units of a reservation that will not commit are back (or will be,
  * by maintenance's retries): now answer as the commit failed. */
 static void undone(void *ud, int done) {
-    order_op *op = ud;
-    if (!done) maint_retry_undo(op->a->maint, op->p, op->order_id, op->idem_key);
+    svc_order *op = ud;
+    if (!done) svc_maint_retry_undo(op->a->maint, op->p, op->order_id, op->idem_key);
     if (op->lookup_after_undo) {
         /* The key names an order already in SQLite (its Redis record was
          * lost): answer as a replay of that order. */
         op->lookup_after_undo = 0;
-        prepare_lookup(op, "");
+        svc_prepare_lookup(op, "");
         db_writer_submit(op->a->writer, &op->job);
         return;
     }
-    refuse(op, op->fail, 0);
+    svc_refuse(op, op->fail, 0);
 }
 
-static void undo_then_refuse(order_op *op, refusal rf) {
+static void undo_then_refuse(svc_order *op, svc_refusal rf) {
     stock_ref ref = { &op->p->sp, op->order_id, op->idem_key };
     op->fail = rf;
-    order_loop_undo(op->home, &ref, undone, op);
+    svc_order_loop_undo(op->home, &ref, undone, op);
 }
 
-void order_committed(order_op *op) {
+void svc_order_committed(svc_order *op) {
     if (op->job.kind == DB_JOB_LOOKUP) {
         looked_up(op);
         return;
     }
     if (op->job.take != DB_TAKE_NONE) {          /* a db strategy's own take */
-        db_committed(op);
+        svc_db_committed(op);
         return;
     }
     switch (op->job.status) {
     case DB_OK:
-        answer_order(op, &op->job.order, 0);
-        order_loop_clear(op->home, op->p, op->order_id);
+        svc_answer_order(op, &op->job.order, 0);
+        svc_order_loop_clear(op->home, op->p, op->order_id);
         free(op);
         return;
     case DB_DUPKEY:
@@ -183,44 +183,45 @@ void order_committed(order_op *op) {
     case DB_UNKNOWN:
         /* Whether it committed is unknown: the pending record stays, and
          * reconciliation settles it against the database later. */
-        health_poke_db(op->a->health);
-        refuse(op, RF_DB_UNKNOWN, 0);
+        svc_health_poke_db(op->a->health);
+        svc_refuse(op, RF_DB_UNKNOWN, 0);
         return;
     case DB_STALE:
         undo_then_refuse(op, RF_STALE);
         return;
     default:
-        health_poke_db(op->a->health);
+        svc_health_poke_db(op->a->health);
         undo_then_refuse(op, RF_DB_DOWN);
         return;
     }
 }
 
 /* The committer's callback, on its thread: every order goes home. */
-void order_batch_done(db_job **jobs, size_t n, void *ud) {
-    app *a = ud;
+void svc_order_batch_done(db_job **jobs, size_t n, void *ud) {
+    svc_app *a = ud;
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
-        order_op *op = (order_op *)((char *)jobs[i] - offsetof(order_op, job));
+        svc_order *op = (svc_order *)((char *)jobs[i] - offsetof(svc_order, job));
         failed |= jobs[i]->kind == DB_JOB_INSERT &&
                   (jobs[i]->status == DB_ERROR || jobs[i]->status == DB_BUSY);
-        order_loop_give(op->home, op);
+        svc_order_loop_give(op->home, op);
     }
-    order_loop_give_done(a);
+    svc_order_loop_give_done(a);
     static _Atomic int64_t last_log_us;
     if (failed && clock_mono_us() - atomic_load(&last_log_us) > 1000000) {
         atomic_store(&last_log_us, clock_mono_us());
-        log_msg(LOG_ERROR, "database: group commit failed (orders answered 503, stock given back)");
+        svc_log(SVC_LOG_ERROR,
+                "database: group commit failed (orders answered 503, stock given back)");
     }
 }
 
 /* ------------------------------------------------------------------ submit */
 
-void order_submit(app *a, http_req *req, product *p, const order_input *in,
-                  const char *idem_key) {
+void svc_order_submit(svc_app *a, http_req *req, svc_product *p, const svc_order_input *in,
+                      const char *idem_key) {
     /* Not calloc: the op is 1.6 KB, mostly string room, and every field
      * is set below or before it is read. */
-    order_op *op = malloc(sizeof *op);
+    svc_order *op = malloc(sizeof *op);
     int64_t wall_ms;
     if (!op) {
         const char *retry[] = { "Retry-After", "1", NULL };
@@ -231,7 +232,7 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
     op->a = a;
     op->req = req;
     op->p = p;
-    op->home = order_loop_home(a);
+    op->home = svc_order_loop_home(a);
     op->quantity = in->quantity;
     op->phase = PH_RESERVE_ONE;
     op->fail = 0;
@@ -239,7 +240,7 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
     op->tries = 0;
     op->next = NULL;
     op->job.kind = DB_JOB_INSERT;
-    order_id_new(op->order_id, &wall_ms);
+    svc_order_id_new(op->order_id, &wall_ms);
     db_format_time(wall_ms, op->created_at);
     /* Validated lengths: a user id is at most 128 characters (512 bytes),
      * a key at most 128 bytes. */
@@ -247,10 +248,10 @@ void order_submit(app *a, http_req *req, product *p, const order_input *in,
     assert(ul < sizeof op->user_id && kl < sizeof op->idem_key);
     memcpy(op->user_id, in->user_id, ul + 1);
     memcpy(op->idem_key, idem_key ? idem_key : "", kl + 1);
-    order_fingerprint(p->sku, in->user_id, in->quantity, op->fingerprint);
+    svc_order_fingerprint(p->sku, in->user_id, in->quantity, op->fingerprint);
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,
                             .fingerprint = op->fingerprint };
     http_defer(req);
-    strategy_submit(op);
+    svc_strategy_submit(op);
 }

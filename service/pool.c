@@ -12,17 +12,17 @@
 #include "service/order.h"
 
 /* Strategies that may block run here, one order per thread at a time. */
-struct stage {
-    app *a;
+struct svc_pool {
+    svc_app *a;
     pthread_t *threads;
     int nthreads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    order_op *head, *tail;
+    svc_order *head, *tail;
     int stopping;
 };
 
-void stage_push(stage *s, order_op *op) {
+void svc_pool_push(svc_pool *s, svc_order *op) {
     op->next = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = op;
@@ -32,46 +32,46 @@ void stage_push(stage *s, order_op *op) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static order_op *take(stage *s) {
+static svc_order *take(svc_pool *s) {
     pthread_mutex_lock(&s->mu);
     while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-    order_op *op = s->head;
+    svc_order *op = s->head;
     if (op && !(s->head = op->next)) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
     return op;
 }
 
 /* Runs one read-check-write reservation, which may wait for a lock. */
-static void reserve_one(app *a, stock_conn *sc, order_op *op) {
+static void reserve_one(svc_app *a, stock_conn *sc, svc_order *op) {
     stock_reserve_one(sc, &op->sreq);
     const stock_req *r = &op->sreq;
     if (r->lock_wait_us >= 0) {
-        histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
+        svc_histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
         int o = r->result == STOCK_LOCK_TIMEOUT ? 1
               : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
         atomic_fetch_add(&a->m.lock_outcomes[o], 1);
     }
-    if (order_reserved(op)) db_writer_submit(a->writer, &op->job);
+    if (svc_order_reserved(op)) db_writer_submit(a->writer, &op->job);
 }
 
 static void *pool_main(void *arg) {
-    stage *s = arg;
+    svc_pool *s = arg;
     pthread_setname_np(pthread_self(), "fs-pool");
-    app *a = s->a;
+    svc_app *a = s->a;
     char err[256];
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
-    order_op *op;
+    svc_order *op;
     assert(sc != NULL);   /* the configuration was checked at start */
     while ((op = take(s)) != NULL) {
-        if (op->phase == PH_DB_READ) db_optimistic_read(op);
+        if (op->phase == PH_DB_READ) svc_db_optimistic_read(op);
         else reserve_one(a, sc, op);
     }
     stock_conn_free(sc);
     return NULL;
 }
 
-stage *stage_start(app *a, int threads, char *err, size_t errlen) {
-    stage *s = calloc(1, sizeof *s);
+svc_pool *svc_pool_start(svc_app *a, int threads, char *err, size_t errlen) {
+    svc_pool *s = calloc(1, sizeof *s);
     if (!s || !(s->threads = calloc((size_t)threads, sizeof *s->threads))) {
         free(s);
         snprintf(err, errlen, "out of memory");
@@ -83,14 +83,14 @@ stage *stage_start(app *a, int threads, char *err, size_t errlen) {
     for (s->nthreads = 0; s->nthreads < threads; s->nthreads++) {
         if (pthread_create(&s->threads[s->nthreads], NULL, pool_main, s) != 0) {
             snprintf(err, errlen, "cannot start the pool's threads");
-            stage_stop(s);
+            svc_pool_stop(s);
             return NULL;
         }
     }
     return s;
 }
 
-void stage_stop(stage *s) {
+void svc_pool_stop(svc_pool *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;

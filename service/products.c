@@ -11,9 +11,9 @@
 
 #define BUCKETS 1024
 
-struct product_cache {
+struct svc_product_cache {
     pthread_rwlock_t lock;
-    product *bucket[BUCKETS];
+    svc_product *bucket[BUCKETS];
 };
 
 static unsigned hash(const char *s) {
@@ -22,18 +22,18 @@ static unsigned hash(const char *s) {
     return h % BUCKETS;
 }
 
-product_cache *product_cache_new(void) {
-    product_cache *pc = calloc(1, sizeof *pc);
+svc_product_cache *svc_product_cache_new(void) {
+    svc_product_cache *pc = calloc(1, sizeof *pc);
     if (pc) pthread_rwlock_init(&pc->lock, NULL);
     return pc;
 }
 
-void product_cache_free(product_cache *pc) {
+void svc_product_cache_free(svc_product_cache *pc) {
     if (!pc) return;
     for (int i = 0; i < BUCKETS; i++) {
-        product *p = pc->bucket[i];
+        svc_product *p = pc->bucket[i];
         while (p) {
-            product *next = p->next;
+            svc_product *next = p->next;
             stock_product_free(&p->sp);
             free(p);
             p = next;
@@ -43,28 +43,28 @@ void product_cache_free(product_cache *pc) {
     free(pc);
 }
 
-static product *find(product_cache *pc, const char *sku) {
-    for (product *p = pc->bucket[hash(sku)]; p; p = p->next)
+static svc_product *find(svc_product_cache *pc, const char *sku) {
+    for (svc_product *p = pc->bucket[hash(sku)]; p; p = p->next)
         if (!strcmp(p->sku, sku)) return p;
     return NULL;
 }
 
-product *product_cache_get(product_cache *pc, const char *sku) {
+svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku) {
     pthread_rwlock_rdlock(&pc->lock);
-    product *p = find(pc, sku);
+    svc_product *p = find(pc, sku);
     pthread_rwlock_unlock(&pc->lock);
     return p;
 }
 
-product *product_cache_put(product_cache *pc, const db_product *dp) {
+svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) {
     stock_strategy s;
     if (stock_strategy_parse(dp->strategy, &s) != 0) {
-        log_msg(LOG_ERROR, "product %s has strategy '%s', which this build does not offer",
+        svc_log(SVC_LOG_ERROR, "product %s has strategy '%s', which this build does not offer",
                 dp->sku, dp->strategy);
         return NULL;
     }
     pthread_rwlock_wrlock(&pc->lock);
-    product *p = find(pc, dp->sku);
+    svc_product *p = find(pc, dp->sku);
     if (!p && (p = calloc(1, sizeof *p)) != NULL) {
         snprintf(p->sku, sizeof p->sku, "%s", dp->sku);
         p->strategy = s;
@@ -84,9 +84,9 @@ product *product_cache_put(product_cache *pc, const db_product *dp) {
     return p;
 }
 
-void product_cache_each(product_cache *pc, void (*fn)(product *p, void *ud), void *ud) {
+void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud) {
     pthread_rwlock_rdlock(&pc->lock);
     for (int i = 0; i < BUCKETS; i++)
-        for (product *p = pc->bucket[i]; p; p = p->next) fn(p, ud);
+        for (svc_product *p = pc->bucket[i]; p; p = p->next) fn(p, ud);
     pthread_rwlock_unlock(&pc->lock);
 }

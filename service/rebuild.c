@@ -32,7 +32,7 @@ static int add_user(const char *user, long long units, void *ud) {
     return 0;
 }
 
-int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force) {
+int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
     /* One rebuild at a time in this process, and none over a valid copy.
      * Orders sent before a rebuild finished come back MISSING and ask for
      * another, and a GET may find the copy missing while maintenance
@@ -51,32 +51,32 @@ int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force) {
         goto out;
     }
     if (stock_read_gen(sc, &p->sp, &redis_gen) != STOCK_RESERVED) {
-        log_msg(LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
+        svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
         goto out;
     }
     if (db_product_new_gen(d, p->sku, redis_gen, &dp) != DB_OK) {
-        log_msg(LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
+        svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
         goto out;
     }
     if (p->per_user_limit > 0 && db_user_units(d, p->sku, add_user, &users) != DB_OK) {
-        log_msg(LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
+        svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
         goto out;
     }
     long long available = dp.stock_initial - dp.sold;
     if (available < 0) {
         /* Only possible if something outside the service sold units. */
-        log_msg(LOG_ERROR, "rebuild %s: sold %lld exceeds stock_initial %lld; loading 0", p->sku,
-                dp.sold, dp.stock_initial);
+        svc_log(SVC_LOG_ERROR, "rebuild %s: sold %lld exceeds stock_initial %lld; loading 0",
+                p->sku, dp.sold, dp.stock_initial);
         available = 0;
     }
     int loaded = stock_load(sc, &p->sp, dp.stock_gen, available, users.v, users.n, 0);
     if (loaded < 0) {
-        log_msg(LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
+        svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
         goto out;
     }
     atomic_fetch_add(&a->m.rebuilds, 1);
     if (loaded == 0)
-        log_msg(LOG_INFO, "rebuilt the Redis stock of %s from SQLite: %lld available "
+        svc_log(SVC_LOG_INFO, "rebuilt the Redis stock of %s from SQLite: %lld available "
                 "(stock_initial %lld - sold %lld), generation %lld",
                 p->sku, available, dp.stock_initial, dp.sold, dp.stock_gen);
     rc = 0;

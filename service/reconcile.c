@@ -41,7 +41,7 @@ static void collect_pending(const stock_pending *rec, void *ud) {
 }
 
 /* Whether a pending record may be settled now. */
-static int settleable(app *a, stock_conn *sc, const pend *r, int only_dead) {
+static int settleable(svc_app *a, stock_conn *sc, const pend *r, int only_dead) {
     if (!only_dead || r->age_ms >= a->cfg.pending_timeout_ms) return 1;
     if (!strcmp(r->instance, a->instance_id)) return 0;    /* ours, in flight */
     size_t nl = strlen(a->instance_name);
@@ -51,7 +51,7 @@ static int settleable(app *a, stock_conn *sc, const pend *r, int only_dead) {
 }
 
 /* Settles one record: returns 1 if settled. */
-static int settle(app *a, db *d, stock_conn *sc, product *p, const pend *r) {
+static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *r) {
     stock_ref ref = { &p->sp, r->order_id, r->idem_key };
     int done = 0;
     db_status st = db_order_void(d, r->order_id, p->sku, "reservation not committed in time");
@@ -64,12 +64,12 @@ static int settle(app *a, db *d, stock_conn *sc, product *p, const pend *r) {
     /* Voided: it can never commit now, so its units go back. */
     if (stock_undo(sc, &ref, 1, &done) != 0 || !done) return 0;
     atomic_fetch_add(&a->m.settled_undo, 1);
-    log_msg(LOG_INFO, "gave back %s's reservation %s (owner %s, %lld ms old, never committed)",
+    svc_log(SVC_LOG_INFO, "gave back %s's reservation %s (owner %s, %lld ms old, never committed)",
             p->sku, r->order_id, r->instance, r->age_ms);
     return 1;
 }
 
-int reconcile_product(app *a, db *d, stock_conn *sc, product *p, int only_dead) {
+int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead) {
     pend_acc acc = { 0 };
     int settled = 0;
     if (!stock_strategy_about(p->strategy)->uses_redis) return 0;
@@ -83,18 +83,18 @@ int reconcile_product(app *a, db *d, stock_conn *sc, product *p, int only_dead) 
     return settled;
 }
 
-int reconcile(app *a, db *d, stock_conn *sc, int only_dead) {
+int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead) {
     db_product *all;
     size_t n;
     int settled = 0;
     if (db_product_list(d, &all, &n) != DB_OK) {
-        log_msg(LOG_WARN, "reconcile: %s", db_errstr(d));
+        svc_log(SVC_LOG_WARN, "reconcile: %s", db_errstr(d));
         return -1;
     }
     for (size_t i = 0; i < n && settled >= 0; i++) {
-        product *p = product_cache_put(a->products, &all[i]);
+        svc_product *p = svc_product_cache_put(a->products, &all[i]);
         if (!p) continue;
-        int k = reconcile_product(a, d, sc, p, only_dead);
+        int k = svc_reconcile_product(a, d, sc, p, only_dead);
         settled = k < 0 ? -1 : settled + k;
     }
     free(all);

@@ -32,14 +32,16 @@
 
 /* ------------------------------------------------------------------ logging */
 
-typedef enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_QUIET } log_level;
-void log_set_level(log_level lvl);
+typedef enum svc_log_level {
+    SVC_LOG_DEBUG, SVC_LOG_INFO, SVC_LOG_WARN, SVC_LOG_ERROR, SVC_LOG_QUIET
+} svc_log_level;
+void svc_log_set_level(svc_log_level lvl);
 /* One line to stderr: time, level, message. */
-void log_msg(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void svc_log(svc_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------ configuration */
 
-typedef struct config {
+typedef struct svc_config {
     char listen[128];
     char redis_url[512];
     char db_path[512];
@@ -64,39 +66,39 @@ typedef struct config {
     int fault_injection;      /* products may set cs_delay_ms and lock_ttl_ms */
     int insecure_admin;       /* open admin endpoints on a non-loopback address */
     int verbose;
-} config;
+} svc_config;
 
 /* Fills c from defaults, then environment (FLASHSALE_*), then argv. Returns
  * 0 to run, 1 when --help or --version was printed, -1 on a usage error
  * (printed). */
-int config_load(config *c, int argc, char **argv);
+int svc_config_load(svc_config *c, int argc, char **argv);
 
 /* ---------------------------------------------------------------- validation */
 
 /* What was wrong with a request: an API error code, the field, a message. */
-typedef struct verr {
+typedef struct svc_verr {
     int status;
     const char *code;
     char message[256];
-} verr;
+} svc_verr;
 
-int valid_sku(const char *s);
+int svc_valid_sku(const char *s);
 /* 1..128 characters of valid UTF-8, no control characters (C0, DEL, C1). */
-int valid_user_id(const char *s);
+int svc_valid_user_id(const char *s);
 /* 1..128 visible ASCII characters. */
-int valid_idem_key(const char *s);
+int svc_valid_idem_key(const char *s);
 
-typedef struct order_input {
+typedef struct svc_order_input {
     const char *sku;
     const char *user_id;
     int quantity;
-} order_input;
+} svc_order_input;
 
 /* Checks a POST /v1/orders body. Strings point into body. Returns 0 or -1
  * with e filled. */
-int validate_order(json_t *body, order_input *in, verr *e);
+int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e);
 
-typedef struct product_input {
+typedef struct svc_product_input {
     const char *sku;
     const char *name;
     const char *strategy;     /* NULL: the service default */
@@ -105,72 +107,72 @@ typedef struct product_input {
     long long per_user_limit;
     long long cs_delay_ms;    /* fault injection only */
     long long lock_ttl_ms;    /* fault injection only */
-} product_input;
+} svc_product_input;
 
 /* Checks a POST /v1/products body; default_strategy fills a missing
  * "strategy"; fault_injection allows cs_delay_ms and lock_ttl_ms. */
-int validate_product(json_t *body, const char *default_strategy, int fault_injection,
-                     product_input *in, verr *e);
+int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
+                         svc_product_input *in, svc_verr *e);
 /* Checks a restock body: {"quantity": 1..10^9}. */
-int validate_restock(json_t *body, long long *qty, verr *e);
+int svc_validate_restock(json_t *body, long long *qty, svc_verr *e);
 
 /* Fingerprint of an order request, for idempotent replays: 16 hex chars. */
-void order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]);
+void svc_order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]);
 
 /* ------------------------------------------------------------------ order ids */
 
 /* A new order id: 26 characters of Crockford base32 (a ULID): 48 bits of
  * milliseconds then 80 random bits, increasing within this process, so ids
  * sort by creation time. *wall_ms gets the time encoded. Thread-safe. */
-void order_id_new(char out[27], int64_t *wall_ms);
+void svc_order_id_new(char out[27], int64_t *wall_ms);
 /* Whether s looks like an order id (26 base32 characters). */
-int order_id_valid(const char *s);
+int svc_order_id_valid(const char *s);
 
 /* ------------------------------------------------------------------ metrics */
 
-enum route_id {
+enum svc_route_id {
     ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
     ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_STRATEGIES, ROUTE_HEALTHZ, ROUTE_METRICS,
     ROUTE_OPENAPI, ROUTE_COUNT
 };
 
-typedef enum outcome {
+typedef enum svc_outcome {
     OUT_CREATED, OUT_REPLAYED, OUT_SOLD_OUT, OUT_INSUFFICIENT, OUT_LIMIT, OUT_KEY_REUSED,
     OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_REDIS_UNAVAILABLE, OUT_DB_UNAVAILABLE,
     OUT_SHUTTING_DOWN, OUT_CONFLICT, OUT_COUNT
-} outcome;
+} svc_outcome;
 
 #define HIST_BUCKETS 14
-typedef struct histogram {
+typedef struct svc_histogram {
     atomic_uint_fast64_t bucket[HIST_BUCKETS + 1];  /* last: +Inf */
     atomic_uint_fast64_t count;
     atomic_uint_fast64_t sum_us;
-} histogram;
+} svc_histogram;
 
-void histogram_observe(histogram *h, int64_t micros);
+void svc_histogram_observe(svc_histogram *h, int64_t micros);
 
-typedef struct metrics {
-    histogram route_latency[ROUTE_COUNT + 1];        /* last: unrouted */
+typedef struct svc_metrics {
+    svc_histogram route_latency[ROUTE_COUNT + 1];        /* last: unrouted */
     atomic_uint_fast64_t route_status[ROUTE_COUNT + 1][6];   /* by status class 0xx..5xx */
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t db_errors;
     atomic_uint_fast64_t reserve_batches, reserve_orders;
     atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;
-    histogram lock_acquire;
+    svc_histogram lock_acquire;
     atomic_uint_fast64_t lock_outcomes[3];           /* acquired, timeout, error */
-} metrics;
+} svc_metrics;
 
-const char *outcome_name(outcome o);
+const char *svc_outcome_name(svc_outcome o);
 
-typedef struct app app;
+typedef struct svc_app svc_app;
 /* Renders every metric as Prometheus text into a malloc'd buffer. */
-void metrics_render(app *a, char **out, size_t *len);
+void svc_metrics_render(svc_app *a, char **out, size_t *len);
 
 /* ------------------------------------------------------------------ products */
 
 /* A product as the service caches it. Never freed while the service runs
  * (products cannot be deleted), so pointers to it stay valid. */
-typedef struct product {
+typedef struct svc_product {
     char sku[DB_SKU_MAX + 1];
     stock_strategy strategy;
     int segments;
@@ -179,55 +181,55 @@ typedef struct product {
     atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
     atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
     atomic_uint_fast64_t outcomes[OUT_COUNT];
-    struct product *next;          /* hash chain */
-} product;
+    struct svc_product *next;          /* hash chain */
+} svc_product;
 
-typedef struct product_cache product_cache;
-product_cache *product_cache_new(void);
-void product_cache_free(product_cache *pc);
+typedef struct svc_product_cache svc_product_cache;
+svc_product_cache *svc_product_cache_new(void);
+void svc_product_cache_free(svc_product_cache *pc);
 /* The cached product, or NULL. */
-product *product_cache_get(product_cache *pc, const char *sku);
+svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku);
 /* Caches p (from the database) unless present; returns the cached one. */
-product *product_cache_put(product_cache *pc, const db_product *p);
+svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *p);
 /* Calls fn for each cached product. */
-void product_cache_each(product_cache *pc, void (*fn)(product *p, void *ud), void *ud);
+void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud);
 
 /* ------------------------------------------------------------------ workers */
 
 /* Threads for work that may wait on Redis or SQLite (workers.c): the HTTP
  * threads defer such requests and hand them over. */
-typedef struct workers workers;
-workers *workers_start(const char *name, int threads, char *err, size_t errlen);
+typedef struct svc_workers svc_workers;
+svc_workers *svc_workers_start(const char *name, int threads, char *err, size_t errlen);
 /* Queues fn(arg). Returns 0, or -1 when out of memory (not queued). */
-int workers_submit(workers *w, void (*fn)(void *arg), void *arg);
+int svc_workers_submit(svc_workers *w, void (*fn)(void *arg), void *arg);
 /* Runs what is queued, then stops the threads and frees w. */
-void workers_stop(workers *w);
+void svc_workers_stop(svc_workers *w);
 
 /* ------------------------------------------------------------------- health */
 
 /* Probed health of the dependencies (health.c). */
-typedef struct health health;
-typedef enum health_state { HEALTH_OK, HEALTH_DOWN, HEALTH_UNKNOWN } health_state;
-typedef struct health_view {
-    health_state redis, db;
+typedef struct svc_health svc_health;
+typedef enum svc_health_state { HEALTH_OK, HEALTH_DOWN, HEALTH_UNKNOWN } svc_health_state;
+typedef struct svc_health_view {
+    svc_health_state redis, db;
     int64_t redis_age_ms, db_age_ms;   /* since the latest probe completed; -1: none yet */
-} health_view;
+} svc_health_view;
 
-health *health_start(app *a, char *err, size_t errlen);
-void health_stop(health *h);
+svc_health *svc_health_start(svc_app *a, char *err, size_t errlen);
+void svc_health_stop(svc_health *h);
 /* Reads the latest probe results; never waits on a dependency. */
-void health_read(const health *h, health_view *v);
+void svc_health_read(const svc_health *h, svc_health_view *v);
 /* Asks for a database probe now (after a failed commit). */
-void health_poke_db(health *h);
-const char *health_state_name(health_state s);
+void svc_health_poke_db(svc_health *h);
+const char *svc_health_state_name(svc_health_state s);
 
 /* ---------------------------------------------------------------------- app */
 
-typedef struct stage stage;
-typedef struct maint maint;
+typedef struct svc_pool svc_pool;
+typedef struct svc_maint svc_maint;
 
-struct app {
-    config cfg;
+struct svc_app {
+    svc_config cfg;
     char instance_name[96];        /* stable across restarts: host:port */
     char instance_id[112];         /* instance_name#nonce: this run */
     stock_strategy default_strategy;
@@ -238,14 +240,14 @@ struct app {
     pthread_t *loop_threads;
     int nloops, nrunning;
     db_writer *writer;
-    stage *pool;                   /* strategies that may block */
-    struct order_loop **order_loops;   /* the order path on each loop (orderloop.c) */
-    struct order_loop *give_touched;   /* the committer's: loops it is handing back to */
-    workers *api;                  /* API work that reads or writes the stores */
-    health *health;
-    maint *maint;
-    product_cache *products;
-    metrics m;
+    svc_pool *pool;                   /* strategies that may block */
+    struct svc_order_loop **order_loops;   /* the order path on each loop (orderloop.c) */
+    struct svc_order_loop *give_touched;   /* the committer's: loops it is handing back to */
+    svc_workers *api;                  /* API work that reads or writes the stores */
+    svc_health *health;
+    svc_maint *maint;
+    svc_product_cache *products;
+    svc_metrics m;
     atomic_int shutting_down;
     pthread_key_t tls;             /* per-thread db and stock connections */
 };
@@ -253,76 +255,76 @@ struct app {
 /* Starts the whole service from a->cfg (lifecycle.c): recovery, threads,
  * then the HTTP listener. Returns 0; 2 for a configuration error, 1 for
  * one at run time (both with a message in err). */
-int app_start(app *a, char *err, size_t errlen);
+int svc_start(svc_app *a, char *err, size_t errlen);
 /* Stops accepting, answers every request in flight, commits, stops every
- * thread and frees what app_start made. */
-void app_stop(app *a);
+ * thread and frees what svc_start made. */
+void svc_stop(svc_app *a);
 
 /* Sets up the per-thread connection slots (once, before threads start). */
-void app_tls_init(app *a);
+void svc_tls_init(svc_app *a);
 /* The calling thread's own connections (opened on first use). NULL with the
  * error logged when they cannot be opened. */
-db *app_db(app *a);
-stock_conn *app_stock(app *a);
+db *svc_thread_db(svc_app *a);
+stock_conn *svc_thread_stock(svc_app *a);
 
 /* Finds a product: cache first, then the database. Returns DB_OK,
  * DB_NOTFOUND or DB_ERROR. */
-db_status app_product(app *a, const char *sku, product **out);
+db_status svc_product_find(svc_app *a, const char *sku, svc_product **out);
 
 /* The HTTP routes (api.c). */
-extern const http_route api_routes[];
-extern const size_t api_nroutes;
-void api_observe(int route_id, int status, int64_t micros, void *ud);
+extern const http_route svc_api_routes[];
+extern const size_t svc_api_nroutes;
+void svc_api_observe(int route_id, int status, int64_t micros, void *ud);
 
 /* ------------------------------------------------------------ order pipeline */
 
 /* One order request on its way through the pipeline (pipeline.c). */
-typedef struct order_op order_op;
+typedef struct svc_order svc_order;
 
 /* Starts the pool for strategies that may block, each thread with its own
  * connections. */
-stage *stage_start(app *a, int threads, char *err, size_t errlen);
+svc_pool *svc_pool_start(svc_app *a, int threads, char *err, size_t errlen);
 /* The order path's state on each event loop (call after http_start, so its
  * flush follows libmicrohttpd's); waiting, with a bound, for the loops'
  * Redis work to be answered (at shutdown); freeing it, loops stopped. */
-int order_loops_start(app *a, char *err, size_t errlen);
-void order_loops_drain(app *a, int64_t wait_ms);
-void order_loops_free(app *a);
+int svc_order_loops_start(svc_app *a, char *err, size_t errlen);
+void svc_order_loops_drain(svc_app *a, int64_t wait_ms);
+void svc_order_loops_free(svc_app *a);
 /* Takes over a validated order request: reserves, commits and answers it. */
-void order_submit(app *a, http_req *req, product *p, const order_input *in,
-                  const char *idem_key);
+void svc_order_submit(svc_app *a, http_req *req, svc_product *p, const svc_order_input *in,
+                      const char *idem_key);
 /* The writer's callback (registered by main). */
-void order_batch_done(db_job **jobs, size_t n, void *ud);
+void svc_order_batch_done(db_job **jobs, size_t n, void *ud);
 /* Drains the pool's queue, then stops its threads. */
-void stage_stop(stage *s);
+void svc_pool_stop(svc_pool *s);
 
 /* `flashsale audit` (audit.c): prints every discrepancy between Redis and
  * SQLite; repair fixes what is safely fixable. Returns the exit code. */
-int audit_main(app *a, int repair);
+int svc_audit_main(svc_app *a, int repair);
 
 /* ---------------------------------------------------------------- maintenance */
 
 /* Starts the maintenance thread: heartbeat, pending-record sweeps, stock
  * rebuilds, retries of failed undos. */
-maint *maint_start(app *a, char *err, size_t errlen);
-void maint_stop(maint *m);
+svc_maint *svc_maint_start(svc_app *a, char *err, size_t errlen);
+void svc_maint_stop(svc_maint *m);
 /* Asks for p's Redis copy to be rebuilt from SQLite (deduplicated). */
-void maint_request_rebuild(maint *m, product *p);
+void svc_maint_request_rebuild(svc_maint *m, svc_product *p);
 /* The same, replacing even a copy that looks valid. */
-void maint_request_forced_rebuild(maint *m, product *p);
+void svc_maint_request_forced_rebuild(svc_maint *m, svc_product *p);
 /* Hands over a reservation whose undo failed, to retry until it succeeds. */
-void maint_retry_undo(maint *m, product *p, const char *order_id, const char *idem_key);
+void svc_maint_retry_undo(svc_maint *m, svc_product *p, const char *order_id, const char *idem_key);
 /* Rebuilds p's Redis copy now, on the caller's connections, unless the copy
  * is valid for the running Redis and force is 0 (a copy that is valid may
  * still be wrong only after a write of unknown outcome: restock, audit).
  * Returns 0, or -1 with the reason logged. */
-int stock_rebuild(app *a, db *d, stock_conn *sc, product *p, int force);
+int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force);
 /* Settles every pending record that no live request owns: committed orders
  * are confirmed, the others voided and given back. only_dead: skip records
  * of live instances younger than the pending timeout. Returns the number
  * settled, or -1 on error. */
-int reconcile(app *a, db *d, stock_conn *sc, int only_dead);
+int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead);
 /* The same for one product's pending records. */
-int reconcile_product(app *a, db *d, stock_conn *sc, product *p, int only_dead);
+int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead);
 
 #endif

@@ -34,29 +34,29 @@ static const path PATHS[STOCK_STRATEGY_COUNT] = {
     [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = PATH_POOL,
 };
 
-void strategy_submit(order_op *op) {
+void svc_strategy_submit(svc_order *op) {
     stock_strategy s = op->p->strategy;
     assert(s >= 0 && s < STOCK_STRATEGY_COUNT);
     switch (PATHS[s]) {
     case PATH_LOOP_BATCH:
-        order_loop_reserve(op->home, op);
+        svc_order_loop_reserve(op->home, op);
         return;
     case PATH_LOOP_LOCK:
-        if (lock_submit(op->a, op) == 0) return;
+        if (svc_lock_submit(op->a, op) == 0) return;
         /* No one segment can hold the order: the pool reads them all. */
         op->phase = PH_RESERVE_ONE;
-        stage_push(op->a->pool, op);
+        svc_pool_push(op->a->pool, op);
         return;
     case PATH_POOL:
         op->phase = PH_RESERVE_ONE;
-        stage_push(op->a->pool, op);
+        svc_pool_push(op->a->pool, op);
         return;
     case PATH_DB:
-        db_submit(op);
+        svc_db_submit(op);
         return;
     case PATH_DB_OPTIMISTIC:
         op->phase = PH_DB_READ;
-        stage_push(op->a->pool, op);
+        svc_pool_push(op->a->pool, op);
         return;
     }
     assert(!"a strategy without a path");

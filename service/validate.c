@@ -9,10 +9,10 @@
 #include "common/utf8.h"
 #include "service/service.h"
 
-static int fail(verr *e, int status, const char *code, const char *fmt, ...)
+static int fail(svc_verr *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static int fail(verr *e, int status, const char *code, const char *fmt, ...) {
+static int fail(svc_verr *e, int status, const char *code, const char *fmt, ...) {
     va_list ap;
     e->status = status;
     e->code = code;
@@ -22,7 +22,7 @@ static int fail(verr *e, int status, const char *code, const char *fmt, ...) {
     return -1;
 }
 
-int valid_sku(const char *s) {
+int svc_valid_sku(const char *s) {
     size_t n = 0;
     for (; s[n]; n++) {
         char c = s[n];
@@ -50,12 +50,12 @@ static long utf8_chars(const char *s) {
     return n;
 }
 
-int valid_user_id(const char *s) {
+int svc_valid_user_id(const char *s) {
     long n = utf8_chars(s);
     return n >= 1 && n <= DB_USER_MAX;
 }
 
-int valid_idem_key(const char *s) {
+int svc_valid_idem_key(const char *s) {
     size_t n = 0;
     for (; s[n]; n++)
         if ((unsigned char)s[n] < 0x21 || (unsigned char)s[n] > 0x7e) return 0;
@@ -63,7 +63,7 @@ int valid_idem_key(const char *s) {
 }
 
 /* Refuses fields not in the allowed list. */
-static int known_fields(json_t *body, const char *const *allowed, verr *e) {
+static int known_fields(json_t *body, const char *const *allowed, svc_verr *e) {
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
@@ -81,7 +81,7 @@ static int known_fields(json_t *body, const char *const *allowed, verr *e) {
 /* Reads an integer field in lo..hi. Returns 1 if present, 0 if absent, -1
  * on error. */
 static int int_field(json_t *body, const char *name, long long lo, long long hi, long long *out,
-                     verr *e) {
+                     svc_verr *e) {
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v))
@@ -95,7 +95,7 @@ static int int_field(json_t *body, const char *name, long long lo, long long hi,
 }
 
 /* Reads a string field; returns 1 if present, 0 if absent, -1 on error. */
-static int str_field(json_t *body, const char *name, const char **out, verr *e) {
+static int str_field(json_t *body, const char *name, const char **out, svc_verr *e) {
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_string(v)) return fail(e, 400, "invalid_field", "'%s' must be a string.", name);
@@ -105,17 +105,17 @@ static int str_field(json_t *body, const char *name, const char **out, verr *e) 
     return 1;
 }
 
-static int sku_field(json_t *body, const char **out, verr *e) {
+static int sku_field(json_t *body, const char **out, svc_verr *e) {
     int rc = str_field(body, "sku", out, e);
     if (rc < 0) return -1;
     if (rc == 0) return fail(e, 400, "missing_field", "'sku' is required.");
-    if (!valid_sku(*out))
+    if (!svc_valid_sku(*out))
         return fail(e, 400, "invalid_field",
                     "'sku' must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'.");
     return 0;
 }
 
-int validate_order(json_t *body, order_input *in, verr *e) {
+int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "user_id", "quantity", NULL };
     long long qty = 0;
     int rc;
@@ -123,7 +123,7 @@ int validate_order(json_t *body, order_input *in, verr *e) {
     if (known_fields(body, allowed, e) || sku_field(body, &in->sku, e)) return -1;
     if ((rc = str_field(body, "user_id", &in->user_id, e)) < 0) return -1;
     if (rc == 0) return fail(e, 400, "missing_field", "'user_id' is required.");
-    if (!valid_user_id(in->user_id))
+    if (!svc_valid_user_id(in->user_id))
         return fail(e, 400, "invalid_field",
                     "'user_id' must be 1 to 128 characters, without control characters.");
     if ((rc = int_field(body, "quantity", 1, 1000, &qty, e)) < 0) return -1;
@@ -132,8 +132,8 @@ int validate_order(json_t *body, order_input *in, verr *e) {
     return 0;
 }
 
-int validate_product(json_t *body, const char *default_strategy, int fault_injection,
-                     product_input *in, verr *e) {
+int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
+                         svc_product_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
                                            "per_user_limit", "cs_delay_ms", "lock_ttl_ms", NULL };
     long long segments = 1;
@@ -173,7 +173,7 @@ int validate_product(json_t *body, const char *default_strategy, int fault_injec
     return 0;
 }
 
-int validate_restock(json_t *body, long long *qty, verr *e) {
+int svc_validate_restock(json_t *body, long long *qty, svc_verr *e) {
     static const char *const allowed[] = { "quantity", NULL };
     int rc;
     if (known_fields(body, allowed, e)) return -1;
@@ -182,7 +182,7 @@ int validate_restock(json_t *body, long long *qty, verr *e) {
     return 0;
 }
 
-void order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]) {
+void svc_order_fingerprint(const char *sku, const char *user_id, int quantity, char out[17]) {
     /* FNV-1a over the fields, NUL-separated so "ab"+"c" != "a"+"bc". */
     uint64_t h = 1469598103934665603ULL;
     char qty[16];

@@ -4,8 +4,8 @@
  * Redis call there holds every connection of that loop (with Redis
  * stopped, orders that never touch Redis waited 6 s behind product reads).
  * Handlers that need I/O defer their request and hand a job to this pool;
- * its threads have their own Redis and SQLite connections (app_db,
- * app_stock) and answer when done. Jobs run in the order submitted. */
+ * its threads have their own Redis and SQLite connections (svc_thread_db,
+ * svc_thread_stock) and answer when done. Jobs run in the order submitted. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@ typedef struct job {
     struct job *next;
 } job;
 
-struct workers {
+struct svc_workers {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
@@ -29,7 +29,7 @@ struct workers {
 };
 
 static void *worker_main(void *arg) {
-    workers *w = arg;
+    svc_workers *w = arg;
     pthread_setname_np(pthread_self(), w->name);
     pthread_mutex_lock(&w->mu);
     for (;;) {
@@ -47,8 +47,8 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-workers *workers_start(const char *name, int threads, char *err, size_t errlen) {
-    workers *w = calloc(1, sizeof *w);
+svc_workers *svc_workers_start(const char *name, int threads, char *err, size_t errlen) {
+    svc_workers *w = calloc(1, sizeof *w);
     if (!w || !(w->threads = calloc((size_t)threads, sizeof *w->threads))) {
         free(w);
         snprintf(err, errlen, "out of memory");
@@ -60,14 +60,14 @@ workers *workers_start(const char *name, int threads, char *err, size_t errlen) 
     for (; w->nthreads < threads; w->nthreads++) {
         if (pthread_create(&w->threads[w->nthreads], NULL, worker_main, w) != 0) {
             snprintf(err, errlen, "cannot start %s threads", name);
-            workers_stop(w);
+            svc_workers_stop(w);
             return NULL;
         }
     }
     return w;
 }
 
-int workers_submit(workers *w, void (*fn)(void *arg), void *arg) {
+int svc_workers_submit(svc_workers *w, void (*fn)(void *arg), void *arg) {
     job *j = malloc(sizeof *j);
     if (!j) return -1;
     *j = (job){ fn, arg, NULL };
@@ -81,7 +81,7 @@ int workers_submit(workers *w, void (*fn)(void *arg), void *arg) {
     return 0;
 }
 
-void workers_stop(workers *w) {
+void svc_workers_stop(svc_workers *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;

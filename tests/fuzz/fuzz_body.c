@@ -14,26 +14,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_error_t jerr;
     json_t *j = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &jerr);
     if (!j) return 0;
-    verr e;
+    svc_verr e;
     if (json_is_object(j)) {
         switch (data[0] % 3) {
         case 0: {
-            order_input in;
-            if (validate_order(j, &in, &e) == 0) {
+            svc_order_input in;
+            if (svc_validate_order(j, &in, &e) == 0) {
                 /* What the service then relies on. */
-                if (!valid_sku(in.sku) || !valid_user_id(in.user_id) || in.quantity < 1 ||
+                if (!svc_valid_sku(in.sku) || !svc_valid_user_id(in.user_id) || in.quantity < 1 ||
                     in.quantity > 1000)
                     __builtin_trap();
                 char fp[17];
-                order_fingerprint(in.sku, in.user_id, in.quantity, fp);
+                svc_order_fingerprint(in.sku, in.user_id, in.quantity, fp);
                 if (strlen(fp) != 16) __builtin_trap();
             }
             break;
         }
         case 1: {
-            product_input in;
-            if (validate_product(j, "lua", data[0] & 4, &in, &e) == 0) {
-                if (!valid_sku(in.sku) || in.stock < 0 || in.stock > 1000000000 ||
+            svc_product_input in;
+            if (svc_validate_product(j, "lua", data[0] & 4, &in, &e) == 0) {
+                if (!svc_valid_sku(in.sku) || in.stock < 0 || in.stock > 1000000000 ||
                     in.segments < 1 || in.segments > STOCK_MAX_SEGMENTS || in.per_user_limit < 0)
                     __builtin_trap();
             }
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         default: {
             long long q;
-            if (validate_restock(j, &q, &e) == 0 && (q < 1 || q > 1000000000)) __builtin_trap();
+            if (svc_validate_restock(j, &q, &e) == 0 && (q < 1 || q > 1000000000)) __builtin_trap();
         }
         }
     }

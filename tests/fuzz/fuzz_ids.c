@@ -15,14 +15,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(s, data, size);
     s[size] = '\0';
     size_t n = strlen(s);
-    if (order_id_valid(s) && n != 26) __builtin_trap();
-    if (valid_idem_key(s)) {
+    if (svc_order_id_valid(s) && n != 26) __builtin_trap();
+    if (svc_valid_idem_key(s)) {
         if (n < 1 || n > 128) __builtin_trap();
         for (size_t i = 0; i < n; i++)
             if (s[i] < 0x21 || s[i] > 0x7e) __builtin_trap();
     }
-    if (valid_sku(s) && (n < 1 || n > 64 || strpbrk(s, "{}: /"))) __builtin_trap();
-    (void)valid_user_id(s);
+    if (svc_valid_sku(s) && (n < 1 || n > 64 || strpbrk(s, "{}: /"))) __builtin_trap();
+    (void)svc_valid_user_id(s);
     rconn_addr a;
     char err[200], desc[400];
     if (rconn_parse(s, &a, err, sizeof err) == 0) {

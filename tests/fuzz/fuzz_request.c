@@ -1,6 +1,6 @@
 /* fuzz_request.c: libFuzzer harness for the whole request surface. Each
  * input is one HTTP request (or a raw byte stream) sent over TCP to the
- * real service running in this process (app_start: the real router,
+ * real service running in this process (svc_start: the real router,
  * handlers, pipeline and stores) against a real redis-server this harness
  * starts and a real SQLite file. For every input:
  *
@@ -64,7 +64,7 @@ static const char *const CODES[] = {
     "lock_timeout", "redis_unavailable", "db_unavailable", "shutting_down", NULL,
 };
 
-static app A;
+static svc_app A;
 static char tmpdir[64], redis_url[64], db_path[128], audit_bin[600];
 static pid_t redis_pid;
 static int port;
@@ -317,7 +317,7 @@ static void books_balance(void) {
 
 static void at_exit(void) {
     books_balance();
-    app_stop(&A);
+    svc_stop(&A);
 }
 
 static void request(const char *text) {
@@ -348,9 +348,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char *args[] = { "flashsale", "--listen", "127.0.0.1:0", "--redis", redis_url, "--db", db_path,
                      "--threads", "2", "--api-workers", "2", "--lock-workers", "4",
                      "--request-timeout", "1", "--redis-timeout-ms", "1000", NULL };
-    if (config_load(&A.cfg, (int)(sizeof args / sizeof args[0]) - 1, args) != 0) abort();
-    log_set_level(LOG_QUIET);
-    if (app_start(&A, err, sizeof err) != 0) {
+    if (svc_config_load(&A.cfg, (int)(sizeof args / sizeof args[0]) - 1, args) != 0) abort();
+    svc_log_set_level(SVC_LOG_QUIET);
+    if (svc_start(&A, err, sizeof err) != 0) {
         fprintf(stderr, "fuzz_request: %s\n", err);
         abort();
     }

@@ -11,43 +11,43 @@
 #include "tests/unit/t.h"
 
 static void test_sku(void) {
-    CHECK(valid_sku("phone-x"));
-    CHECK(valid_sku("A.b_c-9"));
-    CHECK(valid_sku("x"));
+    CHECK(svc_valid_sku("phone-x"));
+    CHECK(svc_valid_sku("A.b_c-9"));
+    CHECK(svc_valid_sku("x"));
     char long64[65], long65[66];
     memset(long64, 'a', 64); long64[64] = 0;
     memset(long65, 'a', 65); long65[65] = 0;
-    CHECK(valid_sku(long64));
-    CHECK(!valid_sku(long65));
-    CHECK(!valid_sku(""));
-    CHECK(!valid_sku("phone x"));
-    CHECK(!valid_sku("phone/x"));
-    CHECK(!valid_sku("{tag}"));
-    CHECK(!valid_sku("caf\xc3\xa9"));
+    CHECK(svc_valid_sku(long64));
+    CHECK(!svc_valid_sku(long65));
+    CHECK(!svc_valid_sku(""));
+    CHECK(!svc_valid_sku("phone x"));
+    CHECK(!svc_valid_sku("phone/x"));
+    CHECK(!svc_valid_sku("{tag}"));
+    CHECK(!svc_valid_sku("caf\xc3\xa9"));
 }
 
 static void test_user_and_key(void) {
-    CHECK(valid_user_id("u-42"));
-    CHECK(valid_user_id("jos\xc3\xa9 \xe2\x9c\x93"));
-    CHECK(!valid_user_id(""));
-    CHECK(!valid_user_id("a\nb"));
+    CHECK(svc_valid_user_id("u-42"));
+    CHECK(svc_valid_user_id("jos\xc3\xa9 \xe2\x9c\x93"));
+    CHECK(!svc_valid_user_id(""));
+    CHECK(!svc_valid_user_id("a\nb"));
     char u128[129 * 2], u129[130];
     for (int i = 0; i < 128; i++) { u128[2 * i] = (char)0xc3; u128[2 * i + 1] = (char)0xa9; }
     u128[256] = 0;
-    CHECK(valid_user_id(u128));           /* 128 characters, 256 bytes */
+    CHECK(svc_valid_user_id(u128));           /* 128 characters, 256 bytes */
     memset(u129, 'u', 129); u129[129] = 0;
-    CHECK(!valid_user_id(u129));
-    CHECK(!valid_user_id("bob\xc2\x85"));          /* C1: NEL */
-    CHECK(!valid_user_id("\xc2\x9b""31m"));         /* C1: CSI, a terminal escape */
-    CHECK(valid_user_id("\xc2\xa0x"));              /* U+00A0 is not a control */
-    CHECK(!valid_user_id("bad\xff"));               /* not UTF-8 (a query value) */
-    CHECK(!valid_user_id("\xed\xa0\x80"));         /* a surrogate */
-    CHECK(!valid_user_id("a\x7f"));
-    CHECK(valid_idem_key("k1"));
-    CHECK(valid_idem_key("~!@#$%^&*()"));
-    CHECK(!valid_idem_key(""));
-    CHECK(!valid_idem_key("has space"));
-    CHECK(!valid_idem_key("caf\xc3\xa9"));
+    CHECK(!svc_valid_user_id(u129));
+    CHECK(!svc_valid_user_id("bob\xc2\x85"));          /* C1: NEL */
+    CHECK(!svc_valid_user_id("\xc2\x9b""31m"));         /* C1: CSI, a terminal escape */
+    CHECK(svc_valid_user_id("\xc2\xa0x"));              /* U+00A0 is not a control */
+    CHECK(!svc_valid_user_id("bad\xff"));               /* not UTF-8 (a query value) */
+    CHECK(!svc_valid_user_id("\xed\xa0\x80"));         /* a surrogate */
+    CHECK(!svc_valid_user_id("a\x7f"));
+    CHECK(svc_valid_idem_key("k1"));
+    CHECK(svc_valid_idem_key("~!@#$%^&*()"));
+    CHECK(!svc_valid_idem_key(""));
+    CHECK(!svc_valid_idem_key("has space"));
+    CHECK(!svc_valid_idem_key("caf\xc3\xa9"));
 }
 
 static json_t *J(const char *text) {
@@ -58,16 +58,16 @@ static json_t *J(const char *text) {
 }
 
 /* Validates an order body and returns the error code ("" when valid). */
-static const char *order_code(const char *text, order_input *in) {
-    static verr e;
+static const char *order_code(const char *text, svc_order_input *in) {
+    static svc_verr e;
     json_t *j = J(text);
-    const char *code = validate_order(j, in, &e) == 0 ? "" : e.code;
+    const char *code = svc_validate_order(j, in, &e) == 0 ? "" : e.code;
     json_decref(j);
     return code;
 }
 
 static void test_order_body(void) {
-    order_input in;
+    svc_order_input in;
     CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":3}", &in), "");
     CHECK(in.quantity == 3);
     CHECK_STR(order_code("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1000}", &in), "");
@@ -89,11 +89,11 @@ static void test_order_body(void) {
 }
 
 /* Validates a product body; in->name is copied out before the JSON goes. */
-static const char *product_code(const char *text, product_input *in) {
-    static verr e;
+static const char *product_code(const char *text, svc_product_input *in) {
+    static svc_verr e;
     static char name[512];
     json_t *j = J(text);
-    const char *code = validate_product(j, "lua", 0, in, &e) == 0 ? "" : e.code;
+    const char *code = svc_validate_product(j, "lua", 0, in, &e) == 0 ? "" : e.code;
     snprintf(name, sizeof name, "%s", code[0] || !in->name ? "" : in->name);
     in->name = name;
     in->sku = in->strategy = NULL;
@@ -102,7 +102,7 @@ static const char *product_code(const char *text, product_input *in) {
 }
 
 static void test_product_body(void) {
-    product_input in;
+    svc_product_input in;
     CHECK_STR(product_code("{\"sku\":\"p\",\"name\":\"P\",\"stock\":10}", &in), "");
     CHECK(in.segments == 1 && in.stock == 10 && in.per_user_limit == 0);
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":0,\"segments\":1024,\"strategy\":\"lua\","
@@ -123,21 +123,21 @@ static void test_product_body(void) {
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"cs_delay_ms\":5}", &in), "invalid_field");
     CHECK_STR(product_code("{\"sku\":\"p\",\"stock\":1,\"lock_ttl_ms\":50}", &in), "invalid_field");
     long long q;
-    verr e;
+    svc_verr e;
     json_t *j = J("{\"quantity\":5}");
-    CHECK(validate_restock(j, &q, &e) == 0 && q == 5);
+    CHECK(svc_validate_restock(j, &q, &e) == 0 && q == 5);
     json_decref(j);
     j = J("{\"quantity\":0}");
-    CHECK(validate_restock(j, &q, &e) != 0 && !strcmp(e.code, "invalid_field"));
+    CHECK(svc_validate_restock(j, &q, &e) != 0 && !strcmp(e.code, "invalid_field"));
     json_decref(j);
 }
 
 static void test_fingerprint(void) {
     char a[17], b[17], c[17], d[17];
-    order_fingerprint("sku", "user", 1, a);
-    order_fingerprint("sku", "user", 1, b);
-    order_fingerprint("sku", "user", 2, c);
-    order_fingerprint("skuu", "ser", 1, d);
+    svc_order_fingerprint("sku", "user", 1, a);
+    svc_order_fingerprint("sku", "user", 1, b);
+    svc_order_fingerprint("sku", "user", 2, c);
+    svc_order_fingerprint("skuu", "ser", 1, d);
     CHECK_STR(a, b);
     CHECK(strcmp(a, c) != 0);
     CHECK(strcmp(a, d) != 0);
@@ -148,23 +148,23 @@ static void test_order_ids_increase(void) {
     char prev[27] = "", id[27];
     int64_t ms;
     for (int i = 0; i < 100000; i++) {
-        order_id_new(id, &ms);
-        CHECK(order_id_valid(id));
+        svc_order_id_new(id, &ms);
+        CHECK(svc_order_id_valid(id));
         if (strcmp(prev, id) >= 0) {
             CHECK(strcmp(prev, id) < 0);
             break;
         }
         memcpy(prev, id, sizeof id);
     }
-    CHECK(!order_id_valid("01M818STFFTPCACA913QWDW15"));     /* 25 chars */
-    CHECK(!order_id_valid("01M818STFFTPCACA913QWDW15I"));    /* I is not base32 */
-    CHECK(!order_id_valid("81M818STFFTPCACA913QWDW159"));    /* > 128 bits */
+    CHECK(!svc_order_id_valid("01M818STFFTPCACA913QWDW15"));     /* 25 chars */
+    CHECK(!svc_order_id_valid("01M818STFFTPCACA913QWDW15I"));    /* I is not base32 */
+    CHECK(!svc_order_id_valid("81M818STFFTPCACA913QWDW159"));    /* > 128 bits */
 }
 
 static void test_order_id_time(void) {
     char id[27];
     int64_t ms;
-    order_id_new(id, &ms);
+    svc_order_id_new(id, &ms);
     /* The first 10 characters are the 48-bit millisecond time. */
     int64_t decoded = 0;
     const char *b32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -176,7 +176,7 @@ static void test_order_id_time(void) {
 static char thread_ids[4][IDS_PER_THREAD][27];
 static void *make_ids(void *arg) {
     char (*out)[27] = arg;
-    for (int i = 0; i < IDS_PER_THREAD; i++) order_id_new(out[i], NULL);
+    for (int i = 0; i < IDS_PER_THREAD; i++) svc_order_id_new(out[i], NULL);
     return NULL;
 }
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
