@@ -60,9 +60,13 @@ def exchange(port, data, timeout=5.0, src="127.0.0.1"):
                         closed = k.recv(1) == b""
                     except socket.timeout:
                         closed = False
+                    except ConnectionResetError:
+                        closed = True          # closed with our bytes unread: a reset
                     break
     except socket.timeout:
         pass
+    except ConnectionResetError:
+        closed = True
     finally:
         k.close()
     head, _, body = buf.partition(b"\r\n\r\n")
@@ -295,6 +299,31 @@ def test_framing_errors_are_refused_and_closed(ctx):
         assert closed and time.monotonic() - t0 < 4.5, (raw, st, body)
         assert st is None or st >= 400, (raw, st, body)
     assert s.product("fr")["sold"] == 0                # nothing got through
+    alive(s)
+
+
+def test_libmicrohttpd_own_answers(ctx):
+    """What libmicrohttpd answers before any route runs (README, Hostile
+    requests): its own HTML pages, each closing the connection, and nothing
+    sold. If a libmicrohttpd upgrade changes one, this says so."""
+    s = ctx.service(ctx.redis())
+    s.create_product("mhd", 10)
+    cases = [
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 40000 + b"\r\n\r\n", 431),
+        (b"GET /" + b"a" * 200000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /healthz HTTP/2.5\r\nHost: x\r\n\r\n", 505),
+        (b"POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Content-Length: abc\r\n\r\n{}", 400),
+    ]
+    for raw, want in cases:
+        st, h, body, closed = exchange(s.port, raw)
+        assert st == want and closed, (raw[:60], st, h, body[:200])
+    # Too many query arguments for the connection's memory: dropped, no answer.
+    many = b"&".join(b"a%d=1" % i for i in range(3000))
+    st, h, body, closed = exchange(s.port, b"GET /v1/products/mhd?" + many +
+                                   b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert closed and (st is None or st >= 400), (st, body[:200])
+    assert s.product("mhd")["sold"] == 0
     alive(s)
 
 
