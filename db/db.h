@@ -195,6 +195,14 @@ typedef void db_batch_done(db_job **jobs, size_t n, void *ud);
 
 db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_batch,
                            db_batch_done *done, void *ud, char *err, size_t errlen);
+/* Told of each group commit that held orders: how many orders (inserts;
+ * lookups are not counted) the transaction held, the time from its BEGIN to
+ * its COMMIT (or rollback) in microseconds, and whether it committed. On
+ * the committing thread, once per group: keep it cheap. */
+typedef void db_commit_observer(size_t orders, int64_t micros, int ok, void *ud);
+/* Sets w's commit observer (NULL: none). Call before submitting jobs. */
+void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud);
+
 /* Queues job (thread-safe). */
 void db_writer_submit(db_writer *w, db_job *job);
 /* Queues jobs[0..n) at once: one lock and one wake for the lot. */

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+
 struct db_writer {
     db *conn;
     pthread_t thread;
@@ -36,6 +38,8 @@ struct db_writer {
     db_job **batch;
     db_batch_done *done;
     void *ud;
+    db_commit_observer *observe;   /* set under commit_mu, read under it */
+    void *observe_ud;
     atomic_uint_fast64_t groups, jobs, failures;
     atomic_int last_failed;
 };
@@ -73,8 +77,10 @@ static size_t take_batch(db_writer *w) {
  * (stale generation, reused key, no stock) leaves the others alone; an
  * error of the database fails them all and rolls back. */
 static void commit_group(db_writer *w, db_job **jobs, size_t n) {
+    int64_t t0 = w->observe ? clock_mono_us() : 0;
+    size_t i, orders = 0;
+    for (i = 0; i < n; i++) orders += jobs[i]->kind == DB_JOB_INSERT;
     db_status st = db_begin(w->conn);
-    size_t i;
     for (i = 0; st == DB_OK && i < n; i++) {
         db_job *j = jobs[i];
         if (j->kind != DB_JOB_INSERT) continue;
@@ -83,8 +89,9 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
         if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
     }
     if (st == DB_OK) st = db_commit(w->conn);
+    if (st != DB_OK) db_rollback(w->conn);
+    if (w->observe && orders) w->observe(orders, clock_mono_us() - t0, st == DB_OK, w->observe_ud);
     if (st != DB_OK) {
-        db_rollback(w->conn);
         atomic_fetch_add(&w->failures, 1);
         /* A failed COMMIT (an fsync error, say) may still have reached the
          * log. Ask the database what it holds rather than assume: giving
@@ -107,6 +114,13 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     atomic_store(&w->last_failed, st != DB_OK);
     atomic_fetch_add(&w->groups, 1);
     atomic_fetch_add(&w->jobs, n);
+}
+
+void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud) {
+    pthread_mutex_lock(&w->commit_mu);
+    w->observe = fn;
+    w->observe_ud = ud;
+    pthread_mutex_unlock(&w->commit_mu);
 }
 
 void db_writer_commit_now(db_writer *w, db_job **jobs, size_t n) {

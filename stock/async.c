@@ -38,6 +38,8 @@ typedef struct job {
     stock_batch_fn *batch_fn;
     stock_undo_fn *undo_fn;
     void *ud;
+    stock_async *sa;
+    int64_t t0_us;               /* when it was sent (0: not timed) */
     struct job *next;
 } job;
 
@@ -194,8 +196,14 @@ static void job_fail(stock_async *sa, job *j, int sent) {
     job_free(j);
 }
 
+/* The stock call each kind of job is, for the observer. */
+static const stock_call CALL_OF[] = {
+    [J_RESERVE] = STOCK_CALL_RESERVE_BATCH, [J_CLEAR] = STOCK_CALL_CLEAR, [J_UNDO] = STOCK_CALL_UNDO,
+};
+
 static void on_reply(void *ud, redisReply *r) {
     job *j = ud;
+    sk_observe(j->sa->observe, j->sa->observe_ud, CALL_OF[j->kind], j->t0_us);
     if (!r) {
         job_fail(NULL, j, 1);
         return;
@@ -226,6 +234,8 @@ static void send_job(stock_async *sa, job *j) {
     case J_CLEAR: build_clear(sa, j); break;
     case J_UNDO: build_undo(sa, j); break;
     }
+    j->sa = sa;
+    j->t0_us = sk_t0(sa->observe);
     if (aconn_send(sa->conn, &sa->cmd, on_reply, j) != 0) job_fail(sa, j, 0);
 }
 
@@ -280,6 +290,8 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     snprintf(sa->prefix, sizeof sa->prefix, "%s", cfg->prefix);
     snprintf(sa->instance, sizeof sa->instance, "%s", cfg->instance ? cfg->instance : "");
     sa->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    sa->observe = cfg->observe;
+    sa->observe_ud = cfg->observe_ud;
     sa->rng = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
     rconn_cmd_init(&sa->cmd);
     sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 4, on_state, sa);

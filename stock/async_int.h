@@ -19,6 +19,8 @@ struct stock_async {
     uint64_t owner_base, owner_seq;    /* lock owner ids (lockasync.c) */
     rconn_cmd cmd;
     struct job *held, *held_tail;
+    stock_call_observer *observe;
+    void *observe_ud;
     char errstr[256];
 };
 

@@ -5,6 +5,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/clock.h"
 #include "common/rconn.h"
 #include "stock/stock.h"
 
@@ -22,8 +23,18 @@ struct stock_conn {
     uint64_t rng;
     struct lock_client *locks, *locks_frozen;
     int lock_ttl_ms, lock_wait_ms;
+    stock_call_observer *observe;
+    void *observe_ud;
     char errstr[256];
 };
+
+/* Tells the configured observer (if any) that a call of kind k sent at
+ * t0_us (clock_mono_us) is over. */
+static inline void sk_observe(stock_call_observer *fn, void *ud, stock_call k, int64_t t0_us) {
+    if (fn) fn(k, clock_mono_us() - t0_us, ud);
+}
+/* The start time of a call to be observed: 0 when no one observes. */
+static inline int64_t sk_t0(stock_call_observer *fn) { return fn ? clock_mono_us() : 0; }
 
 /* Scripts of the read-check-write strategies (rcw.c), and those the loop
  * side uses (async.c); initialised by sk_scripts_init (once). */

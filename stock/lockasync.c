@@ -61,6 +61,7 @@ typedef struct lock_job {
     stock_hold *h;
     stock_lock_fn *fn;
     void *ud;
+    int64_t t0_us;               /* when it was sent (0: not timed) */
 } lock_job;
 
 static void add_lock_keys(stock_async *sa, const stock_product *p, int seg, const char *suffix) {
@@ -72,6 +73,7 @@ static void on_read(void *ud, redisReply *rep) {
     stock_req *r = j->r;
     stock_hold *h = j->h;
     int res;
+    sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_READ, j->t0_us);
     r->outcome_unknown = 0;
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         r->result = STOCK_UNAVAILABLE;
@@ -107,7 +109,7 @@ void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl
         fn(ud, -1);
         return;
     }
-    *j = (lock_job){ sa, r, h, fn, ud };
+    *j = (lock_job){ sa, r, h, fn, ud, sk_t0(sa->observe) };
     new_owner(sa, h->owner);
     rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 7);
     add_lock_keys(sa, p, h->seg, "");
@@ -160,6 +162,7 @@ static void on_write(void *ud, redisReply *rep) {
     lock_job *j = ud;
     stock_req *r = j->r;
     int res = 0;
+    sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_WRITE, j->t0_us);
     if (!j->fn) {                               /* a release only: r is answered already */
         free(j);
         return;
@@ -206,7 +209,7 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
         write_failed(r, fn, ud);                 /* the lock expires by its lease */
         return;
     }
-    *j = (lock_job){ sa, fn ? r : NULL, (stock_hold *)h, fn, ud };
+    *j = (lock_job){ sa, fn ? r : NULL, (stock_hold *)h, fn, ud, sk_t0(sa->observe) };
     int has_key = write && r->idem_key && r->idem_key[0];
     size_t ul = strlen(r->user_id), kl = has_key ? strlen(r->idem_key) : 0;
     char tail[STOCK_USER_MAX + 200];

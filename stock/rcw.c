@@ -76,8 +76,10 @@ static int cmp_int(const void *a, const void *b) {
 static int naive_lock(stock_conn *c, const char *key, const char *value, int ttl_ms,
                       int64_t deadline_ms, int setnx_expire) {
     for (;;) {
+        int64_t t0 = sk_t0(c->observe);
         redisReply *rep = setnx_expire ? redisCommand(c->ctx, "SETNX %s %s", key, value)
                                        : redisCommand(c->ctx, "SET %s %s NX PX %d", key, value, ttl_ms);
+        sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
         if (!rep) return -1;
         int got = setnx_expire ? rep->type == REDIS_REPLY_INTEGER && rep->integer == 1
                                : rep->type == REDIS_REPLY_STATUS;
@@ -85,7 +87,9 @@ static int naive_lock(stock_conn *c, const char *key, const char *value, int ttl
         if (got && setnx_expire) {
             /* The gap the seed warns about: a crash here leaves a lock
              * that never expires. */
+            t0 = sk_t0(c->observe);
             rep = redisCommand(c->ctx, "EXPIRE %s %d", key, (ttl_ms + 999) / 1000);
+            sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
             if (!rep) return -1;
             freeReplyObject(rep);
         }
@@ -166,6 +170,7 @@ static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *
         } else if (c->ctx) {
             lock_key(c, p, pk->seg[i], key, sizeof key);
             redisReply *rep;
+            int64_t t0 = sk_t0(c->observe);
             if (p->strategy == STOCK_UNSAFE_SETNX_EXPIRE) {
                 /* The seed's release: whoever's lock it is now. */
                 rep = redisCommand(c->ctx, "DEL %s", key);
@@ -175,6 +180,7 @@ static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *
                 rconn_cmd_adds(&c->cmd, h->value[i]);
                 rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_unlock);
             }
+            sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
             if (rep) freeReplyObject(rep);
             else sk_drop(c, "unlock");
         }
@@ -210,7 +216,9 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
     rconn_cmd_adds(&c->cmd, r->user_id);
     rconn_cmd_addll(&c->cmd, pk->n);
     for (int i = 0; fenced && i < pk->n; i++) rconn_cmd_addll(&c->cmd, (long long)pk->token[i]);
+    int64_t t0 = sk_t0(c->observe);
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_read);
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
     if (!rep) {
         sk_drop(c, "read");
         return STOCK_UNAVAILABLE;
@@ -279,7 +287,9 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
         rconn_cmd_addll(&c->cmd, p->strategy == STOCK_LOCK ? (long long)pk->token[i] : 0);
     }
     r->outcome_unknown = 1;
+    int64_t t0 = sk_t0(c->observe);
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_write);
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
     if (!rep) {
         sk_drop(c, "write");
         return STOCK_UNAVAILABLE;

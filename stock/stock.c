@@ -71,6 +71,17 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                            "reads the old value (lost updates)" },
 };
 
+static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {
+    [STOCK_CALL_RESERVE_BATCH] = "reserve_batch", [STOCK_CALL_CLEAR] = "clear",
+    [STOCK_CALL_UNDO] = "undo", [STOCK_CALL_LOCK_READ] = "lock_read",
+    [STOCK_CALL_LOCK_WRITE] = "lock_write", [STOCK_CALL_RCW] = "rcw",
+    [STOCK_CALL_OTHER] = "other",
+};
+
+const char *stock_call_name(stock_call c) {
+    return c >= 0 && c < STOCK_CALL_COUNT ? CALL_NAMES[c] : "other";
+}
+
 int stock_strategy_parse(const char *name, stock_strategy *out) {
     for (int i = 0; i < STOCK_STRATEGY_COUNT; i++) {
         if (STRATEGIES[i].name && !strcmp(STRATEGIES[i].name, name)) {
@@ -140,6 +151,8 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
     c->locks_frozen = cfg->locks_frozen;
     c->lock_ttl_ms = cfg->lock_ttl_ms > 0 ? cfg->lock_ttl_ms : 2000;
     c->lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1000;
+    c->observe = cfg->observe;
+    c->observe_ud = cfg->observe_ud;
     c->rng = (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
     rconn_cmd_init(&c->cmd);
     return c;
@@ -190,7 +203,9 @@ int stock_conn_ensure(stock_conn *c) {
 redisReply *sk_run_idempotent(stock_conn *c, const char *what) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (stock_conn_ensure(c)) return NULL;
+        int64_t t0 = sk_t0(c->observe);
         redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
+        sk_observe(c->observe, c->observe_ud, STOCK_CALL_OTHER, t0);
         if (rep) return rep;
         sk_drop(c, what);
     }
@@ -369,7 +384,8 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
 
 /* ----------------------------------------------------------- confirm / undo */
 
-int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
+/* stock_confirm's calls, untimed. */
+static int confirm_calls(stock_conn *c, const stock_ref *refs, size_t n) {
     if (stock_conn_ensure(c)) return -1;
     for (size_t i = 0; i < n; i++) {
         rconn_cmd_reset(&c->cmd);
@@ -389,6 +405,13 @@ int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
     return 0;
 }
 
+int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
+    int64_t t0 = sk_t0(c->observe);
+    int rc = confirm_calls(c, refs, n);
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_CLEAR, t0);
+    return rc;
+}
+
 static void build_undo(stock_conn *c, const stock_ref *r) {
     rconn_cmd_evalsha(&c->cmd, &s_undo, 4 + r->product->segments);
     sk_add_key(c, r->product->sku, "pending");
@@ -399,7 +422,8 @@ static void build_undo(stock_conn *c, const stock_ref *r) {
     rconn_cmd_adds(&c->cmd, r->order_id);
 }
 
-int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
+/* stock_undo's calls, untimed. */
+static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
     size_t i;
     for (i = 0; i < n; i++) done[i] = 0;
     if (stock_conn_ensure(c)) return -1;
@@ -436,6 +460,13 @@ int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
         if (!done[i]) rc = -1;
         freeReplyObject(rep);
     }
+    return rc;
+}
+
+int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
+    int64_t t0 = sk_t0(c->observe);
+    int rc = undo_calls(c, refs, n, done);
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
     return rc;
 }
 

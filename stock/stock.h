@@ -88,6 +88,29 @@ void stock_product_free(stock_product *p);
 
 struct lock_client;
 
+/* The kinds of Redis call the stock module makes, for a caller timing them
+ * (stock_config.observe). A bounded set: a new kind is a row here and in
+ * stock_call_name. */
+typedef enum stock_call {
+    STOCK_CALL_RESERVE_BATCH,   /* reserve_batch.lua: a loop's `lua` orders of one SKU */
+    STOCK_CALL_CLEAR,           /* clearing committed orders' pending records */
+    STOCK_CALL_UNDO,            /* undo.lua: giving a reservation back */
+    STOCK_CALL_LOCK_READ,       /* lock_read.lua: `lock` on a loop, take and read */
+    STOCK_CALL_LOCK_WRITE,      /* lock_write.lua: its fenced write and release */
+    STOCK_CALL_RCW,             /* a call of a read-check-write order (stock_reserve_one) */
+    STOCK_CALL_OTHER,           /* everything else: pings, reads, scans, loads */
+    STOCK_CALL_COUNT
+} stock_call;
+
+/* "reserve_batch", "clear", ...: the label of each kind. */
+const char *stock_call_name(stock_call c);
+
+/* Told of every Redis call that got an answer or failed after it was sent:
+ * its kind and the time from sending to the reply, in microseconds. Runs on
+ * the calling thread (an event loop, for the loop-side calls): keep it to a
+ * few atomic adds. */
+typedef void stock_call_observer(stock_call call, int64_t micros, void *ud);
+
 typedef struct stock_config {
     const char *redis_url;
     const char *prefix;           /* key prefix, e.g. "fs:" */
@@ -100,6 +123,8 @@ typedef struct stock_config {
                                          pause stands for a whole-process pause */
     int lock_ttl_ms;              /* default lease */
     int lock_wait_ms;             /* how long an order waits for a lock */
+    stock_call_observer *observe; /* optional: the time of each Redis call */
+    void *observe_ud;
 } stock_config;
 
 typedef struct stock_conn stock_conn;
