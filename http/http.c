@@ -136,8 +136,11 @@ static void on_kick(loop *l, void *ud) {
  * resuming the suspended connection so its thread queues it. */
 static void deliver(http_req *r) {
     http_server *s = r->srv;
-    if (s->opt.observer)
-        s->opt.observer(r->route_id, (int)r->status, clock_mono_us() - r->t0_us, s->opt.ud);
+    if (s->opt.observer) {
+        http_answer ans = { r->route_id, (int)r->status, r->error, r->tag,
+                            clock_mono_us() - r->t0_us };
+        s->opt.observer(&ans, s->opt.ud);
+    }
     if (r->deferred) {
         /* Once resumed, the connection's loop may answer and free r at any
          * moment: nothing of r is read after this. */
@@ -151,6 +154,7 @@ static void deliver(http_req *r) {
  * connection is closed unanswered (r->fatal). */
 static void prepare_fallback(http_req *r) {
     r->status = 500;
+    r->error = "internal_error";
     r->resp = MHD_create_response_from_buffer(sizeof FALLBACK - 1, (void *)FALLBACK,
                                               MHD_RESPMEM_PERSISTENT);
     if (!r->resp) {
@@ -226,6 +230,7 @@ static void reply_error_v(http_req *r, int status, const char *code, json_t *ext
     json_t *j = json_pack("{s:s, s:s}", "error", code, "message", msg);
     if (j && extra) json_object_update_missing(j, extra);
     json_decref(extra);
+    r->error = code;             /* the callers' codes are string literals */
     http_reply_json(r, status, j, extra_headers);
 }
 
@@ -243,6 +248,8 @@ void http_reply_error_with(http_req *r, int status, const char *code, json_t *ex
     reply_error_v(r, status, code, extra, extra_headers, fmt, ap);
     va_end(ap);
 }
+
+void http_tag(http_req *r, int tag) { r->tag = tag; }
 
 void http_defer(http_req *r) {
     if (r->deferred) return;                   /* handed on again: still suspended */
@@ -350,6 +357,7 @@ static http_req *req_new(http_daemon *hd, const char *target) {
     r->srv = s;
     r->hd = hd;
     r->route_id = -1;
+    r->tag = -1;
     r->t0_us = clock_mono_us();
     return r;
 }

@@ -62,10 +62,20 @@ typedef struct http_route {
     int id;                   /* caller's label (metrics), see http_observer */
 } http_route;
 
-/* Called once per answered request, on the thread that answered it, with
- * the route id (-1: no route matched), the status and the time from the
- * request's arrival to its answer in microseconds. */
-typedef void http_observer(int route_id, int status, int64_t micros, void *ud);
+/* What the observer learns of one answer. error points at the code given
+ * to http_reply_error* (or "internal_error" for the fixed 500 answer) and
+ * is valid during the call only. */
+typedef struct http_answer {
+    int route_id;             /* the route's id; -1: no route matched */
+    int status;
+    const char *error;        /* an error answer's "error" code; NULL otherwise */
+    int tag;                  /* the handler's http_tag; -1 when none */
+    int64_t micros;           /* from the request's arrival to its answer */
+} http_answer;
+
+/* Called once per answered request, on the thread that answered it. It
+ * runs on the hot path of every request: keep it to a few atomic adds. */
+typedef void http_observer(const http_answer *a, void *ud);
 
 typedef struct http_options {
     const char *listen;           /* "host:port"; port 0 picks a free one */
@@ -140,6 +150,10 @@ void http_reply_error(http_req *r, int status, const char *code, const char *fmt
 void http_reply_error_with(http_req *r, int status, const char *code, json_t *extra,
                            const char *const *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+/* Labels r for the observer with a small number of the caller's (the
+ * service: the order's strategy), passed on as http_answer.tag. */
+void http_tag(http_req *r, int tag);
 
 /* The handler will answer later, from any thread. Call before handing the
  * request to another thread; calling it again (a thread that was handed a

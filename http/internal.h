@@ -159,7 +159,9 @@ struct http_req {
     int deferred;
     int fatal;                    /* no answer could be built: close the connection */
     int route_id;
+    int tag;                      /* http_tag's, for the observer; -1: none */
     unsigned status;
+    const char *error;            /* the error code answered (static strings), or NULL */
     struct MHD_Response *resp;    /* prepared answer, queued by the handler thread */
     char small_target[192];       /* target and body, when they fit: no allocation */
     char small_body[256];

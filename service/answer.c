@@ -35,7 +35,7 @@ static const struct {
     [RF_LOCK_TIMEOUT] = { 429, "lock_timeout", OUT_LOCK_TIMEOUT,
                           "Could not get the lock on %1$s's stock in time; nothing was taken. "
                           "Retry." },
-    [RF_FENCED] = { 429, "lock_timeout", OUT_LOCK_TIMEOUT,
+    [RF_FENCED] = { 429, "lock_timeout", OUT_FENCED,
                     "The lock on %1$s's stock expired before the write, which was refused "
                     "(fenced); nothing was taken. Retry." },
     [RF_CONFLICT] = { 429, "lock_timeout", OUT_CONFLICT,
@@ -60,12 +60,12 @@ static const struct {
                         "GET /v1/orders?user_id= before retrying without an Idempotency-Key." },
 };
 
-/* Counts the order's outcome and takes its request, to be answered by the
- * caller. Counted first, so a client that has its answer finds it counted
- * in /metrics. */
+/* Counts the order's outcome under its strategy and takes its request, to
+ * be answered by the caller. Counted first, so a client that has its
+ * answer finds it counted in /metrics. */
 static http_req *finish(svc_order *op, svc_outcome o) {
     http_req *r = op->req;
-    atomic_fetch_add(&op->p->outcomes[o], 1);
+    atomic_fetch_add_explicit(&op->a->m.orders[op->p->strategy][o], 1, memory_order_relaxed);
     op->req = NULL;
     return r;
 }

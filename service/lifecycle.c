@@ -163,7 +163,8 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,
                                    .lock_ttl_ms = a->cfg.lock_ttl_ms,
-                                   .lock_wait_ms = a->cfg.lock_wait_ms };
+                                   .lock_wait_ms = a->cfg.lock_wait_ms,
+                                   .observe = svc_metrics_redis_call, .observe_ud = a };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
     /* The lock strategies' clients: one renewing its leases, one not (for
      * products whose injected pause stands for a whole-process pause). */
@@ -192,8 +193,10 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     recover(a, d);
     db_close(d);
 
-    if (!(a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_order_batch_done, a,
-                                      why, sizeof why)) ||
+    if ((a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_order_batch_done, a,
+                                     why, sizeof why)))
+        db_writer_observe(a->writer, svc_metrics_commit, a);
+    if (!a->writer ||
         !(a->maint = svc_maint_start(a, why, sizeof why)) ||
         !(a->health = svc_health_start(a, why, sizeof why)) ||
         !(a->api = svc_workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||

@@ -252,6 +252,7 @@ void svc_order_submit(svc_app *a, http_req *req, svc_product *p, const svc_order
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,
                             .fingerprint = op->fingerprint };
+    http_tag(req, (int)p->strategy);     /* its latency, by strategy (metrics.c) */
     http_defer(req);
     svc_strategy_submit(op);
 }

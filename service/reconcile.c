@@ -69,7 +69,16 @@ static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend 
     return 1;
 }
 
-int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead) {
+/* What a sweep over every product found, for the metrics. */
+typedef struct backlog {
+    long long left;              /* pending records not settled by it */
+    long long oldest_ms;         /* the oldest of those */
+} backlog;
+
+/* Settles p's records that may be settled; counts the rest in bl (NULL:
+ * not counted). Returns the number settled, or -1 on error. */
+static int reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead,
+                             backlog *bl) {
     pend_acc acc = { 0 };
     int settled = 0;
     if (!stock_strategy_about(p->strategy)->uses_redis) return 0;
@@ -77,16 +86,31 @@ int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int
         free(acc.v);
         return -1;
     }
-    for (size_t k = 0; k < acc.n; k++)
-        if (settleable(a, sc, &acc.v[k], only_dead)) settled += settle(a, d, sc, p, &acc.v[k]);
+    for (size_t k = 0; k < acc.n; k++) {
+        if (settleable(a, sc, &acc.v[k], only_dead) && settle(a, d, sc, p, &acc.v[k])) {
+            settled++;
+        } else if (bl) {
+            bl->left++;
+            if (acc.v[k].age_ms > bl->oldest_ms) bl->oldest_ms = acc.v[k].age_ms;
+        }
+    }
     free(acc.v);
     return settled;
 }
 
+int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead) {
+    return reconcile_product(a, d, sc, p, only_dead, NULL);
+}
+
+/* Every product's records, and (the product rows being at hand) what each
+ * strategy sold beyond its stock: a complete sweep is the backlog gauges'
+ * reading (svc_metrics_swept), so a scrape never scans Redis itself. */
 int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead) {
     db_product *all;
     size_t n;
     int settled = 0;
+    backlog bl = { 0, 0 };
+    long long oversold[STOCK_STRATEGY_COUNT] = { 0 };
     if (db_product_list(d, &all, &n) != DB_OK) {
         svc_log(SVC_LOG_WARN, "reconcile: %s", db_errstr(d));
         return -1;
@@ -94,9 +118,12 @@ int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead) {
     for (size_t i = 0; i < n && settled >= 0; i++) {
         svc_product *p = svc_product_cache_put(a->products, &all[i]);
         if (!p) continue;
-        int k = svc_reconcile_product(a, d, sc, p, only_dead);
+        if (all[i].sold > all[i].stock_initial)
+            oversold[p->strategy] += all[i].sold - all[i].stock_initial;
+        int k = reconcile_product(a, d, sc, p, only_dead, &bl);
         settled = k < 0 ? -1 : settled + k;
     }
     free(all);
+    if (settled >= 0) svc_metrics_swept(a, bl.left, bl.oldest_ms, oversold);
     return settled;
 }

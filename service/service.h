@@ -128,7 +128,15 @@ void svc_order_id_new(char out[27], int64_t *wall_ms);
 /* Whether s looks like an order id (26 base32 characters). */
 int svc_order_id_valid(const char *s);
 
-/* ------------------------------------------------------------------ metrics */
+/* ------------------------------------------------------------------ metrics
+ *
+ * Counters and histograms in fixed arrays, updated with relaxed atomic
+ * adds (no lock, no allocation on the order path), rendered at a scrape
+ * (metrics.c; every series and its labels: docs/metrics.md). Every label
+ * takes its values from a fixed table: routes, statuses, error codes,
+ * outcomes, the stock module's strategies and Redis call kinds. None names
+ * a SKU, a user or an order: a service may sell thousands of SKUs, and a
+ * series per SKU would grow Prometheus without bound. */
 
 enum svc_route_id {
     ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
@@ -136,30 +144,47 @@ enum svc_route_id {
     ROUTE_OPENAPI, ROUTE_COUNT
 };
 
+/* How an order that reached its strategy ended. Finer than the error code
+ * a client sees: 429 lock_timeout is lock_timeout, lock_fenced (the lease
+ * ran out before the write) or optimistic_conflict (db-optimistic's
+ * retries ran out). */
 typedef enum svc_outcome {
     OUT_CREATED, OUT_REPLAYED, OUT_SOLD_OUT, OUT_INSUFFICIENT, OUT_LIMIT, OUT_KEY_REUSED,
-    OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_REDIS_UNAVAILABLE, OUT_DB_UNAVAILABLE,
-    OUT_SHUTTING_DOWN, OUT_CONFLICT, OUT_COUNT
+    OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_FENCED, OUT_CONFLICT, OUT_REDIS_UNAVAILABLE,
+    OUT_DB_UNAVAILABLE, OUT_COUNT
 } svc_outcome;
 
-#define HIST_BUCKETS 14
+#define SVC_NSTATUS 14            /* the statuses the API answers, and "other" */
+#define SVC_NERROR 24             /* none, the API's error codes, and "other" */
+
+#define HIST_BUCKETS 16
 typedef struct svc_histogram {
-    atomic_uint_fast64_t bucket[HIST_BUCKETS + 1];  /* last: +Inf */
-    atomic_uint_fast64_t count;
-    atomic_uint_fast64_t sum_us;
+    atomic_uint_fast64_t bucket[HIST_BUCKETS + 1];  /* last: +Inf; the count is their sum */
+    atomic_uint_fast64_t sum;                       /* microseconds, or orders */
 } svc_histogram;
 
+/* Adds a latency in microseconds: two relaxed atomic adds. */
 void svc_histogram_observe(svc_histogram *h, int64_t micros);
 
 typedef struct svc_metrics {
     svc_histogram route_latency[ROUTE_COUNT + 1];        /* last: unrouted */
-    atomic_uint_fast64_t route_status[ROUTE_COUNT + 1][6];   /* by status class 0xx..5xx */
+    atomic_uint_fast64_t responses[ROUTE_COUNT + 1][SVC_NSTATUS][SVC_NERROR];
+    svc_histogram order_latency[STOCK_STRATEGY_COUNT];   /* POST /v1/orders, by strategy */
+    atomic_uint_fast64_t orders[STOCK_STRATEGY_COUNT][OUT_COUNT];
+    svc_histogram redis_call[STOCK_CALL_COUNT];
+    svc_histogram commit_latency;                         /* a group's BEGIN to COMMIT */
+    svc_histogram commit_orders;                          /* orders per group */
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t db_errors;
     atomic_uint_fast64_t reserve_batches, reserve_orders;
     atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;
     svc_histogram lock_acquire;
     atomic_uint_fast64_t lock_outcomes[3];           /* acquired, timeout, error */
+    /* What the latest complete maintenance sweep found (svc_metrics_swept). */
+    atomic_llong pending_records;                    /* left pending after it */
+    atomic_llong pending_oldest_ms;                  /* the oldest of those, by Redis' clock */
+    atomic_llong swept_wall_ms;                      /* when (0: no sweep yet) */
+    atomic_llong oversold[STOCK_STRATEGY_COUNT];     /* units sold beyond stock_initial */
 } svc_metrics;
 
 const char *svc_outcome_name(svc_outcome o);
@@ -167,6 +192,25 @@ const char *svc_outcome_name(svc_outcome o);
 typedef struct svc_app svc_app;
 /* Renders every metric as Prometheus text into a malloc'd buffer. */
 void svc_metrics_render(svc_app *a, char **out, size_t *len);
+/* The observers the modules are given (lifecycle.c wires them): a Redis
+ * call of the stock module, and a group commit of the writer. */
+void svc_metrics_redis_call(stock_call call, int64_t micros, void *ud);
+void svc_metrics_commit(size_t orders, int64_t micros, int ok, void *ud);
+/* A sweep over every product's pending records is done (reconcile.c):
+ * records left pending, the oldest one's age, and the units sold beyond
+ * stock_initial per strategy (SQLite's sold - stock_initial, when > 0). */
+void svc_metrics_swept(svc_app *a, long long records, long long oldest_ms,
+                       const long long oversold[STOCK_STRATEGY_COUNT]);
+
+/* The process' own figures, from /proc (process.c), for the standard
+ * process_* metrics. Returns 0, or -1 when /proc could not be read. */
+typedef struct svc_process_stats {
+    double cpu_seconds;         /* user + system */
+    double start_time;          /* since the Unix epoch, seconds */
+    long long resident_bytes, virtual_bytes;
+    long long open_fds, max_fds;
+} svc_process_stats;
+int svc_process_read(svc_process_stats *out);
 
 /* ------------------------------------------------------------------ products */
 
@@ -180,7 +224,6 @@ typedef struct svc_product {
     stock_product sp;              /* the stock module's view (points into this) */
     atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
     atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
-    atomic_uint_fast64_t outcomes[OUT_COUNT];
     struct svc_product *next;          /* hash chain */
 } svc_product;
 
@@ -274,7 +317,8 @@ db_status svc_product_find(svc_app *a, const char *sku, svc_product **out);
 /* The HTTP routes (api.c). */
 extern const http_route svc_api_routes[];
 extern const size_t svc_api_nroutes;
-void svc_api_observe(int route_id, int status, int64_t micros, void *ud);
+/* The HTTP observer: counts and times every answer (metrics.c). */
+void svc_api_observe(const http_answer *ans, void *ud);
 
 /* ------------------------------------------------------------ order pipeline */
 
