@@ -151,6 +151,19 @@ static int set(svc_config *c, const opt *o, const char *v, const char *from) {
     }
 }
 
+/* Says in one line what getopt refused (word: the argument it stopped at)
+ * and where the help is: a usage error is not the place for 60 lines of it. */
+static void bad_option(const char *word) {
+    if (optopt >= 1000 && optopt < 1000 + (int)NOPTS)
+        fprintf(stderr, "flashsale: --%s needs a value (see flashsale --help)\n",
+                OPTS[optopt - 1000].name);
+    else if (optopt > 0 && optopt < 256)
+        fprintf(stderr, "flashsale: unknown option '-%c' (see flashsale --help)\n", optopt);
+    else
+        fprintf(stderr, "flashsale: unknown or ambiguous option '%s' (see flashsale --help)\n",
+                word);
+}
+
 int svc_config_load(svc_config *c, int argc, char **argv) {
     struct option lopts[NOPTS + 3];
     char from[96];
@@ -167,6 +180,7 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
     lopts[NOPTS + 1] = (struct option){ "version", no_argument, NULL, 'V' };
     lopts[NOPTS + 2] = (struct option){ 0, 0, 0, 0 };
     optind = 1;
+    opterr = 0;                  /* one line of our own, not getopt's and the help */
     int ch;
     while ((ch = getopt_long(argc, argv, "hv", lopts, NULL)) != -1) {
         if (ch == 'h') {
@@ -182,7 +196,7 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
             continue;
         }
         if (ch < 1000) {
-            usage(stderr, argv[0]);
+            bad_option(argv[optind - 1]);
             return -1;
         }
         const opt *o = &OPTS[ch - 1000];

@@ -130,6 +130,9 @@ class Contract:
             else:
                 value = body
             self.validate(media["schema"], value, "%s: body %.300s" % (what, body))
+        if base == "application/json" and not body.endswith("\n"):
+            raise ContractError("%s: the JSON body does not end with a newline (curl's output "
+                                "would run into the prompt): %.200s" % (what, body))
         self.checked += 1
 
     def examples(self):

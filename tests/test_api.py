@@ -355,6 +355,13 @@ def test_help_and_bad_flags(ctx):
     assert bad.returncode == 2 and "redis" in bad.stderr.lower()
     bad = subprocess.run([exe, "--strategy", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2
+    # A usage error is one line saying what and where the help is, not the help.
+    for args, says in ((["--bogus"], "unknown or ambiguous option '--bogus'"),
+                       (["-x"], "unknown option '-x'"), (["--listen"], "--listen needs a value"),
+                       (["audit", "--bogus"], "unknown or ambiguous option '--bogus'")):
+        bad = subprocess.run([exe] + args, capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stdout == "", (args, bad)
+        assert bad.stderr == "flashsale: %s (see flashsale --help)\n" % says, (args, bad.stderr)
 
 
 def test_strategies_list(ctx):

@@ -102,9 +102,10 @@ def test_the_check_catches_drift(ctx):
              "quantity": 1, "status": "confirmed", "created_at": "2026-11-22T09:36:42.071Z"}
     json_h = {"content-type": "application/json; charset=utf-8"}
     loc = dict(json_h, location="/v1/orders/" + order["order_id"])
-    c.check("POST", "/v1/orders", 201, loc, json.dumps(order))          # as documented
-    c.check("GET", "/v1/orders/" + order["order_id"] + "?x=1", 200, json_h, json.dumps(order))
-    c.check("GET", "/v2/none", 404, json_h, '{"error":"not_found","message":"No route."}')
+    c.check("POST", "/v1/orders", 201, loc, json.dumps(order) + "\n")   # as documented
+    c.check("GET", "/v1/orders/" + order["order_id"] + "?x=1", 200, json_h,
+            json.dumps(order) + "\n")
+    c.check("GET", "/v2/none", 404, json_h, '{"error":"not_found","message":"No route."}\n')
     c.check("HEAD", "/healthz", 200, json_h, "")
     bad = [
         ("POST", "/v1/orders", 201, json_h, json.dumps(order), "Location"),
@@ -123,6 +124,7 @@ def test_the_check_catches_drift(ctx):
          "WWW-Authenticate"),
         ("HEAD", "/healthz", 200, json_h, '{"status":"ok"}', "no body"),
         ("GET", "/healthz", 200, json_h, '{"status":"ok","redis":"ok","db":"down"}', "db"),
+        ("GET", "/v1/orders/X", 200, json_h, json.dumps(order), "newline"),
     ]
     for method, url, status, headers, body, needle in bad:
         try:

@@ -314,3 +314,20 @@ def test_compare_writes_a_report_that_renders(ctx):
     shot = ctx.path("report.png")
     p = chromium("--window-size=1100,1800", "--hide-scrollbars", "--screenshot=" + shot, html)
     assert p.returncode == 0 and os.path.getsize(shot) > 20000, p.stderr[-2000:]
+
+
+def test_compare_uses_the_stock_its_help_shows(ctx):
+    """compare --help names a default stock; a scene run without --stock
+    has exactly that many units on sale (issue 13: the help said 5000 while
+    20000 were used)."""
+    rc, cmp_help, _ = flashload("compare", "--help")
+    shown = int(re.search(r"--stock N\s+stock of the scenes without a pause \((\d+);",
+                          cmp_help).group(1))
+    out = ctx.path("report")
+    os.mkdir(out)
+    rc, so, se = flashload("compare", "--strategies", "lua", "--segments", "1",
+                           "--no-two-instances", "--duration", 1, "--connections", 4,
+                           "--out", out, timeout=120)
+    assert rc == 0, so + se
+    scenes = json.load(open(os.path.join(out, "report.json")))["scenes"]
+    assert [sc["stock"] for sc in scenes] == [shown], (shown, scenes)
