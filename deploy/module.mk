@@ -3,8 +3,9 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=...] [SYSCONFDIR=/etc]
 #       $(PREFIX)/bin/{flashsale,flashload,flashlock}
 #       $(PREFIX)/share/man/man1/*.1      their --help as man pages (help2man)
-#       $(PREFIX)/share/doc/flashsale/    openapi.yaml, api.md, README.md,
-#                                         flashsale.env.example
+#       $(PREFIX)/share/doc/flashsale/    openapi.yaml, api.md, metrics.md, README.md,
+#                                         flashsale.env.example, prometheus/ (the
+#                                         rules, their tests, an example config)
 #       $(PREFIX)/lib/systemd/system/flashsale.service
 #                                         ExecStart and EnvironmentFile
 #                                         rewritten for PREFIX and SYSCONFDIR
@@ -46,7 +47,9 @@ install: $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(MAN_PAGES)
 	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(ENVDIR)
 	install -m 755 $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(DESTDIR)$(BINDIR)
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN1DIR)
-	install -m 644 docs/openapi.yaml docs/api.md README.md $(DESTDIR)$(DOCDIR)
+	install -m 644 docs/openapi.yaml docs/api.md docs/metrics.md README.md $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(DOCDIR)/prometheus
+	install -m 644 $(wildcard deploy/prometheus/*.yml) $(DESTDIR)$(DOCDIR)/prometheus
 	install -m 644 deploy/systemd/flashsale.env $(DESTDIR)$(DOCDIR)/flashsale.env.example
 	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/flashsale/|$(ENVDIR)/|g' \
 	    deploy/systemd/flashsale.service > $(DESTDIR)$(UNITDIR)/flashsale.service.tmp

@@ -288,6 +288,9 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
            "Age of the oldest of those at that sweep (0: none).");
     put(b, "flashsale_pending_oldest_age_seconds %.3f\n",
         (double)atomic_load(&m->pending_oldest_ms) / 1e3);
+    family(b, "flashsale_pending_timeout_seconds", "gauge",
+           "--pending-timeout-ms: a reservation this old is settled by the next sweep.");
+    put(b, "flashsale_pending_timeout_seconds %.3f\n", (double)a->cfg.pending_timeout_ms / 1e3);
     family(b, "flashsale_pending_sweep_timestamp_seconds", "gauge",
            "When the latest complete sweep ended (0: none yet): the two above are that old.");
     put(b, "flashsale_pending_sweep_timestamp_seconds %.3f\n", (double)swept / 1e3);

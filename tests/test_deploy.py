@@ -137,8 +137,14 @@ def test_make_install_tree_runs(ctx):
     doc = os.path.join(usr, "share", "doc", "flashsale")
     assert open(os.path.join(doc, "openapi.yaml")).read() == \
         open(os.path.join(ROOT, "docs", "openapi.yaml")).read()
-    for f in ("api.md", "README.md", "flashsale.env.example"):
+    for f in ("api.md", "metrics.md", "README.md", "flashsale.env.example"):
         assert os.path.getsize(os.path.join(doc, f)) > 0, f
+    # The Prometheus rules, installed beside their tests and example config,
+    # still pass those tests there.
+    rules = subprocess.run(
+        ["promtool", "test", "rules", os.path.join(doc, "prometheus", "flashsale.rules_test.yml")],
+        capture_output=True, text=True, timeout=120)
+    assert rules.returncode == 0, rules.stdout + rules.stderr
     unit = open(os.path.join(usr, "lib", "systemd", "system", "flashsale.service")).read()
     assert "\nExecStart=/usr/local/bin/flashsale\n" in unit, unit
     assert "\nEnvironmentFile=-/etc/flashsale/flashsale.env\n" in unit, unit

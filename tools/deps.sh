@@ -9,6 +9,7 @@ PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
       libzookeeper-mt-dev zookeeper default-jre-headless
       libcurl4-openssl-dev etcd-server etcd-client
       python3 python3-redis python3-yaml python3-jsonschema systemd man-db help2man
+      prometheus
       chromium $*"
 
 missing=""
