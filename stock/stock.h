@@ -105,10 +105,10 @@ typedef enum stock_call {
 /* "reserve_batch", "clear", ...: the label of each kind. */
 const char *stock_call_name(stock_call c);
 
-/* Told of every Redis call that got an answer or failed after it was sent:
- * its kind and the time from sending to the reply, in microseconds. Runs on
- * the calling thread (an event loop, for the loop-side calls): keep it to a
- * few atomic adds. */
+/* Told of every Redis call: its kind and the time from sending it to its
+ * reply, in microseconds; a failure is told too, with the time it took (a
+ * timeout, a refused connect). Runs on the calling thread (an event loop,
+ * for the loop-side calls): keep it to a few atomic adds. */
 typedef void stock_call_observer(stock_call call, int64_t micros, void *ud);
 
 typedef struct stock_config {
