@@ -169,6 +169,7 @@ test-sanitize: deps
 # FUZZ_RUNS per target, FUZZ_SECONDS at most each, 10 million in total.
 FUZZ_RUNS    ?= 5000000
 FUZZ_SECONDS ?= 120
+FUZZ_JOBS    ?= 1
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -194,7 +195,7 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
 	$(MAKE) all $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_TARGETS))
-	tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
+	FUZZ_JOBS=$(FUZZ_JOBS) tools/fuzz.sh build/fuzz $(FUZZ_RUNS) $(FUZZ_SECONDS) 10000000 $(FUZZ_TARGETS)
 
 # Soak: every safe strategy under a moderate open-loop load for SOAK_SECONDS
 # while Redis restarts every minute (sometimes losing its data); fails on a
