@@ -4,7 +4,7 @@
  * a client sending one byte every few seconds holds its connection for
  * ever (slowloris): 250 such clients kept a 250-connection service full.
  * Here a request, once started, must be complete (head and body) within
- * request_timeout_s, however it trickles in.
+ * request_timeout_ms, however it trickles in.
  *
  * "Started" is seen two ways. The request line arriving is reported by
  * libmicrohttpd (the URI log callback). Bytes before that (a request line
@@ -123,10 +123,10 @@ void http_conns_tick(http_conns *cs) {
     cs->next_sweep_us = now + every * 1000;
 }
 
-void http_conns_init(http_conns *cs, unsigned request_timeout_s) {
+void http_conns_init(http_conns *cs, unsigned request_timeout_ms) {
     pthread_mutex_init(&cs->mu, NULL);
     cs->head = NULL;
-    cs->timeout_us = (int64_t)request_timeout_s * 1000000;
+    cs->timeout_us = (int64_t)request_timeout_ms * 1000;
     cs->next_sweep_us = 0;
     cs->recheck = 0;
     atomic_init(&cs->timed_out, 0);

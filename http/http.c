@@ -618,7 +618,7 @@ static int start_daemon(http_server *s, http_daemon *hd, struct sockaddr_storage
     const http_options *o = &s->opt;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_TURBO;
     if (ss->ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    http_conns_init(&hd->conns, o->request_timeout_s);
+    http_conns_init(&hd->conns, o->request_timeout_ms);
     hd->d = MHD_start_daemon(
         flags, 0, on_accept, hd, on_request, hd,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss,

@@ -21,7 +21,7 @@
  *   a Content-Type other than application/json gets 415.
  * - Slow clients cannot hold connections: once a request has started (its
  *   first byte arrived), its head and body must arrive within
- *   request_timeout_s or the connection is closed; an idle connection is
+ *   request_timeout_ms or the connection is closed; an idle connection is
  *   closed after idle_timeout_s; one client address may hold at most
  *   max_per_client connections.
  * - Deferred answers: a handler may call http_defer() and answer later from
@@ -84,7 +84,7 @@ typedef struct http_options {
     unsigned max_connections;     /* beyond it new connections are refused */
     unsigned max_per_client;      /* connections one address may hold; 0: no cap */
     unsigned idle_timeout_s;      /* an idle connection is closed after it */
-    unsigned request_timeout_s;   /* a started request must be in by then; 0: none */
+    unsigned request_timeout_ms;  /* a started request must be in by then; 0: none */
     size_t max_body;              /* 413 beyond it */
     const http_route *routes;
     size_t nroutes;

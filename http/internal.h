@@ -100,7 +100,7 @@ struct http_conns {
 };
 
 /* Starts tracking the connections of one daemon. */
-void http_conns_init(http_conns *cs, unsigned request_timeout_s);
+void http_conns_init(http_conns *cs, unsigned request_timeout_ms);
 void http_conns_fini(http_conns *cs);
 /* The daemon's loop timer: sweeps when due (see conns.c). */
 void http_conns_tick(http_conns *cs);

@@ -207,6 +207,7 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
         fprintf(stderr, "flashsale: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
     }
+    c->request_timeout_ms = c->request_timeout_s * 1000u;
     if (c->max_per_client == 0) c->max_per_client = c->max_connections / 4 ? c->max_connections / 4 : 1;
     if (c->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

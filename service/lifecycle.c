@@ -212,7 +212,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,
                         .idle_timeout_s = a->cfg.idle_timeout_s,
-                        .request_timeout_s = a->cfg.request_timeout_s, .max_body = 64 * 1024,
+                        .request_timeout_ms = a->cfg.request_timeout_ms, .max_body = 64 * 1024,
                         .routes = svc_api_routes, .nroutes = svc_api_nroutes,
                         .observer = svc_api_observe,
                         .ud = a };

@@ -56,6 +56,8 @@ typedef struct svc_config {
     unsigned max_per_client;  /* connections one client address may hold (0: no cap) */
     unsigned idle_timeout_s;
     unsigned request_timeout_s;   /* a started request must be in within this */
+    unsigned request_timeout_ms;  /* the same, set by svc_config_load; an embedder (the
+                                   * request fuzzer) may make it finer after that */
     int api_workers;          /* threads for API work that reads or writes the stores */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     long long idem_ttl_ms;

@@ -6,7 +6,7 @@
  *
  *   - the process lives (a crash or a sanitizer report ends the fuzzer);
  *   - a well-framed request gets one answer, or the connection is closed,
- *     within 3 s (no wedge);
+ *     within ANSWER_WAIT_MS (no wedge);
  *   - every answer is HTTP/1.1; a JSON body parses; an error answer is
  *     {"error": <a code the API lists>, "message": <string>}; a 500
  *     (internal_error: an answer that could not be built) is a finding;
@@ -54,7 +54,7 @@
                                           __FILE__, __LINE__); __builtin_trap(); } } while (0)
 #define BOOKS_EVERY 25000
 /* An answer (or the close) must come within this. The service's request
- * deadline (1 s here) ends an input that never completes; the margin is for
+ * deadline (30 ms here) ends an input that never completes; the margin is for
  * a starved machine: at 3 s, a run under nice 19 next to busy builds
  * reported a garbage request the deadline closed after 1 s as a wedge. A
  * wedge never answers, so a longer wait still catches it. */
@@ -320,9 +320,16 @@ static void books_balance(void) {
     __builtin_trap();
 }
 
+/* At the end of a run whose books balanced: the service stopped and its
+ * files removed (tmpfs is memory). A failed run traps before this and
+ * leaves them to be read. */
 static void at_exit(void) {
+    char cmd[128];
     books_balance();
     svc_stop(&A);
+    stop_redis();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) {}
 }
 
 static void request(const char *text) {
@@ -345,7 +352,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fprintf(stderr, "fuzz_request: needs %s (make; or set FLASHSALE_BIN)\n", audit_bin);
         abort();
     }
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fuzz-request-XXXXXX");
+    /* On tmpfs when there is one: every order's commit waits for its
+     * fsync, which on a disk made the harness wait, idle, for most of each
+     * input (100 inputs a second). The code path is the same; only the
+     * disk is faster, and power loss is not what this harness tests. */
+    snprintf(tmpdir, sizeof tmpdir, "%s/fuzz-request-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     if (!mkdtemp(tmpdir)) abort();
     snprintf(db_path, sizeof db_path, "%s/orders.db", tmpdir);
     signal(SIGPIPE, SIG_IGN);
@@ -354,6 +366,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                      "--threads", "2", "--api-workers", "2", "--lock-workers", "4",
                      "--request-timeout", "1", "--redis-timeout-ms", "1000", NULL };
     if (svc_config_load(&A.cfg, (int)(sizeof args / sizeof args[0]) - 1, args) != 0) abort();
+    /* An input that never completes its request (a Content-Length with no
+     * body, garbage without an end) waits for this deadline: at 1 s such
+     * inputs, which the corpus keeps, made most of the run's time. */
+    A.cfg.request_timeout_ms = 30;
     svc_log_set_level(SVC_LOG_QUIET);
     if (svc_start(&A, err, sizeof err) != 0) {
         fprintf(stderr, "fuzz_request: %s\n", err);
