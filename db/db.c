@@ -23,6 +23,7 @@ enum {
     ST_ORDER_UNITS, ST_PRODUCT_REPAIR,
     ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
     ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE, ST_GEN_READ,
+    ST_LOCK_EXPIRE, ST_LOCK_INSERT, ST_LOCK_BUMP, ST_LOCK_LEFT, ST_LOCK_DELETE,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_COUNT
 };
@@ -90,6 +91,18 @@ static const char *const SQL[ST_COUNT] = {
         "INSERT OR REPLACE INTO meta(key,value)"
         " VALUES('health_probe',strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
     [ST_GEN_READ] = "SELECT stock_gen FROM products WHERE sku=?1",
+    /* The `db-lock` strategy's lock (schema 5): a dead holder's row is
+     * deleted once expired, then the unique insert decides who holds; the
+     * counter is bumped in the same transaction. */
+    [ST_LOCK_EXPIRE] = "DELETE FROM locks WHERE name=?1 AND expires_ms<=?2",
+    [ST_LOCK_INSERT] =
+        "INSERT INTO locks(name,owner,fence,expires_ms)"
+        " VALUES(?1,?2,coalesce((SELECT fence FROM lock_fences WHERE name=?1),0)+1,?3)",
+    [ST_LOCK_BUMP] =
+        "INSERT INTO lock_fences(name,fence) VALUES(?1,1)"
+        " ON CONFLICT(name) DO UPDATE SET fence=fence+1 RETURNING fence",
+    [ST_LOCK_LEFT] = "SELECT expires_ms-?2 FROM locks WHERE name=?1",
+    [ST_LOCK_DELETE] = "DELETE FROM locks WHERE name=?1 AND owner=?2",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -178,6 +191,21 @@ static const char SCHEMA_V4[] =
     "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
     "CREATE INDEX orders_by_user ON orders(user_id, order_id);";
 
+/* Version 5: the `db-lock` strategy's lock table -- seed 004's "simple
+ * database lock": a row per held lock, taken by a unique insert, deleted
+ * to release; with an expiry, so that the row of a holder that died is
+ * taken over -- and its fencing counter per lock name, which must outlive
+ * the rows (a token never goes back). */
+static const char SCHEMA_V5[] =
+    "CREATE TABLE locks("
+    "  name TEXT PRIMARY KEY,"
+    "  owner TEXT NOT NULL,"
+    "  fence INTEGER NOT NULL,"
+    "  expires_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE lock_fences("
+    "  name TEXT PRIMARY KEY,"
+    "  fence INTEGER NOT NULL) WITHOUT ROWID;";
+
 /* What a write transaction owes the products table: the units of the
  * orders it inserted (added at commit, once per SKU), and the generation
  * each SKU has (read once: the transaction holds the write lock, so it
@@ -258,6 +286,9 @@ static int migrate(sqlite3 *c, char *err, size_t errlen) {
         goto err;
     if (v < 4 && (exec(c, SCHEMA_V4, err, errlen) ||
                   exec(c, "PRAGMA user_version=4", err, errlen)))
+        goto err;
+    if (v < 5 && (exec(c, SCHEMA_V5, err, errlen) ||
+                  exec(c, "PRAGMA user_version=5", err, errlen)))
         goto err;
     /* Later versions add "if (v < N) apply step N" here. */
     if (exec(c, "COMMIT", err, errlen)) goto err;
@@ -850,6 +881,80 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
 undo:
     if (take != DB_TAKE_NONE)
         sqlite3_exec(d->conn, "ROLLBACK TO o; RELEASE o", NULL, NULL, NULL);
+    return st;
+}
+
+/* ------------------------------------------------------------- db-lock */
+
+static long long wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One step of a statement that returns one integer row. */
+static db_status step_int(db *d, sqlite3_stmt *s, const char *what, long long *out) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    if (rc == SQLITE_ROW) return DB_OK;
+    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, what);
+}
+
+db_status db_lock_acquire(db *d, const char *name, const char *owner, long long ttl_ms,
+                          int busy_ms, long long *fence, long long *left_ms) {
+    long long now = wall_ms();
+    *fence = 0;
+    *left_ms = 0;
+    sqlite3_busy_timeout(d->conn, busy_ms > 0 ? busy_ms : 1);
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    sqlite3_stmt *s = stmt(d, ST_LOCK_EXPIRE);
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, now);
+    st = step_done(d, s, "expire lock");
+    if (st == DB_OK) {
+        s = stmt(d, ST_LOCK_INSERT);
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 3, now + ttl_ms);
+        st = step_done(d, s, "take lock");
+    }
+    if (st == DB_EXISTS) {
+        /* Held: how long its holder's row has left, for the caller's wait. */
+        s = stmt(d, ST_LOCK_LEFT);
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now);
+        if (step_int(d, s, "read lock", left_ms) == DB_ERROR) *left_ms = 0;
+        db_rollback(d);
+        return DB_EXISTS;
+    }
+    if (st == DB_OK) {
+        s = stmt(d, ST_LOCK_BUMP);
+        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+        st = step_int(d, s, "count lock", fence);
+        if (st == DB_NOTFOUND) st = DB_ERROR;
+    }
+    if (st != DB_OK) {
+        db_rollback(d);
+        return st;
+    }
+    if ((st = db_commit(d)) != DB_OK) {
+        /* The row may have landed: it expires after ttl_ms. */
+        db_rollback(d);
+        return st == DB_BUSY ? DB_BUSY : DB_ERROR;
+    }
+    *left_ms = ttl_ms;
+    return DB_OK;
+}
+
+db_status db_lock_release(db *d, const char *name, const char *owner, int busy_ms) {
+    sqlite3_busy_timeout(d->conn, busy_ms > 0 ? busy_ms : 1);
+    sqlite3_stmt *s = stmt(d, ST_LOCK_DELETE);
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
+    db_status st = step_done(d, s, "release lock");
+    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
     return st;
 }
 

@@ -206,11 +206,11 @@ static void test_schema_version(void) {
     d = db_open(path, &ro, err, sizeof err);
     CHECK(d != NULL);
     db_close(d);
-    /* A version 1 file is migrated (through 2, 3 and 4): the buyers' units of the db strategies
+    /* A version 1 file is migrated (through 2 to 5): the buyers' units of the db strategies
      * with a limit are counted from their order rows, no one else's. */
     char cmd[1000];
     snprintf(cmd, sizeof cmd, "sqlite3 %s \"DROP TABLE user_units; DROP TABLE restocks; DROP TABLE meta;"
-             " PRAGMA user_version=1;"
+             " DROP TABLE locks; DROP TABLE lock_fences; PRAGMA user_version=1;"
              " INSERT INTO products VALUES('d','d','db',1,5,10,3,1,7,3,0,0,'t'),"
              " ('l','l','lua',1,5,10,2,1,10,0,0,0,'t');"
              " INSERT INTO orders VALUES('o1','d','u',1,NULL,'t'),('o2','d','u',2,NULL,'t'),"
@@ -226,12 +226,43 @@ static void test_schema_version(void) {
     size_t got = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[got] = '\0';
     CHECK(f && pclose(f) == 0);
-    CHECK(strcmp(out, "4\nd|u|3\n") == 0);
+    CHECK(strcmp(out, "5\nd|u|3\n") == 0);
     /* A file from a newer build is refused, not damaged. */
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
     CHECK(system(cmd) == 0);
     d = db_open(path, &OPTS, err, sizeof err);
     CHECK(d == NULL && strstr(err, "99"));
+}
+
+/* The db-lock table: a unique row per held name, deleted to release, taken
+ * over once expired; the token grows at every take, across releases. */
+static void test_lock_table(void) {
+    db *d = fresh();
+    char err[256];
+    db *e = db_open(path, &OPTS, err, sizeof err);     /* a second process's view */
+    long long f1, f2, f3, left;
+    CHECK(db_lock_acquire(d, "fs:{a}:lock:0", "me", 60000, 100, &f1, &left) == DB_OK);
+    CHECK(f1 == 1 && left == 60000);
+    CHECK(db_lock_acquire(e, "fs:{a}:lock:0", "you", 60000, 100, &f2, &left) == DB_EXISTS);
+    CHECK(left > 59000 && left <= 60000);
+    /* Another name is another lock. */
+    CHECK(db_lock_acquire(e, "fs:{a}:lock:1", "you", 60000, 100, &f2, &left) == DB_OK && f2 == 1);
+    CHECK(db_lock_release(e, "fs:{a}:lock:0", "you", 100) == DB_NOTFOUND);   /* not ours */
+    CHECK(db_lock_release(d, "fs:{a}:lock:0", "me", 100) == DB_OK);
+    CHECK(db_lock_release(d, "fs:{a}:lock:0", "me", 100) == DB_NOTFOUND);
+    CHECK(db_lock_acquire(e, "fs:{a}:lock:0", "you", 30, 100, &f2, &left) == DB_OK && f2 == 2);
+    /* Its holder "dies": once its row expired, the next take takes it over. */
+    usleep(60000);
+    CHECK(db_lock_acquire(d, "fs:{a}:lock:0", "me2", 60000, 100, &f3, &left) == DB_OK && f3 == 3);
+    CHECK(db_lock_release(e, "fs:{a}:lock:0", "you", 100) == DB_NOTFOUND);
+    /* While another connection holds SQLite's write lock, a take waits at
+     * most its busy time and says so. */
+    CHECK(db_begin(e) == DB_OK);
+    CHECK(db_lock_acquire(d, "fs:{a}:lock:2", "me", 1000, 20, &f1, &left) == DB_BUSY);
+    db_rollback(e);
+    CHECK(db_lock_acquire(d, "fs:{a}:lock:2", "me", 1000, 20, &f1, &left) == DB_OK && f1 == 1);
+    db_close(e);
+    db_close(d);
 }
 
 /* ------------------------------------------------------------- the writer */
@@ -296,7 +327,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_writer_groups),
+        T(test_lock_table), T(test_writer_groups),
     };
     if (!mkdtemp(dir)) return 2;
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
