@@ -325,7 +325,7 @@ int fl_strategies_get(fl_http *h, fl_strategy *out, int max, fl_err *e) {
         o->segments = json_is_true(json_object_get(s, "segments"));
         /* Absent means available: a service that cannot tell runs them all. */
         o->available = !json_is_false(json_object_get(s, "available"));
-        const char *reason = json_string_value(json_object_get(s, "reason"));
+        const char *reason = json_string_value(json_object_get(s, "unavailable_reason"));
         snprintf(o->reason, sizeof o->reason, "%s", reason ? reason : "");
         json_t *needs = json_object_get(s, "needs");
         for (size_t k = 0; k < json_array_size(needs); k++) {

@@ -58,6 +58,9 @@ static const struct {
     [RF_DB_UNKNOWN] = { 503, "db_unavailable", OUT_DB_UNAVAILABLE,
                         "The database failed while committing the order; check it with "
                         "GET /v1/orders?user_id= before retrying without an Idempotency-Key." },
+    [RF_LOCK_DOWN] = { 503, "lock_unavailable", OUT_LOCK_UNAVAILABLE,
+                       "The lock server of %1$s's strategy is unavailable (or not configured on "
+                       "this instance); nothing was taken. Retry shortly." },
 };
 
 /* Counts the order's outcome under its strategy and takes its request, to

@@ -307,6 +307,17 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
         free(j);
         return;
     }
+    stock_strategy s;
+    const char *why = stock_strategy_parse(j->product.strategy, &s) == 0
+                          ? svc_strategy_unavailable(a, s) : NULL;
+    if (why) {
+        http_reply_error(r, 400, "strategy_unavailable", "'strategy' '%s' needs a lock server "
+                         "this instance was not given (%s): %s.", j->product.strategy,
+                         svc_strategy_flag(s), why);
+        json_decref(body);
+        free(j);
+        return;
+    }
     defer_job(r, j, product_create_job);
 }
 
@@ -551,19 +562,27 @@ static void order_list(http_req *r, const char *const *params, void *ud) {
 /* --------------------------------------------------------------- strategies */
 
 /* Every strategy this build offers, so clients (flashload among them) learn
- * the list from the service instead of keeping a copy that can drift. */
+ * the list from the service instead of keeping a copy that can drift: what
+ * servers each needs, and whether this instance has them. */
 static void strategy_list(http_req *r, const char *const *params, void *ud) {
+    static const char *const SERVER[STOCK_LOCKS_COUNT] = {
+        [STOCK_LOCKS_REDLOCK] = "redlock", [STOCK_LOCKS_ZOOKEEPER] = "zookeeper",
+        [STOCK_LOCKS_ETCD] = "etcd",
+    };
+    svc_app *a = ud;
     (void)params;
-    (void)ud;
     json_t *list = json_array();
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
         const stock_strategy_info *si = stock_strategy_about((stock_strategy)s);
+        const char *why = svc_strategy_unavailable(a, (stock_strategy)s);
         json_t *needs = json_array();
         if (si->uses_redis) json_array_append_new(needs, json_string("redis"));
-        json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:o, s:b, s:s}", "name", si->name,
-                                              "safe", !si->unsafe, "segments", si->segments_ok,
-                                              "needs", needs, "available", 1,
-                                              "description", si->about));
+        if (SERVER[si->locks]) json_array_append_new(needs, json_string(SERVER[si->locks]));
+        json_t *o = json_pack("{s:s, s:b, s:b, s:o, s:b, s:s}", "name", si->name, "safe",
+                              !si->unsafe, "segments", si->segments_ok, "needs", needs,
+                              "available", why == NULL, "description", si->about);
+        if (o && why) json_object_set_new(o, "unavailable_reason", json_string(why));
+        json_array_append_new(list, o);
     }
     http_reply_json(r, 200, json_pack("{s:o}", "strategies", list), NULL);
 }

@@ -45,8 +45,17 @@ static const opt OPTS[] = {
       "non-loopback --listen, which is refused otherwise" },
     { "threads", "FLASHSALE_THREADS", T_INT, F(threads), 0, 256, "0",
       "HTTP event-loop threads (0: one per CPU)" },
-        { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
+    { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
       "prefix of every Redis key the service uses" },
+    { "redlock", "FLASHSALE_REDLOCK", T_STR, F(redlock), 0, 0, "",
+      "Redis URLs of the `redlock` strategy's servers, comma-separated: an odd number (3, 5) "
+      "of independent redis-servers, not the --redis one; empty: `redlock` is unavailable" },
+    { "zookeeper", "FLASHSALE_ZOOKEEPER", T_STR, F(zookeeper), 0, 0, "",
+      "zk://host:port[,host:port...][/base] of the `zookeeper` strategy's ensemble (base "
+      "default /locks); empty: `zookeeper` is unavailable" },
+    { "etcd", "FLASHSALE_ETCD", T_STR, F(etcd), 0, 0, "",
+      "etcd://host:port[,host:port...][/prefix] of the `etcd` strategy's cluster; empty: "
+      "`etcd` is unavailable" },
     { "redis-timeout-ms", "FLASHSALE_REDIS_TIMEOUT_MS", T_INT, F(redis_timeout_ms), 10, 60000,
       "1000", "Redis connect and command timeout" },
     { "db-busy-timeout-ms", "FLASHSALE_DB_BUSY_TIMEOUT_MS", T_INT, F(db_busy_timeout_ms), 1,
@@ -73,11 +82,13 @@ static const opt OPTS[] = {
     { "shutdown-grace-ms", "FLASHSALE_SHUTDOWN_GRACE_MS", T_INT, F(shutdown_grace_ms), 0,
       600000, "10000", "on SIGTERM, how long requests in flight may take to finish" },
     { "lock-ttl-ms", "FLASHSALE_LOCK_TTL_MS", T_INT, F(lock_ttl_ms), 10, 600000, "2000",
-      "lease of the lock strategies' locks (renewed while held by `lock`)" },
+      "lease of the lock strategies' locks (renewed while held by lock, redlock and etcd; "
+      "zookeeper: the session timeout asked; etcd: whole seconds, rounded up)" },
     { "lock-wait-ms", "FLASHSALE_LOCK_WAIT_MS", T_INT, F(lock_wait_ms), 0, 60000, "1000",
       "how long an order waits for a lock before 429 lock_timeout" },
     { "lock-workers", "FLASHSALE_LOCK_WORKERS", T_INT, F(lock_workers), 1, 1024, "32",
-      "threads that run the strategies that may block (local, unsafe-*, db-optimistic's read)" },
+      "threads that run the strategies that may block (redlock, zookeeper, etcd, db-lock, "
+      "local, unsafe-*, db-optimistic's read)" },
     { "fault-injection", "FLASHSALE_FAULT_INJECTION", T_FLAG, F(fault_injection), 0, 0, "0",
       "let products set cs_delay_ms (a pause inside the critical section) and lock_ttl_ms, "
       "to make the unsafe strategies' flaws visible; never in production" },

@@ -123,6 +123,104 @@ static void recover(svc_app *a, db *d) {
     stock_conn_free(s.sc);
 }
 
+/* ------------------------------------------------------------ lock servers */
+
+/* A lock module client for urls[0..n), or NULL with err naming flag. */
+static lock_client *lock_open(svc_app *a, const char *flag, const char *const *urls, int n,
+                              int watchdog, char *err, size_t errlen) {
+    lock_options lo = { urls, n, a->cfg.redis_timeout_ms, watchdog, 0 };
+    char why[256];
+    lock_client *c = lock_client_new(&lo, why, sizeof why);
+    if (!c) snprintf(err, errlen, "%s: %s", flag, why);
+    return c;
+}
+
+/* Checks that url is of the scheme a flag wants, naming both if not. */
+static int want_scheme(const char *flag, const char *url, const char *const *schemes,
+                       const char *form, char *err, size_t errlen) {
+    for (const char *const *s = schemes; *s; s++)
+        if (!strncmp(url, *s, strlen(*s)) && url[strlen(*s)]) return 0;
+    snprintf(err, errlen, "%s: '%.200s' is not %s", flag, url, form);
+    return -1;
+}
+
+/* --redlock's URLs, split at the commas into buf (urls point into it).
+ * Returns how many, or -1 with err. */
+static int redlock_urls(const char *list, char *buf, size_t len, const char **urls, char *err,
+                        size_t errlen) {
+    static const char *const redis[] = { "redis://", "unix:", NULL };
+    int n = 0;
+    snprintf(buf, len, "%s", list);
+    for (char *save = NULL, *u = strtok_r(buf, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
+        if (n == LOCK_MAX_SERVERS) {
+            snprintf(err, errlen, "--redlock: more than %d servers", LOCK_MAX_SERVERS);
+            return -1;
+        }
+        if (want_scheme("--redlock", u, redis, "a redis:// or unix: URL", err, errlen)) return -1;
+        urls[n++] = u;
+    }
+    if (n < 3 || n % 2 == 0) {
+        snprintf(err, errlen, "--redlock: want an odd number (3, 5, ...) of independent Redis "
+                 "URLs, comma-separated; got %d", n);
+        return -1;
+    }
+    return n;
+}
+
+/* The lock strategies' clients, per server: one renewing held leases, one
+ * renewing nothing (for products whose injected pause stands for a whole-
+ * process pause; none for ZooKeeper, whose sessions the library keeps
+ * alive on its own threads, which such a pause does not stop). The
+ * servers are not contacted here; a URL that cannot be a server's is a
+ * usage error. Returns 0, or -1 with err naming the flag. */
+static int locks_open(svc_app *a, char *err, size_t errlen) {
+    static const char *const zk[] = { "zk://", NULL }, *const etcd[] = { "etcd://", NULL };
+    char redlock_buf[sizeof a->cfg.redlock];
+    const char *urls[LOCK_MAX_SERVERS] = { a->cfg.redis_url };
+    stock_config *sc = &a->stock_cfg;
+    for (int frozen = 0; frozen < 2; frozen++) {
+        lock_client **set = frozen ? sc->locks_frozen : sc->locks;
+        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
+            return -1;
+    }
+    if (a->cfg.redlock[0]) {
+        int n = redlock_urls(a->cfg.redlock, redlock_buf, sizeof redlock_buf, urls, err, errlen);
+        if (n < 0) return -1;
+        for (int frozen = 0; frozen < 2; frozen++) {
+            lock_client **set = frozen ? sc->locks_frozen : sc->locks;
+            if (!(set[STOCK_LOCKS_REDLOCK] = lock_open(a, "--redlock", urls, n, !frozen, err,
+                                                       errlen)))
+                return -1;
+        }
+    }
+    if (a->cfg.zookeeper[0]) {
+        urls[0] = a->cfg.zookeeper;
+        if (want_scheme("--zookeeper", urls[0], zk, "a zk://host:port[/base] URL", err, errlen) ||
+            !(sc->locks[STOCK_LOCKS_ZOOKEEPER] = lock_open(a, "--zookeeper", urls, 1, 1, err,
+                                                           errlen)))
+            return -1;
+    }
+    if (a->cfg.etcd[0]) {
+        urls[0] = a->cfg.etcd;
+        if (want_scheme("--etcd", urls[0], etcd, "an etcd://host:port[/prefix] URL", err, errlen))
+            return -1;
+        for (int frozen = 0; frozen < 2; frozen++) {
+            lock_client **set = frozen ? sc->locks_frozen : sc->locks;
+            if (!(set[STOCK_LOCKS_ETCD] = lock_open(a, "--etcd", urls, 1, !frozen, err, errlen)))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void locks_close(svc_app *a) {
+    for (int i = 0; i < STOCK_LOCKS_COUNT; i++) {
+        lock_client_free(a->stock_cfg.locks[i]);
+        lock_client_free(a->stock_cfg.locks_frozen[i]);
+        a->stock_cfg.locks[i] = a->stock_cfg.locks_frozen[i] = NULL;
+    }
+}
+
 /* Stops accepting, answers what is in flight, then stops every thread. */
 static void shutdown_gracefully(svc_app *a) {
     atomic_store(&a->shutting_down, 1);
@@ -166,19 +264,12 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                                    .lock_wait_ms = a->cfg.lock_wait_ms,
                                    .observe = svc_metrics_redis_call, .observe_ud = a };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
-    /* The lock strategies' clients: one renewing its leases, one not (for
-     * products whose injected pause stands for a whole-process pause). */
-    const char *urls[1] = { a->cfg.redis_url };
-    lock_options lo = { urls, 1, a->cfg.redis_timeout_ms, 1, 0 };
+    a->stock_cfg.db_path = a->cfg.db_path;
+    a->stock_cfg.db_opt = &a->db_opt;
     char why[256];
-    if (!(a->stock_cfg.locks = lock_client_new(&lo, why, sizeof why))) {
-        snprintf(err, errlen, "--redis: %s", why);
-        return 2;
-    }
-    lo.watchdog = 0;
-    a->stock_cfg.locks_frozen = lock_client_new(&lo, why, sizeof why);
+    if (locks_open(a, err, errlen) != 0) goto fail2;
     stock_conn *probe = stock_conn_new(&a->stock_cfg, why, sizeof why);
-    if (!probe || !a->stock_cfg.locks_frozen) {
+    if (!probe) {
         snprintf(err, errlen, "--redis: %s", why);
         goto fail2;
     }
@@ -224,8 +315,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     return 0;
 fail2:
-    lock_client_free(a->stock_cfg.locks);
-    lock_client_free(a->stock_cfg.locks_frozen);
+    locks_close(a);
     return 2;
 fail1:
     return 1;
@@ -233,8 +323,7 @@ fail1:
 
 void svc_stop(svc_app *a) {
     shutdown_gracefully(a);
-    lock_client_free(a->stock_cfg.locks);
-    lock_client_free(a->stock_cfg.locks_frozen);
+    locks_close(a);
     svc_product_cache_free(a->products);
     pthread_key_delete(a->tls);
 }

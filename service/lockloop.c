@@ -45,6 +45,7 @@ struct svc_lock_q {
     svc_order *holder;              /* taking or holding it */
     lq_state state;
     int64_t lease_until_us;        /* LQ_HOLDING: when the holder's lease runs out */
+    int64_t released_us;           /* an order released the lock with others queued */
     int ops;                       /* orders here not yet settled (shutdown waits) */
     struct svc_lock_q *next_ready;
     int ready;
@@ -70,6 +71,18 @@ static void ready(svc_lock_q *q) {
     svc_order_loop_lock_ready(q->ol, q);
 }
 
+/* The holder's release goes out: with orders queued behind it, the next
+ * one's acquire completes a hand-off (flashsale_lock_handoff_seconds). */
+static void releasing(svc_lock_q *q) {
+    q->released_us = q->head ? clock_mono_us() : 0;
+}
+
+static void handed_off(svc_lock_q *q, svc_order *op) {
+    if (!q->released_us || op->lock_t0_us > q->released_us) return;
+    svc_histogram_observe(&op->a->m.lock_handoff[STOCK_LOCK], clock_mono_us() - q->released_us);
+    q->released_us = 0;
+}
+
 static void next_holder(svc_lock_q *q) {
     q->holder = NULL;
     q->state = LQ_IDLE;
@@ -93,6 +106,7 @@ static void written(void *ud, int res) {
 
 /* The fenced write, then the next holder right behind it. */
 static void write_now(svc_lock_q *q, svc_order *op) {
+    releasing(q);
     stock_async_lock_write(svc_order_loop_stock(q->ol), &op->sreq, &op->hold, 1, written, op);
     if (q->holder == op) next_holder(q);
 }
@@ -165,8 +179,10 @@ static void taken(void *ud, int res) {
         return;
     }
     count_lock(op, 0);
+    handed_off(q, op);
     stock_result verdict = stock_lock_check(r, &op->hold);
     if (verdict != STOCK_RESERVED) {
+        releasing(q);
         stock_async_lock_write(svc_order_loop_stock(q->ol), r, &op->hold, 0, NULL, NULL);
         next_holder(q);
         if (verdict == STOCK_INSUFFICIENT && op->p->segments > 1) {

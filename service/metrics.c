@@ -59,7 +59,7 @@ static const char *const OUTCOME_NAMES[OUT_COUNT] = {
     [OUT_KEY_REUSED] = "idempotency_key_reused", [OUT_IN_PROGRESS] = "request_in_progress",
     [OUT_LOCK_TIMEOUT] = "lock_timeout", [OUT_FENCED] = "lock_fenced",
     [OUT_CONFLICT] = "optimistic_conflict", [OUT_REDIS_UNAVAILABLE] = "redis_unavailable",
-    [OUT_DB_UNAVAILABLE] = "db_unavailable",
+    [OUT_DB_UNAVAILABLE] = "db_unavailable", [OUT_LOCK_UNAVAILABLE] = "lock_unavailable",
 };
 
 /* The statuses the API answers (docs/openapi.yaml); the last slot counts
@@ -76,7 +76,8 @@ static const char *const ERRORS[SVC_NERROR] = {
     "not_found", "unknown_sku", "unknown_order", "method_not_allowed", "sold_out",
     "insufficient_stock", "sku_exists", "per_user_limit", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
-    "redis_unavailable", "db_unavailable", "shutting_down", "internal_error", "other",
+    "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
+    "shutting_down", "internal_error", "other",
 };
 
 const char *svc_outcome_name(svc_outcome o) { return OUTCOME_NAMES[o]; }
@@ -309,6 +310,16 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
     for (int i = 0; i < 3; i++)
         put(b, "flashsale_lock_acquires_total{outcome=\"%s\"} %llu\n", LOCK_OUT[i],
             (unsigned long long)atomic_load(&m->lock_outcomes[i]));
+
+    family(b, "flashsale_lock_handoff_seconds", "histogram",
+           "Time from this process releasing a stock lock to its next acquire here "
+           "completing, when that acquirer was waiting.");
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        if (stock_strategy_about((stock_strategy)s)->kind != STOCK_KIND_RCW) continue;
+        snprintf(labels, sizeof labels, "strategy=\"%s\"", strategy_name(s));
+        put_histogram(b, "flashsale_lock_handoff_seconds", labels, &m->lock_handoff[s],
+                      &LATENCY);
+    }
 
     counter(b, "flashsale_redis_errors_total", "Redis operations that failed.",
             atomic_load(&m->redis_errors));

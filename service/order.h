@@ -48,7 +48,7 @@ struct svc_order {
 typedef enum svc_refusal {
     RF_SOLD_OUT, RF_INSUFFICIENT, RF_LIMIT, RF_KEY_REUSED, RF_IN_PROGRESS, RF_LOCK_TIMEOUT,
     RF_FENCED, RF_CONFLICT, RF_REBUILDING, RF_REDIS_DOWN, RF_REDIS_DOWN_TAKEN, RF_STALE,
-    RF_DB_DOWN, RF_DB_UNKNOWN, RF_COUNT
+    RF_DB_DOWN, RF_DB_UNKNOWN, RF_LOCK_DOWN, RF_COUNT
 } svc_refusal;
 /* Answers op with refusal rf (n: the number its sentence names; for the
  * 409s also a field of the body) and frees op. */

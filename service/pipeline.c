@@ -8,8 +8,9 @@
  *             script call on the loop's own Redis connection (orderloop.c);
  *             the reserved ones go to the committer in one hand-off
  *   lock      on the loop that owns the segment's lock (lockloop.c)
- *   rcw       (local, unsafe-*) on a pool thread (pool.c), one order at a
- *             time, since its strategy may wait for a lock
+ *   rcw       (redlock, zookeeper, etcd, db-lock, local, unsafe-*) on a
+ *             pool thread (pool.c), one order at a time, since its
+ *             strategy may wait for a lock
  *   db        straight to the committer, which takes the stock in the
  *             order's own transaction (dbstrategy.c; db-optimistic reads
  *             its version on a pool thread first)
@@ -96,6 +97,9 @@ int svc_order_reserved(svc_order *op) {
         return 0;
     case STOCK_FENCED:
         svc_refuse(op, RF_FENCED, 0);
+        return 0;
+    case STOCK_LOCK_DOWN:
+        svc_refuse(op, RF_LOCK_DOWN, 0);
         return 0;
     case STOCK_UNAVAILABLE:
         if (r->outcome_unknown) {

@@ -1,14 +1,16 @@
 /* pool.c: threads for the strategies that may block.
  *
- * The read-check-write strategies other than `lock` (local, the unsafe
- * baselines, and `lock` orders that no one segment can hold) wait for a
- * lock on the thread that runs them, and db-optimistic reads SQLite: they
- * run here, one order per thread at a time, each thread with its own
- * connections, and hand their orders on to the committer. */
+ * The read-check-write strategies other than `lock` (redlock, zookeeper,
+ * etcd, db-lock, local, the unsafe baselines, and `lock` orders that no
+ * one segment can hold) wait for a lock on the thread that runs them, and
+ * db-optimistic reads SQLite: they run here, one order per thread at a
+ * time, each thread with its own connections, and hand their orders on to
+ * the committer. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
 #include "service/order.h"
 
 /* Strategies that may block run here, one order per thread at a time. */
@@ -41,6 +43,15 @@ static svc_order *take(svc_pool *s) {
     return op;
 }
 
+/* A lock server in trouble: one line a second at most, not one per order. */
+static void log_lock_down(const svc_order *op, stock_conn *sc) {
+    static _Atomic int64_t last_us;
+    int64_t now = clock_mono_us(), then = atomic_load(&last_us);
+    if (now - then < 1000000 || !atomic_compare_exchange_strong(&last_us, &then, now)) return;
+    svc_log(SVC_LOG_WARN, "%s: lock server unavailable (orders answered 503): %s",
+            stock_strategy_about(op->p->strategy)->name, stock_conn_errstr(sc));
+}
+
 /* Runs one read-check-write reservation, which may wait for a lock. */
 static void reserve_one(svc_app *a, stock_conn *sc, svc_order *op) {
     stock_reserve_one(sc, &op->sreq);
@@ -48,9 +59,12 @@ static void reserve_one(svc_app *a, stock_conn *sc, svc_order *op) {
     if (r->lock_wait_us >= 0) {
         svc_histogram_observe(&a->m.lock_acquire, r->lock_wait_us);
         int o = r->result == STOCK_LOCK_TIMEOUT ? 1
-              : r->result == STOCK_UNAVAILABLE && !r->outcome_unknown ? 2 : 0;
+              : (r->result == STOCK_UNAVAILABLE && !r->outcome_unknown) ||
+                r->result == STOCK_LOCK_DOWN ? 2 : 0;
         atomic_fetch_add(&a->m.lock_outcomes[o], 1);
     }
+    if (r->handoff_us >= 0) svc_histogram_observe(&a->m.lock_handoff[op->p->strategy], r->handoff_us);
+    if (r->result == STOCK_LOCK_DOWN) log_lock_down(op, sc);
     if (svc_order_reserved(op)) db_writer_submit(a->writer, &op->job);
 }
 

@@ -48,6 +48,9 @@ typedef struct svc_config {
     char strategy[32];
     char admin_token[256];
     char key_prefix[64];
+    char redlock[2048];       /* "URL,URL,URL": the Redlock servers ("": none) */
+    char zookeeper[1024];     /* zk://host:port[/base] ("": none) */
+    char etcd[1024];          /* etcd://host:port[/prefix] ("": none) */
     int threads;              /* HTTP event-loop threads */
     int redis_timeout_ms;
     int db_busy_timeout_ms;
@@ -153,11 +156,11 @@ enum svc_route_id {
 typedef enum svc_outcome {
     OUT_CREATED, OUT_REPLAYED, OUT_SOLD_OUT, OUT_INSUFFICIENT, OUT_LIMIT, OUT_KEY_REUSED,
     OUT_IN_PROGRESS, OUT_LOCK_TIMEOUT, OUT_FENCED, OUT_CONFLICT, OUT_REDIS_UNAVAILABLE,
-    OUT_DB_UNAVAILABLE, OUT_COUNT
+    OUT_DB_UNAVAILABLE, OUT_LOCK_UNAVAILABLE, OUT_COUNT
 } svc_outcome;
 
 #define SVC_NSTATUS 14            /* the statuses the API answers, and "other" */
-#define SVC_NERROR 24             /* none, the API's error codes, and "other" */
+#define SVC_NERROR 26             /* none, the API's error codes, and "other" */
 
 #define HIST_BUCKETS 16
 typedef struct svc_histogram {
@@ -187,6 +190,9 @@ typedef struct svc_metrics {
     atomic_llong pending_oldest_ms;                  /* the oldest of those, by Redis' clock */
     atomic_llong swept_wall_ms;                      /* when (0: no sweep yet) */
     atomic_llong oversold[STOCK_STRATEGY_COUNT];     /* units sold beyond stock_initial */
+    /* Release of a lock by this process -> the next acquire of it here
+     * completing, when that acquirer was waiting: per strategy. */
+    svc_histogram lock_handoff[STOCK_STRATEGY_COUNT];
 } svc_metrics;
 
 const char *svc_outcome_name(svc_outcome o);
@@ -315,6 +321,13 @@ stock_conn *svc_thread_stock(svc_app *a);
 /* Finds a product: cache first, then the database. Returns DB_OK,
  * DB_NOTFOUND or DB_ERROR. */
 db_status svc_product_find(svc_app *a, const char *sku, svc_product **out);
+
+/* Why strategy s cannot take orders on this instance -- the server it
+ * needs was not configured ("start flashsale with --zookeeper") -- or NULL
+ * when it can (strategies.c). */
+const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s);
+/* The flag that configures the lock server s needs ("--etcd"), or NULL. */
+const char *svc_strategy_flag(stock_strategy s);
 
 /* The HTTP routes (api.c). */
 extern const http_route svc_api_routes[];

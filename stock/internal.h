@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "db/db.h"
 #include "stock/stock.h"
 
 struct stock_conn {
@@ -21,7 +22,10 @@ struct stock_conn {
     unsigned char *retry;         /* per request of a pipeline: NOSCRIPT seen */
     size_t retry_cap;
     uint64_t rng;
-    struct lock_client *locks, *locks_frozen;
+    struct lock_client *locks[STOCK_LOCKS_COUNT], *locks_frozen[STOCK_LOCKS_COUNT];
+    char db_path[1024];           /* db-lock: the lock table's file */
+    db_options db_opt;
+    db *lockdb;                   /* ...opened on first use */
     int lock_ttl_ms, lock_wait_ms;
     stock_call_observer *observe;
     void *observe_ud;

@@ -1,15 +1,19 @@
-/* rcw.c: the read-check-write strategies: `lock`, `local`, and the unsafe
- * demonstrations. They share one shape:
+/* rcw.c: the read-check-write strategies: `lock` (when no one segment can
+ * hold an order), `redlock`, `zookeeper`, `etcd`, `db-lock`, `local`, and
+ * the unsafe demonstrations. They share one shape:
  *
  *   choose segments -> lock them (per strategy) -> read -> check
  *     -> [injected pause] -> write -> unlock
  *
- * and differ only in the lock (none, a process mutex, SETNX+EXPIRE, SET NX
- * PX, or the lock module's fenced lease), in when it is released, and in
- * whether the write sets the value computed from the read or subtracts.
- * The unsafe ones are faithful to the seeds' broken code on purpose; the
- * injected pause (cs_delay_ms, fault injection only) forces the
- * interleaving that breaks them, instead of hoping the scheduler does.
+ * and differ only in the lock, in when it is released, and in whether the
+ * write sets the value computed from the read or subtracts. The lock is
+ * the strategy's row in one table (PROVIDERS): none, a process mutex, the
+ * seeds' own SETNX+EXPIRE or SET NX PX, a lock of the lock module (on the
+ * service's Redis, on Redlock servers, ZooKeeper or etcd), or a row of the
+ * database's lock table. The safe ones fence their write with the lock's
+ * own token. The unsafe ones are faithful to the seeds' broken code on
+ * purpose; the injected pause (cs_delay_ms, fault injection only) forces
+ * the interleaving that breaks them, instead of hoping the scheduler does.
  *
  * Segments: a request first tries one random segment not known to be
  * empty; if that is short, it reads all segments at once and locks the ones
@@ -30,6 +34,8 @@
 #define ATTEMPTS 4
 #define STRIPES 1024
 #define POLL_MS 5
+#define DB_POLL_MAX_MS 32       /* db-lock: longest sleep between two tries */
+#define HANDOFF_SLOTS 1024
 
 /* In-process mutexes of the `local` strategy, striped by (sku, segment). */
 static pthread_mutex_t stripes[STRIPES] = { [0 ... STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER };
@@ -39,14 +45,20 @@ typedef struct pick {
     int seg[STOCK_MAX_SEGMENTS];
     long long value[STOCK_MAX_SEGMENTS];   /* units read */
     long long take[STOCK_MAX_SEGMENTS];
-    uint64_t token[STOCK_MAX_SEGMENTS];    /* fence tokens (`lock` only) */
+    uint64_t token[STOCK_MAX_SEGMENTS];    /* fence tokens (fenced strategies) */
 } pick;
+
+/* One segment's lock, as its provider took it. */
+typedef struct slot {
+    lock_handle *handle;          /* the lock module's hold */
+    char value[40];               /* the seeds' locks: our value; db-lock: our owner id */
+    unsigned order;               /* the provider's order key (local: the mutex) */
+    int shared;                   /* a mutex already taken for an earlier segment */
+} slot;
 
 typedef struct held {
     int n;
-    lock_handle *handle[STOCK_MAX_SEGMENTS];
-    char value[STOCK_MAX_SEGMENTS][40];    /* unsafe locks: our value */
-    int stripe[STOCK_MAX_SEGMENTS];
+    slot s[STOCK_MAX_SEGMENTS];
 } held;
 
 /* What the read under the locks found. */
@@ -61,26 +73,47 @@ static void lock_key(stock_conn *c, const stock_product *p, int seg, char *buf, 
     snprintf(buf, len, "%s{%s}:lock:%d", c->prefix, p->sku, seg);
 }
 
-static unsigned stripe_of(const char *sku, int seg) {
+static void random_hex(char *out, size_t bytes) {
+    unsigned char rnd[32];
+    if (bytes > sizeof rnd) bytes = sizeof rnd;
+    if (getrandom(rnd, bytes, 0) != (ssize_t)bytes) memset(rnd, 0, sizeof rnd);
+    for (size_t i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", rnd[i]);
+}
+
+static unsigned stripe_of(const stock_product *p, int seg) {
     unsigned h = 2166136261u;
-    while (*sku) h = (h ^ (unsigned char)*sku++) * 16777619u;
+    for (const char *s = p->sku; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
     return (h ^ (unsigned)seg * 2654435761u) % STRIPES;
 }
 
-static int cmp_int(const void *a, const void *b) {
-    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+/* `local`: the stripe's mutex (taken in stripe order: see lock_all). */
+static stock_result take_local(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                               int64_t deadline_ms, slot *sl, uint64_t *token) {
+    (void)c, (void)p, (void)seg, (void)ttl_ms, (void)deadline_ms, (void)token;
+    pthread_mutex_lock(&stripes[sl->order]);
+    return STOCK_RESERVED;
+}
+
+static void drop_local(stock_conn *c, const stock_product *p, int seg, slot *sl) {
+    (void)c, (void)p, (void)seg;
+    pthread_mutex_unlock(&stripes[sl->order]);
 }
 
 /* The seeds' own locks, kept broken on purpose: SETNX then EXPIRE in a
  * second command (unsafe-setnx-expire), or SET NX PX; both polled. */
-static int naive_lock(stock_conn *c, const char *key, const char *value, int ttl_ms,
-                      int64_t deadline_ms, int setnx_expire) {
+static stock_result naive_lock(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                               int64_t deadline_ms, slot *sl, int setnx_expire) {
+    char key[STOCK_SKU_MAX + 96];
+    if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
+    lock_key(c, p, seg, key, sizeof key);
+    random_hex(sl->value, 8);
     for (;;) {
         int64_t t0 = sk_t0(c->observe);
-        redisReply *rep = setnx_expire ? redisCommand(c->ctx, "SETNX %s %s", key, value)
-                                       : redisCommand(c->ctx, "SET %s %s NX PX %d", key, value, ttl_ms);
+        redisReply *rep = setnx_expire ? redisCommand(c->ctx, "SETNX %s %s", key, sl->value)
+                                       : redisCommand(c->ctx, "SET %s %s NX PX %d", key, sl->value,
+                                                      ttl_ms);
         sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
-        if (!rep) return -1;
+        if (!rep) goto err;
         int got = setnx_expire ? rep->type == REDIS_REPLY_INTEGER && rep->integer == 1
                                : rep->type == REDIS_REPLY_STATUS;
         freeReplyObject(rep);
@@ -90,100 +123,312 @@ static int naive_lock(stock_conn *c, const char *key, const char *value, int ttl
             t0 = sk_t0(c->observe);
             rep = redisCommand(c->ctx, "EXPIRE %s %d", key, (ttl_ms + 999) / 1000);
             sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
-            if (!rep) return -1;
+            if (!rep) goto err;
             freeReplyObject(rep);
         }
-        if (got) return 1;
-        if (clock_mono_ms() >= deadline_ms) return 0;
+        if (got) return STOCK_RESERVED;
+        if (clock_mono_ms() >= deadline_ms) return STOCK_LOCK_TIMEOUT;
         clock_sleep_ms(POLL_MS);
+    }
+err:
+    sk_drop(c, "lock");
+    return STOCK_UNAVAILABLE;
+}
+
+static stock_result take_setnx_expire(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                                      int64_t deadline_ms, slot *sl, uint64_t *token) {
+    (void)token;
+    return naive_lock(c, p, seg, ttl_ms, deadline_ms, sl, 1);
+}
+
+static stock_result take_set_nx_px(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                                   int64_t deadline_ms, slot *sl, uint64_t *token) {
+    (void)token;
+    return naive_lock(c, p, seg, ttl_ms, deadline_ms, sl, 0);
+}
+
+static void naive_unlock(stock_conn *c, const stock_product *p, int seg, slot *sl, int del) {
+    char key[STOCK_SKU_MAX + 96];
+    redisReply *rep;
+    if (!c->ctx) return;
+    lock_key(c, p, seg, key, sizeof key);
+    int64_t t0 = sk_t0(c->observe);
+    if (del) {
+        /* The seed's release: whoever's lock it is now. */
+        rep = redisCommand(c->ctx, "DEL %s", key);
+    } else {
+        rconn_cmd_evalsha(&c->cmd, &sk_unlock, 1);
+        rconn_cmd_adds(&c->cmd, key);
+        rconn_cmd_adds(&c->cmd, sl->value);
+        rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_unlock);
+    }
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
+    if (rep) freeReplyObject(rep);
+    else sk_drop(c, "unlock");
+}
+
+static void drop_del(stock_conn *c, const stock_product *p, int seg, slot *sl) {
+    naive_unlock(c, p, seg, sl, 1);
+}
+
+static void drop_owned(stock_conn *c, const stock_product *p, int seg, slot *sl) {
+    naive_unlock(c, p, seg, sl, 0);
+}
+
+/* A lock of the lock module, on the server of the strategy. A product
+ * whose injected pause stands for a whole-process pause takes it through
+ * the client that renews nothing (where there is one: a ZooKeeper session
+ * is kept by the library's own threads, which a pause of this thread does
+ * not stop). */
+static stock_result take_module(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                                int64_t deadline_ms, slot *sl, uint64_t *token) {
+    stock_lock_server srv = stock_strategy_about(p->strategy)->locks;
+    lock_client *lc = p->cs_delay_ms > 0 && c->locks_frozen[srv] ? c->locks_frozen[srv]
+                                                                  : c->locks[srv];
+    /* The service's own Redis failing is Redis down; any other lock
+     * server failing is that server's. */
+    stock_result down = srv == STOCK_LOCKS_REDIS ? STOCK_UNAVAILABLE : STOCK_LOCK_DOWN;
+    char key[STOCK_SKU_MAX + 96], err[200];
+    if (!lc) {
+        snprintf(c->errstr, sizeof c->errstr, "lock: no %s lock server configured",
+                 stock_strategy_about(p->strategy)->name);
+        return down;
+    }
+    lock_key(c, p, seg, key, sizeof key);
+    int64_t wait = deadline_ms - clock_mono_ms();
+    lock_status st = lock_acquire(lc, key, ttl_ms, wait > 0 ? wait : 0, NULL, &sl->handle, err,
+                                  sizeof err);
+    if (st == LOCK_OK) {
+        *token = lock_fence(sl->handle);
+        return STOCK_RESERVED;
+    }
+    if (st == LOCK_BUSY) return STOCK_LOCK_TIMEOUT;
+    snprintf(c->errstr, sizeof c->errstr, "lock: %s", err);
+    return down;
+}
+
+static void drop_module(stock_conn *c, const stock_product *p, int seg, slot *sl) {
+    (void)c, (void)p, (void)seg;
+    lock_release(sl->handle);
+    sl->handle = NULL;
+}
+
+/* db-lock: a row of the database's lock table (db_lock_acquire), tried
+ * again after a jittered exponential backoff -- never longer than the
+ * holder's row has left, nor past the wait -- as the seed's tryLock polls. */
+static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                            int64_t deadline_ms, slot *sl, uint64_t *token) {
+    char name[STOCK_SKU_MAX + 96], err[256];
+    if (!c->lockdb && !(c->lockdb = db_open(c->db_path, &c->db_opt, err, sizeof err))) {
+        snprintf(c->errstr, sizeof c->errstr, "lock table: %.200s", err);
+        return STOCK_LOCK_DOWN;
+    }
+    lock_key(c, p, seg, name, sizeof name);
+    random_hex(sl->value, 16);
+    int64_t backoff_ms = 1;
+    for (;;) {
+        int64_t left = deadline_ms - clock_mono_ms();
+        long long fence, holder_left;
+        db_status st = db_lock_acquire(c->lockdb, name, sl->value, ttl_ms,
+                                       left > 1 ? (int)left : 1, &fence, &holder_left);
+        if (st == DB_OK) {
+            *token = (uint64_t)fence;
+            return STOCK_RESERVED;
+        }
+        if (st != DB_EXISTS && st != DB_BUSY) {
+            snprintf(c->errstr, sizeof c->errstr, "lock table: %s", db_errstr(c->lockdb));
+            db_close(c->lockdb);   /* opened afresh next time */
+            c->lockdb = NULL;
+            return STOCK_LOCK_DOWN;
+        }
+        int64_t now = clock_mono_ms();
+        if (now >= deadline_ms) return STOCK_LOCK_TIMEOUT;
+        int64_t nap = backoff_ms / 2 + (int64_t)(sk_random(c) % (uint64_t)(backoff_ms / 2 + 1));
+        if (st == DB_EXISTS && holder_left + 1 < nap) nap = holder_left > 0 ? holder_left + 1 : 0;
+        if (nap > deadline_ms - now) nap = deadline_ms - now;
+        if (nap > 0) clock_sleep_ms(nap);
+        backoff_ms = backoff_ms * 2 > DB_POLL_MAX_MS ? DB_POLL_MAX_MS : backoff_ms * 2;
     }
 }
 
-static int has_lock(stock_strategy s) {
-    return s != STOCK_UNSAFE_READ_WRITE && s != STOCK_UNSAFE_CHECK_THEN_DECR;
+static void drop_db(stock_conn *c, const stock_product *p, int seg, slot *sl) {
+    char name[STOCK_SKU_MAX + 96];
+    if (!c->lockdb) return;
+    lock_key(c, p, seg, name, sizeof name);
+    /* A release that fails leaves the row to expire after its ttl. */
+    db_lock_release(c->lockdb, name, sl->value, c->db_opt.busy_timeout_ms);
 }
 
-/* Takes the locks of pk's segments in ascending order. */
+/* How a strategy locks one segment: take (STOCK_RESERVED when held, else
+ * LOCK_TIMEOUT, UNAVAILABLE for Redis or LOCK_DOWN for another lock
+ * server, with c->errstr), drop, the order locks are taken in (NULL:
+ * ascending segment; equal keys share one lock), and whether the write is
+ * fenced by the lock's token. take NULL: the strategy takes no lock. */
+typedef struct provider {
+    stock_result (*take)(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
+                         int64_t deadline_ms, slot *sl, uint64_t *token);
+    void (*drop)(stock_conn *c, const stock_product *p, int seg, slot *sl);
+    unsigned (*order)(const stock_product *p, int seg);
+    int fenced;
+} provider;
+
+static const provider NO_LOCK = { NULL, NULL, NULL, 0 };
+static const provider LOCAL = { take_local, drop_local, stripe_of, 0 };
+static const provider SETNX_EXPIRE = { take_setnx_expire, drop_del, NULL, 0 };
+static const provider SET_NX_PX = { take_set_nx_px, drop_owned, NULL, 0 };
+static const provider MODULE = { take_module, drop_module, NULL, 1 };
+static const provider DB_TABLE = { take_db, drop_db, NULL, 1 };
+
+static const provider *const PROVIDERS[STOCK_STRATEGY_COUNT] = {
+    [STOCK_LUA] = &NO_LOCK,          /* not a read-check-write strategy */
+    [STOCK_LOCK] = &MODULE,
+    [STOCK_REDLOCK] = &MODULE,
+    [STOCK_ZOOKEEPER] = &MODULE,
+    [STOCK_ETCD] = &MODULE,
+    [STOCK_DB_LOCK] = &DB_TABLE,
+    [STOCK_DB] = &NO_LOCK,
+    [STOCK_DB_OPTIMISTIC] = &NO_LOCK,
+    [STOCK_LOCAL] = &LOCAL,
+    [STOCK_UNSAFE_READ_WRITE] = &NO_LOCK,
+    [STOCK_UNSAFE_CHECK_THEN_DECR] = &NO_LOCK,
+    [STOCK_UNSAFE_SETNX_EXPIRE] = &SETNX_EXPIRE,
+    [STOCK_UNSAFE_LOCK_NO_FENCE] = &SET_NX_PX,
+    [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = &SET_NX_PX,
+};
+
+static const provider *provider_of(const stock_product *p) {
+    assert(p->strategy < STOCK_STRATEGY_COUNT && PROVIDERS[p->strategy]);
+    return PROVIDERS[p->strategy];
+}
+
+/* The fence key of segment seg. Each kind of lock has its own, so that
+ * one key only ever sees tokens of one kind (they are not comparable):
+ * `lock` keeps the key it always had. */
+static void fence_suffix(const stock_product *p, int seg, char *buf, size_t len) {
+    if (p->strategy == STOCK_LOCK) snprintf(buf, len, "fence:%d", seg);
+    else snprintf(buf, len, "fence:%s:%d", stock_strategy_about(p->strategy)->name, seg);
+}
+
+/* -------------------------------------------------------------- hand-offs
+ *
+ * The time from a release of a lock by this process to the next acquire of
+ * the same lock completing in this process, counted only when that
+ * acquirer was already waiting: per lock name, how many of our orders are
+ * taking it and when it was last given up with someone waiting. Names
+ * share slots by hash; a collision at worst misses or blurs one sample. */
+
+static struct handoff_slot {
+    pthread_mutex_t mu;
+    uint64_t key;
+    int waiting;
+    int64_t released_us;
+} handoffs[HANDOFF_SLOTS] = { [0 ... HANDOFF_SLOTS - 1] = { PTHREAD_MUTEX_INITIALIZER, 0, 0, 0 } };
+
+static uint64_t handoff_key(const stock_conn *c, const stock_product *p, int seg) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)p->strategy;
+    for (const char *s = c->prefix; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    for (const char *s = p->sku; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return (h ^ (uint64_t)seg) * 1099511628211ULL;
+}
+
+static struct handoff_slot *handoff_slot(uint64_t key) {
+    struct handoff_slot *hs = &handoffs[key % HANDOFF_SLOTS];
+    pthread_mutex_lock(&hs->mu);
+    if (hs->key != key) {
+        hs->key = key;
+        hs->waiting = 0;
+        hs->released_us = 0;
+    }
+    return hs;
+}
+
+static void handoff_waiting(uint64_t key) {
+    struct handoff_slot *hs = handoff_slot(key);
+    hs->waiting++;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* The acquire that began at start_us ended (got: it holds the lock).
+ * Returns the hand-off it completed, or -1. */
+static int64_t handoff_done(uint64_t key, int64_t start_us, int got) {
+    int64_t now = clock_mono_us(), d = -1;
+    struct handoff_slot *hs = handoff_slot(key);
+    if (hs->waiting > 0) hs->waiting--;
+    if (got && hs->released_us && hs->released_us >= start_us) {
+        d = now - hs->released_us;
+        hs->released_us = 0;
+    }
+    pthread_mutex_unlock(&hs->mu);
+    return d;
+}
+
+static void handoff_released(uint64_t key) {
+    struct handoff_slot *hs = handoff_slot(key);
+    hs->released_us = hs->waiting > 0 ? clock_mono_us() : 0;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* ------------------------------------------------------- locking a pick */
+
+static int cmp_int(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* For sorting a pick's segments by their provider's order key. */
+static __thread unsigned (*sort_order)(const stock_product *, int);
+static __thread const stock_product *sort_p;
+
+static int cmp_order(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    unsigned kx = sort_order(sort_p, x), ky = sort_order(sort_p, y);
+    return kx != ky ? (kx > ky) - (kx < ky) : (x > y) - (x < y);
+}
+
+/* Takes the locks of pk's segments in the provider's order, all or none. */
 static stock_result lock_all(stock_conn *c, stock_req *r, pick *pk, held *h) {
     const stock_product *p = r->product;
+    const provider *pv = provider_of(p);
     int64_t t0 = clock_mono_us();
     int64_t deadline = clock_mono_ms() + c->lock_wait_ms;
     int ttl = p->lock_ttl_ms > 0 ? p->lock_ttl_ms : c->lock_ttl_ms;
-    char key[STOCK_SKU_MAX + 96], err[200];
+    stock_result res = STOCK_RESERVED;
     h->n = 0;
-    qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_int);
-    if (!has_lock(p->strategy)) return STOCK_RESERVED;
-    if (p->strategy == STOCK_LOCAL) {
-        for (int i = 0; i < pk->n; i++) h->stripe[i] = (int)stripe_of(p->sku, pk->seg[i]);
-        qsort(h->stripe, (size_t)pk->n, sizeof h->stripe[0], cmp_int);
-        for (int i = 0; i < pk->n; i++)
-            if (i == 0 || h->stripe[i] != h->stripe[i - 1])
-                pthread_mutex_lock(&stripes[h->stripe[h->n++] = h->stripe[i]]);
-        r->lock_wait_us = clock_mono_us() - t0;
-        return STOCK_RESERVED;
+    if (pv->order) {
+        sort_order = pv->order;
+        sort_p = p;
+        qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_order);
+    } else {
+        qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_int);
     }
-    for (int i = 0; i < pk->n; i++) {
-        lock_key(c, p, pk->seg[i], key, sizeof key);
-        int64_t wait = deadline - clock_mono_ms();
-        if (p->strategy == STOCK_LOCK) {
-            lock_client *lc = p->cs_delay_ms > 0 && c->locks_frozen ? c->locks_frozen : c->locks;
-            lock_status st = lock_acquire(lc, key, ttl, wait > 0 ? wait : 0, NULL, &h->handle[i],
-                                          err, sizeof err);
-            if (st != LOCK_OK) {
-                r->lock_wait_us = clock_mono_us() - t0;
-                if (st == LOCK_ERROR) snprintf(c->errstr, sizeof c->errstr, "lock: %s", err);
-                return st == LOCK_BUSY ? STOCK_LOCK_TIMEOUT : STOCK_UNAVAILABLE;
-            }
-            pk->token[i] = lock_fence(h->handle[i]);
-        } else {
-            unsigned char rnd[8];
-            if (stock_conn_ensure(c)) {
-                r->lock_wait_us = clock_mono_us() - t0;
-                return STOCK_UNAVAILABLE;
-            }
-            if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) memset(rnd, 0, sizeof rnd);
-            snprintf(h->value[i], sizeof h->value[i], "%02x%02x%02x%02x%02x%02x%02x%02x",
-                     rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-            int got = naive_lock(c, key, h->value[i], ttl, deadline,
-                                 p->strategy == STOCK_UNSAFE_SETNX_EXPIRE);
-            if (got <= 0) {
-                r->lock_wait_us = clock_mono_us() - t0;
-                if (got < 0) sk_drop(c, "lock");
-                return got < 0 ? STOCK_UNAVAILABLE : STOCK_LOCK_TIMEOUT;
-            }
+    if (!pv->take) return STOCK_RESERVED;
+    for (int i = 0; i < pk->n && res == STOCK_RESERVED; i++) {
+        slot *sl = &h->s[i];
+        memset(sl, 0, sizeof *sl);
+        pk->token[i] = 0;
+        sl->order = pv->order ? pv->order(p, pk->seg[i]) : (unsigned)pk->seg[i];
+        sl->shared = i > 0 && sl->order == h->s[i - 1].order;
+        if (!sl->shared) {
+            uint64_t key = handoff_key(c, p, pk->seg[i]);
+            int64_t start = clock_mono_us();
+            handoff_waiting(key);
+            res = pv->take(c, p, pk->seg[i], ttl, deadline, sl, &pk->token[i]);
+            int64_t d = handoff_done(key, start, res == STOCK_RESERVED);
+            if (d > r->handoff_us) r->handoff_us = d;
         }
-        h->n = i + 1;
+        if (res == STOCK_RESERVED) h->n = i + 1;
     }
     r->lock_wait_us = clock_mono_us() - t0;
-    return STOCK_RESERVED;
+    return res;
 }
 
 /* Releases what lock_all took (in every case; errors are not the order's). */
 static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *h) {
     const stock_product *p = r->product;
-    char key[STOCK_SKU_MAX + 96];
+    const provider *pv = provider_of(p);
     for (int i = h->n - 1; i >= 0; i--) {
-        if (p->strategy == STOCK_LOCAL) {
-            pthread_mutex_unlock(&stripes[h->stripe[i]]);
-        } else if (p->strategy == STOCK_LOCK) {
-            lock_release(h->handle[i]);
-        } else if (c->ctx) {
-            lock_key(c, p, pk->seg[i], key, sizeof key);
-            redisReply *rep;
-            int64_t t0 = sk_t0(c->observe);
-            if (p->strategy == STOCK_UNSAFE_SETNX_EXPIRE) {
-                /* The seed's release: whoever's lock it is now. */
-                rep = redisCommand(c->ctx, "DEL %s", key);
-            } else {
-                rconn_cmd_evalsha(&c->cmd, &sk_unlock, 1);
-                rconn_cmd_adds(&c->cmd, key);
-                rconn_cmd_adds(&c->cmd, h->value[i]);
-                rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_unlock);
-            }
-            sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
-            if (rep) freeReplyObject(rep);
-            else sk_drop(c, "unlock");
-        }
+        if (h->s[i].shared) continue;
+        pv->drop(c, p, pk->seg[i], &h->s[i]);
+        handoff_released(handoff_key(c, p, pk->seg[i]));
     }
     h->n = 0;
 }
@@ -197,8 +442,8 @@ static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *
  * token; the planning read, which holds no lock, leaves the fences alone. */
 static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *sn, int locked) {
     const stock_product *p = r->product;
-    int fenced = locked && p->strategy == STOCK_LOCK;
-    char suffix[32];
+    int fenced = locked && provider_of(p)->fenced;
+    char suffix[48];
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_evalsha(&c->cmd, &sk_read, 3 + pk->n * (fenced ? 2 : 1));
     sk_add_key(c, p->sku, "gen");
@@ -209,7 +454,7 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
         sk_add_key(c, p->sku, suffix);
     }
     for (int i = 0; fenced && i < pk->n; i++) {
-        snprintf(suffix, sizeof suffix, "fence:%d", pk->seg[i]);
+        fence_suffix(p, pk->seg[i], suffix, sizeof suffix);
         sk_add_key(c, p->sku, suffix);
     }
     rconn_cmd_adds(&c->cmd, c->run_id);
@@ -252,7 +497,8 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
 static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, const seen *sn) {
     const stock_product *p = r->product;
     int has_key = r->idem_key && r->idem_key[0], m = 0;
-    char suffix[32];
+    int fenced = provider_of(p)->fenced;
+    char suffix[48];
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     for (int i = 0; i < pk->n; i++) m += pk->take[i] > 0;
     rconn_cmd_evalsha(&c->cmd, &sk_write, 5 + 2 * m);
@@ -265,7 +511,7 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
         if (pk->take[i] == 0) continue;
         snprintf(suffix, sizeof suffix, "stock:%d", pk->seg[i]);
         sk_add_key(c, p->sku, suffix);
-        snprintf(suffix, sizeof suffix, "fence:%d", pk->seg[i]);
+        fence_suffix(p, pk->seg[i], suffix, sizeof suffix);
         sk_add_key(c, p->sku, suffix);
     }
     rconn_cmd_adds(&c->cmd, c->run_id);
@@ -284,7 +530,7 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
         rconn_cmd_addll(&c->cmd, pk->seg[i]);
         rconn_cmd_addll(&c->cmd, pk->value[i] - pk->take[i]);
         rconn_cmd_addll(&c->cmd, pk->take[i]);
-        rconn_cmd_addll(&c->cmd, p->strategy == STOCK_LOCK ? (long long)pk->token[i] : 0);
+        rconn_cmd_addll(&c->cmd, fenced ? (long long)pk->token[i] : 0);
     }
     r->outcome_unknown = 1;
     int64_t t0 = sk_t0(c->observe);
@@ -324,9 +570,13 @@ static int pick_one(stock_conn *c, const stock_product *p, pick *pk) {
     return 0;
 }
 
+static stock_result check(stock_req *r, pick *pk, const seen *sn, int all_segments);
+
 /* Reads every segment in one step and picks, from a random start, the ones
  * that cover the quantity. Returns STOCK_RESERVED when picked, else the
- * verdict (SOLD_OUT / INSUFFICIENT with available set, MISSING, ...). */
+ * verdict that one atomic read gives (a replay, the per-user limit,
+ * SOLD_OUT / INSUFFICIENT with available set, MISSING, ...): it was true
+ * at that read, and no lock is needed to give it. */
 static stock_result pick_many(stock_conn *c, stock_req *r, pick *pk) {
     const stock_product *p = r->product;
     static __thread pick all;
@@ -334,13 +584,8 @@ static stock_result pick_many(stock_conn *c, stock_req *r, pick *pk) {
     all.n = p->segments;
     for (int i = 0; i < p->segments; i++) all.seg[i] = i;
     stock_result res = read_segments(c, r, &all, &sn, 0);
+    if (res == STOCK_RESERVED) res = check(r, &all, &sn, 1);
     if (res != STOCK_RESERVED) return res;
-    long long total = 0;
-    for (int i = 0; i < p->segments; i++) total += all.value[i] > 0 ? all.value[i] : 0;
-    if (total < r->quantity) {
-        r->available = total;
-        return total == 0 ? STOCK_SOLD_OUT : STOCK_INSUFFICIENT;
-    }
     int start = (int)(sk_random(c) % (uint64_t)p->segments);
     long long need = r->quantity;
     pk->n = 0;
@@ -417,16 +662,18 @@ int stock_reserve_one(stock_conn *c, stock_req *r) {
     assert(stock_strategy_about(p->strategy)->kind == STOCK_KIND_RCW);
     r->result = STOCK_UNAVAILABLE;
     r->outcome_unknown = 0;
-    r->lock_wait_us = has_lock(p->strategy) ? 0 : -1;
+    r->lock_wait_us = provider_of(p)->take ? 0 : -1;
+    r->handoff_us = -1;
     if (stock_conn_ensure(c)) return -1;
     stock_result res = STOCK_LOCK_TIMEOUT;
     for (int i = 0; i < ATTEMPTS; i++) {
-        int all = 0;
-        if (p->segments == 1) {
+        int all = p->segments == 1;
+        if (p->segments == 1 && (i > 0 || !sk_hint_empty(p, 0))) {
             pk.n = 1;
             pk.seg[0] = 0;
-            all = 1;
-        } else if (i > 0 || !pick_one(c, p, &pk)) {
+        } else if (p->segments == 1 || i > 0 || !pick_one(c, p, &pk)) {
+            /* Every segment looks empty (or one was short): one read of
+             * them all decides, or picks, without taking a lock. */
             res = pick_many(c, r, &pk);
             if (res != STOCK_RESERVED) break;
         }

@@ -42,33 +42,52 @@ static void scripts_init(void) {
 
 static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
     [STOCK_LUA] = { "lua", STOCK_KIND_SCRIPT, 1, 0, 1,
-                    "one atomic Lua script checks and takes the stock (segments > 1: over N keys)" },
+                    "one atomic Lua script checks and takes the stock (segments > 1: over N keys)",
+                    STOCK_LOCKS_NONE },
     [STOCK_LOCK] = { "lock", STOCK_KIND_RCW, 1, 0, 1,
                      "a Redis lock per SKU (or segment) around read, check and a fenced write; "
-                     "lease renewal; 429 lock_timeout past the wait" },
+                     "lease renewal; 429 lock_timeout past the wait", STOCK_LOCKS_REDIS },
+    [STOCK_REDLOCK] = { "redlock", STOCK_KIND_RCW, 1, 0, 1,
+                        "the same, with the lock held by a majority of independent Redis "
+                        "servers (Redlock, --redlock); its token fences the write",
+                        STOCK_LOCKS_REDLOCK },
+    [STOCK_ZOOKEEPER] = { "zookeeper", STOCK_KIND_RCW, 1, 0, 1,
+                          "an ephemeral-sequential ZooKeeper node per segment lock, each waiter "
+                          "watching its predecessor; the session is the lease, the node's czxid "
+                          "fences the write (--zookeeper)", STOCK_LOCKS_ZOOKEEPER },
+    [STOCK_ETCD] = { "etcd", STOCK_KIND_RCW, 1, 0, 1,
+                     "an etcd key under a lease kept alive while held, waiters watching the key "
+                     "before theirs; its create revision fences the write (--etcd)",
+                     STOCK_LOCKS_ETCD },
+    [STOCK_DB_LOCK] = { "db-lock", STOCK_KIND_RCW, 1, 0, 1,
+                        "a row in a lock table in the SQLite database (unique insert, taken over "
+                        "once expired, polled); a counter per lock fences the write",
+                        STOCK_LOCKS_DB },
     [STOCK_DB] = { "db", STOCK_KIND_DB, 0, 0, 0,
-                   "SQLite: UPDATE .. WHERE available >= qty in the order's own transaction" },
+                   "SQLite: UPDATE .. WHERE available >= qty in the order's own transaction",
+                   STOCK_LOCKS_NONE },
     [STOCK_DB_OPTIMISTIC] = { "db-optimistic", STOCK_KIND_DB_OPTIMISTIC, 0, 0, 0,
                               "SQLite: read available and version, UPDATE .. WHERE version = v; "
-                              "bounded retries, then 429" },
+                              "bounded retries, then 429", STOCK_LOCKS_NONE },
     [STOCK_LOCAL] = { "local", STOCK_KIND_RCW, 1, 0, 1,
                       "an in-process mutex around read, check, write in Redis: right with one "
-                      "instance, oversells with two" },
+                      "instance, oversells with two", STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_READ_WRITE] = { "unsafe-read-write", STOCK_KIND_RCW, 1, 1, 1,
                                   "GET, check, SET, no lock: concurrent buyers overwrite each "
-                                  "other's writes (lost updates)" },
+                                  "other's writes (lost updates)", STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_CHECK_THEN_DECR] = { "unsafe-check-then-decr", STOCK_KIND_RCW, 1, 1, 1,
                                        "GET, check, DECRBY, no lock: the check is stale by the "
-                                       "decrement, and stock goes negative" },
+                                       "decrement, and stock goes negative", STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_SETNX_EXPIRE] = { "unsafe-setnx-expire", STOCK_KIND_RCW, 1, 1, 1,
                                     "SETNX then EXPIRE, released by a plain DEL: a holder past "
-                                    "its TTL deletes the next holder's lock" },
+                                    "its TTL deletes the next holder's lock", STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_LOCK_NO_FENCE] = { "unsafe-lock-no-fence", STOCK_KIND_RCW, 1, 1, 1,
                                      "SET NX PX, owner-checked release, no renewal, no fencing: "
-                                     "safe only while the critical section is shorter than the TTL" },
+                                     "safe only while the critical section is shorter than the TTL",
+                                     STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = { "unsafe-unlock-before-write", STOCK_KIND_RCW, 1, 1, 1,
                                            "releases the lock, then writes: the next holder "
-                                           "reads the old value (lost updates)" },
+                                           "reads the old value (lost updates)", STOCK_LOCKS_NONE },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {
@@ -147,8 +166,10 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
     snprintf(c->instance, sizeof c->instance, "%s", cfg->instance ? cfg->instance : "");
     c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     c->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
-    c->locks = cfg->locks;
-    c->locks_frozen = cfg->locks_frozen;
+    memcpy(c->locks, cfg->locks, sizeof c->locks);
+    memcpy(c->locks_frozen, cfg->locks_frozen, sizeof c->locks_frozen);
+    snprintf(c->db_path, sizeof c->db_path, "%s", cfg->db_path ? cfg->db_path : "");
+    if (cfg->db_opt) c->db_opt = *cfg->db_opt;
     c->lock_ttl_ms = cfg->lock_ttl_ms > 0 ? cfg->lock_ttl_ms : 2000;
     c->lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1000;
     c->observe = cfg->observe;
@@ -161,6 +182,7 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
 void stock_conn_free(stock_conn *c) {
     if (!c) return;
     if (c->ctx) redisFree(c->ctx);
+    db_close(c->lockdb);
     rconn_cmd_free(&c->cmd);
     free(c->retry);
     free(c);

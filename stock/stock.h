@@ -34,6 +34,10 @@
 typedef enum stock_strategy {
     STOCK_LUA = 0,
     STOCK_LOCK,
+    STOCK_REDLOCK,
+    STOCK_ZOOKEEPER,
+    STOCK_ETCD,
+    STOCK_DB_LOCK,
     STOCK_DB,
     STOCK_DB_OPTIMISTIC,
     STOCK_LOCAL,
@@ -54,6 +58,18 @@ typedef enum stock_kind {
     STOCK_KIND_DB_OPTIMISTIC  /* read the version, then a versioned UPDATE there */
 } stock_kind;
 
+/* Where a strategy's lock lives, when it takes one of the lock module's
+ * (or the database's) locks. */
+typedef enum stock_lock_server {
+    STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the seeds' own SET NX */
+    STOCK_LOCKS_REDIS,        /* the lock module on the service's own Redis (`lock`) */
+    STOCK_LOCKS_REDLOCK,      /* the lock module's Redlock over independent Redis servers */
+    STOCK_LOCKS_ZOOKEEPER,    /* the lock module's ZooKeeper backend */
+    STOCK_LOCKS_ETCD,         /* the lock module's etcd backend */
+    STOCK_LOCKS_DB,           /* a row in the SQLite database's lock table (db.h) */
+    STOCK_LOCKS_COUNT
+} stock_lock_server;
+
 typedef struct stock_strategy_info {
     const char *name;
     stock_kind kind;
@@ -61,6 +77,7 @@ typedef struct stock_strategy_info {
     int unsafe;         /* oversells by design: a demonstration */
     int segments_ok;    /* segments > 1 allowed */
     const char *about;  /* one line for --help; for unsafe ones: what breaks */
+    stock_lock_server locks;   /* where its lock lives (NONE: not a lock of those) */
 } stock_strategy_info;
 
 /* Looks a strategy up by name; returns 0, or -1 if there is none. */
@@ -87,6 +104,7 @@ int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int 
 void stock_product_free(stock_product *p);
 
 struct lock_client;
+struct db_options;
 
 /* The kinds of Redis call the stock module makes, for a caller timing them
  * (stock_config.observe). A bounded set: a new kind is a row here and in
@@ -117,10 +135,15 @@ typedef struct stock_config {
     int timeout_ms;               /* connect and command timeout */
     const char *instance;         /* this process's instance id */
     long long idem_ttl_ms;        /* how long idempotency records live */
-    /* lock strategies */
-    struct lock_client *locks;        /* lock module client with lease renewal */
-    struct lock_client *locks_frozen; /* without renewal: used when a product's injected
-                                         pause stands for a whole-process pause */
+    /* lock strategies: the lock module's clients by server (REDIS, REDLOCK,
+     * ZOOKEEPER, ETCD; NULL: that server is not configured, and its
+     * strategies answer STOCK_LOCK_DOWN) */
+    struct lock_client *locks[STOCK_LOCKS_COUNT];        /* renewing held leases */
+    struct lock_client *locks_frozen[STOCK_LOCKS_COUNT]; /* renewing nothing: used when a
+                                         product's injected pause stands for a whole-process
+                                         pause (NULL: the renewing one) */
+    const char *db_path;          /* db-lock: the SQLite file of the lock table */
+    const struct db_options *db_opt;
     int lock_ttl_ms;              /* default lease */
     int lock_wait_ms;             /* how long an order waits for a lock */
     stock_call_observer *observe; /* optional: the time of each Redis call */
@@ -149,8 +172,11 @@ typedef enum stock_result {
     STOCK_MISSING,         /* no valid copy in Redis: rebuild, then retry */
     STOCK_UNAVAILABLE,     /* Redis unreachable or failing (see outcome_unknown) */
     STOCK_LOCK_TIMEOUT,    /* lock strategies: no lock before the wait deadline */
-    STOCK_FENCED           /* lock: the lease ran out before the write, which the
+    STOCK_FENCED,          /* lock: the lease ran out before the write, which the
                               fence refused; nothing was taken */
+    STOCK_LOCK_DOWN        /* the lock's server (ZooKeeper, etcd, the Redlock servers,
+                              the database's lock table) failed or is not configured
+                              here; nothing was taken */
 } stock_result;
 
 /* One reservation. The caller fills the inputs and keeps the strings alive
@@ -170,6 +196,10 @@ typedef struct stock_req {
     char replay_order_id[STOCK_ORDER_ID_MAX + 1];
     int replay_same;              /* REPLAY: same fingerprint (else: key reused) */
     int64_t lock_wait_us;         /* lock strategies: time spent getting locks (-1: none) */
+    int64_t handoff_us;           /* a lock this order got had just been released by
+                                     another order of this process while this one
+                                     waited: the time from that release to this
+                                     acquire (-1: no such hand-off) */
 } stock_req;
 
 /* Reserves each of reqs[0..n) and sets its result. Pipelines all of them in
@@ -179,8 +209,9 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n);
 
 /* Reserves one order of a STOCK_KIND_RCW strategy: read, check, write, with
  * the strategy's lock (if any) held around them as the strategy does it.
- * Blocks up to the lock wait deadline plus any injected pause; run it on a
- * thread that may block. Returns 0, or -1 when the result is UNAVAILABLE. */
+ * Blocks up to the lock wait deadline plus any injected pause (and, for a
+ * lock server that does not answer, its timeouts); run it on a thread that
+ * may block. Returns 0, or -1 when the result is UNAVAILABLE. */
 int stock_reserve_one(stock_conn *c, stock_req *r);
 
 /* Names an order whose reservation is to be confirmed or given back. */

@@ -373,9 +373,25 @@ def test_strategies_list(ctx):
     assert by_name["lua"]["safe"] and by_name["lua"]["segments"]
     assert by_name["lua"]["needs"] == ["redis"] and by_name["lua"]["available"]
     assert by_name["db"]["needs"] == [] and not by_name["db"]["segments"]
+    # Without --redlock, --zookeeper or --etcd, their strategies are listed
+    # but unavailable, and say which flag would make them available.
+    for name, flag in (("redlock", "--redlock"), ("zookeeper", "--zookeeper"),
+                       ("etcd", "--etcd")):
+        x = by_name[name]
+        assert not x["available"] and flag in x["unavailable_reason"], x
+        assert x["needs"] == ["redis", name], x
+    assert by_name["db-lock"]["available"] and by_name["db-lock"]["needs"] == ["redis"]
     for name, x in by_name.items():
         assert x["safe"] == (not name.startswith("unsafe-")), x
         assert x["description"], x
-        # Every listed strategy can be chosen for a product.
+        assert ("unavailable_reason" in x) == (not x["available"]), x
+        # Every available strategy can be chosen for a product; the others
+        # are refused, naming the flag, and nothing is created.
         created = s.post("/v1/products", {"sku": "s-" + name, "stock": 1, "strategy": name})
-        assert created.status == 201 and created.json["strategy"] == name, created
+        if x["available"]:
+            assert created.status == 201 and created.json["strategy"] == name, created
+        else:
+            assert created.status == 400, created
+            assert created.json["error"] == "strategy_unavailable", created
+            assert "--" + name in created.json["message"], created
+            assert s.get("/v1/products/s-" + name).status == 404
