@@ -333,6 +333,44 @@ def _b64(b):
     return base64.b64encode(b).decode()
 
 
+class LockServers:
+    """The lock server(s) one lock strategy of the service needs, already
+    started: three Redis servers for `redlock`, a ZooKeeper for
+    `zookeeper`, an etcd for `etcd`, nothing for `db-lock` (its lock table
+    is in the service's SQLite file). `args` are the service's flags that
+    name them; `holds(name, db_path)` says whether the lock `name` is held
+    now, read from the server itself."""
+
+    def __init__(self, strategy, servers):
+        self.strategy = strategy
+        self.servers = list(servers)
+        if strategy == "redlock":
+            self.args = ["--redlock", ",".join(r.url for r in self.servers)]
+        elif strategy in ("zookeeper", "etcd"):
+            self.args = ["--" + strategy, self.servers[0].url]
+        else:
+            self.args = []
+
+    def holds(self, name, db_path=None):
+        if self.strategy == "redlock":
+            held = 0
+            for r in self.servers:
+                try:
+                    held += r.client().exists(name)
+                except Exception:  # noqa: BLE001 - a server down holds nothing
+                    pass
+            return held >= len(self.servers) // 2 + 1
+        if self.strategy == "zookeeper":
+            return any(n.startswith("/locks/%s/" % name) for n in self.servers[0].ephemerals())
+        if self.strategy == "etcd":
+            return bool(self.servers[0].keys(name.encode() + b"/"))
+        return bool(db_rows(db_path, "SELECT owner FROM locks WHERE name=?", (name,)))
+
+    def restart(self):
+        for s in self.servers:
+            s.restart()
+
+
 class Response:
     def __init__(self, status, headers, body):
         self.status = status

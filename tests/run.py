@@ -56,6 +56,20 @@ class Ctx:
         self._cleanup.append(e.stop)
         return e
 
+    def lock_servers(self, strategy, persist=False):
+        """Starts the lock server(s) strategy needs (harness.LockServers);
+        persist: the Redlock servers keep an AOF, so a restart keeps their
+        locks and fencing counters."""
+        if strategy == "redlock":
+            servers = [self.redis(persist=persist) for _ in range(3)]
+        elif strategy == "zookeeper":
+            servers = [self.zookeeper()]
+        elif strategy == "etcd":
+            servers = [self.etcd()]
+        else:
+            servers = []
+        return harness.LockServers(strategy, servers)
+
     def service(self, redis, db=None, **kw):
         s = harness.Service(redis.url if hasattr(redis, "url") else redis,
                             db or self.path("orders.db"), **kw)
