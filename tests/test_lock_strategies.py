@@ -156,11 +156,11 @@ def test_db_lock_sells_exactly(ctx):
 
 def killed_holder(ctx, strategy):
     """A holds the lock, paused in its critical section (cs_delay_ms,
-    shorter than the 2 s lease), and is killed with SIGKILL. The lock is
+    shorter than the 3 s lease), and is killed with SIGKILL. The lock is
     still on the server; B's order gets it once the lease (session) ends,
     and sells; A's order took nothing."""
     redis, locks, (a, b) = start(ctx, strategy, instances=2, fault=True, wait_ms=10000)
-    a.create_product("k", 5, strategy=strategy, lock_ttl_ms=2000, cs_delay_ms=1200)
+    a.create_product("k", 5, strategy=strategy, lock_ttl_ms=3000, cs_delay_ms=2000)
     victim = threading.Thread(target=lambda: _quietly(lambda: a.order("k", "victim")))
     victim.start()
     wait_until(lambda: locks.holds(lock_name("k"), a.db_path), 10, step=0.01,
@@ -177,7 +177,7 @@ def killed_holder(ctx, strategy):
     p = b.product("k")
     assert (p["sold"], p["stock_available"]) == (1, 4), p
     print("    %s: holder killed; next order placed by the other instance %.2f s later "
-          "(its lease to run out, then its own pause of ~1.2 s)" % (strategy, took))
+          "(its lease to run out, then its own pause of ~2 s)" % (strategy, took))
     assert took < 20, took
 
 
@@ -232,8 +232,9 @@ def test_redlock_pause_past_lease_is_fenced(ctx):
 
 
 def test_etcd_pause_past_lease_is_fenced(ctx):
-    # etcd leases are whole seconds (the harness's etcd grants 1 s).
-    pause_past_lease(ctx, "etcd", 1000, 2200)
+    # etcd leases are whole seconds (the harness's etcd grants 1 s), and
+    # it looks for expired ones every half second or so.
+    pause_past_lease(ctx, "etcd", 1000, 3000)
 
 
 def test_db_lock_pause_past_lease_is_fenced(ctx):
@@ -243,10 +244,11 @@ def test_db_lock_pause_past_lease_is_fenced(ctx):
 def test_zookeeper_thread_pause_keeps_the_session(ctx):
     """What ZooKeeper does: the session is the lease, and the client
     library's own threads keep it alive while the holding thread pauses,
-    however long. The lock is not lost: the others wait (here long enough),
-    no write is stale, the sale is exact."""
+    however long (here twice the 1 s session timeout). The lock is not
+    lost: the others wait (here long enough), no write is stale, the sale
+    is exact."""
     redis, locks, (s,) = start(ctx, "zookeeper", fault=True, wait_ms=20000)
-    s.create_product("p", 3, strategy="zookeeper", lock_ttl_ms=300, cs_delay_ms=700)
+    s.create_product("p", 3, strategy="zookeeper", lock_ttl_ms=1000, cs_delay_ms=2000)
     answers = hammer([s], "p", conns=4, per_conn=1)
     assert codes(answers) <= {"sold_out"}, answers
     assert books(s, redis, "p", 3, answers) == 3
@@ -265,6 +267,7 @@ def test_zookeeper_process_pause_past_session_is_fenced(ctx):
                                                                client=Client(a.port, 60))))
     stale.start()
     wait_until(lambda: locks.holds(lock_name("z")), 10, step=0.01, what="A to take the lock")
+    time.sleep(0.25)                       # past its read, in its pause (>= 0.75 s)
     os.kill(a.proc.pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
