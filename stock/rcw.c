@@ -374,13 +374,12 @@ static int cmp_int(const void *a, const void *b) {
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
-/* For sorting a pick's segments by their provider's order key. */
-static __thread unsigned (*sort_order)(const stock_product *, int);
-static __thread const stock_product *sort_p;
-
-static int cmp_order(const void *a, const void *b) {
+/* Orders two segments of product p by their provider's order key. */
+static int cmp_order(const void *a, const void *b, void *arg) {
+    const stock_product *p = arg;
+    unsigned (*order)(const stock_product *, int) = provider_of(p)->order;
     int x = *(const int *)a, y = *(const int *)b;
-    unsigned kx = sort_order(sort_p, x), ky = sort_order(sort_p, y);
+    unsigned kx = order(p, x), ky = order(p, y);
     return kx != ky ? (kx > ky) - (kx < ky) : (x > y) - (x < y);
 }
 
@@ -393,13 +392,8 @@ static stock_result lock_all(stock_conn *c, stock_req *r, pick *pk, held *h) {
     int ttl = p->lock_ttl_ms > 0 ? p->lock_ttl_ms : c->lock_ttl_ms;
     stock_result res = STOCK_RESERVED;
     h->n = 0;
-    if (pv->order) {
-        sort_order = pv->order;
-        sort_p = p;
-        qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_order);
-    } else {
-        qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_int);
-    }
+    if (pv->order) qsort_r(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_order, (void *)p);
+    else qsort(pk->seg, (size_t)pk->n, sizeof pk->seg[0], cmp_int);
     if (!pv->take) return STOCK_RESERVED;
     for (int i = 0; i < pk->n && res == STOCK_RESERVED; i++) {
         slot *sl = &h->s[i];

@@ -434,3 +434,10 @@ def test_unreachable_lock_server_answers_503_at_once(ctx):
         assert took < 5, (strategy, took)
         assert s.product("d-" + strategy)["stock_available"] == 5
     assert "lock server unavailable" in s.logs()
+    # An instance started without the flag, sharing the products: it lists
+    # the strategy as unavailable and answers its orders 503, taking nothing.
+    plain = ctx.service(redis, db=s.db_path)
+    r = plain.order("d-zookeeper", "u")
+    assert r.status == 503 and r.json["error"] == "lock_unavailable", r
+    assert "not configured" in r.json["message"], r
+    assert plain.product("d-zookeeper")["stock_available"] == 5
