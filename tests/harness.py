@@ -338,8 +338,8 @@ class LockServers:
     started: three Redis servers for `redlock`, a ZooKeeper for
     `zookeeper`, an etcd for `etcd`, nothing for `db-lock` (its lock table
     is in the service's SQLite file). `args` are the service's flags that
-    name them; `holds(name, db_path)` says whether the lock `name` is held
-    now, read from the server itself."""
+    name them; `holder(name, db_path)` says who holds the lock `name` now,
+    read from the server itself."""
 
     def __init__(self, strategy, servers):
         self.strategy = strategy
@@ -351,20 +351,33 @@ class LockServers:
         else:
             self.args = []
 
-    def holds(self, name, db_path=None):
+    def holder(self, name, db_path=None):
+        """Who holds the lock `name` now, as the server names the hold (the
+        Redis value a majority has, the lowest ZooKeeper node, the etcd key
+        with the lowest create revision, the lock table row's owner), or
+        None when it is free."""
         if self.strategy == "redlock":
-            held = 0
+            values = []
             for r in self.servers:
                 try:
-                    held += r.client().exists(name)
+                    values.append(r.client().get(name))
                 except Exception:  # noqa: BLE001 - a server down holds nothing
                     pass
-            return held >= len(self.servers) // 2 + 1
+            for v in set(values) - {None}:
+                if values.count(v) >= len(self.servers) // 2 + 1:
+                    return v
+            return None
         if self.strategy == "zookeeper":
-            return any(n.startswith("/locks/%s/" % name) for n in self.servers[0].ephemerals())
+            nodes = [n for n in self.servers[0].ephemerals() if n.startswith("/locks/%s/" % name)]
+            return min(nodes, key=lambda n: n.rsplit("lock-", 1)[-1]) if nodes else None
         if self.strategy == "etcd":
-            return bool(self.servers[0].keys(name.encode() + b"/"))
-        return bool(db_rows(db_path, "SELECT owner FROM locks WHERE name=?", (name,)))
+            keys = self.servers[0].keys(name.encode() + b"/")
+            return min(keys, key=lambda k: k[1])[0] if keys else None
+        rows = db_rows(db_path, "SELECT owner FROM locks WHERE name=?", (name,))
+        return rows[0][0] if rows else None
+
+    def holds(self, name, db_path=None):
+        return self.holder(name, db_path) is not None
 
     def restart(self):
         for s in self.servers:
