@@ -66,7 +66,8 @@ static const char *const CODES[] = {
     "not_found", "unknown_sku", "unknown_order", "method_not_allowed", "sold_out",
     "insufficient_stock", "sku_exists", "per_user_limit", "body_too_large",
     "unsupported_media_type", "idempotency_key_reused", "request_in_progress",
-    "lock_timeout", "redis_unavailable", "db_unavailable", "shutting_down", NULL,
+    "lock_timeout", "strategy_unavailable", "lock_unavailable", "redis_unavailable",
+    "db_unavailable", "shutting_down", NULL,
 };
 
 static svc_app A;
@@ -382,6 +383,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     request("POST /v1/products\n\n{\"sku\":\"lim\",\"stock\":1000,\"per_user_limit\":2}");
     request("POST /v1/products\n\n{\"sku\":\"dbp\",\"stock\":1000,\"strategy\":\"db\"}");
     request("POST /v1/products\n\n{\"sku\":\"lk\",\"stock\":1000,\"strategy\":\"lock\"}");
+    request("POST /v1/products\n\n{\"sku\":\"dl\",\"stock\":1000,\"strategy\":\"db-lock\"}");
     atexit(at_exit);
     return 0;
 }
