@@ -209,7 +209,11 @@ static void read_answers(int s, int raw, int head, int raw_head) {
     for (;;) {
         struct pollfd pfd = { s, POLLIN, 0 };
         int left = (int)(deadline - clock_mono_ms());
-        CHECK(left > 0 && poll(&pfd, 1, left) == 1);          /* else: wedged */
+        if (left <= 0 || poll(&pfd, 1, left) != 1) {            /* wedged */
+            /* What the machine was doing, to tell a wedge from starvation. */
+            if (system("cat /proc/loadavg /proc/pressure/cpu /proc/pressure/io >&2")) {}
+            CHECK(!"an answer or the close within ANSWER_WAIT_MS");
+        }
         ssize_t n = recv(s, buf, sizeof buf, 0);
         if (n <= 0) {                                          /* closed */
             if (!lost && fl_resp_started(&r) && fl_resp_eof(&r) == FL_RESP_DONE)
