@@ -3,18 +3,27 @@
  * oversell, side by side.
  *
  * The matrix is strategies (every one the service lists at GET
- * /v1/strategies, by default) x segment counts,
- * plus two-instance scenes for `local` (which breaks there) and `lua`
- * (which does not). A flaw that needs a particular interleaving is forced,
- * not hoped for: the lock-based unsafe strategies run with an injected
- * pause longer than their lease, and `lock` runs under that same pause to
- * show that its fence holds. Every scene gets a fresh SKU and is verified
- * like any run; its verdict is then compared with what the strategy is
- * expected to do.
+ * /v1/strategies, by default) x segment counts, plus two-instance scenes
+ * for `local` (which breaks there) and `lua` (which does not), in two
+ * groups. Ordinary contention: no fault, every lock-based strategy next to
+ * `lua` and `db`. Under an injected fault: a flaw that needs a particular
+ * interleaving is forced, not hoped for: the lock-based unsafe strategies
+ * run with a pause inside the critical section longer than their lease,
+ * and the safe locks run under such a pause to show that their fence
+ * holds. Every scene gets a fresh SKU and is verified like any run; its
+ * verdict is then compared with what the strategy is expected to do.
  *
- * Without --target, compare starts a private redis-server and flashsale
- * (a second instance when a scene needs one) with --fault-injection, on
- * free ports in a temp dir, and stops them at the end. */
+ * Then the "choosing a lock" table: one row per lock, from its scenes and
+ * from probes run with faults of their own (probe.c): the holder killed
+ * with SIGKILL, the lock server restarted, the lock server restarted
+ * empty.
+ *
+ * Without --target, compare starts a private redis-server, the lock
+ * servers (three redis-servers for Redlock, a ZooKeeper, an etcd) and
+ * flashsale (a second instance when a scene needs one) with
+ * --fault-injection, on free ports in a temp dir, and stops them at the
+ * end. A lock server that cannot start has its scenes skipped, and says
+ * why. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "loadtest/compare_int.h"
 #include "loadtest/loadtest.h"
 
 #define MAX_SCENES 64
@@ -39,6 +49,25 @@
 #define SETNX_PAUSE_MS 1500
 #define SETNX_TTL_MS 1000
 
+/* The pause scenes of the safe locks: a pause three times the lease.
+ * etcd's leases are whole seconds and it looks for expired ones about
+ * every half second, so its pause is longer. ZooKeeper's lease is the
+ * session (200 ms is the server's minimum here). */
+typedef struct pause_spec {
+    const char *strategy;
+    int pause_ms, ttl_ms;
+    int eight;                   /* also with 8 segments */
+} pause_spec;
+
+static const pause_spec PAUSES[] = {
+    { "lock", PAUSE_MS, PAUSE_TTL_MS, 1 },
+    { "redlock", 600, 200, 0 },
+    { "zookeeper", 600, 200, 0 },
+    { "etcd", 2500, 1000, 0 },
+    { "db-lock", 600, 200, 0 },
+    { NULL, 0, 0, 0 },
+};
+
 void fl_compare_opts_default(fl_compare_opts *o) {
     memset(o, 0, sizeof *o);
     o->segments[0] = 1;
@@ -53,33 +82,42 @@ void fl_compare_opts_default(fl_compare_opts *o) {
     o->qty_min = o->qty_max = 1;
     o->stock = 20000;
     o->pause_stock = 10;           /* a few units: a pause scene sells a few per second */
+    o->probes = 1;
+    o->lock_servers = 1;
     snprintf(o->out_dir, sizeof o->out_dir, ".");
     snprintf(o->key_prefix, sizeof o->key_prefix, "fs:");
 }
 
 /* --------------------------------------------------------------- the matrix */
 
-/* Fills the condition under which a strategy shows what it is. */
-static void condition(const fl_compare_opts *o, fl_scene *sc) {
+/* Fills the condition under which a strategy shows what it is. The
+ * unsafe lock-based ones are shown only under a pause past their lease;
+ * pause (from PAUSES) puts a safe one under it too. */
+static void condition(const fl_compare_opts *o, fl_scene *sc, const pause_spec *pause) {
     const char *s = sc->strategy;
     sc->stock = o->stock;
     sc->duration_s = o->duration_s;
     if (!strcmp(s, "unsafe-setnx-expire")) {
         sc->cs_delay_ms = SETNX_PAUSE_MS;
         sc->lock_ttl_ms = SETNX_TTL_MS;
-    } else if (!strcmp(s, "unsafe-lock-no-fence") || !strcmp(s, "lock")) {
+    } else if (!strcmp(s, "unsafe-lock-no-fence")) {
         sc->cs_delay_ms = PAUSE_MS;
         sc->lock_ttl_ms = PAUSE_TTL_MS;
+    } else if (pause) {
+        sc->cs_delay_ms = pause->pause_ms;
+        sc->lock_ttl_ms = pause->ttl_ms;
     }
+    sc->fault = sc->cs_delay_ms > 0;
     if (!strcmp(s, "unsafe-check-then-decr")) {
         sc->cs_delay_ms = CHECK_DECR_PAUSE_MS;
+        sc->fault = 1;
         sc->stock = o->stock / 10 > 0 ? o->stock / 10 : 1;    /* it must sell out */
         snprintf(sc->condition, sizeof sc->condition, "contention, pause %dms", sc->cs_delay_ms);
     } else if (sc->cs_delay_ms) {
         sc->stock = o->pause_stock;
         sc->duration_s = o->pause_duration_s;
-        snprintf(sc->condition, sizeof sc->condition, "pause %dms > lease %dms", sc->cs_delay_ms,
-                 sc->lock_ttl_ms);
+        snprintf(sc->condition, sizeof sc->condition, "pause %dms > %s %dms", sc->cs_delay_ms,
+                 !strcmp(s, "zookeeper") ? "session" : "lease", sc->lock_ttl_ms);
     } else if (sc->instances > 1) {
         snprintf(sc->condition, sizeof sc->condition, "contention, %d instances", sc->instances);
     } else {
@@ -90,7 +128,7 @@ static void condition(const fl_compare_opts *o, fl_scene *sc) {
 }
 
 static int add_scene(const fl_compare_opts *o, fl_scene *out, int *n, int max, const char *name,
-                     int segments, int instances, int unsafe) {
+                     int segments, int instances, int unsafe, const pause_spec *pause) {
     if (*n == max) return -1;
     fl_scene *sc = &out[(*n)++];
     memset(sc, 0, sizeof *sc);
@@ -98,13 +136,20 @@ static int add_scene(const fl_compare_opts *o, fl_scene *out, int *n, int max, c
     sc->segments = segments;
     sc->instances = instances;
     sc->unsafe = unsafe;
-    condition(o, sc);
+    condition(o, sc, pause);
+    return 0;
+}
+
+static int has_segments(const fl_compare_opts *o, int segs) {
+    for (int k = 0; k < o->nsegments; k++)
+        if (o->segments[k] == segs) return 1;
     return 0;
 }
 
 int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
                       int max) {
     int n = 0;
+    /* First group: ordinary contention (and the unsafe ones' own faults). */
     for (int i = 0; i < nst; i++) {
         const fl_strategy *info = &st[i];
         int wanted = o->nstrategies == 0;
@@ -113,13 +158,31 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
             if (o->segments[k] > 1 && !info->segments) continue;
-            add_scene(o, out, &n, max, info->name, o->segments[k], 1, !info->safe);
+            add_scene(o, out, &n, max, info->name, o->segments[k], 1, !info->safe, NULL);
             did_one = 1;
         }
-        if (!did_one) add_scene(o, out, &n, max, info->name, 1, 1, !info->safe);
+        if (!did_one) add_scene(o, out, &n, max, info->name, 1, 1, !info->safe, NULL);
         if (o->two_instances && (!strcmp(info->name, "local") || !strcmp(info->name, "lua")))
-            add_scene(o, out, &n, max, info->name, 1, 2, !info->safe);
+            add_scene(o, out, &n, max, info->name, 1, 2, !info->safe, NULL);
     }
+    /* Second group: the safe locks under a pause longer than their lease. */
+    for (const pause_spec *ps = PAUSES; ps->strategy; ps++) {
+        const fl_strategy *info = fl_strategy_find(st, nst, ps->strategy);
+        int wanted = info && o->nstrategies == 0;
+        for (int k = 0; info && k < o->nstrategies; k++)
+            wanted |= !strcmp(o->strategies[k], info->name);
+        if (!wanted) continue;
+        add_scene(o, out, &n, max, info->name, 1, 1, !info->safe, ps);
+        if (ps->eight && has_segments(o, 8))
+            add_scene(o, out, &n, max, info->name, 8, 1, !info->safe, ps);
+    }
+    /* Stable: contention first, then every scene run under a fault. */
+    static fl_scene tmp[MAX_SCENES];
+    int m = 0;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < n; i++)
+            if (out[i].fault == g) tmp[m++] = out[i];
+    memcpy(out, tmp, (size_t)n * sizeof *out);
     return n;
 }
 
@@ -146,34 +209,93 @@ static int strategies(const fl_compare_opts *o, const fl_target *t, fl_strategy 
 
 /* ------------------------------------------------------------- the services */
 
-typedef struct world {
-    char dir[256];                 /* our temp dir ("" : services given) */
-    fl_proc redis;
-    fl_proc svc[2];
-    int nsvc;
-    fl_target targets[FL_MAX_TARGETS];
-    int ntargets;
-    char redis_url[512];
-    char db_path[512];
-    char key_prefix[64];
-    char token[256];
-    char service_bin[400];
-} world;
-
 static const char *const SERVICE_ARGS[] = { "--fault-injection", "--key-prefix", "fs:",
                                             "--pending-timeout-ms", "3000", "--lock-wait-ms",
                                             "1000", NULL };
 
-/* Starts one more instance of our own service. */
-static int start_instance(world *w, fl_err *e) {
+static const char *const LS_STRATEGY[FL_LS_COUNT] = { "redlock", "zookeeper", "etcd" };
+
+fl_lockserver *fl_world_server(fl_world *w, const char *strategy) {
+    for (int i = 0; i < FL_LS_COUNT; i++)
+        if (!strcmp(LS_STRATEGY[i], strategy)) return &w->ls[i];
+    return NULL;
+}
+
+int fl_world_ready(fl_world *w, const char *strategy, char *why, size_t len) {
+    fl_lockserver *ls = fl_world_server(w, strategy);
+    if (!ls || !w->lock_servers) return 0;    /* none needed, or the given services' own */
+    for (int i = 0; i < ls->n && ls->state == 0; i++) {
+        fl_err e = { "" };
+        int ms = !strcmp(strategy, "zookeeper") ? 90000 : 20000;
+        if (ls->p[i].pid <= 0 || fl_proc_wait(&ls->p[i], ms, &e)) {
+            ls->state = -1;
+            snprintf(ls->why, sizeof ls->why, "%.290s", e.msg[0] ? e.msg : "not started");
+        }
+    }
+    if (ls->state == 0) ls->state = 1;
+    if (ls->state < 0) {
+        snprintf(why, len, "%s's lock server could not start: %.200s", strategy, ls->why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Spawns the lock servers (without waiting: a JVM takes its time) and
+ * builds the services' flags for those that could be spawned. A server
+ * that fails later is found by fl_world_ready, before its first scene. */
+static void lock_servers_spawn(const fl_compare_opts *o, fl_world *w) {
+    int na = 0;
+    for (int i = 0; SERVICE_ARGS[i]; i++) w->svc_args[na++] = SERVICE_ARGS[i];
+    for (int k = 0; k < FL_LS_COUNT; k++) {
+        fl_lockserver *ls = &w->ls[k];
+        ls->strategy = LS_STRATEGY[k];
+        ls->n = k == FL_LS_REDLOCK ? FL_REDLOCK_N : 1;
+        fl_proc_kind kind = k == FL_LS_REDLOCK ? FL_PROC_REDIS_AOF
+                            : k == FL_LS_ZOOKEEPER ? FL_PROC_ZOOKEEPER : FL_PROC_ETCD;
+        const char *bin = k == FL_LS_ZOOKEEPER && o->java_bin[0] ? o->java_bin
+                          : k == FL_LS_ETCD && o->etcd_bin[0]    ? o->etcd_bin : NULL;
+        char *flag = w->args[k];
+        flag[0] = '\0';
+        for (int i = 0; i < ls->n; i++) {
+            char dir[400];
+            fl_err e = { "" };
+            snprintf(dir, sizeof dir, "%s/%s%d", w->dir, ls->strategy, i);
+            if (fl_server_spawn(kind, dir, bin, &ls->p[i], &e)) {
+                ls->state = -1;
+                snprintf(ls->why, sizeof ls->why, "%.290s", e.msg);
+                break;
+            }
+            size_t used = strlen(flag);
+            snprintf(flag + used, sizeof w->args[k] - used, "%s%s", i ? "," : "", ls->p[i].url);
+        }
+        if (ls->state < 0) continue;
+        w->svc_args[na++] = k == FL_LS_REDLOCK ? "--redlock" : k == FL_LS_ZOOKEEPER ? "--zookeeper"
+                                                                                   : "--etcd";
+        w->svc_args[na++] = flag;
+    }
+    w->svc_args[na] = NULL;
+}
+
+int fl_world_add_instance(fl_world *w, fl_err *e) {
+    if (w->nsvc == 2) return fl_errf(e, "at most two instances");
     fl_proc *p = &w->svc[w->nsvc];
-    if (fl_service_start(w->service_bin, w->dir, w->redis_url, w->db_path, SERVICE_ARGS, p, e))
+    if (fl_service_start(w->service_bin, w->dir, w->redis_url, w->db_path, w->svc_args, p, e))
         return -1;
     w->nsvc++;
     return fl_target_parse(p->url, &w->targets[w->ntargets++], e);
 }
 
-static int world_up(const fl_compare_opts *o, world *w, fl_err *e) {
+/* Whether any scene wanted needs a lock server of its own. */
+static int wants_lock_servers(const fl_compare_opts *o) {
+    if (!o->lock_servers) return 0;
+    if (o->nstrategies == 0) return 1;
+    for (int k = 0; k < o->nstrategies; k++)
+        for (int i = 0; i < FL_LS_COUNT; i++)
+            if (!strcmp(o->strategies[k], LS_STRATEGY[i])) return 1;
+    return 0;
+}
+
+static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     memset(w, 0, sizeof *w);
     snprintf(w->token, sizeof w->token, "%s", o->token);
     snprintf(w->service_bin, sizeof w->service_bin, "%s", o->service_bin);
@@ -195,13 +317,22 @@ static int world_up(const fl_compare_opts *o, world *w, fl_err *e) {
     }
     snprintf(w->key_prefix, sizeof w->key_prefix, "fs:");
     snprintf(w->db_path, sizeof w->db_path, "%s/orders.db", w->dir);
+    w->lock_servers = wants_lock_servers(o);
+    if (w->lock_servers) lock_servers_spawn(o, w);
+    else {
+        int na = 0;
+        for (int i = 0; SERVICE_ARGS[i]; i++) w->svc_args[na++] = SERVICE_ARGS[i];
+        w->svc_args[na] = NULL;
+    }
     if (fl_redis_start(w->dir, &w->redis, e)) return -1;
     snprintf(w->redis_url, sizeof w->redis_url, "%s", w->redis.url);
-    return start_instance(w, e);
+    return fl_world_add_instance(w, e);
 }
 
-static void world_down(world *w, int keep) {
+static void world_down(fl_world *w, int keep) {
     for (int i = w->nsvc - 1; i >= 0; i--) fl_proc_stop(&w->svc[i], 30000);
+    for (int k = 0; k < FL_LS_COUNT; k++)
+        for (int i = 0; i < w->ls[k].n; i++) fl_proc_stop(&w->ls[k].p[i], 10000);
     fl_proc_stop(&w->redis, 5000);
     if (!w->dir[0]) return;
     if (keep) fprintf(stderr, "flashload compare: logs kept in %s\n", w->dir);
@@ -210,14 +341,81 @@ static void world_down(world *w, int keep) {
 
 /* ----------------------------------------------------------------- a scene */
 
-static void scene_run(const fl_compare_opts *o, world *w, const char *tag, int idx, int total,
+/* The service's flashsale_lock_handoff_seconds of one strategy. */
+typedef struct handoff_hist {
+    int ok;
+    double le[24];
+    double cum[24];
+    int nb;
+    double sum, count;
+} handoff_hist;
+
+static void handoff_read(const fl_world *w, const char *strategy, handoff_hist *hh) {
+    memset(hh, 0, sizeof *hh);
+    fl_http h;
+    fl_err e;
+    fl_http_init(&h, &w->targets[0], w->token, 10000);
+    if (fl_http_request(&h, "GET", "/metrics", NULL, &e) != 200 || !h.resp.body) goto out;
+    char want[96];
+    int wl = snprintf(want, sizeof want, "flashsale_lock_handoff_seconds_bucket{strategy=\"%s\",le=\"",
+                      strategy);
+    for (char *line = h.resp.body; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (!strncmp(line, want, (size_t)wl) && hh->nb < 24) {
+            char *q = line + wl;
+            hh->le[hh->nb] = !strncmp(q, "+Inf", 4) ? 1e30 : strtod(q, NULL);
+            char *sp = strrchr(line, ' ');
+            if (sp && (!nl || sp < nl)) hh->cum[hh->nb++] = strtod(sp + 1, NULL);
+        }
+        char k[96];
+        int kl = snprintf(k, sizeof k, "flashsale_lock_handoff_seconds_sum{strategy=\"%s\"} ", strategy);
+        if (!strncmp(line, k, (size_t)kl)) hh->sum = strtod(line + kl, NULL);
+        kl = snprintf(k, sizeof k, "flashsale_lock_handoff_seconds_count{strategy=\"%s\"} ", strategy);
+        if (!strncmp(line, k, (size_t)kl)) {
+            hh->count = strtod(line + kl, NULL);
+            hh->ok = 1;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+out:
+    fl_http_close(&h);
+}
+
+/* Fills the scene's hand-off figures from two readings of the histogram. */
+static void handoff_delta(const handoff_hist *a, const handoff_hist *b, fl_scene_result *res) {
+    if (!a->ok || !b->ok || a->nb != b->nb) return;
+    double n = b->count - a->count;
+    if (n <= 0) return;
+    res->handoff_n = (uint64_t)n;
+    res->handoff_mean_us = (b->sum - a->sum) / n * 1e6;
+    double half = n / 2, prev_cum = 0, prev_le = 0;
+    for (int i = 0; i < b->nb; i++) {
+        double cum = b->cum[i] - a->cum[i];
+        if (cum >= half) {
+            double le = b->le[i] > 1e29 ? prev_le * 2 : b->le[i];
+            double inb = cum - prev_cum;
+            double frac = inb > 0 ? (half - prev_cum) / inb : 1;
+            res->handoff_p50_us = (prev_le + (le - prev_le) * frac) * 1e6;
+            return;
+        }
+        prev_cum = cum;
+        prev_le = b->le[i];
+    }
+}
+
+static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, int idx, int total,
                       fl_scene_result *res, fl_err *e) {
     static fl_run_opts ro;         /* large: off the stack */
     static fl_run_result rr;
     const fl_scene *sc = &res->sc;
+    char why[300];
+    if (fl_world_ready(w, sc->strategy, why, sizeof why)) {
+        snprintf(res->note, sizeof res->note, "skipped: %.280s", why);
+        return;
+    }
     if (sc->instances > w->ntargets && w->dir[0]) {
         while (w->nsvc < sc->instances && w->nsvc < 2)
-            if (start_instance(w, e)) {
+            if (fl_world_add_instance(w, e)) {
                 snprintf(res->note, sizeof res->note, "skipped: %.180s", e->msg);
                 return;
             }
@@ -250,17 +448,24 @@ static void scene_run(const fl_compare_opts *o, world *w, const char *tag, int i
              sc->instances);
     ro.label = label;
     fl_product_spec *ps = &ro.product;
-    snprintf(ps->sku, sizeof ps->sku, "cmp-%s-%s-s%d-i%d", tag, sc->strategy, sc->segments,
-             sc->instances);
+    snprintf(ps->sku, sizeof ps->sku, "cmp-%s-%s-s%d-i%d%s", tag, sc->strategy, sc->segments,
+             sc->instances, sc->fault ? "-f" : "");
     ps->stock = sc->stock;
     snprintf(ps->strategy, sizeof ps->strategy, "%s", sc->strategy);
     ps->segments = sc->segments;
     ps->cs_delay_ms = sc->cs_delay_ms;
     ps->lock_ttl_ms = sc->lock_ttl_ms;
+    handoff_hist before, after;
+    int timed = sc->instances == 1 && !sc->fault;
+    if (timed) handoff_read(w, sc->strategy, &before);
     if (fl_run(&ro, &rr, e)) {
         snprintf(res->note, sizeof res->note, "skipped: %.180s", e->msg);
         fl_run_result_free(&rr);
         return;
+    }
+    if (timed) {
+        handoff_read(w, sc->strategy, &after);
+        handoff_delta(&before, &after, res);
     }
     const fl_load_result *l = &rr.load;
     double secs = l->elapsed_us / 1e6;
@@ -268,6 +473,7 @@ static void scene_run(const fl_compare_opts *o, world *w, const char *tag, int i
     res->answered = l->answered;
     res->created = l->ncreated;
     res->transport_errors = l->transport_errors;
+    res->fenced = l->fenced;
     /* Orders per second while there was stock to sell: once a sale is
      * over, the cheap sold-out answers would say nothing about the strategy. */
     double window = (l->ncreated && l->last_created_us > 0 ? l->last_created_us : l->elapsed_us) / 1e6;
@@ -299,19 +505,24 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
             "verdict");
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
+        if (i == 0 || s->sc.fault != r[i - 1].sc.fault)
+            fprintf(f, "-- %s\n", s->sc.fault ? "under an injected fault (a pause inside the "
+                                                "critical section, fault injection)"
+                                              : "ordinary contention (no fault)");
         if (!s->ran) {
-            fprintf(f, "%-27s %8d %9d  %s\n", s->sc.strategy, s->sc.segments, s->sc.instances,
-                    s->note);
+            fprintf(f, "%-27s %8d %9d  %s%s\n", s->sc.strategy, s->sc.segments, s->sc.instances,
+                    s->note, s->sc.fault ? "  [FAULT]" : "");
             continue;
         }
         char p50[16], p99[16], rate[24];
         fl_fmt_us(s->p50_us, p50, sizeof p50);
         fl_fmt_us(s->p99_us, p99, sizeof p99);
         snprintf(rate, sizeof rate, s->orders_per_s < 10 ? "%.1f" : "%.0f", s->orders_per_s);
-        fprintf(f, "%-27s %8d %9d %9s %8s %8s %6lld %8lld %9lld %5lld  %s%s  [%s]\n",
+        fprintf(f, "%-27s %8d %9d %9s %8s %8s %6lld %8lld %9lld %5lld  %s%s  [%s%s]\n",
                 s->sc.strategy, s->sc.segments, s->sc.instances, rate, p50, p99,
                 s->verdict.sold, s->verdict.oversold, s->verdict.min_stock, s->verdict.lost,
-                s->verdict_line, s->as_expected ? "" : "  << UNEXPECTED", s->sc.condition);
+                s->verdict_line, s->as_expected ? "" : "  << UNEXPECTED",
+                s->sc.fault ? "FAULT: " : "", s->sc.condition);
     }
 }
 
@@ -324,9 +535,10 @@ static void make_tag(char *tag, size_t len) {
 int fl_compare(const fl_compare_opts *o, fl_err *e) {
     static fl_scene scenes[MAX_SCENES];
     static fl_scene_result res[MAX_SCENES];
+    static fl_lock_row rows[FL_LOCK_ROWS];
+    static fl_world w;
     fl_strategy st[FL_MAX_STRATEGIES];
-    int nst, n;
-    world w;
+    int nst, n, nrows = 0;
     int rc = -1;
     if (world_up(o, &w, e)) goto out;
     if (strategies(o, &w.targets[0], st, &nst, e)) goto out;
@@ -340,12 +552,13 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
     fprintf(stderr, "flashload compare: %d scenes, %d connections each, services at %s%s\n", n,
             o->connections, w.targets[0].url, w.dir[0] ? " (our own)" : "");
     int64_t t0 = clock_mono_ms();
-    int ran = 0, unexpected = 0;
+    int ran = 0, unexpected = 0, skipped = 0;
     for (int i = 0; i < n; i++) {
         memset(&res[i], 0, sizeof res[i]);
         res[i].sc = scenes[i];
         if (o->interrupted && atomic_load(o->interrupted)) {
             snprintf(res[i].note, sizeof res[i].note, "skipped: interrupted");
+            skipped++;
             continue;
         }
         const fl_strategy *info = fl_strategy_find(st, nst, scenes[i].strategy);
@@ -355,27 +568,37 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
                      info->reason[0] ? ": " : "", info->reason);
         else scene_run(o, &w, tag, i + 1, n, &res[i], &se);
         if (!res[i].ran) {
+            skipped++;
             fprintf(stderr, "[%d/%d] %s x%d x%d: %s\n", i + 1, n, scenes[i].strategy,
                     scenes[i].segments, scenes[i].instances, res[i].note);
             continue;
         }
         ran++;
         unexpected += !res[i].as_expected;
-        fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s\n", i + 1, n,
+        fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s%s\n", i + 1, n,
                 scenes[i].strategy, scenes[i].segments, scenes[i].instances, res[i].orders_per_s,
-                res[i].verdict_line, res[i].as_expected ? "" : "  << UNEXPECTED");
+                res[i].verdict_line, res[i].as_expected ? "" : "  << UNEXPECTED",
+                scenes[i].fault ? "  [fault]" : "");
     }
+    nrows = fl_lock_rows(o, &w, tag, st, nst, res, n, rows);
     printf("\n");
     fl_compare_table(res, n, stdout);
-    printf("\n%d scenes in %.0f s: %s\n", ran, (clock_mono_ms() - t0) / 1000.0,
+    char skip_note[64] = "";
+    if (skipped) snprintf(skip_note, sizeof skip_note, "; %d skipped (not run, not passed)", skipped);
+    printf("\n%d scenes in %.0f s%s: %s\n", ran, (clock_mono_ms() - t0) / 1000.0, skip_note,
            !ran ? "none ran"
            : unexpected ? "some did not come out as expected (marked above)"
-                        : "every safe strategy PASSed and every unsafe one oversold, as expected");
+                        : "every safe strategy that ran PASSed and every unsafe one oversold, as "
+                          "expected");
+    if (nrows) {
+        printf("\nchoosing a lock (measured in this run)\n");
+        fl_lock_table(rows, nrows, stdout);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/report.json", o->out_dir);
-    if (fl_report_json(o, res, n, path, e)) goto out;
+    if (fl_report_json(o, res, n, rows, nrows, path, e)) goto out;
     snprintf(path, sizeof path, "%s/report.html", o->out_dir);
-    if (fl_report_html(o, res, n, path, e)) goto out;
+    if (fl_report_html(o, res, n, rows, nrows, path, e)) goto out;
     char abs[PATH_MAX];
     printf("report: %s\n", realpath(path, abs) ? abs : path);
     rc = ran && !unexpected ? 0 : 1;

@@ -191,6 +191,8 @@ static void record_answer(worker *w, conn *c, int64_t now) {
         if (fl_json_str(rs->body ? rs->body : "", rs->body_len, "error", buf, sizeof buf) < 0)
             snprintf(buf, sizeof buf, "http_%d", st);
         count_code(r, buf);
+        /* The fence's refusal shares lock_timeout's code; its message tells. */
+        if (st == 429 && rs->body && memmem(rs->body, rs->body_len, "(fenced)", 8)) r->fenced++;
     }
 }
 
@@ -769,6 +771,7 @@ static void merge_result(fl_load_result *d, const fl_load_result *s) {
     d->connect_errors += s->connect_errors;
     d->backlog += s->backlog;
     d->replays_sent += s->replays_sent;
+    d->fenced += s->fenced;
     d->max_open += s->max_open;
     for (size_t i = 0; i < s->ncodes; i++) {
         size_t j = 0;

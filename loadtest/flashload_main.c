@@ -101,10 +101,20 @@ static void usage_compare(FILE *f) {
     fprintf(f,
 "usage: flashload compare [options]  every strategy x segments: table, report.json/.html\n"
 "\n"
-"Without --target it starts its own redis-server and flashsale, and stops them.\n"
+"Without --target it starts its own redis-server, the lock servers (three\n"
+"redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, and stops them.\n"
+"Scenes run in two groups, ordinary contention and under an injected fault; then\n"
+"the \"choosing a lock\" table, one row per lock, measured in the same run.\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
+"  --no-probes            leave out the lock table's fault probes (kill -9, lock\n"
+"                         server restarted, lock server restarted empty)\n"
+"  --quick                shorter scenes for development: --duration 1\n"
+"                         --pause-duration 2 --stock 5000\n"
+"  --no-lock-servers      start no lock server: their scenes are skipped\n"
+"  --etcd-bin PATH        the etcd program (default: etcd from PATH)\n"
+"  --java PATH            the java that runs ZooKeeper (default: java from PATH)\n"
 "  --duration SECS        per scene (%g)\n"
 "  --pause-duration SECS  per scene run under an injected pause (%g)\n"
 "  --connections N        keep-alive connections per scene (%d)\n"
@@ -382,6 +392,18 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             }
         } else if (!strcmp(a, "--no-two-instances")) {
             o->two_instances = 0;
+        } else if (!strcmp(a, "--no-probes")) {
+            o->probes = 0;
+        } else if (!strcmp(a, "--no-lock-servers")) {
+            o->lock_servers = 0;
+        } else if (!strcmp(a, "--quick")) {
+            o->duration_s = 1;
+            o->pause_duration_s = 2;
+            o->stock = 5000;
+        } else if (!strcmp(a, "--etcd-bin")) {
+            if (copy(a, val(argc, argv, &i), o->etcd_bin, sizeof o->etcd_bin)) return -1;
+        } else if (!strcmp(a, "--java")) {
+            if (copy(a, val(argc, argv, &i), o->java_bin, sizeof o->java_bin)) return -1;
         } else if (!strcmp(a, "--duration")) {
             if (num(a, val(argc, argv, &i), 0.1, 3600, &o->duration_s)) return -1;
         } else if (!strcmp(a, "--pause-duration")) {

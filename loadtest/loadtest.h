@@ -234,6 +234,7 @@ typedef struct fl_load_result {
     uint64_t connect_errors;
     uint64_t backlog;            /* open loop: scheduled, never sent before the end */
     uint64_t replays_sent;       /* orders that reused an earlier key */
+    uint64_t fenced;             /* 429s whose message says the fence refused the write */
     int max_open;                /* most connections open at once */
     fl_code_count codes[32];     /* error codes of non-2xx answers */
     size_t ncodes;
@@ -521,6 +522,10 @@ typedef struct fl_run_opts {
     int sample_ms;               /* sampling period while running */
     int progress;                /* a progress line per second on stderr */
     const char *label;           /* shown on progress lines */
+    /* Called after each sample with the counters so far; nonzero stops
+     * the load (answers in flight are still awaited). NULL: none. */
+    int (*tick)(void *ud, const fl_progress *p);
+    void *tick_ud;
     const atomic_int *interrupted;   /* set by a signal: stop early */
 } fl_run_opts;
 
@@ -549,10 +554,23 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
 
 /* ---------------------------------------------------------------- processes */
 
+/* What a process we start is; a server knows how to come back. */
+typedef enum fl_proc_kind {
+    FL_PROC_SERVICE = 0,
+    FL_PROC_REDIS,               /* no persistence: what the service's Redis is */
+    FL_PROC_REDIS_AOF,           /* append-only file: a Redlock server keeps its counters */
+    FL_PROC_ZOOKEEPER,           /* standalone, Debian's zookeeper on a JRE */
+    FL_PROC_ETCD                 /* single member, Debian's etcd-server */
+} fl_proc_kind;
+
 typedef struct fl_proc {
     pid_t pid;
     int port;
-    char url[128];               /* redis://... or http://... */
+    int peer_port;               /* etcd's peer port (0: none) */
+    fl_proc_kind kind;
+    char dir[400];               /* a server's own directory (its data under it) */
+    char bin[300];               /* the program, when not the usual one */
+    char url[128];               /* redis://..., http://..., zk://..., etcd://... */
     char log[600];
 } fl_proc;
 
@@ -561,12 +579,33 @@ int fl_free_port(void);
 /* Starts redis-server (no persistence) in dir on a free port and waits for
  * it to answer. Returns 0 or -1 with e set. */
 int fl_redis_start(const char *dir, fl_proc *p, fl_err *e);
+/* Starts a lock server of kind (FL_PROC_REDIS_AOF, FL_PROC_ZOOKEEPER,
+ * FL_PROC_ETCD) with its files in dir (made if absent) on free ports, and
+ * bin instead of the usual program (redis-server, java, etcd) unless NULL,
+ * returns at once: fl_proc_wait says when it serves, so several can start
+ * side by side. Returns 0 or -1 with e set (p->pid is then 0). */
+int fl_server_spawn(fl_proc_kind kind, const char *dir, const char *bin, fl_proc *p,
+                    fl_err *e);
+/* Waits up to timeout_ms until p serves (ZooKeeper: answers ruok; etcd: a
+ * range read; Redis: accepts). On failure stops it; -1 with e set. */
+int fl_proc_wait(fl_proc *p, int timeout_ms, fl_err *e);
+/* Takes server p down and brings it back on the same port(s). wipe 0: a
+ * restart that keeps its data (Redis without persistence is made to SAVE
+ * first); wipe 1: killed with SIGKILL and started with its data directory
+ * emptied: a server that lost its data. *down_ms gets how long it did not
+ * serve. Returns 0, or -1 with e set (it is then down). */
+int fl_server_restart(fl_proc *p, int wipe, int64_t *down_ms, fl_err *e);
 /* Starts `bin --listen 127.0.0.1:<free> --redis url --db db_path` plus the
  * extra NULL-terminated args, logging to dir, and waits until it accepts. */
 int fl_service_start(const char *bin, const char *dir, const char *redis_url,
                      const char *db_path, const char *const *extra, fl_proc *p, fl_err *e);
+/* Restarts the n servers p[0..n) together (all down, then all up), as
+ * fl_server_restart does one: Redlock's servers as one lock service. */
+int fl_servers_restart(fl_proc *p, int n, int wipe, int64_t *down_ms, fl_err *e);
 /* SIGTERM, then SIGKILL after timeout_ms; reaps it. Safe on a zero pid. */
 void fl_proc_stop(fl_proc *p, int timeout_ms);
+/* SIGKILL now, and reaps it. Safe on a zero pid. */
+void fl_proc_kill(fl_proc *p);
 /* Removes a directory tree made by us (best effort). */
 void fl_rmtree(const char *dir);
 
@@ -581,6 +620,7 @@ typedef struct fl_scene {
     int cs_delay_ms;             /* injected pause (0: none) */
     int lock_ttl_ms;             /* lease (0: service default) */
     int unsafe;                  /* expected to break */
+    int fault;                   /* runs under an injected fault (a pause): its own group */
     char condition[64];          /* for people: "contention", "pause 300ms > ttl 100ms" */
     double duration_s;
 } fl_scene;
@@ -588,7 +628,7 @@ typedef struct fl_scene {
 typedef struct fl_scene_result {
     fl_scene sc;
     int ran;                     /* 0: skipped (see note) */
-    char note[200];
+    char note[300];
     double orders_per_s;         /* 201s per second while the sale lasted (to the last 201) */
     double answers_per_s;        /* order requests answered per second, whatever the answer */
     uint64_t answered, created, transport_errors;
@@ -597,7 +637,44 @@ typedef struct fl_scene_result {
     char verdict_line[300];
     int as_expected;             /* safe and PASS, or unsafe and FAIL */
     uint64_t status_201, status_409, status_429, status_5xx;
+    uint64_t fenced;             /* 429s refused by the fence */
+    /* The service's flashsale_lock_handoff_seconds over this scene
+     * (release -> next acquire in the same process): count, sum/count, and
+     * the median interpolated within its buckets. n 0: none recorded. */
+    uint64_t handoff_n;
+    double handoff_mean_us, handoff_p50_us;
 } fl_scene_result;
+
+/* One measurement of a lock under a fault, for the "choosing a lock" table. */
+typedef struct fl_probe {
+    int ran;                     /* 0: not measured; note says why (n/a, skipped) */
+    char note[300];              /* what happened, in words */
+    int64_t down_ms;             /* the server did not serve for this long */
+    int64_t refused_ms;          /* from the fault to the last refused answer (0: none) */
+    int64_t recover_ms;          /* server back (or holder killed) -> next 201; -1: none */
+    uint64_t ok, refused;        /* 201s, and 429/5xx/transport errors, from the fault on */
+    uint64_t fenced;             /* refusals by the fence */
+    long long oversold, lost;
+    int pass;                    /* the verifier's verdict */
+} fl_probe;
+
+#define FL_LOCK_ROWS 6
+
+/* A row of the "choosing a lock" table: one lock, measured in this run. */
+typedef struct fl_lock_row {
+    char strategy[32];           /* lock, redlock, zookeeper, etcd, db-lock, local */
+    char server[200];            /* what its lock server is, in words */
+    int have1, have8;            /* its contention scenes ran */
+    double ops1, ops8;           /* orders/s with 1 and 8 segments */
+    uint64_t p50_us, p99_us;     /* 1 segment */
+    uint64_t p50_8_us, p99_8_us; /* 8 segments */
+    uint64_t handoff_n;          /* hand-offs timed in the 1-segment scene */
+    double handoff_mean_us, handoff_p50_us;
+    fl_probe kill;               /* the holder killed (SIGKILL) mid-critical-section */
+    fl_probe restart;            /* its lock server restarted mid-run, data kept */
+    fl_probe wipe;               /* its lock server restarted empty mid-run */
+    fl_probe fence;              /* a pause longer than the lease (the pause scene) */
+} fl_lock_row;
 
 typedef struct fl_compare_opts {
     char strategies[16][32];     /* empty: every strategy the service lists */
@@ -613,6 +690,10 @@ typedef struct fl_compare_opts {
     int qty_min, qty_max;
     long long stock;             /* of the scenes without a pause */
     long long pause_stock;       /* of the scenes under an injected pause */
+    int probes;                  /* measure the lock table's fault columns */
+    int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
+    char etcd_bin[300];          /* "" : etcd from PATH */
+    char java_bin[300];          /* "" : java from PATH (ZooKeeper) */
     char out_dir[400];
     char service_bin[400];
     /* Existing services instead of our own. */
@@ -637,10 +718,15 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
 int fl_compare(const fl_compare_opts *o, fl_err *e);
 /* The table, as printed. */
 void fl_compare_table(const fl_scene_result *r, int n, FILE *f);
+/* The "choosing a lock" table, as printed. */
+void fl_lock_table(const fl_lock_row *l, int n, FILE *f);
+/* Formats a probe's outcome in one short line ("n/a: ..." when not run). */
+void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len);
+enum { FL_PROBE_KILL, FL_PROBE_RESTART, FL_PROBE_WIPE, FL_PROBE_FENCE };
 /* report.json and report.html. Return 0 or -1 with e set. */
 int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
-                   const char *path, fl_err *e);
+                   const fl_lock_row *l, int nl, const char *path, fl_err *e);
 int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
-                   const char *path, fl_err *e);
+                   const fl_lock_row *l, int nl, const char *path, fl_err *e);
 
 #endif

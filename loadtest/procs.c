@@ -1,6 +1,10 @@
 /* procs.c: the processes flashload starts when it is not given a target:
- * a private redis-server and one or two flashsale instances, each on a free
- * port of 127.0.0.1 with its files in a temp dir, stopped by pid afterwards.
+ * a private redis-server, one or two flashsale instances, and the lock
+ * servers the comparison needs (three redis-servers for Redlock, a
+ * standalone ZooKeeper, a single-member etcd), each on a free port of
+ * 127.0.0.1 with its files in a temp dir, stopped by pid afterwards. A
+ * lock server can be restarted on its port, with or without its data, for
+ * the comparison's fault probes.
  *
  * A child asks the kernel for SIGTERM when flashload dies (PR_SET_PDEATHSIG),
  * so even a killed flashload leaves no server running behind it. */
@@ -14,14 +18,22 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <hiredis/hiredis.h>
 
 #include "common/clock.h"
 #include "loadtest/loadtest.h"
 
 #define START_WAIT_MS 20000
+/* A JVM on a busy two-core machine: ZooKeeper may take a while. */
+#define ZK_WAIT_MS 90000
+
+static const char *const ZK_JARS[] = { "/usr/share/java/zookeeper.jar",
+                                       "/usr/share/java/slf4j-log4j12.jar",
+                                       "/usr/share/java/log4j-1.2.jar", NULL };
 
 int fl_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -72,40 +84,245 @@ static int accepting(int port) {
     return ok;
 }
 
-/* Waits until the child accepts connections; fails early if it exits. */
-static int wait_up(fl_proc *p, const char *what, fl_err *e) {
-    int64_t deadline = clock_mono_ms() + START_WAIT_MS;
+static int spawn_server(fl_proc *p, fl_err *e);
+
+/* Sends a ZooKeeper four-letter word; 1 when the answer starts with want. */
+static int four_letter(int port, const char *word, const char *want) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct timeval tv = { 2, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    char buf[64] = "";
+    int ok = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        write(fd, word, strlen(word)) == (ssize_t)strlen(word)) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        ok = n > 0 && !strncmp(buf, want, strlen(want));
+    }
+    close(fd);
+    return ok;
+}
+
+/* Whether etcd's v3 gateway answers a read. */
+static int etcd_serves(int port) {
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    fl_target t;
+    fl_http h;
+    fl_err e;
+    if (fl_target_parse(url, &t, &e)) return 0;
+    fl_http_init(&h, &t, "", 2000);
+    int st = fl_http_request(&h, "POST", "/v3/kv/range", "{\"key\":\"AA==\"}", &e);
+    fl_http_close(&h);
+    return st == 200;
+}
+
+static int serves(const fl_proc *p) {
+    switch (p->kind) {
+    case FL_PROC_ZOOKEEPER: return four_letter(p->port, "ruok", "imok");
+    case FL_PROC_ETCD: return etcd_serves(p->port);
+    default: return accepting(p->port);
+    }
+}
+
+static const char *kind_name(fl_proc_kind k) {
+    switch (k) {
+    case FL_PROC_SERVICE: return "flashsale";
+    case FL_PROC_ZOOKEEPER: return "zookeeper";
+    case FL_PROC_ETCD: return "etcd";
+    default: return "redis-server";
+    }
+}
+
+int fl_proc_wait(fl_proc *p, int timeout_ms, fl_err *e) {
+    const char *what = kind_name(p->kind);
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     while (clock_mono_ms() < deadline) {
         int status;
+        if (p->pid <= 0) return fl_errf(e, "%s is not running", what);
         if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
             p->pid = 0;
             return fl_errf(e, "%s exited at start (status %d); see %s", what,
                            WIFEXITED(status) ? WEXITSTATUS(status) : -1, p->log);
         }
-        if (accepting(p->port)) return 0;
+        if (serves(p)) return 0;
         clock_sleep_ms(20);
     }
     fl_proc_stop(p, 2000);
-    return fl_errf(e, "%s did not accept connections within %d s; see %s", what,
-                   START_WAIT_MS / 1000, p->log);
+    return fl_errf(e, "%s did not serve within %d s; see %s", what, timeout_ms / 1000, p->log);
 }
+
+static int wait_up(fl_proc *p, fl_err *e) { return fl_proc_wait(p, START_WAIT_MS, e); }
 
 int fl_redis_start(const char *dir, fl_proc *p, fl_err *e) {
     memset(p, 0, sizeof *p);
+    p->kind = FL_PROC_REDIS;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
     p->port = fl_free_port();
     if (p->port < 0) return fl_errf(e, "no free port");
-    char port[16];
-    snprintf(port, sizeof port, "%d", p->port);
     snprintf(p->log, sizeof p->log, "%s/redis.log", dir);
-    char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", (char *)dir, "--maxclients", "10000", NULL };
-    p->pid = spawn(argv, p->log, e);
+    snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d/0", p->port);
+    if (spawn_server(p, e)) return -1;
+    return wait_up(p, e);
+}
+
+/* Writes a file; -1 with e set. */
+static int write_file(const char *path, const char *text, fl_err *e) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fl_errf(e, "cannot write %s: %s", path, strerror(errno));
+    fputs(text, f);
+    if (fclose(f) != 0) return fl_errf(e, "cannot write %s", path);
+    return 0;
+}
+
+/* The configuration files of a ZooKeeper in p->dir: a short tick so that
+ * sessions may be short (tickTime 100, minSessionTimeout 200), no admin
+ * server, the four-letter words on, logs to a file. */
+static int zk_config(const fl_proc *p, fl_err *e) {
+    char path[700], text[2048];
+    snprintf(path, sizeof path, "%s/zoo.cfg", p->dir);
+    snprintf(text, sizeof text,
+             "tickTime=100\ndataDir=%s/data\nclientPort=%d\nclientPortAddress=127.0.0.1\n"
+             "minSessionTimeout=200\nmaxSessionTimeout=60000\nadmin.enableServer=false\n"
+             "4lw.commands.whitelist=*\nmaxClientCnxns=0\n",
+             p->dir, p->port);
+    if (write_file(path, text, e)) return -1;
+    snprintf(path, sizeof path, "%s/log4j.properties", p->dir);
+    snprintf(text, sizeof text,
+             "log4j.rootLogger=INFO, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+             "log4j.appender.F.File=%s\nlog4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
+             "log4j.appender.F.layout.ConversionPattern=%%d %%p %%c{1}: %%m%%n\n", p->log);
+    return write_file(path, text, e);
+}
+
+/* Execs p's server (its ports and dir already chosen). */
+static int spawn_server(fl_proc *p, fl_err *e) {
+    char port[16], data[500], l4j[520], cfg[500], cp[400] = "", client[64], peer[64], cluster[80];
+    snprintf(port, sizeof port, "%d", p->port);
+    snprintf(data, sizeof data, "%s/data", p->dir);
+    mkdir(data, 0755);
+    switch (p->kind) {
+    case FL_PROC_REDIS: {
+        char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                         "--appendonly", "no", "--dir", data, "--maxclients", "10000", NULL };
+        p->pid = spawn(argv, p->log, e);
+        break;
+    }
+    case FL_PROC_REDIS_AOF: {
+        char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                         "--appendonly", "yes", "--appendfsync", "everysec", "--dir", data,
+                         "--maxclients", "10000", NULL };
+        p->pid = spawn(argv, p->log, e);
+        break;
+    }
+    case FL_PROC_ZOOKEEPER: {
+        for (int i = 0; ZK_JARS[i]; i++)
+            if (access(ZK_JARS[i], R_OK) == 0)
+                snprintf(cp + strlen(cp), sizeof cp - strlen(cp), "%s%s", cp[0] ? ":" : "",
+                         ZK_JARS[i]);
+        if (access(ZK_JARS[0], R_OK) != 0)
+            return fl_errf(e, "no %s (Debian package zookeeper)", ZK_JARS[0]);
+        if (zk_config(p, e)) return -1;
+        snprintf(l4j, sizeof l4j, "-Dlog4j.configuration=file:%s/log4j.properties", p->dir);
+        snprintf(cfg, sizeof cfg, "%s/zoo.cfg", p->dir);
+        /* C1 only and a serial GC: a JVM that starts fast on a busy box. */
+        char *argv[] = { p->bin[0] ? p->bin : "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                         "-Dzookeeper.admin.enableServer=false",
+                         "-Dznode.container.checkIntervalMs=1000", l4j, "-cp", cp,
+                         "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, NULL };
+        p->pid = spawn(argv, p->log, e);
+        break;
+    }
+    case FL_PROC_ETCD: {
+        snprintf(client, sizeof client, "http://127.0.0.1:%d", p->port);
+        snprintf(peer, sizeof peer, "http://127.0.0.1:%d", p->peer_port);
+        snprintf(cluster, sizeof cluster, "fl=%s", peer);
+        /* A short election timeout: the smallest lease is then 1 s. */
+        char *argv[] = { p->bin[0] ? p->bin : "etcd", "--name", "fl", "--data-dir", data, "--listen-client-urls",
+                         client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                         "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                         "--initial-cluster-state", "new", "--heartbeat-interval", "50",
+                         "--election-timeout", "500", NULL };
+        p->pid = spawn(argv, p->log, e);
+        break;
+    }
+    default:
+        return fl_errf(e, "not a server");
+    }
     if (p->pid < 0) {
         p->pid = 0;
         return -1;
     }
-    snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d/0", p->port);
-    return wait_up(p, "redis-server", e);
+    return 0;
+}
+
+int fl_server_spawn(fl_proc_kind kind, const char *dir, const char *bin, fl_proc *p,
+                    fl_err *e) {
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    if (bin) snprintf(p->bin, sizeof p->bin, "%s", bin);
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    mkdir(dir, 0755);
+    p->port = fl_free_port();
+    if (kind == FL_PROC_ETCD) p->peer_port = fl_free_port();
+    if (p->port < 0 || p->peer_port < 0) return fl_errf(e, "no free port");
+    snprintf(p->log, sizeof p->log, "%s/%s.log", dir, kind_name(kind));
+    switch (kind) {
+    case FL_PROC_ZOOKEEPER: snprintf(p->url, sizeof p->url, "zk://127.0.0.1:%d/locks", p->port); break;
+    case FL_PROC_ETCD: snprintf(p->url, sizeof p->url, "etcd://127.0.0.1:%d", p->port); break;
+    default: snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d/0", p->port);
+    }
+    return spawn_server(p, e);
+}
+
+/* Asks a Redis without persistence to write its snapshot, so that a
+ * restart keeps its data (it loads dump.rdb at start). */
+static int redis_save(const fl_proc *p, fl_err *e) {
+    struct timeval tv = { 5, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", p->port, tv);
+    if (!c || c->err) {
+        fl_errf(e, "redis SAVE: %s", c ? c->errstr : "out of memory");
+        redisFree(c);
+        return -1;
+    }
+    redisSetTimeout(c, (struct timeval){ 30, 0 });
+    redisReply *r = redisCommand(c, "SAVE");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (!ok) fl_errf(e, "redis SAVE failed: %s", r && r->str ? r->str : c->errstr);
+    freeReplyObject(r);
+    redisFree(c);
+    return ok ? 0 : -1;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
+
+int fl_servers_restart(fl_proc *p, int n, int wipe, int64_t *down_ms, fl_err *e) {
+    for (int i = 0; i < n; i++) {
+        if (p[i].kind == FL_PROC_SERVICE) return fl_errf(e, "not a server");
+        if (!wipe && p[i].kind == FL_PROC_REDIS && redis_save(&p[i], e)) return -1;
+    }
+    int64_t t0 = clock_mono_ms();
+    for (int i = 0; i < n; i++) {
+        if (wipe) fl_proc_kill(&p[i]);
+        else fl_proc_stop(&p[i], 10000);
+        if (wipe) {
+            char data[500];
+            snprintf(data, sizeof data, "%s/data", p[i].dir);
+            nftw(data, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        }
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = spawn_server(&p[i], e);
+    for (int i = 0; i < n && !rc; i++)
+        rc = fl_proc_wait(&p[i], p[i].kind == FL_PROC_ZOOKEEPER ? ZK_WAIT_MS : START_WAIT_MS, e);
+    if (down_ms) *down_ms = clock_mono_ms() - t0;
+    return rc;
+}
+
+int fl_server_restart(fl_proc *p, int wipe, int64_t *down_ms, fl_err *e) {
+    return fl_servers_restart(p, 1, wipe, down_ms, e);
 }
 
 int fl_service_start(const char *bin, const char *dir, const char *redis_url,
@@ -120,13 +337,14 @@ int fl_service_start(const char *bin, const char *dir, const char *redis_url,
     int n = 7;
     for (int i = 0; extra && extra[i] && n < 47; i++) argv[n++] = extra[i];
     argv[n] = NULL;
+    p->kind = FL_PROC_SERVICE;
     p->pid = spawn((char *const *)argv, p->log, e);
     if (p->pid < 0) {
         p->pid = 0;
         return -1;
     }
     snprintf(p->url, sizeof p->url, "http://127.0.0.1:%d", p->port);
-    return wait_up(p, "flashsale", e);
+    return wait_up(p, e);
 }
 
 void fl_proc_stop(fl_proc *p, int timeout_ms) {
@@ -142,6 +360,14 @@ void fl_proc_stop(fl_proc *p, int timeout_ms) {
         }
         clock_sleep_ms(10);
     }
+    p->pid = 0;
+}
+
+void fl_proc_kill(fl_proc *p) {
+    if (p->pid <= 0) return;
+    kill(p->pid, SIGKILL);
+    int status;
+    waitpid(p->pid, &status, 0);
     p->pid = 0;
 }
 

@@ -7,8 +7,12 @@
  * three questions a reader has: how fast is each strategy (throughput),
  * what does a buyer wait (latency percentiles, on a log scale because a
  * lock pause is a thousand times a Lua script), and which ones oversell
- * (oversold units). A few lines of script at the end only measure the
- * drawn marks into data- attributes, for the headless-browser test. */
+ * (oversold units). Every scene run under an injected fault is shaded and
+ * marked, in the charts and the table, and comes after the ordinary ones.
+ * Then the "choosing a lock" table, one row per lock. The page fits 1400
+ * px without horizontal scrolling: long text wraps, charts scale. A few
+ * lines of script at the end only measure the drawn marks and the page's
+ * width into data- attributes, for the headless-browser test. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,8 +30,53 @@
 
 /* -------------------------------------------------------------- report.json */
 
-int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n, const char *path,
-                   fl_err *e) {
+static json_t *probe_json(const fl_probe *p, int kind) {
+    char brief[160];
+    fl_probe_fmt(p, kind, brief, sizeof brief);
+    json_t *j = json_pack("{s:b, s:s, s:s}", "measured", p->ran, "brief", brief, "note", p->note);
+    if (!p->ran) return j;
+    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "down_ms",
+                                        (json_int_t)p->down_ms, "refused_ms",
+                                        (json_int_t)p->refused_ms, "recover_ms",
+                                        (json_int_t)p->recover_ms, "ok", (json_int_t)p->ok,
+                                        "refused", (json_int_t)p->refused, "fenced",
+                                        (json_int_t)p->fenced, "oversold",
+                                        (json_int_t)p->oversold, "lost", (json_int_t)p->lost,
+                                        "pass", p->pass));
+    return j;
+}
+
+static json_t *num_or_null(int have, double v) { return have ? json_real(v) : json_null(); }
+
+static json_t *locks_json(const fl_lock_row *l, int nl) {
+    json_t *a = json_array();
+    for (int i = 0; i < nl; i++) {
+        const fl_lock_row *r = &l[i];
+        json_t *j = json_pack(
+            "{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s, s:I, s:o, s:o}, s:o, s:o, s:o, s:o}",
+            "strategy", r->strategy, "lock_server", r->server, "orders_per_s_1seg",
+            num_or_null(r->have1, r->ops1), "orders_per_s_8seg", num_or_null(r->have8, r->ops8),
+            "p50_us", num_or_null(r->have1, (double)r->p50_us), "p99_us",
+            num_or_null(r->have1, (double)r->p99_us), "p50_us_8seg",
+            num_or_null(r->have8, (double)r->p50_8_us), "p99_us_8seg",
+            num_or_null(r->have8, (double)r->p99_8_us), "handoff", "source",
+            "the service's flashsale_lock_handoff_seconds over the 1-segment contention scene "
+            "(release -> next acquire in the same process): mean = sum/count, p50 interpolated "
+            "in its buckets",
+            "count", (json_int_t)r->handoff_n, "mean_us",
+            num_or_null(r->handoff_n > 0, r->handoff_mean_us), "p50_us",
+            num_or_null(r->handoff_n > 0, r->handoff_p50_us), "kill_holder",
+            probe_json(&r->kill, FL_PROBE_KILL), "server_restart",
+            probe_json(&r->restart, FL_PROBE_RESTART), "server_data_lost",
+            probe_json(&r->wipe, FL_PROBE_WIPE), "pause_past_lease",
+            probe_json(&r->fence, FL_PROBE_FENCE));
+        json_array_append_new(a, j);
+    }
+    return a;
+}
+
+int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
+                   const fl_lock_row *l, int nl, const char *path, fl_err *e) {
     json_t *scenes = json_array();
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
@@ -37,9 +86,10 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n, co
                                                "what", s->verdict.v[k].what, "size",
                                                (json_int_t)s->verdict.v[k].size));
         json_t *j = json_pack(
-            "{s:s, s:i, s:i, s:s, s:b, s:I, s:i, s:i, s:f, s:b}", "strategy", s->sc.strategy,
+            "{s:s, s:i, s:i, s:s, s:b, s:b, s:I, s:i, s:i, s:f, s:b}", "strategy", s->sc.strategy,
             "segments", s->sc.segments, "instances", s->sc.instances, "condition",
-            s->sc.condition, "unsafe", s->sc.unsafe, "stock", (json_int_t)s->sc.stock,
+            s->sc.condition, "unsafe", s->sc.unsafe, "fault", s->sc.fault, "stock",
+            (json_int_t)s->sc.stock,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
         if (!s->ran) {
@@ -67,18 +117,24 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n, co
                              (json_int_t)s->verdict.min_stock, "lost",
                              (json_int_t)s->verdict.lost, "orders_without_201",
                              (json_int_t)s->verdict.orders_without_201, "violations", v));
+            json_object_set_new(j, "fenced", json_integer((json_int_t)s->fenced));
+            if (s->handoff_n)
+                json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
+                                                            (json_int_t)s->handoff_n, "mean_us",
+                                                            s->handoff_mean_us, "p50_us",
+                                                            s->handoff_p50_us));
         }
         json_array_append_new(scenes, j);
     }
     char when[32];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *root = json_pack("{s:s, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:f, s:f}, s:o}",
+    json_t *root = json_pack("{s:s, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:f, s:f}, s:o, s:o}",
                              "generated_at", when, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN),
                              "load", "connections", o->connections, "threads", o->threads, "users",
                              (int)o->users, "quantity_min", o->qty_min, "quantity_max", o->qty_max,
                              "duration_s", o->duration_s, "pause_duration_s",
-                             o->pause_duration_s, "scenes", scenes);
+                             o->pause_duration_s, "scenes", scenes, "locks", locks_json(l, nl));
     int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     json_decref(root);
     return rc ? fl_errf(e, "cannot write %s", path) : 0;
@@ -99,8 +155,9 @@ static void esc(FILE *f, const char *s) {
 }
 
 static void scene_name(const fl_scene_result *s, char *out, size_t len) {
-    snprintf(out, len, "%s \xc2\xb7 %d seg%s%s", s->sc.strategy, s->sc.segments,
-             s->sc.segments == 1 ? "" : "s", s->sc.instances > 1 ? " \xc2\xb7 2 instances" : "");
+    snprintf(out, len, "%s%s \xc2\xb7 %d seg%s%s", s->sc.fault ? "\xe2\x9a\xa1 " : "",
+             s->sc.strategy, s->sc.segments, s->sc.segments == 1 ? "" : "s",
+             s->sc.instances > 1 ? " \xc2\xb7 2 instances" : "");
 }
 
 /* The colour says what happened: green held, red oversold (as it should,
@@ -133,6 +190,13 @@ static void chart_open(FILE *f, const char *id, const char *title, int rows) {
 static void row_label(FILE *f, int row, const fl_scene_result *s) {
     char name[96];
     scene_name(s, name, sizeof name);
+    if (s->sc.fault)
+        fprintf(f, "<rect class=\"band\" x=\"0\" y=\"%d\" width=\"%d\" height=\"%d\"><title>ran under "
+                   "an injected fault: ", TOP + row * ROW_H, W, ROW_H);
+    if (s->sc.fault) {
+        esc(f, s->sc.condition);
+        fprintf(f, "</title></rect>\n");
+    }
     fprintf(f, "<text class=\"lbl\" x=\"%d\" y=\"%d\" text-anchor=\"end\">", LABEL_W - 10,
             TOP + row * ROW_H + ROW_H / 2 + 4);
     esc(f, name);
@@ -279,19 +343,26 @@ static void chart_oversold(FILE *f, const fl_scene_result *r, int n) {
 }
 
 static void table(FILE *f, const fl_scene_result *r, int n) {
-    fprintf(f, "<div class=\"scroll\"><table><thead><tr><th>strategy</th><th>segments</th><th>instances</th>"
-               "<th>orders/s</th><th>answers/s</th><th>p50</th><th>p99</th><th>sold</th><th>oversold</th>"
-               "<th>min stock</th><th>lost</th><th>verdict</th></tr></thead>"
-               "<tbody>\n");
+    fprintf(f, "<table class=\"scenes\"><thead><tr><th>strategy</th><th>seg&shy;ments</th>"
+               "<th>inst&shy;ances</th><th>orders/s</th><th>answers/s</th><th>p50</th><th>p99</th>"
+               "<th>sold</th><th>over&shy;sold</th><th>min stock</th><th>lost</th><th>verdict</th>"
+               "</tr></thead><tbody>\n");
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
-        fprintf(f, "<tr><td>");
+        if (i == 0 || s->sc.fault != r[i - 1].sc.fault)
+            fprintf(f, "<tr class=\"group\"><td colspan=\"12\">%s</td></tr>\n",
+                    s->sc.fault ? "\xe2\x9a\xa1 Under an injected fault: a pause inside the "
+                                  "critical section (fault injection), to force the interleaving "
+                                  "that breaks a lock whose lease runs out"
+                                : "Ordinary contention: no fault injected");
+        fprintf(f, "<tr%s><td>", s->sc.fault ? " class=\"fault\"" : "");
+        if (s->sc.fault) fprintf(f, "\xe2\x9a\xa1 ");
         esc(f, s->sc.strategy);
-        fprintf(f, "<br><small>");
+        fprintf(f, "<br><small>%s", s->sc.fault ? "FAULT: " : "");
         esc(f, s->sc.condition);
         fprintf(f, "</small></td><td>%d</td><td>%d</td>", s->sc.segments, s->sc.instances);
         if (!s->ran) {
-            fprintf(f, "<td colspan=\"9\">");
+            fprintf(f, "<td colspan=\"9\" class=\"v skip\">");
             esc(f, s->note);
             fprintf(f, "</td></tr>\n");
             continue;
@@ -308,12 +379,141 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
         if (!s->as_expected) fprintf(f, " (unexpected)");
         fprintf(f, "</td></tr>\n");
     }
-    fprintf(f, "</tbody></table></div>\n");
+    fprintf(f, "</tbody></table>\n");
+}
+
+static void fmt_rate(int have, double v, char *out, size_t len) {
+    if (!have) snprintf(out, len, "-");
+    else snprintf(out, len, v < 10 ? "%.1f" : "%.0f", v);
+}
+
+static void probe_cell(FILE *f, const fl_probe *p, int kind) {
+    char brief[160];
+    fl_probe_fmt(p, kind, brief, sizeof brief);
+    int bad = p->ran && (p->oversold > 0 || !p->pass);
+    fprintf(f, "<td class=\"p%s\"><b>", bad ? " bad" : !p->ran ? " na" : "");
+    esc(f, brief);
+    fprintf(f, "</b><br><small>");
+    esc(f, p->note);
+    fprintf(f, "</small></td>");
+}
+
+static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
+    fprintf(f, "<h2 id=\"choosing\">Choosing a lock</h2>\n<p class=\"sub\">Every figure measured in "
+               "this run, against real servers started for it. Orders/s and latency: the ordinary "
+               "contention scenes above. Hand-off: release &rarr; next holder in the same process, "
+               "from the service's <code>flashsale_lock_handoff_seconds</code> over the 1-segment "
+               "scene (mean; p50 interpolated in its buckets). Kill -9: two instances, the holder "
+               "killed with SIGKILL inside its critical section, time until the other instance's "
+               "next order for that SKU succeeds. Restart / data lost: the lock server taken down "
+               "and brought back (with its data, or empty) under a light load; refused = 429, 5xx "
+               "and transport errors from the fault on. Pause &gt; lease: the pause scene above."
+               "</p>\n");
+    fprintf(f, "<table class=\"locks\"><colgroup><col style=\"width:9%%\"><col style=\"width:7%%\">"
+               "<col style=\"width:7%%\"><col style=\"width:9%%\"><col style=\"width:8%%\">"
+               "<col style=\"width:15%%\"><col style=\"width:15%%\"><col style=\"width:15%%\">"
+               "<col style=\"width:15%%\"></colgroup><thead><tr><th>lock</th><th>orders/s 1 seg</th>"
+               "<th>orders/s 8 segs</th><th>p50 / p99 (1 seg)</th><th>hand-off</th>"
+               "<th>holder killed (-9)</th><th>server restarted</th><th>server lost its data</th>"
+               "<th>pause &gt; lease</th></tr></thead><tbody>\n");
+    for (int i = 0; i < nl; i++) {
+        const fl_lock_row *r = &l[i];
+        char a[24], b[24], p50[16], p99[16], ho[96];
+        fmt_rate(r->have1, r->ops1, a, sizeof a);
+        fmt_rate(r->have8, r->ops8, b, sizeof b);
+        fl_fmt_us(r->p50_us, p50, sizeof p50);
+        fl_fmt_us(r->p99_us, p99, sizeof p99);
+        if (r->handoff_n) {
+            char m[16], h50[16];
+            fl_fmt_us((uint64_t)r->handoff_mean_us, m, sizeof m);
+            fl_fmt_us((uint64_t)r->handoff_p50_us, h50, sizeof h50);
+            snprintf(ho, sizeof ho, "mean %s<br><small>p50 ~%s, n=%llu</small>", m, h50,
+                     (unsigned long long)r->handoff_n);
+        } else snprintf(ho, sizeof ho, "-");
+        fprintf(f, "<tr><td><b>");
+        esc(f, r->strategy);
+        fprintf(f, "</b><br><small>");
+        esc(f, r->server);
+        fprintf(f, "</small></td><td>%s</td><td>%s</td><td>%s<br>%s</td><td>%s</td>", a, b,
+                r->have1 ? p50 : "-", r->have1 ? p99 : "", ho);
+        probe_cell(f, &r->kill, FL_PROBE_KILL);
+        probe_cell(f, &r->restart, FL_PROBE_RESTART);
+        probe_cell(f, &r->wipe, FL_PROBE_WIPE);
+        probe_cell(f, &r->fence, FL_PROBE_FENCE);
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</tbody></table>\n");
+}
+
+/* ------------------------------------------------- the lock table, as text */
+
+void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
+    if (!p->ran) {
+        snprintf(out, len, "%s", !strncmp(p->note, "n/a", 3) ? "n/a"
+                                 : !strncmp(p->note, "skipped", 7) ? "skipped" : "not measured");
+        return;
+    }
+    char over[48] = "";
+    if (p->oversold) snprintf(over, sizeof over, ", OVERSOLD %lld", p->oversold);
+    else if (!p->pass) snprintf(over, sizeof over, ", verdict FAIL");
+    switch (kind) {
+    case FL_PROBE_KILL:
+        snprintf(out, len, "%.2fs%s", p->recover_ms / 1000.0, over[0] ? over : ", 0 oversold");
+        break;
+    case FL_PROBE_FENCE:
+        if (p->oversold) snprintf(out, len, "NOT fenced%s", over);
+        else if (p->fenced) snprintf(out, len, "fenced %llu, 0 oversold%s",
+                                     (unsigned long long)p->fenced, p->pass ? "" : over);
+        else snprintf(out, len, "no stale write, 0 oversold%s", p->pass ? "" : over);
+        break;
+    default:
+        if (p->recover_ms < 0)
+            snprintf(out, len, "no 201 in 15s after%s", over[0] ? over : ", 0 oversold");
+        else if (!p->refused)
+            snprintf(out, len, "none refused%s", over[0] ? over : ", 0 oversold");
+        else
+            snprintf(out, len, "refused %.1fs%s", p->refused_ms / 1000.0,
+                     over[0] ? over : ", 0 oversold");
+    }
+}
+
+void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
+    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-26s %s\n", "lock", "1 seg/s", "8 segs/s",
+            "p50", "p99", "hand-off", "holder killed -9", "server restarted",
+            "server lost its data", "pause > lease");
+    for (int i = 0; i < n; i++) {
+        const fl_lock_row *r = &l[i];
+        char a[24], b[24], p50[16] = "-", p99[16] = "-", ho[16] = "-", k[160], rs[160], wp[160],
+             fe[160];
+        fmt_rate(r->have1, r->ops1, a, sizeof a);
+        fmt_rate(r->have8, r->ops8, b, sizeof b);
+        if (r->have1) {
+            fl_fmt_us(r->p50_us, p50, sizeof p50);
+            fl_fmt_us(r->p99_us, p99, sizeof p99);
+        }
+        if (r->handoff_n) fl_fmt_us((uint64_t)r->handoff_mean_us, ho, sizeof ho);
+        fl_probe_fmt(&r->kill, FL_PROBE_KILL, k, sizeof k);
+        fl_probe_fmt(&r->restart, FL_PROBE_RESTART, rs, sizeof rs);
+        fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
+        fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
+        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-26s %s\n", r->strategy, a, b, p50,
+                p99, ho, k, rs, wp, fe);
+    }
+    fprintf(f, "hand-off: mean release -> next acquire in one process "
+               "(flashsale_lock_handoff_seconds, 1-segment scene)\n");
+    for (int i = 0; i < n; i++) {
+        const fl_lock_row *r = &l[i];
+        fprintf(f, "  %s (lock server: %s)\n", r->strategy, r->server);
+        const fl_probe *ps[4] = { &r->kill, &r->restart, &r->wipe, &r->fence };
+        const char *names[4] = { "killed", "restart", "data lost", "pause" };
+        for (int k = 0; k < 4; k++) fprintf(f, "    %-9s %s\n", names[k], ps[k]->note);
+    }
 }
 
 static const char CSS[] =
     "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d2329;"
-    "margin:32px auto;max-width:1020px;padding:0 16px;background:#fbfbfa}"
+    "margin:32px auto;max-width:1320px;padding:0 16px;background:#fbfbfa}"
+    "h2{font-size:21px;margin:32px 0 4px}code{font-size:13px}"
     "h1{font-size:26px;margin:0 0 4px}p.sub{color:#5c6670;margin:0 0 20px}"
     ".sum{padding:12px 16px;border-radius:8px;margin:0 0 24px;font-weight:600}"
     ".sum.ok{background:#e8f5e9;color:#1b5e20}.sum.bad{background:#fff3e0;color:#8a4b00}"
@@ -323,11 +523,17 @@ static const char CSS[] =
     ".lbl{font-size:13px;fill:#1d2329}.tick{font-size:11px;fill:#7a848c}"
     ".val{font-size:12px;fill:#3a434a}.val.ok{fill:#2e7d32}.note{font-size:12px;fill:#999}"
     ".grid{stroke:#eceff1;stroke-width:1}"
-    "table{border-collapse:collapse;width:100%;font-size:12.5px;background:#fff}"
-    "th,td{border-bottom:1px solid #e3e6e8;padding:5px 5px;text-align:right;white-space:nowrap}"
-    "td small{color:#7a848c}.scroll{overflow-x:auto}"
+    "table{border-collapse:collapse;width:100%;font-size:12.5px;background:#fff;margin:0 0 24px}"
+    "th,td{border-bottom:1px solid #e3e6e8;padding:5px 5px;text-align:right;vertical-align:top;"
+    "overflow-wrap:anywhere}"
+    "td small{color:#7a848c}tr.fault td{background:#fff8e1}"
+    "tr.group td{background:#eef1f3;font-weight:600;text-align:left}"
     "th:first-child,td:first-child,td.v,th:last-child{text-align:left}"
-    "td.v{white-space:normal;font-weight:600;min-width:190px}.legend span{display:inline-block;width:12px;"
+    "td.v{font-weight:600}td.skip{color:#8a4b00}"
+    "table.locks{table-layout:fixed}table.locks td,table.locks th{text-align:left}"
+    "td.p.bad b{color:#c62828}td.p.na b{color:#7a848c}"
+    ".band{fill:#ffb300;fill-opacity:0.10}"
+    ".legend span{display:inline-block;width:12px;"
     "height:12px;border-radius:2px;margin:0 4px 0 14px;vertical-align:-1px}"
     "footer{color:#7a848c;font-size:12px;margin:24px 0}";
 
@@ -341,15 +547,20 @@ static const char SELF_CHECK[] =
     "charts.forEach(function(svg){var n=0;svg.querySelectorAll('.mark').forEach(function(m){"
     "var b=m.getBBox();if(b.width>0||b.height>0)n++;});svg.setAttribute('data-marks',n);});"
     "document.body.setAttribute('data-charts',charts.length);"
+    "var over=0;document.querySelectorAll('table,figure,div,p').forEach(function(el){"
+    "if(el.scrollWidth>el.clientWidth+1)over++;});"
+    "document.body.setAttribute('data-overflow',over);"
+    "document.body.setAttribute('data-scroll-width',document.documentElement.scrollWidth);"
     "document.body.setAttribute('data-errors',errors);})();</script>\n";
 
-int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n, const char *path,
-                   fl_err *e) {
+int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
+                   const fl_lock_row *l, int nl, const char *path, fl_err *e) {
     FILE *f = fopen(path, "w");
     if (!f) return fl_errf(e, "cannot write %s", path);
-    int ran = 0, unexpected = 0;
+    int ran = 0, unexpected = 0, skipped = 0;
     for (int i = 0; i < n; i++) {
         ran += r[i].ran;
+        skipped += !r[i].ran;
         unexpected += r[i].ran && !r[i].as_expected;
     }
     char when[40];
@@ -368,16 +579,22 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n, co
                "pause) &middot; verified from the client, the API, Redis and SQLite</p>\n",
             when, sysconf(_SC_NPROCESSORS_ONLN), o->connections, o->users, qty, o->duration_s,
             o->pause_duration_s);
-    fprintf(f, "<div class=\"sum %s\">%d scenes: %s</div>\n", unexpected || !ran ? "bad" : "ok",
-            ran,
+    fprintf(f, "<div class=\"sum %s\">%d scenes: %s", unexpected || !ran ? "bad" : "ok", ran,
             unexpected ? "some did not come out as expected (amber)"
-                       : "every safe strategy passed, every unsafe one oversold, as expected");
+                       : "every safe strategy that ran passed, every unsafe one oversold, as "
+                         "expected");
+    if (skipped)
+        fprintf(f, ". %d skipped, neither run nor passed (the table says why)", skipped);
+    fprintf(f, "</div>\n");
     fprintf(f, "<p class=\"legend\"><span style=\"background:#2e7d32\"></span>invariants held"
                "<span style=\"background:#c62828\"></span>oversold (an unsafe strategy, as "
-               "designed)<span style=\"background:#e08a00\"></span>not what was expected</p>\n");
+               "designed)<span style=\"background:#e08a00\"></span>not what was expected"
+               "<span style=\"background:#ffecb3\"></span>\xe2\x9a\xa1 ran under an injected "
+               "fault (a pause inside the critical section)</p>\n");
     chart_throughput(f, r, n);
     chart_latency(f, r, n);
     chart_oversold(f, r, n);
+    if (nl) lock_table(f, l, nl);
     table(f, r, n);
     fprintf(f, "<footer>Orders/s: orders confirmed (201) per second from the start to the "
                "last 201, i.e. while there was stock to sell; answers/s counts every answer, "

@@ -84,6 +84,14 @@ static int drive(const fl_run_opts *o, fl_engine *g, fl_sampler *s, fl_err *e) {
         clock_sleep_ms(o->sample_ms > 0 ? o->sample_ms : 100);
         int64_t now = clock_mono_ms();
         if (s) fl_sampler_sample(s);
+        if (!stopped && o->tick) {
+            fl_progress p;
+            fl_engine_progress(g, &p);
+            if (o->tick(o->tick_ud, &p)) {
+                fl_engine_stop(g);
+                stopped = 1;
+            }
+        }
         if (!stopped && o->interrupted && atomic_load(o->interrupted)) {
             fl_engine_stop(g);
             stopped = 1;

@@ -1,0 +1,414 @@
+/* probe.c: the "choosing a lock" table of `flashload compare`: one row per
+ * lock, from the comparison's own scenes (throughput, latency, the lock
+ * hand-off, the pause past the lease) and from three probes, each on a
+ * fresh SKU and verified like any run:
+ *
+ *   kill     two instances; the second takes the lock and pauses inside
+ *            its critical section (cs_delay_ms), is killed with SIGKILL,
+ *            and the first orders again and again until one succeeds: the
+ *            time from the kill to that 201 is how long a dead holder
+ *            blocks the SKU (lease, session or take-over).
+ *   restart  a light load (8 connections) while the lock server is taken
+ *            down and brought back on its port, data kept: what was
+ *            refused, for how long, and whether anything was oversold.
+ *   wipe     the same, the server coming back empty (its data lost).
+ *
+ * The fault of restart and wipe is caused from fl_run's tick, every 20 ms
+ * while the load runs, which also records when answers were refused and
+ * when the first 201 came after the server was back. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "loadtest/compare_int.h"
+#include "loadtest/loadtest.h"
+
+#define FAULT_AFTER_MS 1000        /* load before the fault */
+#define RECOVER_WAIT_MS 15000      /* after the server is back, wait this long for a 201 */
+#define AFTER_OK_MS 500            /* and load this long after it */
+#define KILL_TTL_MS 2000           /* the killed holder's lease (session) */
+#define KILL_PAUSE_MS 1800         /* its pause: it would release before the lease ends */
+#define KILL_AFTER_MS 300          /* it is killed this long after its order went out */
+#define KILL_WAIT_MS 30000
+
+typedef struct lock_about {
+    const char *strategy;
+    const char *server;
+} lock_about;
+
+static const lock_about LOCKS[FL_LOCK_ROWS] = {
+    { "lock", "the service's own Redis, which also holds the stock: its restart is a stock "
+              "outage too" },
+    { "redlock", "3 independent redis-servers (append-only file), restarted together" },
+    { "zookeeper", "1 standalone ZooKeeper" },
+    { "etcd", "1 single-member etcd" },
+    { "db-lock", "a table in the service's SQLite file, the orders' own database" },
+    { "local", "none: a mutex inside each process" },
+};
+
+static const char DB_NA[] = "n/a: the lock table is in the orders' SQLite file; there is no lock "
+                            "server apart from the database itself, and losing it loses the orders";
+static const char LOCAL_NA[] = "n/a: no lock server (the mutex lives and dies with its process)";
+
+/* ------------------------------------------------------- restart and wipe */
+
+typedef struct fault_run {
+    fl_proc *servers;
+    int n, wipe;
+    int started, done;
+    int rc;
+    fl_err e;
+    int64_t down_ms;
+    int64_t t0, t_down, t_back, first_ref, last_ref, first_ok_back;
+    uint64_t ref_prev, ok_prev, ref_at_down, ok_at_down;
+} fault_run;
+
+/* Every 20 ms while the load runs: cause the fault once, time the answers.
+ * The restart runs here, on the main thread, while the engine's threads
+ * keep ordering: a server must be started by a thread that lives as long
+ * as flashload (PR_SET_PDEATHSIG follows the thread that forked). */
+static int fault_tick(void *ud, const fl_progress *p) {
+    fault_run *f = ud;
+    int64_t now = clock_mono_ms();
+    uint64_t refused = p->c429 + p->c5xx + p->errors, ok = p->c201;
+    if (!f->t0) f->t0 = now;
+    if (!f->started) {
+        if (now - f->t0 < FAULT_AFTER_MS) return 0;
+        f->ref_at_down = f->ref_prev = refused;
+        f->ok_at_down = f->ok_prev = ok;
+        f->started = 1;
+        f->t_down = now;
+        f->rc = fl_servers_restart(f->servers, f->n, f->wipe, &f->down_ms, &f->e);
+        f->t_back = clock_mono_ms();
+        f->done = 1;
+        return f->rc != 0;
+    }
+    if (refused > f->ref_prev) {
+        if (!f->first_ref) f->first_ref = now;
+        f->last_ref = now;
+    }
+    if (ok > f->ok_prev && !f->first_ok_back) f->first_ok_back = now;
+    f->ref_prev = refused;
+    f->ok_prev = ok;
+    if (f->first_ok_back && now - f->first_ok_back >= AFTER_OK_MS) return 1;
+    return now - f->t_back > RECOVER_WAIT_MS;
+}
+
+static void run_opts(const fl_compare_opts *o, fl_world *w, fl_run_opts *ro) {
+    fl_run_opts_default(ro);
+    fl_load_opts *lo = &ro->load;
+    memcpy(lo->targets, w->targets, sizeof lo->targets);
+    lo->ntargets = 1;
+    lo->connections = 8;
+    lo->threads = 1;
+    lo->users = o->users;
+    lo->qty_min = lo->qty_max = 1;
+    lo->timeout_us = 30 * 1000000LL;
+    ro->vantage.api = w->targets[0];
+    snprintf(ro->vantage.token, sizeof ro->vantage.token, "%s", w->token);
+    snprintf(ro->vantage.redis_url, sizeof ro->vantage.redis_url, "%s", w->redis_url);
+    snprintf(ro->vantage.db_path, sizeof ro->vantage.db_path, "%s", w->db_path);
+    snprintf(ro->vantage.key_prefix, sizeof ro->vantage.key_prefix, "%s", w->key_prefix);
+    ro->interrupted = o->interrupted;
+    ro->settle_ms = 8000;
+}
+
+static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
+                         const char *strategy, fl_proc *servers, int n, int wipe, fl_probe *out) {
+    static fl_run_opts ro;
+    static fl_run_result rr;
+    static fault_run f;
+    fl_err e = { "" };
+    memset(&f, 0, sizeof f);
+    f.servers = servers;
+    f.n = n;
+    f.wipe = wipe;
+    run_opts(o, w, &ro);
+    ro.load.duration_us = 120 * 1000000LL;       /* the tick ends it */
+    ro.sample_ms = 20;
+    ro.tick = fault_tick;
+    ro.tick_ud = &f;
+    char label[64];
+    snprintf(label, sizeof label, "[%s %s]", strategy, wipe ? "wipe" : "restart");
+    ro.label = label;
+    ro.progress = o->progress;
+    snprintf(ro.product.sku, sizeof ro.product.sku, "cmp-%s-%s-%s", tag, strategy,
+             wipe ? "wipe" : "restart");
+    ro.product.stock = 100000;
+    snprintf(ro.product.strategy, sizeof ro.product.strategy, "%s", strategy);
+    ro.product.segments = 1;
+    int rc = fl_run(&ro, &rr, &e);
+    if (rc) {
+        snprintf(out->note, sizeof out->note, "not measured: %.280s", e.msg);
+        fl_run_result_free(&rr);
+        return;
+    }
+    if (!f.started || f.rc) {
+        snprintf(out->note, sizeof out->note, "not measured: %.280s",
+                 f.started ? f.e.msg : "the load ended before the fault");
+        fl_run_result_free(&rr);
+        return;
+    }
+    const fl_load_result *l = &rr.load;
+    uint64_t refused = l->status[429] + l->transport_errors;
+    for (int s = 500; s < 600; s++) refused += l->status[s];
+    out->ran = 1;
+    out->down_ms = f.down_ms;
+    out->ok = l->status[201] - f.ok_at_down;
+    out->refused = refused > f.ref_at_down ? refused - f.ref_at_down : 0;
+    out->fenced = l->fenced;
+    out->refused_ms = f.last_ref ? f.last_ref - f.t_down : 0;
+    out->recover_ms = f.first_ok_back ? f.first_ok_back - f.t_back : -1;
+    out->oversold = rr.verdict.oversold;
+    out->lost = rr.verdict.lost;
+    out->pass = rr.verdict.pass;
+    char codes[160] = "";
+    for (size_t i = 0; i < l->ncodes; i++)
+        snprintf(codes + strlen(codes), sizeof codes - strlen(codes), "%s%s %llu",
+                 i ? ", " : "", l->codes[i].code, (unsigned long long)l->codes[i].n);
+    char vl[120];
+    fl_verdict_line(&rr.verdict, vl, sizeof vl);
+    snprintf(out->note, sizeof out->note, "down %.1f s; refused: %s%s; %s", f.down_ms / 1000.0,
+             codes[0] ? codes : "none", l->fenced ? " (some by the fence)" : "", vl);
+    fl_run_result_free(&rr);
+}
+
+/* -------------------------------------------------------------- the kill */
+
+/* Sends an order on a connection of its own and leaves it waiting: the
+ * holder to be killed. Returns the socket, or -1. */
+static int order_in_flight(const fl_target *t, const char *sku) {
+    int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (const struct sockaddr *)&t->addr, t->addrlen) != 0) {
+        close(fd);
+        return -1;
+    }
+    char body[160], req[512];
+    int bl = snprintf(body, sizeof body, "{\"sku\":\"%s\",\"user_id\":\"victim\",\"quantity\":1}", sku);
+    int rl = snprintf(req, sizeof req,
+                      "POST /v1/orders HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n%s", t->hostport, bl, body);
+    if (write(fd, req, (size_t)rl) != rl) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void kill_probe(fl_world *w, const char *tag, const char *strategy, fl_probe *out) {
+    fl_err e = { "" };
+    fl_http h;
+    if (w->nsvc < 2 && fl_world_add_instance(w, &e)) {
+        snprintf(out->note, sizeof out->note, "not measured: %.280s", e.msg);
+        return;
+    }
+    fl_product_spec ps = { 0 };
+    snprintf(ps.sku, sizeof ps.sku, "cmp-%s-%s-kill", tag, strategy);
+    ps.stock = 5;
+    snprintf(ps.strategy, sizeof ps.strategy, "%s", strategy);
+    ps.segments = 1;
+    ps.lock_ttl_ms = KILL_TTL_MS;
+    ps.cs_delay_ms = KILL_PAUSE_MS;
+    fl_http_init(&h, &w->targets[0], w->token, 30000);
+    if (fl_product_create(&h, &ps, &e)) {
+        snprintf(out->note, sizeof out->note, "not measured: %.280s", e.msg);
+        fl_http_close(&h);
+        return;
+    }
+    int fd = order_in_flight(&w->targets[1], ps.sku);
+    clock_sleep_ms(KILL_AFTER_MS);
+    int64_t t_kill = clock_mono_ms();
+    fl_proc_kill(&w->svc[1]);
+    if (fd >= 0) close(fd);
+    /* The other instance orders until one succeeds. */
+    int64_t t_ok = -1;
+    uint64_t refused = 0;
+    char body[160];
+    for (int i = 0; clock_mono_ms() - t_kill < KILL_WAIT_MS; i++) {
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"user_id\":\"after-%d\",\"quantity\":1}",
+                 ps.sku, i);
+        int st = fl_http_request(&h, "POST", "/v1/orders", body, &e);
+        if (st == 201) {
+            t_ok = clock_mono_ms();
+            break;
+        }
+        refused++;
+        if (st < 0 || st >= 500) clock_sleep_ms(20);
+    }
+    /* The books: one unit sold, four left, nothing taken by the dead. */
+    fl_product p = { 0 };
+    int books = 0;
+    for (int64_t until = clock_mono_ms() + 8000; clock_mono_ms() < until; clock_sleep_ms(100))
+        if (!fl_product_get(&h, ps.sku, &p, &e) && p.sold + p.stock_available == ps.stock) {
+            books = 1;
+            break;
+        }
+    fl_http_close(&h);
+    /* The killed instance comes back, for whatever follows. */
+    w->nsvc--;
+    w->ntargets--;
+    fl_err re = { "" };
+    int back = fl_world_add_instance(w, &re) == 0;
+    out->ran = fd >= 0 && t_ok >= 0;
+    out->recover_ms = t_ok >= 0 ? t_ok - t_kill : -1;
+    out->refused = refused;
+    out->ok = t_ok >= 0;
+    long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - ps.stock;
+    out->oversold = over > 0 ? over : 0;
+    out->lost = books ? 0 : ps.stock - p.sold - p.stock_available;
+    out->pass = books && p.sold == 1;
+    if (fd < 0) snprintf(out->note, sizeof out->note, "not measured: the holder's order could not be sent");
+    else if (t_ok < 0)
+        snprintf(out->note, sizeof out->note, "no order succeeded within %d s of the kill",
+                 KILL_WAIT_MS / 1000);
+    else
+        snprintf(out->note, sizeof out->note,
+                 "holder killed %d ms into a %d ms pause (lease %d ms); the other instance's "
+                 "next 201 %.2f s after the kill, %llu refused before it; sold %lld, left %lld%s",
+                 KILL_AFTER_MS, KILL_PAUSE_MS, KILL_TTL_MS, out->recover_ms / 1000.0,
+                 (unsigned long long)refused, p.sold, p.stock_available,
+                 back ? "" : "; the killed instance could not be restarted");
+}
+
+/* ------------------------------------------------------------------ rows */
+
+static const fl_scene_result *find(const fl_scene_result *r, int n, const char *strategy,
+                                   int segments, int fault) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i].sc.strategy, strategy) && r[i].sc.segments == segments &&
+            r[i].sc.instances == 1 && r[i].sc.fault == fault)
+            return &r[i];
+    return NULL;
+}
+
+static void not_measured(fl_probe *p, const char *why) {
+    p->ran = 0;
+    snprintf(p->note, sizeof p->note, "%.299s", why);
+}
+
+/* The row's figures that come from the scenes. */
+static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
+    const fl_scene_result *one = find(r, n, row->strategy, 1, 0);
+    const fl_scene_result *eight = find(r, n, row->strategy, 8, 0);
+    const fl_scene_result *pause = find(r, n, row->strategy, 1, 1);
+    if (one && one->ran) {
+        row->have1 = 1;
+        row->ops1 = one->orders_per_s;
+        row->p50_us = one->p50_us;
+        row->p99_us = one->p99_us;
+        row->handoff_n = one->handoff_n;
+        row->handoff_mean_us = one->handoff_mean_us;
+        row->handoff_p50_us = one->handoff_p50_us;
+    }
+    if (eight && eight->ran) {
+        row->have8 = 1;
+        row->ops8 = eight->orders_per_s;
+        row->p50_8_us = eight->p50_us;
+        row->p99_8_us = eight->p99_us;
+    }
+    fl_probe *f = &row->fence;
+    if (!strcmp(row->strategy, "local")) {
+        not_measured(f, "n/a: no lease (a mutex is held until released)");
+    } else if (!pause) {
+        not_measured(f, "not measured: no pause scene (left out by --strategies)");
+    } else if (!pause->ran) {
+        not_measured(f, pause->note);
+    } else {
+        f->ran = 1;
+        f->ok = (uint64_t)pause->verdict.sold;
+        f->fenced = pause->fenced;
+        f->refused = pause->status_429;
+        f->oversold = pause->verdict.oversold;
+        f->lost = pause->verdict.lost;
+        f->pass = pause->verdict.pass;
+        snprintf(f->note, sizeof f->note, "%s: %llu stale writes refused by the fence (429), "
+                 "%lld sold, %lld oversold; %.100s", pause->sc.condition,
+                 (unsigned long long)pause->fenced, pause->verdict.sold, pause->verdict.oversold,
+                 pause->verdict_line);
+    }
+}
+
+int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
+                 const fl_strategy *st, int nst, const fl_scene_result *r, int n,
+                 fl_lock_row *rows) {
+    int nr = 0;
+    for (int i = 0; i < FL_LOCK_ROWS; i++) {
+        const char *s = LOCKS[i].strategy;
+        int wanted = o->nstrategies == 0;
+        for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], s);
+        if (!wanted || !fl_strategy_find(st, nst, s)) continue;
+        fl_lock_row *row = &rows[nr++];
+        memset(row, 0, sizeof *row);
+        snprintf(row->strategy, sizeof row->strategy, "%s", s);
+        snprintf(row->server, sizeof row->server, "%s", LOCKS[i].server);
+        from_scenes(row, r, n);
+    }
+    /* The probes, in an order that disturbs the least: kills, restarts,
+     * data lost, and the stock Redis (lock) last of all. */
+    char why[300];
+    for (int pass = 0; pass < 3; pass++) {
+        for (int i = 0; i < nr; i++) {
+            fl_lock_row *row = &rows[i];
+            const char *s = row->strategy;
+            fl_probe *p = pass == 0 ? &row->kill : pass == 1 ? &row->restart : &row->wipe;
+            int is_lock = !strcmp(s, "lock"), is_db = !strcmp(s, "db-lock"),
+                is_local = !strcmp(s, "local");
+            if (is_local) {
+                not_measured(p, pass == 0 ? "n/a: the mutex dies with its process, and never "
+                                            "excluded the other instance (see local x2)"
+                                          : LOCAL_NA);
+                continue;
+            }
+            if (pass > 0 && is_lock) continue;        /* below */
+            if (pass > 0 && is_db) {
+                not_measured(p, DB_NA);
+                continue;
+            }
+            if (!o->probes) {
+                not_measured(p, "not measured (--no-probes)");
+                continue;
+            }
+            if (!w->dir[0]) {
+                not_measured(p, "not measured: needs the services compare starts itself");
+                continue;
+            }
+            if (o->interrupted && atomic_load(o->interrupted)) {
+                not_measured(p, "not measured: interrupted");
+                continue;
+            }
+            if (fl_world_ready(w, s, why, sizeof why)) {
+                char msg[320];
+                snprintf(msg, sizeof msg, "skipped: %.300s", why);
+                not_measured(p, msg);
+                continue;
+            }
+            if (pass == 0) {
+                kill_probe(w, tag, s, p);
+            } else {
+                fl_lockserver *ls = fl_world_server(w, s);
+                if (!ls) continue;
+                server_probe(o, w, tag, s, ls->p, ls->n, pass == 2, p);
+            }
+            fprintf(stderr, "[%s %s] %s\n", s, pass == 0 ? "kill -9" : pass == 1 ? "restart" : "data lost",
+                    p->note);
+        }
+    }
+    /* lock: its server is the stock's Redis. */
+    for (int i = 0; i < nr; i++) {
+        if (strcmp(rows[i].strategy, "lock")) continue;
+        for (int wipe = 0; wipe < 2; wipe++) {
+            fl_probe *p = wipe ? &rows[i].wipe : &rows[i].restart;
+            if (!o->probes || !w->dir[0]) {
+                not_measured(p, !o->probes ? "not measured (--no-probes)"
+                                           : "not measured: needs the services compare starts itself");
+                continue;
+            }
+            server_probe(o, w, tag, "lock", &w->redis, 1, wipe, p);
+            fprintf(stderr, "[lock %s] %s\n", wipe ? "data lost" : "restart", p->note);
+        }
+    }
+    return nr;
+}
