@@ -157,7 +157,9 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         if (!wanted) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
-            if (o->segments[k] > 1 && !info->segments) continue;
+            /* An unsafe one's flaw does not depend on segments: one
+             * segment shows it, and keeps `make demo` short. */
+            if (o->segments[k] > 1 && (!info->segments || !info->safe)) continue;
             add_scene(o, out, &n, max, info->name, o->segments[k], 1, !info->safe, NULL);
             did_one = 1;
         }
@@ -364,8 +366,8 @@ static void handoff_read(const fl_world *w, const char *strategy, handoff_hist *
         if (!strncmp(line, want, (size_t)wl) && hh->nb < 24) {
             char *q = line + wl;
             hh->le[hh->nb] = !strncmp(q, "+Inf", 4) ? 1e30 : strtod(q, NULL);
-            char *sp = strrchr(line, ' ');
-            if (sp && (!nl || sp < nl)) hh->cum[hh->nb++] = strtod(sp + 1, NULL);
+            char *sp = memrchr(line, ' ', nl ? (size_t)(nl - line) : strlen(line));
+            if (sp) hh->cum[hh->nb++] = strtod(sp + 1, NULL);
         }
         char k[96];
         int kl = snprintf(k, sizeof k, "flashsale_lock_handoff_seconds_sum{strategy=\"%s\"} ", strategy);

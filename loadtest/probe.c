@@ -26,10 +26,10 @@
 #include "loadtest/loadtest.h"
 
 #define FAULT_AFTER_MS 1000        /* load before the fault */
-#define RECOVER_WAIT_MS 15000      /* after the server is back, wait this long for a 201 */
+#define RECOVER_WAIT_MS 8000       /* after the server is back, wait this long for a 201 */
 #define AFTER_OK_MS 500            /* and load this long after it */
-#define KILL_TTL_MS 2000           /* the killed holder's lease (session) */
-#define KILL_PAUSE_MS 1800         /* its pause: it would release before the lease ends */
+#define KILL_TTL_MS 1000           /* the killed holder's lease (session; etcd: 1 s at least) */
+#define KILL_PAUSE_MS 900          /* its pause: it would release before the lease ends */
 #define KILL_AFTER_MS 300          /* it is killed this long after its order went out */
 #define KILL_WAIT_MS 30000
 

@@ -468,7 +468,7 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
         break;
     default:
         if (p->recover_ms < 0)
-            snprintf(out, len, "no 201 in 15s after%s", over[0] ? over : ", 0 oversold");
+            snprintf(out, len, "no 201 in 8s after%s", over[0] ? over : ", 0 oversold");
         else if (!p->refused)
             snprintf(out, len, "none refused%s", over[0] ? over : ", 0 oversold");
         else
