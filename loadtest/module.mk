@@ -2,8 +2,11 @@
 #
 #   make demo    the README's first command: installs what is missing,
 #                builds, and runs `flashload compare` with defaults that
-#                finish in about a minute; prints the table and where
-#                report.html is. DEMO_ARGS adds flashload compare options.
+#                finish in under three minutes on two cores (it starts the
+#                lock servers too: Redlock's redis-servers, ZooKeeper,
+#                etcd); prints the scene table and the "choosing a lock"
+#                table, and where report.html is. DEMO_ARGS adds flashload
+#                compare options (e.g. --quick, --strategies, --no-probes).
 #   make bench   the service's `lua` and `lock` x1/x8 order paths side by
 #                side with the reference gateway (loadtest/gateway/: nginx +
 #                Lua module + lua-resty-redis, one EVALSHA per order, nothing

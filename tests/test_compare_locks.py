@@ -1,0 +1,156 @@
+"""test_compare_locks.py: `flashload compare` as a user choosing a lock runs
+it, with the lock servers it starts itself (three redis-servers for
+Redlock, ZooKeeper, etcd), on subsets of the strategies so that each test
+stays short:
+
+- the ordinary-contention scenes of the locks and their pause scenes come
+  out in two groups, every scene run under a fault marked as such, in the
+  terminal, report.json and report.html;
+- the "choosing a lock" table has a row per lock with every field, the
+  fault probes measured (holder killed with SIGKILL, lock server restarted,
+  lock server restarted empty), nothing oversold, and `n/a` with a reason
+  where a probe does not apply;
+- a lock server that cannot start has its scenes and probes reported as
+  skipped, with the reason, and never counted or shown as passed;
+- report.html fits 1400 px without horizontal scrolling (headless
+  Chromium measures the page);
+- nothing compare started is left running.
+
+Figures are not asserted (a shared 2-core machine): counts, flags and
+invariants are."""
+import json
+import os
+import re
+import subprocess
+
+from test_flashload import CHROMIUM, chromium, flashload
+
+LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8seg", "p50_us",
+               "p99_us", "p50_us_8seg", "p99_us_8seg", "handoff", "kill_holder",
+               "server_restart", "server_data_lost", "pause_past_lease"}
+PROBES = ("kill_holder", "server_restart", "server_data_lost", "pause_past_lease")
+
+
+def compare(ctx, *args, timeout=170):
+    out = ctx.path("report")
+    os.makedirs(out, exist_ok=True)
+    rc, so, se = flashload("compare", "--out", out, *args, timeout=timeout)
+    j = json.load(open(os.path.join(out, "report.json"))) if rc in (0, 1) else None
+    return rc, so, se, j, os.path.join(out, "report.html")
+
+
+def nothing_left_behind():
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "/tmp/flashload-" not in ps, [l for l in ps.splitlines() if "flashload-" in l]
+
+
+def fits_1400(html):
+    """Renders html 1400 px wide: no horizontal scrolling, nothing cut."""
+    assert CHROMIUM, "chromium is not installed (tools/deps.sh installs it)"
+    p = chromium("--window-size=1400,1000", "--virtual-time-budget=3000", "--dump-dom",
+                 "file://" + html)
+    assert p.returncode == 0, p.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", p.stdout).group(0)
+    width = int(re.search(r'data-scroll-width="(\d+)"', body).group(1))
+    over = int(re.search(r'data-overflow="(\d+)"', body).group(1))
+    assert width <= 1400 and over == 0, body
+    assert 'data-errors="0"' in body, body
+    return p.stdout
+
+
+def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
+    rc, so, se, j, html = compare(ctx, "--strategies", "lock,redlock,db-lock", "--segments", "1,8",
+                                  "--no-two-instances", "--quick", "--connections", 16,
+                                  "--stock", 400)
+    assert rc == 0, so + se
+    print("\n".join("    " + l for l in so.splitlines() if l.strip()))
+    # Two groups: ordinary contention first, then every scene under a fault.
+    lines = so.splitlines()
+    plain = lines.index("-- ordinary contention (no fault)")
+    fault = [i for i, l in enumerate(lines) if l.startswith("-- under an injected fault")][0]
+    assert plain < fault
+    for s in ("lock", "redlock", "db-lock"):
+        for segs in (1, 8):
+            row = [l for l in lines[plain:fault] if re.match(r"%s\s+%d\s+1\s" % (s, segs), l)]
+            assert len(row) == 1 and "PASS" in row[0] and "FAULT" not in row[0], (s, segs, so)
+        row = [l for l in lines[fault:] if re.match(r"%s\s+1\s+1\s" % s, l)]
+        assert row and "FAULT: pause" in row[0] and "PASS" in row[0], (s, so)
+    scenes = j["scenes"]
+    assert all(sc["ran"] and sc["pass"] and sc["oversold"] == 0 for sc in scenes), scenes
+    assert {sc["fault"] for sc in scenes if sc["cs_delay_ms"]} == {True}
+    assert {sc["fault"] for sc in scenes if not sc["cs_delay_ms"]} == {False}
+    assert [sc["fault"] for sc in scenes] == sorted(sc["fault"] for sc in scenes)
+    # The lock table: a row per lock, every field, measured in this run.
+    assert "choosing a lock (measured in this run)" in so
+    locks = {l["strategy"]: l for l in j["locks"]}
+    assert set(locks) == {"lock", "redlock", "db-lock"}, locks.keys()
+    for name, l in locks.items():
+        assert set(l) == LOCK_FIELDS, (name, set(l) ^ LOCK_FIELDS)
+        assert l["orders_per_s_1seg"] > 0 and l["orders_per_s_8seg"] > 0, l
+        assert 0 < l["p50_us"] <= l["p99_us"], l
+        assert l["handoff"]["count"] > 0 and l["handoff"]["mean_us"] > 0, l["handoff"]
+        for k in PROBES:
+            assert {"measured", "brief", "note"} <= set(l[k]), (name, k, l[k])
+        kill = l["kill_holder"]
+        assert kill["measured"] and kill["recover_ms"] > 0 and kill["oversold"] == 0, kill
+        assert kill["pass"], kill
+        fence = l["pause_past_lease"]
+        assert fence["measured"] and fence["fenced"] > 0 and fence["oversold"] == 0, fence
+    for name in ("lock", "redlock"):
+        for k in ("server_restart", "server_data_lost"):
+            p = locks[name][k]
+            assert p["measured"] and p["oversold"] == 0 and p["pass"], (name, k, p)
+            assert p["down_ms"] >= 0 and p["ok"] > 0, (name, k, p)
+    for k in ("server_restart", "server_data_lost"):
+        p = locks["db-lock"][k]
+        assert not p["measured"] and p["note"].startswith("n/a: ") and p["brief"] == "n/a", p
+    assert "stock outage" in locks["lock"]["lock_server"]
+    # Terminal and HTML carry the same table.
+    table = lines[lines.index("choosing a lock (measured in this run)") + 1:]
+    for name in locks:
+        assert any(re.match(r"%s\s+\d+\s+\d+\s" % name, l) for l in table), (name, table)
+    dom = fits_1400(html)
+    assert "Choosing a lock" in dom and dom.count("\u26a1") >= 3, dom[:3000]
+    nothing_left_behind()
+
+
+def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
+    # etcd "starts" as /bin/false: it exits at once.
+    rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8",
+                                  "--no-two-instances", "--quick", "--connections", 16,
+                                  "--stock", 300, "--etcd-bin", "/bin/false")
+    assert rc == 0, so + se                   # lua ran and passed
+    etcd_rows = [l for l in so.splitlines() if re.match(r"etcd\s+\d+\s+\d+\s", l)]
+    assert len(etcd_rows) == 3, so            # x1, x8 and the pause scene
+    for l in etcd_rows:
+        assert "skipped: etcd's lock server could not start" in l, l
+        assert "PASS" not in l, l
+    assert re.search(r"\d+ scenes in \d+ s; 3 skipped \(not run, not passed\)", so), so
+    etcd = [sc for sc in j["scenes"] if sc["strategy"] == "etcd"]
+    assert len(etcd) == 3 and not any(sc["ran"] for sc in etcd), etcd
+    for sc in etcd:
+        assert "pass" not in sc and "could not start" in sc["note"], sc
+    lock = {l["strategy"]: l for l in j["locks"]}["etcd"]
+    assert lock["orders_per_s_1seg"] is None and lock["orders_per_s_8seg"] is None, lock
+    for k in PROBES:
+        assert not lock[k]["measured"] and "could not start" in lock[k]["note"], (k, lock[k])
+        assert lock[k]["brief"] == "skipped", lock[k]
+    dom = fits_1400(html)
+    assert "3 skipped, neither run nor passed" in dom, dom[:3000]
+    assert dom.count("etcd's lock server could not start") >= 3
+    nothing_left_behind()
+
+
+def test_compare_starts_zookeeper_itself(ctx):
+    rc, so, se, j, html = compare(ctx, "--strategies", "zookeeper", "--segments", "1,8",
+                                  "--quick", "--connections", 16, "--stock", 300,
+                                  "--no-probes")
+    assert rc == 0, so + se
+    zk = [sc for sc in j["scenes"] if sc["strategy"] == "zookeeper"]
+    assert [(sc["segments"], sc["fault"]) for sc in zk] == [(1, False), (8, False), (1, True)], zk
+    assert all(sc["ran"] and sc["pass"] and sc["oversold"] == 0 for sc in zk), zk
+    lock = j["locks"][0]
+    assert lock["strategy"] == "zookeeper" and lock["orders_per_s_1seg"] > 0, lock
+    assert lock["kill_holder"]["note"] == "not measured (--no-probes)", lock
+    print("    " + [l for l in so.splitlines() if l.startswith("zookeeper ")][0])
+    nothing_left_behind()
