@@ -519,7 +519,7 @@ static const char CSS[] =
     ".sum.ok{background:#e8f5e9;color:#1b5e20}.sum.bad{background:#fff3e0;color:#8a4b00}"
     "figure{margin:0 0 28px;background:#fff;border:1px solid #e3e6e8;border-radius:8px;"
     "padding:12px 8px 4px}figcaption{font-weight:600;margin:0 0 4px 10px}"
-    "svg{max-width:100%;height:auto;font-family:inherit}"
+    "svg{width:100%;height:auto;font-family:inherit}"
     ".lbl{font-size:13px;fill:#1d2329}.tick{font-size:11px;fill:#7a848c}"
     ".val{font-size:12px;fill:#3a434a}.val.ok{fill:#2e7d32}.note{font-size:12px;fill:#999}"
     ".grid{stroke:#eceff1;stroke-width:1}"
