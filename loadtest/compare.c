@@ -267,8 +267,10 @@ static void lock_servers_spawn(const fl_compare_opts *o, fl_world *w) {
                 snprintf(ls->why, sizeof ls->why, "%.290s", e.msg);
                 break;
             }
-            size_t used = strlen(flag);
-            snprintf(flag + used, sizeof w->args[k] - used, "%s%s", i ? "," : "", ls->p[i].url);
+            size_t used = strlen(flag), ul = strlen(ls->p[i].url);
+            if (used + ul + 2 > sizeof w->args[k]) break;     /* cannot happen: 3 short URLs */
+            if (i) flag[used++] = ',';
+            memcpy(flag + used, ls->p[i].url, ul + 1);
         }
         if (ls->state < 0) continue;
         w->svc_args[na++] = k == FL_LS_REDLOCK ? "--redlock" : k == FL_LS_ZOOKEEPER ? "--zookeeper"

@@ -170,7 +170,7 @@ static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
                  i ? ", " : "", l->codes[i].code, (unsigned long long)l->codes[i].n);
     char vl[120];
     fl_verdict_line(&rr.verdict, vl, sizeof vl);
-    snprintf(out->note, sizeof out->note, "down %.1f s; refused: %s%s; %s", f.down_ms / 1000.0,
+    snprintf(out->note, sizeof out->note, "down %.1f s; refused: %.150s%s; %.100s", f.down_ms / 1000.0,
              codes[0] ? codes : "none", l->fenced ? " (some by the fence)" : "", vl);
     fl_run_result_free(&rr);
 }
