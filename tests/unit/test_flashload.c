@@ -1,7 +1,9 @@
 /* test_flashload.c: flashload's pure parts: the HTTP response parser (any
  * slicing of the stream, chunked bodies, pipelined responses, framing by
  * close), the latency histogram (bucket edges, percentiles within the
- * promised 3.2%, merging), the zipf sampler and target parsing. No network:
+ * promised 3.2%, merging), the zipf sampler, target parsing, compare's
+ * scene matrix (two groups, the locks' pause scenes) and the lock table's
+ * cells. No network:
  * the loads against real processes are in tests/test_flashload.py. */
 #include <math.h>
 #include <stdint.h>
@@ -362,9 +364,87 @@ static void test_target_parse(void) {
     CHECK_STR(key, "fl-ab12-42");
 }
 
+/* A strategy list as GET /v1/strategies gives it. */
+static void strategy(fl_strategy *s, const char *name, int safe) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->safe = safe;
+    s->segments = 1;
+    s->available = 1;
+}
+
+static void test_compare_scenes_in_two_groups(void) {
+    static fl_compare_opts o;
+    fl_strategy st[5];
+    strategy(&st[0], "lua", 1);
+    strategy(&st[1], "lock", 1);
+    strategy(&st[2], "etcd", 1);
+    strategy(&st[3], "unsafe-lock-no-fence", 0);
+    strategy(&st[4], "unsafe-read-write", 0);
+    fl_compare_opts_default(&o);
+    o.two_instances = 0;
+    fl_scene sc[64];
+    int n = fl_compare_scenes(&o, st, 5, sc, 64);
+    /* lua, lock, etcd x1 x8; unsafe-read-write x1; then under a fault:
+     * unsafe-lock-no-fence x1, lock x1 x8, etcd x1. */
+    CHECK(n == 11);
+    int first_fault = -1;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].fault && first_fault < 0) first_fault = i;
+        if (first_fault >= 0) CHECK(sc[i].fault);           /* one group, after the other */
+        CHECK(sc[i].fault == (sc[i].cs_delay_ms > 0));
+        if (sc[i].unsafe) CHECK(sc[i].segments == 1);
+    }
+    CHECK(first_fault == 7);
+    CHECK_STR(sc[0].strategy, "lua");
+    CHECK(!strcmp(sc[2].strategy, "lock") && sc[2].segments == 1 && !sc[2].fault);
+    CHECK_STR(sc[2].condition, "contention");
+    CHECK(!strcmp(sc[8].strategy, "lock") && sc[8].cs_delay_ms > sc[8].lock_ttl_ms);
+    CHECK(!strcmp(sc[10].strategy, "etcd") && sc[10].lock_ttl_ms == 1000 &&
+          sc[10].cs_delay_ms > 2 * sc[10].lock_ttl_ms);
+    CHECK_STR(sc[10].condition, "pause 2500ms > lease 1000ms");
+    CHECK(sc[10].stock == o.pause_stock && sc[10].duration_s == o.pause_duration_s);
+    /* --strategies keeps a lock's pause scene only when the lock is asked for. */
+    snprintf(o.strategies[0], sizeof o.strategies[0], "lua");
+    o.nstrategies = 1;
+    n = fl_compare_scenes(&o, st, 5, sc, 64);
+    CHECK(n == 2 && !sc[0].fault && !sc[1].fault);
+}
+
+static void test_probe_cells(void) {
+    fl_probe p;
+    char out[160];
+    memset(&p, 0, sizeof p);
+    snprintf(p.note, sizeof p.note, "n/a: no lock server");
+    fl_probe_fmt(&p, FL_PROBE_RESTART, out, sizeof out);
+    CHECK_STR(out, "n/a");
+    snprintf(p.note, sizeof p.note, "skipped: etcd's lock server could not start");
+    fl_probe_fmt(&p, FL_PROBE_KILL, out, sizeof out);
+    CHECK_STR(out, "skipped");                /* never "passed" */
+    p.ran = 1;
+    p.pass = 1;
+    p.recover_ms = 1470;
+    fl_probe_fmt(&p, FL_PROBE_KILL, out, sizeof out);
+    CHECK_STR(out, "1.47s, 0 oversold");
+    p.refused = 9;
+    p.refused_ms = 600;
+    fl_probe_fmt(&p, FL_PROBE_RESTART, out, sizeof out);
+    CHECK_STR(out, "refused 0.6s, 0 oversold");
+    p.recover_ms = -1;
+    fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
+    CHECK_STR(out, "no 201 in 8s after, 0 oversold");
+    p.fenced = 24;
+    fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
+    CHECK_STR(out, "fenced 24, 0 oversold");
+    p.oversold = 3;
+    p.pass = 0;
+    fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
+    CHECK_STR(out, "NOT fenced, OVERSOLD 3");
+}
+
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
           T(test_pipelined_responses), T(test_pipelined_split_across_reads),
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
           T(test_body_kept_up_to_max), T(test_json_str), T(test_hist_buckets),
           T(test_hist_percentiles), T(test_hist_merge), T(test_zipf_shape), T(test_rng_bounds),
-          T(test_target_parse))
+          T(test_target_parse), T(test_compare_scenes_in_two_groups), T(test_probe_cells))
