@@ -8,7 +8,7 @@
  *            and the first orders again and again until one succeeds: the
  *            time from the kill to that 201 is how long a dead holder
  *            blocks the SKU (lease, session or take-over).
- *   restart  a light load (8 connections) while the lock server is taken
+ *   restart  a light load (200 orders/s on 8 connections) while the lock server is taken
  *            down and brought back on its port, data kept: what was
  *            refused, for how long, and whether anything was oversold.
  *   wipe     the same, the server coming back empty (its data lost).
@@ -26,8 +26,9 @@
 #include "loadtest/loadtest.h"
 
 #define FAULT_AFTER_MS 1000        /* load before the fault */
+#define PROBE_RATE 200             /* orders/s during restart and wipe: every lock keeps up */
 #define RECOVER_WAIT_MS 8000       /* after the server is back, wait this long for a 201 */
-#define AFTER_OK_MS 500            /* and load this long after it */
+#define QUIET_MS 1000              /* selling with nothing refused this long: recovered */
 #define KILL_TTL_MS 1000           /* the killed holder's lease (session; etcd: 1 s at least) */
 #define KILL_PAUSE_MS 900          /* its pause: it would release before the lease ends */
 #define KILL_AFTER_MS 300          /* it is killed this long after its order went out */
@@ -62,6 +63,7 @@ typedef struct fault_run {
     fl_err e;
     int64_t down_ms;
     int64_t t0, t_down, t_back, first_ref, last_ref, first_ok_back;
+    int still_refusing;            /* refusals went on to the end */
     uint64_t ref_prev, ok_prev, ref_at_down, ok_at_down;
 } fault_run;
 
@@ -92,8 +94,13 @@ static int fault_tick(void *ud, const fl_progress *p) {
     if (ok > f->ok_prev && !f->first_ok_back) f->first_ok_back = now;
     f->ref_prev = refused;
     f->ok_prev = ok;
-    if (f->first_ok_back && now - f->first_ok_back >= AFTER_OK_MS) return 1;
-    return now - f->t_back > RECOVER_WAIT_MS;
+    /* Over once it sells again with nothing refused for a while, or
+     * once it has had RECOVER_WAIT_MS to. */
+    int64_t quiet_since = f->first_ok_back > f->last_ref ? f->first_ok_back : f->last_ref;
+    if (f->first_ok_back && now - quiet_since >= QUIET_MS) return 1;
+    if (now - f->t_back <= RECOVER_WAIT_MS) return 0;
+    f->still_refusing = now - f->last_ref < QUIET_MS;
+    return 1;
 }
 
 static void run_opts(const fl_compare_opts *o, fl_world *w, fl_run_opts *ro) {
@@ -101,8 +108,11 @@ static void run_opts(const fl_compare_opts *o, fl_world *w, fl_run_opts *ro) {
     fl_load_opts *lo = &ro->load;
     memcpy(lo->targets, w->targets, sizeof lo->targets);
     lo->ntargets = 1;
+    /* An open loop at a steady rate: while the server is down, refused
+     * answers come back at that rate, not as fast as a client can spin. */
     lo->connections = 8;
     lo->threads = 1;
+    lo->rate = PROBE_RATE;
     lo->users = o->users;
     lo->qty_min = lo->qty_max = 1;
     lo->timeout_us = 30 * 1000000LL;
@@ -161,6 +171,7 @@ static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
     out->fenced = l->fenced;
     out->refused_ms = f.last_ref ? f.last_ref - f.t_down : 0;
     out->recover_ms = f.first_ok_back ? f.first_ok_back - f.t_back : -1;
+    out->still_refusing = f.still_refusing;
     out->oversold = rr.verdict.oversold;
     out->lost = rr.verdict.lost;
     out->pass = rr.verdict.pass;
@@ -170,8 +181,14 @@ static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
                  i ? ", " : "", l->codes[i].code, (unsigned long long)l->codes[i].n);
     char vl[120];
     fl_verdict_line(&rr.verdict, vl, sizeof vl);
-    snprintf(out->note, sizeof out->note, "down %.1f s; refused: %.150s%s; %.100s", f.down_ms / 1000.0,
-             codes[0] ? codes : "none", l->fenced ? " (some by the fence)" : "", vl);
+    char fenced[48] = "";
+    if (l->fenced)
+        snprintf(fenced, sizeof fenced, " (%llu of them by the fence)",
+                 (unsigned long long)l->fenced);
+    snprintf(out->note, sizeof out->note,
+             "down %.1f s; at %d orders/s, %llu sold and %llu refused from the fault on: %.150s%s; "
+             "%.60s", f.down_ms / 1000.0, PROBE_RATE, (unsigned long long)out->ok,
+             (unsigned long long)out->refused, codes[0] ? codes : "none", fenced, vl);
     fl_run_result_free(&rr);
 }
 

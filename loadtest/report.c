@@ -35,10 +35,11 @@ static json_t *probe_json(const fl_probe *p, int kind) {
     fl_probe_fmt(p, kind, brief, sizeof brief);
     json_t *j = json_pack("{s:b, s:s, s:s}", "measured", p->ran, "brief", brief, "note", p->note);
     if (!p->ran) return j;
-    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "down_ms",
+    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:b}", "down_ms",
                                         (json_int_t)p->down_ms, "refused_ms",
                                         (json_int_t)p->refused_ms, "recover_ms",
-                                        (json_int_t)p->recover_ms, "ok", (json_int_t)p->ok,
+                                        (json_int_t)p->recover_ms, "still_refusing",
+                                        p->still_refusing, "ok", (json_int_t)p->ok,
                                         "refused", (json_int_t)p->refused, "fenced",
                                         (json_int_t)p->fenced, "oversold",
                                         (json_int_t)p->oversold, "lost", (json_int_t)p->lost,
@@ -466,19 +467,25 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
                                      (unsigned long long)p->fenced, p->pass ? "" : over);
         else snprintf(out, len, "no stale write, 0 oversold%s", p->pass ? "" : over);
         break;
-    default:
+    default: {
+        char fen[40] = "";
+        if (p->fenced) snprintf(fen, sizeof fen, " (%llu fenced)", (unsigned long long)p->fenced);
         if (p->recover_ms < 0)
-            snprintf(out, len, "no 201 in 8s after%s", over[0] ? over : ", 0 oversold");
+            snprintf(out, len, "no 201 in 8s after%s%s", fen, over[0] ? over : ", 0 oversold");
+        else if (p->still_refusing)
+            snprintf(out, len, "still refusing at %.0fs%s%s", p->refused_ms / 1000.0, fen,
+                     over[0] ? over : ", 0 oversold");
         else if (!p->refused)
             snprintf(out, len, "none refused%s", over[0] ? over : ", 0 oversold");
         else
-            snprintf(out, len, "refused %.1fs%s", p->refused_ms / 1000.0,
+            snprintf(out, len, "refused %.1fs%s%s", p->refused_ms / 1000.0, fen,
                      over[0] ? over : ", 0 oversold");
+    }
     }
 }
 
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
-    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-26s %s\n", "lock", "1 seg/s", "8 segs/s",
+    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-38s %s\n", "lock", "1 seg/s", "8 segs/s",
             "p50", "p99", "hand-off", "holder killed -9", "server restarted",
             "server lost its data", "pause > lease");
     for (int i = 0; i < n; i++) {
@@ -496,7 +503,7 @@ void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
         fl_probe_fmt(&r->restart, FL_PROBE_RESTART, rs, sizeof rs);
         fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
         fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
-        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-26s %s\n", r->strategy, a, b, p50,
+        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-38s %s\n", r->strategy, a, b, p50,
                 p99, ho, k, rs, wp, fe);
     }
     fprintf(f, "hand-off: mean release -> next acquire in one process "

@@ -433,7 +433,13 @@ static void test_probe_cells(void) {
     p.recover_ms = -1;
     fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
     CHECK_STR(out, "no 201 in 8s after, 0 oversold");
+    p.recover_ms = 20;
     p.fenced = 24;
+    fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
+    CHECK_STR(out, "refused 0.6s (24 fenced), 0 oversold");
+    p.still_refusing = 1;
+    fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
+    CHECK_STR(out, "still refusing at 1s (24 fenced), 0 oversold");
     fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
     CHECK_STR(out, "fenced 24, 0 oversold");
     p.oversold = 3;
