@@ -653,6 +653,7 @@ typedef struct fl_probe {
     int64_t refused_ms;          /* from the fault to the last refused answer (0: none) */
     int64_t recover_ms;          /* server back (or holder killed) -> next 201; -1: none */
     int still_refusing;          /* refused answers went on to the end of the probe */
+    int64_t waited_ms;           /* the probe's load went on this long after the server was back */
     uint64_t ok, refused;        /* 201s, and 429/5xx/transport errors, from the fault on */
     uint64_t fenced;             /* refusals by the fence */
     long long oversold, lost;

@@ -27,8 +27,8 @@
 
 #define FAULT_AFTER_MS 1000        /* load before the fault */
 #define PROBE_RATE 200             /* orders/s during restart and wipe: every lock keeps up */
-#define RECOVER_WAIT_MS 8000       /* after the server is back, wait this long for a 201 */
-#define QUIET_MS 1000              /* selling with nothing refused this long: recovered */
+#define RECOVER_WAIT_MS 6000       /* after the server is back, wait this long for a 201 */
+#define QUIET_MS 500               /* selling with nothing refused this long: recovered */
 #define KILL_TTL_MS 1000           /* the killed holder's lease (session; etcd: 1 s at least) */
 #define KILL_PAUSE_MS 900          /* its pause: it would release before the lease ends */
 #define KILL_AFTER_MS 300          /* it is killed this long after its order went out */
@@ -64,6 +64,7 @@ typedef struct fault_run {
     int64_t down_ms;
     int64_t t0, t_down, t_back, first_ref, last_ref, first_ok_back;
     int still_refusing;            /* refusals went on to the end */
+    int64_t waited_ms;             /* from the server back to the end of the load */
     uint64_t ref_prev, ok_prev, ref_at_down, ok_at_down;
 } fault_run;
 
@@ -97,6 +98,7 @@ static int fault_tick(void *ud, const fl_progress *p) {
     /* Over once it sells again with nothing refused for a while, or
      * once it has had RECOVER_WAIT_MS to. */
     int64_t quiet_since = f->first_ok_back > f->last_ref ? f->first_ok_back : f->last_ref;
+    f->waited_ms = now - f->t_back;
     if (f->first_ok_back && now - quiet_since >= QUIET_MS) return 1;
     if (now - f->t_back <= RECOVER_WAIT_MS) return 0;
     f->still_refusing = now - f->last_ref < QUIET_MS;
@@ -172,6 +174,7 @@ static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
     out->refused_ms = f.last_ref ? f.last_ref - f.t_down : 0;
     out->recover_ms = f.first_ok_back ? f.first_ok_back - f.t_back : -1;
     out->still_refusing = f.still_refusing;
+    out->waited_ms = f.waited_ms;
     out->oversold = rr.verdict.oversold;
     out->lost = rr.verdict.lost;
     out->pass = rr.verdict.pass;

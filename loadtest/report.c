@@ -35,11 +35,12 @@ static json_t *probe_json(const fl_probe *p, int kind) {
     fl_probe_fmt(p, kind, brief, sizeof brief);
     json_t *j = json_pack("{s:b, s:s, s:s}", "measured", p->ran, "brief", brief, "note", p->note);
     if (!p->ran) return j;
-    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:b}", "down_ms",
+    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "down_ms",
                                         (json_int_t)p->down_ms, "refused_ms",
                                         (json_int_t)p->refused_ms, "recover_ms",
                                         (json_int_t)p->recover_ms, "still_refusing",
-                                        p->still_refusing, "ok", (json_int_t)p->ok,
+                                        p->still_refusing, "waited_ms",
+                                        (json_int_t)p->waited_ms, "ok", (json_int_t)p->ok,
                                         "refused", (json_int_t)p->refused, "fenced",
                                         (json_int_t)p->fenced, "oversold",
                                         (json_int_t)p->oversold, "lost", (json_int_t)p->lost,
@@ -471,7 +472,8 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
         char fen[40] = "";
         if (p->fenced) snprintf(fen, sizeof fen, " (%llu fenced)", (unsigned long long)p->fenced);
         if (p->recover_ms < 0)
-            snprintf(out, len, "no 201 in 8s after%s%s", fen, over[0] ? over : ", 0 oversold");
+            snprintf(out, len, "no 201 in %.0fs after%s%s", p->waited_ms / 1000.0, fen,
+                     over[0] ? over : ", 0 oversold");
         else if (p->still_refusing)
             snprintf(out, len, "still refusing at %.0fs%s%s", p->refused_ms / 1000.0, fen,
                      over[0] ? over : ", 0 oversold");

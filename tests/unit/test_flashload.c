@@ -431,8 +431,9 @@ static void test_probe_cells(void) {
     fl_probe_fmt(&p, FL_PROBE_RESTART, out, sizeof out);
     CHECK_STR(out, "refused 0.6s, 0 oversold");
     p.recover_ms = -1;
+    p.waited_ms = 6020;
     fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
-    CHECK_STR(out, "no 201 in 8s after, 0 oversold");
+    CHECK_STR(out, "no 201 in 6s after, 0 oversold");
     p.recover_ms = 20;
     p.fenced = 24;
     fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
