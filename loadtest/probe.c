@@ -28,7 +28,7 @@
 #define FAULT_AFTER_MS 1000        /* load before the fault */
 #define PROBE_RATE 200             /* orders/s during restart and wipe: every lock keeps up */
 #define RECOVER_WAIT_MS 6000       /* after the server is back, wait this long for a 201 */
-#define QUIET_MS 500               /* selling with nothing refused this long: recovered */
+#define QUIET_MS 1500              /* selling, nothing refused this long (> the lock wait) */
 #define KILL_TTL_MS 1000           /* the killed holder's lease (session; etcd: 1 s at least) */
 #define KILL_PAUSE_MS 900          /* its pause: it would release before the lease ends */
 #define KILL_AFTER_MS 300          /* it is killed this long after its order went out */
@@ -66,6 +66,7 @@ typedef struct fault_run {
     int still_refusing;            /* refusals went on to the end */
     int64_t waited_ms;             /* from the server back to the end of the load */
     uint64_t ref_prev, ok_prev, ref_at_down, ok_at_down;
+    uint64_t ok_quiet0;            /* 201s when the current quiet stretch began */
 } fault_run;
 
 /* Every 20 ms while the load runs: cause the fault once, time the answers.
@@ -91,15 +92,22 @@ static int fault_tick(void *ud, const fl_progress *p) {
     if (refused > f->ref_prev) {
         if (!f->first_ref) f->first_ref = now;
         f->last_ref = now;
+        f->ok_quiet0 = ok;
     }
-    if (ok > f->ok_prev && !f->first_ok_back) f->first_ok_back = now;
+    if (ok > f->ok_prev && !f->first_ok_back) {
+        f->first_ok_back = now;
+        if (f->last_ref < now) f->ok_quiet0 = f->ok_prev;
+    }
     f->ref_prev = refused;
     f->ok_prev = ok;
-    /* Over once it sells again with nothing refused for a while, or
+    /* Over once it sells again, steadily (a quarter of the rate at
+     * least) and with nothing refused for longer than the lock wait, or
      * once it has had RECOVER_WAIT_MS to. */
     int64_t quiet_since = f->first_ok_back > f->last_ref ? f->first_ok_back : f->last_ref;
     f->waited_ms = now - f->t_back;
-    if (f->first_ok_back && now - quiet_since >= QUIET_MS) return 1;
+    if (f->first_ok_back && now - quiet_since >= QUIET_MS &&
+        ok - f->ok_quiet0 >= (uint64_t)(PROBE_RATE * QUIET_MS / 4000))
+        return 1;
     if (now - f->t_back <= RECOVER_WAIT_MS) return 0;
     f->still_refusing = now - f->last_ref < QUIET_MS;
     return 1;
