@@ -196,10 +196,13 @@ static void server_probe(const fl_compare_opts *o, fl_world *w, const char *tag,
     if (l->fenced)
         snprintf(fenced, sizeof fenced, " (%llu of them by the fence)",
                  (unsigned long long)l->fenced);
-    snprintf(out->note, sizeof out->note,
-             "down %.1f s; at %d orders/s, %llu sold and %llu refused from the fault on: %.150s%s; "
-             "%.60s", f.down_ms / 1000.0, PROBE_RATE, (unsigned long long)out->ok,
-             (unsigned long long)out->refused, codes[0] ? codes : "none", fenced, vl);
+    int len = snprintf(out->note, sizeof out->note,
+                     "down %.1f s; at %d orders/s, %llu sold and %llu refused from the fault "
+                     "on: %.150s%s; %.60s", f.down_ms / 1000.0, PROBE_RATE,
+                     (unsigned long long)out->ok, (unsigned long long)out->refused,
+                     codes[0] ? codes : "none", fenced, vl);
+    if (len >= (int)sizeof out->note)              /* cut: say so */
+        memcpy(out->note + sizeof out->note - 4, "...", 4);
     fl_run_result_free(&rr);
 }
 
