@@ -4,10 +4,9 @@
 # Usage: tools/fuzz.sh BUILD_DIR RUNS_PER_TARGET SECONDS_PER_TARGET MIN_TOTAL TARGET...
 # FUZZ_JOBS=N (default 1) runs N processes per target side by side, each
 # with RUNS_PER_TARGET/N executions, sharing the target's corpus: the
-# request harness spends most of its time waiting on its service's answers
-# and deadlines (a process uses a tenth of a core), so N of them go N
-# times as fast on the same cores. Each process starts its own service and
-# redis-server on free ports.
+# request harness leaves most of a core idle waiting on its service's
+# answers, so N of them go faster until the cores are full. Each process
+# starts its own service and redis-server on free ports.
 set -eu
 dir=$1 runs=$2 secs=$3 min_total=$4
 shift 4
