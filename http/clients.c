@@ -1,4 +1,5 @@
-/* clients.c: open connections per client address, for the per-client cap.
+/* clients.c: open connections per client, for the per-client cap. A
+ * client is an IPv4 address or an IPv6 /64.
  *
  * An open-addressing table (linear probing, deletion by backward shift) of
  * address -> count, under one mutex: touched once when a connection is
@@ -16,8 +17,16 @@ void http_client_key_of(const struct sockaddr *addr, http_client_key *key) {
         key->len = 4;
         memcpy(key->addr, &((const struct sockaddr_in *)addr)->sin_addr, 4);
     } else if (addr && addr->sa_family == AF_INET6) {
-        key->len = 16;
-        memcpy(key->addr, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {        /* ::ffff:a.b.c.d is an IPv4 client */
+            key->len = 4;
+            memcpy(key->addr, a6->s6_addr + 12, 4);
+        } else {
+            /* One IPv6 host usually has a whole /64 to pick addresses
+             * from: counting per address would let it take every slot. */
+            key->len = 8;
+            memcpy(key->addr, a6->s6_addr, 8);
+        }
     }
 }
 

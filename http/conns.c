@@ -6,7 +6,8 @@
  * Here a request, once started, must be complete (head and body) within
  * request_timeout_ms, however it trickles in.
  *
- * "Started" is seen two ways. The request line arriving is reported by
+ * A new connection's first request is "started" at the accept. After that,
+ * "started" is seen two ways. The request line arriving is reported by
  * libmicrohttpd (the URI log callback). Bytes before that (a request line
  * sent slowly, or garbage without a newline) never reach us, so the
  * sweeper also asks the kernel (TCP_INFO's bytes received) whether an idle
@@ -145,8 +146,13 @@ http_conn *http_conn_opened(http_conns *cs, int fd) {
     http_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;                       /* untracked: only the idle timeout applies */
     c->fd = fd;
-    c->phase = CONN_IDLE;
-    c->bytes_idle = 0;                         /* any byte at all starts a request */
+    /* The first request's deadline runs from the accept: a connection
+     * that never sends a byte must not hold its slot until the idle
+     * timeout (a minute), which is how a few hundred silent clients would
+     * fill --max-connections. */
+    c->phase = CONN_RECEIVING;
+    c->started_us = clock_mono_us();
+    c->bytes_idle = 0;
     c->cs = cs;
     pthread_mutex_lock(&cs->mu);
     c->next = cs->head;

@@ -34,9 +34,13 @@
 
 #define JSON_TYPE "application/json; charset=utf-8"
 
+/* The answer when the real one cannot be built. It may replace the answer
+ * to a request that took effect (an order committed, then no memory for its
+ * 201), so it must not say that nothing changed. */
 static const char FALLBACK[] =
-    "{\"error\":\"internal_error\",\"message\":\"The answer could not be built; "
-    "nothing was changed by it. Retry.\"}\n";
+    "{\"error\":\"internal_error\",\"message\":\"The answer could not be built, so "
+    "whether the request took effect is not known: look it up, or retry it with the same "
+    "Idempotency-Key.\"}\n";
 
 /* ------------------------------------------------------------ request data */
 
@@ -88,6 +92,29 @@ int http_query(const http_req *r, const char *name, const char **value) {
         return -1;
     }
     return rc;
+}
+
+typedef struct known_ctx {
+    const char *const *known;
+    const char *unknown;
+} known_ctx;
+
+static enum MHD_Result check_known(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    known_ctx *c = cls;
+    (void)kind;
+    (void)value;
+    for (size_t i = 0; key && c->known[i]; i++)
+        if (!strcmp(key, c->known[i])) return MHD_YES;
+    c->unknown = key ? key : "";
+    return MHD_NO;
+}
+
+int http_query_only(const http_req *r, const char *const *known, const char **unknown) {
+    known_ctx c = { known, NULL };
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, check_known, &c);
+    *unknown = c.unknown;
+    return c.unknown ? -1 : 0;
 }
 
 const char *http_body(const http_req *r, size_t *len) {
@@ -322,9 +349,74 @@ static enum MHD_Result refuse_framing(http_req *r, const char *why) {
     return queue(r);
 }
 
-/* Checks the framing headers (RFC 9112 section 6). Returns NULL when the
- * request can be read, else why not. */
-static const char *framing_problem(struct MHD_Connection *conn) {
+/* Whether the request declares a body: a Content-Length other than 0. */
+static int has_length(struct MHD_Connection *conn) {
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl && strtoull(cl, NULL, 10) > 0;
+}
+
+/* RFC 9110 5.6.2: a header name is a token. */
+static int is_token(const char *s) {
+    static const char EXTRA[] = "!#$%&'*+-.^_`|~";
+    if (!*s) return 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c && strchr(EXTRA, c))))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether libmicrohttpd (0.9.75) joined a folded line (obs-fold, RFC 9112
+ * 5.2) onto this header. It parses "Name: value" in place in its read
+ * buffer, so a name is followed by its NUL, then the blanks it skipped,
+ * then the value; a continuation line is appended to the *name*, which it
+ * moves elsewhere to make room ("Content-Length:\r\n 2" arrives as a
+ * header "Content-Length2" with an empty value, and the body's length is
+ * lost). A name not right before its value has been moved: folded. */
+static int folded(const char *key, const char *value) {
+    if (!value) return 1;
+    const char *end = key + strlen(key) + 1;
+    if (value < end || value - end > 256) return 1;
+    for (const char *p = end; p < value; p++)
+        if (*p != ' ' && *p != '\t') return 1;
+    return 0;
+}
+
+typedef struct header_scan {
+    int bad_name;            /* a name that is not a token, or a folded line */
+    int hosts;               /* Host headers */
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    header_scan *h = cls;
+    (void)kind;
+    if (!key || !is_token(key) || folded(key, value)) h->bad_name = 1;
+    else if (!strcasecmp(key, "Host")) h->hosts++;
+    return MHD_YES;
+}
+
+/* Checks the request head (RFC 9112 sections 3.2, 5 and 6). Returns NULL
+ * when the request can be read, else why not.
+ *
+ * A header name that is not a token is refused, not guessed at: with
+ * whitespace before the colon ("Content-Length : 5") libmicrohttpd keeps
+ * the name with the space, and an obsolete line folding is joined onto the
+ * header, so in both cases the body's length would be read one way here
+ * and another way by a proxy in front (request smuggling). */
+static const char *framing_problem(struct MHD_Connection *conn, const char *method,
+                                   const char *version) {
+    header_scan h = { 0, 0 };
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &h);
+    if (h.bad_name)
+        return "A header name is malformed (whitespace before the colon, a folded line, or "
+               "a character a header name cannot hold).";
+    int http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
+    if (h.hosts > 1) return "The request has more than one Host header.";
+    if (http11 && h.hosts == 0) return "An HTTP/1.1 request must have a Host header.";
     int ncl = count_values(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int nte = count_values(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (ncl > 1) return "The request has more than one Content-Length header.";
@@ -336,6 +428,10 @@ static const char *framing_problem(struct MHD_Connection *conn) {
         if (!te || strcasecmp(te, "chunked") != 0)
             return "The only transfer coding accepted is chunked.";
     }
+    /* GET and HEAD mean nothing with a body (RFC 9110 9.3.1): refusing one
+     * keeps a body from being read as the next request. */
+    if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) && (nte || has_length(conn)))
+        return "A GET or HEAD request cannot carry a body.";
     return NULL;
 }
 
@@ -398,8 +494,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
 }
 
 /* First call of a request: headers in, body not yet. */
-static enum MHD_Result on_headers(http_server *s, http_req *r) {
-    const char *why = framing_problem(r->conn);
+static enum MHD_Result on_headers(http_server *s, http_req *r, const char *version) {
+    const char *why = framing_problem(r->conn, r->method, version);
     if (why) return refuse_framing(r, why);
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -446,7 +542,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls) {
     http_server *s = ((http_daemon *)cls)->srv;
     http_req *r = *con_cls;
-    (void)version;
     if (!r && !(r = *con_cls = req_new(cls, url))) return MHD_NO;
     if (!r->started) {
         r->started = 1;
@@ -457,7 +552,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->hc = ci ? ci->socket_context : NULL;
         r->counted = 1;
         atomic_fetch_add(&s->inflight, 1);
-        return on_headers(s, r);
+        return on_headers(s, r, version);
     }
     if (r->answered) {                             /* refused early: discard */
         *upload_data_size = 0;

@@ -15,15 +15,19 @@
  * - Framing the server will not guess at is refused with 400 `bad_request`
  *   and the connection closed: two Content-Length headers, Content-Length
  *   with Transfer-Encoding (RFC 9112 6.1), a transfer coding other than
- *   chunked, a malformed percent-escape or a NUL byte in the path.
+ *   chunked, a header name that is not a token (whitespace before the
+ *   colon, a folded line), a missing Host on HTTP/1.1 or two Host headers,
+ *   a body on a GET or HEAD, a malformed percent-escape or a NUL byte in
+ *   the path.
  * - Request bodies are collected up to a limit (413 `body_too_large`
  *   beyond it, answered as soon as Content-Length tells); a body sent with
  *   a Content-Type other than application/json gets 415.
- * - Slow clients cannot hold connections: once a request has started (its
- *   first byte arrived), its head and body must arrive within
- *   request_timeout_ms or the connection is closed; an idle connection is
- *   closed after idle_timeout_s; one client address may hold at most
- *   max_per_client connections.
+ * - Slow clients cannot hold connections: a request's head and body must
+ *   arrive within request_timeout_ms of its first byte (of the accept, for
+ *   a connection's first request) or the connection is closed; an idle
+ *   connection is closed after idle_timeout_s; one client may hold at most
+ *   max_per_client connections (an IPv4 address, or an IPv6 /64: one
+ *   host usually has a whole /64).
  * - Deferred answers: a handler may call http_defer() and answer later from
  *   any thread; the connection is suspended meanwhile and its event-loop
  *   thread serves other connections. (Answers are queued on a later call of
@@ -124,6 +128,11 @@ int http_header(const http_req *r, const char *name, const char **value);
 /* A query argument, URL-decoded: 1 and *value when present once, 0 when
  * absent, -1 when malformed (repeated, a NUL byte, invalid UTF-8). */
 int http_query(const http_req *r, const char *name, const char **value);
+/* Whether every query argument's name is one of known (NULL-terminated):
+ * 0 if so; else -1 with *unknown pointing at the first other name (valid
+ * until the request is answered). A misspelt filter must not widen what a
+ * query returns. */
+int http_query_only(const http_req *r, const char *const *known, const char **unknown);
 /* The body (NUL-terminated) and its length. */
 const char *http_body(const http_req *r, size_t *len);
 /* Parses the body as a JSON object. On failure answers 400 invalid_json and

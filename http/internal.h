@@ -45,7 +45,7 @@ http_match http_route_find(const http_route *routes, size_t nroutes, const char 
  * (libmicrohttpd's own per-IP limit counts one daemon only, and the kernel
  * does not spread one client's connections evenly over the daemons). */
 typedef struct http_client_key {
-    unsigned char len;               /* 4 or 16 bytes of address; 0: an empty slot */
+    unsigned char len;               /* 4 (IPv4) or 8 (an IPv6 /64) bytes; 0: an empty slot */
     unsigned char addr[16];
 } http_client_key;
 

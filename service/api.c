@@ -117,12 +117,18 @@ static void run_job(void *arg) {
     free(j);
 }
 
-/* Defers r to an API worker running run(j). Takes j (and j->body). */
-static void defer_job(http_req *r, api_job *j, void (*run)(api_job *j)) {
+/* Which workers a job needs: those that may wait on Redis, or those that
+ * only read SQLite. Two pools, so that a stalled Redis (every Redis lane
+ * worker waiting out its timeout) cannot hold up order lookups, which
+ * never need it. */
+typedef enum api_lane { LANE_REDIS, LANE_DB } api_lane;
+
+/* Defers r to an API worker of lane running run(j). Takes j (and j->body). */
+static void defer_job(http_req *r, api_job *j, api_lane lane, void (*run)(api_job *j)) {
     j->r = r;
     j->run = run;
     http_defer(r);
-    if (svc_workers_submit(j->a->api, run_job, j) != 0) {
+    if (svc_workers_submit(lane == LANE_DB ? j->a->api_db : j->a->api, run_job, j) != 0) {
         http_reply_error_with(r, 503, "shutting_down", NULL, RETRY,
                               "The service is out of memory; retry shortly.");
         json_decref(j->body);
@@ -266,9 +272,17 @@ static void product_create_job(api_job *j) {
             return;
         }
     }
+    char loc[96];
+    snprintf(loc, sizeof loc, "/v1/products/%s", dp.sku);
+    const char *h[] = { "Location", loc, NULL };
     svc_product *p = svc_product_cache_put(a->products, &dp);
     if (!p) {
-        reply_db_down(r, a, "caching the product");
+        /* Committed, but no memory to cache it: it is created all the same
+         * (the first order or read loads it from SQLite), and says so. */
+        svc_log(SVC_LOG_ERROR, "create product %s: committed, not cached (out of memory)", dp.sku);
+        http_reply_json(r, 201, json_pack("{s:s, s:s}", "sku", dp.sku, "note",
+                                          "committed; the product could not be read back just "
+                                          "now"), h);
         return;
     }
     const stock_strategy_info *si = stock_strategy_about(p->strategy);
@@ -285,9 +299,6 @@ static void product_create_job(api_job *j) {
                 sc ? stock_conn_errstr(sc) : "no connection");
         svc_maint_request_rebuild(a->maint, p);
     }
-    char loc[96];
-    snprintf(loc, sizeof loc, "/v1/products/%s", p->sku);
-    const char *h[] = { "Location", loc, NULL };
     reply_product(r, a, p, 201, 1, h);
 }
 
@@ -318,7 +329,7 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
         free(j);
         return;
     }
-    defer_job(r, j, product_create_job);
+    defer_job(r, j, LANE_REDIS, product_create_job);
 }
 
 static void product_get_job(api_job *j) {
@@ -335,7 +346,7 @@ static void product_get(http_req *r, const char *const *params, void *ud) {
     api_job *j = job_new(r, a, NULL);
     if (!j) return;
     snprintf(j->sku, sizeof j->sku, "%s", params[0]);
-    defer_job(r, j, product_get_job);
+    defer_job(r, j, LANE_REDIS, product_get_job);
 }
 
 /* The restock is in SQLite: make the Redis copy take it (or rebuild it). */
@@ -421,7 +432,7 @@ static void product_restock(http_req *r, const char *const *params, void *ud) {
     snprintf(j->sku, sizeof j->sku, "%s", params[0]);
     memcpy(j->key, key, sizeof j->key);
     j->qty = qty;
-    defer_job(r, j, product_restock_job);
+    defer_job(r, j, LANE_REDIS, product_restock_job);
 }
 
 /* ------------------------------------------------------------------- orders */
@@ -465,7 +476,7 @@ static void order_create(http_req *r, const char *const *params, void *ud) {
     if (!j) return;
     j->order = in;                     /* its strings point into body, which j owns */
     memcpy(j->key, key, sizeof j->key);
-    defer_job(r, j, order_create_job);
+    defer_job(r, j, LANE_DB, order_create_job);
 }
 
 static json_t *order_json(const db_order *o) {
@@ -497,7 +508,7 @@ static void order_get(http_req *r, const char *const *params, void *ud) {
     api_job *j = job_new(r, a, NULL);
     if (!j) return;
     snprintf(j->order_id, sizeof j->order_id, "%s", params[0]);
-    defer_job(r, j, order_get_job);
+    defer_job(r, j, LANE_DB, order_get_job);
 }
 
 static void append_order(const db_order *o, void *ud) {
@@ -525,7 +536,16 @@ static void order_list_job(api_job *j) {
 
 static void order_list(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
-    const char *sku, *user, *after, *lim;
+    static const char *const KNOWN[] = { "sku", "user_id", "after", "limit", NULL };
+    const char *sku, *user, *after, *lim, *other;
+    char clip[80];
+    if (http_query_only(r, KNOWN, &other) != 0) {
+        /* "?usr_id=bob" must not list everyone's orders. */
+        http_reply_error(r, 400, "invalid_field",
+                         "Unknown query argument '%s'; this route takes sku, user_id, after "
+                         "and limit.", utf8_clip(clip, sizeof clip, other));
+        return;
+    }
     int hs = http_query(r, "sku", &sku), hu = http_query(r, "user_id", &user);
     int ha = http_query(r, "after", &after), hl = http_query(r, "limit", &lim);
     long limit = 100;
@@ -556,7 +576,7 @@ static void order_list(http_req *r, const char *const *params, void *ud) {
     if ((j->has_user = hu == 1)) snprintf(j->user, sizeof j->user, "%s", user);
     if ((j->has_after = ha == 1)) snprintf(j->after, sizeof j->after, "%s", after);
     j->limit = limit;
-    defer_job(r, j, order_list_job);
+    defer_job(r, j, LANE_DB, order_list_job);
 }
 
 /* --------------------------------------------------------------- strategies */
@@ -609,9 +629,12 @@ static void metrics_route(http_req *r, const char *const *params, void *ud) {
     char *text;
     size_t len;
     (void)params;
-    svc_metrics_render(a, &text, &len);
-    http_reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
-    free(text);
+    if (svc_metrics_render(a, &text, &len) != 0) {
+        http_reply_error_with(r, 503, "shutting_down", NULL, RETRY,
+                              "The service is out of memory; retry shortly.");
+        return;
+    }
+    http_reply_take(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
 }
 
 /* docs/openapi.yaml as JSON, embedded at build time (Makefile, gen/openapi.c),

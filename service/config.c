@@ -73,8 +73,10 @@ static const opt OPTS[] = {
       "10", "seconds a request may take to arrive (head and body) once it has started; "
       "slower clients are disconnected (0: no limit)" },
     { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
-      "threads for API requests that read or write the stores (product reads, admin writes, "
-      "order lookups), so the HTTP threads never wait on Redis or SQLite" },
+      "threads for API requests that read or write the stores, in each of two pools: one for "
+      "work that may wait on Redis (product reads, admin writes), one for work that needs "
+      "SQLite only (order lookups), so the HTTP threads never wait on a store and a stalled "
+      "Redis never holds up order lookups" },
     { "pending-timeout-ms", "FLASHSALE_PENDING_TIMEOUT_MS", T_LL, F(pending_timeout_ms), 100,
       86400000, "10000", "a reservation not committed after this long is settled by the sweeper" },
     { "idempotency-ttl-ms", "FLASHSALE_IDEMPOTENCY_TTL_MS", T_LL, F(idem_ttl_ms), 1000,

@@ -237,6 +237,7 @@ static void shutdown_gracefully(svc_app *a) {
         clock_sleep_ms(5);
     }
     svc_workers_stop(a->api);
+    svc_workers_stop(a->api_db);
     /* The writer first: its last groups queue confirmations on the stage. */
     db_writer_stop(a->writer);
     svc_pool_stop(a->pool);
@@ -291,6 +292,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
         !(a->maint = svc_maint_start(a, why, sizeof why)) ||
         !(a->health = svc_health_start(a, why, sizeof why)) ||
         !(a->api = svc_workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
+        !(a->api_db = svc_workers_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||
         !(a->pool = svc_pool_start(a, a->cfg.lock_workers, why, sizeof why))) {
         snprintf(err, errlen, "start: %s", why);
         goto fail1;                    /* a failed start is the end of the process */

@@ -155,16 +155,18 @@ void svc_metrics_swept(svc_app *a, long long records, long long oldest_ms,
 
 /* -------------------------------------------------------------- rendering */
 
-/* A growing text buffer. */
+/* A growing text buffer. Out of memory, it stops growing and says so
+ * (oom); the page is then not served, rather than served cut short. */
 typedef struct buf {
     char *p;
     size_t len, cap;
+    int oom;
 } buf;
 
 static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(buf *b, const char *fmt, ...) {
     va_list ap;
-    for (;;) {
+    while (!b->oom) {
         va_start(ap, fmt);
         int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
         va_end(ap);
@@ -172,10 +174,15 @@ static void put(buf *b, const char *fmt, ...) {
             b->len += (size_t)n;
             return;
         }
-        b->cap = b->cap * 2 + (size_t)n + 64;
-        char *q = realloc(b->p, b->cap);
-        if (!q) abort();
+        size_t cap = b->cap * 2 + (size_t)(n < 0 ? 0 : n) + 64;
+        char *q = realloc(b->p, cap);
+        if (!q || n < 0) {
+            if (q) b->p = q;
+            b->oom = 1;
+            return;
+        }
         b->p = q;
+        b->cap = cap;
     }
 }
 
@@ -369,10 +376,12 @@ static void render_process(buf *b) {
     put(b, "process_start_time_seconds %.2f\n", ps.start_time);
 }
 
-void svc_metrics_render(svc_app *a, char **out, size_t *len) {
-    buf b = { malloc(65536), 0, 65536 };
+int svc_metrics_render(svc_app *a, char **out, size_t *len) {
+    buf b = { malloc(65536), 0, 65536, 0 };
     svc_metrics *m = &a->m;
-    if (!b.p) abort();
+    *out = NULL;
+    *len = 0;
+    if (!b.p) return -1;
     family(&b, "flashsale_build_info", "gauge",
            "Always 1; version is what the binaries print with --version.");
     put(&b, "flashsale_build_info{version=\"");
@@ -394,6 +403,11 @@ void svc_metrics_render(svc_app *a, char **out, size_t *len) {
             "Connections closed because a started request did not arrive within "
             "--request-timeout.", (uint64_t)http_timed_out(a->http));
     render_process(&b);
+    if (b.oom) {
+        free(b.p);
+        return -1;
+    }
     *out = b.p;
     *len = b.len;
+    return 0;
 }

@@ -61,7 +61,7 @@ typedef struct svc_config {
     unsigned request_timeout_s;   /* a started request must be in within this */
     unsigned request_timeout_ms;  /* the same, set by svc_config_load; an embedder (the
                                    * request fuzzer) may make it finer after that */
-    int api_workers;          /* threads for API work that reads or writes the stores */
+    int api_workers;          /* threads in each API pool (Redis work; SQLite-only work) */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     long long idem_ttl_ms;
     int shutdown_grace_ms;
@@ -198,8 +198,9 @@ typedef struct svc_metrics {
 const char *svc_outcome_name(svc_outcome o);
 
 typedef struct svc_app svc_app;
-/* Renders every metric as Prometheus text into a malloc'd buffer. */
-void svc_metrics_render(svc_app *a, char **out, size_t *len);
+/* Renders every metric as Prometheus text into a malloc'd buffer (the
+ * caller frees it). -1 when out of memory (nothing to free). */
+int svc_metrics_render(svc_app *a, char **out, size_t *len);
 /* The observers the modules are given (lifecycle.c wires them): a Redis
  * call of the stock module, and a group commit of the writer. */
 void svc_metrics_redis_call(stock_call call, int64_t micros, void *ud);
@@ -294,7 +295,8 @@ struct svc_app {
     svc_pool *pool;                   /* strategies that may block */
     struct svc_order_loop **order_loops;   /* the order path on each loop (orderloop.c) */
     struct svc_order_loop *give_touched;   /* the committer's: loops it is handing back to */
-    svc_workers *api;                  /* API work that reads or writes the stores */
+    svc_workers *api;                  /* API work that may wait on Redis (and SQLite) */
+    svc_workers *api_db;               /* API work that needs SQLite only (order lookups) */
     svc_health *health;
     svc_maint *maint;
     svc_product_cache *products;

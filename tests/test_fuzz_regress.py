@@ -14,6 +14,7 @@ SEED_PRODUCTS = [  # what fuzz_request.c creates before fuzzing
     {"sku": "p1", "stock": 1000000}, {"sku": "seg", "stock": 1000, "segments": 4},
     {"sku": "lim", "stock": 1000, "per_user_limit": 2},
     {"sku": "dbp", "stock": 1000, "strategy": "db"}, {"sku": "lk", "stock": 1000, "strategy": "lock"},
+    {"sku": "dl", "stock": 1000, "strategy": "db-lock"},
 ]
 
 

@@ -1,9 +1,14 @@
-/* test_http.c: the http module's pure parts: the raw-path router and the
- * per-client connection count (a table with backward-shift deletion). */
+/* test_http.c: the http module: the raw-path router, the per-client
+ * connection count (a table with backward-shift deletion, IPv6 per /64),
+ * and, over a live server on an event loop, the fixed 500 answer when
+ * an answer cannot be built. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "http/internal.h"
 #include "tests/unit/t.h"
@@ -95,4 +100,124 @@ static void test_clients(void) {
     http_clients_fini(&cl);
 }
 
-TEST_MAIN(T(test_routes), T(test_clients))
+static struct sockaddr_in6 v6(const char *text) {
+    struct sockaddr_in6 s = { .sin6_family = AF_INET6 };
+    inet_pton(AF_INET6, text, &s.sin6_addr);
+    return s;
+}
+
+/* One IPv6 host picks addresses from a whole /64: the cap is per /64. An
+ * IPv4-mapped address counts as the IPv4 client it is. */
+static void test_clients_ipv6(void) {
+    http_clients cl;
+    CHECK(http_clients_init(&cl, 2) == 0);
+    struct sockaddr_in6 a = v6("2001:db8:1:2::1"), b = v6("2001:db8:1:2:ffff::7"),
+                        c = v6("2001:db8:1:2:abcd:1:2:3"), other = v6("2001:db8:1:3::1");
+    CHECK(http_clients_take(&cl, (struct sockaddr *)&a));
+    CHECK(http_clients_take(&cl, (struct sockaddr *)&b));
+    CHECK(!http_clients_take(&cl, (struct sockaddr *)&c));      /* same /64: capped */
+    CHECK(http_clients_take(&cl, (struct sockaddr *)&other));   /* the next /64 is not */
+    struct sockaddr_in6 m = v6("::ffff:10.1.2.3");
+    struct sockaddr_in four = v4(0x0a010203);
+    CHECK(http_clients_take(&cl, (struct sockaddr *)&m));
+    CHECK(http_clients_take(&cl, (struct sockaddr *)&four));
+    CHECK(!http_clients_take(&cl, (struct sockaddr *)&four));   /* mapped + plain: one client */
+    http_client_key km, kf;
+    http_client_key_of((struct sockaddr *)&m, &km);
+    http_client_key_of((struct sockaddr *)&four, &kf);
+    CHECK(km.len == 4 && kf.len == 4 && !memcmp(km.addr, kf.addr, 4));
+    http_clients_fini(&cl);
+}
+
+/* ------------------------------------------------- answers that cannot be built */
+
+static int fail_allocs;            /* jansson's allocations fail while set */
+
+static void *maybe_malloc(size_t n) { return fail_allocs ? NULL : malloc(n); }
+
+/* A handler whose JSON answer cannot be built: no memory for jansson. */
+static void oom_answer(http_req *r, const char *const *p, void *ud) {
+    (void)p;
+    (void)ud;
+    fail_allocs = 1;
+    http_reply_error(r, 409, "sold_out", "No units left of '%s'.", "x");
+    fail_allocs = 0;
+}
+
+/* A handler handing over a json_pack that failed (NULL). */
+static void null_answer(http_req *r, const char *const *p, void *ud) {
+    (void)p;
+    (void)ud;
+    http_reply_json(r, 200, NULL, NULL);
+}
+
+static const http_route LIVE[] = {
+    { "GET", "/oom", oom_answer, 0 },
+    { "GET", "/null", null_answer, 1 },
+};
+
+static void *run_loop(void *l) {
+    loop_run(l);
+    return NULL;
+}
+
+/* GET path on port: the whole answer (one request, then the server's
+ * Content-Length decides the end). */
+static void get(int port, const char *path, char *out, size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = v4(0x7f000001);
+    a.sin_port = htons((unsigned short)port);
+    size_t n = 0;
+    out[0] = '\0';
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        char req[128];
+        int len = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+        if (write(fd, req, (size_t)len) == len) {
+            struct timeval tv = { 5, 0 };
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            ssize_t k;
+            while (n + 1 < cap && (k = read(fd, out + n, cap - 1 - n)) > 0) {
+                n += (size_t)k;
+                out[n] = '\0';
+                const char *body = strstr(out, "\r\n\r\n"), *cl = strstr(out, "Content-Length: ");
+                if (body && cl && strlen(body + 4) >= (size_t)atoi(cl + 16)) break;
+            }
+        }
+    }
+    close(fd);
+}
+
+/* The fixed 500: a well-formed JSON error that does not claim nothing
+ * happened (it may stand in for the answer to an order that committed). */
+static void test_answer_that_cannot_be_built(void) {
+    char err[256], got[4096];
+    loop *l = loop_new(err, sizeof err);
+    CHECK(l != NULL);
+    if (!l) return;
+    http_options o = { .listen = "127.0.0.1:0", .loops = &l, .nloops = 1, .max_connections = 16,
+                       .idle_timeout_s = 5, .request_timeout_ms = 5000, .max_body = 1024,
+                       .routes = LIVE, .nroutes = 2 };
+    http_server *s = http_start(&o, err, sizeof err);
+    CHECK(s != NULL);
+    if (!s) return;
+    json_set_alloc_funcs(maybe_malloc, free);
+    pthread_t t;
+    pthread_create(&t, NULL, run_loop, l);
+    const char *paths[] = { "/oom", "/null" };
+    for (int i = 0; i < 2; i++) {
+        get(http_port(s), paths[i], got, sizeof got);
+        CHECK(strncmp(got, "HTTP/1.1 500 ", 13) == 0);
+        CHECK(strstr(got, "Content-Type: application/json") != NULL);
+        CHECK(strstr(got, "{\"error\":\"internal_error\",\"message\":\"") != NULL);
+        CHECK(strstr(got, "not known") != NULL);
+        CHECK(strstr(got, "nothing was changed") == NULL);
+    }
+    loop_stop(l);
+    pthread_join(t, NULL);
+    json_set_alloc_funcs(malloc, free);
+    http_stop(s);
+    loop_free(l);
+}
+
+TEST_MAIN(T(test_routes), T(test_clients), T(test_clients_ipv6),
+          T(test_answer_that_cannot_be_built))
