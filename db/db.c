@@ -221,6 +221,10 @@ typedef struct sku_tally {
 struct db {
     sqlite3 *conn;
     sqlite3_stmt *st[ST_COUNT];
+    /* Statements a callback walk is stepping through. Taking one of them
+     * again (stmt() resets it) would restart the outer walk: that is how
+     * `audit --repair` once audited products twice and never ended. */
+    unsigned char walking[ST_COUNT];
     sku_tally tally[TALLY_MAX];
     int ntally;
     char errstr[256];
@@ -373,10 +377,12 @@ void db_close(db *d) {
     free(d);
 }
 
-/* Returns statement i reset and with its bindings cleared. */
+/* Returns statement i reset and with its bindings cleared. Never one that
+ * a walk is still stepping through: no nested walks over one statement. */
 static sqlite3_stmt *stmt(db *d, int i) {
     sqlite3_stmt *s = d->st[i];
     assert(s != NULL);
+    assert(!d->walking[i]);
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     return s;
@@ -608,8 +614,10 @@ db_status db_user_units(db *d, const char *sku,
     sqlite3_stmt *s = stmt(d, ST_USER_UNITS);
     sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
     int rc;
+    d->walking[ST_USER_UNITS] = 1;             /* fn must not walk it again */
     while ((rc = sqlite3_step(s)) == SQLITE_ROW)
         if (fn((const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1), ud)) break;
+    d->walking[ST_USER_UNITS] = 0;
     sqlite3_reset(s);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "user units");
 }

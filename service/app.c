@@ -1,4 +1,4 @@
-/* app.c: per-thread connections and product lookup for the service.
+/* app.c: per-thread connections for the service.
  *
  * Every thread that reads (the HTTP event loops) gets its own SQLite
  * connection and its own Redis connection on first use, freed when the
@@ -45,16 +45,4 @@ stock_conn *svc_thread_stock(svc_app *a) {
     if (!t->sc && !(t->sc = stock_conn_new(&a->stock_cfg, err, sizeof err)))
         svc_log(SVC_LOG_ERROR, "redis: %s", err);
     return t->sc;
-}
-
-db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {
-    *out = svc_product_cache_get(a->products, sku);
-    if (*out) return DB_OK;
-    db *d = svc_thread_db(a);
-    db_product dp;
-    if (!d) return DB_ERROR;
-    db_status st = db_product_get(d, sku, &dp);
-    if (st != DB_OK) return st;
-    *out = svc_product_cache_put(a->products, &dp);
-    return *out ? DB_OK : DB_ERROR;
 }

@@ -1,4 +1,5 @@
-/* products.c: the service's cache of products. Products are immutable in
+/* products.c: the service's cache of products, and finding a product
+ * (cache first, then SQLite). Products are immutable in
  * what the order path needs (strategy, segments, limit) and are never
  * deleted, so an entry, once cached, is valid for the life of the process
  * and readers need only a shared lock to find it. */
@@ -89,4 +90,16 @@ void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, vo
     for (int i = 0; i < BUCKETS; i++)
         for (svc_product *p = pc->bucket[i]; p; p = p->next) fn(p, ud);
     pthread_rwlock_unlock(&pc->lock);
+}
+
+db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {
+    *out = svc_product_cache_get(a->products, sku);
+    if (*out) return DB_OK;
+    db *d = svc_thread_db(a);
+    db_product dp;
+    if (!d) return DB_ERROR;
+    db_status st = db_product_get(d, sku, &dp);
+    if (st != DB_OK) return st;
+    *out = svc_product_cache_put(a->products, &dp);
+    return *out ? DB_OK : DB_ERROR;
 }

@@ -121,6 +121,19 @@ def test_layering_rejects_forbidden_includes(ctx):
                      r'private to lock/', err), err
     assert "4 forbidden includes" in err, err
 
+    # Angle brackets are no way around it: -I. finds <db/db.h> in the tree.
+    tree3 = ctx.path("tree3")
+    copy_tree(tree3)
+    with open(os.path.join(tree3, "loadtest", "verify.c")) as f:
+        text = f.read()
+    with open(os.path.join(tree3, "loadtest", "verify.c"), "w") as f:
+        f.write("#include <stdio.h>\n#include <db/db.h>\n" + text)
+    rc, err = layering(tree3)
+    assert rc == 1, err
+    assert re.match(r'loadtest/verify\.c:2: #include <db/db\.h>: layering rule broken: '
+                    r'loadtest -> db is not an allowed arrow', err), err
+    assert "1 forbidden include" in err, err
+
     # What a module may use is fine: service on stock's public header.
     tree2 = ctx.path("tree2")
     copy_tree(tree2)

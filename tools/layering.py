@@ -40,7 +40,9 @@ ALLOWED = {
     "loadtest": ("common",),
 }
 
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+# Both spellings: the compiler finds a project header by <db/db.h> too
+# (through -I.), so the angle brackets must not be a way around the rules.
+INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 
 
 def private(header):
@@ -57,10 +59,16 @@ def check_file(root, module, rel):
             m = INCLUDE.match(line)
             if not m:
                 continue
-            inc = m.group(1)
+            inc = m.group(1) or m.group(2)
+            if m.group(2) is not None:
+                # <...>: a system header, unless it names one of ours.
+                if "/" not in inc or not os.path.exists(os.path.join(root, inc)):
+                    continue
+                where = '%s:%d: #include <%s>: ' % (rel, lineno, inc)
+            else:
+                where = '%s:%d: #include "%s": ' % (rel, lineno, inc)
             # "x.h" without a directory is found next to the including file.
             target = inc.split("/")[0] if "/" in inc else module
-            where = '%s:%d: #include "%s": ' % (rel, lineno, inc)
             allowed = ALLOWED[module]
             if target == module:
                 continue

@@ -2,6 +2,8 @@
  * products, the generation and tombstone rules, idempotency keys, the db
  * strategies' conditional take, and the group-commit writer. */
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "db/db.h"
@@ -162,6 +164,53 @@ static void test_conditional_take(void) {
     CHECK(db_product_get(d, "c", &got) == DB_OK);
     CHECK(got.db_available == 0 && got.sold == 3);
     CHECK(db_order_get(d, "01Q", &a) == DB_NOTFOUND);            /* refused: no row */
+    db_close(d);
+}
+
+/* A walk's callback may use the database, but never walk the statement
+ * it is called from: stmt() would reset it and restart the outer walk
+ * (audit --repair once looped for ever that way). The assert stops it. */
+static db *walked;
+static int inner_calls;
+static int count_user(const char *user, long long units, void *ud) {
+    (void)user;
+    (void)units;
+    ++*(int *)ud;
+    return 0;
+}
+static int walk_again(const char *user, long long units, void *ud) {
+    int n = 0;
+    (void)ud;
+    (void)units;
+    db_order o;
+    db_order_get(walked, user, &o);          /* another statement: fine */
+    inner_calls++;
+    db_user_units(walked, "w", count_user, &n);   /* the same one: refused */
+    return 0;
+}
+
+static void test_no_nested_walks(void) {
+    db *d = fresh();
+    db_product p = product("w", 10);
+    p.per_user_limit = 5;
+    snprintf(p.strategy, sizeof p.strategy, "db");
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order a = order("01W1", "w", "u1", 1, NULL, 0), b = order("01W2", "w", "u2", 1, NULL, 0);
+    CHECK(insert1(d, &a, DB_TAKE_CONDITIONAL, 5) == DB_OK);
+    CHECK(insert1(d, &b, DB_TAKE_CONDITIONAL, 5) == DB_OK);
+    int n = 0;
+    CHECK(db_user_units(d, "w", count_user, &n) == DB_OK && n == 2);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(4);   /* the assert's message, expected */
+        walked = d;
+        db_user_units(d, "w", walk_again, NULL);
+        _exit(inner_calls == 1 ? 0 : 3);       /* not reached: the assert fires */
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
     db_close(d);
 }
 
@@ -327,7 +376,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_lock_table), T(test_writer_groups),
+        T(test_lock_table), T(test_writer_groups), T(test_no_nested_walks),
     };
     if (!mkdtemp(dir)) return 2;
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
