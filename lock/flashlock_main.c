@@ -162,7 +162,7 @@ static int parse_args(int argc, char **argv, args *a) {
     opterr = 0;          /* our own messages, one line each */
     int ch;
     long long n;
-    while ((ch = getopt_long(argc, argv, "+w:nE:c:xer:t:VhsuFo", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+:w:nE:c:xer:t:VhsuFo", opts, NULL)) != -1) {
         switch (ch) {
         case 'w':
             if (parse_seconds(optarg, &a->wait_ms))

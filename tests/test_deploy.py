@@ -10,7 +10,7 @@ import harness
 from harness import Client, free_port, wait_until
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-PROGRAMS = ("flashsale", "flashload", "flashlock", "lockbench", "mhdhello")
+PROGRAMS = ("flashsale", "flashload", "flashlock", "lockbench", "lockcheck", "mhdhello")
 
 
 def source_version():

@@ -348,6 +348,10 @@ def test_flock_style_options(ctx):
         p = run(*args)
         assert p.returncode == 64, (args, p)
         assert 1 <= len(p.stderr.splitlines()) <= 2 and p.stdout == "", (args, p.stderr)
+    # An option missing its value says so (not "unknown option").
+    for opt in ("-w", "--wait", "-E", "-c", "--redis", "--ttl"):
+        p = run(opt)
+        assert p.returncode == 64 and ("%s needs a value" % opt) in p.stderr, (opt, p.stderr)
     # The help documents every exit status in a table.
     h = run("--help").stdout
     for status in ("75 (or -E)", "70 ", "69 ", "64 ", "126 ", "127 ", "128+N"):
@@ -469,3 +473,4 @@ def test_handoff_behind_node_redlock(ctx):
     assert all(x >= 0 for x in off[0] + on[0]), figures    # released before acquired
     assert off[1] == 0 and on[1] >= rounds // 2, figures
     assert on[0][rounds // 2] < 50, figures                 # generous: a few ms when idle
+    assert on[0][rounds // 2] < off[0][rounds // 2], figures   # the wake-up beats the re-check
