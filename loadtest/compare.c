@@ -116,8 +116,15 @@ static void condition(const fl_compare_opts *o, fl_scene *sc, const pause_spec *
     } else if (sc->cs_delay_ms) {
         sc->stock = o->pause_stock;
         sc->duration_s = o->pause_duration_s;
-        snprintf(sc->condition, sizeof sc->condition, "pause %dms > %s %dms", sc->cs_delay_ms,
-                 !strcmp(s, "zookeeper") ? "session" : "lease", sc->lock_ttl_ms);
+        /* A ZooKeeper session is kept alive by the client library's own
+         * threads, which a pause of the holding thread does not stop: the
+         * pause outlasts the session timeout, never the session. */
+        if (!strcmp(s, "zookeeper"))
+            snprintf(sc->condition, sizeof sc->condition,
+                     "pause %dms, session %dms kept alive", sc->cs_delay_ms, sc->lock_ttl_ms);
+        else
+            snprintf(sc->condition, sizeof sc->condition, "pause %dms > lease %dms",
+                     sc->cs_delay_ms, sc->lock_ttl_ms);
     } else if (sc->instances > 1) {
         snprintf(sc->condition, sizeof sc->condition, "contention, %d instances", sc->instances);
     } else {

@@ -440,13 +440,18 @@ static void test_probe_cells(void) {
     CHECK_STR(out, "refused 0.6s (24 fenced), 0 oversold");
     p.still_refusing = 1;
     fl_probe_fmt(&p, FL_PROBE_WIPE, out, sizeof out);
-    CHECK_STR(out, "still refusing at 1s (24 fenced), 0 oversold");
+    CHECK_STR(out, "refused > 1s (probe's end) (24 fenced), 0 oversold");
     fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
     CHECK_STR(out, "fenced 24, 0 oversold");
     p.oversold = 3;
     p.pass = 0;
     fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
     CHECK_STR(out, "NOT fenced, OVERSOLD 3");
+    p.oversold = 0;
+    p.pass = 1;
+    p.fenced = 0;
+    fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
+    CHECK_STR(out, "lock kept, 0 oversold");     /* a pause the lock outlived (ZooKeeper) */
 }
 
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
