@@ -225,7 +225,6 @@ struct db {
      * again (stmt() resets it) would restart the outer walk: that is how
      * `audit --repair` once audited products twice and never ended. */
     unsigned char walking[ST_COUNT];
-    struct wal_observer *wal_observer;     /* db_wal_observe's, owned */
     sku_tally tally[TALLY_MAX];
     int ntally;
     char errstr[256];
@@ -238,42 +237,6 @@ static db_status fail(db *d, const char *what) {
 }
 
 const char *db_errstr(const db *d) { return d->errstr; }
-
-/* ------------------------------------------------------------ checkpoints */
-
-typedef struct wal_observer {
-    void (*fn)(void *ud, int pages);
-    void *ud;
-} wal_observer;
-
-static int on_wal_commit(void *arg, sqlite3 *c, const char *name, int pages) {
-    wal_observer *o = arg;
-    (void)c;
-    (void)name;
-    o->fn(o->ud, pages);
-    return SQLITE_OK;
-}
-
-int db_wal_observe(db *d, void (*fn)(void *ud, int pages), void *ud) {
-    wal_observer *o = malloc(sizeof *o);
-    if (!o) return -1;
-    *o = (wal_observer){ fn, ud };
-    free(d->wal_observer);
-    d->wal_observer = o;
-    /* sqlite3_wal_hook replaces the automatic checkpoint's own hook: from
-     * now on this connection never checkpoints after its commits. */
-    sqlite3_wal_hook(d->conn, on_wal_commit, o);
-    return 0;
-}
-
-db_status db_checkpoint(db *d, int *wal_pages, int *copied_pages) {
-    int log = 0, done = 0;
-    int rc = sqlite3_wal_checkpoint_v2(d->conn, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
-    if (wal_pages) *wal_pages = log;
-    if (copied_pages) *copied_pages = done;
-    if (rc == SQLITE_OK) return DB_OK;
-    return fail(d, "checkpoint");
-}
 
 long long db_memory_used(void) { return (long long)sqlite3_memory_used(); }
 
@@ -411,7 +374,6 @@ void db_close(db *d) {
     if (!d) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(d->st[i]);
     sqlite3_close(d->conn);
-    free(d->wal_observer);
     free(d);
 }
 

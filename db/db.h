@@ -149,18 +149,6 @@ db_status db_order_void(db *d, const char *order_id, const char *sku, const char
  * (DB_NOTFOUND). */
 db_status db_order_state(db *d, const char *order_id);
 
-/* WAL checkpoints. By default a connection copies the log into the
- * database itself after a commit that leaves the log over 1,000 pages
- * (SQLite's automatic checkpoint): on the group-commit writer that is
- * milliseconds of reads, writes and an fsync inside the commit path every
- * few dozen groups. db_wal_observe turns that off for d and calls fn(ud,
- * pages) after each of d's commits instead, with the log's size; another
- * connection then runs db_checkpoint, which copies what it can without
- * waiting for readers or writers (PASSIVE) and may run while d commits.
- * -1 when out of memory (d keeps checkpointing itself). */
-int db_wal_observe(db *d, void (*fn)(void *ud, int pages), void *ud);
-db_status db_checkpoint(db *d, int *wal_pages, int *copied_pages);
-
 /* Transactions, for the writer and for tests. */
 db_status db_begin(db *d);
 db_status db_commit(db *d);
@@ -200,9 +188,7 @@ db_status db_lock_release(db *d, const char *name, const char *owner, int busy_m
 
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and
- * then handed back in one call of the done callback, on the writer thread.
- * A second thread, with a connection of its own, checkpoints the log
- * (db_checkpoint), so that no commit waits for one. */
+ * then handed back in one call of the done callback, on the writer thread. */
 typedef enum db_job_kind { DB_JOB_INSERT, DB_JOB_LOOKUP } db_job_kind;
 
 typedef struct db_job {
@@ -247,7 +233,6 @@ typedef struct db_writer_stats {
     uint64_t jobs;            /* jobs handled */
     uint64_t failures;        /* transactions that failed */
     int last_failed;          /* the most recent transaction failed */
-    uint64_t checkpoints;     /* checkpoints run by the writer's checkpointer thread */
 } db_writer_stats;
 
 /* Counters, for /metrics and /healthz. */

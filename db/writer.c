@@ -14,12 +14,7 @@
  *
  * Lookups (an idempotent replay asking for its original order) go through
  * the same queue and are answered after the group's commit, so a replay
- * that arrives while its original is queued sees the committed row.
- *
- * The log is checkpointed by a thread of its own, on its own connection,
- * not by the committing one: SQLite's automatic checkpoint would copy a
- * thousand pages into the database and fsync it inside a commit every few
- * dozen groups, and every order waiting on that group would wait too. */
+ * that arrives while its original is queued sees the committed row. */
 #include "db/db.h"
 
 #include <assert.h>
@@ -47,18 +42,7 @@ struct db_writer {
     void *observe_ud;
     atomic_uint_fast64_t groups, jobs, failures;
     atomic_int last_failed;
-    /* The checkpointer: its connection, and the log size that wakes it. */
-    db *ckpt_conn;
-    pthread_t ckpt_thread;
-    int ckpt_running;
-    pthread_mutex_t ckpt_mu;
-    pthread_cond_t ckpt_cv;
-    int ckpt_wanted, ckpt_stopping;
-    atomic_uint_fast64_t checkpoints;
 };
-
-/* Log pages after a commit that start a checkpoint: SQLite's own default. */
-#define CHECKPOINT_PAGES 1000
 
 void db_writer_submit(db_writer *w, db_job *job) { db_writer_submit_many(w, &job, 1); }
 
@@ -145,76 +129,6 @@ void db_writer_commit_now(db_writer *w, db_job **jobs, size_t n) {
     pthread_mutex_unlock(&w->commit_mu);
 }
 
-/* After each of the writer's commits (its thread): past the threshold,
- * wake the checkpointer; it never makes the commit wait. */
-static void on_wal(void *ud, int pages) {
-    db_writer *w = ud;
-    if (pages < CHECKPOINT_PAGES) return;
-    pthread_mutex_lock(&w->ckpt_mu);
-    if (!w->ckpt_wanted) {
-        w->ckpt_wanted = 1;
-        pthread_cond_signal(&w->ckpt_cv);
-    }
-    pthread_mutex_unlock(&w->ckpt_mu);
-}
-
-static void *checkpointer_main(void *arg) {
-    db_writer *w = arg;
-    pthread_setname_np(pthread_self(), "db-ckpt");
-    pthread_mutex_lock(&w->ckpt_mu);
-    for (;;) {
-        while (!w->ckpt_wanted && !w->ckpt_stopping) pthread_cond_wait(&w->ckpt_cv, &w->ckpt_mu);
-        if (w->ckpt_stopping) break;
-        w->ckpt_wanted = 0;
-        pthread_mutex_unlock(&w->ckpt_mu);
-        /* PASSIVE: copies what no reader still needs, never waits. What it
-         * cannot copy now, the next wake-up does; the writer starts the
-         * log over once everything was copied. A failure (disk full, say)
-         * leaves the log longer, which the next commit's wake-up retries. */
-        db_checkpoint(w->ckpt_conn, NULL, NULL);
-        atomic_fetch_add(&w->checkpoints, 1);
-        pthread_mutex_lock(&w->ckpt_mu);
-    }
-    pthread_mutex_unlock(&w->ckpt_mu);
-    return NULL;
-}
-
-/* Moves w's checkpoints to a thread of their own. Without one (no memory,
- * no thread) the writer's connection keeps checkpointing itself. */
-static void start_checkpointer(db_writer *w, const char *path, const db_options *opt) {
-    char err[256];
-    pthread_mutex_init(&w->ckpt_mu, NULL);
-    pthread_cond_init(&w->ckpt_cv, NULL);
-    if (!(w->ckpt_conn = db_open(path, opt, err, sizeof err))) return;
-    if (pthread_create(&w->ckpt_thread, NULL, checkpointer_main, w) != 0) {
-        db_close(w->ckpt_conn);
-        w->ckpt_conn = NULL;
-        return;
-    }
-    w->ckpt_running = 1;
-    if (db_wal_observe(w->conn, on_wal, w) != 0) {     /* keeps its own checkpoints */
-        pthread_mutex_lock(&w->ckpt_mu);
-        w->ckpt_stopping = 1;
-        pthread_cond_signal(&w->ckpt_cv);
-        pthread_mutex_unlock(&w->ckpt_mu);
-    }
-}
-
-static void stop_checkpointer(db_writer *w) {
-    if (w->ckpt_running) {
-        pthread_mutex_lock(&w->ckpt_mu);
-        w->ckpt_stopping = 1;
-        pthread_cond_signal(&w->ckpt_cv);
-        pthread_mutex_unlock(&w->ckpt_mu);
-        pthread_join(w->ckpt_thread, NULL);
-        w->ckpt_running = 0;
-    }
-    db_close(w->ckpt_conn);
-    w->ckpt_conn = NULL;
-    pthread_mutex_destroy(&w->ckpt_mu);
-    pthread_cond_destroy(&w->ckpt_cv);
-}
-
 static void *writer_main(void *arg) {
     db_writer *w = arg;
     pthread_setname_np(pthread_self(), "db-writer");
@@ -240,9 +154,7 @@ db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_b
     pthread_cond_init(&w->cv, NULL);
     pthread_mutex_init(&w->commit_mu, NULL);
     if (!(w->conn = db_open(path, opt, err, errlen))) goto err;
-    start_checkpointer(w, path, opt);
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
-        stop_checkpointer(w);
         snprintf(err, errlen, "cannot start the writer thread");
         goto err;
     }
@@ -263,7 +175,6 @@ void db_writer_get_stats(db_writer *w, db_writer_stats *out) {
     out->jobs = atomic_load(&w->jobs);
     out->failures = atomic_load(&w->failures);
     out->last_failed = atomic_load(&w->last_failed);
-    out->checkpoints = atomic_load(&w->checkpoints);
 }
 
 void db_writer_stop(db_writer *w) {
@@ -274,7 +185,6 @@ void db_writer_stop(db_writer *w) {
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
     assert(w->head == NULL);
-    stop_checkpointer(w);
     db_close(w->conn);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
