@@ -44,8 +44,7 @@ static const opt OPTS[] = {
       "start even when the admin endpoints would be open (no --admin-token) on a "
       "non-loopback --listen, which is refused otherwise" },
     { "threads", "FLASHSALE_THREADS", T_INT, F(threads), 0, 256, "0",
-      "HTTP event-loop threads (0: one per two CPUs, at least one: each order also needs the "
-      "committer thread, Redis and a client)" },
+      "HTTP event-loop threads (0: one per CPU)" },
     { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
       "prefix of every Redis key the service uses" },
     { "redlock", "FLASHSALE_REDLOCK", T_STR, F(redlock), 0, 0, "",
@@ -224,13 +223,8 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
     c->request_timeout_ms = c->request_timeout_s * 1000u;
     if (c->max_per_client == 0) c->max_per_client = c->max_connections / 4 ? c->max_connections / 4 : 1;
     if (c->threads == 0) {
-        /* Half the CPUs: an order's work is about half on its loop and half
-         * on the committer and Redis. On 2 CPUs one loop sold 5% more than
-         * two (median of 4 alternating wrk -c64 runs, 24,931 against
-         * 23,650 orders/s) with 15% less service CPU per order: its
-         * batches are twice as large and nothing wakes a second loop. */
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->threads = n > 1 ? (int)(n / 2) : 1;
+        c->threads = n > 0 ? (int)n : 2;
     }
     return 0;
 }

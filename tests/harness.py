@@ -462,12 +462,6 @@ class Service:
         cmd = [os.path.join(BIN, "flashsale"), "--listen", "127.0.0.1:%d" % self.port,
                "--redis", self.redis_url, "--db", self.db_path, "--key-prefix", self.prefix,
                "--redis-timeout-ms", "500", "--pending-timeout-ms", "3000"] + self.args
-        # Two event loops unless a test says otherwise: the default on a
-        # 2-CPU machine is one, and the paths where an order crosses loops
-        # (a lock segment owned by the other loop, a worker handing an order
-        # to a loop) must stay tested.
-        if "--threads" not in self.args:
-            cmd += ["--threads", "2"]
         env = dict(os.environ)
         env.update(self.env or {})
         self.log = open(self.log_path, "a")
