@@ -487,7 +487,7 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
 }
 
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
-    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-48s %s\n", "lock", "1 seg/s", "8 segs/s",
+    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %s\n", "lock", "1 seg/s", "8 segs/s",
             "p50", "p99", "hand-off", "holder killed -9", "server restarted",
             "server lost its data", "pause > lease");
     for (int i = 0; i < n; i++) {
@@ -505,7 +505,7 @@ void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
         fl_probe_fmt(&r->restart, FL_PROBE_RESTART, rs, sizeof rs);
         fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
         fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
-        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-48s %s\n", r->strategy, a, b, p50,
+        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %s\n", r->strategy, a, b, p50,
                 p99, ho, k, rs, wp, fe);
     }
     fprintf(f, "hand-off: mean release -> next acquire in one process "
