@@ -367,7 +367,7 @@ def test_keyspace_notifications_wake_waiter_behind_redis_py(ctx):
     server = ctx.redis()
     r = server.client()
     assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == ""
-    for events in ("", "Kgx"):
+    for events in ("", "Kgx", "Kgx", "Kgx"):
         r.config_set("notify-keyspace-events", events)
         lk = Lock(r, "py", timeout=30)
         assert lk.acquire(blocking=False)
@@ -381,12 +381,18 @@ def test_keyspace_notifications_wake_waiter_behind_redis_py(ctx):
                       err)
         assert m, err
         seen, on, off = (int(x) for x in m.groups())
-        if events:
-            assert (seen, on, off) == (1, 1, 0), err
-        else:
-            assert (seen, on, off) == (0, 0, 1), err
         assert r.config_get("notify-keyspace-events")["notify-keyspace-events"] == \
             ("" if not events else "gxK"), "flashlock must not change the server's config"
+        if not events:
+            assert (seen, on, off) == (0, 0, 1), err
+            continue
+        assert (on, off) == (1, 0), err
+        # On a loaded machine the bounded re-check can come first by chance
+        # (seen 0); the keyspace event must win one of three rounds.
+        if seen == 1:
+            break
+    else:
+        raise AssertionError("no keyspace wake-up in three rounds: " + err)
 
 
 def test_own_releases_wake_one_waiter_with_keyspace_on(ctx):
