@@ -54,7 +54,7 @@ for t in "$@"; do
         if [ $(( ($(date +%s) - started) % 30 )) -lt 5 ]; then
             sofar=0
             for log in $logs; do
-                k=$(grep -ao '^#[0-9]*' "$log" | tail -1 | tr -d '#')
+                k=$(grep -ao '^#[0-9][0-9]*' "$log" | tail -1 | tr -d '#')
                 sofar=$((sofar + ${k:-0}))
             done
             echo "fuzz: $t: $sofar executions after $(( $(date +%s) - started )) s"
