@@ -68,9 +68,8 @@ struct svc_order_loop {
 
 /* Batches of one SKU a loop keeps in flight at most: while one is out,
  * orders gather for the next, so batches grow with the load instead of the
- * loop sending one small script call per iteration. Two in flight measured
- * the same as one (c=64, six alternating runs each: medians 33.3k/s and
- * 33.2k/s), so one keeps the batches largest. */
+ * loop sending one small script call per iteration. Two in flight sold no
+ * faster (docs/performance.md), so one keeps the batches largest. */
 #define MAX_INFLIGHT 1
 
 static void wake(svc_order_loop *ol);
