@@ -17,6 +17,7 @@ import base64
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,10 +33,41 @@ BIN = os.environ.get("FLASHSALE_BIN", os.path.join(os.path.dirname(__file__), ".
 _live = []          # processes to stop at exit, whatever happens
 
 
+_ports_given = set()
+_port_rng = random.Random(os.getpid() ^ time.time_ns())
+
+
+def _ephemeral_low():
+    """The lowest port the kernel gives outgoing connections (0: unknown)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing is bound to, for a server to listen on.
+
+    Chosen below the kernel's ephemeral range: bind(0) picks from that
+    range, where every outgoing connection of the tests takes its local
+    port too, so one of them could hold the port by the time the server
+    binds it (an etcd start failed so: "bind: address already in use").
+    Never the same port twice in a run, so a server that is down for a
+    restart keeps its port."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        want = _port_rng.randrange(10000, low) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", want))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+    raise AssertionError("no free loopback port found")
 
 
 def wait_until(pred, timeout=10.0, step=0.02, what="condition"):
