@@ -9,7 +9,8 @@
 #   make soak-valgrind   a short, slow run of the same under valgrind
 #
 # Layout: each module directory (MODULES) becomes one static library,
-# build/$(VARIANT)/lib<module>.a: its C files and its own Lua scripts
+# build/$(VARIANT)/lib<module>.a: its C files (those of its folders too:
+# service/order/, service/repair/, ...) and its own Lua scripts
 # (<module>/lua/*.lua, embedded as <module>_lua_<name>[] in
 # build/$(VARIANT)/gen/lua_<module>.c). Files named <program>_main.c each
 # become bin/<program>, linked with only the archives its LINK_<program> line
@@ -17,7 +18,9 @@
 # Before anything compiles, tools/layering.py checks every #include of the
 # modules against their allowed arrows (service -> http, stock, lock, db,
 # common; stock -> lock, db, common; lock, db, http, loadtest -> common) and
-# fails the build, naming the rule, on one that breaks them.
+# fails the build, naming the rule, on one that breaks them; before the
+# tests, tools/calls.py checks on the objects that no two files of one
+# folder call each other in a circle.
 
 VARIANT ?= rel
 BUILD   := build/$(VARIANT)
@@ -42,7 +45,7 @@ LDFLAGS_ALL := $(LDFLAGS)
 endif
 LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm -pthread
 
-ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)))
+ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)) $(addsuffix /*/*.c,$(MODULES)))
 MAIN_C   := $(filter %_main.c,$(ALL_C))
 # Generated objects, each in the archive of the module that owns it: the
 # version stamp in common (every program links it), the OpenAPI document in
@@ -68,10 +71,11 @@ LINK_test_http      := http common
 LINK_test_flashload := loadtest common
 LINK_test_lock      := lock common
 LINK_test_service   := service http stock lock db common
+LINK_test_order     := service http stock lock db common
 LINK_test_stock     := stock lock db common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)
-mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c))) \
+mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c $(1)/*/*.c))) \
             $(if $(call mod_lua,$(1)),$(BUILD)/gen/lua_$(1).o) $(GEN_$(1))
 link_libs = $(if $(LINK_$(1)),$(patsubst %,$(BUILD)/lib%.a,$(LINK_$(1))),$(error \
               no LINK_$(1) in the Makefile: say which module archives $(1) may link))
@@ -88,7 +92,8 @@ deps:
 	@tools/deps.sh
 
 # The module boundaries, checked before anything compiles.
-$(LAYERING): tools/layering.py $(wildcard $(addsuffix /*.[ch],$(MODULES)))
+$(LAYERING): tools/layering.py $(wildcard $(addsuffix /*.[ch],$(MODULES)) \
+                                $(addsuffix /*/*.[ch],$(MODULES)))
 	@mkdir -p $(dir $@)
 	@$(PYTHON) tools/layering.py
 	@touch $@
@@ -160,6 +165,7 @@ test: deps
 
 test-run: all
 	$(PYTHON) tools/layering.py
+	$(PYTHON) tools/calls.py $(BUILD)
 	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py $(TESTS)
 
 test-sanitize: deps
@@ -173,7 +179,7 @@ FUZZ_JOBS    ?= 1
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  := service/validate.c service/orderid.c stock/stock.c common/rconn.c common/utf8.c \
+FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c stock/stock.c common/rconn.c common/utf8.c \
                 build/rel/gen/lua_stock.c $(FUZZ_EXTRA_SRC)
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
@@ -185,7 +191,7 @@ build/fuzz/fuzz_http: loadtest/httpresp.c
 
 # The request-surface harness runs the whole service in its process.
 FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c http/*.c db/*.c stock/*.c \
-                    lock/*.c service/*.c))
+                    lock/*.c service/*.c service/*/*.c))
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
                          build/rel/gen/version.c build/rel/gen/openapi.c

@@ -224,10 +224,9 @@ void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud);
 void db_writer_submit(db_writer *w, db_job *job);
 /* Queues jobs[0..n) at once: one lock and one wake for the lot. */
 void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n);
-/* Commits jobs[0..n) as one group now, on the calling thread, taking turns
- * with the writer thread on its connection; sets each job's status. The done
- * callback is not called: the jobs stay the caller's. Thread-safe. */
-void db_writer_commit_now(db_writer *w, db_job **jobs, size_t n);
+/* Whether the calling thread is w's writer thread (where the done callback
+ * runs): for assert. */
+int db_writer_on_thread(const db_writer *w);
 typedef struct db_writer_stats {
     uint64_t groups;          /* transactions attempted */
     uint64_t jobs;            /* jobs handled */

@@ -6,11 +6,9 @@
  * under load the groups grow by themselves (more orders arrive while a commit
  * is in flight), and with no load an order is committed alone, at once.
  *
- * A thread that has a group of its own ready (the service's Redis stage)
- * can also commit it synchronously with db_writer_commit_now, on the same
- * connection, taking turns with the writer thread: that saves a hand-off
- * between threads per group, and two such threads overlap one's fsync with
- * the other's Redis round trip.
+ * Everything here but the queue (w->mu) belongs to the writer thread: the
+ * connection, the batch, the group's jobs until the done callback returns
+ * them (db_writer_on_thread lets a callee assert it runs there).
  *
  * Lookups (an idempotent replay asking for its original order) go through
  * the same queue and are answered after the group's commit, so a replay
@@ -31,14 +29,13 @@ struct db_writer {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pthread_mutex_t commit_mu;  /* one group at a time on the connection */
     db_job *head, *tail;        /* FIFO of submitted jobs */
     int stopping;
     size_t max_batch;
     db_job **batch;
     db_batch_done *done;
     void *ud;
-    db_commit_observer *observe;   /* set under commit_mu, read under it */
+    db_commit_observer *observe;   /* set before the first job: read by the writer */
     void *observe_ud;
     atomic_uint_fast64_t groups, jobs, failures;
     atomic_int last_failed;
@@ -117,24 +114,22 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
 }
 
 void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud) {
-    pthread_mutex_lock(&w->commit_mu);
+    /* Published to the writer thread by the queue's mutex, which every
+     * submission (after this) takes before the writer takes the job. */
+    pthread_mutex_lock(&w->mu);
     w->observe = fn;
     w->observe_ud = ud;
-    pthread_mutex_unlock(&w->commit_mu);
+    pthread_mutex_unlock(&w->mu);
 }
 
-void db_writer_commit_now(db_writer *w, db_job **jobs, size_t n) {
-    pthread_mutex_lock(&w->commit_mu);
-    commit_group(w, jobs, n);
-    pthread_mutex_unlock(&w->commit_mu);
-}
+int db_writer_on_thread(const db_writer *w) { return pthread_equal(pthread_self(), w->thread); }
 
 static void *writer_main(void *arg) {
     db_writer *w = arg;
     pthread_setname_np(pthread_self(), "db-writer");
     size_t n;
     while ((n = take_batch(w)) > 0) {
-        db_writer_commit_now(w, w->batch, n);
+        commit_group(w, w->batch, n);
         w->done(w->batch, n, w->ud);
     }
     return NULL;
@@ -152,7 +147,6 @@ db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_b
     w->ud = ud;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    pthread_mutex_init(&w->commit_mu, NULL);
     if (!(w->conn = db_open(path, opt, err, errlen))) goto err;
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         snprintf(err, errlen, "cannot start the writer thread");
@@ -188,7 +182,6 @@ void db_writer_stop(db_writer *w) {
     db_close(w->conn);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->commit_mu);
     free(w->batch);
     free(w);
 }

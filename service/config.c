@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include "common/version.h"
-#include "service/service.h"
+#include "service/config.h"
+#include "stock/stock.h"
 
 typedef enum { T_STR, T_INT, T_UINT, T_LL, T_SYNC, T_FLAG } opt_type;
 

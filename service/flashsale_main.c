@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "common/rconn.h"
-#include "service/service.h"
+#include "service/app.h"
+#include "service/log.h"
+#include "service/repair/repair.h"
 
 /* Open connections each need a descriptor: raise the soft limit as far as
  * the hard limit allows. */

@@ -1,10 +1,11 @@
 /* lifecycle.c: starting and stopping the service as a whole.
  *
- * Start: open SQLite (migrating the schema), rebuild any Redis stock copy
- * that is missing or stale, settle pending reservations left by dead
- * instances, start the threads, then listen.
+ * Start: open SQLite (migrating the schema), recover (repair/recover.c:
+ * rebuild any Redis stock copy that is missing or stale, settle pending
+ * reservations left by dead instances), start the threads, then listen.
  * Stop: stop accepting, let every request in flight be answered, let the
- * writer commit what it holds, clear pending records, free everything.
+ * writer commit what it holds, clear pending records, free everything. A
+ * start that fails half way is undone the same way (teardown).
  *
  * Kept apart from main() so that the request-surface fuzzer can run the
  * real service, router and handlers in its own process, and start and stop
@@ -17,7 +18,14 @@
 
 #include "common/clock.h"
 #include "lock/lock.h"
-#include "service/service.h"
+#include "service/api/api.h"
+#include "service/app.h"
+#include "service/log.h"
+#include "service/ops/health.h"
+#include "service/ops/maint.h"
+#include "service/order/order.h"
+#include "service/products.h"
+#include "service/repair/repair.h"
 
 static void *loop_main(void *arg) {
     loop *l = arg;
@@ -78,49 +86,6 @@ static void make_instance_id(svc_app *a) {
     if (getrandom(nonce, sizeof nonce, 0) != sizeof nonce) memset(nonce, 0, sizeof nonce);
     snprintf(a->instance_id, sizeof a->instance_id, "%s#%02x%02x%02x%02x", a->instance_name,
              nonce[0], nonce[1], nonce[2], nonce[3]);
-}
-
-typedef struct start_ctx {
-    svc_app *a;
-    db *d;
-    stock_conn *sc;
-    int rebuilt, failed;
-} start_ctx;
-
-/* Rebuilds p's Redis copy if it is missing; 0, or -1 when Redis failed. */
-static int check_copy(start_ctx *s, const db_product *dp) {
-    long long total;
-    svc_product *p = svc_product_cache_put(s->a->products, dp);
-    if (!p || !stock_strategy_about(p->strategy)->uses_redis) return 0;
-    stock_result res = stock_read(s->sc, &p->sp, &total, NULL);
-    if (res == STOCK_UNAVAILABLE) return -1;
-    if (res == STOCK_MISSING) {
-        if (svc_rebuild(s->a, s->d, s->sc, p, 0) != 0) return -1;
-        s->rebuilt++;
-    }
-    return 0;
-}
-
-/* Brings Redis in line with SQLite before serving. Redis being down is not
- * fatal: orders answer 503 and the maintenance thread catches up. */
-static void recover(svc_app *a, db *d) {
-    char err[256];
-    start_ctx s = { a, d, stock_conn_new(&a->stock_cfg, err, sizeof err), 0, 0 };
-    if (!s.sc) return;
-    stock_heartbeat(s.sc, 5000);
-    db_product *all = NULL;
-    size_t n = 0;
-    if (db_product_list(d, &all, &n) != DB_OK) s.failed = 1;
-    for (size_t i = 0; i < n && !s.failed; i++) s.failed = check_copy(&s, &all[i]) != 0;
-    free(all);
-    int settled = s.failed ? -1 : svc_reconcile(a, d, s.sc, 1);
-    if (s.failed || settled < 0)
-        svc_log(SVC_LOG_WARN, "start: Redis not ready (%s); will retry in the background",
-                stock_conn_errstr(s.sc));
-    else
-        svc_log(SVC_LOG_INFO, "start: %d stock copies rebuilt, %d pending reservations settled",
-                s.rebuilt, settled);
-    stock_conn_free(s.sc);
 }
 
 /* ------------------------------------------------------------ lock servers */
@@ -221,13 +186,43 @@ static void locks_close(svc_app *a) {
     }
 }
 
-/* Stops accepting, answers what is in flight, then stops every thread. */
-static void shutdown_gracefully(svc_app *a) {
+/* Undoes svc_start, whatever it reached: every part that was made is
+ * stopped and freed, in the reverse order of its making. The loops stop
+ * before the parts that live on them are freed. */
+static void teardown(svc_app *a) {
+    svc_threadpool_stop(a->api);
+    svc_threadpool_stop(a->api_db);
+    a->api = a->api_db = NULL;
+    /* The writer first: its last groups hand orders back to the loops. */
+    db_writer_stop(a->writer);
+    a->writer = NULL;
+    /* The loops' last clears and undos (and the blocking threads). */
+    svc_orders_drain(a, 2000);
+    svc_maint_stop(a->maint);
+    svc_health_stop(a->health);
+    a->maint = NULL;
+    a->health = NULL;
+    /* Nothing is in flight: the loops may stop, then what lives on them. */
+    loops_stop(a);
+    svc_orders_free(a);
+    http_stop(a->http);
+    a->http = NULL;
+    loops_free(a);
+    svc_repair_free(a->repair);
+    a->repair = NULL;
+    svc_product_cache_free(a->products);
+    a->products = NULL;
+    svc_thread_conns_free(a);
+    locks_close(a);
+}
+
+/* Stops accepting and waits until every request in flight is answered:
+ * each waits at most for the Redis and database timeouts, so this ends. */
+static void quiesce(svc_app *a) {
     atomic_store(&a->shutting_down, 1);
+    if (!a->http) return;
     http_quiesce(a->http);
     int64_t start = clock_mono_ms(), warned = 0;
-    /* Every request in flight gets its answer: each waits at most for the
-     * Redis and database timeouts, so this ends. */
     while (http_inflight(a->http) > 0) {
         if (!warned && clock_mono_ms() - start > a->cfg.shutdown_grace_ms) {
             svc_log(SVC_LOG_WARN, "shutdown: %ld requests still in flight after %d ms",
@@ -236,28 +231,47 @@ static void shutdown_gracefully(svc_app *a) {
         }
         clock_sleep_ms(5);
     }
-    svc_workers_stop(a->api);
-    svc_workers_stop(a->api_db);
-    /* The writer first: its last groups queue confirmations on the stage. */
-    db_writer_stop(a->writer);
-    svc_pool_stop(a->pool);
-    /* The loops' last clears and undos, then the loops. */
-    svc_order_loops_drain(a, 2000);
-    svc_maint_stop(a->maint);
-    svc_health_stop(a->health);
-    /* Nothing is in flight: the loops may stop, then their daemons. */
-    loops_stop(a);
-    svc_order_loops_free(a);
-    http_stop(a->http);
-    loops_free(a);
+}
+
+/* The threads and the loops, then the listener; -1 with err. */
+static int start_parts(svc_app *a, char *err, size_t errlen) {
+    char why[256];
+    if ((a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_orders_committed, a,
+                                     why, sizeof why)))
+        db_writer_observe(a->writer, svc_metrics_commit, a);
+    if (!a->writer ||
+        !(a->maint = svc_maint_start(a, why, sizeof why)) ||
+        !(a->health = svc_health_start(a, why, sizeof why)) ||
+        !(a->api = svc_threadpool_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
+        !(a->api_db = svc_threadpool_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||
+        loops_start(a, why, sizeof why) != 0)
+        goto err;
+    /* The HTTP layer attaches to the loops first, so that its flush (which
+     * may read more orders) runs before the order path's. */
+    http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
+                        .max_connections = a->cfg.max_connections,
+                        .max_per_client = a->cfg.max_per_client,
+                        .idle_timeout_s = a->cfg.idle_timeout_s,
+                        .request_timeout_ms = a->cfg.request_timeout_ms, .max_body = 64 * 1024,
+                        .routes = svc_api_routes, .nroutes = svc_api_nroutes,
+                        .observer = svc_metrics_http, .ud = a };
+    if ((a->cfg.listen[0] && !(a->http = http_start(&ho, why, sizeof why))) ||
+        svc_orders_start(a, why, sizeof why) != 0 || loops_run(a, why, sizeof why) != 0)
+        goto err;
+    return 0;
+err:
+    snprintf(err, errlen, "start: %s", why);
+    return -1;
 }
 
 int svc_start(svc_app *a, char *err, size_t errlen) {
+    char why[256];
     if (stock_strategy_parse(a->cfg.strategy, &a->default_strategy) != 0) {
         snprintf(err, errlen, "--strategy: no strategy named '%s' (see --help)", a->cfg.strategy);
         return 2;
     }
     make_instance_id(a);
+    atomic_store(&a->shutting_down, 0);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,
@@ -267,65 +281,36 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
     a->stock_cfg.db_path = a->cfg.db_path;
     a->stock_cfg.db_opt = &a->db_opt;
-    char why[256];
-    if (locks_open(a, err, errlen) != 0) goto fail2;
+    if (locks_open(a, err, errlen) != 0) goto usage;
     stock_conn *probe = stock_conn_new(&a->stock_cfg, why, sizeof why);
     if (!probe) {
         snprintf(err, errlen, "--redis: %s", why);
-        goto fail2;
+        goto usage;
     }
     stock_conn_free(probe);
+    svc_thread_conns_init(a);
+    if (!(a->products = svc_product_cache_new()) || !(a->repair = svc_repair_new(a))) {
+        snprintf(err, errlen, "start: out of memory");
+        goto fail;
+    }
     db *d = db_open(a->cfg.db_path, &a->db_opt, why, sizeof why);
     if (!d) {
         snprintf(err, errlen, "database %s: %s", a->cfg.db_path, why);
-        goto fail1;
+        goto fail;
     }
-    a->products = svc_product_cache_new();
-    svc_tls_init(a);
-    recover(a, d);
+    svc_repair_recover(a, d);
     db_close(d);
-
-    if ((a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_order_batch_done, a,
-                                     why, sizeof why)))
-        db_writer_observe(a->writer, svc_metrics_commit, a);
-    if (!a->writer ||
-        !(a->maint = svc_maint_start(a, why, sizeof why)) ||
-        !(a->health = svc_health_start(a, why, sizeof why)) ||
-        !(a->api = svc_workers_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
-        !(a->api_db = svc_workers_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||
-        !(a->pool = svc_pool_start(a, a->cfg.lock_workers, why, sizeof why))) {
-        snprintf(err, errlen, "start: %s", why);
-        goto fail1;                    /* a failed start is the end of the process */
-    }
-    if (loops_start(a, why, sizeof why) != 0) {
-        snprintf(err, errlen, "start: %s", why);
-        goto fail1;
-    }
-    http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
-                        .max_connections = a->cfg.max_connections,
-                        .max_per_client = a->cfg.max_per_client,
-                        .idle_timeout_s = a->cfg.idle_timeout_s,
-                        .request_timeout_ms = a->cfg.request_timeout_ms, .max_body = 64 * 1024,
-                        .routes = svc_api_routes, .nroutes = svc_api_nroutes,
-                        .observer = svc_api_observe,
-                        .ud = a };
-    if (!(a->http = http_start(&ho, why, sizeof why)) ||
-        svc_order_loops_start(a, why, sizeof why) ||
-        loops_run(a, why, sizeof why) != 0) {
-        snprintf(err, errlen, "start: %s", why);
-        goto fail1;
-    }
+    if (start_parts(a, err, errlen) != 0) goto fail;
     return 0;
-fail2:
+usage:
     locks_close(a);
     return 2;
-fail1:
+fail:
+    teardown(a);
     return 1;
 }
 
 void svc_stop(svc_app *a) {
-    shutdown_gracefully(a);
-    locks_close(a);
-    svc_product_cache_free(a->products);
-    pthread_key_delete(a->tls);
+    quiesce(a);
+    teardown(a);
 }

@@ -7,7 +7,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "service/service.h"
+#include "db/db.h"
+#include "service/log.h"
 
 static svc_log_level min_level = SVC_LOG_INFO;
 static const char *const NAMES[] = { "debug", "info", "warn", "error" };

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/service.h"
+#include "service/app.h"
+#include "service/log.h"
+#include "service/products.h"
 
 #define BUCKETS 1024
 

@@ -7,13 +7,14 @@
  *
  * and differ only in the lock, in when it is released, and in whether the
  * write sets the value computed from the read or subtracts. The lock is
- * the strategy's row in one table (PROVIDERS): none, a process mutex, the
- * seeds' own SETNX+EXPIRE or SET NX PX, a lock of the lock module (on the
- * service's Redis, on Redlock servers, ZooKeeper or etcd), or a row of the
- * database's lock table. The safe ones fence their write with the lock's
- * own token. The unsafe ones are faithful to the seeds' broken code on
- * purpose; the injected pause (cs_delay_ms, fault injection only) forces
- * the interleaving that breaks them, instead of hoping the scheduler does.
+ * the strategy's `rcw` column of the strategy table (stock.c): none, a
+ * process mutex, the seeds' own SETNX+EXPIRE or SET NX PX, a lock of the
+ * lock module (on the service's Redis, on Redlock servers, ZooKeeper or
+ * etcd), or a row of the database's lock table. The safe ones fence their
+ * write with the lock's own token. The unsafe ones are faithful to the
+ * seeds' broken code on purpose; the injected pause (cs_delay_ms, fault
+ * injection only) forces the interleaving that breaks them, instead of
+ * hoping the scheduler does.
  *
  * Segments: a request first tries one random segment not known to be
  * empty; if that is short, it reads all segments at once and locks the ones
@@ -263,42 +264,27 @@ static void drop_db(stock_conn *c, const stock_product *p, int seg, slot *sl) {
  * LOCK_TIMEOUT, UNAVAILABLE for Redis or LOCK_DOWN for another lock
  * server, with c->errstr), drop, the order locks are taken in (NULL:
  * ascending segment; equal keys share one lock), and whether the write is
- * fenced by the lock's token. take NULL: the strategy takes no lock. */
-typedef struct provider {
+ * fenced by the lock's token. The strategy table (stock.c) names each
+ * strategy's; none: the strategy takes no lock. */
+struct sk_rcw_lock {
     stock_result (*take)(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
                          int64_t deadline_ms, slot *sl, uint64_t *token);
     void (*drop)(stock_conn *c, const stock_product *p, int seg, slot *sl);
     unsigned (*order)(const stock_product *p, int seg);
     int fenced;
-} provider;
+};
+typedef struct sk_rcw_lock provider;
 
 static const provider NO_LOCK = { NULL, NULL, NULL, 0 };
-static const provider LOCAL = { take_local, drop_local, stripe_of, 0 };
-static const provider SETNX_EXPIRE = { take_setnx_expire, drop_del, NULL, 0 };
-static const provider SET_NX_PX = { take_set_nx_px, drop_owned, NULL, 0 };
-static const provider MODULE = { take_module, drop_module, NULL, 1 };
-static const provider DB_TABLE = { take_db, drop_db, NULL, 1 };
-
-static const provider *const PROVIDERS[STOCK_STRATEGY_COUNT] = {
-    [STOCK_LUA] = &NO_LOCK,          /* not a read-check-write strategy */
-    [STOCK_LOCK] = &MODULE,
-    [STOCK_REDLOCK] = &MODULE,
-    [STOCK_ZOOKEEPER] = &MODULE,
-    [STOCK_ETCD] = &MODULE,
-    [STOCK_DB_LOCK] = &DB_TABLE,
-    [STOCK_DB] = &NO_LOCK,
-    [STOCK_DB_OPTIMISTIC] = &NO_LOCK,
-    [STOCK_LOCAL] = &LOCAL,
-    [STOCK_UNSAFE_READ_WRITE] = &NO_LOCK,
-    [STOCK_UNSAFE_CHECK_THEN_DECR] = &NO_LOCK,
-    [STOCK_UNSAFE_SETNX_EXPIRE] = &SETNX_EXPIRE,
-    [STOCK_UNSAFE_LOCK_NO_FENCE] = &SET_NX_PX,
-    [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = &SET_NX_PX,
-};
+const provider sk_lock_local = { take_local, drop_local, stripe_of, 0 };
+const provider sk_lock_setnx_expire = { take_setnx_expire, drop_del, NULL, 0 };
+const provider sk_lock_set_nx_px = { take_set_nx_px, drop_owned, NULL, 0 };
+const provider sk_lock_module = { take_module, drop_module, NULL, 1 };
+const provider sk_lock_db_table = { take_db, drop_db, NULL, 1 };
 
 static const provider *provider_of(const stock_product *p) {
-    assert(p->strategy < STOCK_STRATEGY_COUNT && PROVIDERS[p->strategy]);
-    return PROVIDERS[p->strategy];
+    const provider *pv = stock_strategy_about(p->strategy)->rcw;
+    return pv ? pv : &NO_LOCK;
 }
 
 /* The fence key of segment seg. Each kind of lock has its own, so that
@@ -653,7 +639,8 @@ static stock_result attempt(stock_conn *c, stock_req *r, pick *pk, int all_segme
 int stock_reserve_one(stock_conn *c, stock_req *r) {
     const stock_product *p = r->product;
     static __thread pick pk;
-    assert(stock_strategy_about(p->strategy)->kind == STOCK_KIND_RCW);
+    assert(stock_strategy_about(p->strategy)->kind == STOCK_KIND_RCW ||
+           stock_strategy_about(p->strategy)->kind == STOCK_KIND_LOCK);
     r->result = STOCK_UNAVAILABLE;
     r->outcome_unknown = 0;
     r->lock_wait_us = provider_of(p)->take ? 0 : -1;

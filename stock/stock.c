@@ -40,29 +40,39 @@ static void scripts_init(void) {
 
 /* ---------------------------------------------------------------- strategies */
 
+/* The one table of strategies. Per strategy: its name; its kind, which
+ * decides where the service runs it (a family of service/order/ per kind)
+ * and which code of this module takes its units; whether its stock lives
+ * in Redis; whether it oversells by design; whether it may be segmented;
+ * its line for --help and GET /v1/strategies; the lock server it needs
+ * (the service names the flag); and, for a read-check-write strategy, how
+ * rcw.c locks a segment. The db kinds' code is the db module's (the
+ * committer takes their stock in the order's own transaction). */
 static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
     [STOCK_LUA] = { "lua", STOCK_KIND_SCRIPT, 1, 0, 1,
                     "one atomic Lua script checks and takes the stock (segments > 1: over N keys)",
                     STOCK_LOCKS_NONE },
-    [STOCK_LOCK] = { "lock", STOCK_KIND_RCW, 1, 0, 1,
+    [STOCK_LOCK] = { "lock", STOCK_KIND_LOCK, 1, 0, 1,
                      "a Redis lock per SKU (or segment) around read, check and a fenced write; "
-                     "lease renewal; 429 lock_timeout past the wait", STOCK_LOCKS_REDIS },
+                     "lease renewal; 429 lock_timeout past the wait", STOCK_LOCKS_REDIS,
+                     &sk_lock_module },
     [STOCK_REDLOCK] = { "redlock", STOCK_KIND_RCW, 1, 0, 1,
                         "the same, with the lock held by a majority of independent Redis "
                         "servers (Redlock, --redlock); its token fences the write",
-                        STOCK_LOCKS_REDLOCK },
+                        STOCK_LOCKS_REDLOCK, &sk_lock_module },
     [STOCK_ZOOKEEPER] = { "zookeeper", STOCK_KIND_RCW, 1, 0, 1,
                           "an ephemeral-sequential ZooKeeper node per segment lock, each waiter "
                           "watching its predecessor; the session is the lease, the node's czxid "
-                          "fences the write (--zookeeper)", STOCK_LOCKS_ZOOKEEPER },
+                          "fences the write (--zookeeper)", STOCK_LOCKS_ZOOKEEPER,
+                          &sk_lock_module },
     [STOCK_ETCD] = { "etcd", STOCK_KIND_RCW, 1, 0, 1,
                      "an etcd key under a lease kept alive while held, waiters watching the key "
                      "before theirs; its create revision fences the write (--etcd)",
-                     STOCK_LOCKS_ETCD },
+                     STOCK_LOCKS_ETCD, &sk_lock_module },
     [STOCK_DB_LOCK] = { "db-lock", STOCK_KIND_RCW, 1, 0, 1,
                         "a row in a lock table in the SQLite database (unique insert, taken over "
                         "once expired, polled); a counter per lock fences the write",
-                        STOCK_LOCKS_DB },
+                        STOCK_LOCKS_DB, &sk_lock_db_table },
     [STOCK_DB] = { "db", STOCK_KIND_DB, 0, 0, 0,
                    "SQLite: UPDATE .. WHERE available >= qty in the order's own transaction",
                    STOCK_LOCKS_NONE },
@@ -71,7 +81,7 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                               "bounded retries, then 429", STOCK_LOCKS_NONE },
     [STOCK_LOCAL] = { "local", STOCK_KIND_RCW, 1, 0, 1,
                       "an in-process mutex around read, check, write in Redis: right with one "
-                      "instance, oversells with two", STOCK_LOCKS_NONE },
+                      "instance, oversells with two", STOCK_LOCKS_NONE, &sk_lock_local },
     [STOCK_UNSAFE_READ_WRITE] = { "unsafe-read-write", STOCK_KIND_RCW, 1, 1, 1,
                                   "GET, check, SET, no lock: concurrent buyers overwrite each "
                                   "other's writes (lost updates)", STOCK_LOCKS_NONE },
@@ -80,14 +90,16 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                        "decrement, and stock goes negative", STOCK_LOCKS_NONE },
     [STOCK_UNSAFE_SETNX_EXPIRE] = { "unsafe-setnx-expire", STOCK_KIND_RCW, 1, 1, 1,
                                     "SETNX then EXPIRE, released by a plain DEL: a holder past "
-                                    "its TTL deletes the next holder's lock", STOCK_LOCKS_NONE },
+                                    "its TTL deletes the next holder's lock", STOCK_LOCKS_NONE,
+                                    &sk_lock_setnx_expire },
     [STOCK_UNSAFE_LOCK_NO_FENCE] = { "unsafe-lock-no-fence", STOCK_KIND_RCW, 1, 1, 1,
                                      "SET NX PX, owner-checked release, no renewal, no fencing: "
                                      "safe only while the critical section is shorter than the TTL",
-                                     STOCK_LOCKS_NONE },
+                                     STOCK_LOCKS_NONE, &sk_lock_set_nx_px },
     [STOCK_UNSAFE_UNLOCK_BEFORE_WRITE] = { "unsafe-unlock-before-write", STOCK_KIND_RCW, 1, 1, 1,
                                            "releases the lock, then writes: the next holder "
-                                           "reads the old value (lost updates)", STOCK_LOCKS_NONE },
+                                           "reads the old value (lost updates)", STOCK_LOCKS_NONE,
+                                           &sk_lock_set_nx_px },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {

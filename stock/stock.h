@@ -49,13 +49,21 @@ typedef enum stock_strategy {
     STOCK_STRATEGY_COUNT
 } stock_strategy;
 
-/* How a strategy runs, which decides where the service runs it. */
+/* How a strategy runs, which decides where the service runs it (the
+ * service's order path has one family per kind: service/order/family.h). */
 typedef enum stock_kind {
-    STOCK_KIND_SCRIPT,        /* one atomic Lua script; batched (stock_reserve) */
+    STOCK_KIND_SCRIPT,        /* one atomic Lua script; batched (stock_reserve, or
+                                 stock_async_reserve on an event loop) */
+    STOCK_KIND_LOCK,          /* read, check, write under the lock module's lock in
+                                 two round trips on an event loop (stock_async_lock_*);
+                                 as STOCK_KIND_RCW when no one segment can hold an order */
     STOCK_KIND_RCW,           /* read, check, write in Redis, one order at a time,
                                  possibly waiting for a lock (stock_reserve_one) */
-    STOCK_KIND_DB,            /* a conditional UPDATE in the order's SQLite transaction */
-    STOCK_KIND_DB_OPTIMISTIC  /* read the version, then a versioned UPDATE there */
+    STOCK_KIND_DB,            /* a conditional UPDATE in the order's SQLite transaction
+                                 (the db module's DB_TAKE_CONDITIONAL: no code here) */
+    STOCK_KIND_DB_OPTIMISTIC, /* read the version, then a versioned UPDATE there
+                                 (db_stock_read, DB_TAKE_OPTIMISTIC) */
+    STOCK_KIND_COUNT
 } stock_kind;
 
 /* Where a strategy's lock lives, when it takes one of the lock module's
@@ -70,6 +78,9 @@ typedef enum stock_lock_server {
     STOCK_LOCKS_COUNT
 } stock_lock_server;
 
+struct sk_rcw_lock;
+
+/* A strategy, as the one table of strategies (stock.c) describes it. */
 typedef struct stock_strategy_info {
     const char *name;
     stock_kind kind;
@@ -78,6 +89,8 @@ typedef struct stock_strategy_info {
     int segments_ok;    /* segments > 1 allowed */
     const char *about;  /* one line for --help; for unsafe ones: what breaks */
     stock_lock_server locks;   /* where its lock lives (NONE: not a lock of those) */
+    const struct sk_rcw_lock *rcw;   /* KIND_RCW / KIND_LOCK: how stock_reserve_one locks
+                                        a segment (stock/rcw.c's; NULL: no lock) */
 } stock_strategy_info;
 
 /* Looks a strategy up by name; returns 0, or -1 if there is none. */

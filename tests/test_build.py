@@ -64,7 +64,8 @@ def test_one_archive_per_module_with_its_own_scripts(ctx):
     # the generated objects the module owns (the Makefile's GEN_<module>).
     generated = {"common": ["version.o"], "service": ["openapi.o"]}
     for m in MODULES:
-        want = sorted([f[:-2] + ".o" for f in os.listdir(os.path.join(ROOT, m))
+        sources = [f for _, _, files in os.walk(os.path.join(ROOT, m)) for f in files]
+        want = sorted([f[:-2] + ".o" for f in sources
                        if f.endswith(".c") and not f.endswith("_main.c")] + generated.get(m, []))
         assert sorted(o for o in members[m] if not o.startswith("lua_")) == want, (m, members[m])
 
@@ -110,12 +111,12 @@ def test_layering_rejects_forbidden_includes(ctx):
     # ...a lower layer may not reach up...
     insert_include(os.path.join(tree, "lock", "lock.c"), "stock/stock.h")
     # ...and a private header stays inside its module, even along an allowed arrow.
-    insert_include(os.path.join(tree, "service", "api.c"), "stock/internal.h")
+    insert_include(os.path.join(tree, "service", "api", "api.c"), "stock/internal.h")
     insert_include(os.path.join(tree, "stock", "stock.c"), "lock/lock_int.h")
     rc, err = layering(tree)
     assert rc == 1, err
     assert "lock -> stock is not an allowed arrow" in err, err
-    assert re.search(r'service/api\.c:\d+: #include "stock/internal\.h": stock/internal\.h is '
+    assert re.search(r'service/api/api\.c:\d+: #include "stock/internal\.h": stock/internal\.h is '
                      r'private to stock/', err), err
     assert re.search(r'stock/stock\.c:\d+: #include "lock/lock_int\.h": lock/lock_int\.h is '
                      r'private to lock/', err), err
@@ -137,5 +138,74 @@ def test_layering_rejects_forbidden_includes(ctx):
     # What a module may use is fine: service on stock's public header.
     tree2 = ctx.path("tree2")
     copy_tree(tree2)
-    insert_include(os.path.join(tree2, "service", "api.c"), "stock/stock.h")
+    insert_include(os.path.join(tree2, "service", "api", "api.c"), "stock/stock.h")
     assert layering(tree2) == (0, "")
+
+
+def test_families_and_folder_private_headers(ctx):
+    """The order path's families meet only through their interface, and a
+    folder's private header stays in its folder."""
+    tree = ctx.path("tree")
+    copy_tree(tree)
+    order = os.path.join(tree, "service", "order")
+    # A family reaching into another family...
+    insert_include(os.path.join(order, "fam_script.c"), "service/order/fam_lock.h")
+    # ...the rest of the service naming a family...
+    insert_include(os.path.join(tree, "service", "lifecycle.c"), "service/order/fam_db.h")
+    # ...and a folder's private header used from another folder of the module.
+    insert_include(os.path.join(tree, "service", "api", "api.c"), "service/order/order_int.h")
+    rc, err = layering(tree)
+    assert rc == 1, err
+    assert re.search(r'service/order/fam_script\.c:\d+: #include "service/order/fam_lock\.h": '
+                     r'a strategy family may not include another family\'s header', err), err
+    assert re.search(r'service/lifecycle\.c:\d+: #include "service/order/fam_db\.h": only '
+                     r'service/order/pipeline\.c, which holds the table of families', err), err
+    assert re.search(r'service/api/api\.c:\d+: #include "service/order/order_int\.h": '
+                     r'service/order/order_int\.h is private to service/order/', err), err
+    assert "3 forbidden includes" in err, err
+    # The table and a family's own header are fine, in either spelling.
+    tree2 = ctx.path("tree2")
+    copy_tree(tree2)
+    insert_include(os.path.join(tree2, "service", "order", "fam_db.c"), "fam_db.h")
+    insert_include(os.path.join(tree2, "service", "order", "commit.c"), "order_int.h")
+    assert layering(tree2) == (0, "")
+
+
+CALLS = os.path.join(ROOT, "tools", "calls.py")
+
+
+def test_no_folder_calls_itself_in_a_circle(ctx):
+    """tools/calls.py on the real objects: no circle in any folder of
+    service/; and on two files made to call each other, it finds one, while
+    a call through a table of function pointers (an interface) is none."""
+    build = build_dir()
+    p = subprocess.run(["/usr/bin/python3", CALLS, build], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    # It sees the folders: the order path is among them.
+    sys_path = os.path.join(build, "service", "order", "pipeline.o")
+    assert os.path.exists(sys_path), sys_path
+    # A synthetic folder: a.c and b.c call each other; c.c only registers
+    # b's function in a table.
+    src = {
+        "a.c": "void b_fn(void); void a_fn(void) { b_fn(); }\n",
+        "b.c": "void a_fn(void); void b_fn(void) { a_fn(); }\n",
+        "c.c": "void c_fn(void) {}\n",
+        "d.c": "void c_fn(void); void (*const d_table[])(void) = { c_fn };\n"
+               "void d_fn(void) {}\n",
+        "e.c": "extern void (*const d_table[])(void); void d_fn(void);\n"
+               "void e_fn(void) { d_fn(); }\n",
+    }
+    root = ctx.path("calls")
+    folder = os.path.join(root, "service", "x")
+    os.makedirs(folder)
+    for name, text in src.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+        subprocess.run(["cc", "-c", "-o", os.path.join(folder, name[:-2] + ".o"),
+                        os.path.join(folder, name)], check=True)
+    env = dict(os.environ, FLASHSALE_CALLS_ROOT=root)
+    p = subprocess.run(["/usr/bin/python3", CALLS, root, "service/x"], capture_output=True,
+                       text=True, env=env)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip() == "service/x/: a.c, b.c call each other in a circle " \
+        "(tools/calls.py)", p.stderr

@@ -47,7 +47,7 @@ def emitted_error_codes():
     path's answer table (rows "{ <status>, \"<code>\", ...")."""
     calls = re.compile(r"\b(http_reply_error_with|http_reply_error|answer_error|undo_then_fail|fail)\s*\(")
     codes = set()
-    for path in glob.glob(os.path.join(ROOT, "service", "*.c")) + \
+    for path in glob.glob(os.path.join(ROOT, "service", "**", "*.c"), recursive=True) + \
             glob.glob(os.path.join(ROOT, "http", "*.c")):
         src = open(path).read()
         codes.update(re.findall(r'\\"error\\":\s*\\"([a-z_]+)\\"', src))

@@ -263,7 +263,7 @@ def test_metric_tables_match_the_contract(ctx):
     "other"."""
     from contract import contract
     doc = contract().doc
-    src = open(os.path.join(ROOT, "service", "metrics.c")).read()
+    src = open(os.path.join(ROOT, "service", "ops", "metrics.c")).read()
     table = re.search(r"STATUSES\[SVC_NSTATUS\] = \{(.*?)\};", src, re.S).group(1)
     statuses = {int(x) for x in re.findall(r"\d+", table)} - {0}
     documented = set()

@@ -21,8 +21,17 @@ alone on common/ so that no bug of the service can be shared by its judge.
     loadtest -> common
     common   -> (nothing)
 
-A module's private header (internal.h, or any *_int.h, e.g. stock/internal.h,
-lock/lock_int.h) is for that module's own files only.
+A private header (internal.h, or any *_int.h, e.g. stock/internal.h,
+lock/lock_int.h, service/order/order_int.h) is for the files of its own
+folder only: a module's, or a part of a module's (service/order/).
+
+The service's order path has one file per strategy family
+(service/order/fam_<family>.c, its face fam_<family>.h) behind one
+interface (service/order/family.h): a family may not include another
+family's header, and only the pipeline (service/order/pipeline.c), which
+holds the table of families, includes them all. (No two files of a folder
+may call each other in a circle either: tools/calls.py checks that on the
+objects.)
 
 Usage: tools/layering.py [ROOT]   ROOT: the source tree (default: this one)
 Exit 0 when every include obeys; 1 with one line per offending include."""
@@ -46,9 +55,30 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 
 
 def private(header):
-    """Whether a header is its module's private one."""
+    """Whether a header is its folder's private one."""
     name = os.path.basename(header)
     return name == "internal.h" or name.endswith("_int.h")
+
+
+FAMILY = re.compile(r"^fam_(\w+)\.[ch]$")
+FAMILY_TABLE = "service/order/pipeline.c"
+
+
+def family_offence(rel, inc):
+    """Why rel may not include inc (a family's header), or None."""
+    m = FAMILY.match(os.path.basename(inc))
+    if not m or os.path.dirname(inc) != "service/order":
+        return None
+    if rel == FAMILY_TABLE:
+        return None
+    own = FAMILY.match(os.path.basename(rel))
+    if own and os.path.dirname(rel) == "service/order":
+        if own.group(1) == m.group(1):
+            return None
+        return ("a strategy family may not include another family's header (families "
+                "meet only through service/order/family.h; tools/layering.py)")
+    return ("only %s, which holds the table of families, includes a family's header "
+            "(tools/layering.py)" % FAMILY_TABLE)
 
 
 def check_file(root, module, rel):
@@ -68,9 +98,17 @@ def check_file(root, module, rel):
             else:
                 where = '%s:%d: #include "%s": ' % (rel, lineno, inc)
             # "x.h" without a directory is found next to the including file.
-            target = inc.split("/")[0] if "/" in inc else module
+            if "/" not in inc:
+                inc = os.path.join(os.path.dirname(rel), inc)
+            target = inc.split("/")[0]
             allowed = ALLOWED[module]
             if target == module:
+                why = family_offence(rel, inc)
+                if why:
+                    out.append(where + why)
+                elif private(inc) and os.path.dirname(inc) != os.path.dirname(rel):
+                    out.append(where + "%s is private to %s/; only the files there may "
+                               "include it" % (inc, os.path.dirname(inc)))
                 continue
             if target not in ALLOWED:
                 out.append(where + "%s is not a module; %s may include only %s" %
@@ -81,7 +119,7 @@ def check_file(root, module, rel):
                            (module, target, module, ", ".join((module,) + allowed)))
             elif private(inc):
                 out.append(where + "%s is private to %s/; only %s's own files may include it" %
-                           (inc, target, target))
+                           (inc, os.path.dirname(inc), os.path.dirname(inc)))
     return out
 
 

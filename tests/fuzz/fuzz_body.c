@@ -7,7 +7,8 @@
 #include <string.h>
 #include <jansson.h>
 
-#include "service/service.h"
+#include "service/api/validate.h"
+#include "service/order/order.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

@@ -48,7 +48,8 @@
 
 #include "common/clock.h"
 #include "loadtest/loadtest.h"
-#include "service/service.h"
+#include "service/app.h"
+#include "service/log.h"
 
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "CHECK failed: %s (%s:%d)\n", #c, \
                                           __FILE__, __LINE__); __builtin_trap(); } } while (0)

@@ -6,7 +6,8 @@
 
 #include "common/rconn.h"
 #include "common/utf8.h"
-#include "service/service.h"
+#include "service/api/validate.h"
+#include "service/order/order.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
 

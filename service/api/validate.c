@@ -1,0 +1,184 @@
+/* validate.c: checks of request bodies and identifiers, as the API states
+ * them. Each failure names the field, so a client knows what to fix.
+ * Unknown fields are refused too: a misspelt "segmnets" must not silently
+ * create a product with one segment. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/utf8.h"
+#include "service/api/validate.h"
+#include "db/db.h"
+
+static int fail(svc_verr *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(svc_verr *e, int status, const char *code, const char *fmt, ...) {
+    va_list ap;
+    e->status = status;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int svc_valid_sku(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return n >= 1 && n <= DB_SKU_MAX;
+}
+
+/* Counts the characters of s, refusing invalid UTF-8 and control
+ * characters: C0, DEL and C1 (U+0080..U+009F, two bytes C2 80..C2 9F),
+ * which terminals and log viewers act on. Returns -1 on either. */
+static long utf8_chars(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+    long n = 0;
+    while (left) {
+        size_t l = utf8_char_len(p, left);
+        if (l == 0 || *p < 0x20 || *p == 0x7f || (p[0] == 0xC2 && p[1] < 0xA0)) return -1;
+        p += l;
+        left -= l;
+        n++;
+    }
+    return n;
+}
+
+int svc_valid_user_id(const char *s) {
+    long n = utf8_chars(s);
+    return n >= 1 && n <= DB_USER_MAX;
+}
+
+int svc_valid_idem_key(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x21 || (unsigned char)s[n] > 0x7e) return 0;
+    return n >= 1 && n <= DB_KEY_MAX;
+}
+
+/* Refuses fields not in the allowed list. */
+static int known_fields(json_t *body, const char *const *allowed, svc_verr *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v) {
+        int ok = 0;
+        for (size_t i = 0; allowed[i]; i++) ok |= !strcmp(k, allowed[i]);
+        if (!ok) {
+            char clip[80];
+            return fail(e, 400, "invalid_field", "Unknown field '%s'.",
+                        utf8_clip(clip, sizeof clip, k));
+        }
+    }
+    return 0;
+}
+
+/* Reads an integer field in lo..hi. Returns 1 if present, 0 if absent, -1
+ * on error. */
+static int int_field(json_t *body, const char *name, long long lo, long long hi, long long *out,
+                     svc_verr *e) {
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v))
+        return fail(e, 400, "invalid_field", "'%s' must be an integer.", name);
+    long long n = json_integer_value(v);
+    if (n < lo || n > hi)
+        return fail(e, 400, "invalid_field", "'%s' must be between %lld and %lld, not %lld.", name,
+                    lo, hi, n);
+    *out = n;
+    return 1;
+}
+
+/* Reads a string field; returns 1 if present, 0 if absent, -1 on error. */
+static int str_field(json_t *body, const char *name, const char **out, svc_verr *e) {
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return fail(e, 400, "invalid_field", "'%s' must be a string.", name);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return fail(e, 400, "invalid_field", "'%s' must not contain NUL characters.", name);
+    *out = json_string_value(v);
+    return 1;
+}
+
+static int sku_field(json_t *body, const char **out, svc_verr *e) {
+    int rc = str_field(body, "sku", out, e);
+    if (rc < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'sku' is required.");
+    if (!svc_valid_sku(*out))
+        return fail(e, 400, "invalid_field",
+                    "'sku' must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'.");
+    return 0;
+}
+
+int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
+    static const char *const allowed[] = { "sku", "user_id", "quantity", NULL };
+    long long qty = 0;
+    int rc;
+    memset(in, 0, sizeof *in);
+    if (known_fields(body, allowed, e) || sku_field(body, &in->sku, e)) return -1;
+    if ((rc = str_field(body, "user_id", &in->user_id, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'user_id' is required.");
+    if (!svc_valid_user_id(in->user_id))
+        return fail(e, 400, "invalid_field",
+                    "'user_id' must be 1 to 128 characters, without control characters.");
+    if ((rc = int_field(body, "quantity", 1, 1000, &qty, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
+    in->quantity = (int)qty;
+    return 0;
+}
+
+int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
+                         svc_product_input *in, svc_verr *e) {
+    static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
+                                           "per_user_limit", "cs_delay_ms", "lock_ttl_ms", NULL };
+    long long segments = 1;
+    int rc;
+    memset(in, 0, sizeof *in);
+    if (known_fields(body, allowed, e) || sku_field(body, &in->sku, e)) return -1;
+    in->name = in->sku;
+    if (str_field(body, "name", &in->name, e) < 0) return -1;
+    long n = utf8_chars(in->name);
+    if (n < 1 || n > DB_NAME_MAX)
+        return fail(e, 400, "invalid_field",
+                    "'name' must be 1 to 256 characters, without control characters.");
+    if ((rc = int_field(body, "stock", 0, 1000000000, &in->stock, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'stock' is required.");
+    in->strategy = default_strategy;
+    if (str_field(body, "strategy", &in->strategy, e) < 0) return -1;
+    stock_strategy s;
+    if (stock_strategy_parse(in->strategy, &s) != 0) {
+        char clip[48];
+        return fail(e, 400, "invalid_field", "'strategy' '%s' is not one this service offers "
+                    "(GET /v1/strategies lists them).", utf8_clip(clip, sizeof clip, in->strategy));
+    }
+    if (int_field(body, "segments", 1, STOCK_MAX_SEGMENTS, &segments, e) < 0) return -1;
+    in->segments = (int)segments;
+    if (segments > 1 && !stock_strategy_about(s)->segments_ok)
+        return fail(e, 400, "invalid_field",
+                    "'segments' > 1 is not offered for '%s': SQLite lets one writer in at a time, "
+                    "so splitting the stock row spreads nothing.", in->strategy);
+    if (int_field(body, "per_user_limit", 0, 1000000000, &in->per_user_limit, e) < 0) return -1;
+    int rc1 = int_field(body, "cs_delay_ms", 0, 60000, &in->cs_delay_ms, e);
+    int rc2 = rc1 < 0 ? -1 : int_field(body, "lock_ttl_ms", 10, 600000, &in->lock_ttl_ms, e);
+    if (rc1 < 0 || rc2 < 0) return -1;
+    if ((rc1 || rc2) && !fault_injection)
+        return fail(e, 400, "invalid_field",
+                    "'%s' needs a service started with --fault-injection.",
+                    rc1 ? "cs_delay_ms" : "lock_ttl_ms");
+    return 0;
+}
+
+int svc_validate_restock(json_t *body, long long *qty, svc_verr *e) {
+    static const char *const allowed[] = { "quantity", NULL };
+    int rc;
+    if (known_fields(body, allowed, e)) return -1;
+    if ((rc = int_field(body, "quantity", 1, 1000000000, qty, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
+    return 0;
+}

@@ -1,0 +1,42 @@
+/* config.h: the service's configuration, from flags and environment. */
+#ifndef FLASHSALE_SERVICE_CONFIG_H
+#define FLASHSALE_SERVICE_CONFIG_H
+
+typedef struct svc_config {
+    char listen[128];
+    char redis_url[512];
+    char db_path[512];
+    char strategy[32];
+    char admin_token[256];
+    char key_prefix[64];
+    char redlock[2048];       /* "URL,URL,URL": the Redlock servers ("": none) */
+    char zookeeper[1024];     /* zk://host:port[/base] ("": none) */
+    char etcd[1024];          /* etcd://host:port[/prefix] ("": none) */
+    int threads;              /* HTTP event-loop threads */
+    int redis_timeout_ms;
+    int db_busy_timeout_ms;
+    int synchronous_full;
+    unsigned max_connections;
+    unsigned max_per_client;  /* connections one client address may hold (0: no cap) */
+    unsigned idle_timeout_s;
+    unsigned request_timeout_s;   /* a started request must be in within this */
+    unsigned request_timeout_ms;  /* the same, set by svc_config_load; an embedder (the
+                                   * request fuzzer) may make it finer after that */
+    int api_workers;          /* threads in each API pool (Redis work; SQLite-only work) */
+    long long pending_timeout_ms;   /* a reservation older than this is settled */
+    long long idem_ttl_ms;
+    int shutdown_grace_ms;
+    int lock_ttl_ms;          /* default lease of the lock strategies */
+    int lock_wait_ms;         /* how long an order waits for a lock */
+    int lock_workers;         /* threads that run the blocking strategies */
+    int fault_injection;      /* products may set cs_delay_ms and lock_ttl_ms */
+    int insecure_admin;       /* open admin endpoints on a non-loopback address */
+    int verbose;
+} svc_config;
+
+/* Fills c from defaults, then environment (FLASHSALE_*), then argv. Returns
+ * 0 to run, 1 when --help or --version was printed, -1 on a usage error
+ * (printed). */
+int svc_config_load(svc_config *c, int argc, char **argv);
+
+#endif

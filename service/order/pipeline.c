@@ -1,0 +1,201 @@
+/* pipeline.c: the order path, from a validated request to its answer.
+ *
+ *   submit      svc_order_submit (here): the order is made (order.c) and
+ *               given to its strategy's family (FAMILIES below, by the stock
+ *               module's stock_kind of the strategy)
+ *   reserve     the family takes the units:
+ *                 script    fam_script.c    batched per SKU on its loop
+ *                 lock      fam_lock.c      on the loop owning the lock
+ *                 blocking  fam_blocking.c  on a blocking thread
+ *                 db        fam_db.c        in the commit itself
+ *               a Redis reservation's result becomes a commit or a
+ *               refusal in reservation.c
+ *   commit      the committer (db/writer.c) commits what is queued as one
+ *               group; commit.c sends each order home, one wake per loop
+ *   answer      on its home loop the family answers it (order.c), and a
+ *               Redis family's pending record is cleared, or its units
+ *               given back first (reservation.c)
+ *
+ * Each event loop turn ends with the families' flushes, in the order of
+ * FLUSH (the lock family first: an order it starts may fail at once and
+ * let the next start; then the script batches, which carry their SKU's
+ * clears of pending records; then the clears left over), and then the
+ * Redis connection's own flush sends what they wrote: a batch leaves in the
+ * turn that gathered it. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "service/order/commit.h"
+#include "service/order/fam_blocking.h"
+#include "service/order/fam_db.h"
+#include "service/order/fam_lock.h"
+#include "service/order/fam_script.h"
+#include "service/order/orderloop.h"
+#include "service/order/pipeline.h"
+#include "service/order/reservation.h"
+
+/* The family of each kind of strategy (stock_strategy_about(s)->kind; the
+ * stock module's table says each strategy's kind, name, safety, segments
+ * and the lock server it needs). */
+static const svc_family *const FAMILIES[STOCK_KIND_COUNT] = {
+    [STOCK_KIND_SCRIPT] = &svc_family_script,
+    [STOCK_KIND_LOCK] = &svc_family_lock,
+    [STOCK_KIND_RCW] = &svc_family_blocking,
+    [STOCK_KIND_DB] = &svc_family_db,
+    [STOCK_KIND_DB_OPTIMISTIC] = &svc_family_db,
+};
+
+/* The families with per-loop state, in the order they flush each turn. */
+static const svc_family *const FLUSH[] = { &svc_family_lock, &svc_family_script };
+
+static const svc_family *family_of(stock_kind k) {
+    assert(k < STOCK_KIND_COUNT && FAMILIES[k]);
+    return FAMILIES[k];
+}
+
+/* ------------------------------------------------------------------ submit */
+
+/* The calling thread's order loop, or (another thread) one in turn. */
+static svc_order_loop *home_for(svc_app *a) {
+    static atomic_uint turn;
+    svc_order_loop *ol = svc_order_loop_current();
+    if (ol) return ol;
+    return a->order_loops[atomic_fetch_add(&turn, 1) % (unsigned)a->nloops];
+}
+
+int svc_order_submit(svc_app *a, svc_product *p, const svc_order_input *in,
+                     const char *idem_key, svc_order_reply_fn *fn, void *ctx) {
+    svc_order *op = svc_order_new(a, p, in, idem_key, fn, ctx);
+    if (!op) return -1;
+    op->home = home_for(a);
+    op->fam = family_of(stock_strategy_about(p->strategy)->kind);
+    svc_order_to(op, SVC_ORDER_RESERVING);
+    op->fam->submit(op);
+    return 0;
+}
+
+void svc_pipeline_reroute(svc_order *op, stock_kind kind) {
+    const svc_family *to = family_of(kind);
+    assert(to != op->fam);
+    svc_order_to(op, SVC_ORDER_RESERVING);
+    op->fam = to;
+    to->submit(op);
+}
+
+static void run_task(svc_task *t) {
+    svc_order *op = (svc_order *)((char *)t - offsetof(svc_order, task));
+    svc_order_fn *fn = op->arrive;
+    op->arrive = NULL;
+    fn(op);
+}
+
+void svc_pipeline_run_blocking(svc_order *op, svc_order_fn *fn) {
+    op->arrive = fn;
+    op->task.run = run_task;
+    svc_threadpool_submit(op->a->blocking, &op->task);
+}
+
+/* ---------------------------------------------------------------- commits */
+
+void svc_orders_committed(db_job **jobs, size_t n, void *ud) {
+    svc_app *a = ud;
+    assert(db_writer_on_thread(a->writer));
+    svc_commit_done(jobs, n, &a->give_touched);
+}
+
+/* ------------------------------------------------------------- the loops */
+
+/* End of a loop turn: the families send what the turn gathered. */
+static void flush(loop *l, void *ud) {
+    svc_order_loop *ol = ud;
+    (void)l;
+    for (size_t i = 0; i < sizeof FLUSH / sizeof FLUSH[0]; i++) FLUSH[i]->loop_flush(ol);
+    svc_pending_loop_flush(ol);
+}
+
+static int loop_busy(svc_order_loop *ol, void *ud) {
+    (void)ud;
+    for (size_t i = 0; i < sizeof FLUSH / sizeof FLUSH[0]; i++)
+        if (FLUSH[i]->loop_busy(ol)) return 1;
+    return svc_pending_loop_busy(ol);
+}
+
+int svc_orders_start(svc_app *a, char *err, size_t errlen) {
+    if (!(a->blocking = svc_threadpool_start("fs-blocking", a->cfg.lock_workers, err, errlen)))
+        return -1;
+    if (!(a->order_loops = calloc((size_t)a->nloops, sizeof *a->order_loops))) goto oom;
+    for (int i = 0; i < a->nloops; i++) {
+        svc_order_loop *ol = svc_order_loop_new(a, a->loops[i], i, err, errlen);
+        if (!(a->order_loops[i] = ol)) return -1;
+        for (size_t k = 0; k < sizeof FLUSH / sizeof FLUSH[0]; k++)
+            if (FLUSH[k]->loop_start(ol, err, errlen) != 0) return -1;
+        if (svc_pending_loop_start(ol, err, errlen) != 0) return -1;
+        /* This flush before the Redis connection's (made next): the
+         * batches it writes then leave in the same turn. */
+        if (loop_on_flush(a->loops[i], flush, ol) != 0) {
+            snprintf(err, errlen, "cannot attach the order path to its event loop");
+            return -1;
+        }
+        if (svc_order_loop_connect(ol, err, errlen) != 0) return -1;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+void svc_orders_drain(svc_app *a, int64_t wait_ms) {
+    /* The blocking threads first: their orders go to the committer. */
+    svc_threadpool_stop(a->blocking);
+    a->blocking = NULL;
+    if (!a->order_loops) return;
+    /* Then ask each loop, on its own thread, until all are idle. */
+    for (int64_t t0 = clock_mono_ms();;) {
+        int busy = 0;
+        for (int i = 0; i < a->nloops; i++)
+            if (a->order_loops[i] && svc_order_loop_busy(a->order_loops[i], loop_busy, NULL) != 0)
+                busy = 1;
+        if (!busy || clock_mono_ms() - t0 >= wait_ms) break;
+        clock_sleep_ms(5);
+    }
+}
+
+void svc_orders_free(svc_app *a) {
+    for (int i = 0; a->order_loops && i < a->nloops; i++) {
+        svc_order_loop *ol = a->order_loops[i];
+        if (!ol) continue;
+        for (size_t k = 0; k < sizeof FLUSH / sizeof FLUSH[0]; k++) FLUSH[k]->loop_free(ol);
+        svc_pending_loop_free(ol);
+        svc_order_loop_free(ol);
+    }
+    free(a->order_loops);
+    a->order_loops = NULL;
+    svc_threadpool_stop(a->blocking);          /* a start that failed half way */
+    a->blocking = NULL;
+}
+
+/* ------------------------------------------------------------ strategies */
+
+/* The flag that configures each lock server, by stock_lock_server; NULL:
+ * always there (the service's own Redis, the database). */
+static const char *const FLAGS[STOCK_LOCKS_COUNT] = {
+    [STOCK_LOCKS_REDLOCK] = "--redlock",
+    [STOCK_LOCKS_ZOOKEEPER] = "--zookeeper",
+    [STOCK_LOCKS_ETCD] = "--etcd",
+};
+
+const char *svc_strategy_flag(stock_strategy s) {
+    return FLAGS[stock_strategy_about(s)->locks];
+}
+
+const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
+    static const char *const WHY[STOCK_LOCKS_COUNT] = {
+        [STOCK_LOCKS_REDLOCK] = "start flashsale with --redlock URL,URL,URL (independent "
+                                "redis-servers)",
+        [STOCK_LOCKS_ZOOKEEPER] = "start flashsale with --zookeeper zk://host:port",
+        [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
+    };
+    stock_lock_server srv = stock_strategy_about(s)->locks;
+    return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
+}

@@ -1,0 +1,40 @@
+/* products.h: the service's cache of products, and finding a product
+ * (cache first, then SQLite). */
+#ifndef FLASHSALE_SERVICE_PRODUCTS_H
+#define FLASHSALE_SERVICE_PRODUCTS_H
+
+#include <stdatomic.h>
+
+#include "db/db.h"
+#include "stock/stock.h"
+
+typedef struct svc_app svc_app;
+
+/* A product as the service caches it. Never freed while the service runs
+ * (products cannot be deleted), so pointers to it stay valid. */
+typedef struct svc_product {
+    char sku[DB_SKU_MAX + 1];
+    stock_strategy strategy;
+    int segments;
+    long long per_user_limit;
+    stock_product sp;              /* the stock module's view (points into this) */
+    atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
+    atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
+    struct svc_product *next;      /* hash chain */
+} svc_product;
+
+typedef struct svc_product_cache svc_product_cache;
+svc_product_cache *svc_product_cache_new(void);
+void svc_product_cache_free(svc_product_cache *pc);
+/* The cached product, or NULL. */
+svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku);
+/* Caches p (from the database) unless present; returns the cached one. */
+svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *p);
+/* Calls fn for each cached product. */
+void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud);
+
+/* Finds a product: cache first, then the database (on the calling thread's
+ * connection). Returns DB_OK, DB_NOTFOUND or DB_ERROR. */
+db_status svc_product_find(svc_app *a, const char *sku, svc_product **out);
+
+#endif

@@ -1,0 +1,132 @@
+/* reconcile.c: settling the pending records no live request owns.
+ *
+ * A pending record marks units reserved in Redis for an order not yet
+ * known committed. When its owner is dead (or the record is older than
+ * the pending timeout) it is settled against SQLite: if the order is
+ * there the record is cleared; otherwise the order is voided in SQLite
+ * first (so it can never commit afterwards) and then its units are given
+ * back. Run by maintenance, at start, and by audit --repair. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/app.h"
+#include "service/log.h"
+#include "service/products.h"
+#include "service/repair/repair.h"
+
+typedef struct pend {
+    char order_id[DB_ORDER_ID_LEN + 1];
+    char instance[112];
+    char idem_key[DB_KEY_MAX + 1];
+    long long age_ms;
+} pend;
+
+typedef struct pend_acc {
+    pend *v;
+    size_t n, cap;
+} pend_acc;
+
+static void collect_pending(const stock_pending *rec, void *ud) {
+    pend_acc *acc = ud;
+    if (acc->n == acc->cap) {
+        size_t cap = acc->cap ? acc->cap * 2 : 64;
+        pend *v = realloc(acc->v, cap * sizeof *v);
+        if (!v) return;
+        acc->v = v;
+        acc->cap = cap;
+    }
+    pend *p = &acc->v[acc->n++];
+    snprintf(p->order_id, sizeof p->order_id, "%s", rec->order_id);
+    snprintf(p->instance, sizeof p->instance, "%s", rec->instance);
+    snprintf(p->idem_key, sizeof p->idem_key, "%s", rec->idem_key);
+    p->age_ms = rec->age_ms;
+}
+
+/* Whether a pending record may be settled now. */
+static int settleable(svc_app *a, stock_conn *sc, const pend *r, int only_dead) {
+    if (!only_dead || r->age_ms >= a->cfg.pending_timeout_ms) return 1;
+    if (!strcmp(r->instance, a->instance_id)) return 0;    /* ours, in flight */
+    size_t nl = strlen(a->instance_name);
+    if (!strncmp(r->instance, a->instance_name, nl) && r->instance[nl] == '#')
+        return 1;                                           /* our previous run */
+    return stock_instance_alive(sc, r->instance) == 0;      /* its owner is gone */
+}
+
+/* Settles one record: returns 1 if settled. */
+static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *r) {
+    stock_ref ref = { &p->sp, r->order_id, r->idem_key };
+    int done = 0;
+    db_status st = db_order_void(d, r->order_id, p->sku, "reservation not committed in time");
+    if (st == DB_EXISTS) {
+        if (stock_confirm(sc, &ref, 1) != 0) return 0;
+        atomic_fetch_add(&a->m.settled_commit, 1);
+        return 1;
+    }
+    if (st != DB_OK) return 0;
+    /* Voided: it can never commit now, so its units go back. */
+    if (stock_undo(sc, &ref, 1, &done) != 0 || !done) return 0;
+    atomic_fetch_add(&a->m.settled_undo, 1);
+    svc_log(SVC_LOG_INFO, "gave back %s's reservation %s (owner %s, %lld ms old, never committed)",
+            p->sku, r->order_id, r->instance, r->age_ms);
+    return 1;
+}
+
+/* What a sweep over every product found, for the metrics. */
+typedef struct backlog {
+    long long left;              /* pending records not settled by it */
+    long long oldest_ms;         /* the oldest of those */
+} backlog;
+
+/* Settles p's records that may be settled; counts the rest in bl (NULL:
+ * not counted). Returns the number settled, or -1 on error. */
+static int reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead,
+                             backlog *bl) {
+    pend_acc acc = { 0 };
+    int settled = 0;
+    if (!stock_strategy_about(p->strategy)->uses_redis) return 0;
+    if (stock_pending_scan(sc, &p->sp, collect_pending, &acc) != 0) {
+        free(acc.v);
+        return -1;
+    }
+    for (size_t k = 0; k < acc.n; k++) {
+        if (settleable(a, sc, &acc.v[k], only_dead) && settle(a, d, sc, p, &acc.v[k])) {
+            settled++;
+        } else if (bl) {
+            bl->left++;
+            if (acc.v[k].age_ms > bl->oldest_ms) bl->oldest_ms = acc.v[k].age_ms;
+        }
+    }
+    free(acc.v);
+    return settled;
+}
+
+int svc_reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead) {
+    return reconcile_product(a, d, sc, p, only_dead, NULL);
+}
+
+/* Every product's records, and (the product rows being at hand) what each
+ * strategy sold beyond its stock: a complete sweep is the backlog gauges'
+ * reading (svc_metrics_swept), so a scrape never scans Redis itself. */
+int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead) {
+    db_product *all;
+    size_t n;
+    int settled = 0;
+    backlog bl = { 0, 0 };
+    long long oversold[STOCK_STRATEGY_COUNT] = { 0 };
+    if (db_product_list(d, &all, &n) != DB_OK) {
+        svc_log(SVC_LOG_WARN, "reconcile: %s", db_errstr(d));
+        return -1;
+    }
+    for (size_t i = 0; i < n && settled >= 0; i++) {
+        svc_product *p = svc_product_cache_put(a->products, &all[i]);
+        if (!p) continue;
+        if (all[i].sold > all[i].stock_initial)
+            oversold[p->strategy] += all[i].sold - all[i].stock_initial;
+        int k = reconcile_product(a, d, sc, p, only_dead, &bl);
+        settled = k < 0 ? -1 : settled + k;
+    }
+    free(all);
+    if (settled >= 0) svc_metrics_swept(a, bl.left, bl.oldest_ms, oversold);
+    return settled;
+}
