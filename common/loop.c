@@ -143,14 +143,27 @@ int loop_watch(loop *l, int fd, unsigned events, loop_io_fn *fn, void *ud) {
         w->ud = ud;
         return 0;
     }
-    if (epoll_ctl(l->epfd, w->active ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    /* A quiet watch (events 0) is kept out of epoll, which reports a
+     * hang-up or an error whatever events were asked for (and, level
+     * triggered, again every iteration: a closed peer would spin the loop
+     * calling a callback that asked for nothing). */
+    int in_epoll = w->active && w->events != 0;
+    if (events) {
+        if (epoll_ctl(l->epfd, in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    } else if (in_epoll) {
+        if (epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL) != 0) return -1;
+    } else if (!w->active) {
+        /* Refused as epoll would refuse it (a bad descriptor, a file). */
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+        epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+    }
     *w = (watch){ fn, ud, events, 1 };
     return 0;
 }
 
 void loop_unwatch(loop *l, int fd) {
     if (fd < 0 || fd >= l->nwatches || !l->watches[fd].active) return;
-    epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (l->watches[fd].events) epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
     l->watches[fd].active = 0;
 }
 
@@ -274,7 +287,8 @@ void loop_run(loop *l) {
         int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
-            if (fd >= l->nwatches || !l->watches[fd].active) continue;   /* unwatched meanwhile */
+            if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
+                continue;                      /* unwatched or made quiet meanwhile */
             /* A hang-up or error is reported as both, so whichever side the
              * owner waits on finds out. */
             unsigned e = evs[i].events;
