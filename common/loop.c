@@ -248,7 +248,10 @@ void loop_stop(loop *l) {
     if (write(l->evfd, &one, sizeof one) < 0) {}
 }
 
-/* Runs due timers; returns the milliseconds until the next one (-1: none). */
+/* Runs due timers; returns the milliseconds until the next one (-1: none).
+ * When one ran, the iteration's epoll_wait does not block (loop_again):
+ * what a timer gathered (a command sent, a lock retried) goes out in this
+ * iteration's flush, not once some later event or timer wakes the loop. */
 static int run_timers(loop *l) {
     int64_t now_us = clock_mono_us();
     /* One-shot timers due now (those they add run next time round). */
@@ -257,12 +260,14 @@ static int run_timers(loop *l) {
     while (due-- > 0 && l->nheap && l->heap[0].due_us <= now_us) {
         oneshot t = pop_oneshot(l);
         t.fn(l, t.ud);
+        l->again = 1;
     }
     int64_t now = clock_mono_ms(), wait = -1;
     for (int i = 0; i < l->ntimers; i++) {
         timer *t = &l->timers[i];
         if (now >= t->next_ms) {
             t->fn(l, t->ud);
+            l->again = 1;
             now = clock_mono_ms();
             t->next_ms = now + t->period_ms;
         }
