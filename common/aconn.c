@@ -53,7 +53,6 @@ struct aconn {
     int setup_left;                /* setup replies still awaited */
     char run_id[41];
     char errstr[256];
-    int registered;                /* the loop's hooks point here */
 };
 
 /* ------------------------------------------------------------------ queue */
@@ -314,6 +313,7 @@ void aconn_free(aconn *c) {
     if (!c) return;
     c->state_fn = NULL;
     if (c->ctx || c->qlen) fail(c, "closed", 0);
+    loop_forget(c->l, c);                        /* its flush hook and check timer */
     free(c->q);
     free(c);
 }

@@ -62,6 +62,7 @@ struct loop {
     atomic_int notified;              /* the eventfd was written since the last drain */
     atomic_int stopping;
     int again;                        /* next epoll_wait does not block */
+    int forgot;                       /* loop_forget left holes in timers / flush */
     oneshot *heap;                    /* one-shot timers */
     size_t nheap, capheap;
     uint64_t seq;
@@ -218,6 +219,30 @@ int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
     return 0;
 }
 
+/* Entries are only marked here (fn NULL): loop_forget may be called while
+ * run_timers or the flush hooks walk these arrays. They are closed up at
+ * the top of the next iteration (compact). */
+void loop_forget(loop *l, void *ud) {
+    for (int i = 0; i < l->ntimers; i++)
+        if (l->timers[i].ud == ud) l->timers[i].fn = NULL, l->forgot = 1;
+    for (int i = 0; i < l->nflush; i++)
+        if (l->flush[i].ud == ud) l->flush[i].fn = NULL, l->forgot = 1;
+    for (size_t i = 0; i < l->nheap; i++)
+        if (l->heap[i].ud == ud) l->heap[i].fn = NULL;      /* popped unrun when due */
+}
+
+static void compact(loop *l) {
+    int n = 0;
+    for (int i = 0; i < l->ntimers; i++)
+        if (l->timers[i].fn) l->timers[n++] = l->timers[i];
+    l->ntimers = n;
+    n = 0;
+    for (int i = 0; i < l->nflush; i++)
+        if (l->flush[i].fn) l->flush[n++] = l->flush[i];
+    l->nflush = n;
+    l->forgot = 0;
+}
+
 void loop_post(loop *l, loop_task *t) {
     t->next = NULL;
     pthread_mutex_lock(&l->mu);
@@ -259,12 +284,14 @@ static int run_timers(loop *l) {
     for (size_t i = 0; i < l->nheap; i++) due += l->heap[i].due_us <= now_us;
     while (due-- > 0 && l->nheap && l->heap[0].due_us <= now_us) {
         oneshot t = pop_oneshot(l);
+        if (!t.fn) continue;                                   /* forgotten */
         t.fn(l, t.ud);
         l->again = 1;
     }
     int64_t now = clock_mono_ms(), wait = -1;
     for (int i = 0; i < l->ntimers; i++) {
         timer *t = &l->timers[i];
+        if (!t->fn) continue;                                  /* forgotten */
         if (now >= t->next_ms) {
             t->fn(l, t->ud);
             l->again = 1;
@@ -286,6 +313,7 @@ void loop_run(loop *l) {
     struct epoll_event evs[MAX_EVENTS];
     current = l;
     while (!atomic_load(&l->stopping)) {
+        if (l->forgot) compact(l);
         int wait = run_timers(l);
         if (l->again) wait = 0;
         l->again = 0;
@@ -301,7 +329,8 @@ void loop_run(loop *l) {
                           ((e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ? LOOP_WRITE : 0);
             l->watches[fd].fn(l, fd, ev, l->watches[fd].ud);
         }
-        for (int i = 0; i < l->nflush; i++) l->flush[i].fn(l, l->flush[i].ud);
+        for (int i = 0; i < l->nflush; i++)
+            if (l->flush[i].fn) l->flush[i].fn(l, l->flush[i].ud);
     }
     current = NULL;
 }
