@@ -67,6 +67,7 @@ LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common
 LINK_test_lock      := lock common
+LINK_test_loop      := common
 LINK_test_service   := service http stock lock db common
 LINK_test_stock     := stock lock db common
 
