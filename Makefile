@@ -63,6 +63,7 @@ LINK_flashlock      := lock common
 LINK_lockbench      := lock common
 LINK_lockcheck      := lock common
 # Unit tests link what they test.
+LINK_test_aconn     := common
 LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common
