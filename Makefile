@@ -71,6 +71,7 @@ LINK_test_lock      := lock common
 LINK_test_loop      := common
 LINK_test_service   := service http stock lock db common
 LINK_test_stock     := stock lock db common
+LINK_test_stock_async := stock lock db common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)
 mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c))) \
