@@ -66,13 +66,16 @@ LINK_flashlock      := lock common
 LINK_lockbench      := lock common
 LINK_lockcheck      := lock common
 # Unit tests link what they test.
+LINK_test_aconn     := common
 LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common
 LINK_test_lock      := lock common
+LINK_test_loop      := common
 LINK_test_service   := service http stock lock db common
 LINK_test_order     := service http stock lock db common
 LINK_test_stock     := stock lock db common
+LINK_test_stock_async := stock lock db common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)
 mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c $(1)/*/*.c))) \

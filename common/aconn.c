@@ -29,6 +29,7 @@ typedef struct pending {
     int64_t sent_ms;
     char *evalsha;                 /* the formatted command, kept to resend on NOSCRIPT */
     size_t evalsha_len;
+    int resent;                    /* sent again after a NOSCRIPT already */
 } pending;
 
 typedef enum state { S_DOWN, S_CONNECTING, S_SETUP, S_READY } state;
@@ -53,7 +54,6 @@ struct aconn {
     int setup_left;                /* setup replies still awaited */
     char run_id[41];
     char errstr[256];
-    int registered;                /* the loop's hooks point here */
 };
 
 /* ------------------------------------------------------------------ queue */
@@ -116,11 +116,14 @@ static void watch_events(aconn *c) {
     if (loop_watch(c->l, c->fd, ev, on_io, c) != 0) fail_io(c, "watch");
 }
 
-/* Sends the formatted cmd again (after SCRIPT LOADs): it did not run. */
+/* Sends the formatted cmd again (after SCRIPT LOADs): it did not run. Once:
+ * a second NOSCRIPT (a script not among c's, which loading cannot cure) is
+ * the command's answer, not a reason to go round again for ever. */
 static int resend(aconn *c, pending p) {
+    p.resent = 1;
     for (int i = 0; i < c->nscripts; i++) {
         if (redisAppendCommand(c->ctx, "SCRIPT LOAD %s", c->scripts[i]->src) != REDIS_OK ||
-            push(c, (pending){ K_SCRIPT_LOAD, NULL, NULL, clock_mono_ms(), NULL, 0 }) != 0)
+            push(c, (pending){ K_SCRIPT_LOAD, NULL, NULL, clock_mono_ms(), NULL, 0, 0 }) != 0)
             return -1;
     }
     if (redisAppendFormattedCommand(c->ctx, p.evalsha, p.evalsha_len) != REDIS_OK) return -1;
@@ -167,7 +170,7 @@ static int read_replies(aconn *c) {
             return -1;
         }
         pending p = pop(c);
-        if (p.kind == K_USER && p.evalsha && rconn_is_noscript(r)) {
+        if (p.kind == K_USER && p.evalsha && !p.resent && rconn_is_noscript(r)) {
             freeReplyObject(r);
             if (resend(c, p) != 0) {
                 free(p.evalsha);
@@ -266,21 +269,21 @@ static void begin_setup(aconn *c) {
         ok &= (c->addr.user[0]
                    ? redisAppendCommand(c->ctx, "AUTH %s %s", c->addr.user, c->addr.password)
                    : redisAppendCommand(c->ctx, "AUTH %s", c->addr.password)) == REDIS_OK;
-        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0 }) == 0;
+        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0, 0 }) == 0;
         c->setup_left++;
     }
     if (c->addr.db > 0) {
         ok &= redisAppendCommand(c->ctx, "SELECT %d", c->addr.db) == REDIS_OK;
-        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0 }) == 0;
+        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0, 0 }) == 0;
         c->setup_left++;
     }
     for (int i = 0; i < c->nscripts; i++) {
         ok &= redisAppendCommand(c->ctx, "SCRIPT LOAD %s", c->scripts[i]->src) == REDIS_OK;
-        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0 }) == 0;
+        ok &= push(c, (pending){ K_SETUP, NULL, NULL, now, NULL, 0, 0 }) == 0;
         c->setup_left++;
     }
     ok &= redisAppendCommand(c->ctx, "INFO server") == REDIS_OK;
-    ok &= push(c, (pending){ K_INFO, NULL, NULL, now, NULL, 0 }) == 0;
+    ok &= push(c, (pending){ K_INFO, NULL, NULL, now, NULL, 0, 0 }) == 0;
     c->setup_left++;
     if (!ok) {
         fail(c, "redis setup: out of memory", RETRY_AFTER_REFUSAL_MS);
@@ -314,6 +317,7 @@ void aconn_free(aconn *c) {
     if (!c) return;
     c->state_fn = NULL;
     if (c->ctx || c->qlen) fail(c, "closed", 0);
+    loop_forget(c->l, c);                        /* its flush hook and check timer */
     free(c->q);
     free(c);
 }
@@ -343,7 +347,7 @@ int aconn_connect(aconn *c) {
 int aconn_send(aconn *c, rconn_cmd *cmd, aconn_reply_fn *fn, void *ud) {
     if (c->state != S_READY) return -1;
     for (int i = 0; i < cmd->argc; i++) cmd->argv[i] = cmd->buf + cmd->off[i];
-    pending p = { K_USER, fn, ud, clock_mono_ms(), NULL, 0 };
+    pending p = { K_USER, fn, ud, clock_mono_ms(), NULL, 0, 0 };
     if (cmd->argc > 0 && cmd->len[0] == 7 && !memcmp(cmd->argv[0], "EVALSHA", 7)) {
         /* Kept formatted, to send again as it was if the script is lost. */
         char *f = NULL;

@@ -62,6 +62,7 @@ struct loop {
     atomic_int notified;              /* the eventfd was written since the last drain */
     atomic_int stopping;
     int again;                        /* next epoll_wait does not block */
+    int forgot;                       /* loop_forget left holes in timers / flush */
     oneshot *heap;                    /* one-shot timers */
     size_t nheap, capheap;
     uint64_t seq;
@@ -143,14 +144,27 @@ int loop_watch(loop *l, int fd, unsigned events, loop_io_fn *fn, void *ud) {
         w->ud = ud;
         return 0;
     }
-    if (epoll_ctl(l->epfd, w->active ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    /* A quiet watch (events 0) is kept out of epoll, which reports a
+     * hang-up or an error whatever events were asked for (and, level
+     * triggered, again every iteration: a closed peer would spin the loop
+     * calling a callback that asked for nothing). */
+    int in_epoll = w->active && w->events != 0;
+    if (events) {
+        if (epoll_ctl(l->epfd, in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+    } else if (in_epoll) {
+        if (epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL) != 0) return -1;
+    } else if (!w->active) {
+        /* Refused as epoll would refuse it (a bad descriptor, a file). */
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+        epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+    }
     *w = (watch){ fn, ud, events, 1 };
     return 0;
 }
 
 void loop_unwatch(loop *l, int fd) {
     if (fd < 0 || fd >= l->nwatches || !l->watches[fd].active) return;
-    epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (l->watches[fd].events) epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
     l->watches[fd].active = 0;
 }
 
@@ -205,6 +219,30 @@ int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
     return 0;
 }
 
+/* Entries are only marked here (fn NULL): loop_forget may be called while
+ * run_timers or the flush hooks walk these arrays. They are closed up at
+ * the top of the next iteration (compact). */
+void loop_forget(loop *l, void *ud) {
+    for (int i = 0; i < l->ntimers; i++)
+        if (l->timers[i].ud == ud) l->timers[i].fn = NULL, l->forgot = 1;
+    for (int i = 0; i < l->nflush; i++)
+        if (l->flush[i].ud == ud) l->flush[i].fn = NULL, l->forgot = 1;
+    for (size_t i = 0; i < l->nheap; i++)
+        if (l->heap[i].ud == ud) l->heap[i].fn = NULL;      /* popped unrun when due */
+}
+
+static void compact(loop *l) {
+    int n = 0;
+    for (int i = 0; i < l->ntimers; i++)
+        if (l->timers[i].fn) l->timers[n++] = l->timers[i];
+    l->ntimers = n;
+    n = 0;
+    for (int i = 0; i < l->nflush; i++)
+        if (l->flush[i].fn) l->flush[n++] = l->flush[i];
+    l->nflush = n;
+    l->forgot = 0;
+}
+
 void loop_post(loop *l, loop_task *t) {
     t->next = NULL;
     pthread_mutex_lock(&l->mu);
@@ -235,7 +273,10 @@ void loop_stop(loop *l) {
     if (write(l->evfd, &one, sizeof one) < 0) {}
 }
 
-/* Runs due timers; returns the milliseconds until the next one (-1: none). */
+/* Runs due timers; returns the milliseconds until the next one (-1: none).
+ * When one ran, the iteration's epoll_wait does not block (loop_again):
+ * what a timer gathered (a command sent, a lock retried) goes out in this
+ * iteration's flush, not once some later event or timer wakes the loop. */
 static int run_timers(loop *l) {
     int64_t now_us = clock_mono_us();
     /* One-shot timers due now (those they add run next time round). */
@@ -243,13 +284,17 @@ static int run_timers(loop *l) {
     for (size_t i = 0; i < l->nheap; i++) due += l->heap[i].due_us <= now_us;
     while (due-- > 0 && l->nheap && l->heap[0].due_us <= now_us) {
         oneshot t = pop_oneshot(l);
+        if (!t.fn) continue;                                   /* forgotten */
         t.fn(l, t.ud);
+        l->again = 1;
     }
     int64_t now = clock_mono_ms(), wait = -1;
     for (int i = 0; i < l->ntimers; i++) {
         timer *t = &l->timers[i];
+        if (!t->fn) continue;                                  /* forgotten */
         if (now >= t->next_ms) {
             t->fn(l, t->ud);
+            l->again = 1;
             now = clock_mono_ms();
             t->next_ms = now + t->period_ms;
         }
@@ -268,13 +313,15 @@ void loop_run(loop *l) {
     struct epoll_event evs[MAX_EVENTS];
     current = l;
     while (!atomic_load(&l->stopping)) {
+        if (l->forgot) compact(l);
         int wait = run_timers(l);
         if (l->again) wait = 0;
         l->again = 0;
         int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
-            if (fd >= l->nwatches || !l->watches[fd].active) continue;   /* unwatched meanwhile */
+            if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
+                continue;                      /* unwatched or made quiet meanwhile */
             /* A hang-up or error is reported as both, so whichever side the
              * owner waits on finds out. */
             unsigned e = evs[i].events;
@@ -282,7 +329,8 @@ void loop_run(loop *l) {
                           ((e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ? LOOP_WRITE : 0);
             l->watches[fd].fn(l, fd, ev, l->watches[fd].ud);
         }
-        for (int i = 0; i < l->nflush; i++) l->flush[i].fn(l, l->flush[i].ud);
+        for (int i = 0; i < l->nflush; i++)
+            if (l->flush[i].fn) l->flush[i].fn(l, l->flush[i].ud);
     }
     current = NULL;
 }

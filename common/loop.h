@@ -57,6 +57,10 @@ int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud);
 int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud);
 /* Calls fn after the events of every iteration. Returns 0 or -1. */
 int loop_on_flush(loop *l, loop_fn *fn, void *ud);
+/* Removes every timer (loop_every, loop_after) and flush hook registered
+ * with ud, so that what ud points to may be freed while the loop goes on
+ * (also from inside a timer or a hook). */
+void loop_forget(loop *l, void *ud);
 
 /* Makes the next iteration not wait for events (work is left that a flush
  * hook of this iteration made after another had run). On l's thread. */
