@@ -1,8 +1,9 @@
-/* db.c: SQLite schema, prepared statements and queries. See db.h.
+/* db.c: the SQLite connection, its prepared statements and the queries of
+ * products and orders. See db.h.
  *
- * The schema is versioned with PRAGMA user_version; db_open migrates an
- * older file forward and refuses a newer one. Every statement is prepared
- * once per connection. */
+ * db_open migrates an older file forward (schema.c) and refuses a newer
+ * one. Every statement is prepared once per connection: this file's and
+ * the lock table's (locktable.c, through db_int.h). */
 #include "db/db.h"
 
 #include <assert.h>
@@ -14,6 +15,8 @@
 #include <unistd.h>
 #include <sqlite3.h>
 
+#include "db/db_int.h"
+
 enum {
     ST_PRODUCT_INSERT, ST_PRODUCT_GET, ST_PRODUCT_ALL, ST_PRODUCT_RESTOCK,
     ST_PRODUCT_GEN,
@@ -23,12 +26,12 @@ enum {
     ST_ORDER_UNITS, ST_PRODUCT_REPAIR,
     ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
     ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE, ST_GEN_READ,
-    ST_LOCK_EXPIRE, ST_LOCK_INSERT, ST_LOCK_BUMP, ST_LOCK_LEFT, ST_LOCK_DELETE,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
-    ST_COUNT
+    ST_LOCK_FIRST,              /* the lock table's (db_lock_sql), DB_LOCK_ST_* from here */
+    ST_COUNT = ST_LOCK_FIRST + DB_LOCK_ST_COUNT
 };
 
-static const char *const SQL[ST_COUNT] = {
+static const char *const SQL[ST_LOCK_FIRST] = {
     [ST_PRODUCT_INSERT] =
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at)"
@@ -91,120 +94,10 @@ static const char *const SQL[ST_COUNT] = {
         "INSERT OR REPLACE INTO meta(key,value)"
         " VALUES('health_probe',strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
     [ST_GEN_READ] = "SELECT stock_gen FROM products WHERE sku=?1",
-    /* The `db-lock` strategy's lock (schema 5): a dead holder's row is
-     * deleted once expired, then the unique insert decides who holds; the
-     * counter is bumped in the same transaction. */
-    [ST_LOCK_EXPIRE] = "DELETE FROM locks WHERE name=?1 AND expires_ms<=?2",
-    [ST_LOCK_INSERT] =
-        "INSERT INTO locks(name,owner,fence,expires_ms)"
-        " VALUES(?1,?2,coalesce((SELECT fence FROM lock_fences WHERE name=?1),0)+1,?3)",
-    [ST_LOCK_BUMP] =
-        "INSERT INTO lock_fences(name,fence) VALUES(?1,1)"
-        " ON CONFLICT(name) DO UPDATE SET fence=fence+1 RETURNING fence",
-    [ST_LOCK_LEFT] = "SELECT expires_ms-?2 FROM locks WHERE name=?1",
-    [ST_LOCK_DELETE] = "DELETE FROM locks WHERE name=?1 AND owner=?2",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
 };
-
-static const char SCHEMA_V1[] =
-    "CREATE TABLE products("
-    "  sku TEXT PRIMARY KEY,"
-    "  name TEXT NOT NULL,"
-    "  strategy TEXT NOT NULL,"
-    "  segments INTEGER NOT NULL,"
-    "  per_user_limit INTEGER NOT NULL,"
-    "  stock_initial INTEGER NOT NULL,"
-    "  sold INTEGER NOT NULL,"
-    "  stock_gen INTEGER NOT NULL,"
-    "  db_available INTEGER NOT NULL CHECK(db_available >= 0),"
-    "  db_version INTEGER NOT NULL,"
-    "  cs_delay_ms INTEGER NOT NULL,"
-    "  lock_ttl_ms INTEGER NOT NULL,"
-    "  created_at TEXT NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE orders("
-    "  order_id TEXT PRIMARY KEY,"
-    "  sku TEXT NOT NULL,"
-    "  user_id TEXT NOT NULL,"
-    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
-    "  idempotency_key TEXT UNIQUE,"
-    "  created_at TEXT NOT NULL);"
-    "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
-    "CREATE INDEX orders_by_user ON orders(user_id, order_id);"
-    "CREATE TABLE voided_orders("
-    "  order_id TEXT PRIMARY KEY,"
-    "  sku TEXT NOT NULL,"
-    "  reason TEXT NOT NULL,"
-    "  voided_at TEXT NOT NULL) WITHOUT ROWID;";
-
-/* Version 2: the units each buyer holds of each product sold by a db
- * strategy with a per-user limit, kept in the order's own transaction.
- * Summing the buyer's order rows instead read, through orders_by_user, every
- * order the buyer ever placed in any SKU, so each order got slower as orders
- * piled up (the soak saw db-optimistic fall from 80 to 20 orders/s). A
- * counter costs the other strategies nothing, where a wider index on orders
- * cost the lua path ~7%. */
-static const char SCHEMA_V2[] =
-    "CREATE TABLE user_units("
-    "  sku TEXT NOT NULL,"
-    "  user_id TEXT NOT NULL,"
-    "  units INTEGER NOT NULL,"
-    "  PRIMARY KEY(sku, user_id)) WITHOUT ROWID;"
-    "INSERT INTO user_units(sku,user_id,units)"
-    "  SELECT o.sku, o.user_id, sum(o.quantity) FROM orders o JOIN products p ON p.sku=o.sku"
-    "  WHERE p.strategy IN ('db','db-optimistic') AND p.per_user_limit > 0"
-    "  GROUP BY o.sku, o.user_id;";
-
-/* Version 3: restocks remembered by idempotency key, so a retried restock
- * adds its units once; and a key-value table whose one row the health
- * probe rewrites (a real write: it fails on a full disk or a read-only
- * file, as orders would). */
-static const char SCHEMA_V3[] =
-    "CREATE TABLE restocks("
-    "  idempotency_key TEXT PRIMARY KEY,"
-    "  sku TEXT NOT NULL,"
-    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
-    "  created_at TEXT NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE meta("
-    "  key TEXT PRIMARY KEY,"
-    "  value TEXT NOT NULL) WITHOUT ROWID;";
-
-/* Version 4: orders keyed by order_id in the table itself (WITHOUT ROWID:
- * one b-tree less per insert), and the idempotency key indexed only where
- * there is one (orders without a key add nothing to that index). Measured
- * on the group commit of the `lua` path: see docs/performance.md. */
-static const char SCHEMA_V4[] =
-    "CREATE TABLE orders_v4("
-    "  order_id TEXT PRIMARY KEY,"
-    "  sku TEXT NOT NULL,"
-    "  user_id TEXT NOT NULL,"
-    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
-    "  idempotency_key TEXT,"
-    "  created_at TEXT NOT NULL) WITHOUT ROWID;"
-    "INSERT INTO orders_v4 SELECT order_id,sku,user_id,quantity,idempotency_key,created_at"
-    "  FROM orders;"
-    "DROP TABLE orders;"
-    "ALTER TABLE orders_v4 RENAME TO orders;"
-    "CREATE UNIQUE INDEX orders_by_key ON orders(idempotency_key)"
-    "  WHERE idempotency_key IS NOT NULL;"
-    "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
-    "CREATE INDEX orders_by_user ON orders(user_id, order_id);";
-
-/* Version 5: the `db-lock` strategy's lock table -- seed 004's "simple
- * database lock": a row per held lock, taken by a unique insert, deleted
- * to release; with an expiry, so that the row of a holder that died is
- * taken over -- and its fencing counter per lock name, which must outlive
- * the rows (a token never goes back). */
-static const char SCHEMA_V5[] =
-    "CREATE TABLE locks("
-    "  name TEXT PRIMARY KEY,"
-    "  owner TEXT NOT NULL,"
-    "  fence INTEGER NOT NULL,"
-    "  expires_ms INTEGER NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE lock_fences("
-    "  name TEXT PRIMARY KEY,"
-    "  fence INTEGER NOT NULL) WITHOUT ROWID;";
 
 /* What a write transaction owes the products table: the units of the
  * orders it inserted (added at commit, once per SKU), and the generation
@@ -230,7 +123,7 @@ struct db {
     char errstr[256];
 };
 
-static db_status fail(db *d, const char *what) {
+db_status db_fail(db *d, const char *what) {
     int code = sqlite3_extended_errcode(d->conn);
     snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
     return (code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED ? DB_BUSY : DB_ERROR;
@@ -243,63 +136,10 @@ long long db_memory_used(void) { return (long long)sqlite3_memory_used(); }
 db_status db_ping(db *d) {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->conn, "SELECT count(*) FROM products", -1, &s, NULL) != SQLITE_OK)
-        return fail(d, "ping");
+        return db_fail(d, "ping");
     int rc = sqlite3_step(s);
     sqlite3_finalize(s);
-    return rc == SQLITE_ROW ? DB_OK : fail(d, "ping");
-}
-
-static int exec(sqlite3 *c, const char *sql, char *err, size_t errlen) {
-    char *msg = NULL;
-    if (sqlite3_exec(c, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
-    snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(c));
-    sqlite3_free(msg);
-    return -1;
-}
-
-static int user_version(sqlite3 *c) {
-    sqlite3_stmt *s;
-    int v = -1;
-    if (sqlite3_prepare_v2(c, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK) return -1;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
-/* Brings the schema to DB_SCHEMA_VERSION inside one write transaction, so
- * two processes opening a new file at once cannot both create it. */
-static int migrate(sqlite3 *c, char *err, size_t errlen) {
-    /* Current already (the usual case): no write lock, so a connection
-     * opened while another process holds it can still read. */
-    if (user_version(c) == DB_SCHEMA_VERSION) return 0;
-    if (exec(c, "BEGIN IMMEDIATE", err, errlen)) return -1;
-    int v = user_version(c);
-    if (v < 0 || v > DB_SCHEMA_VERSION) {
-        snprintf(err, errlen, "database schema version %d is not one this build knows (%d)",
-                 v, DB_SCHEMA_VERSION);
-        goto err;
-    }
-    if (v == 0 && (exec(c, SCHEMA_V1, err, errlen) ||
-                   exec(c, "PRAGMA user_version=1", err, errlen)))
-        goto err;
-    if (v < 2 && (exec(c, SCHEMA_V2, err, errlen) ||
-                  exec(c, "PRAGMA user_version=2", err, errlen)))
-        goto err;
-    if (v < 3 && (exec(c, SCHEMA_V3, err, errlen) ||
-                  exec(c, "PRAGMA user_version=3", err, errlen)))
-        goto err;
-    if (v < 4 && (exec(c, SCHEMA_V4, err, errlen) ||
-                  exec(c, "PRAGMA user_version=4", err, errlen)))
-        goto err;
-    if (v < 5 && (exec(c, SCHEMA_V5, err, errlen) ||
-                  exec(c, "PRAGMA user_version=5", err, errlen)))
-        goto err;
-    /* Later versions add "if (v < N) apply step N" here. */
-    if (exec(c, "COMMIT", err, errlen)) goto err;
-    return 0;
-err:
-    exec(c, "ROLLBACK", err + strlen(err), 0);
-    return -1;
+    return rc == SQLITE_ROW ? DB_OK : db_fail(d, "ping");
 }
 
 /* Appends the likely cause when a writable open failed on a read-only file
@@ -343,21 +183,22 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
     if (!opt->readonly) {
         /* WAL: readers never wait for the writer, and a commit is one
          * append + fsync of the log. */
-        if (exec(d->conn, "PRAGMA journal_mode=WAL", err, errlen)) goto err;
-        if (migrate(d->conn, err, errlen)) goto err;
-    } else if (user_version(d->conn) != DB_SCHEMA_VERSION) {
+        if (db_exec(d->conn, "PRAGMA journal_mode=WAL", err, errlen)) goto err;
+        if (db_migrate(d->conn, err, errlen)) goto err;
+    } else if (db_user_version(d->conn) != DB_SCHEMA_VERSION) {
         snprintf(err, errlen, "%s is not a flashsale database (schema version %d)", path,
-                 user_version(d->conn));
+                 db_user_version(d->conn));
         goto err;
     }
-    if (exec(d->conn, pragmas, err, errlen)) goto err;
+    if (db_exec(d->conn, pragmas, err, errlen)) goto err;
     for (int i = 0; i < ST_COUNT; i++) {
         if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
             i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
             i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ &&
             i != ST_ORDER_UNITS)
             continue;
-        if (sqlite3_prepare_v3(d->conn, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
+        const char *sql = i < ST_LOCK_FIRST ? SQL[i] : db_lock_sql[i - ST_LOCK_FIRST];
+        if (sqlite3_prepare_v3(d->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
                                NULL) != SQLITE_OK) {
             snprintf(err, errlen, "prepare: %s", sqlite3_errmsg(d->conn));
             goto err;
@@ -388,6 +229,13 @@ static sqlite3_stmt *stmt(db *d, int i) {
     return s;
 }
 
+sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id) {
+    assert(id >= 0 && id < DB_LOCK_ST_COUNT);
+    return stmt(d, ST_LOCK_FIRST + (int)id);
+}
+
+sqlite3 *db_conn(db *d) { return d->conn; }
+
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
     if (v && *v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
     else sqlite3_bind_null(s, i);
@@ -398,8 +246,7 @@ static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col) {
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
 }
 
-/* Runs a statement that returns no rows. */
-static db_status step_done(db *d, sqlite3_stmt *s, const char *what) {
+db_status db_step_done(db *d, sqlite3_stmt *s, const char *what) {
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc == SQLITE_DONE) return DB_OK;
@@ -407,12 +254,12 @@ static db_status step_done(db *d, sqlite3_stmt *s, const char *what) {
         snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
         return DB_EXISTS;
     }
-    return fail(d, what);
+    return db_fail(d, what);
 }
 
 db_status db_begin(db *d) {
     d->ntally = 0;
-    return step_done(d, stmt(d, ST_BEGIN), "begin");
+    return db_step_done(d, stmt(d, ST_BEGIN), "begin");
 }
 
 static db_status update_product(db *d, int st_id, const char *sku, long long qty,
@@ -434,12 +281,12 @@ db_status db_commit(db *d) {
     db_status st = flush_tally(d);
     d->ntally = 0;
     if (st != DB_OK) return st;
-    return step_done(d, stmt(d, ST_COMMIT), "commit");
+    return db_step_done(d, stmt(d, ST_COMMIT), "commit");
 }
 
 void db_rollback(db *d) {
     d->ntally = 0;
-    if (!sqlite3_get_autocommit(d->conn)) step_done(d, stmt(d, ST_ROLLBACK), "rollback");
+    if (!sqlite3_get_autocommit(d->conn)) db_step_done(d, stmt(d, ST_ROLLBACK), "rollback");
 }
 
 /* ----------------------------------------------------------------- products */
@@ -473,7 +320,7 @@ db_status db_product_insert(db *d, const db_product *p) {
     sqlite3_bind_int(s, 7, p->cs_delay_ms);
     sqlite3_bind_int(s, 8, p->lock_ttl_ms);
     sqlite3_bind_text(s, 9, p->created_at, -1, SQLITE_STATIC);
-    return step_done(d, s, "insert product");
+    return db_step_done(d, s, "insert product");
 }
 
 db_status db_product_get(db *d, const char *sku, db_product *out) {
@@ -486,7 +333,7 @@ db_status db_product_get(db *d, const char *sku, db_product *out) {
         return DB_OK;
     }
     sqlite3_reset(s);
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "get product");
+    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "get product");
 }
 
 db_status db_product_list(db *d, db_product **out, size_t *n) {
@@ -514,7 +361,7 @@ db_status db_product_list(db *d, db_product **out, size_t *n) {
     if (rc != SQLITE_DONE) {
         free(v);
         *n = 0;
-        return fail(d, "list products");
+        return db_fail(d, "list products");
     }
     *out = v;
     return DB_OK;
@@ -525,7 +372,7 @@ static db_status update_product(db *d, int st_id, const char *sku, long long qty
     sqlite3_stmt *s = stmt(d, st_id);
     sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, qty);
-    db_status st = step_done(d, s, what);
+    db_status st = db_step_done(d, s, what);
     if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
     return st;
 }
@@ -543,7 +390,7 @@ static db_status restock_by_key(db *d, const char *key, char *sku, size_t skulen
     }
     sqlite3_reset(s);
     if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read restock");
+    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read restock");
 }
 
 db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
@@ -567,7 +414,7 @@ db_status db_product_restock(db *d, const char *sku, long long qty, const char *
             sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
             sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
             sqlite3_bind_int64(s, 3, qty);
-            st = step_done(d, s, "record restock");
+            st = db_step_done(d, s, "record restock");
         }
     }
     if (st == DB_OK) st = update_product(d, ST_PRODUCT_RESTOCK, sku, qty, "restock");
@@ -593,7 +440,7 @@ db_status db_restock_state(db *d, const char *idem_key) {
 db_status db_probe(db *d) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    st = step_done(d, stmt(d, ST_PROBE), "probe");
+    st = db_step_done(d, stmt(d, ST_PROBE), "probe");
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) db_rollback(d);
     return st;
@@ -619,7 +466,7 @@ db_status db_user_units(db *d, const char *sku,
         if (fn((const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1), ud)) break;
     d->walking[ST_USER_UNITS] = 0;
     sqlite3_reset(s);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "user units");
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : db_fail(d, "user units");
 }
 
 /* ------------------------------------------------------------------- orders */
@@ -641,7 +488,7 @@ static db_status get_one_order(db *d, int st_id, const char *arg, db_order *out)
     if (rc == SQLITE_ROW) read_order(s, out);
     sqlite3_reset(s);
     if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "get order");
+    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "get order");
 }
 
 db_status db_order_get(db *d, const char *order_id, db_order *out) {
@@ -663,7 +510,8 @@ db_status db_order_list(db *d, const char *sku, const char *user_id, const char 
              sku ? " AND sku=?1" : "", user_id ? " AND user_id=?2" : "",
              after ? " AND order_id>?3" : "");
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->conn, sql, -1, &s, NULL) != SQLITE_OK) return fail(d, "list orders");
+    if (sqlite3_prepare_v2(d->conn, sql, -1, &s, NULL) != SQLITE_OK)
+        return db_fail(d, "list orders");
     bind_text(s, 1, sku);
     bind_text(s, 2, user_id);
     bind_text(s, 3, after);
@@ -680,7 +528,7 @@ db_status db_order_list(db *d, const char *sku, const char *user_id, const char 
         fn(&o, ud);
         n++;
     }
-    db_status st = rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : fail(d, "list orders");
+    db_status st = rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : db_fail(d, "list orders");
     sqlite3_finalize(s);
     return st;
 }
@@ -696,9 +544,9 @@ static int exists(db *d, int st_id, const char *order_id, int *found) {
 
 db_status db_order_state(db *d, const char *order_id) {
     int found;
-    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) return fail(d, "order state");
+    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) return db_fail(d, "order state");
     if (found) return DB_OK;
-    if (exists(d, ST_VOID_EXISTS, order_id, &found)) return fail(d, "order state");
+    if (exists(d, ST_VOID_EXISTS, order_id, &found)) return db_fail(d, "order state");
     return found ? DB_STALE : DB_NOTFOUND;
 }
 
@@ -707,7 +555,7 @@ db_status db_order_void(db *d, const char *order_id, const char *sku, const char
     int found;
     if (st != DB_OK) return st;
     if (exists(d, ST_ORDER_EXISTS, order_id, &found)) {
-        st = fail(d, "void order");
+        st = db_fail(d, "void order");
     } else if (found) {
         st = DB_EXISTS;
     } else {
@@ -715,7 +563,7 @@ db_status db_order_void(db *d, const char *order_id, const char *sku, const char
         sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 3, reason, -1, SQLITE_STATIC);
-        st = step_done(d, s, "void order");
+        st = db_step_done(d, s, "void order");
     }
     if (st != DB_OK) {
         db_rollback(d);
@@ -732,7 +580,7 @@ static db_status scalar(db *d, int st_id, const char *sku, const char *user, lon
     if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
     sqlite3_reset(s);
     if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read");
+    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read");
 }
 
 /* Takes the stock of a db-strategy order inside the writer's transaction.
@@ -764,13 +612,13 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
         sqlite3_bind_text(u, 1, o->sku, -1, SQLITE_STATIC);
         sqlite3_bind_text(u, 2, o->user_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(u, 3, o->quantity);
-        if ((st = step_done(d, u, "count the buyer's units")) != DB_OK) return st;
+        if ((st = db_step_done(d, u, "count the buyer's units")) != DB_OK) return st;
     }
     sqlite3_stmt *s = stmt(d, take == DB_TAKE_OPTIMISTIC ? ST_TAKE_VERSIONED : ST_TAKE_CONDITIONAL);
     sqlite3_bind_text(s, 1, o->sku, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, o->quantity);
     if (take == DB_TAKE_OPTIMISTIC) sqlite3_bind_int64(s, 3, expect_version);
-    st = step_done(d, s, "take stock");
+    st = db_step_done(d, s, "take stock");
     if (st != DB_OK) return st;
     int changed = sqlite3_changes(d->conn) > 0;
     long long version = 0;
@@ -782,7 +630,7 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
         version = sqlite3_column_int64(r, 1);
     }
     sqlite3_reset(r);
-    if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read stock");
+    if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read stock");
     if (changed) return DB_OK;
     if (*available < o->quantity) return DB_NOSTOCK;
     return take == DB_TAKE_OPTIMISTIC && version != expect_version ? DB_CONFLICT : DB_NOSTOCK;
@@ -799,7 +647,7 @@ db_status db_product_repair(db *d, const char *sku, long long sold, long long db
     sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, sold);
     sqlite3_bind_int64(s, 3, db_available);
-    st = step_done(d, s, "repair product");
+    st = db_step_done(d, s, "repair product");
     if (st == DB_OK) return db_commit(d);
     db_rollback(d);
     return st;
@@ -815,7 +663,7 @@ db_status db_stock_read(db *d, const char *sku, long long *available, long long 
     }
     sqlite3_reset(r);
     if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, "read stock");
+    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read stock");
 }
 
 /* The tally of sku in this transaction (its generation read on first
@@ -831,7 +679,7 @@ static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
     long long gen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
     sqlite3_reset(s);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        *st = fail(d, "read generation");
+        *st = db_fail(d, "read generation");
         return NULL;
     }
     sku_tally *t = &d->tally[d->ntally++];
@@ -849,7 +697,7 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
      * without ending the group's transaction. */
     if (take != DB_TAKE_NONE) {
         if (sqlite3_exec(d->conn, "SAVEPOINT o", NULL, NULL, NULL) != SQLITE_OK)
-            return fail(d, "savepoint");
+            return db_fail(d, "savepoint");
         st = take_stock(d, o, take, per_user_limit, expect_version, &available);
         if (available_out) *available_out = available;
         if (st != DB_OK) goto undo;
@@ -871,7 +719,7 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
     bind_text(s, 5, o->idem_key);
     sqlite3_bind_text(s, 6, o->created_at, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 7, o->gen);
-    st = step_done(d, s, "insert order");
+    st = db_step_done(d, s, "insert order");
     if (st == DB_EXISTS)
         st = strstr(d->errstr, "idempotency_key") ? DB_DUPKEY : DB_STALE;
     else if (st == DB_OK && sqlite3_changes(d->conn) == 0)
@@ -884,85 +732,11 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
         return DB_ERROR;
     if (st != DB_OK) goto undo;
     if (take != DB_TAKE_NONE && sqlite3_exec(d->conn, "RELEASE o", NULL, NULL, NULL) != SQLITE_OK)
-        return fail(d, "release");
+        return db_fail(d, "release");
     return DB_OK;
 undo:
     if (take != DB_TAKE_NONE)
         sqlite3_exec(d->conn, "ROLLBACK TO o; RELEASE o", NULL, NULL, NULL);
-    return st;
-}
-
-/* ------------------------------------------------------------- db-lock */
-
-static long long wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* One step of a statement that returns one integer row. */
-static db_status step_int(db *d, sqlite3_stmt *s, const char *what, long long *out) {
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
-    sqlite3_reset(s);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : fail(d, what);
-}
-
-db_status db_lock_acquire(db *d, const char *name, const char *owner, long long ttl_ms,
-                          int busy_ms, long long *fence, long long *left_ms) {
-    long long now = wall_ms();
-    *fence = 0;
-    *left_ms = 0;
-    sqlite3_busy_timeout(d->conn, busy_ms > 0 ? busy_ms : 1);
-    db_status st = db_begin(d);
-    if (st != DB_OK) return st;
-    sqlite3_stmt *s = stmt(d, ST_LOCK_EXPIRE);
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now);
-    st = step_done(d, s, "expire lock");
-    if (st == DB_OK) {
-        s = stmt(d, ST_LOCK_INSERT);
-        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 3, now + ttl_ms);
-        st = step_done(d, s, "take lock");
-    }
-    if (st == DB_EXISTS) {
-        /* Held: how long its holder's row has left, for the caller's wait. */
-        s = stmt(d, ST_LOCK_LEFT);
-        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, now);
-        if (step_int(d, s, "read lock", left_ms) == DB_ERROR) *left_ms = 0;
-        db_rollback(d);
-        return DB_EXISTS;
-    }
-    if (st == DB_OK) {
-        s = stmt(d, ST_LOCK_BUMP);
-        sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-        st = step_int(d, s, "count lock", fence);
-        if (st == DB_NOTFOUND) st = DB_ERROR;
-    }
-    if (st != DB_OK) {
-        db_rollback(d);
-        return st;
-    }
-    if ((st = db_commit(d)) != DB_OK) {
-        /* The row may have landed: it expires after ttl_ms. */
-        db_rollback(d);
-        return st == DB_BUSY ? DB_BUSY : DB_ERROR;
-    }
-    *left_ms = ttl_ms;
-    return DB_OK;
-}
-
-db_status db_lock_release(db *d, const char *name, const char *owner, int busy_ms) {
-    sqlite3_busy_timeout(d->conn, busy_ms > 0 ? busy_ms : 1);
-    sqlite3_stmt *s = stmt(d, ST_LOCK_DELETE);
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
-    db_status st = step_done(d, s, "release lock");
-    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
     return st;
 }
 

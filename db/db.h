@@ -18,7 +18,9 @@
  *
  * A `db` handle is one SQLite connection with its prepared statements; it
  * belongs to one thread at a time. Errors live in the handle (db_errstr).
- * The group-commit writer (db_writer) runs its own thread and connection. */
+ * The group-commit writer (db_writer) runs its own thread and connection.
+ * The `db-lock` strategy's lock table, in the same database, has a header
+ * of its own: db/locktable.h. */
 #ifndef FLASHSALE_DB_H
 #define FLASHSALE_DB_H
 
@@ -168,23 +170,6 @@ typedef enum db_take {
  * expect_version to DB_TAKE_OPTIMISTIC (the version the caller read). */
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out);
-
-/* The `db-lock` strategy's lock: a row of the `locks` table per held lock
- * name, taken by a unique insert (a row of an expired hold is deleted
- * first: a dead holder's lock is taken over once its lease ran out) and
- * deleted to release. Every take bumps the name's counter in `lock_fences`
- * in the same transaction and hands it out as the fencing token: strictly
- * increasing per name, for ever. Expiry is by this host's wall clock.
- *
- * db_lock_acquire tries once, waiting at most busy_ms for SQLite's write
- * lock. DB_OK: taken until ttl_ms from now, *fence its token; DB_EXISTS:
- * held by another, whose row has *left_ms left (<= 0: expiring now);
- * DB_BUSY: the database stayed locked by another writer; DB_ERROR. */
-db_status db_lock_acquire(db *d, const char *name, const char *owner, long long ttl_ms,
-                          int busy_ms, long long *fence, long long *left_ms);
-/* Deletes name's row if owner holds it: DB_OK; DB_NOTFOUND when it is not
- * owner's any more (expired and taken over); DB_BUSY or DB_ERROR. */
-db_status db_lock_release(db *d, const char *name, const char *owner, int busy_ms);
 
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and

@@ -16,25 +16,55 @@
 
 #include "common/clock.h"
 
-extern const char lock_lua_acquire[], lock_lua_release[], lock_lua_extend[],
-    lock_lua_settle[], lock_lua_fence[];
+extern const char lock_lua_format[], lock_lua_acquire[], lock_lua_release[],
+    lock_lua_extend[], lock_lua_settle[], lock_lua_fence[];
 
 /* ------------------------------------------------------------------ scripts */
 
 static rconn_script scripts[LOCK_S_COUNT];
+static int scripts_nomem;      /* composing one failed: clients are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 
+char *lock_script_compose(const char *body) {
+    size_t nf = strlen(lock_lua_format), nb = strlen(body);
+    char *src = malloc(nf + nb + 1);
+    if (!src) return NULL;
+    memcpy(src, lock_lua_format, nf);
+    memcpy(src + nf, body, nb + 1);
+    return src;
+}
+
+/* A script that touches the lock: format.lua's functions, then body. The
+ * text lives as long as the process (the descriptor points at it). */
+static void script_on_format(lock_script_id id, const char *name, const char *body) {
+    char *src = lock_script_compose(body);
+    if (!src) {
+        scripts_nomem = 1;
+        return;
+    }
+    rconn_script_init(&scripts[id], name, src);
+}
+
 static void scripts_init(void) {
-    rconn_script_init(&scripts[LOCK_S_ACQUIRE], "acquire", lock_lua_acquire);
-    rconn_script_init(&scripts[LOCK_S_RELEASE], "release", lock_lua_release);
-    rconn_script_init(&scripts[LOCK_S_EXTEND], "extend", lock_lua_extend);
-    rconn_script_init(&scripts[LOCK_S_SETTLE], "settle", lock_lua_settle);
+    script_on_format(LOCK_S_ACQUIRE, "acquire", lock_lua_acquire);
+    script_on_format(LOCK_S_RELEASE, "release", lock_lua_release);
+    script_on_format(LOCK_S_EXTEND, "extend", lock_lua_extend);
+    script_on_format(LOCK_S_SETTLE, "settle", lock_lua_settle);
+    /* The fence is the protected side's, not the lock's: no format in it. */
     rconn_script_init(&scripts[LOCK_S_FENCE], "fence", lock_lua_fence);
+}
+
+/* Builds the scripts and their SHA1s (once per process). Returns 0, or -1
+ * when out of memory. */
+static int scripts_ready(void) {
+    pthread_once(&scripts_once, scripts_init);
+    return scripts_nomem ? -1 : 0;
 }
 
 const rconn_script *lock_script(lock_script_id id) {
     assert(id >= 0 && id < LOCK_S_COUNT);
     pthread_once(&scripts_once, scripts_init);
+    assert(scripts[id].src);       /* a client exists: scripts_ready passed */
     return &scripts[id];
 }
 
@@ -224,6 +254,10 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
         return NULL;
     }
     if (check_kinds(o, &kind, err, errlen)) return NULL;
+    if (scripts_ready()) {          /* SHA1s computed now, not on a hot path */
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     if (lock_random(rnd, sizeof rnd)) {
         snprintf(err, errlen, "lock: getrandom: %s", strerror(errno));
         return NULL;
@@ -257,7 +291,6 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
     pthread_mutex_init(&c->waker.mu, NULL);
     lock_cond_init(&c->waker.state_cv);
     c->waker.efd = -1;
-    lock_script(LOCK_S_ACQUIRE);   /* SHA1s computed now, not on a hot path */
     int rc = 0;
     if (kind == LOCK_KIND_ZK) rc = lock_zk_open(c, o->urls[0], err, errlen);
     else if (kind == LOCK_KIND_ETCD) rc = lock_etcd_open(c, o->urls[0], err, errlen);

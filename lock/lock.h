@@ -48,6 +48,11 @@
  *                     notifications knows that this DEL was one of ours
  *                     (which wakes its queue itself) and not a foreign one.
  *
+ *   This format is written once, as Lua functions (lock/lua/format.lua):
+ *   every script of this module that touches a lock is built on them, and
+ *   lock_script_compose builds a caller's script on them, for one that
+ *   takes or frees a lock inside its own atomic step.
+ *
  * THE FORMAT, ZOOKEEPER. The recipe of ZooKeeper's documentation and of
  * Curator's InterProcessMutex, in Curator's node format (so the two
  * exclude each other on the same path; not tested against Curator here):
@@ -324,6 +329,33 @@ lock_release_result lock_release_ex(lock_handle *h, char *err, size_t errlen);
 int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
                     const char *value, size_t value_len, uint64_t *highest, char *err,
                     size_t errlen);
+
+/* A caller's Lua script built on the lock's Redis format: a new string,
+ * lock/lua/format.lua followed by body, to hand to rconn_script_init (and
+ * keep while the script is used; free() it after). format.lua only defines
+ * local functions, so body runs as it would alone, with these in scope
+ * (NAME, FENCE, WAITERS, WAKE: the lock's key and its derived B:fence,
+ * B:waiters and B:wake: of THE FORMAT above, passed in KEYS and ARGV):
+ *
+ *   lock_free(NAME)                       true when no one holds the lock
+ *   lock_take(NAME, FENCE, id, ttl_ms)    takes a free lock for owner id
+ *                                         (32 hex): INCR FENCE, then SET
+ *                                         NAME "<id>:<token>" PX ttl_ms;
+ *                                         returns the token
+ *   lock_ours(NAME, id)                   true when id holds the lock
+ *   lock_value(id, token)                 the value "<id>:<token>"
+ *   lock_release(NAME, WAITERS, id, WAKE, n)
+ *                                         lock_release's compare-and-delete:
+ *                                         if id holds it, PUBLISH the marker
+ *                                         on WAKE, DEL, and wake up to n
+ *                                         live waiters; returns 1 freed, 0
+ *                                         not id's (nothing done)
+ *
+ * A lock taken so is one of this module's: lock_acquire on NAME waits for
+ * it, lock_release frees it only for its owner, and a lock_release(...)
+ * with n >= 1 wakes a lock_acquire waiting for it. Returns NULL when out
+ * of memory. */
+char *lock_script_compose(const char *body);
 
 /* Counters since the client was created (for tests, the benchmark, metrics). */
 typedef struct lock_stats {

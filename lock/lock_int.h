@@ -9,7 +9,9 @@
  *               wake-ups of waiting threads
  *   watchdog.c  the renewal thread
  *   fence.c     lock_fenced_set
- *   zk.c        the ZooKeeper backend (zk:// URLs)
+ *   zk.c        the ZooKeeper backend (zk:// URLs): the lock recipe
+ *   zksession.c its sessions (the leases), bounded requests, keeper thread
+ *               (zk_int.h: what the two share)
  *   etcd.c      the etcd backend (etcd:// URLs)
  *
  * A client serves one kind of server, chosen by the URL scheme. Redis is

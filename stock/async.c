@@ -275,7 +275,10 @@ static void on_state(aconn *c, int up, void *ud) {
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
     static const rconn_script *scripts[4];
     rconn_addr a;
-    sk_scripts_init();
+    if (sk_scripts_init()) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     scripts[0] = &sk_reserve_batch;
     scripts[1] = &sk_undo;
     scripts[2] = &sk_lock_read;

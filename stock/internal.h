@@ -41,10 +41,12 @@ static inline void sk_observe(stock_call_observer *fn, void *ud, stock_call k, i
 static inline int64_t sk_t0(stock_call_observer *fn) { return fn ? clock_mono_us() : 0; }
 
 /* Scripts of the read-check-write strategies (rcw.c), and those the loop
- * side uses (async.c); initialised by sk_scripts_init (once). */
+ * side uses (async.c); initialised by sk_scripts_init. */
 extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
     sk_lock_write;
-void sk_scripts_init(void);
+/* Builds every script and its SHA1 (once per process). Returns 0, or -1
+ * when out of memory (then no script may be used). */
+int sk_scripts_init(void);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
 void sk_drop(stock_conn *c, const char *what);

@@ -29,6 +29,7 @@
 #include <pthread.h>
 
 #include "common/clock.h"
+#include "db/locktable.h"
 #include "lock/lock.h"
 #include "stock/internal.h"
 

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/rconn.h"
+#include "lock/lock.h"
 #include "stock/internal.h"
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
@@ -22,14 +23,28 @@ extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
 static rconn_script s_reserve, s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
     sk_lock_write;
+static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
+
+/* The `lock` strategy's loop scripts take and free the lock module's lock
+ * inside their own step: they are its format's functions followed by the
+ * stock's body (lock_script_compose), so the format is written only in
+ * lock/. The text lives as long as the process. */
+static void script_on_lock(rconn_script *s, const char *name, const char *body) {
+    char *src = lock_script_compose(body);
+    if (!src) {
+        scripts_nomem = 1;
+        return;
+    }
+    rconn_script_init(s, name, src);
+}
 
 static void scripts_init(void) {
     rconn_script_init(&s_reserve, "reserve", stock_lua_reserve);
     rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
-    rconn_script_init(&sk_lock_read, "lock_read", stock_lua_lock_read);
-    rconn_script_init(&sk_lock_write, "lock_write", stock_lua_lock_write);
+    script_on_lock(&sk_lock_read, "lock_read", stock_lua_lock_read);
+    script_on_lock(&sk_lock_write, "lock_write", stock_lua_lock_write);
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);
@@ -161,11 +176,13 @@ void sk_hint_set(const stock_product *p, int seg, int empty) {
 
 
 
-void sk_scripts_init(void) { pthread_once(&scripts_once, scripts_init); }
+int sk_scripts_init(void) {
+    pthread_once(&scripts_once, scripts_init);
+    return scripts_nomem ? -1 : 0;
+}
 
 stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
-    sk_scripts_init();
-    stock_conn *c = calloc(1, sizeof *c);
+    stock_conn *c = sk_scripts_init() ? NULL : calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
         return NULL;

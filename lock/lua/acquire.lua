@@ -1,14 +1,14 @@
 -- acquire.lua: take the lock if it is free; if not and the caller waits,
 -- join the waiter queue in the same atomic step, so a release that runs
--- after this script is guaranteed to see (and wake) the caller.
+-- after this script is guaranteed to see (and wake) the caller. Runs after
+-- format.lua (lock_free, lock_take).
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] waiter queue
 -- ARGV[1] id (32 hex), ARGV[2] ttl ms, ARGV[3] waiter id ('' = not waiting),
 -- ARGV[4] queue score ('' = new arrival: server time), ARGV[5] queue ttl ms
 -- Returns {1, fence} when taken, {0, pttl of the holder, queue score} when held.
 if redis.replicate_commands then redis.replicate_commands() end
-if redis.call('exists', KEYS[1]) == 0 then
-    local fence = redis.call('incr', KEYS[2])
-    redis.call('set', KEYS[1], ARGV[1] .. ':' .. fence, 'px', ARGV[2])
+if lock_free(KEYS[1]) then
+    local fence = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
     if ARGV[3] ~= '' then redis.call('zrem', KEYS[3], ARGV[3]) end
     return {1, fence}
 end

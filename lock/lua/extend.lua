@@ -1,8 +1,8 @@
--- extend.lua: renew the lease if the lock is still ours.
+-- extend.lua: renew the lease if the lock is still ours. Runs after
+-- format.lua (lock_ours).
 -- KEYS[1] lock; ARGV[1] id, ARGV[2] ttl ms
 -- Returns 1 renewed, 0 not ours (gone or taken by another).
-local v = redis.call('get', KEYS[1])
-if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+if lock_ours(KEYS[1], ARGV[1]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 1
 end

@@ -1,11 +1,11 @@
 -- settle.lua: Redlock only. Makes one fencing token of the quorum's: raises
 -- this server's counter to the agreed token (the highest the quorum gave)
 -- and rewrites the lock value with it, keeping the TTL. Any later majority
--- shares a server with this one, so its token will be higher.
+-- shares a server with this one, so its token will be higher. Runs after
+-- format.lua (lock_ours, lock_value).
 -- KEYS[1] lock, KEYS[2] fence counter; ARGV[1] id, ARGV[2] agreed token
 -- Returns 1 done, 0 the lock is no longer ours here.
-local v = redis.call('get', KEYS[1])
-if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then
+if not lock_ours(KEYS[1], ARGV[1]) then
     return 0
 end
 if (tonumber(redis.call('get', KEYS[2])) or 0) < tonumber(ARGV[2]) then
@@ -13,6 +13,6 @@ if (tonumber(redis.call('get', KEYS[2])) or 0) < tonumber(ARGV[2]) then
 end
 local pt = redis.call('pttl', KEYS[1])
 if pt > 0 then
-    redis.call('set', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'px', pt)
+    redis.call('set', KEYS[1], lock_value(ARGV[1], ARGV[2]), 'px', pt)
 end
 return 1

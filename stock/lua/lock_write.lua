@@ -3,8 +3,9 @@
 -- lock, in one atomic step. The write sets the value computed from the read
 -- (the pattern the lock protects), and is refused whole when a newer holder
 -- has raised the segment's fence (this holder's lease ran out). The release
--- is the lock module's: compare-and-delete, then wake the next waiter of
--- the blocking path (release.lua).
+-- is the lock module's (lock/lua/format.lua's lock_release, which this body
+-- follows in one script): compare-and-delete, then wake the next live
+-- waiter of the blocking path, as lock_release does.
 --
 -- KEYS[1] lock   KEYS[2] the lock's waiter queue   KEYS[3] gen   KEYS[4] pending
 -- KEYS[5] users   KEYS[6] idem record   KEYS[7] empty-segment bitmap
@@ -46,14 +47,5 @@ if ARGV[6] == 'write' then
         res = {1, tonumber(gen), spec}
     end
 end
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
-    redis.call('PUBLISH', ARGV[2], 'released')
-    redis.call('DEL', KEYS[1])
-    for _ = 1, 64 do
-        local head = redis.call('ZPOPMIN', KEYS[2])
-        if #head == 0 then break end
-        if redis.call('PUBLISH', ARGV[2] .. head[1], 'released') > 0 then break end
-    end
-end
+lock_release(KEYS[1], KEYS[2], ARGV[1], ARGV[2], 1)
 return res

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "db/db.h"
+#include "db/locktable.h"
 #include "tests/unit/t.h"
 
 static char dir[] = "/tmp/fs-test-db-XXXXXX";

@@ -1,9 +1,17 @@
 /* test_stock.c: the stock module against a real redis-server (the runner
  * passes its URL in FLASHSALE_TEST_REDIS): the reserve script's every
- * answer, undo's idempotence, generations, segments, restock, NOSCRIPT. */
+ * answer, undo's idempotence, generations, segments, restock, NOSCRIPT,
+ * and the `lock` strategy's loop path sharing one lock with the lock
+ * module. */
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 #include <hiredis/hiredis.h>
 
+#include "common/loop.h"
 #include "common/rconn.h"
+#include "lock/lock.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
 
@@ -217,6 +225,182 @@ static void test_fenced_write(void) {
     if (r) freeReplyObject(r);
 }
 
+/* ------------------------------------------- the loop path's lock, shared */
+
+/* The `lock` strategy's loop path (stock_async_lock_read / _write) on an
+ * event loop of its own thread, called from the test's thread one call at
+ * a time. */
+typedef struct loop_side {
+    loop *l;
+    stock_async *sa;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    loop_task task;
+    int write;                    /* the call: 0 lock_read, 1 lock_write (release only) */
+    stock_req *r;
+    stock_hold *h;
+    int done, res;
+} loop_side;
+
+static void *side_main(void *ud) {
+    loop_run(((loop_side *)ud)->l);
+    return NULL;
+}
+
+static void side_answer(void *ud, int res) {
+    loop_side *s = ud;
+    pthread_mutex_lock(&s->mu);
+    s->res = res;
+    s->done = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* On the loop's thread: sends the call the test asked for. */
+static void side_send(loop *l, void *ud) {
+    loop_side *s = ud;
+    (void)l;
+    if (s->write) stock_async_lock_write(s->sa, s->r, s->h, 0, side_answer, s);
+    else stock_async_lock_read(s->sa, s->r, s->h, 5000, side_answer, s);
+}
+
+/* Runs one call on the loop and returns its res (-99: no answer in 5 s). */
+static int side_call(loop_side *s, int write) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    s->write = write;
+    s->done = 0;
+    s->task = (loop_task){ side_send, s, NULL };
+    loop_post(s->l, &s->task);
+    pthread_mutex_lock(&s->mu);
+    while (!s->done && pthread_cond_timedwait(&s->cv, &s->mu, &until) != ETIMEDOUT) {}
+    int res = s->done ? s->res : -99;
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+static int side_start(loop_side *s, stock_req *r, stock_hold *h) {
+    char err[200];
+    stock_config cfg = { .redis_url = url, .prefix = "fs:", .timeout_ms = 2000,
+                         .instance = "test-loop", .idem_ttl_ms = 60000 };
+    *s = (loop_side){ .r = r, .h = h };
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!(s->l = loop_new(err, sizeof err))) goto err;
+    if (!(s->sa = stock_async_new(s->l, &cfg, err, sizeof err))) goto err;
+    if (pthread_create(&s->thread, NULL, side_main, s) != 0) goto err;
+    return 0;
+err:
+    fprintf(stderr, "  loop side: %s\n", err);
+    stock_async_free(s->sa);
+    if (s->l) loop_free(s->l);
+    return -1;
+}
+
+static void side_stop(loop_side *s) {
+    loop_stop(s->l);
+    pthread_join(s->thread, NULL);
+    stock_async_free(s->sa);
+    loop_free(s->l);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+}
+
+typedef struct waiter {
+    lock_client *lc;
+    const char *name;
+    lock_status st;
+    lock_handle *h;
+} waiter;
+
+static void *waiter_main(void *ud) {
+    waiter *w = ud;
+    char err[200];
+    w->st = lock_acquire(w->lc, w->name, 5000, 5000, NULL, &w->h, err, sizeof err);
+    return NULL;
+}
+
+static long long zcard(const char *key) {
+    redisReply *r = redisCommand(raw, "ZCARD %s", key);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* The loop path's lock_read/lock_write take and free the lock module's own
+ * lock (they are built on its format, lock_script_compose): a lock held
+ * through lock.h keeps lock_read out, a lock taken by lock_read keeps
+ * lock_acquire out, tokens come from one counter, lock_write's release
+ * wakes a lock_acquire waiting on the blocking path, and it never frees a
+ * lock that another owner holds. */
+static void test_lock_module_and_loop_path_exclude(void) {
+    static const char *name = "fs:{t-excl}:lock:0";
+    stock_product p = { .sku = "t-excl", .strategy = STOCK_LOCK, .segments = 1 };
+    const char *const urls[] = { url };
+    lock_options o = { .urls = urls, .nurls = 1, .timeout_ms = 2000 };
+    stock_req r = req(&p, "x1", "u", 1, NULL, "f");
+    stock_hold h = { .seg = 0 };
+    loop_side side;
+    lock_handle *lh = NULL;
+    char err[200];
+    CHECK(stock_load(sc, &p, 1, 5, NULL, 0, 1) == 0);
+    lock_client *lc = lock_client_new(&o, err, sizeof err);
+    CHECK(lc != NULL);
+    if (!lc) return;
+    if (side_start(&side, &r, &h) != 0) {
+        CHECK(!"the loop side starts");
+        lock_client_free(lc);
+        return;
+    }
+    /* The connection comes up in the background: until then lock_read
+     * fails at once (-1, nothing sent). */
+    int res = -1;
+    for (int i = 0; i < 200 && res == -1; i++) {
+        res = side_call(&side, 0);
+        if (res == -1) usleep(10000);
+    }
+    CHECK(res == 1);                                    /* free: taken */
+    uint64_t loop_token = h.token;
+    CHECK(side_call(&side, 1) == 0);                    /* released */
+
+    /* Held through the lock module: lock_read finds it held, takes nothing. */
+    CHECK(lock_acquire(lc, name, 5000, 0, NULL, &lh, err, sizeof err) == LOCK_OK);
+    CHECK(lh && lock_fence(lh) > loop_token);
+    CHECK(side_call(&side, 0) == 0 && h.pttl > 0 && h.pttl <= 5000);
+    uint64_t module_token = lh ? lock_fence(lh) : 0;
+    CHECK(lh && lock_release(lh) == LOCK_RELEASED);
+
+    /* Held by the loop path: the lock module is kept out... */
+    CHECK(side_call(&side, 0) == 1 && h.token > module_token);
+    lh = NULL;
+    CHECK(lock_acquire(lc, name, 5000, 0, NULL, &lh, err, sizeof err) == LOCK_BUSY && !lh);
+    /* ...and a waiter of the blocking path, once queued, is woken by
+     * lock_write's release and takes it with a later token. */
+    lock_stats before, after;
+    lock_client_stats(lc, &before);
+    waiter w = { lc, name, LOCK_ERROR, NULL };
+    pthread_t wt;
+    CHECK(pthread_create(&wt, NULL, waiter_main, &w) == 0);
+    for (int i = 0; i < 500 && zcard("fs:{t-excl}:lock:0:waiters") < 1; i++) usleep(2000);
+    CHECK(zcard("fs:{t-excl}:lock:0:waiters") == 1);
+    CHECK(side_call(&side, 1) == 0);
+    pthread_join(wt, NULL);
+    lock_client_stats(lc, &after);
+    CHECK(w.st == LOCK_OK && w.h && lock_fence(w.h) > h.token);
+    CHECK(after.wakeups > before.wakeups);
+
+    /* lock_write's release by a former owner leaves the new holder's lock. */
+    CHECK(side_call(&side, 1) == 0);
+    redisReply *e = redisCommand(raw, "EXISTS %s", name);
+    CHECK(e && e->type == REDIS_REPLY_INTEGER && e->integer == 1);
+    if (e) freeReplyObject(e);
+    CHECK(w.h && lock_release(w.h) == LOCK_RELEASED);
+    side_stop(&side);
+    lock_client_free(lc);
+}
+
 static void test_unreachable(void) {
     stock_config cfg = { .redis_url = "redis://127.0.0.1:1/0", .prefix = "fs:", .timeout_ms = 200,
                          .instance = "test" };
@@ -238,7 +422,8 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_reserve_answers), T(test_pending_confirm_undo), T(test_replays),
         T(test_limit_counts), T(test_generation_and_run_id), T(test_segments),
-        T(test_noscript_fallback), T(test_fenced_write), T(test_unreachable),
+        T(test_noscript_fallback), T(test_fenced_write), T(test_lock_module_and_loop_path_exclude),
+        T(test_unreachable),
     };
     char err[200];
     rconn_addr a;
