@@ -9,6 +9,7 @@
  * resending a command whose script the server had lost. */
 #include "common/aconn.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,7 @@ aconn *aconn_new(loop *l, const rconn_addr *a, int timeout_ms,
 
 void aconn_free(aconn *c) {
     if (!c) return;
+    assert(loop_owned(c->l));
     c->state_fn = NULL;
     if (c->ctx || c->qlen) fail(c, "closed", 0);
     loop_forget(c->l, c);                        /* its flush hook and check timer */
@@ -322,12 +324,20 @@ void aconn_free(aconn *c) {
     free(c);
 }
 
-int aconn_ready(const aconn *c) { return c->state == S_READY; }
-int aconn_inflight(const aconn *c) { return (int)c->qlen; }
+int aconn_ready(const aconn *c) {
+    assert(loop_owned(c->l));
+    return c->state == S_READY;
+}
+
+int aconn_inflight(const aconn *c) {
+    assert(loop_owned(c->l));
+    return (int)c->qlen;
+}
 const char *aconn_run_id(const aconn *c) { return c->run_id; }
 const char *aconn_errstr(const aconn *c) { return c->errstr; }
 
 int aconn_connect(aconn *c) {
+    assert(loop_owned(c->l));
     if (c->state != S_DOWN) return 0;
     int64_t now = clock_mono_ms();
     if (now < c->next_connect_ms) return -1;
@@ -345,6 +355,7 @@ int aconn_connect(aconn *c) {
 }
 
 int aconn_send(aconn *c, rconn_cmd *cmd, aconn_reply_fn *fn, void *ud) {
+    assert(loop_owned(c->l));
     if (c->state != S_READY) return -1;
     for (int i = 0; i < cmd->argc; i++) cmd->argv[i] = cmd->buf + cmd->off[i];
     pending p = { K_USER, fn, ud, clock_mono_ms(), NULL, 0, 0 };

@@ -7,6 +7,7 @@
  * eventfd only once until the loop has drained the queue. */
 #include "common/loop.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -67,12 +68,18 @@ struct loop {
     size_t nheap, capheap;
     uint64_t seq;
     void *data;
+    atomic_int running;               /* loop_run is between its first and last turn */
 };
 
 static __thread loop *current;
 
 loop *loop_current(void) { return current; }
-void loop_set_data(loop *l, void *data) { l->data = data; }
+int loop_owned(const loop *l) { return current == l || !atomic_load(&l->running); }
+
+void loop_set_data(loop *l, void *data) {
+    assert(loop_owned(l));
+    l->data = data;
+}
 void *loop_data(const loop *l) { return l->data; }
 
 static void drain(loop *l, int fd, unsigned events, void *ud);
@@ -131,6 +138,7 @@ static int grow(loop *l, int fd) {
 }
 
 int loop_watch(loop *l, int fd, unsigned events, loop_io_fn *fn, void *ud) {
+    assert(loop_owned(l));
     if (fd < 0 || grow(l, fd) != 0) {
         errno = fd < 0 ? EBADF : ENOMEM;
         return -1;
@@ -163,24 +171,30 @@ int loop_watch(loop *l, int fd, unsigned events, loop_io_fn *fn, void *ud) {
 }
 
 void loop_unwatch(loop *l, int fd) {
+    assert(loop_owned(l));
     if (fd < 0 || fd >= l->nwatches || !l->watches[fd].active) return;
     if (l->watches[fd].events) epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
     l->watches[fd].active = 0;
 }
 
 int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud) {
+    assert(loop_owned(l));
     if (l->ntimers == MAX_TIMERS || period_ms <= 0) return -1;
     l->timers[l->ntimers++] = (timer){ period_ms, clock_mono_ms() + period_ms, fn, ud };
     return 0;
 }
 
-void loop_again(loop *l) { l->again = 1; }
+void loop_again(loop *l) {
+    assert(loop_owned(l));
+    l->again = 1;
+}
 
 static int before(const oneshot *a, const oneshot *b) {
     return a->due_us < b->due_us || (a->due_us == b->due_us && a->seq < b->seq);
 }
 
 int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud) {
+    assert(loop_owned(l));
     if (l->nheap == l->capheap) {
         size_t cap = l->capheap ? l->capheap * 2 : 64;
         oneshot *h = realloc(l->heap, cap * sizeof *h);
@@ -214,6 +228,7 @@ static oneshot pop_oneshot(loop *l) {
 }
 
 int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
+    assert(loop_owned(l));
     if (l->nflush == MAX_FLUSH) return -1;
     l->flush[l->nflush++] = (hook){ fn, ud };
     return 0;
@@ -223,6 +238,7 @@ int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
  * run_timers or the flush hooks walk these arrays. They are closed up at
  * the top of the next iteration (compact). */
 void loop_forget(loop *l, void *ud) {
+    assert(loop_owned(l));
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i].ud == ud) l->timers[i].fn = NULL, l->forgot = 1;
     for (int i = 0; i < l->nflush; i++)
@@ -312,6 +328,7 @@ static int run_timers(loop *l) {
 void loop_run(loop *l) {
     struct epoll_event evs[MAX_EVENTS];
     current = l;
+    atomic_store(&l->running, 1);
     while (!atomic_load(&l->stopping)) {
         if (l->forgot) compact(l);
         int wait = run_timers(l);
@@ -332,5 +349,6 @@ void loop_run(loop *l) {
         for (int i = 0; i < l->nflush; i++)
             if (l->flush[i].fn) l->flush[i].fn(l, l->flush[i].ud);
     }
+    atomic_store(&l->running, 0);
     current = NULL;
 }

@@ -76,6 +76,10 @@ void loop_stop(loop *l);
 
 /* The loop running on the calling thread, or NULL. */
 loop *loop_current(void);
+/* Whether the calling thread may touch l: it runs l, or no thread does
+ * (before loop_run, after it returned). The functions above that say "on
+ * the loop's thread" assert it. */
+int loop_owned(const loop *l);
 /* A pointer the owner keeps with the loop (e.g. its per-loop state). */
 void loop_set_data(loop *l, void *data);
 void *loop_data(const loop *l);

@@ -18,6 +18,7 @@
 
 #include "common/aconn.h"
 #include "common/clock.h"
+#include "common/loop.h"
 #include "stock/internal.h"
 #include "stock/async_int.h"
 
@@ -310,6 +311,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
 
 void stock_async_free(stock_async *sa) {
     if (!sa) return;
+    assert(loop_owned(sa->l));
     on_state(NULL, 0, sa);                       /* fails what is held */
     aconn_free(sa->conn);                        /* and what is in flight */
     rconn_cmd_free(&sa->cmd);
@@ -317,7 +319,10 @@ void stock_async_free(stock_async *sa) {
 }
 
 const char *stock_async_errstr(const stock_async *sa) { return sa->errstr; }
-int stock_async_inflight(const stock_async *sa) { return aconn_inflight(sa->conn); }
+int stock_async_inflight(const stock_async *sa) {
+    assert(loop_owned(sa->l));
+    return aconn_inflight(sa->conn);
+}
 
 /* Copies ids (at most CLEAR_MAX) into j. Returns how many were taken. */
 static size_t take_ids(job *j, const char *const *ids, size_t n) {
@@ -332,6 +337,7 @@ static size_t take_ids(job *j, const char *const *ids, size_t n) {
 
 size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
                            const char *const *clear, size_t nclear, stock_batch_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
     assert(n > 0 && n <= STOCK_BATCH_MAX);
     job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -350,6 +356,7 @@ size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **
 
 size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *const *ids,
                          size_t n) {
+    assert(loop_owned(sa->l));
     job *j = calloc(1, sizeof *j);
     if (!j) return 0;
     *j = (job){ .kind = J_CLEAR, .p = p };
@@ -363,6 +370,7 @@ size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *co
 }
 
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
     job *j = calloc(1, sizeof *j);
     if (!j) {
         fn(ud, 0);

@@ -26,6 +26,7 @@
 
 #include "common/aconn.h"
 #include "common/clock.h"
+#include "common/loop.h"
 #include "stock/internal.h"
 #include "stock/async_int.h"
 
@@ -99,6 +100,7 @@ static void on_read(void *ud, redisReply *rep) {
 
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
                            stock_lock_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
     const stock_product *p = r->product;
     lock_job *j = malloc(sizeof *j);
     if (!j || !aconn_ready(sa->conn)) {
@@ -203,6 +205,7 @@ static void write_failed(stock_req *r, stock_lock_fn *fn, void *ud) {
 
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
     const stock_product *p = r->product;
     lock_job *j = malloc(sizeof *j);
     if (!j) {
