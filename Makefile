@@ -182,12 +182,15 @@ FUZZ_JOBS    ?= 1
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c stock/stock.c common/rconn.c common/utf8.c \
-                build/rel/gen/lua_stock.c $(FUZZ_EXTRA_SRC)
+# What the small harnesses test (validation, ids) and what that code links
+# with: the stock module, and the lock and db modules under it.
+FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c \
+                $(filter-out %_main.c,$(wildcard common/*.c stock/*.c lock/*.c db/*.c)) \
+                build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c $(FUZZ_EXTRA_SRC)
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm
 
 # Per-target sources, as extra prerequisites so that $^ links them.
 build/fuzz/fuzz_http: loadtest/httpresp.c
