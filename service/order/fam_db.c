@@ -38,7 +38,7 @@ static void read_version(svc_order *op) {
         svc_order_refuse(op, available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, available);
         return;
     }
-    op->tries++;
+    op->fam_data.db.tries++;
     svc_commit_prepare_insert(op, DB_TAKE_OPTIMISTIC, version);
     svc_commit_send(op);
 }
@@ -64,12 +64,12 @@ static void refused(svc_order *op) {
         svc_order_refuse(op, RF_LIMIT, j->available);
         return;
     case DB_CONFLICT:
-        if (op->tries < OPTIMISTIC_TRIES) {
+        if (op->fam_data.db.tries < OPTIMISTIC_TRIES) {
             svc_order_to(op, SVC_ORDER_RESERVING);   /* read the new version, try again */
             svc_pipeline_run_blocking(op, read_version);
             return;
         }
-        svc_order_refuse(op, RF_CONFLICT, op->tries);
+        svc_order_refuse(op, RF_CONFLICT, op->fam_data.db.tries);
         return;
     case DB_DUPKEY:
         svc_commit_prepare_lookup(op, "");    /* answer as a replay of the key's order */

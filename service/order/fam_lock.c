@@ -38,6 +38,9 @@
 #include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 
+/* What this family keeps with an order it holds (order_int.h). */
+#define LOCK(op) ((op)->fam_data.lock)
+
 #define RETRY_MIN_MS 1
 #define RETRY_MAX_MS 20
 
@@ -79,7 +82,7 @@ static int ttl_of(const svc_order *op) {
 }
 
 static void count_lock(svc_order *op, int outcome) {
-    svc_histogram_observe(&op->a->m.lock_acquire, clock_mono_us() - op->lock_t0_us);
+    svc_histogram_observe(&op->a->m.lock_acquire, clock_mono_us() - LOCK(op).t0_us);
     atomic_fetch_add(&op->a->m.lock_outcomes[outcome], 1);
 }
 
@@ -100,7 +103,7 @@ static void releasing(lock_q *q) {
 }
 
 static void handed_off(lock_q *q, svc_order *op) {
-    if (!q->released_us || op->lock_t0_us > q->released_us) return;
+    if (!q->released_us || LOCK(op).t0_us > q->released_us) return;
     svc_histogram_observe(&op->a->m.lock_handoff[STOCK_LOCK], clock_mono_us() - q->released_us);
     q->released_us = 0;
 }
@@ -114,9 +117,9 @@ static void next_holder(lock_q *q) {
 /* The op leaves the queue: answered (a refusal), or, reserved or a replay
  * to look up, handed to the committer. */
 static void settle(svc_order *op) {
-    lock_q *q = op->lock_q;
+    lock_q *q = LOCK(op).q;
     q->ops--;
-    op->lock_q = NULL;
+    LOCK(op).q = NULL;
     if (svc_reservation_result(op)) svc_commit_send(op);
 }
 
@@ -131,7 +134,7 @@ static void written(void *ud, int res) {
 /* The fenced write, then the next holder right behind it. */
 static void write_now(lock_q *q, svc_order *op) {
     releasing(q);
-    stock_async_lock_write(svc_order_loop_stock(q->ol), &op->sreq, &op->hold, 1, written, op);
+    stock_async_lock_write(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 1, written, op);
     if (q->holder == op) next_holder(q);
 }
 
@@ -140,7 +143,7 @@ static void write_now(lock_q *q, svc_order *op) {
 static void pause_over(loop *l, void *ud) {
     svc_order *op = ud;
     (void)l;
-    write_now(op->lock_q, op);
+    write_now(LOCK(op).q, op);
 }
 
 /* The head's lease ran out while it paused: the next order may take the
@@ -159,13 +162,14 @@ static void retry(loop *l, void *ud);
 static void send_read(lock_q *q) {
     svc_order *op = q->holder;
     q->state = LQ_TAKING;
-    stock_async_lock_read(svc_order_loop_stock(q->ol), &op->sreq, &op->hold, ttl_of(op), taken, op);
+    stock_async_lock_read(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, ttl_of(op),
+                          taken, op);
 }
 
 /* Another process holds the lock: try again after its lease or a short
  * backoff, whichever comes first, within the order's lock wait. */
 static void wait_for_lock(lock_q *q, svc_order *op) {
-    int64_t waited_ms = (clock_mono_us() - op->lock_t0_us) / 1000;
+    int64_t waited_ms = (clock_mono_us() - LOCK(op).t0_us) / 1000;
     if (waited_ms >= op->a->cfg.lock_wait_ms) {
         count_lock(op, 1);
         op->sreq.result = STOCK_LOCK_TIMEOUT;
@@ -176,7 +180,7 @@ static void wait_for_lock(lock_q *q, svc_order *op) {
     unsigned char j = 0;
     if (getrandom(&j, 1, GRND_NONBLOCK) != 1) j = 128;
     int64_t delay = RETRY_MIN_MS + (int64_t)j * (RETRY_MAX_MS - RETRY_MIN_MS) / 255;
-    if (op->hold.pttl >= 0 && op->hold.pttl < delay) delay = op->hold.pttl;
+    if (LOCK(op).hold.pttl >= 0 && LOCK(op).hold.pttl < delay) delay = LOCK(op).hold.pttl;
     q->state = LQ_WAITING;
     if (loop_after(svc_order_loop_loop(q->ol), delay, retry, q) != 0) send_read(q);
 }
@@ -189,7 +193,7 @@ static void retry(loop *l, void *ud) {
 
 static void taken(void *ud, int res) {
     svc_order *op = ud;
-    lock_q *q = op->lock_q;
+    lock_q *q = LOCK(op).q;
     stock_req *r = &op->sreq;
     if (res == 0) {                            /* held by another */
         wait_for_lock(q, op);
@@ -203,15 +207,15 @@ static void taken(void *ud, int res) {
     }
     count_lock(op, 0);
     handed_off(q, op);
-    stock_result verdict = stock_lock_check(r, &op->hold);
+    stock_result verdict = stock_lock_check(r, &LOCK(op).hold);
     if (verdict != STOCK_RESERVED) {
         releasing(q);
-        stock_async_lock_write(svc_order_loop_stock(q->ol), r, &op->hold, 0, NULL, NULL);
+        stock_async_lock_write(svc_order_loop_stock(q->ol), r, &LOCK(op).hold, 0, NULL, NULL);
         next_holder(q);
         if (verdict == STOCK_INSUFFICIENT && op->p->segments > 1) {
             /* This segment is short: the blocking family reads them all. */
             q->ops--;
-            op->lock_q = NULL;
+            LOCK(op).q = NULL;
             svc_pipeline_reroute(op, STOCK_KIND_RCW);
             return;
         }
@@ -246,7 +250,7 @@ static void advance(lock_q *q) {
     while (q->state == LQ_IDLE && q->head) {
         svc_order *op = q->head;
         if (!(q->head = op->next)) q->tail = NULL;
-        if ((clock_mono_us() - op->lock_t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
+        if ((clock_mono_us() - LOCK(op).t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
             count_lock(op, 1);
             op->sreq.result = STOCK_LOCK_TIMEOUT;
             settle(op);
@@ -295,12 +299,12 @@ static lock_q *queue_of(svc_order_loop *ol, svc_product *p, int seg) {
 /* On the owner loop: into its segment's queue. */
 static void enqueue(svc_order *op) {
     svc_order_loop *ol = svc_order_loop_current();
-    lock_q *q = queue_of(ol, op->p, op->hold.seg);
+    lock_q *q = queue_of(ol, op->p, LOCK(op).hold.seg);
     if (!q) {
         svc_pipeline_reroute(op, STOCK_KIND_RCW);   /* no memory here: the blocking family */
         return;
     }
-    op->lock_q = q;
+    LOCK(op).q = q;
     op->next = NULL;
     q->ops++;
     if (q->tail) q->tail->next = op;
@@ -335,8 +339,8 @@ static void submit(svc_order *op) {
         svc_pipeline_reroute(op, STOCK_KIND_RCW);   /* all look empty: the full read decides */
         return;
     }
-    op->hold.seg = seg;
-    op->lock_t0_us = clock_mono_us();
+    LOCK(op).hold.seg = seg;
+    LOCK(op).t0_us = clock_mono_us();
     svc_order_loop_run(a->order_loops[owner_of(a, p, seg)], op, enqueue);
 }
 

@@ -81,11 +81,17 @@ struct svc_order {
                                       blocking thread */
     svc_task task;                 /* its place in the blocking threads' queue */
     svc_order *next;               /* the one list it is on at a time */
-    /* Family scratch: the lock family's hold, the db family's tries. */
-    int tries;                     /* db-optimistic: versioned updates tried */
-    stock_hold hold;               /* lock: the segment and what its read found */
-    int64_t lock_t0_us;            /* lock: when it started waiting */
-    void *lock_q;                  /* lock: its segment's queue (fam_lock.c's) */
+    /* What its family keeps with it while it holds the order. */
+    union {
+        struct {
+            stock_hold hold;       /* the segment, and what its read found */
+            int64_t t0_us;         /* when it started waiting for the lock */
+            void *q;               /* its segment's queue (fam_lock.c's) */
+        } lock;
+        struct {
+            int tries;             /* db-optimistic: versioned updates tried */
+        } db;
+    } fam_data;
 };
 
 /* Whether the path moves an order from state `from` to `to` (the table

@@ -178,7 +178,8 @@ void svc_order_loop_free(svc_order_loop *ol) {
         /* A task of ol's is still queued on its stopped loop, which runs
          * it when freed: ol must outlive that. Only after a drain that
          * gave up on a loop that did not answer. */
-        svc_log(SVC_LOG_WARN, "shutdown: event loop %d did not answer; its state is left", ol->index);
+        svc_log(SVC_LOG_WARN, "shutdown: event loop %d did not answer; its state is left",
+                ol->index);
         return;
     }
     stock_async_free(ol->sa);
