@@ -16,8 +16,9 @@
 # become bin/<program>, linked with only the archives its LINK_<program> line
 # names; tests/unit/test_<name>.c become unit-test programs (LINK_test_<name>).
 # Before anything compiles, tools/layering.py checks every #include of the
-# modules against their allowed arrows (service -> http, stock, lock, db,
-# common; stock -> lock, db, common; lock, db, http, loadtest -> common) and
+# modules against their allowed arrows (service -> http, stock, lock, rtopo,
+# db, common; stock -> rtopo, lock, db, common; lock -> rtopo, common;
+# rtopo, db, http, loadtest -> common) and
 # fails the build, naming the rule, on one that breaks them; before the
 # tests, tools/calls.py checks on the objects that no two files of one
 # folder call each other in a circle.
@@ -32,7 +33,7 @@ endif
 
 PYTHON  ?= /usr/bin/python3
 CC      ?= cc
-MODULES := common db stock lock http service loadtest
+MODULES := common rtopo db stock lock http service loadtest
 CFLAGS_ALL := -std=gnu11 -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
               -I. -I$(BUILD)/gen $(CFLAGS)
 ifeq ($(VARIANT),san)
@@ -59,23 +60,24 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
 
 # The archives each program links, highest layer first; nothing else is on
 # its command line, so a call across a forbidden boundary cannot link.
-LINK_flashsale      := service http stock lock db common
+LINK_flashsale      := service http stock lock rtopo db common
 LINK_flashload      := loadtest common
 LINK_mhdhello       := loadtest common
-LINK_flashlock      := lock common
-LINK_lockbench      := lock common
-LINK_lockcheck      := lock common
+LINK_flashlock      := lock rtopo common
+LINK_lockbench      := lock rtopo common
+LINK_lockcheck      := lock rtopo common
 # Unit tests link what they test.
 LINK_test_aconn     := common
 LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common
-LINK_test_lock      := lock common
+LINK_test_lock      := lock rtopo common
 LINK_test_loop      := common
-LINK_test_service   := service http stock lock db common
-LINK_test_order     := service http stock lock db common
-LINK_test_stock     := stock lock db common
-LINK_test_stock_async := stock lock db common
+LINK_test_service   := service http stock lock rtopo db common
+LINK_test_order     := service http stock lock rtopo db common
+LINK_test_stock     := stock lock rtopo db common
+LINK_test_stock_async := stock lock rtopo db common
+LINK_test_rtopo     := rtopo common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)
 mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c $(1)/*/*.c))) \

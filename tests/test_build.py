@@ -14,7 +14,7 @@ import harness
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LAYERING = os.path.join(ROOT, "tools", "layering.py")
-MODULES = ("common", "http", "db", "lock", "stock", "service", "loadtest")
+MODULES = ("common", "rtopo", "http", "db", "lock", "stock", "service", "loadtest")
 
 
 def build_dir():
@@ -31,7 +31,7 @@ def symbols(program):
     return [line.split()[-1] for line in out.splitlines() if line.strip()]
 
 
-def service_symbols(names, prefixes=("db_", "stock_", "lock_")):
+def service_symbols(names, prefixes=("db_", "stock_", "lock_", "rtopo_")):
     return sorted(n for n in names if n.startswith(prefixes))
 
 
@@ -169,6 +169,29 @@ def test_families_and_folder_private_headers(ctx):
     insert_include(os.path.join(tree2, "service", "order", "fam_db.c"), "fam_db.h")
     insert_include(os.path.join(tree2, "service", "order", "commit.c"), "order_int.h")
     assert layering(tree2) == (0, "")
+
+
+def test_rtopo_layering(ctx):
+    """rtopo (Redis topologies) sits on common/ under the lock, stock and
+    the service; the load generator may not use it (the judge shares no
+    Redis routing with what it judges), nor may rtopo reach up."""
+    tree = ctx.path("tree")
+    copy_tree(tree)
+    for user in (("lock", "lock.c"), ("stock", "stock.c"), ("service", "api", "api.c")):
+        insert_include(os.path.join(tree, *user), "rtopo/rtopo.h")
+    assert layering(tree) == (0, "")
+    insert_include(os.path.join(tree, "loadtest", "run.c"), "rtopo/rtopo.h")
+    insert_include(os.path.join(tree, "rtopo", "url.c"), "lock/lock.h")
+    insert_include(os.path.join(tree, "lock", "lock.c"), "rtopo/internal.h")
+    rc, err = layering(tree)
+    assert rc == 1, err
+    assert re.search(r'loadtest/run\.c:\d+: #include "rtopo/rtopo\.h": layering rule broken: '
+                     r'loadtest -> rtopo is not an allowed arrow', err), err
+    assert re.search(r'rtopo/url\.c:\d+: #include "lock/lock\.h": layering rule broken: '
+                     r'rtopo -> lock is not an allowed arrow \(rtopo may include only rtopo, '
+                     r'common', err), err
+    assert "rtopo/internal.h is private to rtopo/" in err, err
+    assert "3 forbidden includes" in err, err
 
 
 CALLS = os.path.join(ROOT, "tools", "calls.py")

@@ -10,12 +10,15 @@ the same arrows (the Makefile's LINK_<program> lines), so what may not be
 included cannot be linked either.
 
 The arrows point down: the service sits on everything, stock on the lock
-and the database, and the load generator, which judges the service, stands
-alone on common/ so that no bug of the service can be shared by its judge.
+and the database, the lock and stock on rtopo (where a Redis command goes
+on one server, Sentinel or Cluster), and the load generator, which judges
+the service, stands alone on common/ so that no bug of the service can be
+shared by its judge: not even its Redis routing.
 
-    service  -> http, stock, lock, db, common
-    stock    -> lock, db, common
-    lock     -> common
+    service  -> http, stock, lock, rtopo, db, common
+    stock    -> rtopo, lock, db, common
+    lock     -> rtopo, common
+    rtopo    -> common
     db       -> common
     http     -> common
     loadtest -> common
@@ -43,9 +46,10 @@ ALLOWED = {
     "common": (),
     "http": ("common",),
     "db": ("common",),
-    "lock": ("common",),
-    "stock": ("lock", "db", "common"),
-    "service": ("http", "stock", "lock", "db", "common"),
+    "rtopo": ("common",),
+    "lock": ("rtopo", "common"),
+    "stock": ("rtopo", "lock", "db", "common"),
+    "service": ("http", "stock", "lock", "rtopo", "db", "common"),
     "loadtest": ("common",),
 }
 
