@@ -8,12 +8,15 @@
  * - A private redis-server on a free loopback port below the ephemeral
  *   range (tr_start), for the fault cases: killed (SIGKILL), stalled
  *   (SIGSTOP / SIGCONT) and restarted on the same port, always by its PID.
+ *   tr_start_ext starts one with more arguments (a cluster node, a replica)
+ *   or from a config file (a sentinel: "--sentinel"), as test_rtopo does.
  *
  * Header-only; every function static. */
 #ifndef FLASHSALE_TLOOP_H
 #define FLASHSALE_TLOOP_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -191,9 +194,25 @@ static inline int tr_pong(int port) {
     return ok;
 }
 
+/* Builds r's command line into argv (at most 40 entries): conf first when
+ * given, then the usual options, then extra (NULL-terminated, or NULL). */
+static inline void tr_argv(const tredis *r, const char *conf, const char *const *extra,
+                           char *port, char *log, const char **argv) {
+    int n = 0;
+    argv[n++] = "redis-server";
+    if (conf) argv[n++] = conf;
+    const char *usual[] = { "--port", port, "--bind", "127.0.0.1", "--dir", r->dir, "--save", "",
+                            "--appendonly", "no", "--logfile", log };
+    for (size_t i = 0; i < sizeof usual / sizeof usual[0]; i++) argv[n++] = usual[i];
+    for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+}
+
 /* (Re)starts r's redis-server: on r->port when set (a restart), else on a
- * free port. Returns 0 once it answers PING, or -1. */
-static inline int tr_start(tredis *r) {
+ * free port; conf (a config file, or NULL) and extra (more arguments,
+ * NULL-terminated, or NULL) as tr_argv says. Returns 0 once it answers
+ * PING, or -1. */
+static inline int tr_start_ext(tredis *r, const char *conf, const char *const *extra) {
     if (!r->dir[0]) {
         snprintf(r->dir, sizeof r->dir, "/tmp/fs-unit-redis-XXXXXX");
         if (!mkdtemp(r->dir)) return -1;
@@ -202,10 +221,10 @@ static inline int tr_start(tredis *r) {
         if (!r->port || attempt > 0) r->port = tr_free_port();
         if (r->port < 0) return -1;
         char port[16], log[128];
+        const char *argv[40];
         snprintf(port, sizeof port, "%d", r->port);
         snprintf(log, sizeof log, "%s/redis.log", r->dir);
-        char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", r->dir,
-                         "--save", "", "--appendonly", "no", "--logfile", log, NULL };
+        tr_argv(r, conf, extra, port, log, argv);
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         fflush(NULL);
         pid_t pid = fork();
@@ -213,7 +232,7 @@ static inline int tr_start(tredis *r) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlives the test */
             dup2(null, 1);
             dup2(null, 2);
-            execvp(argv[0], argv);
+            execvp(argv[0], (char **)argv);
             _exit(127);
         }
         if (null >= 0) close(null);
@@ -233,6 +252,8 @@ static inline int tr_start(tredis *r) {
     return -1;
 }
 
+static inline int tr_start(tredis *r) { return tr_start_ext(r, NULL, NULL); }
+
 /* Kills r's server (SIGKILL, by its PID) and reaps it. */
 static inline void tr_kill(tredis *r) {
     if (r->pid <= 0) return;
@@ -246,15 +267,19 @@ static inline void tr_pause(tredis *r, int stop) {
     if (r->pid > 0) kill(r->pid, stop ? SIGSTOP : SIGCONT);
 }
 
-/* Kills the server and removes its directory. */
+/* Kills the server and removes its directory (every file in it: logs,
+ * dump, a cluster node's nodes.conf, a sentinel's config). */
 static inline void tr_cleanup(tredis *r) {
-    char f[128];
+    char f[384];
     tr_kill(r);
     if (!r->dir[0]) return;
-    snprintf(f, sizeof f, "%s/redis.log", r->dir);
-    unlink(f);
-    snprintf(f, sizeof f, "%s/dump.rdb", r->dir);
-    unlink(f);
+    DIR *d = opendir(r->dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(f, sizeof f, "%s/%s", r->dir, e->d_name);
+        unlink(f);
+    }
+    if (d) closedir(d);
     rmdir(r->dir);
     r->dir[0] = '\0';
 }
