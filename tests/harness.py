@@ -9,6 +9,10 @@ Service: bin/flashsale on a free port against that Redis and a fresh SQLite
 file, with a small HTTP client. Nothing is mocked: a fault test kills,
 stops or restarts the real process.
 
+Sentinel and Cluster: real topologies (a primary, replicas and three
+sentinels; three primaries with a replica each) in tests/topology.py,
+reachable here as harness.Sentinels and harness.Cluster.
+
 Every answer the Client receives is checked against docs/openapi.yaml
 (contract.py): a status, body or required header the document does not
 describe fails the test that received it.
@@ -608,3 +612,13 @@ def stop_all():
                 pass
             p.kill()
             p.wait()
+
+
+def __getattr__(name):
+    """harness.Sentinels, harness.Cluster, harness.Node: the topologies of
+    tests/topology.py (its own file: this one was full), loaded on first
+    use so either module may be imported first."""
+    if name in ("Sentinels", "Cluster", "Node"):
+        import topology
+        return getattr(topology, name)
+    raise AttributeError("module 'harness' has no attribute %r" % name)

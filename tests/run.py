@@ -56,6 +56,18 @@ class Ctx:
         self._cleanup.append(e.stop)
         return e
 
+    def sentinels(self, **kw):
+        """A primary, replicas and three sentinels (harness.Sentinels)."""
+        s = harness.Sentinels(**kw)
+        self._cleanup.append(s.stop)
+        return s
+
+    def cluster(self, **kw):
+        """A Redis Cluster, 3 primaries + 3 replicas (harness.Cluster)."""
+        c = harness.Cluster(**kw)
+        self._cleanup.append(c.stop)
+        return c
+
     def lock_servers(self, strategy, persist=False):
         """Starts the lock server(s) strategy needs (harness.LockServers);
         persist: the Redlock servers keep an AOF, so a restart keeps their
