@@ -2,6 +2,13 @@
 # deps.sh: install the Debian packages flashsale needs, and nothing when they
 # are all present (a dpkg query, no network), so `make test` can always call it.
 # Usage: tools/deps.sh [extra-package ...]
+#
+# Redis topologies (issue 21): the sentinels the tests start are
+# `redis-server <conf> --sentinel` (the same binary, from redis-server), so
+# the redis-sentinel package is not needed -- it would only add a
+# redis-sentinel symlink and start a system sentinel on port 26379.
+# redis-tools has redis-cli, whose --cluster create/reshard make and
+# reshape the test clusters.
 set -eu
 
 PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
