@@ -187,7 +187,7 @@ FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
 # What the small harnesses test (validation, ids) and what that code links
 # with: the stock module, and the lock and db modules under it.
 FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c \
-                $(filter-out %_main.c,$(wildcard common/*.c stock/*.c lock/*.c db/*.c)) \
+                $(filter-out %_main.c,$(wildcard common/*.c rtopo/*.c stock/*.c lock/*.c db/*.c)) \
                 build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c $(FUZZ_EXTRA_SRC)
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
@@ -198,7 +198,7 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 build/fuzz/fuzz_http: loadtest/httpresp.c
 
 # The request-surface harness runs the whole service in its process.
-FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c http/*.c db/*.c stock/*.c \
+FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c rtopo/*.c http/*.c db/*.c stock/*.c \
                     lock/*.c service/*.c service/*/*.c))
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \

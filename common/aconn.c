@@ -334,6 +334,13 @@ int aconn_inflight(const aconn *c) {
     return (int)c->qlen;
 }
 const char *aconn_run_id(const aconn *c) { return c->run_id; }
+
+void aconn_retarget(aconn *c, const rconn_addr *a, const char *why) {
+    assert(loop_owned(c->l));
+    c->addr = *a;
+    if (c->state != S_DOWN) fail(c, why, 0);
+    else c->next_connect_ms = 0;
+}
 const char *aconn_errstr(const aconn *c) { return c->errstr; }
 
 int aconn_connect(aconn *c) {

@@ -54,6 +54,11 @@ int aconn_connect(aconn *c);
 int aconn_send(aconn *c, rconn_cmd *cmd, aconn_reply_fn *fn, void *ud);
 /* Commands sent and not answered yet. */
 int aconn_inflight(const aconn *c);
+/* Points c at a (the primary moved, or the server said it is not the
+ * primary any more): a connection to another place is dropped at once --
+ * every callback waiting gets NULL, as for a failure -- and the next
+ * connect, allowed at once, goes to a. why says why, for aconn_errstr. */
+void aconn_retarget(aconn *c, const rconn_addr *a, const char *why);
 /* The run_id of the server, once ready. */
 const char *aconn_run_id(const aconn *c);
 /* Why the connection last failed. */

@@ -2,6 +2,7 @@
  * connections, the embedded scripts, running one script on every server at
  * once, key names, errors and counters. lock.c builds the lock on top. */
 #include "lock/lock_int.h"
+#include "rtopo/rtopo.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -219,6 +220,70 @@ static const char *kind_name(lock_kind k) {
                                                                          : "Redis";
 }
 
+/* ---------------------------------------------------------------- servers */
+
+/* Sets up Redis server i from its URL: one server, or a primary a
+ * Sentinel watches (followed across failovers: rtopo_primary). Returns 0,
+ * or -1 with err. */
+static int server_open(lock_client *c, lock_server *s, int i, const lock_options *o, char *err,
+                       size_t errlen) {
+    rtopo_spec spec;
+    char d[280];
+    (void)c;
+    if (rtopo_parse(o->urls[i], &spec, err, errlen)) return -1;
+    if (spec.kind == RTOPO_CLUSTER) {
+        snprintf(err, errlen, "a lock lives on one Redis primary; a redis-cluster:// URL "
+                 "is not one");
+        return -1;
+    }
+    if (spec.kind == RTOPO_SENTINEL) {
+        s->primary = rtopo_primary_start(&spec, o->timeout_ms > 0 ? o->timeout_ms : 1000, err,
+                                         errlen);
+        if (!s->primary) return -1;
+        s->version = rtopo_primary_get(s->primary, &s->addr);
+    } else {
+        s->addr = spec.seeds[0];
+    }
+    snprintf(s->desc, sizeof s->desc, "redis %s", rtopo_describe(&spec, d, sizeof d));
+    s->index = i;
+    pthread_mutex_init(&s->pool_mu, NULL);
+    return 0;
+}
+
+static void server_close(lock_server *s) {
+    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
+    free(s->idle);
+    rtopo_primary_stop(s->primary);
+    pthread_mutex_destroy(&s->pool_mu);
+}
+
+/* With pool_mu held: when the primary moved, takes its new address and
+ * closes the idle connections to the old one. */
+static void follow_primary(lock_server *s) {
+    if (!s->primary || rtopo_primary_version(s->primary) == s->version) return;
+    rconn_addr a;
+    unsigned v = rtopo_primary_get(s->primary, &a);
+    if (!v) return;
+    s->addr = a;
+    s->version = v;
+    s->down_until_us = 0;
+    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
+    s->nidle = 0;
+}
+
+unsigned lock_server_addr(lock_server *s, rconn_addr *out) {
+    pthread_mutex_lock(&s->pool_mu);
+    follow_primary(s);
+    *out = s->addr;
+    unsigned v = s->primary ? s->version : 1;
+    pthread_mutex_unlock(&s->pool_mu);
+    return v;
+}
+
+void lock_server_suspect(lock_server *s, unsigned version) {
+    if (s->primary) rtopo_primary_suspect(s->primary, version);
+}
+
 /* One kind of server per client; ZooKeeper and etcd take one URL (a
  * ZooKeeper ensemble is listed inside it). Returns 0 or -1 (err). */
 static int check_kinds(const lock_options *o, lock_kind *kind, char *err, size_t errlen) {
@@ -268,15 +333,11 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
         return NULL;
     }
     for (int i = 0; kind == LOCK_KIND_REDIS && i < o->nurls; i++) {
-        lock_server *s = &c->servers[i];
-        if (rconn_parse(o->urls[i], &s->addr, err, errlen)) {
+        if (server_open(c, &c->servers[i], i, o, err, errlen) != 0) {
+            for (int k = 0; k < i; k++) server_close(&c->servers[k]);
             free(c);
             return NULL;
         }
-        char d[280];
-        snprintf(s->desc, sizeof s->desc, "redis %s", rconn_describe(&s->addr, d, sizeof d));
-        s->index = i;
-        pthread_mutex_init(&s->pool_mu, NULL);
     }
     c->kind = kind;
     c->nservers = kind == LOCK_KIND_REDIS ? o->nurls : 0;
@@ -304,12 +365,7 @@ lock_client *lock_client_new(const lock_options *o, char *err, size_t errlen) {
 /* Frees what lock_client_new made; the threads and held locks are gone. */
 void lock_client_destroy(lock_client *c) {
     if (c->be) c->be->destroy(c);
-    for (int i = 0; i < c->nservers; i++) {
-        lock_server *s = &c->servers[i];
-        for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
-        free(s->idle);
-        pthread_mutex_destroy(&s->pool_mu);
-    }
+    for (int i = 0; i < c->nservers; i++) server_close(&c->servers[i]);
     pthread_cond_destroy(&c->waker.state_cv);
     pthread_mutex_destroy(&c->waker.mu);
     pthread_cond_destroy(&c->cb_cv);
@@ -342,11 +398,18 @@ static void mark_down(lock_server *s, const char *why) {
     pthread_mutex_unlock(&s->pool_mu);
 }
 
-static redisContext *server_connect(lock_client *c, lock_server *s, char *err, size_t errlen) {
+static redisContext *server_connect(lock_client *c, lock_server *s, unsigned *version,
+                                    char *err, size_t errlen) {
     char e[200];
     const rconn_script *all[LOCK_S_COUNT];
+    rconn_addr addr;
     for (int i = 0; i < LOCK_S_COUNT; i++) all[i] = lock_script((lock_script_id)i);
-    redisContext *ctx = rconn_connect(&s->addr, c->timeout_ms, e, sizeof e);
+    redisContext *ctx = NULL;
+    if (!(*version = lock_server_addr(s, &addr))) {
+        snprintf(e, sizeof e, "no primary found yet through Sentinel");
+        goto err;
+    }
+    ctx = rconn_connect(&addr, c->timeout_ms, e, sizeof e);
     if (!ctx) goto err;
     lock_set_cloexec(ctx);
     if (rconn_script_load(ctx, all, LOCK_S_COUNT, e, sizeof e)) {
@@ -356,6 +419,7 @@ static redisContext *server_connect(lock_client *c, lock_server *s, char *err, s
     return ctx;
 err:
     mark_down(s, e);
+    lock_server_suspect(s, *version);
     snprintf(err, errlen, "%s: %.190s", s->desc, e);
     return NULL;
 }
@@ -363,8 +427,11 @@ err:
 /* Borrows a connection to s: an idle one that is still alive, or a new one.
  * Returns NULL with a reason in err; a server that just refused is not
  * tried again for LOCK_DOWN_MS, so a dead Redlock member costs nothing. */
-static redisContext *server_get(lock_client *c, lock_server *s, char *err, size_t errlen) {
+static redisContext *server_get(lock_client *c, lock_server *s, unsigned *version, char *err,
+                                size_t errlen) {
     pthread_mutex_lock(&s->pool_mu);
+    follow_primary(s);
+    *version = s->primary ? s->version : 1;
     while (s->nidle > 0) {
         redisContext *ctx = s->idle[--s->nidle];
         pthread_mutex_unlock(&s->pool_mu);
@@ -379,17 +446,24 @@ static redisContext *server_get(lock_client *c, lock_server *s, char *err, size_
         return NULL;
     }
     pthread_mutex_unlock(&s->pool_mu);
-    return server_connect(c, s, err, errlen);
+    return server_connect(c, s, version, err, errlen);
 }
 
-/* Returns a borrowed connection; a broken one is closed instead. */
-static void server_put(lock_server *s, redisContext *ctx) {
+/* Returns a borrowed connection, taken when s's primary was of version;
+ * a broken one, or one to a primary that has moved since, is closed
+ * instead. */
+static void server_put(lock_server *s, redisContext *ctx, unsigned version) {
     if (!ctx) return;
     if (ctx->err) {
         redisFree(ctx);
         return;
     }
     pthread_mutex_lock(&s->pool_mu);
+    if (s->primary && s->version != version) {
+        pthread_mutex_unlock(&s->pool_mu);
+        redisFree(ctx);
+        return;
+    }
     if (s->nidle == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
         redisContext **p = realloc(s->idle, sizeof *p * (size_t)cap);
@@ -441,6 +515,13 @@ static void fail_server(lock_replies *rs, int si, lock_server *s, redisContext *
     *ctx = NULL;
 }
 
+/* A reply that says the server is not the primary (READONLY, LOADING, ...):
+ * its connection goes, and the primary is looked for again. */
+static int not_primary(const lock_server *s, const redisReply *r) {
+    return s->primary && r && r->type == REDIS_REPLY_ERROR &&
+           rtopo_classify(r, NULL) == RTOPO_REDISCOVER;
+}
+
 /* Sends every call to one server without waiting for replies. */
 static void send_all(lock_call *calls, int ncalls, lock_replies *rs, int si, lock_server *s,
                      redisContext **ctx) {
@@ -477,6 +558,7 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
         } else if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
             snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
         }
+        if (not_primary(s, r)) rs->stale |= 1u << si;
         LOCK_REPLY(rs, i, si) = r;
     }
     for (int i = 0; noscript && i < ncalls; i++) {
@@ -494,6 +576,7 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
 
 int lock_run(lock_client *c, lock_call *calls, int ncalls, unsigned mask, lock_replies *rs) {
     redisContext *ctx[LOCK_MAX_SERVERS] = { 0 };
+    unsigned version[LOCK_MAX_SERVERS] = { 0 };
     lock_pipe_guard g;
     memset(rs, 0, sizeof *rs);
     rs->ncalls = ncalls;
@@ -503,13 +586,18 @@ int lock_run(lock_client *c, lock_call *calls, int ncalls, unsigned mask, lock_r
     lock_nosigpipe_begin(&g);
     for (int i = 0; i < c->nservers; i++) {
         if (!(mask & (1u << i))) continue;
-        ctx[i] = server_get(c, &c->servers[i], rs->err[i], sizeof rs->err[i]);
+        ctx[i] = server_get(c, &c->servers[i], &version[i], rs->err[i], sizeof rs->err[i]);
         if (ctx[i]) send_all(calls, ncalls, rs, i, &c->servers[i], &ctx[i]);
     }
     for (int i = 0; i < c->nservers; i++) {
         if (!ctx[i]) continue;
         read_all(calls, ncalls, rs, i, &c->servers[i], &ctx[i]);
-        server_put(&c->servers[i], ctx[i]);
+        if (!ctx[i] || (rs->stale & (1u << i))) {
+            lock_server_suspect(&c->servers[i], version[i]);
+            if (ctx[i]) redisFree(ctx[i]);
+            continue;
+        }
+        server_put(&c->servers[i], ctx[i], version[i]);
     }
     lock_nosigpipe_end(&g);
     return 0;

@@ -67,9 +67,13 @@ int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen);
 
 typedef struct lock_server {
     int index;
-    rconn_addr addr;
+    rconn_addr addr;              /* guarded by pool_mu when primary is set */
+    struct rtopo_primary *primary;   /* a Sentinel-watched server: where addr comes
+                                     from (NULL: one fixed server) */
+    unsigned version;             /* primary's version addr and idle are of */
     char desc[300];
-    pthread_mutex_t pool_mu;      /* guards idle, nidle, down_until_us, down_err */
+    pthread_mutex_t pool_mu;      /* guards addr, version, idle, nidle, down_until_us,
+                                     down_err */
     redisContext **idle;
     int nidle, cap;
     int64_t down_until_us;        /* connect failed: fail fast until then */
@@ -79,6 +83,7 @@ typedef struct lock_server {
     redisContext *sub;
     int sub_broken;               /* a write failed: the waker thread drops it */
     int64_t sub_retry_us;
+    unsigned sub_version;         /* primary's version the subscriber connected to */
     int keyspace;                 /* notify-keyspace-events at the subscriber's last
                                      connect: 1 has K and g, -1 not, 0 unknown */
     struct lock_topic *released;  /* our release marker just came: the next message,
@@ -301,6 +306,12 @@ struct lock_client {
 
 /* Frees what lock_client_new made, once its threads and locks are gone. */
 void lock_client_destroy(lock_client *c);
+/* s's address now into *out, and its version (primary moved: another one;
+ * 0 for a Sentinel that has named no primary yet). Thread-safe. */
+unsigned lock_server_addr(lock_server *s, rconn_addr *out);
+/* s's connection of version just said it is not the primary (READONLY, a
+ * failure): look for the primary again. */
+void lock_server_suspect(lock_server *s, unsigned version);
 
 /* Releases every lock still held (best effort) and frees entries and
  * handles; the client's threads must be stopped. */
@@ -356,6 +367,7 @@ typedef struct lock_replies {
     redisReply **r;               /* [ncalls * nservers]; NULL: no reply (I/O) */
     int ncalls, nservers;
     char err[LOCK_MAX_SERVERS][400];   /* per server: why its replies are missing */
+    unsigned stale;               /* servers that said they are not the primary (now) */
 } lock_replies;
 
 #define LOCK_REPLY(rs, call, server) ((rs)->r[(call) * (rs)->nservers + (server)])

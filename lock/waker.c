@@ -18,6 +18,7 @@
  * with a timeout and keep the context usable, hence poll() on the fd and
  * then redisBufferRead + redisGetReplyFromReader. */
 #include "lock/lock_int.h"
+#include "rtopo/rtopo.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -259,7 +260,9 @@ static void connect_sub(lock_client *c, lock_server *s) {
     char err[200];
     int keyspace = 0, broken = 0;
     pthread_mutex_unlock(&wk->mu);
-    redisContext *ctx = rconn_connect(&s->addr, c->timeout_ms, err, sizeof err);
+    rconn_addr addr;
+    unsigned version = lock_server_addr(s, &addr);
+    redisContext *ctx = version ? rconn_connect(&addr, c->timeout_ms, err, sizeof err) : NULL;
     if (ctx) lock_set_cloexec(ctx);
     if (ctx && (keyspace = keyspace_config(ctx, &broken), broken)) {
         redisFree(ctx);
@@ -273,6 +276,7 @@ static void connect_sub(lock_client *c, lock_server *s) {
     }
     s->sub = ctx;
     s->sub_broken = 0;
+    s->sub_version = version;
     s->keyspace = keyspace;
     s->released = NULL;
     /* Topics first: a waiter's confirmation then covers its topic's. */
@@ -285,6 +289,9 @@ static void connect_sub(lock_client *c, lock_server *s) {
 }
 
 /* The poll() timeout: until the next reconnect is due, if one is wanted. */
+/* How often the waker looks whether a watched primary moved. */
+#define FOLLOW_EVERY_MS 200
+
 static int poll_timeout_ms(lock_client *c, int64_t now) {
     int64_t next = INT64_MAX;
     if (c->waker.nwaiters == 0) return -1;
@@ -292,6 +299,10 @@ static int poll_timeout_ms(lock_client *c, int64_t now) {
         const lock_server *s = &c->servers[i];
         if (!s->sub && s->sub_retry_us < next) next = s->sub_retry_us;
     }
+    /* A Sentinel-watched server: look again soon whether its primary moved. */
+    for (int i = 0; i < c->nservers; i++)
+        if (c->servers[i].primary && now + FOLLOW_EVERY_MS * 1000 < next)
+            next = now + FOLLOW_EVERY_MS * 1000;
     if (next == INT64_MAX) return -1;
     return next <= now ? 0 : (int)((next - now + 999) / 1000);
 }
@@ -305,7 +316,10 @@ static void *waker_main(void *arg) {
     while (!wk->stop) {
         for (int i = 0; i < c->nservers; i++) {
             lock_server *s = &c->servers[i];
-            if (s->sub && (s->sub_broken || s->sub->err)) drop_sub(wk, s);
+            /* A subscriber to a primary that has moved hears nothing more. */
+            if (s->sub && (s->sub_broken || s->sub->err ||
+                           (s->primary && rtopo_primary_version(s->primary) != s->sub_version)))
+                drop_sub(wk, s);
             if (!s->sub && wk->nwaiters > 0 && clock_mono_us() >= s->sub_retry_us && !wk->stop)
                 connect_sub(c, s);
         }

@@ -184,6 +184,43 @@ int rtopo_switch_parse(const redisReply *r, const char *name, rtopo_switch *sw, 
 int rtopo_sentinel_wait_switch(redisContext *c, const char *name, int timeout_ms,
                                rtopo_switch *sw, char *err, size_t errlen);
 
+/* ------------------------------------------------ the primary, watched */
+
+/* Where the primary is, as one process knows it, for every connection of
+ * the process to follow: a service's loops, threads and lock clients ask
+ * it for the address at each (re)connect, and check its version -- one
+ * atomic load -- to learn that the primary moved.
+ *
+ * SINGLE: the one server, for ever (no thread). SENTINEL: a thread finds
+ * the primary (rtopo_sentinel_discover), then listens on a sentinel for
+ * +switch-master and asks again at once when it hears one, when a
+ * connection reports the primary suspect, and every second anyway (a
+ * message is lost with its connection). A connection that still talks to
+ * the old primary after a failover (it answers as a master until the
+ * sentinels demote it) thus learns of the move within a second, or at
+ * once, rather than when the old primary refuses a write. CLUSTER: not a
+ * single primary (NULL). */
+typedef struct rtopo_primary rtopo_primary;
+
+/* Starts watching spec's primary; for a SENTINEL spec, waits up to
+ * timeout_ms for a first answer (the watch goes on without one: an
+ * unreachable Sentinel at start is not fatal). NULL with err for a
+ * CLUSTER spec, or when out of memory. */
+rtopo_primary *rtopo_primary_start(const rtopo_spec *spec, int timeout_ms, char *err,
+                                   size_t errlen);
+void rtopo_primary_stop(rtopo_primary *p);
+/* The primary as last found into *out, and its version: it changes each
+ * time the address does; 0 while none was found (*out untouched).
+ * Thread-safe. */
+unsigned rtopo_primary_get(rtopo_primary *p, rconn_addr *out);
+/* The version alone: an atomic load, for checking on a hot path. */
+unsigned rtopo_primary_version(const rtopo_primary *p);
+/* A connection found the primary of `version` wrong (a refused or failed
+ * connection, READONLY, LOADING): ask the sentinels now. Never waits. */
+void rtopo_primary_suspect(rtopo_primary *p, unsigned version);
+/* Whether p follows a Sentinel (else: one fixed server). */
+int rtopo_primary_watched(const rtopo_primary *p);
+
 /* ------------------------------------------------ a routed connection */
 
 typedef struct rtopo_client rtopo_client;

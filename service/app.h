@@ -35,6 +35,7 @@ typedef struct svc_app {
     char instance_id[112];         /* instance_name#nonce: this run */
     stock_strategy default_strategy;
     stock_config stock_cfg;
+    struct rtopo_primary *primary; /* --redis is a Sentinel URL: its primary, followed */
     db_options db_opt;
     http_server *http;             /* NULL when started without a listener */
     loop **loops;                  /* event loops: HTTP and the order path */
@@ -63,6 +64,12 @@ int svc_start(svc_app *a, char *err, size_t errlen);
 /* Stops accepting, answers every request in flight, commits, stops every
  * thread and frees what svc_start made. */
 void svc_stop(svc_app *a);
+
+/* Reads --redis (a->cfg.redis_url) into a->stock_cfg: one server, or a
+ * Sentinel-watched primary, which a thread then follows (a->primary).
+ * Returns 0, or -1 with err (a malformed URL, a Redis Cluster). */
+int svc_redis_open(svc_app *a, char *err, size_t errlen);
+void svc_redis_close(svc_app *a);
 
 /* The calling thread's own connections (opened on first use, closed when
  * the thread ends; thread_conns.c): no connection is shared between

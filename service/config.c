@@ -34,7 +34,9 @@ static const opt OPTS[] = {
     { "listen", "FLASHSALE_LISTEN", T_STR, F(listen), 0, 0, "127.0.0.1:8080",
       "HTTP listen address, host:port (port 0: any free port)" },
     { "redis", "FLASHSALE_REDIS", T_STR, F(redis_url), 0, 0, "redis://127.0.0.1:6379/0",
-      "Redis URL: redis://[:password@]host:port/db or unix:/path/to/socket[?db=N]" },
+      "Redis URL: redis://[:password@]host:port/db, unix:/path/to/socket[?db=N], or "
+      "redis-sentinel://[:password@]host:port[,host:port...]/<master>[?db=N] (the primary "
+      "found and followed through Sentinel)" },
     { "db", "FLASHSALE_DB", T_STR, F(db_path), 0, 0, "flashsale.db",
       "SQLite database file (created if missing; WAL mode)" },
     { "strategy", "FLASHSALE_STRATEGY", T_STR, F(strategy), 0, 0, "lua",

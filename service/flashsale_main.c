@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "common/rconn.h"
+#include "rtopo/rtopo.h"
 #include "service/app.h"
 #include "service/log.h"
 #include "service/repair/repair.h"
@@ -72,7 +72,14 @@ static int audit_command(svc_app *a, int argc, char **argv) {
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
-    return svc_audit_main(a, repair);
+    char err[512];
+    if (svc_redis_open(a, err, sizeof err) != 0) {
+        fprintf(stderr, "flashsale audit: %s\n", err);
+        return 2;
+    }
+    rc = svc_audit_main(a, repair);
+    svc_redis_close(a);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -108,9 +115,11 @@ int main(int argc, char **argv) {
         else svc_log(SVC_LOG_ERROR, "%s", err);
         return rc;
     }
-    rconn_addr ra;
-    rconn_parse(a.cfg.redis_url, &ra, err, sizeof err);
-    rconn_describe(&ra, where, sizeof where);
+    rtopo_spec spec;
+    if (rtopo_parse(a.cfg.redis_url, &spec, err, sizeof err) == 0)
+        rtopo_describe(&spec, where, sizeof where);
+    else
+        snprintf(where, sizeof where, "?");
     svc_log(SVC_LOG_INFO, "listening on %s (port %d), %d HTTP threads, redis %s, db %s, "
             "default strategy %s, instance %s",
             a.cfg.listen, http_port(a.http), a.cfg.threads, where, a.cfg.db_path, a.cfg.strategy,

@@ -26,6 +26,7 @@
 #include "service/order/order.h"
 #include "service/products.h"
 #include "service/repair/repair.h"
+#include "rtopo/rtopo.h"
 
 static void *loop_main(void *arg) {
     loop *l = arg;
@@ -88,6 +89,44 @@ static void make_instance_id(svc_app *a) {
              nonce[0], nonce[1], nonce[2], nonce[3]);
 }
 
+/* ------------------------------------------------------------------ redis */
+
+int svc_redis_open(svc_app *a, char *err, size_t errlen) {
+    rtopo_spec spec;
+    char why[256];
+    if (rtopo_parse(a->cfg.redis_url, &spec, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--redis: %s", why);
+        return -1;
+    }
+    if (spec.kind == RTOPO_CLUSTER) {
+        snprintf(err, errlen, "--redis: Redis Cluster (redis-cluster://) is not supported yet; "
+                 "use one server (redis://) or a Sentinel-watched primary "
+                 "(redis-sentinel://)");
+        return -1;
+    }
+    /* One server: the stock module connects to the URL as it always did.
+     * Sentinel: a thread follows the primary, and every connection with it. */
+    a->stock_cfg.primary = NULL;
+    if (spec.kind == RTOPO_SENTINEL) {
+        if (!(a->primary = rtopo_primary_start(&spec, a->cfg.redis_timeout_ms, why, sizeof why))) {
+            snprintf(err, errlen, "--redis: %s", why);
+            return -1;
+        }
+        a->stock_cfg.primary = a->primary;
+        rconn_addr at;
+        if (!rtopo_primary_get(a->primary, &at))
+            svc_log(SVC_LOG_WARN, "redis: no sentinel named the primary of '%s' yet; orders "
+                    "answer 503 until one does", spec.master);
+    }
+    return 0;
+}
+
+void svc_redis_close(svc_app *a) {
+    rtopo_primary_stop(a->primary);
+    a->primary = NULL;
+    a->stock_cfg.primary = NULL;
+}
+
 /* ------------------------------------------------------------ lock servers */
 
 /* A lock module client for urls[0..n), or NULL with err naming flag. */
@@ -113,7 +152,7 @@ static int want_scheme(const char *flag, const char *url, const char *const *sch
  * Returns how many, or -1 with err. */
 static int redlock_urls(const char *list, char *buf, size_t len, const char **urls, char *err,
                         size_t errlen) {
-    static const char *const redis[] = { "redis://", "unix:", NULL };
+    static const char *const redis[] = { "redis://", "unix:", "redis-sentinel://", NULL };
     int n = 0;
     snprintf(buf, len, "%s", list);
     for (char *save = NULL, *u = strtok_r(buf, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
@@ -121,7 +160,9 @@ static int redlock_urls(const char *list, char *buf, size_t len, const char **ur
             snprintf(err, errlen, "--redlock: more than %d servers", LOCK_MAX_SERVERS);
             return -1;
         }
-        if (want_scheme("--redlock", u, redis, "a redis:// or unix: URL", err, errlen)) return -1;
+        if (want_scheme("--redlock", u, redis, "a redis://, unix: or redis-sentinel:// URL", err,
+                        errlen))
+            return -1;
         urls[n++] = u;
     }
     if (n < 3 || n % 2 == 0) {
@@ -214,6 +255,7 @@ static void teardown(svc_app *a) {
     a->products = NULL;
     svc_thread_conns_free(a);
     locks_close(a);
+    svc_redis_close(a);
 }
 
 /* Stops accepting and waits until every request in flight is answered:
@@ -281,7 +323,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
     a->stock_cfg.db_path = a->cfg.db_path;
     a->stock_cfg.db_opt = &a->db_opt;
-    if (locks_open(a, err, errlen) != 0) goto usage;
+    if (svc_redis_open(a, err, errlen) != 0 || locks_open(a, err, errlen) != 0) goto usage;
     stock_conn *probe = stock_conn_new(&a->stock_cfg, why, sizeof why);
     if (!probe) {
         snprintf(err, errlen, "--redis: %s", why);
@@ -304,6 +346,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     return 0;
 usage:
     locks_close(a);
+    svc_redis_close(a);
     return 2;
 fail:
     teardown(a);

@@ -19,6 +19,7 @@
 #include "common/aconn.h"
 #include "common/clock.h"
 #include "common/loop.h"
+#include "rtopo/rtopo.h"
 #include "stock/internal.h"
 #include "stock/async_int.h"
 
@@ -209,6 +210,7 @@ static void on_reply(void *ud, redisReply *r) {
         job_fail(NULL, j, 1);
         return;
     }
+    sk_async_check_reply(j->sa, r);
     if (j->kind == J_RESERVE) {
         int ok = r->type == REDIS_REPLY_ARRAY && r->elements == j->n;
         for (size_t i = 0; i < j->n; i++) {
@@ -271,6 +273,28 @@ static void on_state(aconn *c, int up, void *ud) {
     }
 }
 
+/* --------------------------------------------------------- the primary */
+
+void sk_async_follow(stock_async *sa) {
+    if (!sa->primary) return;
+    unsigned v = rtopo_primary_version(sa->primary);
+    if (v == sa->version && !sa->stale) return;
+    rconn_addr a;
+    if (sa->stale) rtopo_primary_suspect(sa->primary, sa->version);
+    sa->stale = 0;
+    if (!(v = rtopo_primary_get(sa->primary, &a))) return;   /* none known yet */
+    const char *why = v != sa->version ? "redis: the primary moved (Sentinel)"
+                                       : "redis: the server is not the primary (now)";
+    sa->version = v;
+    aconn_retarget(sa->conn, &a, why);
+}
+
+void sk_async_check_reply(stock_async *sa, const redisReply *r) {
+    if (sa->primary && r && r->type == REDIS_REPLY_ERROR &&
+        rtopo_classify(r, NULL) == RTOPO_REDISCOVER)
+        sa->stale = 1;
+}
+
 /* ------------------------------------------------------------------ API */
 
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
@@ -284,7 +308,8 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     scripts[1] = &sk_undo;
     scripts[2] = &sk_lock_read;
     scripts[3] = &sk_lock_write;
-    if (rconn_parse(cfg->redis_url, &a, err, errlen)) return NULL;
+    memset(&a, 0, sizeof a);
+    if (!cfg->primary && rconn_parse(cfg->redis_url, &a, err, errlen)) return NULL;
     stock_async *sa = calloc(1, sizeof *sa);
     if (!sa) {
         snprintf(err, errlen, "out of memory");
@@ -298,6 +323,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     sa->observe_ud = cfg->observe_ud;
     sa->rng = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
     rconn_cmd_init(&sa->cmd);
+    if ((sa->primary = cfg->primary)) sa->version = rtopo_primary_get(sa->primary, &a);
     sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 4, on_state, sa);
     if (!sa->conn) {
         snprintf(err, errlen, "cannot attach a Redis connection to the loop");
@@ -338,6 +364,7 @@ static size_t take_ids(job *j, const char *const *ids, size_t n) {
 size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
                            const char *const *clear, size_t nclear, stock_batch_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
+    sk_async_follow(sa);
     assert(n > 0 && n <= STOCK_BATCH_MAX);
     job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -357,6 +384,7 @@ size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **
 size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *const *ids,
                          size_t n) {
     assert(loop_owned(sa->l));
+    sk_async_follow(sa);
     job *j = calloc(1, sizeof *j);
     if (!j) return 0;
     *j = (job){ .kind = J_CLEAR, .p = p };
@@ -371,6 +399,7 @@ size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *co
 
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
+    sk_async_follow(sa);
     job *j = calloc(1, sizeof *j);
     if (!j) {
         fn(ud, 0);

@@ -12,6 +12,9 @@ struct job;
 struct stock_async {
     struct loop *l;
     aconn *conn;
+    struct rtopo_primary *primary;     /* where the primary is; NULL: one fixed server */
+    unsigned version;                  /* primary's version conn was pointed at */
+    int stale;                         /* a reply said: not the primary (now) */
     char prefix[64];
     char instance[128];
     long long idem_ttl_ms;
@@ -23,5 +26,13 @@ struct stock_async {
     void *observe_ud;
     char errstr[256];
 };
+
+/* Points the connection at the primary if it moved, or if a reply said
+ * the server is not it (sa->stale): called before each operation (one
+ * atomic load when nothing changed). async.c. */
+void sk_async_follow(stock_async *sa);
+/* A reply that says the server is not the primary (now) makes the next
+ * operation look for it again. */
+void sk_async_check_reply(stock_async *sa, const redisReply *r);
 
 #endif

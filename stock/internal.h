@@ -11,7 +11,10 @@
 #include "stock/stock.h"
 
 struct stock_conn {
-    rconn_addr addr;
+    rconn_addr addr;              /* connected to (or to connect to) */
+    struct rtopo_primary *primary;   /* where addr comes from; NULL: fixed */
+    unsigned version;             /* primary's version addr was taken at */
+    int stale;                    /* the server said it is not the primary (now) */
     char prefix[64];
     char instance[128];
     int timeout_ms;
@@ -50,6 +53,11 @@ int sk_scripts_init(void);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
 void sk_drop(stock_conn *c, const char *what);
+/* Records in c->errstr that `what` got reply rep where it wanted another;
+ * an answer that says this server is not the primary (now) -- READONLY,
+ * LOADING, MASTERDOWN -- also drops the connection before the next call,
+ * and the primary is looked for again. */
+void sk_bad_reply(stock_conn *c, const char *what, const redisReply *rep);
 /* Adds "<prefix>{<sku>}:<suffix>" to c->cmd. */
 void sk_add_key(stock_conn *c, const char *sku, const char *suffix);
 /* Adds the keys of all of p's stock segments, in order. */

@@ -75,6 +75,7 @@ static void on_read(void *ud, redisReply *rep) {
     stock_hold *h = j->h;
     int res;
     sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_READ, j->t0_us);
+    sk_async_check_reply(j->sa, rep);
     r->outcome_unknown = 0;
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         r->result = STOCK_UNAVAILABLE;
@@ -101,6 +102,7 @@ static void on_read(void *ud, redisReply *rep) {
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
                            stock_lock_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
+    sk_async_follow(sa);
     const stock_product *p = r->product;
     lock_job *j = malloc(sizeof *j);
     if (!j || !aconn_ready(sa->conn)) {
@@ -165,6 +167,7 @@ static void on_write(void *ud, redisReply *rep) {
     stock_req *r = j->r;
     int res = 0;
     sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_WRITE, j->t0_us);
+    sk_async_check_reply(j->sa, rep);
     if (!j->fn) {                               /* a release only: r is answered already */
         free(j);
         return;
@@ -206,6 +209,7 @@ static void write_failed(stock_req *r, stock_lock_fn *fn, void *ud) {
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
+    sk_async_follow(sa);
     const stock_product *p = r->product;
     lock_job *j = malloc(sizeof *j);
     if (!j) {

@@ -451,8 +451,7 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
     }
     stock_result res = STOCK_RESERVED;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
-        snprintf(c->errstr, sizeof c->errstr, "read: %s",
-                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        sk_bad_reply(c, "read", rep);
         res = STOCK_UNAVAILABLE;
     } else if (sk_elem_int(rep, 0) == -3) {
         res = STOCK_MISSING;
@@ -528,8 +527,7 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
         res = code == 1 ? STOCK_RESERVED : code == -4 ? STOCK_FENCED : STOCK_MISSING;
         if (code == 1) r->gen = sk_elem_int(rep, 1);
     } else {
-        snprintf(c->errstr, sizeof c->errstr, "write: %s",
-                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        sk_bad_reply(c, "write", rep);
     }
     freeReplyObject(rep);
     return res;

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/rconn.h"
 #include "lock/lock.h"
+#include "rtopo/rtopo.h"
 #include "stock/internal.h"
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
@@ -187,7 +188,8 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (rconn_parse(cfg->redis_url, &c->addr, err, errlen)) {
+    c->primary = cfg->primary;
+    if (!c->primary && rconn_parse(cfg->redis_url, &c->addr, err, errlen)) {
         free(c);
         return NULL;
     }
@@ -226,10 +228,37 @@ void sk_drop(stock_conn *c, const char *what) {
              c->ctx && c->ctx->err ? c->ctx->errstr : "connection lost");
     if (c->ctx) redisFree(c->ctx);
     c->ctx = NULL;
+    if (c->primary) rtopo_primary_suspect(c->primary, c->version);
+}
+
+void sk_bad_reply(stock_conn *c, const char *what, const redisReply *rep) {
+    snprintf(c->errstr, sizeof c->errstr, "%s: %s", what,
+             rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    if (rtopo_classify(rep, NULL) == RTOPO_REDISCOVER) c->stale = 1;
+}
+
+/* Where to connect: the primary as last found. Returns 0, or -1 with
+ * c->errstr when none is known. */
+static int pick_primary(stock_conn *c) {
+    if (!c->primary) return 0;
+    if (!(c->version = rtopo_primary_get(c->primary, &c->addr))) {
+        snprintf(c->errstr, sizeof c->errstr, "redis: no primary found yet through Sentinel");
+        return -1;
+    }
+    return 0;
 }
 
 int stock_conn_ensure(stock_conn *c) {
+    /* A connection to a primary that moved, or that said it is not one,
+     * goes: the next command finds the new primary. */
+    if (c->ctx && (c->stale || (c->primary && rtopo_primary_version(c->primary) != c->version))) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+        if (c->stale && c->primary) rtopo_primary_suspect(c->primary, c->version);
+    }
+    c->stale = 0;
     if (c->ctx) return 0;
+    if (pick_primary(c)) return -1;
     const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
                                   &sk_unlock };
     char err[200];
@@ -341,8 +370,7 @@ const char *sk_elem_str(const redisReply *r, size_t i) {
 /* Turns the reserve script's reply into the request's result. */
 static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
-        snprintf(c->errstr, sizeof c->errstr, "reserve: %s",
-                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        sk_bad_reply(c, "reserve", rep);
         r->result = STOCK_UNAVAILABLE;
         r->outcome_unknown = 0;   /* an error reply means the script aborted */
         return;
@@ -493,8 +521,7 @@ static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done)
         done[i] = rep->type == REDIS_REPLY_INTEGER;
         if (rconn_is_noscript(rep)) retry[i] = 1;   /* it did not run */
         else if (!done[i]) {
-            snprintf(c->errstr, sizeof c->errstr, "undo: %s",
-                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+            sk_bad_reply(c, "undo", rep);
             rc = -1;
         }
         freeReplyObject(rep);
@@ -602,8 +629,7 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
     }
     int rc = rep->type == REDIS_REPLY_INTEGER ? (rep->integer == 1 ? 0 : 1) : -1;
     if (rc < 0)
-        snprintf(c->errstr, sizeof c->errstr, "load stock: %s",
-                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        sk_bad_reply(c, "load stock", rep);
     freeReplyObject(rep);
     return rc;
 }
@@ -623,8 +649,7 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
     }
     stock_result res = STOCK_UNAVAILABLE;
     if (rep->type == REDIS_REPLY_INTEGER) res = rep->integer == 1 ? STOCK_RESERVED : STOCK_MISSING;
-    else snprintf(c->errstr, sizeof c->errstr, "restock: %s",
-                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    else sk_bad_reply(c, "restock", rep);
     freeReplyObject(rep);
     return res;
 }
