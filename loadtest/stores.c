@@ -29,13 +29,96 @@
 
 /* ------------------------------------------------------------------- Redis */
 
+#define FL_MAX_SENTINELS 8
+
 struct fl_redis {
-    rconn_addr addr;
+    rconn_addr addr;             /* one server, or the primary last found */
+    int nsentinels;              /* > 0: a Sentinel-watched primary */
+    rconn_addr sentinel[FL_MAX_SENTINELS];
+    char master[128];
     char prefix[64];
     int timeout_ms;
     redisContext *ctx;           /* NULL: connect on next use */
     char run_id[41];             /* of the server ctx is connected to */
 };
+
+/* "host:port[,host:port...]/<master>[?db=N][, password before an '@']":
+ * a redis-sentinel:// URL after its scheme, read here by the verifier
+ * itself (it shares no code with the service's routing). */
+static int sentinel_parse(fl_redis *r, const char *rest, char *err, size_t errlen) {
+    char buf[1024], *at, *slash, *q;
+    snprintf(buf, sizeof buf, "%s", rest);
+    char *hosts = buf;
+    if ((at = strrchr(buf, '@'))) {
+        *at = '\0';
+        const char *pw = buf[0] == ':' ? buf + 1 : strchr(buf, ':') ? strchr(buf, ':') + 1 : buf;
+        snprintf(r->addr.password, sizeof r->addr.password, "%.*s", (int)sizeof r->addr.password - 1, pw);
+        hosts = at + 1;
+    }
+    if (!(slash = strchr(hosts, '/')) || !slash[1]) {
+        snprintf(err, errlen, "a redis-sentinel:// URL ends in /<master name>");
+        return -1;
+    }
+    *slash = '\0';
+    if ((q = strchr(slash + 1, '?'))) {
+        *q = '\0';
+        if (strncmp(q + 1, "db=", 3)) {
+            snprintf(err, errlen, "unknown option '%s'", q + 1);
+            return -1;
+        }
+        r->addr.db = atoi(q + 4);
+    }
+    snprintf(r->master, sizeof r->master, "%s", slash + 1);
+    for (char *save = NULL, *h = strtok_r(hosts, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+        char one[300];
+        if (r->nsentinels == FL_MAX_SENTINELS) {
+            snprintf(err, errlen, "more than %d sentinels", FL_MAX_SENTINELS);
+            return -1;
+        }
+        snprintf(one, sizeof one, "redis://%s%s", h, strchr(h, ':') ? "" : ":26379");
+        if (rconn_parse(one, &r->sentinel[r->nsentinels], err, errlen)) return -1;
+        r->nsentinels++;
+    }
+    if (!r->nsentinels) {
+        snprintf(err, errlen, "no sentinel in the URL");
+        return -1;
+    }
+    return 0;
+}
+
+/* Asks the sentinels in turn for the primary, and takes the first answer
+ * that ROLE confirms. */
+static int sentinel_ask(fl_redis *r, char *err, size_t errlen) {
+    snprintf(err, errlen, "no sentinel named a primary of '%s'", r->master);
+    for (int i = 0; i < r->nsentinels; i++) {
+        char e[200];
+        redisContext *c = rconn_connect(&r->sentinel[i], r->timeout_ms, e, sizeof e);
+        if (!c) continue;
+        redisReply *a = redisCommand(c, "SENTINEL get-master-addr-by-name %s", r->master);
+        redisFree(c);
+        if (!a || a->type != REDIS_REPLY_ARRAY || a->elements != 2 ||
+            a->element[0]->type != REDIS_REPLY_STRING || a->element[1]->type != REDIS_REPLY_STRING) {
+            if (a) freeReplyObject(a);
+            continue;
+        }
+        rconn_addr at = r->addr;
+        snprintf(at.host, sizeof at.host, "%s", a->element[0]->str);
+        at.port = atoi(a->element[1]->str);
+        freeReplyObject(a);
+        if (!(c = rconn_connect(&at, r->timeout_ms, e, sizeof e))) continue;
+        redisReply *role = redisCommand(c, "ROLE");
+        int master = role && role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
+                     role->element[0]->type == REDIS_REPLY_STRING &&
+                     !strcmp(role->element[0]->str, "master");
+        if (role) freeReplyObject(role);
+        redisFree(c);
+        if (master) {
+            r->addr = at;
+            return 0;
+        }
+    }
+    return -1;
+}
 
 fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_err *e) {
     char err[256];
@@ -44,7 +127,8 @@ fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_
         fl_errf(e, "out of memory");
         return NULL;
     }
-    if (rconn_parse(url, &r->addr, err, sizeof err)) {
+    if ((!strncmp(url, "redis-sentinel://", 17) ? sentinel_parse(r, url + 17, err, sizeof err)
+                                                 : rconn_parse(url, &r->addr, err, sizeof err))) {
         fl_errf(e, "redis %s: %s", url, err);
         free(r);
         return NULL;
@@ -72,6 +156,7 @@ static int redis_fail(fl_redis *r, const char *what, fl_err *e) {
 static int redis_ensure(fl_redis *r, fl_err *e) {
     char err[256];
     if (r->ctx) return 0;
+    if (r->nsentinels && sentinel_ask(r, err, sizeof err)) return fl_errf(e, "redis: %s", err);
     r->ctx = rconn_connect(&r->addr, r->timeout_ms, err, sizeof err);
     if (!r->ctx) return fl_errf(e, "redis: %s", err);
     if (rconn_run_id(r->ctx, r->run_id)) return redis_fail(r, "INFO server", e);
