@@ -17,6 +17,7 @@
 #include "service/log.h"
 #include "service/ops/maint.h"
 #include "service/repair/repair.h"
+#include "rtopo/rtopo.h"
 
 #define HEARTBEAT_TTL_MS 5000
 #define SWEEP_EVERY_MS 2000
@@ -27,6 +28,7 @@ struct svc_maint {
     pthread_t thread;
     atomic_int stopping;
     uint64_t errors_seen;          /* redis + db errors at the last sweep */
+    unsigned primary_seen;         /* the Sentinel primary's version last logged */
     int trims_left;                /* sweeps that still trim (see trim_after_errors) */
 };
 
@@ -49,6 +51,16 @@ static void trim_after_errors(svc_maint *m) {
     }
 }
 
+/* A Sentinel-watched primary that moved: one log line per move. */
+static void log_primary(svc_maint *m) {
+    svc_app *a = m->a;
+    rconn_addr at;
+    if (!a->primary || rtopo_primary_version(a->primary) == m->primary_seen) return;
+    m->primary_seen = rtopo_primary_get(a->primary, &at);
+    if (m->primary_seen)
+        svc_log(SVC_LOG_INFO, "redis: the primary is %s:%d (Sentinel)", at.host, at.port);
+}
+
 static void *maint_main(void *arg) {
     svc_maint *m = arg;
     pthread_setname_np(pthread_self(), "fs-maint");
@@ -63,6 +75,7 @@ static void *maint_main(void *arg) {
         svc_repair_wait(a->repair, WAKE_EVERY_MS);
         if (atomic_load(&m->stopping)) break;
         int64_t now = clock_mono_ms();
+        log_primary(m);
         if (now >= next_beat) {
             stock_heartbeat(sc, HEARTBEAT_TTL_MS);
             next_beat = now + 1000;
