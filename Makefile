@@ -3,6 +3,8 @@
 #   make              build bin/flashsale (and the other programs)
 #   make test         install missing Debian packages, build, run every test
 #   make test-sanitize   the same tests against an AddressSanitizer+UBSan build
+#   make test-tsan    the unit tests and the order-path, lock and fault tests
+#                     against a ThreadSanitizer build (build/tsan/bin)
 #   make demo         the strategy comparison (see README)
 #   make soak         10 minutes of mixed load with Redis restarts (not part
 #                     of make test); SOAK_SECONDS=90 for a short run
@@ -88,7 +90,7 @@ LAYERING  := $(BUILD)/layering.ok
 # Keep intermediate objects (unit-test .o files) between runs.
 .SECONDARY:
 
-.PHONY: all deps test test-run test-sanitize demo bench bench-lock clean fuzz soak \
+.PHONY: all deps test test-run test-sanitize test-tsan demo bench bench-lock clean fuzz soak \
         soak-valgrind
 all: $(PROGRAMS) $(UNIT_BIN)
 
@@ -172,6 +174,16 @@ test-run: all
 
 test-sanitize: deps
 	$(MAKE) VARIANT=san test-run
+
+# ThreadSanitizer: the unit tests, the order path (api, concurrency,
+# strategies), the locks (lock, lock_backends, lock_strategies) and the
+# faults, against build/tsan/bin; tests/run.py gives the programs
+# TSAN_OPTIONS (tests/tsan.supp: third-party libraries only) and fails a test
+# on any report. TSAN_TESTS picks the tests (run.py patterns).
+TSAN_TESTS ?= unit/ test_api:: test_concurrency:: test_strategies:: test_lock:: \
+              test_lock_backends:: test_lock_strategies:: test_faults::
+test-tsan: deps
+	$(MAKE) VARIANT=tsan test-run TESTS="$(TSAN_TESTS)"
 
 # libFuzzer harnesses (clang), each run for a bounded number of executions;
 # FUZZ_RUNS per target, FUZZ_SECONDS at most each, 10 million in total.
