@@ -273,6 +273,17 @@ def run_integration(patterns):
                     if reports:
                         print("---- sanitizer reports ----\n" + "\n".join(reports))
                 s = getattr(ctx, "last_service", None)
+                for other in ctx.services:     # the others' warnings and errors
+                    if other is s:
+                        continue
+                    try:
+                        bad = [line for line in other.logs().splitlines()
+                               if " warn: " in line or " error: " in line]
+                    except OSError:
+                        continue
+                    if bad:
+                        print("---- %s: warnings and errors (last 20) ----" % other.log_path)
+                        print("\n".join(bad[-20:]))
                 if s:
                     print("---- service log (last 40 lines) ----")
                     try:
