@@ -34,6 +34,11 @@ import time
 from contract import contract
 
 BIN = os.environ.get("FLASHSALE_BIN", os.path.join(os.path.dirname(__file__), "..", "bin"))
+# Whether the programs are the ThreadSanitizer build (make test-tsan:
+# build/tsan/bin). It makes them 5-15x slower, so the few tests that bound
+# a time our own threads spend (a hand-off's latency, a lock server's
+# answer read within --redis-timeout-ms) give them more room.
+TSAN = os.path.basename(os.path.dirname(os.path.abspath(BIN))) == "tsan"
 _live = []          # processes to stop at exit, whatever happens
 
 

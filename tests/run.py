@@ -7,6 +7,15 @@
    called with a fresh Ctx (its own temp dir; the Redis servers and services
    it starts are stopped afterwards, even on failure).
 
+Sanitizers: a test fails when a sanitizer reports in what it ran. ASan and
+UBSan write to stderr, so the services' logs and the unit tests' stderr are
+read for their markers. ThreadSanitizer (make test-tsan) is given
+TSAN_OPTIONS here (tsan_options()): the unit tests keep its reports on their
+stderr; every program an integration test starts (the services, flashload,
+flashlock, lockcheck, `flashsale audit`...) writes them to
+<test's temp dir>/tsan.<pid> through log_path, whatever the test does with
+its output, and those files are read when the test ends.
+
 Usage: run.py [PATTERN...]   only tests whose name contains a pattern
 Last line: "N passed, N failed". Exit status 1 when anything failed.
 """
@@ -27,6 +36,58 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 
 TEST_TIMEOUT_S = int(os.environ.get("FLASHSALE_TEST_TIMEOUT", "300"))
+
+# What a sanitizer writes when it finds something. "ThreadSanitizer:" also
+# catches the runtime's own errors (FATAL: ThreadSanitizer: ..., CHECK failed,
+# DEADLYSIGNAL), which end a test as surely as a race does.
+SANITIZER_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "WARNING: ThreadSanitizer", "ThreadSanitizer:")
+TSAN_SUPP = os.path.join(HERE, "tsan.supp")
+_USER_TSAN_OPTIONS = os.environ.get("TSAN_OPTIONS", "")
+
+
+def tsan_options(log_path=None):
+    """TSAN_OPTIONS for the programs the tests run (ignored by the rel and san
+    builds). halt_on_error=0: every race of a run is reported, not only the
+    first; second_deadlock_stack=1: a lock-order report shows both stacks.
+    The suppressions file names third-party libraries only. log_path: a file
+    prefix (a report goes to <prefix>.<pid>) instead of stderr. Options
+    already in the environment's TSAN_OPTIONS come last, so they win (e.g.
+    history_size=4 when a report says it failed to restore a stack)."""
+    opts = ["suppressions=" + TSAN_SUPP, "halt_on_error=0", "second_deadlock_stack=1"]
+    if log_path:
+        opts.append("log_path=" + log_path)
+    return " ".join(opts + [_USER_TSAN_OPTIONS]).strip()
+
+
+def sanitizer_excerpts(text, where):
+    """The sanitizer reports in text, each as "where: excerpt"; a
+    ThreadSanitizer report whole (between its ===== lines), others from a
+    little before the marker."""
+    found = []
+    pos = 0
+    while len(found) < 5:
+        hits = [(text.find(m, pos), m) for m in SANITIZER_MARKERS]
+        hits = [(i, m) for i, m in hits if i >= 0]
+        if not hits:
+            break
+        i, m = min(hits)
+        if text.startswith("ThreadSanitizer: reported", i):    # the tally after the reports
+            pos = i + len(m)
+            continue
+        if "ThreadSanitizer" in m:
+            start = text.rfind("==================", 0, i)
+            start = text.rfind("\n", 0, i) + 1 if start < 0 or i - start > 200 else start
+            end = text.find("==================", i)
+            end = len(text) if end < 0 else end + 18
+            excerpt = text[start:end][:12000]
+        else:
+            start = max(0, i - 200)
+            end = i + 1500
+            excerpt = text[start:end]
+        found.append("%s: %s" % (where, excerpt))
+        pos = max(end, i + len(m))
+    return found
 
 
 class Ctx:
@@ -90,17 +151,28 @@ class Ctx:
         self.services.append(s)
         return s
 
+    def tsan_log_prefix(self):
+        """Where the programs this test runs write ThreadSanitizer reports
+        (TSAN_OPTIONS log_path: <prefix>.<pid>)."""
+        return os.path.join(self.tmp, "tsan")
+
     def sanitizer_reports(self):
-        """Sanitizer findings in the logs of the services this test ran."""
+        """Sanitizer findings in the logs of the services this test ran, and
+        the ThreadSanitizer reports of any program it ran."""
         found = []
         for s in self.services:
             try:
                 text = s.logs()
             except OSError:
                 continue
-            for marker in ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer"):
-                if marker in text:
-                    found.append("%s: %s" % (s.log_path, text[text.index(marker) - 200:][:1500]))
+            found += sanitizer_excerpts(text, s.log_path)
+        for path in sorted(glob.glob(self.tsan_log_prefix() + ".*")):
+            try:
+                with open(path, errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            found += sanitizer_excerpts(text, path) or ["%s: %s" % (path, text[:3000])]
         return found
 
     def on_cleanup(self, fn):
@@ -142,10 +214,18 @@ def run_unit(patterns):
             name = "unit/" + os.path.basename(b)
             if not wanted(name, patterns):
                 continue
-            env = dict(os.environ, FLASHSALE_TEST_REDIS=redis.url)
+            # ThreadSanitizer reports stay on the program's stderr, read below.
+            env = dict(os.environ, FLASHSALE_TEST_REDIS=redis.url, TSAN_OPTIONS=tsan_options())
             t0 = time.monotonic()
             p = subprocess.run([b], env=env, capture_output=True, text=True,
                                timeout=TEST_TIMEOUT_S)
+            reports = sanitizer_excerpts(p.stderr, name + " stderr") + \
+                sanitizer_excerpts(p.stdout, name + " stdout")
+            if reports:
+                failed += 1
+                print("FAIL %s (exit %d): sanitizer reports:\n%s" % (name, p.returncode,
+                                                                    "\n".join(reports)))
+                continue
             m = re.search(r"^(\d+) passed, (\d+) failed$", p.stdout, re.M)
             if not m or p.returncode not in (0, 1):
                 failed += 1
@@ -180,6 +260,9 @@ def run_integration(patterns):
             if not wanted(full, patterns):
                 continue
             ctx = Ctx(full)
+            # Every program the test starts inherits these (harness.Service
+            # and the tests' own subprocess calls copy os.environ).
+            os.environ["TSAN_OPTIONS"] = tsan_options(ctx.tsan_log_prefix())
             t0 = time.monotonic()
             ok = False
             signal.alarm(TEST_TIMEOUT_S)
@@ -197,7 +280,22 @@ def run_integration(patterns):
                     raise
                 print("FAIL %s (%.1fs)" % (full, time.monotonic() - t0))
                 traceback.print_exc(file=sys.stdout)
+                if not (isinstance(e, AssertionError) and "sanitizer reports:" in str(e)):
+                    reports = ctx.sanitizer_reports()    # they may explain the failure
+                    if reports:
+                        print("---- sanitizer reports ----\n" + "\n".join(reports))
                 s = getattr(ctx, "last_service", None)
+                for other in ctx.services:     # the others' warnings and errors
+                    if other is s:
+                        continue
+                    try:
+                        bad = [line for line in other.logs().splitlines()
+                               if " warn: " in line or " error: " in line]
+                    except OSError:
+                        continue
+                    if bad:
+                        print("---- %s: warnings and errors (last 20) ----" % other.log_path)
+                        print("\n".join(bad[-20:]))
                 if s:
                     print("---- service log (last 40 lines) ----")
                     try:

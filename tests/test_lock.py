@@ -478,5 +478,7 @@ def test_handoff_behind_node_redlock(ctx):
     off, on = figures[""], figures["Kgx"]
     assert all(x >= 0 for x in off[0] + on[0]), figures    # released before acquired
     assert off[1] == 0 and on[1] >= rounds // 2, figures
-    assert on[0][rounds // 2] < 50, figures                 # generous: a few ms when idle
+    # generous: a few ms when idle; the ThreadSanitizer build's flashlock
+    # took 57 ms on a loaded box (25-35 ms when not).
+    assert on[0][rounds // 2] < (150 if harness.TSAN else 50), figures
     assert on[0][rounds // 2] < off[0][rounds // 2], figures   # the wake-up beats the re-check

@@ -7,6 +7,7 @@ and each test asserts that the flaw appeared."""
 import threading
 import time
 
+import harness
 from harness import Client, db_rows, parallel
 
 SAFE = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("db", 1), ("db-optimistic", 1),
@@ -216,7 +217,10 @@ def test_local_oversells_across_two_instances(ctx):
     db = ctx.path("orders.db")
     a = unsafe_service(ctx, redis, db=db)
     b = unsafe_service(ctx, redis, db=db)
-    a.create_product("loc", 5, strategy="local", cs_delay_ms=50)
+    # The oversell needs b's orders inside a's critical sections: a sells
+    # its 5 in about 5 x cs_delay_ms. The ThreadSanitizer build once got
+    # b's first order there too late for 50 ms (sold 5, none over).
+    a.create_product("loc", 5, strategy="local", cs_delay_ms=200 if harness.TSAN else 50)
     answers = hammer([a, b], "loc", conns=10, per_conn=1)
     over, p = oversold(a, "loc", 5, answers)
     assert over > 0, (over, p)
