@@ -130,8 +130,8 @@ def main():
             if stale:
                 topo.cut_replica(replica)
             time.sleep(0.5)                            # sales the replica may miss
+            old = topo.kill_primary()            # returns once the process is gone
             killed = time.monotonic()
-            old = topo.kill_primary()
             new = topo.wait_failover(old.port)
             for sku in skus:
                 wait_until(lambda: buyers.first_201_after(sku, killed), 30,

@@ -116,8 +116,18 @@ class Node(_Server):
                                              decode_responses=True)
         return self._client
 
+    def _call(self, fn):
+        """fn(client), again on a fresh connection if the node closed the
+        kept one: a master made a replica drops its clients, and so does a
+        node restarted since."""
+        try:
+            return fn(self.client())
+        except self._redis.ConnectionError:
+            self._client = None
+            return fn(self.client())
+
     def cmd(self, *args):
-        return self.client().execute_command(*args)
+        return self._call(lambda c: c.execute_command(*args))
 
     def role(self):
         """ROLE's first word: master, slave or sentinel (None: no answer)."""
@@ -127,7 +137,7 @@ class Node(_Server):
             return None
 
     def info(self, section):
-        return self.client().info(section)
+        return self._call(lambda c: c.info(section))
 
     @property
     def addr(self):

@@ -118,6 +118,10 @@ void svc_reservation_committed(svc_order *op) {
         svc_order_refuse(op, RF_DB_UNKNOWN, 0);
         return;
     case DB_STALE:
+        /* Reserved from a copy of an older generation: usually a rebuild
+         * raced this order, and the copy is current again; if it is not
+         * (a rebuild that could not load Redis), the repair queue loads it. */
+        svc_repair_request_rebuild(op->a->repair, op->p);
         undo_then(op, RF_STALE);
         return;
     default:

@@ -35,6 +35,20 @@ static int add_user(const char *user, long long units, void *ud) {
     return 0;
 }
 
+/* Whether p's Redis copy is valid for the running Redis (its run_id) and
+ * of the generation SQLite has now. A copy of an older generation is as
+ * good as missing: every order reserved from it would be refused at its
+ * commit (DB_STALE) for ever. That happens when a rebuild started a new
+ * generation in SQLite but could not load Redis (Redis failed, or the
+ * primary moved, between the two): the copy there still looks valid. */
+static int copy_current(db *d, stock_conn *sc, svc_product *p) {
+    long long total, copy_gen = 0;
+    db_product now;
+    return stock_read(sc, &p->sp, &total, NULL) == STOCK_RESERVED &&
+           stock_read_gen(sc, &p->sp, &copy_gen) == STOCK_RESERVED &&
+           db_product_get(d, p->sku, &now) == DB_OK && copy_gen >= now.stock_gen;
+}
+
 int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
     /* One rebuild at a time in this process, and none over a valid copy.
      * Orders sent before a rebuild finished come back MISSING and ask for
@@ -44,12 +58,12 @@ int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
      * would refuse every order reserved from it meanwhile (DB_STALE, 503).
      * Found by tests/soak.py: two or three rebuilds per SKU per restart. */
     static pthread_mutex_t rebuild_mu = PTHREAD_MUTEX_INITIALIZER;
-    long long redis_gen = 0, total;
+    long long redis_gen = 0;
     db_product dp;
     users_acc users = { 0 };
     int rc = -1;
     pthread_mutex_lock(&rebuild_mu);
-    if (!force && stock_read(sc, &p->sp, &total, NULL) == STOCK_RESERVED) {
+    if (!force && copy_current(d, sc, p)) {
         rc = 0;
         goto out;
     }

@@ -381,6 +381,34 @@ static void test_missing_copy_is_rebuilt(void) {
     CHECK(sold_in_db(p->sku) == 10);
 }
 
+/* A copy whose generation is behind SQLite's (a rebuild began a new
+ * generation but could not load Redis: the copy still looks valid for the
+ * running Redis) sells nothing that can commit; the first order refused
+ * that way asks for the copy to be loaded again, and sales resume. */
+static void test_copy_behind_sqlite_is_reloaded(void) {
+    svc_product *p = product("t-behind", "lua", 2, 20, 0);
+    db_product dp;
+    CHECK(p != NULL);
+    if (!p) return;
+    reset_replies();
+    submit(p, "gina", 2, NULL);
+    CHECK(wait_replies(1) == 1 && replies[0].status == 201);
+    CHECK(db_product_new_gen(svc_thread_db(&app), p->sku, 0, &dp) == DB_OK);  /* SQLite only */
+    submit(p, "gina", 1, NULL);
+    CHECK(wait_replies(2) == 2);
+    CHECK(replies[1].status == 503);
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        clock_sleep_ms(20);
+        submit(p, "gina", 1, NULL);
+        CHECK(wait_replies(3 + i) == 3 + i);
+        ok = replies[2 + i].status == 201;
+    }
+    CHECK(ok);
+    CHECK(sold_in_db(p->sku) == 3);
+    CHECK(left_in_redis(p) == 17);
+}
+
 /* A start that fails half way (the database cannot be opened, after the
  * lock clients, the product cache and the repair queue were made) undoes
  * itself: everything it made is freed (the sanitizer build's leak check
@@ -442,7 +470,8 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_state_moves), T(test_script_family), T(test_submit_on_a_loop), T(test_replays),
         T(test_per_user_limit), T(test_lock_family), T(test_blocking_family), T(test_db_family),
-        T(test_missing_copy_is_rebuilt), T(test_failed_start_is_undone), T(test_stop),
+        T(test_missing_copy_is_rebuilt), T(test_copy_behind_sqlite_is_reloaded),
+        T(test_failed_start_is_undone), T(test_stop),
     };
     setup();
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
