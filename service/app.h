@@ -45,6 +45,7 @@ typedef struct svc_app {
     struct svc_order_loop **order_loops;   /* the order path on each loop (order/) */
     struct svc_order_loop *give_touched;   /* the committer's: loops it hands back to */
     svc_threadpool *blocking;      /* the order path's blocking strategies */
+    int blocking_stopped;          /* ...stopped by svc_orders_drain, not yet cleared */
     svc_threadpool *api;           /* API work that may wait on Redis (and SQLite) */
     svc_threadpool *api_db;        /* API work that needs SQLite only (order lookups) */
     svc_health *health;

@@ -229,22 +229,25 @@ static void locks_close(svc_app *a) {
 
 /* Undoes svc_start, whatever it reached: every part that was made is
  * stopped and freed, in the reverse order of its making. The loops stop
- * before the parts that live on them are freed. */
+ * before the parts that live on them are freed, and the handles the loops
+ * read (writer, maint, health...) are cleared only once they have stopped:
+ * with nothing in flight nothing uses a stopped part, and a loop thread
+ * never reads a handle while this thread writes it. */
 static void teardown(svc_app *a) {
     svc_threadpool_stop(a->api);
     svc_threadpool_stop(a->api_db);
-    a->api = a->api_db = NULL;
     /* The writer first: its last groups hand orders back to the loops. */
     db_writer_stop(a->writer);
-    a->writer = NULL;
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
     svc_maint_stop(a->maint);
     svc_health_stop(a->health);
-    a->maint = NULL;
-    a->health = NULL;
     /* Nothing is in flight: the loops may stop, then what lives on them. */
     loops_stop(a);
+    a->api = a->api_db = NULL;
+    a->writer = NULL;
+    a->maint = NULL;
+    a->health = NULL;
     svc_orders_free(a);
     http_stop(a->http);
     a->http = NULL;

@@ -54,6 +54,7 @@ void svc_commit_send(svc_order *op) {
 void svc_commit_send_many(svc_app *a, svc_order **ops, size_t n) {
     db_job *jobs[STOCK_BATCH_MAX];
     assert(n <= STOCK_BATCH_MAX);
+    if (n == 0) return;                   /* a batch refused whole: no commit to queue */
     for (size_t i = 0; i < n; i++) {
         assert(ops[i]->state == SVC_ORDER_COMMITTING || ops[i]->state == SVC_ORDER_LOOKING_UP);
         jobs[i] = &ops[i]->job;

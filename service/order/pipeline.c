@@ -122,6 +122,7 @@ static int loop_busy(svc_order_loop *ol, void *ud) {
 }
 
 int svc_orders_start(svc_app *a, char *err, size_t errlen) {
+    a->blocking_stopped = 0;
     if (!(a->blocking = svc_threadpool_start("fs-blocking", a->cfg.lock_workers, err, errlen)))
         return -1;
     if (!(a->order_loops = calloc((size_t)a->nloops, sizeof *a->order_loops))) goto oom;
@@ -146,9 +147,10 @@ oom:
 }
 
 void svc_orders_drain(svc_app *a, int64_t wait_ms) {
-    /* The blocking threads first: their orders go to the committer. */
+    /* The blocking threads first: their orders go to the committer. The
+     * handle is cleared by svc_orders_free, once the loops have stopped. */
     svc_threadpool_stop(a->blocking);
-    a->blocking = NULL;
+    a->blocking_stopped = 1;
     if (!a->order_loops) return;
     /* Then ask each loop, on its own thread, until all are idle. */
     for (int64_t t0 = clock_mono_ms();;) {
@@ -171,8 +173,9 @@ void svc_orders_free(svc_app *a) {
     }
     free(a->order_loops);
     a->order_loops = NULL;
-    svc_threadpool_stop(a->blocking);          /* a start that failed half way */
+    if (!a->blocking_stopped) svc_threadpool_stop(a->blocking);
     a->blocking = NULL;
+    a->blocking_stopped = 0;
 }
 
 /* ------------------------------------------------------------ strategies */
