@@ -28,6 +28,12 @@ static tloop TL;
 
 /* ------------------------------------------------------------ recording */
 
+/* What the callbacks record, on the loop's thread. The counters (ngot,
+ * nnull, ups, downs) are touched only there while the loop runs: the
+ * checks read the copy in O that calls made there take (snap), since a
+ * callback may come at any time (a stalled server killed, a timeout). A
+ * reply's record G[i] is read here once a wait (or settle) has seen it
+ * come: that call on the loop orders its writes before the reads. */
 #define NG 1200
 typedef struct got {
     int calls, type, pos;
@@ -61,9 +67,15 @@ static void on_state(aconn *c, int up, void *ud) {
     else downs++;
 }
 
-static void reset(void) {
+static void do_reset(void *ud) {
+    (void)ud;
     memset(G, 0, sizeof G);
     ngot = nnull = ups = downs = 0;
+}
+/* Clears the records: on the loop's thread when it runs. */
+static void reset(void) {
+    if (TL.running) tl_call(&TL, do_reset, NULL);
+    else do_reset(NULL);
 }
 
 /* Sends the space-separated words of text; g gets the reply. */
@@ -77,22 +89,27 @@ static int send_words(const char *text, got *g) {
     return aconn_send(C, &cmd, on_reply, g);
 }
 
-/* Each a tl_fn (run on the loop) or a tl_wait predicate. */
-static int is_up(void *ud) { return ups >= *(int *)ud; }
-static int is_down(void *ud) { return downs >= *(int *)ud; }
-static int have(void *ud) { return ngot >= *(int *)ud; }
-static int wait_up(int n) { return tl_wait(&TL, is_up, &n, 3000); }
-static int wait_down(int n) { return tl_wait(&TL, is_down, &n, 3000); }
-static int wait_got(int n) { return tl_wait(&TL, have, &n, 3000); }
-
 static struct {
     rconn_addr a;
     int timeout_ms;
     const rconn_script *const *scripts;
     int nscripts;
     int rc, ready, inflight;
+    int ngot, nnull, ups, downs;     /* the counters, as snap copied them */
     char errstr[256], run_id[41];
 } O;                                 /* arguments in, results out, of calls on the loop */
+
+/* Copies the counters into O; on the loop's thread. */
+static void snap(void) { O.ngot = ngot, O.nnull = nnull, O.ups = ups, O.downs = downs; }
+
+/* Each a tl_fn (run on the loop) or a tl_wait predicate. A predicate
+ * snaps the counters as they were when it found its condition true. */
+static int is_up(void *ud) { return snap(), ups >= *(int *)ud; }
+static int is_down(void *ud) { return snap(), downs >= *(int *)ud; }
+static int have(void *ud) { return snap(), ngot >= *(int *)ud; }
+static int wait_up(int n) { return tl_wait(&TL, is_up, &n, 3000); }
+static int wait_down(int n) { return tl_wait(&TL, is_down, &n, 3000); }
+static int wait_got(int n) { return tl_wait(&TL, have, &n, 3000); }
 
 static void do_new(void *ud) {
     (void)ud;
@@ -102,6 +119,7 @@ static void do_connect(void *ud) {
     (void)ud;
     O.rc = aconn_connect(C);
     O.ready = aconn_ready(C);
+    snap();
 }
 static void do_look(void *ud) {
     (void)ud;
@@ -109,13 +127,20 @@ static void do_look(void *ud) {
     O.inflight = aconn_inflight(C);
     snprintf(O.errstr, sizeof O.errstr, "%s", aconn_errstr(C));
     snprintf(O.run_id, sizeof O.run_id, "%s", aconn_run_id(C));
+    snap();
 }
 static void look(void) { tl_call(&TL, do_look, NULL); }
+/* Lets the loop run ms, then looks: what it did until then (a callback
+ * coming twice, or at all) is seen from here, in G and O. */
+static void settle(int ms) {
+    clock_sleep_ms(ms);
+    look();
+}
 static int connect_now(void) {
     tl_call(&TL, do_connect, NULL);
     return O.rc;
 }
-static void do_send(void *ud) { O.rc = send_words(ud, &G[0]); }
+static void do_send(void *ud) { O.rc = send_words(ud, &G[0]), snap(); }
 /* Sends text on the loop; its reply goes to G[0]. Returns aconn_send's. */
 static int send1(const char *text) {
     tl_call(&TL, do_send, (void *)text);
@@ -188,7 +213,7 @@ static void test_connect_and_pipeline(void) {
     look();
     CHECK(O.ready && O.inflight == 0);
     CHECK_STR(O.run_id, rid);
-    CHECK(connect_now() == 0 && ups == 1);           /* ready: nothing new */
+    CHECK(connect_now() == 0 && O.ups == 1);         /* ready: nothing new */
     tl_call(&TL, send_pushes, NULL);
     CHECK(O.inflight == 1001);
     CHECK(wait_got(1001));
@@ -197,7 +222,7 @@ static void test_connect_and_pipeline(void) {
         in_order &= G[1 + i].calls == 1 && G[1 + i].type == REDIS_REPLY_INTEGER &&
                     G[1 + i].integer == i + 1 && G[1 + i].pos == i + 1;
     CHECK(in_order);
-    CHECK(nnull == 0);
+    CHECK(O.nnull == 0);
     look();
     CHECK(O.inflight == 0);
     CHECK(raw_int("LLEN %s", "ua:list") == 1000);
@@ -243,12 +268,12 @@ static void test_select_and_setup_error(void) {
     start(u, 2000, NULL, 0, 0);
     CHECK(wait_down(1));
     look();
-    CHECK(ups == 0 && downs == 1 && !O.ready);
+    CHECK(O.ups == 0 && O.downs == 1 && !O.ready);
     CHECK(strstr(O.errstr, "redis setup") != NULL);
     CHECK(connect_now() == -1);                      /* too soon after a failure */
     CHECK(send1("PING") == -1);
-    clock_sleep_ms(20);
-    CHECK(ngot == 0);
+    settle(20);
+    CHECK(O.ngot == 0);
     finish();
 }
 
@@ -296,7 +321,7 @@ static void test_scripts_noscript(void) {
     reset();
     tl_call(&TL, send_mixed, NULL);
     CHECK(wait_got(5));
-    clock_sleep_ms(20);
+    settle(20);
     for (int i = 0; i < 5; i++) CHECK(G[i].calls == 1);
     CHECK(G[0].type == REDIS_REPLY_INTEGER && G[0].integer == 15);
     CHECK(G[3].type == REDIS_REPLY_INTEGER && G[3].integer == 115);
@@ -304,7 +329,7 @@ static void test_scripts_noscript(void) {
     CHECK(G[4].type == REDIS_REPLY_STATUS && !strcmp(G[4].str, "PONG"));
     CHECK(G[1].type == REDIS_REPLY_STRING);          /* "15" in send order; "5" if resent later */
     CHECK(raw_int("GET %s", "ua:sk") == 115);
-    CHECK(nnull == 0);
+    CHECK(O.nnull == 0);
     look();
     CHECK(O.ready && O.inflight == 0);
     /* A script it was never given: NOSCRIPT again after the reload; the
@@ -312,7 +337,7 @@ static void test_scripts_noscript(void) {
     reset();
     tl_call(&TL, send_unknown, NULL);
     CHECK(wait_got(1));
-    clock_sleep_ms(20);
+    settle(20);
     CHECK(G[0].calls == 1 && G[0].type == REDIS_REPLY_ERROR && !strncmp(G[0].str, "NOSCRIPT", 8));
     look();
     CHECK(O.ready && O.inflight == 0);
@@ -345,21 +370,21 @@ static void test_server_killed_and_back(void) {
     tl_call(&TL, send_pings, &n);
     clock_sleep_ms(20);
     look();
-    CHECK(O.inflight == 20 && ngot == 0);
+    CHECK(O.inflight == 20 && O.ngot == 0);
     tr_kill(&R);
     CHECK(wait_down(1));
     CHECK(wait_got(20));
-    clock_sleep_ms(10);
-    CHECK(nnull == 20 && all_once(20));              /* each once, NULL, in order */
+    settle(10);
+    CHECK(O.nnull == 20 && all_once(20));            /* each once, NULL, in order */
     look();
-    CHECK(!O.ready && O.inflight == 0 && downs == 1 && O.errstr[0]);
+    CHECK(!O.ready && O.inflight == 0 && O.downs == 1 && O.errstr[0]);
     CHECK(send1("PING") == -1);                      /* down: refused, not called */
     CHECK(connect_now() == -1);                      /* 100 ms after a failure */
     clock_sleep_ms(120);
     connect_now();                                   /* nothing listens: refused */
     CHECK(wait_down(2));
     look();
-    CHECK(ups == 1 && strstr(O.errstr, "connect") != NULL);
+    CHECK(O.ups == 1 && strstr(O.errstr, "connect") != NULL);
     /* Back on the same port: a new process, a new run_id. */
     int port = R.port;
     CHECK(tr_start(&R) == 0 && R.port == port);
@@ -389,7 +414,7 @@ static void test_stalled_server_times_out(void) {
     CHECK(wait_got(3));
     int64_t took = clock_mono_ms() - t0;
     CHECK(took >= 100 && took < 1500);               /* the timeout, checked every 50 ms */
-    CHECK(nnull == 3 && all_once(3) && downs == 1);
+    CHECK(O.nnull == 3 && all_once(3) && O.downs == 1);
     look();
     CHECK(strstr(O.errstr, "no reply within 100 ms") != NULL);
     CHECK(connect_now() == -1);                      /* a stalled server: one timeout more */
@@ -397,7 +422,7 @@ static void test_stalled_server_times_out(void) {
     /* The kernel still accepts the connection; the setup gets no answer. */
     CHECK(connect_now() == 0);
     CHECK(wait_down(2));
-    CHECK(ups == 1);
+    CHECK(O.ups == 1);
     tr_pause(&R, 0);
     clock_sleep_ms(120);
     CHECK(connect_now() == 0);
@@ -415,7 +440,7 @@ static void test_connect_fails_cleanly(void) {
     start(u, 500, NULL, 0, 0);                       /* nothing listens there */
     CHECK(wait_down(1));
     look();
-    CHECK(ups == 0 && !O.ready && strstr(O.errstr, "connect") != NULL);
+    CHECK(O.ups == 0 && !O.ready && strstr(O.errstr, "connect") != NULL);
     CHECK(connect_now() == -1);
     CHECK(send1("PING") == -1);
     finish();
@@ -434,7 +459,7 @@ static void test_connect_fails_cleanly(void) {
     CHECK(wait_down(1));
     int64_t took = clock_mono_ms() - t0;
     look();
-    CHECK(ups == 0 && strstr(O.errstr, "timed out") != NULL);
+    CHECK(O.ups == 0 && strstr(O.errstr, "timed out") != NULL);
     CHECK(took >= 200 && took < 1500);
     CHECK(connect_now() == -1);                      /* one timeout more before the next */
     finish();
@@ -456,8 +481,8 @@ static void test_free_with_work_in_flight(void) {
     tl_call(&TL, send_blocked, NULL);
     clock_sleep_ms(30);
     look();
-    CHECK(O.inflight == 11 && ngot == 0);
-    tl_stop(&TL);
+    CHECK(O.inflight == 11 && O.ngot == 0);
+    tl_stop(&TL);                                    /* joined: the counters are ours */
     aconn_free(C);                                   /* every callback, NULL, in order */
     C = NULL;
     CHECK(ngot == 11 && nnull == 11 && all_once(11));

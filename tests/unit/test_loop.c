@@ -24,8 +24,12 @@
 static tloop TL;                      /* the loop of the running case */
 
 /* A watch callback's record: calls, last events / fd / ud seen; drain:
- * read what is there. */
+ * read what is there. Written by on_io on the loop's thread, and read only
+ * there: the checks look at a copy (seen) taken there, as a watch on a
+ * descriptor that stays ready (a pipe's write end, an eventfd not drained)
+ * goes on being called while this thread looks. */
 typedef struct rec { int n; unsigned ev; int fd; void *ud; int drain; } rec;
+static rec seen;                      /* a record as copied on the loop's thread */
 
 static void on_io(loop *l, int fd, unsigned events, void *ud) {
     rec *r = ud;
@@ -52,14 +56,17 @@ static int watch(int fd, unsigned events, rec *r) {
 }
 static void do_unwatch(void *ud) { (void)ud; loop_unwatch(TL.l, W.fd); }
 static void unwatch(int fd) { W.fd = fd; tl_call(&TL, do_unwatch, NULL); }
-static void do_count(void *ud) { W.n = ((rec *)ud)->n, W.events = ((rec *)ud)->ev; }
-/* r->n as seen on the loop's thread, after ms of letting it run. */
+static void do_count(void *ud) { seen = *(rec *)ud, W.n = seen.n, W.events = seen.ev; }
+/* r->n as seen on the loop's thread (the whole record in seen), after ms
+ * of letting it run. */
 static int count_after(rec *r, int ms) {
     clock_sleep_ms(ms);
     tl_call(&TL, do_count, r);
     return W.n;
 }
-static int called(void *ud) { return ((rec *)ud)->n > 0; }
+/* (Copies the record into seen once it was called: its ev, fd and ud are
+ * then those of a call.) */
+static int called(void *ud) { return ((rec *)ud)->n > 0 && (seen = *(rec *)ud, 1); }
 static int want_n;
 static int reached(void *ud) { return ((rec *)ud)->n >= want_n; }
 /* Whether r gets to exactly n calls (waited for, then no more after 5 ms). */
@@ -76,7 +83,7 @@ static void test_watch_pipe(void) {
     /* A pipe's write end is writable at once. */
     CHECK(watch(p[1], LOOP_WRITE, &w) == 0);
     CHECK(tl_wait(&TL, called, &w, 1000));
-    CHECK(w.ev == LOOP_WRITE && w.fd == p[1] && w.ud == &w);
+    CHECK(seen.ev == LOOP_WRITE && seen.fd == p[1] && seen.ud == &w);
     CHECK(watch(p[1], 0, &w) == 0);                   /* quiet from now on */
     int n = W.n;
     CHECK(count_after(&w, 20) == n);
@@ -86,13 +93,13 @@ static void test_watch_pipe(void) {
     CHECK(count_after(&a, 10) == 0);
     CHECK(write(p[1], "x", 1) == 1);
     CHECK(tl_wait(&TL, called, &a, 1000));
-    CHECK(a.ev == LOOP_READ && a.fd == p[0] && a.ud == &a);
+    CHECK(seen.ev == LOOP_READ && seen.fd == p[0] && seen.ud == &a);
     CHECK(count_after(&a, 10) == 1);
     /* The same fd again: the new callback and ud replace the old. */
     CHECK(watch(p[0], LOOP_READ, &b) == 0);
     CHECK(write(p[1], "y", 1) == 1);
     CHECK(tl_wait(&TL, called, &b, 1000));
-    CHECK(count_after(&a, 10) == 1 && b.n == 1);
+    CHECK(count_after(&a, 10) == 1 && count_after(&b, 0) == 1);
     /* Quiet (0): a byte waiting does not fire it; watching again does. */
     CHECK(watch(p[0], 0, &b) == 0);
     CHECK(write(p[1], "z", 1) == 1);
@@ -129,7 +136,7 @@ static void test_watch_eventfd_and_errors(void) {
     uint64_t one = 1, v;
     CHECK(write(e, &one, sizeof one) == sizeof one);
     CHECK(tl_wait(&TL, called, &r, 1000));
-    CHECK(r.ev == LOOP_READ && r.fd == e);
+    CHECK(seen.ev == LOOP_READ && seen.fd == e);    /* (called again until drained) */
     CHECK(read(e, &v, sizeof v) == sizeof v && v == 1);   /* drained here: no more calls */
     int n = count_after(&r, 5);
     CHECK(count_after(&r, 20) == n);
@@ -143,7 +150,7 @@ static void test_watch_eventfd_and_errors(void) {
     rec h = { .drain = 1 };
     CHECK(watch(high, LOOP_READ, &h) == 0);
     CHECK(write(p[1], "x", 1) == 1);
-    CHECK(tl_wait(&TL, called, &h, 1000) && h.fd == 3000);
+    CHECK(tl_wait(&TL, called, &h, 1000) && seen.fd == 3000);
     unwatch(high);
     close(high);
     /* Errors are returned with errno, nothing else happens. */

@@ -153,6 +153,8 @@ static int lock_write(stock_req *r, stock_hold *h, int write) {
     return c.res;
 }
 static void do_inflight(void *ud) { *(int *)ud = stock_async_inflight(SA); }
+#define ERRLEN 256
+static void do_errstr(void *ud) { snprintf(ud, ERRLEN, "%s", stock_async_errstr(SA)); }
 static int idle(void *ud) { return do_inflight(ud), *(int *)ud == 0; }
 
 static void do_new(void *ud) {
@@ -393,7 +395,9 @@ static void test_redis_down(void) {
     stock_hold h;
     r = req(&p, "d3", "u", 1, NULL, "f");
     CHECK(lock_read(&r, &h, 0, 1000) == -1 && r.result == STOCK_UNAVAILABLE && !r.outcome_unknown);
-    CHECK(strstr(stock_async_errstr(SA), "connect") != NULL);
+    char why[ERRLEN];
+    tl_call(&TL, do_errstr, why);                         /* SA is the loop's: read there */
+    CHECK(strstr(why, "connect") != NULL);
     stock_product_free(&p), finish();
 }
 
@@ -406,6 +410,11 @@ static void free_with_work(void *ud) {
     stock_async *fresh = stock_async_new(TL.l, &cfg, err, sizeof err);
     stock_async_reserve(fresh, p, free_rs, 1, NULL, 0, on_batch, &free_held_cb);
     stock_async_free(fresh);                              /* held work: never sent */
+}
+/* stock_async_inflight and free_cb.calls, both read on the loop's thread:
+ * the timeout may call free_cb there at any time. */
+static void inflight_and_calls(void *ud) {
+    ((int *)ud)[0] = stock_async_inflight(SA), ((int *)ud)[1] = free_cb.calls;
 }
 
 static void test_stalled_and_freed(void) {
@@ -446,9 +455,9 @@ static void test_stalled_and_freed(void) {
     free_r = req(&p, "s5", "u", 1, NULL, "f");
     op o = { .sa = SA, .p = &p, .reqs = free_rs, .n = 1, .c = &free_cb };
     tl_call(&TL, do_reserve, &o);
-    int n = 0;
-    tl_call(&TL, do_inflight, &n);
-    CHECK(n == 1 && free_cb.calls == 0);
+    int n[2] = { 0, -1 };
+    tl_call(&TL, inflight_and_calls, n);
+    CHECK(n[0] == 1 && n[1] == 0);
     finish();
     CHECK(free_cb.calls == 1 && free_r.result == STOCK_UNAVAILABLE && free_r.outcome_unknown);
     tr_pause(&R, 0);
