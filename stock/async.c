@@ -81,7 +81,9 @@ static void build_reserve(stock_async *sa, const job *j) {
     for (size_t i = 0; i < j->n; i++)
         if (has_key(j->reqs[i]))
             rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, j->reqs[i]->idem_key);
-    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    /* "*": any copy will do (unsafe-trust-redis: Redis as the truth). */
+    rconn_cmd_adds(&sa->cmd, stock_strategy_about(p->strategy)->trusts_copy
+                                 ? "*" : aconn_run_id(sa->conn));
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_addll(&sa->cmd, p->per_user_limit);

@@ -75,7 +75,7 @@ const char *sk_elem_str(const redisReply *r, size_t i);
 /* How the read-check-write strategies lock a segment (rcw.c), named by the
  * strategy table (stock.c). */
 extern const struct sk_rcw_lock sk_lock_local, sk_lock_setnx_expire, sk_lock_set_nx_px,
-    sk_lock_module, sk_lock_db_table;
+    sk_lock_module, sk_lock_module_unfenced, sk_lock_db_table;
 
 /* The local hint of empty segments (a bit per segment). */
 struct stock_hint {

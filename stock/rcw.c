@@ -281,6 +281,7 @@ const provider sk_lock_local = { take_local, drop_local, stripe_of, 0 };
 const provider sk_lock_setnx_expire = { take_setnx_expire, drop_del, NULL, 0 };
 const provider sk_lock_set_nx_px = { take_set_nx_px, drop_owned, NULL, 0 };
 const provider sk_lock_module = { take_module, drop_module, NULL, 1 };
+const provider sk_lock_module_unfenced = { take_module, drop_module, NULL, 0 };
 const provider sk_lock_db_table = { take_db, drop_db, NULL, 1 };
 
 static const provider *provider_of(const stock_product *p) {

@@ -116,6 +116,17 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                            "releases the lock, then writes: the next holder "
                                            "reads the old value (lost updates)", STOCK_LOCKS_NONE,
                                            &sk_lock_set_nx_px },
+    [STOCK_UNSAFE_REDLOCK_NO_FENCE] = { "unsafe-redlock-no-fence", STOCK_KIND_RCW, 1, 1, 1,
+                                        "Redlock's majority lock (--redlock) with the write not "
+                                        "fenced: a holder that outlives its lease -- a pause, a "
+                                        "server's clock jumping forward, a server that forgets "
+                                        "its last second of writes -- writes over the next "
+                                        "holder's", STOCK_LOCKS_REDLOCK, &sk_lock_module_unfenced },
+    [STOCK_UNSAFE_TRUST_REDIS] = { "unsafe-trust-redis", STOCK_KIND_SCRIPT, 1, 1, 1,
+                                   "lua's script with Redis as the truth: any stock copy is "
+                                   "trusted, whoever built it, so a replica promoted without "
+                                   "the last decrements, or a Redis that lost its last second of "
+                                   "AOF, sells those units again", STOCK_LOCKS_NONE, NULL, 1 },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {
@@ -552,10 +563,12 @@ int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
 
 /* Parses a gen value "<gen>:<run_id>"; returns the generation when the copy
  * was built for the Redis we are connected to, else 0. */
-static long long valid_gen(const stock_conn *c, const redisReply *e) {
+static long long valid_gen(const stock_conn *c, const stock_product *p, const redisReply *e) {
     if (e->type != REDIS_REPLY_STRING) return 0;
     char *colon = strchr(e->str, ':');
-    if (!colon || strcmp(colon + 1, c->run_id) != 0) return 0;
+    if (!colon || (strcmp(colon + 1, c->run_id) != 0 &&
+                   !stock_strategy_about(p->strategy)->trusts_copy))
+        return 0;
     return strtoll(e->str, NULL, 10);
 }
 
@@ -571,7 +584,7 @@ stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != (size_t)p->segments + 1) {
         snprintf(c->errstr, sizeof c->errstr, "read stock: unexpected reply");
         res = STOCK_UNAVAILABLE;
-    } else if (!valid_gen(c, rep->element[0])) {
+    } else if (!valid_gen(c, p, rep->element[0])) {
         res = STOCK_MISSING;
     } else {
         *total = 0;

@@ -46,6 +46,8 @@ typedef enum stock_strategy {
     STOCK_UNSAFE_SETNX_EXPIRE,
     STOCK_UNSAFE_LOCK_NO_FENCE,
     STOCK_UNSAFE_UNLOCK_BEFORE_WRITE,
+    STOCK_UNSAFE_REDLOCK_NO_FENCE,
+    STOCK_UNSAFE_TRUST_REDIS,
     STOCK_STRATEGY_COUNT
 } stock_strategy;
 
@@ -91,6 +93,8 @@ typedef struct stock_strategy_info {
     stock_lock_server locks;   /* where its lock lives (NONE: not a lock of those) */
     const struct sk_rcw_lock *rcw;   /* KIND_RCW / KIND_LOCK: how stock_reserve_one locks
                                         a segment (stock/rcw.c's; NULL: no lock) */
+    int trusts_copy;    /* takes any stock copy as valid, whoever built it: no check of
+                           its generation's run_id (unsafe: Redis as the truth) */
 } stock_strategy_info;
 
 /* Looks a strategy up by name; returns 0, or -1 if there is none. */

@@ -393,5 +393,5 @@ def test_strategies_list(ctx):
         else:
             assert created.status == 400, created
             assert created.json["error"] == "strategy_unavailable", created
-            assert "--" + name in created.json["message"], created
+            assert "--" + x["needs"][-1] in created.json["message"], created
             assert s.get("/v1/products/s-" + name).status == 404

@@ -250,6 +250,22 @@ def test_redlock_pause_past_lease_is_fenced(ctx):
     pause_past_lease(ctx, "redlock", 200, 600)
 
 
+def test_unsafe_redlock_no_fence_oversells_past_its_lease(ctx):
+    """The same Redlock lock and the same pause, with the write not fenced:
+    the stale holder writes over the next holder's work, and units are
+    sold twice. The fence, not the majority, is what keeps `redlock` exact."""
+    redis, locks, (s,) = start(ctx, "redlock", fault=True, wait_ms=20000)
+    s.create_product("nf", 3, strategy="unsafe-redlock-no-fence", lock_ttl_ms=200,
+                     cs_delay_ms=600)
+    answers = hammer([s], "nf", conns=6, per_conn=1)
+    created = [j for st, j in answers if st == 201]
+    units = sum(j["quantity"] for j in created)
+    assert units > 3, answers                        # more 201s than units: oversold
+    rows = db_rows(s.db_path, "SELECT count(*) FROM orders WHERE sku='nf'")
+    assert rows[0][0] == len(created)
+    print("    unsafe-redlock-no-fence: %d units answered 201 of 3" % units)
+
+
 def test_etcd_pause_past_lease_is_fenced(ctx):
     # etcd leases are whole seconds (the harness's etcd grants 1 s), and
     # it looks for expired ones every half second or so.

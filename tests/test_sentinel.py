@@ -187,6 +187,32 @@ def test_stale_replica_promoted_never_oversells_lock_segments(ctx):
           % (units, would))
 
 
+def test_unsafe_trust_redis_oversells_on_a_stale_replica(ctx):
+    """The same scene with Redis as the truth: the promoted replica's copy
+    (50 units short of what was sold) is trusted, and sells again the 80
+    units sold while the replica was cut off."""
+    topo = ctx.sentinels(replicas=1)
+    s = ctx.service(topo.url)
+    initial = 200
+    s.create_product("trust", initial, strategy="unsafe-trust-redis")
+    p, r = topo.primary, topo.replicas[0]
+    created = sell(s, "trust", 50)
+    assert p.cmd("WAIT", 1, 2000) == 1
+    topo.cut_replica(r)
+    created += sell(s, "trust", 80)
+    old = topo.kill_primary()
+    topo.wait_failover(old.port)
+    from test_strategies import hammer
+    answers = hammer([s], "trust", conns=8, per_conn=30)
+    created += [j for st, j in answers if st == 201]
+    units = sum(j["quantity"] for j in created)
+    rows = db_rows(s.db_path, "SELECT count(*) FROM orders WHERE sku='trust'")
+    assert rows[0][0] == len(created)
+    assert units == initial + 80, units               # the 80 units sold twice
+    print("    unsafe-trust-redis: %d units answered 201 of %d: the %d sold while the replica "
+          "was cut off, sold again" % (units, initial, units - initial))
+
+
 def test_audit_and_bad_urls(ctx):
     topo = ctx.sentinels(replicas=1)
     s = ctx.service(topo.url)
