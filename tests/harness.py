@@ -55,6 +55,28 @@ def _ephemeral_low():
         return 0
 
 
+def free_port_pair(offset):
+    """A port P for a server that also binds P + offset (a Redis Cluster
+    node's bus is its port + 10000): both free, both below the ephemeral
+    range, neither given before in this run, and both marked given."""
+    low = _ephemeral_low() or 32768
+    for _ in range(400):
+        want = _port_rng.randrange(10000, low - offset)
+        if want in _ports_given or want + offset in _ports_given:
+            continue
+        ok = True
+        for p in (want, want + offset):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+        if ok:
+            _ports_given.update((want, want + offset))
+            return want
+    raise RuntimeError("no free port pair found")
+
+
 def free_port():
     """A loopback port nothing is bound to, for a server to listen on.
 

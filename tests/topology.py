@@ -316,7 +316,9 @@ class Cluster:
         try:
             opts = ["cluster-enabled yes", "cluster-config-file nodes.conf",
                     "cluster-node-timeout %d" % node_timeout_ms]
-            self.nodes = [Node(opts) for _ in range(primaries * (1 + replicas))]
+            # A node's cluster bus listens on its port + 10000: both free.
+            self.nodes = [Node(opts, port=harness.free_port_pair(10000))
+                          for _ in range(primaries * (1 + replicas))]
             p = subprocess.run(["redis-cli", "--cluster", "create"] +
                                [n.addr for n in self.nodes] +
                                ["--cluster-replicas", str(replicas), "--cluster-yes"],
