@@ -31,6 +31,7 @@
 #define ZK_WATCH_BUCKETS 256
 #define ZK_RETRY_US 100000          /* a failed probe or sweep is retried after this */
 #define ZK_CREATE_TRIES 4           /* a parent (a container) may vanish between tries */
+#define ZK_DRAIN_US 3000000         /* longest wait for a dead session's requests to end */
 #define ZK_INCARNATION "/%incarnation"   /* under the base: lock.h, INCARNATIONS */
 
 typedef struct zk_backend zk_backend;
@@ -63,6 +64,13 @@ struct zk_session {
     uint64_t incarnation;         /* of the server's data, read once on this
                                      session (zk.c); 0 until then */
     int users;                    /* threads inside a ZooKeeper call on zh */
+    int inflight;                 /* requests sent whose completion has not run:
+                                     closing zh with one outstanding leaks it (the
+                                     library queues its completion to a thread it
+                                     has already stopped), so a dead session is
+                                     closed once they are drained, or ZK_DRAIN_US
+                                     after it died at the latest */
+    int64_t dead_us;              /* when it died (monotonic) */
     int refs;                     /* acquirers and holds using it */
     zk_sweep *sweeps;
     zk_session *next;
@@ -111,6 +119,7 @@ typedef struct zk_op {
     pthread_cond_t cv;
     int refs, done, abandoned, rc;
     int probe;                    /* the keeper's probe: nobody waits */
+    int counted;                  /* in its session's inflight */
     int64_t sent_us;
     struct Stat stat;
     char *created;                /* create: the node made */

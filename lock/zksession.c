@@ -42,6 +42,7 @@ static void session_die(zk_session *s, lock_errcode code, const char *why) {
     zk_backend *z = s->z;
     if (s->dead) return;
     s->dead = 1;
+    s->dead_us = clock_mono_us();
     s->why_code = code;
     snprintf(s->why, sizeof s->why, "%s", why);
     /* Its holds' remaining time is gone at once, before any report. */
@@ -219,6 +220,10 @@ static void op_complete(zk_op *op, int rc) {
     zk_session *s = op->s;
     op->rc = rc;
     op->done = 1;
+    if (op->counted) {
+        op->counted = 0;
+        if (--s->inflight == 0) pthread_cond_broadcast(&s->z->keeper_cv);
+    }
     session_confirmed(s, rc, op->sent_us);
     if (op->probe) {
         s->probing = 0;
@@ -330,6 +335,12 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const
     }
     void *wctx = h ? (void *)(uintptr_t)h->wid : NULL;
     op->sent_us = clock_mono_us();
+    /* Counted before it is queued: its completion may run before the call
+     * returns. */
+    pthread_mutex_lock(&z->mu);
+    op->counted = 1;
+    s->inflight++;
+    pthread_mutex_unlock(&z->mu);
     int rc = ZBADARGUMENTS;
     switch (req) {
     case REQ_CREATE:
@@ -355,6 +366,12 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const
     session_leave(s);
     if (rc != ZOK) {
         snprintf(err, errlen, "%s: %s", z->desc, zerror(rc));
+        pthread_mutex_lock(&z->mu);
+        if (op->counted) {        /* no completion will say so */
+            op->counted = 0;
+            s->inflight--;
+        }
+        pthread_mutex_unlock(&z->mu);
         if (rc == ZBADARGUMENTS || rc == ZINVALIDSTATE) {
             op_free(op);          /* refused before its completion was queued */
         } else {
@@ -489,7 +506,9 @@ static keeper_work keeper_pick(zk_backend *z, zk_session **out, int64_t *next) {
         *out = s;
         if (s->dead) {
             if (!s->lost_reported) return W_LOST;
-            if (s->users == 0 && !s->closing) return W_CLOSE;
+            if (s->users > 0 || s->closing) continue;
+            if (s->inflight == 0 || now >= s->dead_us + ZK_DRAIN_US) return W_CLOSE;
+            if (s->dead_us + ZK_DRAIN_US < *next) *next = s->dead_us + ZK_DRAIN_US;
             continue;
         }
         if (end && end < *next) *next = end;
@@ -587,6 +606,12 @@ void lock_zk_sessions_close(zk_backend *z) {
     while (z->sessions) {
         zk_session *s = z->sessions;
         z->sessions = s->next;
+        /* Let its outstanding requests end first (see inflight), briefly. */
+        int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
+        pthread_mutex_lock(&z->mu);
+        while (s->zh && s->inflight > 0 && clock_mono_us() < until)
+            lock_cond_wait_until(&z->keeper_cv, &z->mu, until);
+        pthread_mutex_unlock(&z->mu);
         if (s->zh) zookeeper_close(s->zh);   /* deletes what it still held */
         session_free(s);
     }
