@@ -87,6 +87,7 @@ LINK_test_service   := service http stock lock rtopo db common
 LINK_test_order     := service http stock lock rtopo db common
 LINK_test_stock     := stock lock rtopo db common
 LINK_test_stock_async := stock lock rtopo db common
+LINK_test_fence     := stock lock rtopo db common
 LINK_test_rtopo     := rtopo common
 
 mod_lua   = $(wildcard $(1)/lua/*.lua)

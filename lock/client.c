@@ -51,8 +51,9 @@ static void scripts_init(void) {
     script_on_format(LOCK_S_RELEASE, "release", lock_lua_release);
     script_on_format(LOCK_S_EXTEND, "extend", lock_lua_extend);
     script_on_format(LOCK_S_SETTLE, "settle", lock_lua_settle);
-    /* The fence is the protected side's, not the lock's: no format in it. */
-    rconn_script_init(&scripts[LOCK_S_FENCE], "fence", lock_lua_fence);
+    /* The fence is the protected side's, but its format (incarnations,
+     * tokens) is written in format.lua too, beside the lock's. */
+    script_on_format(LOCK_S_FENCE, "fence", lock_lua_fence);
 }
 
 /* Builds the scripts and their SHA1s (once per process). Returns 0, or -1
@@ -100,6 +101,7 @@ int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen) {
     snprintf(k->fence, sizeof k->fence, "%s:fence", base);
     snprintf(k->queue, sizeof k->queue, "%s:waiters", base);
     snprintf(k->wake, sizeof k->wake, "%s:wake:", base);
+    snprintf(k->incarnation, sizeof k->incarnation, "%s:incarnation", base);
     return 0;
 }
 
@@ -135,6 +137,29 @@ int lock_random(void *buf, size_t n) {
         got += (size_t)r;
     }
     return 0;
+}
+
+uint64_t lock_incarnation_new(void) {
+    uint64_t id = 0;
+    while (id == 0)
+        if (lock_random(&id, sizeof id)) return 0;
+    return id;
+}
+
+uint64_t lock_incarnation_parse(const char *s, size_t len) {
+    uint64_t id = 0;
+    if (!s || len != 16) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        id = id << 4 | (uint64_t)d;
+    }
+    return id;
+}
+
+void lock_incarnation_hex(uint64_t id, char out[17]) {
+    snprintf(out, 17, "%016llx", (unsigned long long)id);
 }
 
 int lock_thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {

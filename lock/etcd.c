@@ -40,6 +40,8 @@
 #define ETCD_PREFIX_MAX 400
 #define ETCD_BODY_MAX (8 << 20)    /* a reply larger than this is refused */
 #define ETCD_POOL_MAX 64           /* idle easy handles kept */
+#define ETCD_INCARNATION "%incarnation"   /* the cluster's: lock.h, INCARNATIONS */
+#define ETCD_CREATE_TRIES 3        /* a create that found no incarnation makes one, tries again */
 
 typedef struct etcd_backend {
     lock_client *c;
@@ -86,6 +88,25 @@ static char *b64_encode(const char *s, size_t n) {
     }
     *o = '\0';
     return out;
+}
+
+/* Decodes the base64 string s into out (at most cap bytes). Returns the
+ * length, or -1 when s is not base64 or does not fit. */
+static long b64_decode(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    unsigned v = 0;
+    int bits = 0;
+    for (; *s && *s != '='; s++) {
+        const char *p = strchr(b64, *s);
+        if (!p) return -1;
+        v = v << 6 | (unsigned)(p - b64);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            if (n == cap) return -1;
+            out[n++] = (char)(v >> bits & 0xff);
+        }
+    }
+    return (long)n;
 }
 
 /* ------------------------------------------------------------------- JSON */
@@ -429,20 +450,62 @@ static json_t *range_of(const char *pfx, size_t pl, const char *order, int64_t m
     return r;
 }
 
-/* The first txn: our key, created only if absent, with the lease; then the
- * first key of the name. Returns 1 (ours is first), 0 (not first; *rev
- * set), -1 (err). */
-static int create_key(etcd_backend *b, const etcd_hold *h, size_t pl, int64_t *rev, char *err,
-                      size_t errlen) {
-    json_t *r, *key = jbytes(h->key, -1);
+/* The incarnation in a range response of the incarnation key: its id, or 0
+ * when there is no such key (or it holds something else). */
+static uint64_t incarnation_of(const json_t *range) {
+    const json_t *kv = first_kv(range);
+    const char *v64 = kv ? json_string_value(json_object_get(kv, "value")) : NULL;
+    char v[32];
+    long n = v64 ? b64_decode(v64, v, sizeof v) : -1;
+    return n > 0 ? lock_incarnation_parse(v, (size_t)n) : 0;
+}
+
+/* Stores a new incarnation if the cluster has none (a txn: only if absent,
+ * so of two at once one wins). Returns 0 or -1 (err). */
+static int make_incarnation(etcd_backend *b, char *err, size_t errlen) {
+    char hex[17];
+    uint64_t id = lock_incarnation_new();
+    if (!id) {
+        snprintf(err, errlen, "getrandom failed");
+        return -1;
+    }
+    lock_incarnation_hex(id, hex);
+    json_t *r, *key = jbytes(ETCD_INCARNATION, -1);
+    json_t *req = json_pack("{s:[{s:O,s:s,s:s,s:s}],s:[{s:{s:O,s:o}}]}", "compare", "key", key,
+                            "result", "EQUAL", "target", "CREATE", "create_revision", "0",
+                            "success", "request_put", "key", key, "value", jbytes(hex, -1));
+    json_decref(key);
+    int64_t until = clock_mono_us() + (int64_t)b->timeout_ms * 1000;
+    if (!req) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (post(b, "/v3/kv/txn", req, until, &r, NULL, err, errlen)) return -1;
+    json_decref(r);
+    return 0;
+}
+
+/* The first txn: our key, created only if absent and only if the cluster
+ * has an incarnation, with the lease; then the first key of the name and
+ * the incarnation, read in the same txn as the create, so that the token
+ * (our key's create revision) and *inc are of the same data. Returns 1
+ * (ours is first), 0 (not first; *rev set), -2 (no incarnation: nothing
+ * created), -1 (err). */
+static int create_key(etcd_backend *b, const etcd_hold *h, size_t pl, int64_t *rev,
+                      uint64_t *inc, char *err, size_t errlen) {
+    json_t *r, *key = jbytes(h->key, -1), *ikey = jbytes(ETCD_INCARNATION, -1);
     json_t *owner = range_of(h->key, pl, "ASCEND", 0);
     json_t *req = json_pack(
-        "{s:[{s:O,s:s,s:s,s:s}],s:[{s:{s:O,s:o,s:o}},{s:O}],s:[{s:{s:O}},{s:O}]}",
+        "{s:[{s:O,s:s,s:s,s:s},{s:O,s:s,s:s,s:s}],"
+        "s:[{s:{s:O,s:o,s:o}},{s:O},{s:{s:O}}],s:[{s:{s:O}},{s:O},{s:{s:O}}]}",
         "compare", "key", key, "result", "EQUAL", "target", "CREATE", "create_revision", "0",
+        "key", ikey, "result", "GREATER", "target", "CREATE", "create_revision", "0",
         "success", "request_put", "key", key, "value", jbytes(b->value, -1), "lease",
-        jstr64(h->lease), "request_range", owner,
-        "failure", "request_range", "key", key, "request_range", owner);
+        jstr64(h->lease), "request_range", owner, "request_range", "key", ikey,
+        "failure", "request_range", "key", key, "request_range", owner, "request_range", "key",
+        ikey);
     json_decref(key);
+    json_decref(ikey);
     json_decref(owner);
     int64_t until = clock_mono_us() + (int64_t)b->timeout_ms * 1000;
     if (!req) {
@@ -451,6 +514,11 @@ static int create_key(etcd_backend *b, const etcd_hold *h, size_t pl, int64_t *r
     }
     if (post(b, "/v3/kv/txn", req, until, &r, NULL, err, errlen)) return -1;
     json_t *rs = json_object_get(r, "responses");
+    *inc = incarnation_of(json_object_get(json_array_get(rs, 2), "response_range"));
+    if (!*inc) {
+        json_decref(r);
+        return -2;
+    }
     if (json_is_true(json_object_get(r, "succeeded")))
         *rev = jint(json_object_get(r, "header"), "revision");
     else
@@ -566,7 +634,14 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
     }
     h->ttl_s = granted;
     size_t pl = strlen(b->prefix) + strlen(name) + 1;   /* "<prefix><name>/" */
-    int first = create_key(b, h, pl, &h->rev, err, errlen);
+    uint64_t inc = 0;
+    int first = -2;
+    for (int tries = 0; first == -2 && tries < ETCD_CREATE_TRIES; tries++) {
+        first = create_key(b, h, pl, &h->rev, &inc, err, errlen);
+        if (first == -2 && make_incarnation(b, err, errlen)) first = -1;
+    }
+    if (first == -2) snprintf(err, errlen, "%s: the incarnation key %s keeps vanishing", b->desc,
+                              ETCD_INCARNATION);
     lock_status st = first < 0 ? LOCK_ERROR : first ? LOCK_OK : LOCK_BUSY;
     if (st == LOCK_BUSY && clock_mono_us() < deadline_us)
         st = wait_turn(b, h, pl, &start, deadline_us, err, errlen);
@@ -577,6 +652,7 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
     }
     out->hold = &h->base;
     out->fence = (uint64_t)h->rev;
+    out->incarnation = inc;
     out->start_us = start;
     out->ttl_ms = granted * 1000;
     out->lease_src = NULL;

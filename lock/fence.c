@@ -1,15 +1,16 @@
 /* fence.c: lock_fenced_set, the C side of lock/lua/fence.lua: a write that
  * a stale lock holder (one whose lease ran out while it was paused) cannot
- * make, because a newer holder's larger token has been recorded. */
+ * make, because a newer holder's larger token -- or a token of a newer
+ * incarnation of the lock service -- has been recorded. */
 #include "lock/lock_int.h"
 
 #include <stdio.h>
 #include <string.h>
 
 int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
-                    const char *value, size_t value_len, uint64_t *highest, char *err,
-                    size_t errlen) {
-    char scratch[8];
+                    uint64_t incarnation, const char *value, size_t value_len,
+                    uint64_t *highest, char *err, size_t errlen) {
+    char scratch[8], inc[17];
     if (!err || !errlen) {
         err = scratch;
         errlen = sizeof scratch;
@@ -34,6 +35,8 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
     rconn_cmd_adds(&call.cmd, key);
     rconn_cmd_addll(&call.cmd, (long long)token);
     rconn_cmd_add(&call.cmd, value ? value : "", value_len);
+    lock_incarnation_hex(incarnation, inc);
+    rconn_cmd_adds(&call.cmd, inc);
     int rc = lock_run(c, &call, 1, 1u, &rs);
     rconn_cmd_free(&call.cmd);
     if (rc) {

@@ -66,7 +66,9 @@ static void usage(FILE *f) {
 "  -h, --help            this text.\n"
 "\n"
 "COMMAND gets the lock's fencing token in FLASHLOCK_FENCE (strictly increasing\n"
-"per NAME: pass it to whatever you write, so it can refuse a stale holder) and\n"
+"per NAME: pass it to whatever you write, so it can refuse a stale holder), the\n"
+"incarnation of the server's data it came from in FLASHLOCK_INCARNATION (16 hex\n"
+"digits, new when the server lost its data and its tokens started over) and\n"
 "the name in FLASHLOCK_NAME. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to\n"
 "flashlock are passed on to COMMAND. If flashlock itself dies, COMMAND gets\n"
 "SIGTERM (the lease would lapse without renewal). If the lock is lost while\n"
@@ -378,13 +380,15 @@ static int exit_code(int status) {
 /* Holds the lock around COMMAND. Returns flashlock's exit status. */
 static int run(const args *a, const sigset_t *set, lock_handle *h) {
     running r;
-    char fence[24], err[600];
+    char fence[24], inc[24], err[600];
     atomic_init(&r.child, 0);
     atomic_init(&r.lost, 0);
     atomic_init(&r.lapsed, 0);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)lock_fence(h));
+    snprintf(inc, sizeof inc, "%016llx", (unsigned long long)lock_incarnation(h));
     /* setenv before fork: the child may only make async-signal-safe calls. */
     setenv("FLASHLOCK_FENCE", fence, 1);
+    setenv("FLASHLOCK_INCARNATION", inc, 1);
     setenv("FLASHLOCK_NAME", a->name, 1);
     lock_on_lost(h, on_lost, &r);
     pid_t parent = getpid();

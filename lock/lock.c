@@ -130,8 +130,10 @@ typedef struct attempt {
     char score[24];               /* queue position once known, to keep it */
     int64_t queue_ttl_ms;
     uint64_t rng;
+    uint64_t proposal;            /* this try's new incarnation (see settle) */
     /* results of the last try */
     uint64_t fence;
+    uint64_t incarnation;
     int64_t start_us;             /* when the successful try began */
     int64_t pttl_ms;              /* the holder's remaining TTL (-1: none known) */
     int split;                    /* Redlock: some servers said yes, too few */
@@ -177,17 +179,46 @@ static lock_tally release_on(lock_client *c, const lock_keys *k, const char *id,
     return t;
 }
 
-/* Redlock: writes the agreed token back to the servers that took the lock.
- * Returns how many confirmed. */
-static int settle(attempt *a, unsigned okmask, uint64_t fence) {
+/* Redlock: writes the agreed token and incarnation back to the servers
+ * that took the lock. Returns how many confirmed.
+ *
+ * THE INCARNATION OF A REDLOCK TOKEN. Each server keeps, beside its
+ * counter, the incarnation its counter belongs to (B:incarnation); a
+ * server without one (new, or it lost its data) stores the try's proposal
+ * as it takes the lock (acquire.lua). When every server of the quorum
+ * answered the same incarnation, the token carries it; when they differ
+ * (some lost their data, some did not), the token carries the try's
+ * proposal, drawn new for that try, and settle stores it on the quorum.
+ * So an incarnation I gets onto a server only through the take and the
+ * settle of the one try that drew I -- adjacent on that server, as settle
+ * needs the lock still ours there -- and then stays until the server loses
+ * its data or settles another: a server carries I over one unbroken
+ * stretch of its data, in which its counter never goes back.
+ *
+ * Two successful acquires never hand out the same (incarnation, token).
+ * Their settled quorums share a server n, on which each took the lock and
+ * settled with no take between. Say H1's take and settle on n came first,
+ * and both got (I, T). H2's reply on n carried I too (it agreed on I), or
+ * H2 drew I; if H2 drew I, I reached n only by H2's own take and settle
+ * there, after H1's settle had already put I on n: impossible. So n
+ * carried I from H1's settle (counter >= T) to H2's take without a break,
+ * H2's take counted past T, and H2's token, the quorum's highest, is > T.
+ * No clock is involved (Redlock's own exclusion needs one; this does not).
+ * tests/unit/test_lock.c (test_redlock_incarnation) drives these cases
+ * on real servers. */
+static int settle(attempt *a, unsigned okmask, uint64_t fence, uint64_t incarnation) {
     lock_call call;
     lock_replies rs;
+    char inc[17];
+    lock_incarnation_hex(incarnation, inc);
     rconn_cmd_init(&call.cmd);
-    lock_call_start(&call, LOCK_S_SETTLE, 2);
+    lock_call_start(&call, LOCK_S_SETTLE, 3);
     rconn_cmd_adds(&call.cmd, a->k->name);
     rconn_cmd_adds(&call.cmd, a->k->fence);
+    rconn_cmd_adds(&call.cmd, a->k->incarnation);
     rconn_cmd_adds(&call.cmd, a->id);
     rconn_cmd_addll(&call.cmd, (long long)fence);
+    rconn_cmd_adds(&call.cmd, inc);
     if (run1(a->c, &call, okmask, &rs)) return 0;
     int ok = lock_tally_int(&rs, 0, okmask).ok;
     lock_replies_free(&rs);
@@ -204,10 +235,12 @@ typedef struct try_tally {
     int ok, busy;
     unsigned okmask, busymask;
     uint64_t fence;               /* the highest the yes-sayers gave */
+    uint64_t incarnation;         /* the one they all gave; 0 if they differ */
 } try_tally;
 
 static try_tally tally_try(attempt *a, const lock_replies *rs) {
-    try_tally t = { 0, 0, 0, 0, 0 };
+    try_tally t = { 0, 0, 0, 0, 0, 0 };
+    int differ = 0;
     a->pttl_ms = -1;
     for (int i = 0; i < a->c->nservers; i++) {
         const redisReply *r = LOCK_REPLY(rs, 0, i);
@@ -217,6 +250,11 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
         if (r->element[0]->integer == 1) {
             long long f = elem_ll(r, 1);
             if (f <= 0) continue;
+            const redisReply *ir = r->elements > 2 ? r->element[2] : NULL;
+            uint64_t inc = ir && ir->type == REDIS_REPLY_STRING
+                               ? lock_incarnation_parse(ir->str, ir->len) : 0;
+            if (t.ok == 0) t.incarnation = inc;
+            else if (inc != t.incarnation) differ = 1;
             t.ok++;
             t.okmask |= 1u << i;
             if ((uint64_t)f > t.fence) t.fence = (uint64_t)f;
@@ -229,6 +267,7 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
         if (r->elements > 2 && !a->score[0] && elem_ll(r, 2) > 0)
             snprintf(a->score, sizeof a->score, "%lld", elem_ll(r, 2));
     }
+    if (differ) t.incarnation = 0;
     return t;
 }
 
@@ -240,16 +279,25 @@ static lock_status try_once(attempt *a, char *err, size_t errlen) {
     lock_call call;
     lock_replies rs;
     unsigned all = all_servers(c);
+    char proposal[17];
+    /* New for every try: an incarnation no server had before this try. */
+    if (!(a->proposal = lock_incarnation_new())) {
+        snprintf(err, errlen, "getrandom failed");
+        return LOCK_ERROR;
+    }
+    lock_incarnation_hex(a->proposal, proposal);
     rconn_cmd_init(&call.cmd);
-    lock_call_start(&call, LOCK_S_ACQUIRE, 3);
+    lock_call_start(&call, LOCK_S_ACQUIRE, 4);
     rconn_cmd_adds(&call.cmd, a->k->name);
     rconn_cmd_adds(&call.cmd, a->k->fence);
     rconn_cmd_adds(&call.cmd, a->k->queue);
+    rconn_cmd_adds(&call.cmd, a->k->incarnation);
     rconn_cmd_adds(&call.cmd, a->id);
     rconn_cmd_addll(&call.cmd, a->ttl_ms);
     rconn_cmd_adds(&call.cmd, a->waiter);
     rconn_cmd_adds(&call.cmd, a->score);
     rconn_cmd_addll(&call.cmd, a->queue_ttl_ms);
+    rconn_cmd_adds(&call.cmd, proposal);
     a->start_us = clock_mono_us();
     atomic_fetch_add(&c->st.attempts, 1);
     if (run1(c, &call, all, &rs)) {
@@ -259,10 +307,14 @@ static lock_status try_once(attempt *a, char *err, size_t errlen) {
     try_tally t = tally_try(a, &rs);
     int64_t valid_until = a->start_us + a->ttl_ms * 1000 - lock_drift_us(a->ttl_ms);
     int won = t.ok >= c->quorum && clock_mono_us() < valid_until;
-    if (won && c->nservers > 1)
-        won = settle(a, t.okmask, t.fence) >= c->quorum && clock_mono_us() < valid_until;
+    /* The quorum's servers disagree on the incarnation (or one stored an
+     * unreadable one): the token gets this try's proposal, stored by settle. */
+    uint64_t inc = t.incarnation ? t.incarnation : a->proposal;
+    if (won && (c->nservers > 1 || !t.incarnation))
+        won = settle(a, t.okmask, t.fence, inc) >= c->quorum && clock_mono_us() < valid_until;
     if (won) {
         a->fence = t.fence;
+        a->incarnation = inc;
         lock_replies_free(&rs);
         return LOCK_OK;
     }
@@ -466,11 +518,12 @@ static lock_status fail(lock_client *c, lock_errcode code, const char *msg, char
 
 /* Puts a fresh hold into the table and hands out its first handle. e's
  * name, keys, id and hold are set by the caller. */
-static void hold(lock_client *c, const char *owner, uint64_t fence, int64_t start_us,
-                 int64_t ttl_ms, lock_entry *e, lock_handle *h) {
+static void hold(lock_client *c, const char *owner, uint64_t fence, uint64_t incarnation,
+                 int64_t start_us, int64_t ttl_ms, lock_entry *e, lock_handle *h) {
     snprintf(e->owner, sizeof e->owner, "%s", owner);
     e->keys.name = e->name;
     e->fence = fence;
+    e->incarnation = incarnation;
     e->ttl_ms = ttl_ms;
     atomic_init(&e->lease_end_us, start_us + ttl_ms * 1000 - lock_drift_us(ttl_ms));
     atomic_init(&e->lost, 0);
@@ -577,7 +630,7 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
         if (st == LOCK_OK) {
             e->hold = t.hold;
             e->lease_src = t.lease_src;
-            hold(c, owner, t.fence, t.start_us, t.ttl_ms, e, h);
+            hold(c, owner, t.fence, t.incarnation, t.start_us, t.ttl_ms, e, h);
         }
     } else if (attempt_init(&a, c, &keys, ttl_ms, wait_ms, err, errlen)) {
         st = LOCK_ERROR;
@@ -587,7 +640,7 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
         if (st == LOCK_BUSY && clock_mono_us() < deadline) st = wait_for(&a, deadline, err, errlen);
         if (st == LOCK_OK) {
             memcpy(e->id, a.id, sizeof e->id);
-            hold(c, owner, a.fence, a.start_us, a.ttl_ms, e, h);
+            hold(c, owner, a.fence, a.incarnation, a.start_us, a.ttl_ms, e, h);
         }
     }
     if (st == LOCK_OK) {
@@ -607,6 +660,8 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
 /* ------------------------------------------------------------------ handles */
 
 uint64_t lock_fence(const lock_handle *h) { return h ? h->e->fence : 0; }
+
+uint64_t lock_incarnation(const lock_handle *h) { return h ? h->e->incarnation : 0; }
 
 int64_t lock_remaining_ms(const lock_handle *h) {
     if (!h || atomic_load(&h->e->lost)) return 0;

@@ -34,6 +34,10 @@
  *                     with <id>:", checked inside Lua, never by GET then DEL.
  *     B:fence         the fencing counter (INCR on every acquire). It never
  *                     expires: tokens must never go back.
+ *     B:incarnation   16 lowercase hex digits: the incarnation the counter
+ *                     belongs to (INCARNATIONS below), stored by the first
+ *                     acquire that finds none (its random proposal) and, in
+ *                     Redlock, by settling a new one. It never expires.
  *     B:waiters       sorted set of waiting clients, scored by arrival
  *                     (server TIME in microseconds). It expires a few
  *                     seconds after the last waiter joined or retried.
@@ -74,6 +78,12 @@
  *                     <seq> the server's 10-digit sequence. Data:
  *                     "flashsale-lock host=H pid=P". Children sort by what
  *                     follows their last "lock-"; the first holds the lock.
+ *     BASE/%incarnation
+ *                     a persistent node holding 16 lowercase hex digits,
+ *                     the server's incarnation (INCARNATIONS below),
+ *                     created if missing (by whoever comes first, with
+ *                     its random id). No escaped name starts "%i", so no
+ *                     lock's container can be it.
  *
  *   A waiter watches (getData) only the node just before its own and looks
  *   again when that one goes: one release wakes one waiter, no herd. The
@@ -108,6 +118,11 @@
  *                     lowercase hex. Created in a transaction only if
  *                     absent (create_revision == 0). Value:
  *                     "flashsale-lock host=H pid=P".
+ *     %incarnation    one key for the whole cluster, whatever the prefix,
+ *                     holding 16 lowercase hex digits: its incarnation
+ *                     (INCARNATIONS below), created if absent (a txn) by
+ *                     the first acquire that finds none. It has no '/', so
+ *                     it is under no lock name's range.
  *
  *   The holder is the key with the lowest create revision under
  *   "P<name>/"; a waiter watches only the key created just before its own
@@ -126,8 +141,8 @@
  *   node by its path in our session; the key by its create revision), and
  *   etcd then revokes the lease. A server that loses its data (restarted
  *   empty) forgets locks and restarts its zxids/revisions: holders are told
- *   (lost), but new tokens are smaller than old ones, so a fence that
- *   remembers the old highest token refuses new holders until it is reset.
+ *   (lost), new tokens are smaller than old ones, and they carry a new
+ *   incarnation (INCARNATIONS), which a fence orders after the old one.
  *
  * WAITING, REDIS. lock_acquire with a wait first tries once; if the lock is held it
  * subscribes to its own wake channel (one shared subscriber connection per
@@ -184,29 +199,72 @@
  * token the quorum returned is written back to those servers' counters
  * (and lock values) before the acquire returns, so two majorities, which
  * always share a server, give strictly increasing tokens. Known limits of
- * Redlock apply: a server that restarts without persistence forgets locks.
+ * Redlock apply: a server that restarts without persistence forgets locks
+ * (and its counter: see INCARNATIONS for how its tokens stay apart).
  *
- * FENCING. lock_fence() is strictly larger for every successful acquire of a
- * name, for every kind of server (Redis: the counter; ZooKeeper: czxid;
- * etcd: create revision -- tokens of different kinds are not comparable).
- * A lease can run out while its holder is paused; the resource then
- * refuses the stale holder by remembering the highest token it has seen.
- * The exact check, to be done inside the same atomic step as the write
- * (lock/lua/fence.lua is this check plus a SET; lock_fenced_set calls it):
+ * INCARNATIONS. lock_incarnation() names the data a hold's token came
+ * from: a random 64-bit id (never 0) stored on the server beside what makes
+ * the tokens (Redis: B:incarnation; ZooKeeper: BASE/%incarnation; etcd:
+ * %incarnation), created by the first acquire that finds none. A server
+ * that loses its data loses it too, so its tokens, which start over lower,
+ * come with a new one; within one incarnation tokens strictly increase.
+ * How each kind binds the incarnation to the token (it must never be
+ * reported with a token of other data): Redis reads (or stores) it in the
+ * acquire script that INCRs the counter; etcd reads it in the transaction
+ * that creates the key (whose revision is the token), and a transaction
+ * that finds none creates nothing: the acquire stores one and starts
+ * again; ZooKeeper reads it once per session, and a session lives in one
+ * server's data only (a server that lost its data does not know it: it
+ * expires). Redlock: the servers' own incarnations when a quorum agrees,
+ * else a new one (lock.c, settle, has the proof that no two acquires get
+ * the same incarnation and token). A server restored from a backup is a
+ * rollback the incarnation cannot see (same id, tokens going back):
+ * delete its incarnation record when restoring, making it a new one.
  *
- *     local tok = tonumber(ARGV_token)
- *     local hi  = tonumber(redis.call('GET', FENCE_KEY)) or 0
- *     if tok < hi then return REFUSED end        -- a newer holder wrote
- *     if tok > hi then redis.call('SET', FENCE_KEY, ARGV_token) end
- *     ... the protected write ...
+ * FENCING. (lock_incarnation(), lock_fence()) is different for every
+ * successful acquire of a name, for every kind of server (Redis: the
+ * counter; ZooKeeper: czxid; etcd: create revision -- tokens of different
+ * kinds are not comparable). A lease can run out while its holder is
+ * paused; the resource then refuses the stale holder by remembering the
+ * holders it has seen in a fence key (per resource, on the protected
+ * side, not B:fence; in the resource's hash slot). lock/lua/format.lua
+ * writes its format and its checks once, as Lua functions a script may
+ * use (lock_script_compose; lock_fenced_set runs them):
  *
- *   FENCE_KEY is a per-resource key of the protected side (not B:fence),
- *   in the resource's hash slot; tokens start at 1, so a missing key
- *   admits any holder. Equal tokens pass: one holder may write many times.
- *   Lua compares tokens as doubles: exact up to 2^53, far beyond any use
- *   (a czxid is epoch << 32 | counter: exact while the epoch < 2^21).
- *   lock_fenced_set needs a Redis client: with a ZooKeeper or etcd lock,
- *   call it on a separate redis:// client with lock_fence()'s token.
+ *     "<hi>"                        epoch 0, one unnamed incarnation,
+ *                                   highest token hi (a missing key: "0");
+ *     "<epoch>:<hi>:<i1>,...,<iK>"  the incarnations seen, oldest first, the
+ *                                   last 8; hi the highest token of iK, the
+ *                                   newest; epoch the number of new
+ *                                   incarnations admitted so far.
+ *
+ *   lock_fence_admit(KEY, inc, tok[, dry]) -> epoch or nil
+ *       a holder's token of the newest incarnation passes if >= hi (and
+ *       raises hi); of an incarnation not in the list, always: it becomes
+ *       the newest and the epoch goes up (the lock service lost its data;
+ *       incarnations are ordered by first use); of an older one, never.
+ *       dry: the same answer, nothing changed.
+ *   lock_fence_check(KEY, inc, tok, epoch) -> boolean
+ *       a holder admitted at epoch may write: the fence is still at its
+ *       epoch, incarnation and token (no one else admitted since).
+ *   lock_fence_record(KEY, inc, tok)
+ *       after such a write: raises hi to tok if it is higher.
+ *
+ *   A one-step write (lock_fenced_set, lock/lua/fence.lua) is admit, then
+ *   the write. A read-check-write (the stock's) admits at its read, which
+ *   also blocks every earlier holder, and checks at its write, with the
+ *   epoch its read returned; why that keeps two holders from writing over
+ *   each other: docs/storage.md, "Locks and fences". The unnamed
+ *   incarnation (all zeros) keeps the old plain-integer form and its
+ *   semantics (a token below hi refused, equal passes: one holder may write
+ *   many times), and an integer written by an older version reads as
+ *   that. An incarnation more than 8 incarnations old is forgotten and
+ *   would be taken for a new one: its holder would have to outlive eight
+ *   losses of the lock service's data. Lua compares tokens as doubles:
+ *   exact up to 2^53, far beyond any use (a czxid is epoch << 32 | counter:
+ *   exact while the epoch < 2^21). lock_fenced_set needs a Redis client:
+ *   with a ZooKeeper or etcd lock, call it on a separate redis:// client
+ *   with the handle's token and incarnation.
  *
  * THREADS AND ERRORS. A lock_client is thread-safe: any number of threads
  * acquire and release on it at once (each borrows a pooled connection;
@@ -283,8 +341,14 @@ typedef enum lock_status {
 lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64_t wait_ms,
                          const char *owner, lock_handle **out, char *err, size_t errlen);
 
-/* The fencing token of this hold: strictly increasing per name. */
+/* The fencing token of this hold: strictly increasing per name within one
+ * incarnation (INCARNATIONS). */
 uint64_t lock_fence(const lock_handle *h);
+
+/* The incarnation of the lock service's data this hold's token came from
+ * (INCARNATIONS): never 0 for a hold; a fence orders incarnations by first
+ * use, then tokens (FENCING). 0 for NULL. */
+uint64_t lock_incarnation(const lock_handle *h);
 
 /* Milliseconds left of the lease by the monotonic clock (start of the
  * acquire or last renewal + ttl - drift); <= 0 once it has run out. */
@@ -321,14 +385,17 @@ lock_release_result lock_release(lock_handle *h);
 /* lock_release, with the reason for NOT_OWNER / UNKNOWN in err. */
 lock_release_result lock_release_ex(lock_handle *h, char *err, size_t errlen);
 
-/* Writes value to key only if token >= the highest token recorded in
- * fence_key, recording token (lock/lua/fence.lua, on the client's first
- * server). Returns 1 written, 0 refused (a newer holder wrote; *highest, if
- * given, is set to its token), -1 on error (err) -- always -1 on a
- * ZooKeeper or etcd client: use a redis:// client with their token. */
+/* Writes value to key only if (incarnation, token) passes the fence
+ * fence_key, admitting it there (FENCING: lock_fence_admit, then the SET;
+ * lock/lua/fence.lua, on the client's first server). incarnation 0 is the
+ * unnamed one: the fence then keeps the plain-integer form. Returns 1
+ * written, 0 refused (a newer holder or incarnation wrote; *highest, if
+ * given, is set to the newest's highest token), -1 on error (err) --
+ * always -1 on a ZooKeeper or etcd client: use a redis:// client with
+ * their token and incarnation. */
 int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint64_t token,
-                    const char *value, size_t value_len, uint64_t *highest, char *err,
-                    size_t errlen);
+                    uint64_t incarnation, const char *value, size_t value_len,
+                    uint64_t *highest, char *err, size_t errlen);
 
 /* A caller's Lua script built on the lock's Redis format: a new string,
  * lock/lua/format.lua followed by body, to hand to rconn_script_init (and
@@ -350,6 +417,11 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
  *                                         on WAKE, DEL, and wake up to n
  *                                         live waiters; returns 1 freed, 0
  *                                         not id's (nothing done)
+ *   lock_fence_admit(KEY, inc, tok[, dry]), lock_fence_check(KEY, inc, tok, epoch),
+ *   lock_fence_record(KEY, inc, tok), lock_fence_parse(value)
+ *                                         the fence (FENCING above): inc
+ *                                         16 hex digits, tok a decimal
+ *                                         string
  *
  * A lock taken so is one of this module's: lock_acquire on NAME waits for
  * it, lock_release frees it only for its owner, and a lock_release(...)

@@ -58,6 +58,7 @@ typedef struct lock_keys {
     char fence[LOCK_KEY_MAX];
     char queue[LOCK_KEY_MAX];
     char wake[LOCK_KEY_MAX];      /* channel prefix: wake + waiter id */
+    char incarnation[LOCK_KEY_MAX];   /* B:incarnation (lock.h, INCARNATIONS) */
 } lock_keys;
 
 /* Fills k for name. Returns 0, or -1 with a message in err. */
@@ -178,6 +179,7 @@ typedef struct lock_hold {
 typedef struct lock_took {
     lock_hold *hold;
     uint64_t fence;
+    uint64_t incarnation;         /* of the data fence came from (never 0) */
     int64_t start_us;             /* monotonic: the server confirmed the lease after this */
     int64_t ttl_ms;               /* the lease the server granted (may differ from the asked) */
     /* Non-NULL: the lease is shared and kept by the backend (a ZooKeeper
@@ -254,6 +256,7 @@ struct lock_entry {
     lock_keys keys;
     char id[33];
     uint64_t fence;
+    uint64_t incarnation;
     int64_t ttl_ms;
     atomic_int_fast64_t lease_end_us;   /* monotonic */
     const atomic_int_fast64_t *lease_src;   /* backend-kept lease (lock_took), or NULL */
@@ -349,6 +352,15 @@ void lock_nosigpipe_end(lock_pipe_guard *g);
 
 /* Fills buf with n random bytes (getrandom). Returns 0 or -1. */
 int lock_random(void *buf, size_t n);
+
+/* A new incarnation id: 64 random bits, never 0 (0 is "unnamed"). Returns
+ * 0 only when getrandom fails. */
+uint64_t lock_incarnation_new(void);
+/* Parses an incarnation as stored on a server (16 hex digits, not all
+ * zero). Returns it, or 0 when s is not one. */
+uint64_t lock_incarnation_parse(const char *s, size_t len);
+/* Writes id as 16 lowercase hex digits and a NUL into out[17]. */
+void lock_incarnation_hex(uint64_t id, char out[17]);
 
 /* ------------------------------------------------------------ script calls */
 

@@ -16,12 +16,14 @@
  *             refused by the fence, -1 no write (lock no longer believed,
  *             or no --redis).
  *   hold      take NAME and keep it until SIGTERM/SIGINT (or --hold-ms).
- *             Prints "held TOKEN", then "lost CODE REASON" if the lock is
+ *             Prints "held TOKEN MS_LEFT INCARNATION" (16 hex digits),
+ *             then "lost CODE REASON" if the lock is
  *             lost; at the end, with --redis, one fenced write with its
  *             token ("write accepted" / "write refused HIGHEST"), then
  *             "release RESULT". With --log, one line as loop writes (the
  *             belief checked every 50 ms). Exit 0, or 70 if lost.
- *   try       one acquire: prints "held TOKEN" (then releases) or "busy".
+ *   try       one acquire: prints "held TOKEN MS INCARNATION" (then releases)
+ *             or "busy".
  *             Exit 0 held, 75 busy, 69 error.
  *   selftest  checks of the API against the server at --url, printing
  *             "N passed, N failed" (exit 1 on failures).
@@ -130,8 +132,8 @@ static int run_loop(const opts *o) {
         if (w && believed(h)) {
             char v[32];
             int n = snprintf(v, sizeof v, "%lld", value + 1);
-            written = lock_fenced_set(w, fence_key, counter_key, token, v, (size_t)n, NULL, err,
-                                      sizeof err);
+            written = lock_fenced_set(w, fence_key, counter_key, token, lock_incarnation(h), v,
+                                      (size_t)n, NULL, err, sizeof err);
             if (written < 0) fprintf(stderr, "lockcheck: fenced write: %s\n", err);
             accepted += written == 1;
             refused += written == 0;
@@ -186,7 +188,8 @@ static int run_hold(const opts *o, const sigset_t *sigs) {
         return st == LOCK_BUSY ? EXIT_BUSY : EXIT_ERROR;
     }
     int64_t t0 = clock_mono_us(), last = believed(h) ? t0 : -1;
-    printf("held %" PRIu64 " %" PRId64 "\n", lock_fence(h), lock_remaining_ms(h));
+    printf("held %" PRIu64 " %" PRId64 " %016" PRIx64 "\n", lock_fence(h), lock_remaining_ms(h),
+           lock_incarnation(h));
     fflush(stdout);
     lock_on_lost(h, on_lost, NULL);
     int64_t until = o->hold_ms > 0 ? clock_mono_us() + o->hold_ms * 1000 : INT64_MAX;
@@ -209,7 +212,8 @@ static int run_hold(const opts *o, const sigset_t *sigs) {
         char v[64];
         int n = snprintf(v, sizeof v, "holder-%ld", (long)getpid());
         int rc = lock_fenced_set(w, "lockcheck:{hold}:fence", "lockcheck:{hold}:value",
-                                 lock_fence(h), v, (size_t)n, &highest, err, sizeof err);
+                                 lock_fence(h), lock_incarnation(h), v, (size_t)n, &highest, err,
+                                 sizeof err);
         if (rc == 1) printf("write accepted\n");
         else if (rc == 0) printf("write refused %" PRIu64 "\n", highest);
         else printf("write error %s\n", err);
@@ -235,7 +239,7 @@ static int run_try(const opts *o) {
     double ms = (clock_mono_us() - t0) / 1000.0;
     int rc = 0;
     if (st == LOCK_OK) {
-        printf("held %" PRIu64 " %.1f\n", lock_fence(h), ms);
+        printf("held %" PRIu64 " %.1f %016" PRIx64 "\n", lock_fence(h), ms, lock_incarnation(h));
         lock_release(h);
     } else {
         printf("%s %.1f %s\n", st == LOCK_BUSY ? "busy" : "error", ms, err);
@@ -330,10 +334,12 @@ static int run_selftest(const opts *o) {
     CHECK(lock_acquire(c, n, 3000, 300, "b", &b, err, sizeof err) == LOCK_BUSY && !b);
     int64_t waited = clock_mono_us() - t0;
     CHECK(waited >= 290000 && waited < 3000000);
-    uint64_t fa = a ? lock_fence(a) : 0;
+    uint64_t fa = a ? lock_fence(a) : 0, ia = a ? lock_incarnation(a) : 0;
     CHECK(a && lock_release(a) == LOCK_RELEASED);
     b = take(c, n, 3000, 0, "b");
     CHECK(b && lock_fence(b) > fa);
+    uint64_t inc = b ? lock_incarnation(b) : 0;
+    CHECK(b && inc != 0 && inc == ia);
     CHECK(b && lock_release(b) == LOCK_RELEASED);
 
     /* Reentry: one hold, counted. */
@@ -346,16 +352,16 @@ static int run_selftest(const opts *o) {
     CHECK(x != NULL);
     if (x) lock_release(x);
 
-    /* Tokens strictly increase. */
+    /* Tokens strictly increase, within one incarnation of the server's data. */
     uint64_t prev = 0;
     int increasing = 1;
     for (int i = 0; i < 5; i++) {
         lock_handle *h = take(c, n, 3000, 0, NULL);
-        if (!h || lock_fence(h) <= prev) increasing = 0;
+        if (!h || lock_fence(h) <= prev || lock_incarnation(h) != inc) increasing = 0;
         if (h) prev = lock_fence(h);
         if (h) lock_release(h);
     }
-    CHECK(increasing);
+    CHECK(increasing && inc != 0);
 
     /* A waiter is handed the lock when the holder releases it, promptly. */
     lock_handle *hold = take(c, n, 5000, 0, "holder");
@@ -395,7 +401,7 @@ static int run_selftest(const opts *o) {
         if (oh[i]) CHECK(lock_release(oh[i]) == LOCK_RELEASED);
 
     /* Redis-only calls refuse clearly; a bad argument is refused. */
-    CHECK(lock_fenced_set(c, "f", "k", 1, "v", 1, NULL, err, sizeof err) == -1 &&
+    CHECK(lock_fenced_set(c, "f", "k", 1, 0, "v", 1, NULL, err, sizeof err) == -1 &&
           strstr(err, "redis://"));
     CHECK(lock_acquire(c, "", 1000, 0, NULL, &x, err, sizeof err) == LOCK_ERROR && !x);
 

@@ -149,26 +149,84 @@ static void hold_drop(zk_hold *h) {
 
 static void zk_hold_free(lock_hold *base) { hold_drop((zk_hold *)base); }
 
-/* Creates the name's parent as a container (the server deletes it once it
- * has had children and has none left), and first, if missing, the base
- * path's parts as persistent nodes. Returns 0 or -1 (err). */
-static int make_parents(zk_session *s, const char *parent, char *err, size_t errlen) {
+/* Creates the base path's parts that are missing, as persistent nodes.
+ * Returns 0 or -1 (err). */
+static int make_base(zk_session *s, char *err, size_t errlen) {
     char p[ZK_PATH_MAX];
-    int rc = lock_zk_call(s, REQ_MKDIR, parent, ZOO_CONTAINER, NULL, NULL, err, errlen);
-    if (rc == ZOK || rc == ZNODEEXISTS) return 0;
-    if (rc != ZNONODE) return -1;
     snprintf(p, sizeof p, "%s", s->z->base);
     for (char *q = p + 1;; q++) {
         if (*q != '/' && *q) continue;
         char keep = *q;
         *q = '\0';
-        rc = lock_zk_call(s, REQ_MKDIR, p, ZOO_PERSISTENT, NULL, NULL, err, errlen);
+        int rc = lock_zk_call(s, REQ_MKDIR, p, ZOO_PERSISTENT, NULL, NULL, NULL, err, errlen);
         if (rc != ZOK && rc != ZNODEEXISTS) return -1;
         if (!keep) break;
         *q = keep;
     }
-    rc = lock_zk_call(s, REQ_MKDIR, parent, ZOO_CONTAINER, NULL, NULL, err, errlen);
+    return 0;
+}
+
+/* Creates the name's parent as a container (the server deletes it once it
+ * has had children and has none left), and first, if missing, the base
+ * path's parts as persistent nodes. Returns 0 or -1 (err). */
+static int make_parents(zk_session *s, const char *parent, char *err, size_t errlen) {
+    int rc = lock_zk_call(s, REQ_MKDIR, parent, ZOO_CONTAINER, NULL, NULL, NULL, err, errlen);
+    if (rc == ZOK || rc == ZNODEEXISTS) return 0;
+    if (rc != ZNONODE || make_base(s, err, errlen)) return -1;
+    rc = lock_zk_call(s, REQ_MKDIR, parent, ZOO_CONTAINER, NULL, NULL, NULL, err, errlen);
     return rc == ZOK || rc == ZNODEEXISTS ? 0 : -1;
+}
+
+/* The incarnation of the server's data (lock.h, INCARNATIONS), read once
+ * per session from BASE/%incarnation, which the first reader to find none
+ * creates with a new random id. Once per session suffices because a
+ * session lives in one server's data: a server that lost its data does not
+ * know the session (it expires, or the keeper ends it when its lease runs
+ * out) -- so every node this session creates, and with it every czxid it
+ * hands out as a token, is of the data this id was read from. Returns the
+ * id, or 0 (err). */
+static uint64_t incarnation(zk_session *s, char *err, size_t errlen) {
+    zk_backend *z = s->z;
+    char path[ZK_BASE_MAX + sizeof ZK_INCARNATION];
+    pthread_mutex_lock(&z->mu);
+    uint64_t inc = s->incarnation;
+    pthread_mutex_unlock(&z->mu);
+    if (inc) return inc;
+    snprintf(path, sizeof path, "%s%s", z->base, ZK_INCARNATION);
+    for (int tries = 0; !inc && tries < ZK_CREATE_TRIES; tries++) {
+        zk_op *op;
+        int rc = lock_zk_call(s, REQ_GET, path, 0, NULL, NULL, &op, err, errlen);
+        if (rc == ZOK) {
+            inc = lock_incarnation_parse(op->value, op->value_len);
+            lock_zk_op_release(op);
+            if (!inc) {
+                snprintf(err, errlen, "%s: %s does not hold 16 hex digits", z->desc, path);
+                return 0;
+            }
+            break;
+        }
+        lock_zk_op_release(op);
+        if (rc != ZNONODE) return 0;
+        char hex[17];
+        uint64_t fresh = lock_incarnation_new();
+        if (!fresh) {
+            snprintf(err, errlen, "getrandom failed");
+            return 0;
+        }
+        lock_incarnation_hex(fresh, hex);
+        rc = lock_zk_call(s, REQ_MKDIR, path, ZOO_PERSISTENT, hex, NULL, NULL, err, errlen);
+        if (rc == ZOK) inc = fresh;
+        else if (rc == ZNONODE && make_base(s, err, errlen)) return 0;
+        else if (rc != ZNONODE && rc != ZNODEEXISTS) return 0;   /* exists: read it */
+    }
+    if (!inc) {
+        snprintf(err, errlen, "%s: %s keeps vanishing", z->desc, path);
+        return 0;
+    }
+    pthread_mutex_lock(&z->mu);
+    s->incarnation = inc;
+    pthread_mutex_unlock(&z->mu);
+    return inc;
 }
 
 /* Creates h's node. Returns 0, or -1 (err). A create whose outcome is
@@ -178,7 +236,7 @@ static int create_node(zk_session *s, zk_hold *h, char *err, size_t errlen) {
     snprintf(prefix, sizeof prefix, "%s/_c_%s-lock-", h->parent, h->guid);
     for (int tries = 0; tries < ZK_CREATE_TRIES; tries++) {
         zk_op *op;
-        int rc = lock_zk_call(s, REQ_CREATE, prefix, 0, h, &op, err, errlen);
+        int rc = lock_zk_call(s, REQ_CREATE, prefix, 0, NULL, h, &op, err, errlen);
         int answered = op != NULL;
         if (rc == ZOK && op->created && op->created[0] == '/' && strrchr(op->created, '/')[1]) {
             snprintf(h->path, sizeof h->path, "%s", op->created);
@@ -221,7 +279,7 @@ static void deleting(zk_hold *h) {
 static void delete_node(zk_session *s, zk_hold *h) {
     char ignored[200];
     deleting(h);
-    int rc = lock_zk_call(s, REQ_DELETE, h->path, 0, NULL, NULL, ignored, sizeof ignored);
+    int rc = lock_zk_call(s, REQ_DELETE, h->path, 0, NULL, NULL, NULL, ignored, sizeof ignored);
     if (rc == ZOK || rc == ZNONODE) return;
     pthread_mutex_lock(&s->z->mu);
     if (!s->dead) lock_zk_sweep_add(s, h->path, NULL);
@@ -237,7 +295,7 @@ static lock_status wait_turn(zk_session *s, zk_hold *h, int64_t deadline_us, cha
     const char *own = strrchr(h->path, '/') + 1;
     char pred[2 * ZK_PATH_MAX];
     /* A watch on the own node: its deletion by anyone else is a loss. */
-    zk_op *mine = lock_zk_send(s, REQ_GET_WATCH, h->path, 0, h, err, errlen);
+    zk_op *mine = lock_zk_send(s, REQ_GET_WATCH, h->path, 0, NULL, h, err, errlen);
     if (!mine) return LOCK_ERROR;
     lock_zk_op_release(mine);             /* its answer does not matter: the watch does */
     for (;;) {
@@ -249,7 +307,7 @@ static lock_status wait_turn(zk_session *s, zk_hold *h, int64_t deadline_us, cha
         pthread_mutex_lock(&z->mu);
         h->woken = 0;
         pthread_mutex_unlock(&z->mu);
-        if (lock_zk_call(s, REQ_KIDS, h->parent, 0, NULL, &op, err, errlen) != ZOK) {
+        if (lock_zk_call(s, REQ_KIDS, h->parent, 0, NULL, NULL, &op, err, errlen) != ZOK) {
             lock_zk_op_release(op);
             return LOCK_ERROR;
         }
@@ -267,7 +325,7 @@ static lock_status wait_turn(zk_session *s, zk_hold *h, int64_t deadline_us, cha
         if (clock_mono_us() >= deadline_us) return LOCK_BUSY;
         /* getData, not exists: on a node already gone it leaves no watch
          * behind (exists would wait for a creation that never comes). */
-        int rc = lock_zk_call(s, REQ_GET_WATCH, pred, 0, h, NULL, err, errlen);
+        int rc = lock_zk_call(s, REQ_GET_WATCH, pred, 0, NULL, h, NULL, err, errlen);
         if (rc == ZNONODE) continue;
         if (rc != ZOK) return LOCK_ERROR;
         pthread_mutex_lock(&z->mu);
@@ -298,7 +356,8 @@ static lock_status zk_acquire(lock_client *c, const char *name, int64_t ttl_ms,
     }
     h->s = s;                     /* the reference lock_zk_session_get took */
     int64_t start = clock_mono_us();
-    if (create_node(s, h, err, errlen)) {
+    uint64_t inc = incarnation(s, err, errlen);
+    if (!inc || create_node(s, h, err, errlen)) {
         hold_drop(h);
         return LOCK_ERROR;
     }
@@ -313,6 +372,7 @@ static lock_status zk_acquire(lock_client *c, const char *name, int64_t ttl_ms,
     pthread_mutex_unlock(&z->mu);
     out->hold = &h->base;
     out->fence = h->czxid;
+    out->incarnation = inc;
     out->start_us = start;
     out->lease_src = &s->lease_end_us;
     return LOCK_OK;
@@ -330,7 +390,7 @@ static lock_check zk_check(lock_client *c, lock_hold *base, int64_t *start_us, c
     int64_t sid = s->id;
     pthread_mutex_unlock(&s->z->mu);
     if (dead || atomic_load(&h->gone)) return LOCK_CHECK_GONE;
-    int rc = lock_zk_call(s, REQ_EXISTS, h->path, 0, NULL, &op, err, errlen);
+    int rc = lock_zk_call(s, REQ_EXISTS, h->path, 0, NULL, NULL, &op, err, errlen);
     lock_check r = LOCK_CHECK_UNKNOWN;
     if (rc == ZOK) r = op->stat.ephemeralOwner == sid ? LOCK_CHECK_OURS : LOCK_CHECK_GONE;
     else if (rc == ZNONODE) r = LOCK_CHECK_GONE;
@@ -354,7 +414,7 @@ static lock_release_result zk_release(lock_client *c, lock_hold *base, char *err
         return LOCK_NOT_OWNER;
     }
     deleting(h);
-    int rc = lock_zk_call(s, REQ_DELETE, h->path, 0, NULL, NULL, err, errlen);
+    int rc = lock_zk_call(s, REQ_DELETE, h->path, 0, NULL, NULL, NULL, err, errlen);
     if (rc == ZOK) return LOCK_RELEASED;
     if (rc == ZNONODE) {
         snprintf(err, errlen, "%s: our node %s is gone", s->z->desc, h->path);

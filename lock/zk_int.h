@@ -31,6 +31,8 @@
 #define ZK_WATCH_BUCKETS 256
 #define ZK_RETRY_US 100000          /* a failed probe or sweep is retried after this */
 #define ZK_CREATE_TRIES 4           /* a parent (a container) may vanish between tries */
+#define ZK_DRAIN_US 3000000         /* longest wait for a dead session's requests to end */
+#define ZK_INCARNATION "/%incarnation"   /* under the base: lock.h, INCARNATIONS */
 
 typedef struct zk_backend zk_backend;
 typedef struct zk_session zk_session;
@@ -59,7 +61,16 @@ struct zk_session {
     int lost_reported;            /* the keeper reported its holds lost */
     int64_t sweep_due_us;
     int closing, closed;
+    uint64_t incarnation;         /* of the server's data, read once on this
+                                     session (zk.c); 0 until then */
     int users;                    /* threads inside a ZooKeeper call on zh */
+    int inflight;                 /* requests sent whose completion has not run:
+                                     closing zh with one outstanding leaks it (the
+                                     library queues its completion to a thread it
+                                     has already stopped), so a dead session is
+                                     closed once they are drained, or ZK_DRAIN_US
+                                     after it died at the latest */
+    int64_t dead_us;              /* when it died (monotonic) */
     int refs;                     /* acquirers and holds using it */
     zk_sweep *sweeps;
     zk_session *next;
@@ -108,18 +119,21 @@ typedef struct zk_op {
     pthread_cond_t cv;
     int refs, done, abandoned, rc;
     int probe;                    /* the keeper's probe: nobody waits */
+    int counted;                  /* in its session's inflight */
     int64_t sent_us;
     struct Stat stat;
     char *created;                /* create: the node made */
     char **kids;                  /* get_children: names */
     int nkids;
+    char value[64];               /* get: the node's data (its first 64 bytes) */
+    size_t value_len;
     char guid[33];                /* create: for a sweep if abandoned */
     char parent[ZK_PATH_MAX];
 } zk_op;
 
 /* The request kinds. */
 typedef enum zk_req {
-    REQ_CREATE, REQ_MKDIR, REQ_KIDS, REQ_GET_WATCH, REQ_EXISTS, REQ_DELETE, REQ_PROBE
+    REQ_CREATE, REQ_MKDIR, REQ_KIDS, REQ_GET, REQ_GET_WATCH, REQ_EXISTS, REQ_DELETE, REQ_PROBE
 } zk_req;
 
 /* ------------------------------------------------------- zksession.c */
@@ -133,19 +147,20 @@ zk_session *lock_zk_session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t
  * child of path named "_c_<guid>-..." (z->mu held). */
 void lock_zk_sweep_add(zk_session *s, const char *path, const char *guid);
 
-/* Sends one request of kind req on s (path; mode for REQ_MKDIR; h: the
- * hold whose watch id a REQ_GET_WATCH watch carries, and whose guid and
- * parent a REQ_CREATE remembers for a sweep). Returns the op to wait for,
- * or NULL (err) if it could not be sent. */
-zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_hold *h,
-                    char *err, size_t errlen);
+/* Sends one request of kind req on s (path; mode and data -- NULL: none --
+ * for REQ_MKDIR, which creates a node of that mode; h: the hold whose watch
+ * id a REQ_GET_WATCH watch carries, and whose guid and parent a REQ_CREATE
+ * remembers for a sweep). Returns the op to wait for, or NULL (err) if it
+ * could not be sent. */
+zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const char *data,
+                    zk_hold *h, char *err, size_t errlen);
 
 /* Sends a request and waits (timeout_ms at most). Returns its rc,
  * ZOPERATIONTIMEOUT when no answer came in time, or ZSYSTEMERROR when it
  * could not be sent (err). With out, *out is the op for its results (only
  * when an answer came; free it with lock_zk_op_release). */
-int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, zk_hold *h,
-                 zk_op **out, char *err, size_t errlen);
+int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, const char *data,
+                 zk_hold *h, zk_op **out, char *err, size_t errlen);
 
 /* Drops the caller's reference to op (NULL: nothing). */
 void lock_zk_op_release(zk_op *op);

@@ -42,6 +42,7 @@ static void session_die(zk_session *s, lock_errcode code, const char *why) {
     zk_backend *z = s->z;
     if (s->dead) return;
     s->dead = 1;
+    s->dead_us = clock_mono_us();
     s->why_code = code;
     snprintf(s->why, sizeof s->why, "%s", why);
     /* Its holds' remaining time is gone at once, before any report. */
@@ -219,6 +220,10 @@ static void op_complete(zk_op *op, int rc) {
     zk_session *s = op->s;
     op->rc = rc;
     op->done = 1;
+    if (op->counted) {
+        op->counted = 0;
+        if (--s->inflight == 0) pthread_cond_broadcast(&s->z->keeper_cv);
+    }
     session_confirmed(s, rc, op->sent_us);
     if (op->probe) {
         s->probing = 0;
@@ -256,9 +261,17 @@ static void done_stat(int rc, const struct Stat *stat, const void *data) {
 
 static void done_data(int rc, const char *value, int value_len, const struct Stat *stat,
                       const void *data) {
-    (void)value;
-    (void)value_len;
-    done_stat(rc, stat, data);
+    zk_op *op = (zk_op *)data;
+    zk_backend *z = op->s->z;   /* op may be freed below */
+    pthread_mutex_lock(&z->mu);
+    if (rc == ZOK && stat) op->stat = *stat;
+    if (rc == ZOK && value && value_len > 0) {
+        size_t n = (size_t)value_len < sizeof op->value ? (size_t)value_len : sizeof op->value;
+        memcpy(op->value, value, n);
+        op->value_len = n;
+    }
+    op_complete(op, rc);
+    pthread_mutex_unlock(&z->mu);
 }
 
 static void done_create(int rc, const char *path, const struct Stat *stat, const void *data) {
@@ -304,8 +317,8 @@ static int op_wait(zk_op *op, int64_t until_us) {
     return rc;
 }
 
-zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_hold *h,
-                       char *err, size_t errlen) {
+zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const char *data,
+                    zk_hold *h, char *err, size_t errlen) {
     zk_backend *z = s->z;
     zk_op *op = op_new(s);
     if (!op) {
@@ -322,6 +335,12 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_ho
     }
     void *wctx = h ? (void *)(uintptr_t)h->wid : NULL;
     op->sent_us = clock_mono_us();
+    /* Counted before it is queued: its completion may run before the call
+     * returns. */
+    pthread_mutex_lock(&z->mu);
+    op->counted = 1;
+    s->inflight++;
+    pthread_mutex_unlock(&z->mu);
     int rc = ZBADARGUMENTS;
     switch (req) {
     case REQ_CREATE:
@@ -329,8 +348,10 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_ho
                           ZOO_EPHEMERAL_SEQUENTIAL, done_create, op);
         break;
     case REQ_MKDIR:
-        rc = zoo_acreate2(s->zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE, mode, done_create, op);
+        rc = zoo_acreate2(s->zh, path, data ? data : "", data ? (int)strlen(data) : 0,
+                          &ZOO_OPEN_ACL_UNSAFE, mode, done_create, op);
         break;
+    case REQ_GET: rc = zoo_aget(s->zh, path, 0, done_data, op); break;
     case REQ_KIDS: rc = zoo_aget_children(s->zh, path, 0, done_kids, op); break;
     case REQ_GET_WATCH:
         rc = zoo_awget(s->zh, path, lock_zk_node_watcher, wctx, done_data, op);
@@ -345,6 +366,12 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_ho
     session_leave(s);
     if (rc != ZOK) {
         snprintf(err, errlen, "%s: %s", z->desc, zerror(rc));
+        pthread_mutex_lock(&z->mu);
+        if (op->counted) {        /* no completion will say so */
+            op->counted = 0;
+            s->inflight--;
+        }
+        pthread_mutex_unlock(&z->mu);
         if (rc == ZBADARGUMENTS || rc == ZINVALIDSTATE) {
             op_free(op);          /* refused before its completion was queued */
         } else {
@@ -361,11 +388,11 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, zk_ho
     return op;
 }
 
-int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, zk_hold *h, zk_op **out,
-                char *err, size_t errlen) {
+int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, const char *data,
+                 zk_hold *h, zk_op **out, char *err, size_t errlen) {
     zk_backend *z = s->z;
     if (out) *out = NULL;
-    zk_op *op = lock_zk_send(s, req, path, mode, h, err, errlen);
+    zk_op *op = lock_zk_send(s, req, path, mode, data, h, err, errlen);
     if (!op) return ZSYSTEMERROR;
     int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
     pthread_mutex_lock(&z->mu);
@@ -412,20 +439,20 @@ static void sweep_one(zk_session *s) {
     if (!w) return;
     int done;
     if (!w->guid[0]) {
-        int rc = lock_zk_call(s, REQ_DELETE, w->path, 0, NULL, NULL, err, sizeof err);
+        int rc = lock_zk_call(s, REQ_DELETE, w->path, 0, NULL, NULL, NULL, err, sizeof err);
         done = rc == ZOK || rc == ZNONODE;
     } else {
         char mark[48], node[ZK_PATH_MAX + 200];
         zk_op *op;
         snprintf(mark, sizeof mark, "_c_%s-", w->guid);
-        int rc = lock_zk_call(s, REQ_KIDS, w->path, 0, NULL, &op, err, sizeof err);
+        int rc = lock_zk_call(s, REQ_KIDS, w->path, 0, NULL, NULL, &op, err, sizeof err);
         done = rc == ZNONODE;
         if (rc == ZOK) {
             done = 1;
             for (int i = 0; i < op->nkids; i++) {
                 if (strncmp(op->kids[i], mark, strlen(mark))) continue;
                 snprintf(node, sizeof node, "%s/%s", w->path, op->kids[i]);
-                int d = lock_zk_call(s, REQ_DELETE, node, 0, NULL, NULL, err, sizeof err);
+                int d = lock_zk_call(s, REQ_DELETE, node, 0, NULL, NULL, NULL, err, sizeof err);
                 if (d != ZOK && d != ZNONODE) done = 0;
             }
         }
@@ -479,7 +506,9 @@ static keeper_work keeper_pick(zk_backend *z, zk_session **out, int64_t *next) {
         *out = s;
         if (s->dead) {
             if (!s->lost_reported) return W_LOST;
-            if (s->users == 0 && !s->closing) return W_CLOSE;
+            if (s->users > 0 || s->closing) continue;
+            if (s->inflight == 0 || now >= s->dead_us + ZK_DRAIN_US) return W_CLOSE;
+            if (s->dead_us + ZK_DRAIN_US < *next) *next = s->dead_us + ZK_DRAIN_US;
             continue;
         }
         if (end && end < *next) *next = end;
@@ -538,7 +567,7 @@ static void *keeper_main(void *arg) {
         } else if (w == W_PROBE) {
             s->probing = 1;
             pthread_mutex_unlock(&z->mu);
-            zk_op *op = lock_zk_send(s, REQ_PROBE, "/", 0, NULL, err, sizeof err);
+            zk_op *op = lock_zk_send(s, REQ_PROBE, "/", 0, NULL, NULL, err, sizeof err);
             if (op) {
                 lock_zk_op_release(op);   /* the completion does the rest */
             } else {
@@ -577,6 +606,12 @@ void lock_zk_sessions_close(zk_backend *z) {
     while (z->sessions) {
         zk_session *s = z->sessions;
         z->sessions = s->next;
+        /* Let its outstanding requests end first (see inflight), briefly. */
+        int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
+        pthread_mutex_lock(&z->mu);
+        while (s->zh && s->inflight > 0 && clock_mono_us() < until)
+            lock_cond_wait_until(&z->keeper_cv, &z->mu, until);
+        pthread_mutex_unlock(&z->mu);
         if (s->zh) zookeeper_close(s->zh);   /* deletes what it still held */
         session_free(s);
     }

@@ -42,12 +42,22 @@
 /* In-process mutexes of the `local` strategy, striped by (sku, segment). */
 static pthread_mutex_t stripes[STRIPES] = { [0 ... STRIPES - 1] = PTHREAD_MUTEX_INITIALIZER };
 
+/* Who holds a segment's lock, as its fence knows holders (lock.h,
+ * FENCING): the lock's token, and the incarnation of the lock service's
+ * data it came from (0: the unnamed one, whose fence stays a plain
+ * integer). */
+typedef struct holder {
+    uint64_t token;
+    uint64_t incarnation;
+} holder;
+
 typedef struct pick {
     int n;
     int seg[STOCK_MAX_SEGMENTS];
     long long value[STOCK_MAX_SEGMENTS];   /* units read */
     long long take[STOCK_MAX_SEGMENTS];
-    uint64_t token[STOCK_MAX_SEGMENTS];    /* fence tokens (fenced strategies) */
+    holder who[STOCK_MAX_SEGMENTS];        /* fenced strategies: the lock's holder */
+    long long epoch[STOCK_MAX_SEGMENTS];   /* ...and the epoch its read was admitted at */
 } pick;
 
 /* One segment's lock, as its provider took it. */
@@ -82,6 +92,12 @@ static void random_hex(char *out, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", rnd[i]);
 }
 
+/* An incarnation as the fence scripts take it: 16 lowercase hex digits
+ * (all zeros: the unnamed one). */
+static void incarnation_hex(uint64_t inc, char out[17]) {
+    snprintf(out, 17, "%016llx", (unsigned long long)inc);
+}
+
 static unsigned stripe_of(const stock_product *p, int seg) {
     unsigned h = 2166136261u;
     for (const char *s = p->sku; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
@@ -90,8 +106,8 @@ static unsigned stripe_of(const stock_product *p, int seg) {
 
 /* `local`: the stripe's mutex (taken in stripe order: see lock_all). */
 static stock_result take_local(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                               int64_t deadline_ms, slot *sl, uint64_t *token) {
-    (void)c, (void)p, (void)seg, (void)ttl_ms, (void)deadline_ms, (void)token;
+                               int64_t deadline_ms, slot *sl, holder *who) {
+    (void)c, (void)p, (void)seg, (void)ttl_ms, (void)deadline_ms, (void)who;
     pthread_mutex_lock(&stripes[sl->order]);
     return STOCK_RESERVED;
 }
@@ -138,14 +154,14 @@ err:
 }
 
 static stock_result take_setnx_expire(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                                      int64_t deadline_ms, slot *sl, uint64_t *token) {
-    (void)token;
+                                      int64_t deadline_ms, slot *sl, holder *who) {
+    (void)who;
     return naive_lock(c, p, seg, ttl_ms, deadline_ms, sl, 1);
 }
 
 static stock_result take_set_nx_px(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                                   int64_t deadline_ms, slot *sl, uint64_t *token) {
-    (void)token;
+                                   int64_t deadline_ms, slot *sl, holder *who) {
+    (void)who;
     return naive_lock(c, p, seg, ttl_ms, deadline_ms, sl, 0);
 }
 
@@ -181,9 +197,20 @@ static void drop_owned(stock_conn *c, const stock_product *p, int seg, slot *sl)
  * whose injected pause stands for a whole-process pause takes it through
  * the client that renews nothing (where there is one: a ZooKeeper session
  * is kept by the library's own threads, which a pause of this thread does
- * not stop). */
+ * not stop).
+ *
+ * The holder is known to the fence by token and incarnation, so that a
+ * lock server that lost its data (tokens starting over, lower, under a
+ * new incarnation) is admitted at once and its old holders refused. Not
+ * for `lock`: its lock server is this Redis, whose data is lost only with
+ * the stock copy, fences and all -- and any new data (a restart, a
+ * failover) has a new run_id, which refuses every read and write of the
+ * old copy until it is rebuilt under a new generation, which in turn
+ * refuses every write of a holder that read the old one. The run_id is its
+ * incarnation already; its fence stays the plain integer the loop path
+ * (lock_read.lua, lock_write.lua) shares. */
 static stock_result take_module(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                                int64_t deadline_ms, slot *sl, uint64_t *token) {
+                                int64_t deadline_ms, slot *sl, holder *who) {
     stock_lock_server srv = stock_strategy_about(p->strategy)->locks;
     lock_client *lc = p->cs_delay_ms > 0 && c->locks_frozen[srv] ? c->locks_frozen[srv]
                                                                   : c->locks[srv];
@@ -201,7 +228,8 @@ static stock_result take_module(stock_conn *c, const stock_product *p, int seg, 
     lock_status st = lock_acquire(lc, key, ttl_ms, wait > 0 ? wait : 0, NULL, &sl->handle, err,
                                   sizeof err);
     if (st == LOCK_OK) {
-        *token = lock_fence(sl->handle);
+        who->token = lock_fence(sl->handle);
+        who->incarnation = srv == STOCK_LOCKS_REDIS ? 0 : lock_incarnation(sl->handle);
         return STOCK_RESERVED;
     }
     if (st == LOCK_BUSY) return STOCK_LOCK_TIMEOUT;
@@ -217,9 +245,11 @@ static void drop_module(stock_conn *c, const stock_product *p, int seg, slot *sl
 
 /* db-lock: a row of the database's lock table (db_lock_acquire), tried
  * again after a jittered exponential backoff -- never longer than the
- * holder's row has left, nor past the wait -- as the seed's tryLock polls. */
+ * holder's row has left, nor past the wait -- as the seed's tryLock polls.
+ * Its tokens are unnamed (no incarnation): the counter lives in the
+ * orders' own database, which cannot lose it without losing the orders. */
 static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                            int64_t deadline_ms, slot *sl, uint64_t *token) {
+                            int64_t deadline_ms, slot *sl, holder *who) {
     char name[STOCK_SKU_MAX + 96], err[256];
     if (!c->lockdb && !(c->lockdb = db_open(c->db_path, &c->db_opt, err, sizeof err))) {
         snprintf(c->errstr, sizeof c->errstr, "lock table: %.200s", err);
@@ -234,7 +264,8 @@ static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int 
         db_status st = db_lock_acquire(c->lockdb, name, sl->value, ttl_ms,
                                        left > 1 ? (int)left : 1, &fence, &holder_left);
         if (st == DB_OK) {
-            *token = (uint64_t)fence;
+            who->token = (uint64_t)fence;
+            who->incarnation = 0;
             return STOCK_RESERVED;
         }
         if (st != DB_EXISTS && st != DB_BUSY) {
@@ -261,15 +292,15 @@ static void drop_db(stock_conn *c, const stock_product *p, int seg, slot *sl) {
     db_lock_release(c->lockdb, name, sl->value, c->db_opt.busy_timeout_ms);
 }
 
-/* How a strategy locks one segment: take (STOCK_RESERVED when held, else
- * LOCK_TIMEOUT, UNAVAILABLE for Redis or LOCK_DOWN for another lock
- * server, with c->errstr), drop, the order locks are taken in (NULL:
- * ascending segment; equal keys share one lock), and whether the write is
- * fenced by the lock's token. The strategy table (stock.c) names each
- * strategy's; none: the strategy takes no lock. */
+/* How a strategy locks one segment: take (STOCK_RESERVED when held, with
+ * *who set for a fenced one; else LOCK_TIMEOUT, UNAVAILABLE for Redis or
+ * LOCK_DOWN for another lock server, with c->errstr), drop, the order
+ * locks are taken in (NULL: ascending segment; equal keys share one lock),
+ * and whether the write is fenced by the lock's holder. The strategy table
+ * (stock.c) names each strategy's; none: the strategy takes no lock. */
 struct sk_rcw_lock {
     stock_result (*take)(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
-                         int64_t deadline_ms, slot *sl, uint64_t *token);
+                         int64_t deadline_ms, slot *sl, holder *who);
     void (*drop)(stock_conn *c, const stock_product *p, int seg, slot *sl);
     unsigned (*order)(const stock_product *p, int seg);
     int fenced;
@@ -386,14 +417,15 @@ static stock_result lock_all(stock_conn *c, stock_req *r, pick *pk, held *h) {
     for (int i = 0; i < pk->n && res == STOCK_RESERVED; i++) {
         slot *sl = &h->s[i];
         memset(sl, 0, sizeof *sl);
-        pk->token[i] = 0;
+        pk->who[i] = (holder){ 0, 0 };
+        pk->epoch[i] = 0;
         sl->order = pv->order ? pv->order(p, pk->seg[i]) : (unsigned)pk->seg[i];
         sl->shared = i > 0 && sl->order == h->s[i - 1].order;
         if (!sl->shared) {
             uint64_t key = handoff_key(c, p, pk->seg[i]);
             int64_t start = clock_mono_us();
             handoff_waiting(key);
-            res = pv->take(c, p, pk->seg[i], ttl, deadline, sl, &pk->token[i]);
+            res = pv->take(c, p, pk->seg[i], ttl, deadline, sl, &pk->who[i]);
             int64_t d = handoff_done(key, start, res == STOCK_RESERVED);
             if (d > r->handoff_us) r->handoff_us = d;
         }
@@ -419,13 +451,14 @@ static void unlock_all(stock_conn *c, const stock_req *r, const pick *pk, held *
 /* ------------------------------------------------------------ read, write */
 
 /* Reads the picked segments (and the request's idempotency record and the
- * user's count) in one atomic step. Under the locks of the `lock`
- * strategy (locked), the read also raises each segment's fence to our
- * token; the planning read, which holds no lock, leaves the fences alone. */
+ * user's count) in one atomic step. Under the locks of a fenced strategy
+ * (locked), the read also admits us at each segment's fence (read.lua),
+ * and pk->epoch gets what our write must carry; the planning read, which
+ * holds no lock, leaves the fences alone. */
 static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *sn, int locked) {
     const stock_product *p = r->product;
     int fenced = locked && provider_of(p)->fenced;
-    char suffix[48];
+    char suffix[48], inc[17];
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_evalsha(&c->cmd, &sk_read, 3 + pk->n * (fenced ? 2 : 1));
     sk_add_key(c, p->sku, "gen");
@@ -442,7 +475,11 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
     rconn_cmd_adds(&c->cmd, c->run_id);
     rconn_cmd_adds(&c->cmd, r->user_id);
     rconn_cmd_addll(&c->cmd, pk->n);
-    for (int i = 0; fenced && i < pk->n; i++) rconn_cmd_addll(&c->cmd, (long long)pk->token[i]);
+    for (int i = 0; fenced && i < pk->n; i++) {
+        rconn_cmd_addll(&c->cmd, (long long)pk->who[i].token);
+        incarnation_hex(pk->who[i].incarnation, inc);
+        rconn_cmd_adds(&c->cmd, inc);
+    }
     int64_t t0 = sk_t0(c->observe);
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_read);
     sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
@@ -458,7 +495,7 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
         res = STOCK_MISSING;
     } else if (sk_elem_int(rep, 0) == -4) {
         res = STOCK_FENCED;
-    } else if (rep->elements != 3 + (size_t)pk->n) {
+    } else if (rep->elements != 3 + (size_t)pk->n * (fenced ? 2 : 1)) {
         snprintf(c->errstr, sizeof c->errstr, "read: unexpected reply");
         res = STOCK_UNAVAILABLE;
     } else {
@@ -468,18 +505,21 @@ static stock_result read_segments(stock_conn *c, stock_req *r, pick *pk, seen *s
         for (int i = 0; i < pk->n; i++) {
             pk->value[i] = sk_elem_int(rep, 3 + (size_t)i);
             sk_hint_set(p, pk->seg[i], pk->value[i] <= 0);
+            if (fenced) pk->epoch[i] = sk_elem_int(rep, 3 + (size_t)(pk->n + i));
         }
     }
     freeReplyObject(rep);
     return res;
 }
 
-/* Writes the order's take and its records, atomically; see write.lua. */
+/* Writes the order's take and its records, atomically; see write.lua. A
+ * fenced write goes ahead only if no other holder has been admitted at its
+ * fences since our read (the epochs it returned). */
 static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, const seen *sn) {
     const stock_product *p = r->product;
     int has_key = r->idem_key && r->idem_key[0], m = 0;
     int fenced = provider_of(p)->fenced;
-    char suffix[48];
+    char suffix[48], inc[17];
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     for (int i = 0; i < pk->n; i++) m += pk->take[i] > 0;
     rconn_cmd_evalsha(&c->cmd, &sk_write, 5 + 2 * m);
@@ -511,7 +551,10 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
         rconn_cmd_addll(&c->cmd, pk->seg[i]);
         rconn_cmd_addll(&c->cmd, pk->value[i] - pk->take[i]);
         rconn_cmd_addll(&c->cmd, pk->take[i]);
-        rconn_cmd_addll(&c->cmd, fenced ? (long long)pk->token[i] : 0);
+        rconn_cmd_addll(&c->cmd, fenced ? (long long)pk->who[i].token : 0);
+        incarnation_hex(fenced ? pk->who[i].incarnation : 0, inc);
+        rconn_cmd_adds(&c->cmd, inc);
+        rconn_cmd_addll(&c->cmd, fenced ? pk->epoch[i] : 0);
     }
     r->outcome_unknown = 1;
     int64_t t0 = sk_t0(c->observe);

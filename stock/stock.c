@@ -29,7 +29,8 @@ static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
 
 /* The `lock` strategy's loop scripts take and free the lock module's lock
- * inside their own step: they are its format's functions followed by the
+ * inside their own step, and the read-check-write scripts pass its fence
+ * (lock.h, FENCING): they are its format's functions followed by the
  * stock's body (lock_script_compose), so the format is written only in
  * lock/. The text lives as long as the process. */
 static void script_on_lock(rconn_script *s, const char *name, const char *body) {
@@ -49,8 +50,8 @@ static void scripts_init(void) {
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);
-    rconn_script_init(&sk_read, "read", stock_lua_read);
-    rconn_script_init(&sk_write, "write", stock_lua_write);
+    script_on_lock(&sk_read, "read", stock_lua_read);
+    script_on_lock(&sk_write, "write", stock_lua_write);
     rconn_script_init(&sk_unlock, "unlock", stock_lua_unlock);
 }
 

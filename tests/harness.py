@@ -155,9 +155,17 @@ class Redis:
         self.proc.kill()
         self.proc.wait()
 
-    def restart(self):
+    def restart(self, wipe=False):
+        """Kills and starts again on the same port; wipe=True deletes the
+        append-only file first (the server lost its data: without persist
+        it has none to keep anyway)."""
         if self.proc.poll() is None:
             self.kill()
+        if wipe:
+            for name in os.listdir(self.dir):
+                if name.startswith("appendonly"):
+                    path = os.path.join(self.dir, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         self.start()
 
     def pause(self):
@@ -442,9 +450,10 @@ class LockServers:
     def holds(self, name, db_path=None):
         return self.holder(name, db_path) is not None
 
-    def restart(self):
+    def restart(self, wipe=False):
+        """Restarts every server; wipe=True: each comes back empty."""
         for s in self.servers:
-            s.restart()
+            s.restart(wipe=wipe)
 
 
 class Response:

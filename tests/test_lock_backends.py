@@ -15,8 +15,9 @@ processes (bin/lockcheck), each case run for both backends:
   fenced write is refused;
 - the lock server killed and restarted mid-run: holders get errors or lose
   their lock, no two believe at once, and the lock works again after;
-- restarted with its data gone: holders are told, the lock works again, and
-  (documented) tokens start over lower;
+- restarted with its data gone: holders are told, the lock works again,
+  tokens start over lower under a new incarnation, and a fence admits the
+  new holder's write and refuses the old one's;
 - a wait that times out leaves no node, key or lease behind;
 - interop: `etcdctl lock` and our etcd lock exclude each other; a node or
   key deleted from outside is reported lost.
@@ -231,23 +232,43 @@ def restart(ctx, kind):
 
 def data_loss(ctx, kind):
     """The server restarts with its data gone: the holder learns it lost
-    the lock; new holders work; tokens start over (documented)."""
-    srv = server(ctx, kind)
+    the lock; new holders work; tokens start over, lower, but under a new
+    incarnation, which a fence admits at once and orders after the old
+    one: the new holder's fenced write goes through (its token is below
+    the one the fence saw), the old holder's is refused."""
+    srv, redis = server(ctx, kind), ctx.redis()
     warm = lockcheck(srv.url, "loop", "--name", "dl", "--count", "5", "--ttl", "2000")
     assert warm.returncode == 0, warm.stderr
-    a = start(ctx, srv.url, "hold", "--name", "dl", "--ttl", "2000")
-    tok1 = int(read_line(a).split()[1])
+    # A holder of the old incarnation writes through the fence first.
+    first = start(ctx, srv.url, "hold", "--name", "dl", "--ttl", "2000", "--redis", redis.url)
+    tok0 = int(read_line(first).split()[1])
+    first.send_signal(signal.SIGTERM)
+    assert read_line(first) == "write accepted"
+    assert first.wait(30) == 0
+    a = start(ctx, srv.url, "hold", "--name", "dl", "--ttl", "2000", "--redis", redis.url)
+    held = read_line(a).split()
+    tok1, inc1 = int(held[1]), held[3]
+    assert tok1 > tok0 and len(inc1) == 16, held
     srv.restart(wipe=True)
     lost = read_line(a, timeout=20)
     assert lost.startswith("lost "), lost
-    got = lockcheck(srv.url, "try", "--name", "dl", "--wait", "10000")
-    assert got.returncode == 0, got.stdout + got.stderr
-    tok2 = int(got.stdout.split()[1])
+    t0 = time.monotonic()
+    b = start(ctx, srv.url, "hold", "--name", "dl", "--ttl", "2000", "--redis", redis.url,
+              "--wait", "10000")
+    held = read_line(b, timeout=30).split()
+    took = time.monotonic() - t0
+    tok2, inc2 = int(held[1]), held[3]
+    assert tok2 < tok1, (tok1, tok2)            # why tokens alone cannot fence this
+    assert inc2 != inc1, (inc1, inc2)
+    b.send_signal(signal.SIGTERM)
+    assert read_line(b) == "write accepted"     # a new incarnation: admitted
+    assert b.wait(30) == 0
     a.send_signal(signal.SIGTERM)
+    assert read_line(a) == "write refused %d" % tok2   # the old one: refused
     assert a.wait(30) == EXIT_LOST
-    print("    %s lost its data: holder told '%s'; token went from %d to %d"
-          % (kind, lost, tok1, tok2))
-    assert tok2 < tok1                       # why a fence must survive the lock server
+    print("    %s lost its data: holder told '%s'; token went from %d (incarnation %s) to %d "
+          "(incarnation %s), taken %.2f s after asking; the new holder's fenced write accepted, "
+          "the old one's refused" % (kind, lost, tok1, inc1, tok2, inc2, took))
 
 
 def timed_out_wait(ctx, kind):

@@ -1,15 +1,17 @@
--- format.lua: the lock's Redis format (lock/lock.h, THE FORMAT), written
--- once, as Lua local functions. Every script that touches a lock is this
--- file followed by its own body (lock_script_compose): the lock module's
--- acquire, release, extend and settle, and scripts of other modules that
--- take or free a lock inside their own atomic step (the stock module's
--- lock_read and lock_write), so they all agree on what a lock is.
+-- format.lua: the lock's Redis format (lock/lock.h, THE FORMAT) and the
+-- fence's (lock.h, FENCING), written once, as Lua local functions. Every
+-- script that touches a lock or a fence is this file followed by its own
+-- body (lock_script_compose): the lock module's acquire, release, extend,
+-- settle and fence, and scripts of other modules that take or free a lock
+-- or pass a fence inside their own atomic step (the stock module's
+-- lock_read, lock_write, read and write), so they all agree on what a lock
+-- and a fence are.
 -- It only defines functions: nothing runs until the body calls them, so a
 -- body may still begin with redis.replicate_commands().
 --
 -- lock is the lock's key (NAME), fence its token counter (B:fence), queue
 -- its waiter queue (B:waiters), wake its wake channel prefix (B:wake:); the
--- caller passes them in KEYS, as Redis Cluster wants.
+-- caller passes them in KEYS, as Redis Cluster wants (B:incarnation too).
 
 -- The value of a lock held by owner id with fencing token token.
 local function lock_value(id, token)
@@ -28,6 +30,18 @@ local function lock_take(lock, fence, id, ttl)
     local token = redis.call('incr', fence)
     redis.call('set', lock, lock_value(id, token), 'px', ttl)
     return token
+end
+
+-- The incarnation this server's token counter belongs to (B:incarnation,
+-- lock.h): the one stored, or on a server that has none (new, or it lost
+-- its data, counter and all) the caller's proposal (16 random hex digits),
+-- stored now. Run in the same step as lock_take, so that the token and the
+-- incarnation handed out with it come from the same data.
+local function lock_incarnation(key, proposal)
+    local inc = redis.call('get', key)
+    if inc then return inc end
+    redis.call('set', key, proposal)
+    return proposal
 end
 
 -- Whether the lock is held by owner id: its value starts with "<id>:".
@@ -60,4 +74,98 @@ local function lock_release(lock, queue, id, wake, want)
         end
     end
     return 1
+end
+
+-- ----------------------------------------------------------------- fences
+--
+-- The fence of a resource (lock.h, FENCING): the protected side's record of
+-- the holders it has seen, one key per resource, so that a holder whose
+-- lease ran out cannot act after a newer holder. A holder is known by its
+-- incarnation (16 lowercase hex digits: the lock service's, lock.h) and
+-- its token (decimal), strictly increasing within one incarnation.
+--
+-- The value, in one of two forms:
+--   "<hi>"                    the old form: epoch 0, one incarnation (the
+--                             unnamed one, LOCK_UNNAMED), highest token hi.
+--                             A missing key is "0". Kept as long as only
+--                             unnamed tokens come (the `lock` strategy,
+--                             lock_fenced_set with incarnation 0).
+--   "<epoch>:<hi>:<i1>,...,<iK>"
+--                             i1..iK the incarnations seen, in order of
+--                             first use (iK the newest), the last
+--                             LOCK_FENCE_KEEP of them; hi the highest token
+--                             of iK; epoch how many times a new incarnation
+--                             was admitted (never goes back).
+--
+-- Incarnations are ordered by first use, tokens within one incarnation by
+-- value: a holder of the newest incarnation is admitted with a token >= hi
+-- (raising hi); of an incarnation not in the list, always (it becomes the
+-- newest and the epoch goes up: the lock service lost its data and started
+-- over, lower); of an older one in the list, never.
+
+local LOCK_UNNAMED = '0000000000000000'
+local LOCK_FENCE_KEEP = 8
+
+-- A fence value read: epoch, highest token (a number), incarnations
+-- (oldest first). Raises an error on a value in neither form: nothing is
+-- admitted past a fence it cannot read.
+local function lock_fence_parse(v)
+    if not v then return 0, 0, {LOCK_UNNAMED} end
+    if string.match(v, '^%d+$') then return 0, tonumber(v), {LOCK_UNNAMED} end
+    local e, hi, list = string.match(v, '^(%d+):(%d+):([%x,]+)$')
+    if not e then error('fence: unreadable value: ' .. string.sub(v, 1, 80)) end
+    local incs = {}
+    for x in string.gmatch(list, '%x+') do incs[#incs + 1] = x end
+    return tonumber(e), tonumber(hi), incs
+end
+
+-- Writes a fence value; tok is the highest token, as the decimal string the
+-- holder sent (exact, whatever its size).
+local function lock_fence_store(key, e, tok, incs)
+    if e == 0 then
+        redis.call('set', key, tok)
+    else
+        redis.call('set', key, string.format('%d', e) .. ':' .. tok .. ':' ..
+            table.concat(incs, ','))
+    end
+end
+
+-- Admits the holder (inc, tok) at the fence key: its read under the lock,
+-- or a one-step fenced write. Returns the epoch the fence is at afterwards
+-- (the holder's later write must carry it: lock_fence_check), or nil when
+-- refused (a newer holder, or a newer incarnation, has been here). With
+-- dry, only says so: nothing changes (a caller admitted at several fences
+-- asks them all first).
+local function lock_fence_admit(key, inc, tok, dry)
+    local e, hi, incs = lock_fence_parse(redis.call('get', key))
+    local t = tonumber(tok)
+    if inc == incs[#incs] then
+        if t < hi then return nil end
+        if t > hi and not dry then lock_fence_store(key, e, tok, incs) end
+        return e
+    end
+    for i = 1, #incs - 1 do
+        if incs[i] == inc then return nil end
+    end
+    if dry then return e + 1 end
+    incs[#incs + 1] = inc
+    while #incs > LOCK_FENCE_KEEP do table.remove(incs, 1) end
+    lock_fence_store(key, e + 1, tok, incs)
+    return e + 1
+end
+
+-- Whether the holder (inc, tok), admitted at epoch e, may still write: no
+-- other holder has been admitted since (the epoch, the newest incarnation
+-- and the highest token are still its own). Changes nothing.
+local function lock_fence_check(key, inc, tok, e)
+    local fe, hi, incs = lock_fence_parse(redis.call('get', key))
+    return fe == tonumber(e) and inc == incs[#incs] and tonumber(tok) >= hi
+end
+
+-- After a write lock_fence_check allowed: records tok as the highest token
+-- if it is higher (it is not, after the holder's own admission; kept so a
+-- write is never below what its own fence says).
+local function lock_fence_record(key, inc, tok)
+    local e, hi, incs = lock_fence_parse(redis.call('get', key))
+    if inc == incs[#incs] and tonumber(tok) > hi then lock_fence_store(key, e, tok, incs) end
 end

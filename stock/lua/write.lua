@@ -3,10 +3,14 @@
 -- count, pending record, idempotency record) in the same atomic step, so
 -- crash recovery works the same for every Redis strategy.
 --
--- Fencing: a segment written with a token > 0 keeps the highest token seen
--- in its fence key; a write whose token is lower than that is refused
--- whole, before anything changes. That is what stops a holder whose lease
--- ran out (a long pause) from writing over the next holder's work.
+-- Fencing: a segment written with a token > 0 goes ahead only if its fence
+-- is still where this holder's read left it (format.lua's
+-- lock_fence_check: the same epoch, incarnation and token, so no other
+-- holder has read since); otherwise the write is refused whole, before
+-- anything changes. That is what stops a holder whose lease ran out (a long
+-- pause), or whose lock service has since lost its data and started over,
+-- from writing over the next holder's work. Runs after format.lua
+-- (lock_script_compose).
 --
 -- KEYS[1] gen   KEYS[2] pending   KEYS[3] users   KEYS[4] idem
 -- KEYS[5] empty-segment bitmap
@@ -16,8 +20,9 @@
 -- ARGV[8] instance   ARGV[9] idem TTL ms   ARGV[10] idem key
 -- ARGV[11] mode: 'set' (write the value computed from the read) or
 --          'decr' (subtract the units taken)
--- then per segment j: ARGV[12+4(j-1)] index, [+1] value to set, [+2] units
--- taken, [+3] fence token (0: not fenced)
+-- then per segment j: ARGV[12+6(j-1)] index, [+1] value to set, [+2] units
+-- taken, [+3] fence token (0: not fenced), [+4] its incarnation (16 hex),
+-- [+5] the epoch the read was admitted at
 -- Returns {1, gen, spec} | {-3} copy gone or rebuilt | {-4} fenced off.
 local g = redis.call('GET', KEYS[1])
 if not g then return {-3} end
@@ -26,16 +31,16 @@ if run_id ~= ARGV[1] or gen ~= ARGV[2] then return {-3} end
 
 local m = (#KEYS - 5) / 2
 for j = 1, m do
-    local token = tonumber(ARGV[12 + 4 * (j - 1) + 3])
-    if token > 0 then
-        local hi = tonumber(redis.call('GET', KEYS[5 + 2 * j]) or '0')
-        if token < hi then return {-4} end
+    local base = 12 + 6 * (j - 1)
+    if tonumber(ARGV[base + 3]) > 0 and
+        not lock_fence_check(KEYS[5 + 2 * j], ARGV[base + 4], ARGV[base + 3], ARGV[base + 5]) then
+        return {-4}
     end
 end
 
 local spec = {}
 for j = 1, m do
-    local base = 12 + 4 * (j - 1)
+    local base = 12 + 6 * (j - 1)
     local idx, value, taken, token = ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2]),
         tonumber(ARGV[base + 3])
     local left
@@ -45,7 +50,7 @@ for j = 1, m do
         redis.call('SET', KEYS[4 + 2 * j], value)
         left = tonumber(value)
     end
-    if token > 0 then redis.call('SET', KEYS[5 + 2 * j], token) end
+    if token > 0 then lock_fence_record(KEYS[5 + 2 * j], ARGV[base + 4], ARGV[base + 3]) end
     redis.call('SETBIT', KEYS[5], tonumber(idx), (left <= 0) and 1 or 0)
     spec[#spec + 1] = idx .. ':' .. taken
 end

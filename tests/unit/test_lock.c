@@ -1,9 +1,11 @@
 /* test_lock.c: the lock module against a real redis-server (the runner
  * passes its URL in FLASHSALE_TEST_REDIS): the format, mutual exclusion
  * across 16 threads and 4 processes, release outcomes, reentry, renewal and
- * loss, fencing, wake-up latency and bounded wake-ups, and Redlock quorum
- * logic (several databases and dead ports stand in for servers; the real
- * multi-server cases are in tests/test_lock.py).
+ * loss, fencing, wake-up latency and bounded wake-ups, Redlock quorum
+ * logic, and incarnations (one server's, Redlock's when some of its servers
+ * lose their data) -- several databases and dead ports stand in for
+ * servers, FLUSHDB for a server that lost its data; the real multi-server
+ * cases are in tests/test_lock.py.
  *
  * Time bounds are generous (a noisy 2-core machine) but each one separates
  * working from broken by a wide margin: e.g. a lost wake-up shows up as a
@@ -461,22 +463,29 @@ static void test_fence_increasing(void) {
     CHECK(atomic_load(&f.bad) == 0 && atomic_load(&f.last) >= 200);
 }
 
+/* lock_fenced_set with unnamed tokens (incarnation 0): the plain-integer
+ * fence of old (incarnations: tests/unit/test_fence.c). */
+static int fset(lock_client *c, uint64_t token, const char *v, uint64_t *hi) {
+    return lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", token, 0, v, strlen(v), hi, err,
+                           sizeof err);
+}
+
 static void test_fenced_set(void) {
     lock_client *c = client(0, 0);
     char v[64];
     uint64_t hi = 0;
     cmd("DEL t:{res}:fence t:{res}:value");
-    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 5, "a", 1, &hi, err, sizeof err) == 1);
-    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 3, "stale", 5, &hi, err, sizeof err) == 0);
+    CHECK(fset(c, 5, "a", &hi) == 1);
+    CHECK(fset(c, 3, "stale", &hi) == 0);
     CHECK(hi == 5);
     CHECK_STR(get("t:{res}:value", v, sizeof v), "a");
-    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 5, "b", 1, &hi, err, sizeof err) == 1);
-    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 9, "c", 1, &hi, err, sizeof err) == 1);
+    CHECK(fset(c, 5, "b", &hi) == 1);
+    CHECK(fset(c, 9, "c", &hi) == 1);
     CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
     CHECK_STR(get("t:{res}:fence", v, sizeof v), "9");
     cmd("DEL t:{res}:fence");
     cmd("HSET t:{res}:fence f v");                           /* a Redis error, reported */
-    CHECK(lock_fenced_set(c, "t:{res}:fence", "t:{res}:value", 10, "x", 1, &hi, err, sizeof err) == -1);
+    CHECK(fset(c, 10, "x", &hi) == -1);
     CHECK(strstr(err, "WRONGTYPE") != NULL);
     CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
     lock_client_free(c);
@@ -690,6 +699,97 @@ static void test_redlock_dead_servers(void) {
     lock_client_free(c);
 }
 
+/* ------------------------------------------------------------ incarnations */
+
+/* The incarnation stored on database db for the lock "t:inc" (0: none). */
+static uint64_t stored_incarnation(int db) {
+    char v[64];
+    cmd("SELECT %d", db);
+    get("{t:inc}:incarnation", v, sizeof v);
+    cmd("SELECT 0");
+    return strlen(v) == 16 ? strtoull(v, NULL, 16) : 0;
+}
+
+/* Takes "t:inc" (while ones listed in busy hold a foreign lock there, so
+ * the quorum is the others); returns (incarnation, token) and releases. */
+static uint64_t take_inc(lock_client *c, const int *busy, int nbusy, uint64_t *token) {
+    for (int i = 0; i < nbusy; i++) cmd("SELECT %d", busy[i]), cmd("SET t:inc foreign PX 5000");
+    cmd("SELECT 0");
+    lock_handle *h = take(c, "t:inc", 2000, 0);
+    uint64_t inc = h ? lock_incarnation(h) : 0;
+    *token = h ? lock_fence(h) : 0;
+    if (h) lock_release(h);
+    for (int i = 0; i < nbusy; i++) cmd("SELECT %d", busy[i]), cmd("DEL t:inc");
+    cmd("SELECT 0");
+    return inc;
+}
+
+static void test_incarnation_one_server(void) {
+    char u[300];
+    const char *urls[1] = { u };
+    url_db(u, sizeof u, 6);
+    cmd("SELECT 6"), cmd("FLUSHDB"), cmd("SELECT 0");
+    lock_client *c = client_on(urls, 1, 0, 0, 1000);
+    uint64_t t1, t2, t3;
+    /* The first acquire stores its proposal; later ones read it back. */
+    uint64_t i1 = take_inc(c, NULL, 0, &t1), i2 = take_inc(c, NULL, 0, &t2);
+    CHECK(i1 != 0 && i1 == i2 && i1 == stored_incarnation(6) && t2 == t1 + 1);
+    /* The server loses its data: its counter starts over, with a new id. */
+    cmd("SELECT 6"), cmd("FLUSHDB"), cmd("SELECT 0");
+    uint64_t i3 = take_inc(c, NULL, 0, &t3);
+    CHECK(t3 == 1 && i3 != 0 && i3 != i1 && i3 == stored_incarnation(6));
+    /* Something unreadable stored there is replaced, not trusted. */
+    cmd("SELECT 6"), cmd("SET {t:inc}:incarnation zz"), cmd("SELECT 0");
+    uint64_t i4 = take_inc(c, NULL, 0, &t3);
+    CHECK(i4 != 0 && i4 != i3 && i4 == stored_incarnation(6));
+    lock_client_free(c);
+}
+
+/* lock.c, settle: what a Redlock token's incarnation is when some of its
+ * servers lose their data. Databases 7-9 are servers A, B, C. */
+static void test_redlock_incarnation(void) {
+    char u[3][300];
+    const char *urls[3] = { u[0], u[1], u[2] };
+    for (int i = 0; i < 3; i++) url_db(u[i], sizeof u[i], 7 + i);
+    for (int i = 7; i <= 9; i++) cmd("SELECT %d", i), cmd("FLUSHDB");
+    cmd("SELECT 0");
+    lock_client *c = client_on(urls, 3, 0, 0, 1000);
+    uint64_t t1, t2, t3, t4, t5, t6;
+    const int a_busy[1] = { 7 }, c_busy[1] = { 9 };
+    /* All new: they all store the try's proposal, and agree on it. */
+    uint64_t r = take_inc(c, NULL, 0, &t1);
+    CHECK(r && stored_incarnation(7) == r && stored_incarnation(8) == r &&
+          stored_incarnation(9) == r);
+    /* C held by another: A and B decide, C lags behind (counter 1). */
+    uint64_t r2 = take_inc(c, c_busy, 1, &t2);
+    CHECK(r2 == r && t2 == t1 + 1);
+    /* B loses its data. With A held by another, the quorum is B (new, so
+     * it stores this try's proposal) and C (still r, its counter at t1):
+     * they differ, so the token gets a new incarnation, settled on both.
+     * Without it, the token would be max(1, t1 + 1) = t2 again: the token
+     * of the earlier holder, under the same incarnation. */
+    cmd("SELECT 8"), cmd("FLUSHDB"), cmd("SELECT 0");
+    uint64_t r3 = take_inc(c, a_busy, 1, &t3);
+    CHECK(r3 && r3 != r && t3 == t2);
+    CHECK(stored_incarnation(8) == r3 && stored_incarnation(9) == r3 && stored_incarnation(7) == r);
+    /* All three answer: A still says r, so again they differ: a new one, on
+     * all three now, above every token so far. */
+    uint64_t r4 = take_inc(c, NULL, 0, &t4);
+    CHECK(r4 && r4 != r && r4 != r3 && t4 == t3 + 1);
+    CHECK(stored_incarnation(7) == r4 && stored_incarnation(8) == r4 &&
+          stored_incarnation(9) == r4);
+    /* From here they agree: the incarnation stays, tokens go up. */
+    uint64_t r5 = take_inc(c, c_busy, 1, &t5);
+    CHECK(r5 == r4 && t5 == t4 + 1);
+    /* A majority (A and B) loses its data: A and B agree on this try's
+     * proposal, C (held by another) does not answer: a new incarnation
+     * whose tokens start over. */
+    cmd("SELECT 7"), cmd("FLUSHDB"), cmd("SELECT 8"), cmd("FLUSHDB"), cmd("SELECT 0");
+    uint64_t r6 = take_inc(c, c_busy, 1, &t6);
+    CHECK(r6 && r6 != r4 && t6 == 1);
+    lock_client_free(c);
+}
+
 /* -------------------------------------------------------------------- misc */
 
 static void test_free_with_held_locks(void) {
@@ -717,7 +817,8 @@ static const t_case cases[] = {
     T(test_reentry_after_loss), T(test_remaining_ms), T(test_watchdog_renews),
     T(test_lost_callback), T(test_fence_increasing), T(test_fenced_set),
     T(test_wakeup_latency), T(test_free_lock_noticed), T(test_bounded_wakeups),
-    T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_free_with_held_locks),
+    T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_incarnation_one_server),
+    T(test_redlock_incarnation), T(test_free_with_held_locks),
 };
 
 int main(int argc, char **argv) {

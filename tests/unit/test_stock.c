@@ -189,40 +189,50 @@ static void test_noscript_fallback(void) {
 
 extern const char stock_lua_read[], stock_lua_write[];
 
+#define UNNAMED "0000000000000000"
+
 /* The lock strategy's fence: once a holder with token 7 has read a segment,
  * a write by an older holder (token 5, whose lease ran out while it was
- * paused) is refused whole; the newer holder's write goes through. */
+ * paused) is refused whole; the newer holder's write goes through. Its
+ * tokens are unnamed (no incarnation: rcw.c says why), so the fence stays
+ * a plain integer. (Incarnations: tests/unit/test_fence.c.) */
 static void test_fenced_write(void) {
     stock_product p = { .sku = "t-fence", .strategy = STOCK_LOCK, .segments = 1 };
     char run_id[41];
+    char *read = lock_script_compose(stock_lua_read), *write = lock_script_compose(stock_lua_write);
     CHECK(stock_load(sc, &p, 1, 5, NULL, 0, 1) == 0);
     CHECK(rconn_run_id(raw, run_id) == 0);
     redisReply *r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users "
                                  "fs:{t-fence}:idem: fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 "
-                                 "%s u 1 7", stock_lua_read, run_id);
-    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 4 && r->element[3]->integer == 5);
+                                 "%s u 1 7 " UNNAMED, read, run_id);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 && r->element[3]->integer == 5 &&
+          r->element[4]->integer == 0);
     if (r) freeReplyObject(r);
     CHECK(get_ll("fs:{t-fence}:fence:0") == 7);
     /* The stale holder (token 5) read 5 earlier and now writes 4. */
     const char *write_fmt = "EVAL %s 7 fs:{t-fence}:gen fs:{t-fence}:pending fs:{t-fence}:users "
                             "fs:{t-fence}:idem: fs:{t-fence}:empty fs:{t-fence}:stock:0 "
-                            "fs:{t-fence}:fence:0 %s 1 %s u 1 0 %s inst 1000 %s set 0 4 1 %s";
-    r = redisCommand(raw, write_fmt, stock_lua_write, run_id, "stale", "", "", "5");
+                            "fs:{t-fence}:fence:0 %s 1 %s u 1 0 %s inst 1000 %s set 0 4 1 %s "
+                            UNNAMED " 0";
+    r = redisCommand(raw, write_fmt, write, run_id, "stale", "", "", "5");
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
     if (r) freeReplyObject(r);
     CHECK(get_ll("fs:{t-fence}:stock:0") == 5);                  /* nothing written */
     redisReply *h = redisCommand(raw, "HLEN fs:{t-fence}:pending");
     CHECK(h && h->integer == 0);
     if (h) freeReplyObject(h);
-    r = redisCommand(raw, write_fmt, stock_lua_write, run_id, "fresh", "", "", "7");
+    r = redisCommand(raw, write_fmt, write, run_id, "fresh", "", "", "7");
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
     if (r) freeReplyObject(r);
     CHECK(get_ll("fs:{t-fence}:stock:0") == 4);
+    CHECK(get_ll("fs:{t-fence}:fence:0") == 7);                  /* still the old form */
     /* A read by the stale holder now is refused too. */
     r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users fs:{t-fence}:idem: "
-                     "fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 %s u 1 5", stock_lua_read, run_id);
+                     "fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 %s u 1 5 " UNNAMED, read, run_id);
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
     if (r) freeReplyObject(r);
+    free(read);
+    free(write);
 }
 
 /* ------------------------------------------- the loop path's lock, shared */
