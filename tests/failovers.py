@@ -112,6 +112,13 @@ def main():
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="failovers-")
+    try:
+        return run(a, tmp)
+    finally:
+        harness.stop_all()           # whatever a failure left running
+
+
+def run(a, tmp):
     topo = harness.Sentinels(replicas=1)
     s = harness.Service(topo.url, os.path.join(tmp, "orders.db"))
     skus = []
