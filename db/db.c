@@ -21,34 +21,48 @@ enum {
     ST_PRODUCT_INSERT, ST_PRODUCT_GET, ST_PRODUCT_ALL, ST_PRODUCT_RESTOCK,
     ST_PRODUCT_GEN,
     ST_USER_UNITS,
-    ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_ADD_SOLD, ST_ORDER_GET, ST_ORDER_BY_KEY,
+    ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_HOLD_INSERT, ST_ADD_SOLD, ST_ORDER_GET,
+    ST_ORDER_BY_KEY,
     ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
-    ST_ORDER_UNITS, ST_PRODUCT_REPAIR,
+    ST_ORDER_UNITS, ST_HELD_UNITS, ST_PRODUCT_REPAIR,
     ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
     ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE, ST_GEN_READ,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_LOCK_FIRST,              /* the lock table's (db_lock_sql), DB_LOCK_ST_* from here */
-    ST_COUNT = ST_LOCK_FIRST + DB_LOCK_ST_COUNT
+    ST_HOLDS_FIRST = ST_LOCK_FIRST + DB_LOCK_ST_COUNT,   /* holds.c's, DB_HOLDS_ST_* */
+    ST_COUNT = ST_HOLDS_FIRST + DB_HOLDS_ST_COUNT
 };
+
+/* An order as read: its row and, for a hold, its hold's (read_order). */
+#define ORDER_COLUMNS                                                                      \
+    "SELECT o.order_id,o.sku,o.user_id,o.quantity,coalesce(o.idempotency_key,''),"         \
+    "o.created_at,coalesce(h.state,'confirmed'),coalesce(h.expires_ms,0),"                 \
+    "coalesce(h.decided_ms,0),coalesce(h.payment_ref,'')"                                  \
+    " FROM orders o LEFT JOIN holds h ON h.order_id=o.order_id"
 
 static const char *const SQL[ST_LOCK_FIRST] = {
     [ST_PRODUCT_INSERT] =
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
-        "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9)",
+        "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
+        "hold_seconds,held)"
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0)",
     [ST_PRODUCT_GET] =
         "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at FROM products WHERE sku=?1",
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held"
+        " FROM products WHERE sku=?1",
     [ST_PRODUCT_ALL] =
         "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at FROM products ORDER BY sku",
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held"
+        " FROM products ORDER BY sku",
     [ST_PRODUCT_RESTOCK] =
         "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
         " WHERE sku=?1",
     [ST_PRODUCT_GEN] =
         "UPDATE products SET stock_gen=max(stock_gen,?2)+1 WHERE sku=?1",
     [ST_USER_UNITS] =
-        "SELECT user_id, sum(quantity) FROM orders WHERE sku=?1 GROUP BY user_id",
+        "SELECT o.user_id, sum(o.quantity) FROM orders o WHERE o.sku=?1 AND NOT EXISTS("
+        "SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
+        " AND h.state IN ('cancelled','expired')) GROUP BY o.user_id",
     /* The generation check and the tombstone check are part of the insert
      * itself, so no window exists between checking and writing. */
     [ST_ORDER_INSERT_GEN] =
@@ -60,13 +74,12 @@ static const char *const SQL[ST_LOCK_FIRST] = {
         "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
         " SELECT ?1,?2,?3,?4,?5,?6"
         " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
-    [ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2 WHERE sku=?1",
-    [ST_ORDER_GET] =
-        "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
-        " FROM orders WHERE order_id=?1",
-    [ST_ORDER_BY_KEY] =
-        "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
-        " FROM orders WHERE idempotency_key=?1",
+    [ST_HOLD_INSERT] =
+        "INSERT INTO holds(order_id,sku,quantity,gen,takes,expires_ms,state)"
+        " VALUES(?1,?2,?3,?4,?5,?6,'reserved')",
+    [ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1",
+    [ST_ORDER_GET] = ORDER_COLUMNS " WHERE o.order_id=?1",
+    [ST_ORDER_BY_KEY] = ORDER_COLUMNS " WHERE o.idempotency_key=?1",
     [ST_ORDER_EXISTS] = "SELECT 1 FROM orders WHERE order_id=?1",
     [ST_VOID_EXISTS] = "SELECT 1 FROM voided_orders WHERE order_id=?1",
     [ST_VOID_INSERT] =
@@ -75,8 +88,12 @@ static const char *const SQL[ST_LOCK_FIRST] = {
     [ST_TAKE_CONDITIONAL] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2",
-    [ST_ORDER_UNITS] = "SELECT coalesce(sum(quantity),0) FROM orders WHERE sku=?1",
-    [ST_PRODUCT_REPAIR] = "UPDATE products SET sold=?2, db_available=?3 WHERE sku=?1",
+    [ST_ORDER_UNITS] =
+        "SELECT coalesce(sum(o.quantity),0) FROM orders o LEFT JOIN holds h"
+        " ON h.order_id=o.order_id WHERE o.sku=?1 AND (h.state IS NULL OR h.state='confirmed')",
+    [ST_HELD_UNITS] =
+        "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'",
+    [ST_PRODUCT_REPAIR] = "UPDATE products SET sold=?2, db_available=?3, held=?4 WHERE sku=?1",
     [ST_TAKE_VERSIONED] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
@@ -109,6 +126,7 @@ typedef struct sku_tally {
     char sku[DB_SKU_MAX + 1];
     long long gen;
     long long sold;
+    long long held;
 } sku_tally;
 
 struct db {
@@ -195,9 +213,12 @@ db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
         if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
             i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
             i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ &&
-            i != ST_ORDER_UNITS)
+            i != ST_ORDER_UNITS && i != ST_HELD_UNITS &&
+            i != ST_HOLDS_FIRST + DB_HOLDS_ST_OWED_UNITS)
             continue;
-        const char *sql = i < ST_LOCK_FIRST ? SQL[i] : db_lock_sql[i - ST_LOCK_FIRST];
+        const char *sql = i < ST_LOCK_FIRST    ? SQL[i]
+                        : i < ST_HOLDS_FIRST ? db_lock_sql[i - ST_LOCK_FIRST]
+                                             : db_holds_sql[i - ST_HOLDS_FIRST];
         if (sqlite3_prepare_v3(d->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
                                NULL) != SQLITE_OK) {
             snprintf(err, errlen, "prepare: %s", sqlite3_errmsg(d->conn));
@@ -234,7 +255,17 @@ sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id) {
     return stmt(d, ST_LOCK_FIRST + (int)id);
 }
 
+sqlite3_stmt *db_holds_stmt(db *d, db_holds_st id) {
+    assert(id >= 0 && id < DB_HOLDS_ST_COUNT);
+    return stmt(d, ST_HOLDS_FIRST + (int)id);
+}
+
 sqlite3 *db_conn(db *d) { return d->conn; }
+
+db_status db_error(db *d, const char *msg) {
+    snprintf(d->errstr, sizeof d->errstr, "%s", msg);
+    return DB_ERROR;
+}
 
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
     if (v && *v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
@@ -265,14 +296,15 @@ db_status db_begin(db *d) {
 static db_status update_product(db *d, int st_id, const char *sku, long long qty,
                                 const char *what);
 
-/* Adds the tallied units to products.sold, once per SKU. */
+static db_status add_units(db *d, const char *sku, long long sold, long long held);
+
+/* Adds the tallied units to products.sold and held, once per SKU. */
 static db_status flush_tally(db *d) {
     for (int i = 0; i < d->ntally; i++) {
-        if (!d->tally[i].sold) continue;
-        db_status st = update_product(d, ST_ADD_SOLD, d->tally[i].sku, d->tally[i].sold,
-                                      "count sold");
+        if (!d->tally[i].sold && !d->tally[i].held) continue;
+        db_status st = add_units(d, d->tally[i].sku, d->tally[i].sold, d->tally[i].held);
         if (st != DB_OK) return st == DB_NOTFOUND ? DB_ERROR : st;
-        d->tally[i].sold = 0;
+        d->tally[i].sold = d->tally[i].held = 0;
     }
     return DB_OK;
 }
@@ -306,6 +338,8 @@ static void read_product(sqlite3_stmt *s, db_product *p) {
     p->cs_delay_ms = sqlite3_column_int(s, 10);
     p->lock_ttl_ms = sqlite3_column_int(s, 11);
     copy_col(p->created_at, sizeof p->created_at, s, 12);
+    p->hold_seconds = sqlite3_column_int(s, 13);
+    p->held = sqlite3_column_int64(s, 14);
 }
 
 db_status db_product_insert(db *d, const db_product *p) {
@@ -320,6 +354,7 @@ db_status db_product_insert(db *d, const db_product *p) {
     sqlite3_bind_int(s, 7, p->cs_delay_ms);
     sqlite3_bind_int(s, 8, p->lock_ttl_ms);
     sqlite3_bind_text(s, 9, p->created_at, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 10, p->hold_seconds);
     return db_step_done(d, s, "insert product");
 }
 
@@ -446,11 +481,16 @@ db_status db_probe(db *d) {
     return st;
 }
 
-db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out) {
+db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out,
+                             int (*user_fn)(const char *user, long long units, void *ud),
+                             void *ud) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
     st = update_product(d, ST_PRODUCT_GEN, sku, min_gen, "new generation");
     if (st == DB_OK) st = db_product_get(d, sku, out);
+    /* In the same transaction: a hold cancelled after it is owed to the new
+     * copy, and its return takes its units off the buyer's count there. */
+    if (st == DB_OK && user_fn) st = db_user_units(d, sku, user_fn, ud);
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) db_rollback(d);
     return st;
@@ -479,6 +519,24 @@ static void read_order(sqlite3_stmt *s, db_order *o) {
     o->quantity = sqlite3_column_int(s, 3);
     copy_col(o->idem_key, sizeof o->idem_key, s, 4);
     copy_col(o->created_at, sizeof o->created_at, s, 5);
+    int st = db_order_status_parse((const char *)sqlite3_column_text(s, 6));
+    o->status = st < 0 ? DB_ORDER_CONFIRMED : (db_order_status)st;
+    o->expires_ms = sqlite3_column_int64(s, 7);
+    o->decided_ms = sqlite3_column_int64(s, 8);
+    copy_col(o->payment_ref, sizeof o->payment_ref, s, 9);
+}
+
+static const char *const STATUS_NAMES[] = { "confirmed", "reserved", "cancelled", "expired" };
+
+const char *db_order_status_name(db_order_status s) {
+    assert(s >= DB_ORDER_CONFIRMED && s <= DB_ORDER_EXPIRED);
+    return STATUS_NAMES[s];
+}
+
+int db_order_status_parse(const char *name) {
+    for (int i = DB_ORDER_CONFIRMED; name && i <= DB_ORDER_EXPIRED; i++)
+        if (!strcmp(name, STATUS_NAMES[i])) return i;
+    return -1;
 }
 
 static db_status get_one_order(db *d, int st_id, const char *arg, db_order *out) {
@@ -499,16 +557,15 @@ db_status db_order_by_key(db *d, const char *idem_key, db_order *out) {
     return get_one_order(d, ST_ORDER_BY_KEY, idem_key, out);
 }
 
-db_status db_order_list(db *d, const char *sku, const char *user_id, const char *after,
-                        int limit, void (*fn)(const db_order *o, void *ud), void *ud,
-                        int *more) {
-    /* Four shapes of one query; each uses an index ending in order_id. */
-    char sql[320];
-    snprintf(sql, sizeof sql,
-             "SELECT order_id,sku,user_id,quantity,coalesce(idempotency_key,''),created_at"
-             " FROM orders WHERE 1%s%s%s ORDER BY order_id LIMIT ?4",
-             sku ? " AND sku=?1" : "", user_id ? " AND user_id=?2" : "",
-             after ? " AND order_id>?3" : "");
+db_status db_order_list(db *d, const char *sku, const char *user_id, int status,
+                        const char *after, int limit, void (*fn)(const db_order *o, void *ud),
+                        void *ud, int *more) {
+    /* Shapes of one query; each uses an index ending in order_id. */
+    char sql[640];
+    snprintf(sql, sizeof sql, ORDER_COLUMNS " WHERE 1%s%s%s%s ORDER BY o.order_id LIMIT ?4",
+             sku ? " AND o.sku=?1" : "", user_id ? " AND o.user_id=?2" : "",
+             after ? " AND o.order_id>?3" : "",
+             status < 0 ? "" : " AND coalesce(h.state,'confirmed')=?5");
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->conn, sql, -1, &s, NULL) != SQLITE_OK)
         return db_fail(d, "list orders");
@@ -516,6 +573,8 @@ db_status db_order_list(db *d, const char *sku, const char *user_id, const char 
     bind_text(s, 2, user_id);
     bind_text(s, 3, after);
     sqlite3_bind_int(s, 4, limit + 1);
+    if (status >= 0)
+        sqlite3_bind_text(s, 5, db_order_status_name((db_order_status)status), -1, SQLITE_STATIC);
     db_order o;
     int rc, n = 0;
     *more = 0;
@@ -636,17 +695,20 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
     return take == DB_TAKE_OPTIMISTIC && version != expect_version ? DB_CONFLICT : DB_NOSTOCK;
 }
 
-db_status db_order_units(db *d, const char *sku, long long *units) {
-    return scalar(d, ST_ORDER_UNITS, sku, NULL, units);
+db_status db_order_units(db *d, const char *sku, long long *sold, long long *held) {
+    db_status st = scalar(d, ST_ORDER_UNITS, sku, NULL, sold);
+    return st == DB_OK ? scalar(d, ST_HELD_UNITS, sku, NULL, held) : st;
 }
 
-db_status db_product_repair(db *d, const char *sku, long long sold, long long db_available) {
+db_status db_product_repair(db *d, const char *sku, long long sold, long long held,
+                            long long db_available) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
     sqlite3_stmt *s = stmt(d, ST_PRODUCT_REPAIR);
     sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, sold);
     sqlite3_bind_int64(s, 3, db_available);
+    sqlite3_bind_int64(s, 4, held);
     st = db_step_done(d, s, "repair product");
     if (st == DB_OK) return db_commit(d);
     db_rollback(d);
@@ -685,8 +747,30 @@ static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
     sku_tally *t = &d->tally[d->ntally++];
     snprintf(t->sku, sizeof t->sku, "%s", sku);
     t->gen = gen;                              /* -1: no such product: every order stale */
-    t->sold = 0;
+    t->sold = t->held = 0;
     return t;
+}
+
+/* The hold row of order o (a reserved hold). */
+static db_status insert_hold(db *d, const db_order *o) {
+    sqlite3_stmt *s = stmt(d, ST_HOLD_INSERT);
+    sqlite3_bind_text(s, 1, o->order_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, o->sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, o->quantity);
+    sqlite3_bind_int64(s, 4, o->gen);
+    sqlite3_bind_text(s, 5, o->takes ? o->takes : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, o->expires_ms);
+    return db_step_done(d, s, "insert hold");
+}
+
+static db_status add_units(db *d, const char *sku, long long sold, long long held) {
+    sqlite3_stmt *s = stmt(d, ST_ADD_SOLD);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, sold);
+    sqlite3_bind_int64(s, 3, held);
+    db_status st = db_step_done(d, s, "count units");
+    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
+    return st;
 }
 
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
@@ -724,12 +808,17 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
         st = strstr(d->errstr, "idempotency_key") ? DB_DUPKEY : DB_STALE;
     else if (st == DB_OK && sqlite3_changes(d->conn) == 0)
         st = DB_STALE;
-    /* The row is in; failing to count it would break sold == sum(orders),
-     * so that is an error that aborts the whole group. */
-    if (st == DB_OK && t) t->sold += o->quantity;
-    else if (st == DB_OK &&
-             update_product(d, ST_ADD_SOLD, o->sku, o->quantity, "count sold") != DB_OK)
+    /* The row is in; failing to record or count it would break sold ==
+     * sum(orders), so that is an error that aborts the whole group. */
+    int hold = o->expires_ms > 0;
+    if (st == DB_OK && hold && insert_hold(d, o) != DB_OK) return DB_ERROR;
+    if (st == DB_OK && t) {
+        if (hold) t->held += o->quantity;
+        else t->sold += o->quantity;
+    } else if (st == DB_OK &&
+               add_units(d, o->sku, hold ? 0 : o->quantity, hold ? o->quantity : 0) != DB_OK) {
         return DB_ERROR;
+    }
     if (st != DB_OK) goto undo;
     if (take != DB_TAKE_NONE && sqlite3_exec(d->conn, "RELEASE o", NULL, NULL, NULL) != SQLITE_OK)
         return db_fail(d, "release");

@@ -33,7 +33,8 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 5
+#define DB_SCHEMA_VERSION 6
+#define DB_REF_MAX 128         /* a hold's payment_ref */
 
 typedef enum db_status {
     DB_OK = 0,
@@ -72,7 +73,18 @@ typedef struct db_product {
     int cs_delay_ms;                  /* fault injection: pause in the critical section */
     int lock_ttl_ms;                  /* lock strategies: lease; 0 = default */
     char created_at[DB_TIME_LEN + 1];
+    int hold_seconds;                 /* 0: orders confirmed at once; else holds (holds.h) */
+    long long held;                   /* units of reserved holds */
 } db_product;
+
+/* Where an order is. An order of a product without holds is CONFIRMED from
+ * the start; a hold is RESERVED until exactly one of the other three. */
+typedef enum db_order_status {
+    DB_ORDER_CONFIRMED = 0,
+    DB_ORDER_RESERVED,
+    DB_ORDER_CANCELLED,
+    DB_ORDER_EXPIRED
+} db_order_status;
 
 typedef struct db_order {
     char order_id[DB_ORDER_ID_LEN + 1];
@@ -82,7 +94,21 @@ typedef struct db_order {
     char idem_key[DB_KEY_MAX + 1];     /* empty: none */
     char created_at[DB_TIME_LEN + 1];
     long long gen;                     /* generation it was reserved under */
+    /* Holds (db/holds.h). */
+    db_order_status status;            /* read */
+    int64_t expires_ms;                /* insert: hold until then (Unix ms; 0: confirmed at
+                                          once); read: a hold's deadline, else 0 */
+    int64_t decided_ms;                /* read: when a hold left RESERVED (0: it has not) */
+    char payment_ref[DB_REF_MAX * 4 + 1];   /* read: what its confirm carried ("": none) */
+    const char *takes;                 /* insert of a hold: where its units came from,
+                                          "<segment>:<units>,..." (the caller's string;
+                                          NULL: not in Redis) */
 } db_order;
+
+/* "confirmed", "reserved", "cancelled", "expired". */
+const char *db_order_status_name(db_order_status s);
+/* The status of that name, or -1 (NULL: -1). */
+int db_order_status_parse(const char *name);
 
 /* Opens (creating or migrating the schema of) the database at path.
  * Returns NULL with a message in err on failure. */
@@ -119,18 +145,24 @@ db_status db_restock_state(db *d, const char *idem_key);
  * commit would on a locked, full or read-only database. */
 db_status db_probe(db *d);
 /* Starts a new stock generation: gen = max(gen, min_gen) + 1, in one write
- * transaction that also reads stock_initial and sold, so the caller can set
- * the Redis copy to exactly stock_initial - sold under the new generation. */
-db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out);
-/* Calls fn(user_id, units) for each user with orders of sku. */
+ * transaction that also reads stock_initial, sold and held (and, with
+ * user_fn, calls it as db_user_units does), so the caller can set the Redis
+ * copy to exactly stock_initial - sold - held under the new generation. */
+db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_product *out,
+                             int (*user_fn)(const char *user, long long units, void *ud),
+                             void *ud);
+/* Calls fn(user_id, units) for each user with orders of sku that count
+ * toward the per-user limit (confirmed ones and reserved holds). */
 db_status db_user_units(db *d, const char *sku,
                         int (*fn)(const char *user, long long units, void *ud), void *ud);
 
-/* Units of the committed orders of sku, summed from the order rows (the
- * audit's check of products.sold). */
-db_status db_order_units(db *d, const char *sku, long long *units);
-/* Sets sold and db_available of sku (the audit's repair), in one transaction. */
-db_status db_product_repair(db *d, const char *sku, long long sold, long long db_available);
+/* Units of the confirmed orders of sku and of its reserved holds, summed
+ * from the rows (the audit's check of products.sold and held). */
+db_status db_order_units(db *d, const char *sku, long long *sold, long long *held);
+/* Sets sold, held and db_available of sku (the audit's repair), in one
+ * transaction. */
+db_status db_product_repair(db *d, const char *sku, long long sold, long long held,
+                            long long db_available);
 
 /* The db strategies' stock: units left and row version. */
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version);
@@ -139,9 +171,10 @@ db_status db_stock_read(db *d, const char *sku, long long *available, long long 
 db_status db_order_get(db *d, const char *order_id, db_order *out);
 db_status db_order_by_key(db *d, const char *idem_key, db_order *out);
 /* Lists orders, oldest first (by order_id), filtered by sku and/or user_id
- * (NULL: any), strictly after `after` (NULL: from the start), at most limit.
- * fn is called per order; *more is set when further orders exist. */
-db_status db_order_list(db *d, const char *sku, const char *user_id,
+ * (NULL: any) and status (< 0: any), strictly after `after` (NULL: from the
+ * start), at most limit. fn is called per order; *more is set when further
+ * orders exist. */
+db_status db_order_list(db *d, const char *sku, const char *user_id, int status,
                         const char *after, int limit,
                         void (*fn)(const db_order *o, void *ud), void *ud, int *more);
 /* Records order_id as voided unless it is already committed: DB_OK when
@@ -163,8 +196,9 @@ typedef enum db_take {
     DB_TAKE_OPTIMISTIC      /* `db-optimistic`: read version, UPDATE ... WHERE version = v */
 } db_take;
 
-/* Inserts o inside the open transaction. DB_TAKE_NONE orders must carry the
- * product's current generation. Per-order failures (DB_STALE, DB_DUPKEY,
+/* Inserts o inside the open transaction: a confirmed order, or with
+ * o->expires_ms a reserved hold (its units counted in `held`, not `sold`).
+ * DB_TAKE_NONE orders must carry the product's current generation. Per-order failures (DB_STALE, DB_DUPKEY,
  * DB_NOSTOCK, DB_LIMIT, DB_CONFLICT) leave the transaction usable;
  * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE;
  * expect_version to DB_TAKE_OPTIMISTIC (the version the caller read). */

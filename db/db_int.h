@@ -5,6 +5,7 @@
  *                transactions); products and orders
  *   schema.c     the schema, as numbered migrations, and applying them
  *   locktable.c  the `db-lock` strategy's lock table (locktable.h)
+ *   holds.c      deciding holds; the scans for the due and the owing (holds.h)
  *   writer.c     group commit (db.h only)
  *
  * A connection prepares every statement once, when it opens (db_open), so
@@ -29,6 +30,9 @@ sqlite3 *db_conn(db *d);
 /* Records SQLite's last error on d as "what: message" (db_errstr) and
  * returns DB_BUSY when the database was locked, else DB_ERROR. */
 db_status db_fail(db *d, const char *what);
+
+/* Records msg as d's error (db_errstr) and returns DB_ERROR. */
+db_status db_error(db *d, const char *msg);
 
 /* Runs s, a statement that returns no rows, and resets it: DB_OK; DB_EXISTS
  * on a constraint (the message in db_errstr); else as db_fail. */
@@ -62,5 +66,20 @@ extern const char *const db_lock_sql[DB_LOCK_ST_COUNT];
 
 /* Statement id of d, reset and with its bindings cleared. */
 sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id);
+
+/* ---------------------------------------------- holds' statements (holds.c) */
+
+typedef enum db_holds_st {
+    DB_HOLDS_ST_READ, DB_HOLDS_ST_MOVE, DB_HOLDS_ST_PRODUCT, DB_HOLDS_ST_USER, DB_HOLDS_ST_DUE,
+    DB_HOLDS_ST_OWING, DB_HOLDS_ST_OWED_UNITS, DB_HOLDS_ST_HELD, DB_HOLDS_ST_RETURNED,
+    DB_HOLDS_ST_COUNT
+} db_holds_st;
+
+/* Their SQL, defined in holds.c; prepared by db_open on writable
+ * connections. */
+extern const char *const db_holds_sql[DB_HOLDS_ST_COUNT];
+
+/* Statement id of d, reset and with its bindings cleared. */
+sqlite3_stmt *db_holds_stmt(db *d, db_holds_st id);
 
 #endif

@@ -113,6 +113,31 @@ static const char SCHEMA_V5[] =
     "  name TEXT PRIMARY KEY,"
     "  fence INTEGER NOT NULL) WITHOUT ROWID;";
 
+/* Version 6: holds (docs/storage.md, "holds"). A product may sell holds:
+ * orders whose units are kept out of the stock until paid, cancelled or
+ * expired. The order row stays what it was (every order is one); a hold
+ * adds a row here, so orders that are confirmed at once cost nothing more.
+ * `held` counts the units of reserved holds, as `sold` counts confirmed
+ * units. Two partial indexes keep the two scans the service makes cheap
+ * however many holds are settled: the reserved ones by deadline (expiry),
+ * and those whose units are not yet back in the Redis copy. */
+static const char SCHEMA_V6[] =
+    "ALTER TABLE products ADD COLUMN hold_seconds INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE products ADD COLUMN held INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE holds("
+    "  order_id TEXT PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
+    "  gen INTEGER NOT NULL,"
+    "  takes TEXT NOT NULL,"
+    "  expires_ms INTEGER NOT NULL,"
+    "  state TEXT NOT NULL CHECK(state IN ('reserved','confirmed','cancelled','expired')),"
+    "  decided_ms INTEGER,"
+    "  payment_ref TEXT,"
+    "  return_gen INTEGER) WITHOUT ROWID;"
+    "CREATE INDEX holds_due ON holds(expires_ms) WHERE state='reserved';"
+    "CREATE INDEX holds_returning ON holds(decided_ms) WHERE return_gen IS NOT NULL;";
+
 int db_exec(sqlite3 *c, const char *sql, char *err, size_t errlen) {
     char *msg = NULL;
     if (sqlite3_exec(c, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
@@ -157,6 +182,9 @@ int db_migrate(sqlite3 *c, char *err, size_t errlen) {
         goto err;
     if (v < 5 && (db_exec(c, SCHEMA_V5, err, errlen) ||
                   db_exec(c, "PRAGMA user_version=5", err, errlen)))
+        goto err;
+    if (v < 6 && (db_exec(c, SCHEMA_V6, err, errlen) ||
+                  db_exec(c, "PRAGMA user_version=6", err, errlen)))
         goto err;
     /* Later versions add "if (v < N) apply step N" here. */
     if (db_exec(c, "COMMIT", err, errlen)) goto err;

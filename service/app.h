@@ -5,6 +5,7 @@
  *   order/    the order path: families, committer hand-off, answers
  *   repair/   making Redis agree with SQLite: rebuilds, reconciliation,
  *             undo retries, start-up recovery, audit
+ *   holds/    ending holds (confirm, cancel, expiry) and their units' return
  *   ops/      metrics, health probes, the maintenance thread
  *
  * The struct is the wiring: each part's handle, the event loops, the
@@ -25,6 +26,7 @@
 
 typedef struct svc_health svc_health;
 typedef struct svc_maint svc_maint;
+typedef struct svc_holds svc_holds;
 typedef struct svc_repair svc_repair;
 typedef struct svc_product_cache svc_product_cache;
 struct svc_order_loop;
@@ -50,6 +52,7 @@ typedef struct svc_app {
     svc_threadpool *api_db;        /* API work that needs SQLite only (order lookups) */
     svc_health *health;
     svc_maint *maint;
+    svc_holds *holds;              /* holds: expiry and owed returns (holds/) */
     svc_repair *repair;
     svc_product_cache *products;
     svc_metrics m;

@@ -22,6 +22,7 @@
 #include "service/app.h"
 #include "service/log.h"
 #include "service/ops/health.h"
+#include "service/holds/holds.h"
 #include "service/ops/maint.h"
 #include "service/order/order.h"
 #include "service/products.h"
@@ -240,6 +241,7 @@ static void teardown(svc_app *a) {
     db_writer_stop(a->writer);
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
+    svc_holds_stop(a->holds);
     svc_maint_stop(a->maint);
     svc_health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then what lives on them. */
@@ -247,6 +249,7 @@ static void teardown(svc_app *a) {
     a->api = a->api_db = NULL;
     a->writer = NULL;
     a->maint = NULL;
+    a->holds = NULL;
     a->health = NULL;
     svc_orders_free(a);
     http_stop(a->http);
@@ -286,6 +289,7 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
         db_writer_observe(a->writer, svc_metrics_commit, a);
     if (!a->writer ||
         !(a->maint = svc_maint_start(a, why, sizeof why)) ||
+        !(a->holds = svc_holds_start(a, why, sizeof why)) ||
         !(a->health = svc_health_start(a, why, sizeof why)) ||
         !(a->api = svc_threadpool_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||
         !(a->api_db = svc_threadpool_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||

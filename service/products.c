@@ -73,6 +73,7 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
         p->strategy = s;
         p->segments = dp->segments;
         p->per_user_limit = dp->per_user_limit;
+        p->hold_seconds = dp->hold_seconds;
         if (stock_product_init(&p->sp, p->sku, s, dp->segments, dp->per_user_limit,
                                dp->cs_delay_ms, dp->lock_ttl_ms) != 0) {
             free(p);

@@ -17,6 +17,7 @@ typedef struct svc_product {
     stock_strategy strategy;
     int segments;
     long long per_user_limit;
+    int hold_seconds;              /* 0: orders confirmed at once; else holds */
     stock_product sp;              /* the stock module's view (points into this) */
     atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
     atomic_int rebuild_forced;     /* ...and must replace even a valid copy */

@@ -155,6 +155,7 @@ static void read_one(stock_req *r, const redisReply *e) {
     case 1:
         r->result = STOCK_RESERVED;
         r->gen = elem_int(e, 1);
+        sk_req_takes(r, e);
         break;
     case 2:
         r->result = STOCK_REPLAY;

@@ -46,7 +46,7 @@ static inline int64_t sk_t0(stock_call_observer *fn) { return fn ? clock_mono_us
 /* Scripts of the read-check-write strategies (rcw.c), and those the loop
  * side uses (async.c); initialised by sk_scripts_init. */
 extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write;
+    sk_lock_write, sk_return;
 /* Builds every script and its SHA1 (once per process). Returns 0, or -1
  * when out of memory (then no script may be used). */
 int sk_scripts_init(void);
@@ -66,6 +66,11 @@ void sk_add_segment_keys(stock_conn *c, const stock_product *p);
 void sk_add_idem_key(stock_conn *c, const char *sku, const char *idem);
 /* A per-connection pseudo-random number, for spreading load. */
 uint64_t sk_random(stock_conn *c);
+/* Keeps the spec of a reservation's reply (element 2: where its units came
+ * from) in r->takes when r wants it. */
+void sk_req_takes(stock_req *r, const redisReply *rep);
+/* Returns a zeroed flag per request of a pipeline of n (c's buffer). */
+unsigned char *sk_retry_flags(stock_conn *c, size_t n);
 /* Runs c->cmd (safe to repeat), retrying once on a connection broken while idle. */
 redisReply *sk_run_idempotent(stock_conn *c, const char *what);
 /* Element i of an array reply as an integer / a string ("" when absent). */

@@ -186,6 +186,7 @@ static void on_write(void *ud, redisReply *rep) {
         if (code == 1) {
             r->result = STOCK_RESERVED;
             r->gen = sk_elem_int(rep, 1);
+            sk_req_takes(r, rep);
         } else if (code == -4) {
             r->result = STOCK_FENCED;
         } else if (code == -3) {

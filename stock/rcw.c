@@ -545,7 +545,14 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
     rconn_cmd_adds(&c->cmd, c->instance);
     rconn_cmd_addll(&c->cmd, c->idem_ttl_ms);
     rconn_cmd_adds(&c->cmd, has_key ? r->idem_key : "");
-    rconn_cmd_adds(&c->cmd, p->strategy == STOCK_UNSAFE_CHECK_THEN_DECR ? "decr" : "set");
+    /* The safe ones take what they checked off what is there now: units
+     * given back without the lock (restocks, undos, ended holds) since the
+     * read stay. The unsafe ones write as the seeds' code does: the value
+     * computed from the read (their lost update), or a plain decrement. */
+    rconn_cmd_adds(&c->cmd, p->strategy == STOCK_UNSAFE_CHECK_THEN_DECR ||
+                                    !stock_strategy_about(p->strategy)->unsafe
+                                ? "decr"
+                                : "set");
     for (int i = 0; i < pk->n; i++) {
         if (pk->take[i] == 0) continue;
         rconn_cmd_addll(&c->cmd, pk->seg[i]);
@@ -569,7 +576,10 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1) {
         long long code = sk_elem_int(rep, 0);
         res = code == 1 ? STOCK_RESERVED : code == -4 ? STOCK_FENCED : STOCK_MISSING;
-        if (code == 1) r->gen = sk_elem_int(rep, 1);
+        if (code == 1) {
+            r->gen = sk_elem_int(rep, 1);
+            sk_req_takes(r, rep);
+        }
     } else {
         sk_bad_reply(c, "write", rep);
     }

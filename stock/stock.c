@@ -19,11 +19,12 @@
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
-    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[];
+    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[],
+    stock_lua_return[];
 
 static rconn_script s_reserve, s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write;
+    sk_lock_write, sk_return;
 static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
@@ -53,6 +54,7 @@ static void scripts_init(void) {
     script_on_lock(&sk_read, "read", stock_lua_read);
     script_on_lock(&sk_write, "write", stock_lua_write);
     rconn_script_init(&sk_unlock, "unlock", stock_lua_unlock);
+    rconn_script_init(&sk_return, "return", stock_lua_return);
 }
 
 /* ---------------------------------------------------------------- strategies */
@@ -272,7 +274,7 @@ int stock_conn_ensure(stock_conn *c) {
     if (c->ctx) return 0;
     if (pick_primary(c)) return -1;
     const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
-                                  &sk_unlock };
+                                  &sk_unlock, &sk_return };
     char err[200];
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
     if (!c->ctx) {
@@ -391,6 +393,7 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
     case 1:
         r->result = STOCK_RESERVED;
         r->gen = sk_elem_int(rep, 1);
+        sk_req_takes(r, rep);
         break;
     case 2:
         r->result = STOCK_REPLAY;
@@ -415,8 +418,13 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
     }
 }
 
-/* Returns a zeroed flag per request of a pipeline of n. */
-static unsigned char *retry_flags(stock_conn *c, size_t n) {
+void sk_req_takes(stock_req *r, const redisReply *rep) {
+    if (!r->want_takes) return;
+    free(r->takes);
+    r->takes = strdup(sk_elem_str(rep, 2));
+}
+
+unsigned char *sk_retry_flags(stock_conn *c, size_t n) {
     if (n > c->retry_cap) {
         unsigned char *p = realloc(c->retry, n);
         if (!p) abort();
@@ -434,7 +442,7 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
         reqs[i]->outcome_unknown = 0;
     }
     if (stock_conn_ensure(c)) return -1;
-    unsigned char *retry = retry_flags(c, n);
+    unsigned char *retry = sk_retry_flags(c, n);
     for (i = 0; i < n; i++) {
         build_reserve(c, reqs[i]);
         rconn_cmd_append(c->ctx, &c->cmd);
@@ -518,7 +526,7 @@ static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done)
     size_t i;
     for (i = 0; i < n; i++) done[i] = 0;
     if (stock_conn_ensure(c)) return -1;
-    unsigned char *retry = retry_flags(c, n);
+    unsigned char *retry = sk_retry_flags(c, n);
     for (i = 0; i < n; i++) {
         build_undo(c, &refs[i]);
         rconn_cmd_append(c->ctx, &c->cmd);
@@ -620,11 +628,12 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
                const stock_user_units *users, size_t nusers, int force) {
     assert(available >= 0 && gen > 0);
     if (stock_conn_ensure(c)) return -1;
-    rconn_cmd_evalsha(&c->cmd, &s_load, 4 + p->segments);
+    rconn_cmd_evalsha(&c->cmd, &s_load, 5 + p->segments);
     sk_add_key(c, p->sku, "gen");
     sk_add_key(c, p->sku, "pending");
     sk_add_key(c, p->sku, "users");
     sk_add_key(c, p->sku, "empty");
+    sk_add_key(c, p->sku, "returned");
     sk_add_segment_keys(c, p);
     rconn_cmd_addll(&c->cmd, gen);
     rconn_cmd_adds(&c->cmd, c->run_id);

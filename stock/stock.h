@@ -209,7 +209,11 @@ typedef struct stock_req {
     int quantity;
     const char *idem_key;         /* NULL or "": none */
     const char *fingerprint;      /* identifies the request body for replays */
+    int want_takes;               /* keep where the units came from (a hold's) */
     /* out */
+    char *takes;                  /* RESERVED with want_takes: where the units came from,
+                                     "<segment>:<units>,..." (NULL: out of memory); the
+                                     caller frees it with free() */
     stock_result result;
     long long available;          /* SOLD_OUT/INSUFFICIENT: units left; LIMIT: bought */
     long long gen;                /* RESERVED: generation reserved under */
@@ -251,6 +255,29 @@ int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n);
  * back. done[i] is set to 1 when order i is known settled (given back now or
  * before). Returns 0, or -1 when Redis failed for some. */
 int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done);
+
+/* The units of an ended hold, owed to the stock copy (db/holds.h decided
+ * the end and says which generation owes them). */
+typedef struct stock_return_req {
+    const stock_product *product;
+    const char *order_id;
+    const char *user_id;
+    const char *takes;            /* where they came from, "<segment>:<units>,..."; "" */
+    int quantity;
+    long long reserve_gen;        /* the generation the hold was reserved under */
+    long long return_gen;         /* the generation its end was decided under */
+    /* out */
+    stock_result result;          /* STOCK_RESERVED: settled (given back now, or before,
+                                     or counted by a rebuild); STOCK_MISSING: no copy of
+                                     that generation yet (rebuild, then retry);
+                                     STOCK_UNAVAILABLE: Redis failed (retry) */
+    int given;                    /* given back by this call */
+} stock_return_req;
+
+/* Gives back the units of ended holds, pipelined (return.lua): exactly once
+ * per order however often it is repeated. Returns 0, or -1 when Redis
+ * failed for some. */
+int stock_return(stock_conn *c, stock_return_req *reqs, size_t n);
 
 /* Reads the units left, in total and per segment (seg may be NULL; else it
  * has room for product->segments values). Returns STOCK_RESERVED (= ok),

@@ -19,12 +19,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <assert.h>
 
 #include "common/clock.h"
 #include "common/utf8.h"
 #include "service/api/api.h"
 #include "service/api/validate.h"
 #include "service/app.h"
+#include "service/holds/holds.h"
 #include "service/log.h"
 #include "service/ops/health.h"
 #include "service/order/order.h"
@@ -65,9 +68,13 @@ static int same_secret(const char *given, const char *want) {
 static int authorized(http_req *r, svc_app *a) {
     if (!a->cfg.admin_token[0]) return 1;
     const char *h;
-    if (http_header(r, "Authorization", &h) == 1 && !strncmp(h, "Bearer ", 7) &&
-        same_secret(h + 7, a->cfg.admin_token))
-        return 1;
+    /* The scheme is case-insensitive (RFC 9110 11.1), then one or more
+     * spaces before the token. */
+    if (http_header(r, "Authorization", &h) == 1 && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+        if (same_secret(h, a->cfg.admin_token)) return 1;
+    }
     const char *www[] = { "WWW-Authenticate", "Bearer", NULL };
     http_reply_error_with(r, 401, "unauthorized", NULL, www,
                           "This endpoint needs 'Authorization: Bearer <admin token>'.");
@@ -114,6 +121,9 @@ typedef struct api_job {
     int has_sku, has_user, has_after;
     long long qty;
     long limit;
+    int status;                    /* order list: < 0 any */
+    db_hold_to to;                 /* confirm or cancel */
+    char ref[DB_REF_MAX * 4 + 1];  /* confirm: payment_ref */
     json_t *body;                  /* owned; inputs below point into it */
     svc_product_input product;
     svc_order_input order;
@@ -194,7 +204,7 @@ static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, i
             res = stock_read(sc, &p->sp, &total, seg);
         if (res != STOCK_RESERVED && after_write) {
             source = "database";
-            total = dp.stock_initial - dp.sold;
+            total = dp.stock_initial - dp.sold - dp.held;
             if (total < 0) total = 0;
             for (int i = 0; i < p->segments; i++)
                 seg[i] = total / p->segments + (i < total % p->segments);
@@ -211,12 +221,14 @@ static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, i
     json_t *segs = json_array();
     for (int i = 0; i < p->segments; i++) json_array_append_new(segs, json_integer(seg[i]));
     free(seg);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:o, s:s, s:s}", "sku", dp.sku,
-                          "name", dp.name, "strategy", dp.strategy, "segments", dp.segments,
-                          "per_user_limit", (json_int_t)dp.per_user_limit, "stock_initial",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:o, s:s, s:s}",
+                          "sku", dp.sku, "name", dp.name, "strategy", dp.strategy, "segments",
+                          dp.segments, "per_user_limit", (json_int_t)dp.per_user_limit,
+                          "hold_seconds", dp.hold_seconds, "stock_initial",
                           (json_int_t)dp.stock_initial, "stock_available", (json_int_t)total,
-                          "sold", (json_int_t)dp.sold, "segment_available", segs,
-                          "stock_source", source, "created_at", dp.created_at);
+                          "held", (json_int_t)dp.held, "sold", (json_int_t)dp.sold,
+                          "segment_available", segs, "stock_source", source, "created_at",
+                          dp.created_at);
     if (j && dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
     if (j && dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
     if (j && si->unsafe) /* said wherever the product is seen, not only in the log */
@@ -247,6 +259,7 @@ static void product_create_job(api_job *j) {
     snprintf(dp.strategy, sizeof dp.strategy, "%s", in->strategy);
     dp.segments = in->segments;
     dp.per_user_limit = in->per_user_limit;
+    dp.hold_seconds = (int)in->hold_seconds;
     dp.stock_initial = in->stock;
     dp.cs_delay_ms = (int)in->cs_delay_ms;
     dp.lock_ttl_ms = (int)in->lock_ttl_ms;
@@ -463,6 +476,26 @@ static char *json_escape(char *p, const char *s) {
     return p;
 }
 
+/* Writes a hold's fields (after "status") at p: the deadline and, once it
+ * ended, when and how. Returns the new end. */
+static char *hold_fields(char *p, const db_order *o) {
+    char t[DB_TIME_LEN + 1];
+    static const char *const WHEN[] = { "confirmed_at", "", "cancelled_at", "expired_at" };
+    if (!o->expires_ms) return p;
+    db_format_time(o->expires_ms, t);
+    p += sprintf(p, ",\"expires_at\":\"%s\"", t);
+    if (o->decided_ms) {
+        db_format_time(o->decided_ms, t);
+        p += sprintf(p, ",\"%s\":\"%s\"", WHEN[o->status], t);
+    }
+    if (o->payment_ref[0]) {
+        p += sprintf(p, ",\"payment_ref\":\"");
+        p = json_escape(p, o->payment_ref);
+        *p++ = '"';
+    }
+    return p;
+}
+
 /* Answers with the order. The body is written here rather than through
  * jansson: it is the answer to every order, and its fields are known (ids,
  * SKU and time are plain ASCII by construction). */
@@ -472,7 +505,8 @@ static void reply_order(http_req *r, const db_order *o, int status) {
     memcpy(location + 11, o->order_id, sizeof o->order_id);
     const char *created[] = { "Location", location, NULL };
     const char *replay[] = { "Location", location, "Idempotent-Replayed", "true", NULL };
-    char *body = malloc(160 + strlen(o->sku) + 6 * strlen(o->user_id));
+    char *body = malloc(320 + strlen(o->sku) + 6 * strlen(o->user_id) +
+                        6 * strlen(o->payment_ref));
     if (!body) {
         http_reply_json(r, 500, NULL, NULL);   /* no memory for the body: the fixed 500 */
         return;
@@ -480,8 +514,11 @@ static void reply_order(http_req *r, const db_order *o, int status) {
     char *p = body;
     p += sprintf(p, "{\"order_id\":\"%s\",\"sku\":\"%s\",\"user_id\":\"", o->order_id, o->sku);
     p = json_escape(p, o->user_id);
-    p += sprintf(p, "\",\"quantity\":%d,\"status\":\"confirmed\",\"created_at\":\"%s\"}\n",
-                 o->quantity, o->created_at);
+    p += sprintf(p, "\",\"quantity\":%d,\"status\":\"%s\",\"created_at\":\"%s\"", o->quantity,
+                 db_order_status_name(o->status), o->created_at);
+    p = hold_fields(p, o);
+    memcpy(p, "}\n", 2);
+    p += 2;
     http_reply_take(r, status, "application/json; charset=utf-8", body, (size_t)(p - body),
                     status == 200 ? replay : created);
 }
@@ -553,9 +590,111 @@ static void order_create(http_req *r, const char *const *params, void *ud) {
 }
 
 static json_t *order_json(const db_order *o) {
-    return json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o->order_id, "sku", o->sku,
-                     "user_id", o->user_id, "quantity", o->quantity, "status", "confirmed",
-                     "created_at", o->created_at);
+    char t[DB_TIME_LEN + 1];
+    static const char *const WHEN[] = { "confirmed_at", "", "cancelled_at", "expired_at" };
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o->order_id, "sku",
+                          o->sku, "user_id", o->user_id, "quantity", o->quantity, "status",
+                          db_order_status_name(o->status), "created_at", o->created_at);
+    if (!j || !o->expires_ms) return j;
+    db_format_time(o->expires_ms, t);
+    json_object_set_new(j, "expires_at", json_string(t));
+    if (o->decided_ms) {
+        db_format_time(o->decided_ms, t);
+        json_object_set_new(j, WHEN[o->status], json_string(t));
+    }
+    if (o->payment_ref[0]) json_object_set_new(j, "payment_ref", json_string(o->payment_ref));
+    return j;
+}
+
+/* ------------------------------------------------------------- holds' ends */
+
+/* The answer to a confirm or cancel: the order when it is in the state
+ * asked for (now or before), else 409 naming the state it is in. */
+static void reply_decision(http_req *r, const db_decision *dc) {
+    db_order_status want = dc->to == DB_HOLD_CONFIRM ? DB_ORDER_CONFIRMED : DB_ORDER_CANCELLED;
+    const db_order *o = &dc->order;
+    if (o->status == want) {
+        http_reply_json(r, 200, order_json(o), NULL);
+        return;
+    }
+    static const char *const CODE[] = { "order_confirmed", "", "order_cancelled",
+                                        "order_expired" };
+    static const char *const WHY[] = {
+        "Order %s is confirmed (paid): it cannot be cancelled.", "",
+        "Order %s was cancelled: its units went back on sale.",
+        "Order %s expired at its deadline: its units went back on sale.",
+    };
+    assert(o->status != DB_ORDER_RESERVED);     /* a decision always ends a reserved hold */
+    http_reply_error_with(r, 409, CODE[o->status], json_pack("{s:o}", "order", order_json(o)),
+                          NULL, WHY[o->status], o->order_id);
+}
+
+static void decide_job(api_job *j) {
+    db_decision *dc = calloc(1, sizeof *dc);
+    if (!dc) {
+        http_reply_error_with(j->r, 503, "shutting_down", NULL, RETRY,
+                              "The service is out of memory; retry shortly.");
+        return;
+    }
+    dc->order_id = j->order_id;
+    dc->to = j->to;
+    dc->user_id = j->has_user ? j->user : NULL;
+    dc->payment_ref = j->ref[0] ? j->ref : NULL;
+    db_status st = svc_hold_decide(j->a, dc);
+    if (st == DB_OK) {
+        reply_decision(j->r, dc);
+    } else if (st == DB_NOTFOUND) {
+        http_reply_error(j->r, 404, "unknown_order", "No order has id '%s'.", j->order_id);
+    } else if (st == DB_UNKNOWN) {
+        atomic_fetch_add(&j->a->m.db_errors, 1);
+        http_reply_error_with(j->r, 503, "db_unavailable", NULL, RETRY,
+                              "The database failed while committing; whether the order changed "
+                              "is not known. Retry: a confirm or cancel is safe to repeat.");
+    } else {
+        reply_db_down(j->r, j->a, "deciding the order");
+    }
+    free(dc);
+}
+
+/* POST /v1/orders/{id}/confirm (admin: the payment system) and
+ * /v1/orders/{id}/cancel (the buyer, naming itself; or admin). */
+static void decide(http_req *r, const char *order_id, svc_app *a, db_hold_to to) {
+    char clip[80];
+    const char *ref = NULL, *user = NULL;
+    size_t len = 0;
+    svc_verr e;
+    json_t *body = NULL;
+    if (!svc_order_id_valid(order_id)) {
+        http_reply_error(r, 404, "unknown_order", "No order has id '%s'.",
+                         utf8_clip(clip, sizeof clip, order_id));
+        return;
+    }
+    http_body(r, &len);
+    if (len > 0 && !(body = http_body_json(r))) return;
+    if (svc_validate_decision(body, to == DB_HOLD_CONFIRM, &ref, &user, &e) != 0) {
+        reply_verr(r, &e);
+        json_decref(body);
+        return;
+    }
+    if ((to == DB_HOLD_CONFIRM || !user) && !authorized(r, a)) {
+        json_decref(body);
+        return;
+    }
+    api_job *j = job_new(r, a, body);
+    if (!j) return;
+    snprintf(j->order_id, sizeof j->order_id, "%s", order_id);
+    j->to = to;
+    if (ref) snprintf(j->ref, sizeof j->ref, "%s", ref);
+    if ((j->has_user = user != NULL)) snprintf(j->user, sizeof j->user, "%s", user);
+    defer_job(r, j, LANE_REDIS, decide_job);
+}
+
+static void order_confirm(http_req *r, const char *const *params, void *ud) {
+    decide(r, params[0], ud, DB_HOLD_CONFIRM);
+}
+
+static void order_cancel(http_req *r, const char *const *params, void *ud) {
+    decide(r, params[0], ud, DB_HOLD_CANCEL);
 }
 
 static void order_get_job(api_job *j) {
@@ -594,7 +733,7 @@ static void order_list_job(api_job *j) {
     json_t *orders = json_array();
     int more = 0;
     if (!d || !orders ||
-        db_order_list(d, j->has_sku ? j->sku : NULL, j->has_user ? j->user : NULL,
+        db_order_list(d, j->has_sku ? j->sku : NULL, j->has_user ? j->user : NULL, j->status,
                       j->has_after ? j->after : NULL, (int)j->limit, append_order, orders,
                       &more) != DB_OK) {
         json_decref(orders);
@@ -609,18 +748,24 @@ static void order_list_job(api_job *j) {
 
 static void order_list(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
-    static const char *const KNOWN[] = { "sku", "user_id", "after", "limit", NULL };
-    const char *sku, *user, *after, *lim, *other;
+    static const char *const KNOWN[] = { "sku", "user_id", "status", "after", "limit", NULL };
+    const char *sku, *user, *after, *lim, *other, *status;
     char clip[80];
     if (http_query_only(r, KNOWN, &other) != 0) {
         /* "?usr_id=bob" must not list everyone's orders. */
         http_reply_error(r, 400, "invalid_field",
-                         "Unknown query argument '%s'; this route takes sku, user_id, after "
-                         "and limit.", utf8_clip(clip, sizeof clip, other));
+                         "Unknown query argument '%s'; this route takes sku, user_id, status, "
+                         "after and limit.", utf8_clip(clip, sizeof clip, other));
         return;
     }
     int hs = http_query(r, "sku", &sku), hu = http_query(r, "user_id", &user);
     int ha = http_query(r, "after", &after), hl = http_query(r, "limit", &lim);
+    int hst = http_query(r, "status", &status), st = -1;
+    if (hst < 0 || (hst && (st = db_order_status_parse(status)) < 0)) {
+        http_reply_error(r, 400, "invalid_field", "'status' must be one of reserved, confirmed, "
+                         "cancelled, expired (given once).");
+        return;
+    }
     long limit = 100;
     char *end;
     (void)params;
@@ -649,6 +794,7 @@ static void order_list(http_req *r, const char *const *params, void *ud) {
     if ((j->has_user = hu == 1)) snprintf(j->user, sizeof j->user, "%s", user);
     if ((j->has_after = ha == 1)) snprintf(j->after, sizeof j->after, "%s", after);
     j->limit = limit;
+    j->status = st;
     defer_job(r, j, LANE_DB, order_list_job);
 }
 
@@ -728,6 +874,8 @@ const http_route svc_api_routes[] = {
     { "POST", "/v1/orders", order_create, ROUTE_ORDER_CREATE },
     { "GET", "/v1/orders", order_list, ROUTE_ORDER_LIST },
     { "GET", "/v1/orders/{}", order_get, ROUTE_ORDER_GET },
+    { "POST", "/v1/orders/{}/confirm", order_confirm, ROUTE_ORDER_CONFIRM },
+    { "POST", "/v1/orders/{}/cancel", order_cancel, ROUTE_ORDER_CANCEL },
     { "GET", "/v1/strategies", strategy_list, ROUTE_STRATEGIES },
     { "GET", "/healthz", healthz, ROUTE_HEALTHZ },
     { "GET", "/metrics", metrics_route, ROUTE_METRICS },

@@ -136,7 +136,8 @@ int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
 int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
                          svc_product_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
-                                           "per_user_limit", "cs_delay_ms", "lock_ttl_ms", NULL };
+                                           "per_user_limit", "hold_seconds", "cs_delay_ms",
+                                           "lock_ttl_ms", NULL };
     long long segments = 1;
     int rc;
     memset(in, 0, sizeof *in);
@@ -164,6 +165,12 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
                     "'segments' > 1 is not offered for '%s': SQLite lets one writer in at a time, "
                     "so splitting the stock row spreads nothing.", in->strategy);
     if (int_field(body, "per_user_limit", 0, 1000000000, &in->per_user_limit, e) < 0) return -1;
+    if (int_field(body, "hold_seconds", 0, 86400, &in->hold_seconds, e) < 0) return -1;
+    if (in->hold_seconds > 0 && stock_strategy_about(s)->unsafe)
+        return fail(e, 400, "invalid_field",
+                    "'hold_seconds' > 0 is not offered for '%s': the unsafe strategies exist to "
+                    "show overselling, and a hold's units could not come back exactly once.",
+                    in->strategy);
     int rc1 = int_field(body, "cs_delay_ms", 0, 60000, &in->cs_delay_ms, e);
     int rc2 = rc1 < 0 ? -1 : int_field(body, "lock_ttl_ms", 10, 600000, &in->lock_ttl_ms, e);
     if (rc1 < 0 || rc2 < 0) return -1;
@@ -171,6 +178,28 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
         return fail(e, 400, "invalid_field",
                     "'%s' needs a service started with --fault-injection.",
                     rc1 ? "cs_delay_ms" : "lock_ttl_ms");
+    return 0;
+}
+
+int svc_validate_decision(json_t *body, int confirm, const char **payment_ref,
+                          const char **user_id, svc_verr *e) {
+    static const char *const for_confirm[] = { "payment_ref", NULL };
+    static const char *const for_cancel[] = { "user_id", NULL };
+    *payment_ref = *user_id = NULL;
+    if (!body) return 0;
+    if (known_fields(body, confirm ? for_confirm : for_cancel, e)) return -1;
+    if (confirm) {
+        if (str_field(body, "payment_ref", payment_ref, e) < 0) return -1;
+        long n = *payment_ref ? utf8_chars(*payment_ref) : 1;
+        if (n < 1 || n > DB_REF_MAX)
+            return fail(e, 400, "invalid_field", "'payment_ref' must be 1 to 128 characters, "
+                        "without control characters.");
+        return 0;
+    }
+    if (str_field(body, "user_id", user_id, e) < 0) return -1;
+    if (*user_id && !svc_valid_user_id(*user_id))
+        return fail(e, 400, "invalid_field", "'user_id' must be 1 to 128 characters of UTF-8, "
+                    "without control characters.");
     return 0;
 }
 

@@ -32,6 +32,7 @@ typedef struct svc_product_input {
     int segments;
     long long stock;
     long long per_user_limit;
+    long long hold_seconds;   /* 0: confirmed at once; else holds */
     long long cs_delay_ms;    /* fault injection only */
     long long lock_ttl_ms;    /* fault injection only */
 } svc_product_input;
@@ -40,6 +41,12 @@ typedef struct svc_product_input {
  * "strategy"; fault_injection allows cs_delay_ms and lock_ttl_ms. */
 int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
                          svc_product_input *in, svc_verr *e);
+/* Checks the body of a confirm ({"payment_ref": 1..128 characters},
+ * optional) or a cancel ({"user_id": ...}, optional for an admin): the
+ * fields it has point into body (NULL when absent). An empty body (NULL)
+ * is fine. */
+int svc_validate_decision(json_t *body, int confirm, const char **payment_ref,
+                          const char **user_id, svc_verr *e);
 /* Checks a restock body: {"quantity": 1..10^9}. */
 int svc_validate_restock(json_t *body, long long *qty, svc_verr *e);
 

@@ -50,6 +50,7 @@ static const char *const ROUTE_NAMES[ROUTE_COUNT + 1] = {
     [ROUTE_PRODUCT_CREATE] = "product_create", [ROUTE_PRODUCT_GET] = "product_get",
     [ROUTE_PRODUCT_RESTOCK] = "product_restock", [ROUTE_ORDER_CREATE] = "order_create",
     [ROUTE_ORDER_GET] = "order_get", [ROUTE_ORDER_LIST] = "order_list",
+    [ROUTE_ORDER_CONFIRM] = "order_confirm", [ROUTE_ORDER_CANCEL] = "order_cancel",
     [ROUTE_STRATEGIES] = "strategies", [ROUTE_HEALTHZ] = "healthz", [ROUTE_METRICS] = "metrics",
     [ROUTE_OPENAPI] = "openapi", [ROUTE_COUNT] = "unrouted",
 };
@@ -75,7 +76,8 @@ static const int STATUSES[SVC_NSTATUS] = {
 static const char *const ERRORS[SVC_NERROR] = {
     "none", "bad_request", "invalid_json", "invalid_field", "missing_field", "unauthorized",
     "not_found", "unknown_sku", "unknown_order", "method_not_allowed", "sold_out",
-    "insufficient_stock", "sku_exists", "per_user_limit", "request_in_progress",
+    "insufficient_stock", "sku_exists", "per_user_limit", "order_expired", "order_cancelled",
+    "order_confirmed", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
     "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
     "shutting_down", "internal_error", "other",
@@ -346,6 +348,24 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
            "flashsale_reconciled_total{result=\"given_back\"} %llu\n",
         (unsigned long long)atomic_load(&m->settled_commit),
         (unsigned long long)atomic_load(&m->settled_undo));
+    family(b, "flashsale_holds_ended_total", "counter",
+           "Holds that left reserved, by outcome (this instance decided it).");
+    static const char *const HOLD_OUT[3] = { "confirmed", "cancelled", "expired" };
+    for (int i = 0; i < 3; i++)
+        put(b, "flashsale_holds_ended_total{outcome=\"%s\"} %llu\n", HOLD_OUT[i],
+            (unsigned long long)atomic_load(&m->holds_ended[i]));
+    family(b, "flashsale_hold_units_returned_total", "counter",
+           "Units of ended holds given back to the Redis stock copy, by cause.");
+    put(b, "flashsale_hold_units_returned_total{cause=\"cancel\"} %llu\n"
+           "flashsale_hold_units_returned_total{cause=\"expiry\"} %llu\n",
+        (unsigned long long)atomic_load(&m->hold_returned[SVC_RETURN_CANCEL]),
+        (unsigned long long)atomic_load(&m->hold_returned[SVC_RETURN_EXPIRY]));
+    family(b, "flashsale_units_held", "gauge",
+           "Units of reserved holds over every product (SQLite, read each second).");
+    put(b, "flashsale_units_held %lld\n", atomic_load(&m->units_held));
+    family(b, "flashsale_hold_expiry_lag_seconds", "histogram",
+           "From a hold's deadline to its expiry being committed (this instance).");
+    put_histogram(b, "flashsale_hold_expiry_lag_seconds", "", &m->expiry_lag, &LATENCY);
     db_writer_stats ws;
     db_writer_get_stats(a->writer, &ws);
     counter(b, "flashsale_db_commit_groups_total", "Group-commit transactions.", ws.groups);

@@ -21,8 +21,8 @@ typedef struct svc_app svc_app;
 
 enum svc_route_id {
     ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
-    ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_STRATEGIES, ROUTE_HEALTHZ, ROUTE_METRICS,
-    ROUTE_OPENAPI, ROUTE_COUNT
+    ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_ORDER_CONFIRM, ROUTE_ORDER_CANCEL, ROUTE_STRATEGIES,
+    ROUTE_HEALTHZ, ROUTE_METRICS, ROUTE_OPENAPI, ROUTE_COUNT
 };
 
 /* How an order that reached its strategy ended. Finer than the error code
@@ -36,7 +36,7 @@ typedef enum svc_outcome {
 } svc_outcome;
 
 #define SVC_NSTATUS 14            /* the statuses the API answers, and "other" */
-#define SVC_NERROR 26             /* none, the API's error codes, and "other" */
+#define SVC_NERROR 29             /* none, the API's error codes, and "other" */
 
 #define HIST_BUCKETS 16
 typedef struct svc_histogram {
@@ -46,6 +46,9 @@ typedef struct svc_histogram {
 
 /* Adds a latency in microseconds: two relaxed atomic adds. */
 void svc_histogram_observe(svc_histogram *h, int64_t micros);
+
+/* Why units of a hold came back. */
+enum { SVC_RETURN_CANCEL, SVC_RETURN_EXPIRY, SVC_RETURN_CAUSES };
 
 typedef struct svc_metrics {
     svc_histogram route_latency[ROUTE_COUNT + 1];        /* last: unrouted */
@@ -59,6 +62,10 @@ typedef struct svc_metrics {
     atomic_uint_fast64_t db_errors;
     atomic_uint_fast64_t reserve_batches, reserve_orders;
     atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;
+    atomic_uint_fast64_t holds_ended[3];             /* confirmed, cancelled, expired */
+    atomic_uint_fast64_t hold_returned[SVC_RETURN_CAUSES];   /* units given back */
+    atomic_llong units_held;                         /* of reserved holds (holds thread) */
+    svc_histogram expiry_lag;                        /* deadline to expiry, microseconds */
     svc_histogram lock_acquire;
     atomic_uint_fast64_t lock_outcomes[3];           /* acquired, timeout, error */
     /* What the latest complete maintenance sweep found (svc_metrics_swept). */

@@ -43,6 +43,11 @@ void svc_commit_prepare_insert(svc_order *op, db_take take, long long expect_ver
     memcpy(o->idem_key, op->idem_key, strlen(op->idem_key) + 1);
     memcpy(o->created_at, op->created_at, sizeof o->created_at);
     o->gen = op->sreq.gen;
+    o->expires_ms = op->expires_ms;
+    o->status = op->expires_ms ? DB_ORDER_RESERVED : DB_ORDER_CONFIRMED;
+    o->decided_ms = 0;
+    o->payment_ref[0] = '\0';
+    o->takes = op->sreq.takes;
     svc_order_to(op, SVC_ORDER_COMMITTING);
 }
 

@@ -65,6 +65,7 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->job.kind = DB_JOB_INSERT;
     svc_order_id_new(op->order_id, &wall_ms);
     db_format_time(wall_ms, op->created_at);
+    op->expires_ms = p->hold_seconds > 0 ? wall_ms + (int64_t)p->hold_seconds * 1000 : 0;
     /* Validated lengths: a user id is at most 128 characters (512 bytes),
      * a key at most 128 bytes. */
     size_t ul = strlen(in->user_id), kl = idem_key ? strlen(idem_key) : 0;
@@ -74,7 +75,8 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     svc_order_fingerprint(p->sku, in->user_id, in->quantity, op->fingerprint);
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,
-                            .fingerprint = op->fingerprint };
+                            .fingerprint = op->fingerprint,
+                            .want_takes = p->hold_seconds > 0 };
     return op;
 }
 
@@ -142,6 +144,12 @@ const char *svc_refusal_code(svc_refusal rf) {
     return REFUSALS[rf].code;
 }
 
+/* The one free of an order, and of what its reservation kept. */
+static void order_free(svc_order *op) {
+    free(op->sreq.takes);
+    free(op);
+}
+
 /* Counts the order's outcome under its strategy and moves it to ANSWERED:
  * counted first, so a client that has its answer finds it counted. */
 static void finish(svc_order *op, svc_outcome o) {
@@ -166,7 +174,7 @@ void svc_order_refuse(svc_order *op, svc_refusal rf, long long n) {
              (long long)op->p->per_user_limit);
     finish(op, r.outcome);
     op->reply(op->reply_ctx, &r);
-    free(op);
+    order_free(op);
 }
 
 void svc_order_answer(svc_order *op, const db_order *o, int replayed) {
@@ -174,5 +182,5 @@ void svc_order_answer(svc_order *op, const db_order *o, int replayed) {
                     .outcome = replayed ? OUT_REPLAYED : OUT_CREATED, .order = o };
     finish(op, r.outcome);
     op->reply(op->reply_ctx, &r);
-    free(op);
+    order_free(op);
 }

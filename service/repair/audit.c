@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "db/holds.h"
 #include "service/app.h"
 #include "service/products.h"
 #include "service/repair/repair.h"
@@ -85,31 +86,40 @@ static int audit_product(audit *au, const db_product *dp) {
         return 0;
     }
     const stock_strategy_info *si = stock_strategy_about(p->strategy);
-    printf("%s (%s, %d segment(s)): stock_initial %lld, sold %lld\n", dp->sku, si->name,
-           dp->segments, dp->stock_initial, dp->sold);
+    printf("%s (%s, %d segment(s)): stock_initial %lld, sold %lld, held %lld\n", dp->sku,
+           si->name, dp->segments, dp->stock_initial, dp->sold, dp->held);
     int before = au->problems;
-    long long sold = dp->sold;
-    if (db_order_units(au->d, dp->sku, &units) != DB_OK) {
+    long long sold = dp->sold, held = dp->held, held_rows = 0, owed = 0;
+    if (db_order_units(au->d, dp->sku, &units, &held_rows) != DB_OK ||
+        db_hold_owed_units(au->d, dp->sku, &owed) != DB_OK) {
         problem(au, "cannot sum the order rows: %s", db_errstr(au->d));
         return 0;
     }
-    if (units != dp->sold) {
-        problem(au, "sold is %lld but the order rows hold %lld units", dp->sold, units);
-        if (au->repair && db_product_repair(au->d, dp->sku, units,
-                                            si->uses_redis ? dp->db_available
-                                                           : dp->stock_initial - units) == DB_OK) {
-            printf("  repaired: sold set to %lld from the order rows\n", units);
+    if (units != dp->sold || held_rows != dp->held) {
+        problem(au, "sold is %lld and held %lld, but the order rows hold %lld and %lld units",
+                dp->sold, dp->held, units, held_rows);
+        if (au->repair &&
+            db_product_repair(au->d, dp->sku, units, held_rows,
+                              si->uses_redis ? dp->db_available
+                                             : dp->stock_initial - units - held_rows) == DB_OK) {
+            printf("  repaired: sold and held set to %lld and %lld from the order rows\n", units,
+                   held_rows);
             au->fixed++;
             sold = units;
+            held = held_rows;
         }
     }
+    /* Units out of the stock: sold, held, and those of ended holds whose
+     * return to the Redis copy is still under way. */
+    long long out = sold + held + owed;
     if (!si->uses_redis) {
-        if (dp->db_available != dp->stock_initial - sold) {
-            problem(au, "available %lld != stock_initial - sold = %lld", dp->db_available,
-                    dp->stock_initial - sold);
+        if (dp->db_available != dp->stock_initial - sold - held) {
+            problem(au, "available %lld != stock_initial - sold - held = %lld", dp->db_available,
+                    dp->stock_initial - sold - held);
             if (au->repair &&
-                db_product_repair(au->d, dp->sku, sold, dp->stock_initial - sold) == DB_OK) {
-                printf("  repaired: available set to %lld\n", dp->stock_initial - sold);
+                db_product_repair(au->d, dp->sku, sold, held, dp->stock_initial - sold - held) ==
+                    DB_OK) {
+                printf("  repaired: available set to %lld\n", dp->stock_initial - sold - held);
                 au->fixed++;
             }
         }
@@ -148,10 +158,10 @@ static int audit_product(audit *au, const db_product *dp) {
                            ps.orphans - n);
             }
         }
-        if (total + ps.uncommitted != dp->stock_initial - sold) {
+        if (total + ps.uncommitted != dp->stock_initial - out) {
             problem(au, "Redis holds %lld units and %lld reserved in flight; SQLite says %lld "
-                    "(%lld unaccounted)", total, ps.uncommitted, dp->stock_initial - sold,
-                    dp->stock_initial - sold - total - ps.uncommitted);
+                    "(%lld unaccounted)", total, ps.uncommitted, dp->stock_initial - out,
+                    dp->stock_initial - out - total - ps.uncommitted);
             rebuild = 1;
         }
     }
@@ -159,7 +169,7 @@ static int audit_product(audit *au, const db_product *dp) {
     if (rebuild && au->repair) {
         if (svc_rebuild(a, au->d, au->sc, p, 1) == 0) {
             printf("  repaired: rebuilt the Redis copy from SQLite (%lld available)\n",
-                   dp->stock_initial - sold);
+                   dp->stock_initial - sold - held);
             au->fixed++;
         }
     }

@@ -71,15 +71,12 @@ int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
         svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, stock_conn_errstr(sc));
         goto out;
     }
-    if (db_product_new_gen(d, p->sku, redis_gen, &dp) != DB_OK) {
+    if (db_product_new_gen(d, p->sku, redis_gen, &dp, p->per_user_limit > 0 ? add_user : NULL,
+                           &users) != DB_OK) {
         svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
         goto out;
     }
-    if (p->per_user_limit > 0 && db_user_units(d, p->sku, add_user, &users) != DB_OK) {
-        svc_log(SVC_LOG_WARN, "rebuild %s: %s", p->sku, db_errstr(d));
-        goto out;
-    }
-    long long available = dp.stock_initial - dp.sold;
+    long long available = dp.stock_initial - dp.sold - dp.held;
     if (available < 0) {
         /* Only possible if something outside the service sold units. */
         svc_log(SVC_LOG_ERROR, "rebuild %s: sold %lld exceeds stock_initial %lld; loading 0",
@@ -94,8 +91,8 @@ int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
     atomic_fetch_add(&a->m.rebuilds, 1);
     if (loaded == 0)
         svc_log(SVC_LOG_INFO, "rebuilt the Redis stock of %s from SQLite: %lld available "
-                "(stock_initial %lld - sold %lld), generation %lld",
-                p->sku, available, dp.stock_initial, dp.sold, dp.stock_gen);
+                "(stock_initial %lld - sold %lld - held %lld), generation %lld",
+                p->sku, available, dp.stock_initial, dp.sold, dp.held, dp.stock_gen);
     rc = 0;
 out:
     for (size_t i = 0; i < users.n; i++) free((char *)users.v[i].user_id);

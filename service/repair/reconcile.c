@@ -121,8 +121,8 @@ int svc_reconcile(svc_app *a, db *d, stock_conn *sc, int only_dead) {
     for (size_t i = 0; i < n && settled >= 0; i++) {
         svc_product *p = svc_product_cache_put(a->products, &all[i]);
         if (!p) continue;
-        if (all[i].sold > all[i].stock_initial)
-            oversold[p->strategy] += all[i].sold - all[i].stock_initial;
+        if (all[i].sold + all[i].held > all[i].stock_initial)
+            oversold[p->strategy] += all[i].sold + all[i].held - all[i].stock_initial;
         int k = reconcile_product(a, d, sc, p, only_dead, &bl);
         settled = k < 0 ? -1 : settled + k;
     }

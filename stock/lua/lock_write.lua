@@ -1,8 +1,9 @@
 -- lock_write.lua: the `lock` strategy's second round trip: the fenced write
 -- of the read-check-write (when the check passed), then the release of the
--- lock, in one atomic step. The write sets the value computed from the read
--- (the pattern the lock protects), and is refused whole when a newer holder
--- has raised the segment's fence (this holder's lease ran out). The release
+-- lock, in one atomic step. The write takes the units the read checked
+-- (DECRBY: units given back meanwhile without the lock stay), and is
+-- refused whole when a newer holder has raised the segment's fence (this
+-- holder's lease ran out). The release
 -- is the lock module's (lock/lua/format.lua's lock_release, which this body
 -- follows in one script): compare-and-delete, then wake the next live
 -- waiter of the blocking path, as lock_release does.
@@ -12,7 +13,8 @@
 -- KEYS[8] the segment's stock   KEYS[9] the segment's fence
 -- ARGV[1] owner id   ARGV[2] wake channel prefix   ARGV[3] run_id   ARGV[4] gen read
 -- ARGV[5] token   ARGV[6] 'write' or 'release' (the check refused: release only)
--- ARGV[7] segment index   ARGV[8] segments   ARGV[9] value to set   ARGV[10] units taken
+-- ARGV[7] segment index   ARGV[8] segments   ARGV[9] the value the read implies (not
+-- written: see the write below)   ARGV[10] units taken
 -- ARGV[11] order_id   ARGV[12] user_id   ARGV[13] per-user limit   ARGV[14] fingerprint
 -- ARGV[15] idem TTL ms   ARGV[16] instance   ARGV[17] pending record tail
 -- Returns {1, gen, spec} written, {0} released only, {-3} copy gone or rebuilt,
@@ -27,9 +29,14 @@ if ARGV[6] == 'write' then
     elseif tonumber(ARGV[5]) < tonumber(redis.call('GET', KEYS[9]) or '0') then
         res = {-4}
     else
-        redis.call('SET', KEYS[8], ARGV[9])
+        -- The units taken come off what is there now, which is what the read
+        -- saw plus whatever came back meanwhile (a restock, an undo, a hold
+        -- ended: they add without the lock). The fence above keeps other
+        -- holders out; setting the value computed from the read would erase
+        -- those returns.
+        local left = redis.call('DECRBY', KEYS[8], ARGV[10])
         if tonumber(ARGV[8]) > 1 then
-            redis.call('SETBIT', KEYS[7], ARGV[7], (tonumber(ARGV[9]) <= 0) and 1 or 0)
+            redis.call('SETBIT', KEYS[7], ARGV[7], (left <= 0) and 1 or 0)
         end
         local limit = tonumber(ARGV[13])
         if limit > 0 then redis.call('HINCRBY', KEYS[5], ARGV[12], ARGV[10]) end

@@ -101,7 +101,7 @@ static void test_generation_rule(void) {
     db_order o1 = order("01A", "g", "u", 2, NULL, 1);
     CHECK(insert1(d, &o1, DB_TAKE_NONE, 0) == DB_OK);
     /* A rebuild starts generation 2 above whatever Redis had (say 5). */
-    CHECK(db_product_new_gen(d, "g", 5, &got) == DB_OK);
+    CHECK(db_product_new_gen(d, "g", 5, &got, NULL, NULL) == DB_OK);
     CHECK(got.stock_gen == 6 && got.sold == 2 && got.stock_initial == 10);
     /* An order reserved under an old generation can no longer commit. */
     db_order o2 = order("01B", "g", "u", 1, NULL, 1);
@@ -232,13 +232,13 @@ static void test_list_paging(void) {
         CHECK(insert1(d, &o, DB_TAKE_NONE, 0) == DB_OK);
     }
     int more = 0;
-    CHECK(db_order_list(d, "l", NULL, NULL, 2, collect, NULL, &more) == DB_OK);
+    CHECK(db_order_list(d, "l", NULL, -1, NULL, 2, collect, NULL, &more) == DB_OK);
     CHECK(nseen == 2 && more && !strcmp(seen[1], "01A2"));
     nseen = 0;
-    CHECK(db_order_list(d, "l", NULL, "01A4", 2, collect, NULL, &more) == DB_OK);
+    CHECK(db_order_list(d, "l", NULL, -1, "01A4", 2, collect, NULL, &more) == DB_OK);
     CHECK(nseen == 1 && !more && !strcmp(seen[0], "01A5"));
     nseen = 0;
-    CHECK(db_order_list(d, NULL, "odd", NULL, 10, collect, NULL, &more) == DB_OK);
+    CHECK(db_order_list(d, NULL, "odd", -1, NULL, 10, collect, NULL, &more) == DB_OK);
     CHECK(nseen == 2 && !strcmp(seen[0], "01A2") && !strcmp(seen[1], "01A4"));
     db_close(d);
 }

@@ -393,7 +393,7 @@ static void test_copy_behind_sqlite_is_reloaded(void) {
     reset_replies();
     submit(p, "gina", 2, NULL);
     CHECK(wait_replies(1) == 1 && replies[0].status == 201);
-    CHECK(db_product_new_gen(svc_thread_db(&app), p->sku, 0, &dp) == DB_OK);  /* SQLite only */
+    CHECK(db_product_new_gen(svc_thread_db(&app), p->sku, 0, &dp, NULL, NULL) == DB_OK);  /* SQLite only */
     submit(p, "gina", 1, NULL);
     CHECK(wait_replies(2) == 2);
     CHECK(replies[1].status == 503);

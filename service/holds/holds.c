@@ -1,0 +1,298 @@
+/* holds.c: ending holds and giving their units back. See holds.h.
+ *
+ * Two ways in. svc_hold_decide, on an API worker, for a confirm or a
+ * cancel; and the expiry thread, which every tick ends the holds whose
+ * deadline has passed (up to EXPIRE_BATCH per transaction, batch after
+ * batch while the tick's time lasts) and, every second, finishes the
+ * returns that a decider left owed (it died between its decision and the
+ * return, or Redis failed). Both give units back the same way: SQLite has
+ * decided and recorded the debt; stock_return gives the units to the copy
+ * of the debt's generation, exactly once whoever repeats it; then the
+ * debt is cleared. */
+#include "service/holds/holds.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "service/app.h"
+#include "service/log.h"
+#include "service/products.h"
+#include "service/repair/repair.h"
+
+#define TICK_MS 100               /* how late past its deadline a hold may end */
+#define TICK_BUDGET_MS 400        /* one tick's expiry work, before looking at stop */
+#define EXPIRE_BATCH 512          /* holds ended per transaction */
+#define OWING_EVERY_MS 1000
+#define OWING_GRACE_MS 2000       /* a decider's own return gets this long first */
+
+struct svc_holds {
+    svc_app *a;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+};
+
+/* A debt of units, on its way back. */
+typedef struct owed {
+    svc_product *p;
+    char order_id[DB_ORDER_ID_LEN + 1];
+    char *user_id, *takes;        /* owned */
+    int quantity;
+    long long reserve_gen, return_gen;
+    int cause;                    /* SVC_RETURN_CANCEL / _EXPIRY */
+} owed;
+
+static int stock_in_db(const svc_product *p) {
+    return !stock_strategy_about(p->strategy)->uses_redis;
+}
+
+static void owed_free(owed *o, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(o[i].user_id);
+        free(o[i].takes);
+    }
+}
+
+/* Gives back the units of o[0..n) and clears each debt settled. What fails
+ * stays owed: the next owing scan retries it. */
+static void give_back(svc_app *a, db *d, stock_conn *sc, owed *o, size_t n) {
+    stock_return_req *req = calloc(n, sizeof *req);
+    if (!req || !sc) {
+        free(req);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        req[i] = (stock_return_req){ .product = &o[i].p->sp, .order_id = o[i].order_id,
+                                     .user_id = o[i].user_id, .takes = o[i].takes,
+                                     .quantity = o[i].quantity, .reserve_gen = o[i].reserve_gen,
+                                     .return_gen = o[i].return_gen };
+    }
+    if (stock_return(sc, req, n) != 0)
+        svc_log(SVC_LOG_WARN, "holds: giving units back: %s (retried)", stock_conn_errstr(sc));
+    int open = n > 1 && db_begin(d) == DB_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (req[i].given)
+            atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
+        if (req[i].result == STOCK_MISSING) svc_repair_request_rebuild(a->repair, o[i].p);
+        if (req[i].result == STOCK_RESERVED &&
+            db_hold_returned(d, o[i].order_id, o[i].return_gen) != DB_OK)
+            svc_log(SVC_LOG_WARN, "holds: %s: %s (retried)", o[i].order_id, db_errstr(d));
+    }
+    if (open && db_commit(d) != DB_OK) {
+        db_rollback(d);                   /* the debts stay: the next scan settles them */
+        svc_log(SVC_LOG_WARN, "holds: clearing returned debts: %s (retried)", db_errstr(d));
+    }
+    free(req);
+}
+
+/* Counts an ended hold in the metrics. */
+static void count_end(svc_app *a, const db_decision *dc) {
+    int k = dc->order.status == DB_ORDER_CONFIRMED ? 0
+          : dc->order.status == DB_ORDER_CANCELLED ? 1 : 2;
+    atomic_fetch_add(&a->m.holds_ended[k], 1);
+    if (k == 2 && dc->order.expires_ms > 0)
+        svc_histogram_observe(&a->m.expiry_lag, (dc->now_ms - dc->order.expires_ms) * 1000);
+}
+
+/* Fills o from a decision that left units owed. Returns 0, or -1 when out
+ * of memory (the debt stays for the owing scan). */
+static int owed_of(owed *o, svc_product *p, const db_decision *dc) {
+    memset(o, 0, sizeof *o);
+    o->p = p;
+    memcpy(o->order_id, dc->order.order_id, sizeof o->order_id);
+    o->user_id = strdup(dc->order.user_id);
+    o->takes = strdup(dc->takes);
+    o->quantity = dc->order.quantity;
+    o->reserve_gen = dc->reserve_gen;
+    o->return_gen = dc->return_gen;
+    o->cause = dc->order.status == DB_ORDER_CANCELLED ? SVC_RETURN_CANCEL : SVC_RETURN_EXPIRY;
+    if (o->user_id && o->takes) return 0;
+    owed_free(o, 1);
+    return -1;
+}
+
+db_status svc_hold_decide(svc_app *a, db_decision *dc) {
+    db *d = svc_thread_db(a);
+    db_order o;
+    svc_product *p = NULL;
+    if (!d) return DB_ERROR;
+    /* The product says where the stock is: in SQLite, or a Redis copy. */
+    db_status st = db_order_get(d, dc->order_id, &o);
+    if (st == DB_OK) st = svc_product_find(a, o.sku, &p);
+    if (st != DB_OK) return st;
+    dc->now_ms = clock_wall_ms();
+    dc->stock_in_db = stock_in_db(p);
+    if ((st = db_hold_decide(d, dc)) != DB_OK || !dc->changed) return st;
+    count_end(a, dc);
+    owed one;
+    if (dc->return_gen > 0 && owed_of(&one, p, dc) == 0) {
+        give_back(a, d, svc_thread_stock(a), &one, 1);
+        owed_free(&one, 1);
+    }
+    return DB_OK;
+}
+
+/* ------------------------------------------------------------- expiry */
+
+typedef struct due_list {
+    size_t n;
+    struct {
+        char order_id[DB_ORDER_ID_LEN + 1];
+    } v[EXPIRE_BATCH];
+} due_list;
+
+static void add_due(const char *order_id, int64_t expires_ms, void *ud) {
+    due_list *l = ud;
+    (void)expires_ms;
+    if (l->n < EXPIRE_BATCH) snprintf(l->v[l->n++].order_id, DB_ORDER_ID_LEN + 1, "%s", order_id);
+}
+
+/* Ends one batch of due holds in one transaction and gives their units
+ * back. Returns how many were due (EXPIRE_BATCH: maybe more), or -1. */
+static int expire_batch(svc_app *a, db *d, stock_conn *sc, due_list *l, db_decision *dc,
+                        owed *back) {
+    size_t nback = 0;
+    int64_t now = clock_wall_ms();
+    l->n = 0;
+    if (db_hold_due(d, now, EXPIRE_BATCH, add_due, l) != DB_OK) return -1;
+    if (l->n == 0) return 0;
+    if (db_begin(d) != DB_OK) return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        db_order o;
+        svc_product *p = NULL;
+        memset(dc, 0, sizeof *dc);
+        dc->order_id = l->v[i].order_id;
+        dc->to = DB_HOLD_EXPIRE;
+        dc->now_ms = now;
+        if (db_order_get(d, dc->order_id, &o) != DB_OK || svc_product_find(a, o.sku, &p) != DB_OK)
+            goto fail;
+        dc->stock_in_db = stock_in_db(p);
+        if (db_hold_decide_in(d, dc) != DB_OK) goto fail;
+        if (!dc->changed) continue;
+        count_end(a, dc);
+        if (dc->return_gen > 0 && owed_of(&back[nback], p, dc) == 0) nback++;
+    }
+    if (db_commit(d) != DB_OK) goto fail;
+    give_back(a, d, sc, back, nback);
+    owed_free(back, nback);
+    return (int)l->n;
+fail:
+    db_rollback(d);                       /* none of the batch ended: the next tick */
+    owed_free(back, nback);
+    return -1;
+}
+
+typedef struct owing_list {
+    svc_app *a;
+    db *d;
+    owed *v;
+    size_t n;
+} owing_list;
+
+static void add_owing(const db_owed *w, void *ud) {
+    owing_list *l = ud;
+    svc_product *p = svc_product_cache_get(l->a->products, w->sku);
+    if (!p || l->n == EXPIRE_BATCH) return;   /* not cached yet: the next scan */
+    owed *o = &l->v[l->n];
+    memset(o, 0, sizeof *o);
+    o->p = p;
+    snprintf(o->order_id, sizeof o->order_id, "%s", w->order_id);
+    o->user_id = strdup(w->user_id);
+    o->takes = strdup(w->takes ? w->takes : "");
+    o->quantity = w->quantity;
+    o->reserve_gen = w->reserve_gen;
+    o->return_gen = w->return_gen;
+    o->cause = w->status == DB_ORDER_CANCELLED ? SVC_RETURN_CANCEL : SVC_RETURN_EXPIRY;
+    if (o->user_id && o->takes) l->n++;
+    else owed_free(o, 1);
+}
+
+/* Finishes the returns that deciders left owed. */
+static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
+    owing_list l = { a, d, buf, 0 };
+    if (db_hold_owing(d, clock_wall_ms() - OWING_GRACE_MS, EXPIRE_BATCH, add_owing, &l) != DB_OK)
+        svc_log(SVC_LOG_WARN, "holds: scanning owed units: %s", db_errstr(d));
+    if (l.n) give_back(a, d, sc, l.v, l.n);
+    owed_free(l.v, l.n);
+}
+
+static void *holds_main(void *arg) {
+    svc_holds *h = arg;
+    svc_app *a = h->a;
+    pthread_setname_np(pthread_self(), "fs-holds");
+    db *d = svc_thread_db(a);
+    stock_conn *sc = svc_thread_stock(a);
+    due_list *due = malloc(sizeof *due);
+    db_decision *dc = malloc(sizeof *dc);
+    owed *back = calloc(EXPIRE_BATCH, sizeof *back);
+    int64_t next_owing = clock_mono_ms() + OWING_EVERY_MS;
+    if (!due || !dc || !back) svc_log(SVC_LOG_ERROR, "holds: out of memory: no expiry");
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        pthread_mutex_unlock(&h->mu);
+        int64_t start = clock_mono_ms();
+        if (!d) d = svc_thread_db(a);
+        if (d && due && dc && back) {
+            while (expire_batch(a, d, sc, due, dc, back) == EXPIRE_BATCH &&
+                   clock_mono_ms() - start < TICK_BUDGET_MS) {}
+            if (clock_mono_ms() >= next_owing) {
+                settle_owing(a, d, sc, back);
+                long long held = 0;
+                if (db_hold_units(d, &held) == DB_OK) atomic_store(&a->m.units_held, held);
+                next_owing = clock_mono_ms() + OWING_EVERY_MS;
+            }
+        }
+        pthread_mutex_lock(&h->mu);
+        if (!h->stop) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += TICK_MS * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&h->cv, &h->mu, &until);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    free(due);
+    free(dc);
+    free(back);
+    return NULL;
+}
+
+svc_holds *svc_holds_start(svc_app *a, char *err, size_t errlen) {
+    svc_holds *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->a = a;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    if (pthread_create(&h->thread, NULL, holds_main, h) != 0) {
+        snprintf(err, errlen, "cannot start the holds thread");
+        pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->cv);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void svc_holds_stop(svc_holds *h) {
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->thread, NULL);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}

@@ -1,0 +1,323 @@
+"""test_holds.py: holds -- orders that reserve their units until paid,
+cancelled or expired (docs/api.md, "Holds") -- against real Redis, real
+lock servers and a real SQLite file.
+
+Every test checks the books the way docs/storage.md says a reader may:
+stock_initial == available + held + sold, the Redis copy (sum of the
+segments) equal to what SQLite says is available, sold equal to the units
+of the orders confirmed, and every ended hold's units back exactly once."""
+import threading
+import time
+
+import harness
+from harness import Client, db_rows, parallel
+
+TOKEN = "t0ken"
+ADMIN = {"Authorization": "Bearer " + TOKEN}
+
+
+def redis_available(redis, sku, segments):
+    vals = redis.client().mget(["fs:{%s}:stock:%d" % (sku, i) for i in range(segments)])
+    return sum(int(v) for v in vals)
+
+
+def books(s, redis, sku, segments=1, uses_redis=True):
+    """The product's books, checked against the rows and Redis. Returns the
+    product."""
+    p = s.product(sku)
+    assert p["stock_initial"] == p["stock_available"] + p["held"] + p["sold"], p
+    rows = dict(db_rows(s.db_path, "SELECT coalesce(h.state,'confirmed'), sum(o.quantity) FROM"
+                        " orders o LEFT JOIN holds h ON h.order_id=o.order_id WHERE o.sku=?"
+                        " GROUP BY 1", (sku,)))
+    assert rows.get("confirmed", 0) == p["sold"], (rows, p)
+    assert rows.get("reserved", 0) == p["held"], (rows, p)
+    if uses_redis:
+        assert redis_available(redis, sku, segments) == p["stock_available"], p
+        seg = redis.client().mget(["fs:{%s}:stock:%d" % (sku, i) for i in range(segments)])
+        assert min(int(v) for v in seg) >= 0, seg
+    owed = db_rows(s.db_path, "SELECT count(*) FROM holds WHERE sku=? AND return_gen IS NOT NULL",
+                   (sku,))[0][0]
+    assert owed == 0, "%d holds still owe their units" % owed
+    return p
+
+
+def start(ctx, strategy="lua", instances=1, extra=()):
+    redis = ctx.redis()
+    locks = ctx.lock_servers(strategy)
+    db = ctx.path("orders.db")
+    args = locks.args + ["--admin-token", TOKEN] + list(extra)
+    return redis, [ctx.service(redis, db=db, args=args) for _ in range(instances)]
+
+
+def create(s, sku, stock, **fields):
+    body = {"sku": sku, "stock": stock}
+    body.update(fields)
+    r = s.post("/v1/products", body, headers=ADMIN)
+    assert r.status == 201, r
+    return r.json
+
+
+def confirm(s, oid, ref=None, headers=ADMIN):
+    return s.post("/v1/orders/%s/confirm" % oid, {"payment_ref": ref} if ref else None,
+                  headers=headers)
+
+
+def cancel(s, oid, user=None, headers=None):
+    return s.post("/v1/orders/%s/cancel" % oid, {"user_id": user} if user else None,
+                  headers=headers)
+
+
+def lifecycle(ctx, strategy, segments):
+    """Ten units held by ten buyers: three pay, three cancel, four abandon;
+    the abandoned ones expire and every unit not paid for sells again."""
+    uses_redis = not strategy.startswith("db") or strategy == "db-lock"
+    redis, (s,) = start(ctx, strategy)
+    p = create(s, "h", 10, strategy=strategy, segments=segments, hold_seconds=2)
+    assert p["hold_seconds"] == 2 and p["held"] == 0
+    made = []
+    for i in range(10):
+        r = s.order("h", user="u%d" % i)
+        assert r.status == 201, r
+        assert r.json["status"] == "reserved" and r.json["expires_at"] > r.json["created_at"], r
+        made.append(r.json)
+    r = s.order("h", user="late")
+    assert r.status == 409 and r.json["error"] == "sold_out", r
+    p = books(s, redis, "h", segments, uses_redis)
+    assert (p["held"], p["sold"], p["stock_available"]) == (10, 0, 0), p
+
+    for o in made[:3]:
+        r = confirm(s, o["order_id"], ref="pay-" + o["user_id"])
+        assert r.status == 200 and r.json["status"] == "confirmed", r
+        assert r.json["payment_ref"] == "pay-" + o["user_id"] and "confirmed_at" in r.json, r
+    for o in made[3:6]:
+        r = cancel(s, o["order_id"], user=o["user_id"])
+        assert r.status == 200 and r.json["status"] == "cancelled" and "cancelled_at" in r.json, r
+    p = books(s, redis, "h", segments, uses_redis)
+    assert (p["held"], p["sold"], p["stock_available"]) == (4, 3, 3), p
+
+    # The four left expire within a second of their deadline.
+    harness.wait_until(lambda: s.product("h")["held"] == 0, 5, what="the holds to expire")
+    for o in made[6:]:
+        r = s.get("/v1/orders/" + o["order_id"])
+        assert r.json["status"] == "expired" and "expired_at" in r.json, r
+        lag = iso_ms(r.json["expired_at"]) - iso_ms(r.json["expires_at"])
+        assert 0 <= lag < 1500, r.json
+    p = books(s, redis, "h", segments, uses_redis)
+    assert (p["held"], p["sold"], p["stock_available"]) == (0, 3, 7), p
+
+    # What came back sells again: exactly the seven units.
+    got = [s.order("h", user="again%d" % i).status for i in range(9)]
+    assert got.count(201) == 7 and got.count(409) == 2, got
+    p = books(s, redis, "h", segments, uses_redis)
+    assert (p["held"], p["stock_available"]) == (7, 0), p
+
+
+def iso_ms(t):
+    return int(time.mktime(time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(t[20:23]))
+
+
+def test_holds_lua(ctx):
+    lifecycle(ctx, "lua", 1)
+
+
+def test_holds_lua_segments(ctx):
+    lifecycle(ctx, "lua", 4)
+
+
+def test_holds_lock(ctx):
+    lifecycle(ctx, "lock", 1)
+
+
+def test_holds_lock_segments(ctx):
+    lifecycle(ctx, "lock", 4)
+
+
+def test_holds_local_segments(ctx):
+    lifecycle(ctx, "local", 4)
+
+
+def test_holds_db(ctx):
+    lifecycle(ctx, "db", 1)
+
+
+def test_holds_db_optimistic(ctx):
+    lifecycle(ctx, "db-optimistic", 1)
+
+
+def test_holds_db_lock(ctx):
+    lifecycle(ctx, "db-lock", 1)
+
+
+def test_holds_redlock(ctx):
+    lifecycle(ctx, "redlock", 1)
+
+
+def test_holds_zookeeper(ctx):
+    lifecycle(ctx, "zookeeper", 1)
+
+
+def test_holds_etcd(ctx):
+    lifecycle(ctx, "etcd", 1)
+
+
+def test_decisions_are_final_and_idempotent(ctx):
+    redis, (s,) = start(ctx)
+    create(s, "d", 5, hold_seconds=60)
+    a, b, c = (s.order("d", user="u%d" % i).json for i in range(3))
+    # Confirm is the payment system's: the admin token, any case of "Bearer".
+    r = confirm(s, a["order_id"], headers=None)
+    assert r.status == 401 and r.json["error"] == "unauthorized", r
+    r = confirm(s, a["order_id"], headers={"Authorization": "bearer  " + TOKEN})
+    assert r.status == 200 and r.json["status"] == "confirmed", r
+    again = confirm(s, a["order_id"])
+    assert again.status == 200 and again.json == r.json, again
+    r = cancel(s, a["order_id"], user="u0")
+    assert r.status == 409 and r.json["error"] == "order_confirmed", r
+    assert r.json["order"]["status"] == "confirmed", r
+    # Cancel: the buyer (naming itself), or admin; another buyer sees nothing.
+    r = cancel(s, b["order_id"], user="someone-else")
+    assert r.status == 404 and r.json["error"] == "unknown_order", r
+    r = cancel(s, b["order_id"])
+    assert r.status == 401, r
+    r = cancel(s, b["order_id"], headers=ADMIN)
+    assert r.status == 200 and r.json["status"] == "cancelled", r
+    assert cancel(s, b["order_id"], user="u1").status == 200
+    r = confirm(s, b["order_id"])
+    assert r.status == 409 and r.json["error"] == "order_cancelled", r
+    assert r.json["order"]["status"] == "cancelled", r
+    # Unknown orders, bad bodies.
+    assert confirm(s, "01ARZ3NDEKTSV4RRFFQ69G5FAV").status == 404
+    assert confirm(s, "nope").status == 404
+    r = s.post("/v1/orders/%s/confirm" % c["order_id"], {"payment_ref": 7}, headers=ADMIN)
+    assert r.status == 400 and r.json["error"] == "invalid_field", r
+    r = s.post("/v1/orders/%s/cancel" % c["order_id"], {"user": "u2"})
+    assert r.status == 400 and r.json["error"] == "invalid_field", r
+    # Status filter.
+    r = s.get("/v1/orders?sku=d&status=reserved")
+    assert [o["order_id"] for o in r.json["orders"]] == [c["order_id"]], r
+    r = s.get("/v1/orders?sku=d&status=cancelled")
+    assert [o["order_id"] for o in r.json["orders"]] == [b["order_id"]], r
+    assert s.get("/v1/orders?status=paid").status == 400
+    p = books(s, redis, "d")
+    assert (p["held"], p["sold"], p["stock_available"]) == (1, 1, 3), p
+    # The unsafe strategies do not sell holds.
+    r = s.post("/v1/products", {"sku": "u", "stock": 5, "strategy": "unsafe-lock-no-fence",
+                                "hold_seconds": 5}, headers=ADMIN)
+    assert r.status == 400 and r.json["error"] == "invalid_field", r
+
+
+def test_the_deadline_is_the_deadline(ctx):
+    """A confirm at or after expires_at is 409 order_expired, processed or
+    not; many confirms sent across the deadline: each order is either
+    confirmed (200, before it) or expired (409), never both, and SQLite
+    agrees with every answer."""
+    redis, (s,) = start(ctx)
+    create(s, "dl", 400, hold_seconds=1)
+    orders = [s.order("dl", user="u%d" % i).json for i in range(200)]
+    deadline = iso_ms(orders[0]["expires_at"]) / 1000.0
+    time.sleep(max(0, deadline - time.time() - 0.15))
+
+    def pay(i):
+        c = Client(s.port)
+        out = []
+        try:
+            for o in orders[i::8]:
+                r = c.post("/v1/orders/%s/confirm" % o["order_id"], None, headers=ADMIN)
+                out.append((o["order_id"], r.status, r.json, time.time()))
+        finally:
+            c.close()
+        return out
+    answers = [x for batch in parallel(8, pay) for x in batch]
+    statuses = {st for _, st, _, _ in answers}
+    assert statuses <= {200, 409}, statuses
+    harness.wait_until(lambda: s.product("dl")["held"] == 0, 5, what="the holds to end")
+    state = dict(db_rows(s.db_path, "SELECT order_id, state FROM holds"))
+    for oid, st, j, _ in answers:
+        if st == 200:
+            assert state[oid] == "confirmed" and j["status"] == "confirmed", j
+            assert iso_ms(j["confirmed_at"]) < iso_ms(j["expires_at"]), j
+        else:
+            assert j["error"] == "order_expired" and state[oid] == "expired", j
+    for oid, st, j, _ in answers:                 # asked again: the same answer
+        r = confirm(s, oid)
+        assert r.status == st, (r, st)
+    p = books(s, redis, "dl")
+    paid = sum(1 for _, st, _, _ in answers if st == 200)
+    assert p["sold"] == paid and p["stock_available"] == 400 - paid, (p, paid)
+
+
+def test_replays_and_per_user_limit(ctx):
+    redis, (s,) = start(ctx)
+    create(s, "r", 10, hold_seconds=60, per_user_limit=2)
+    a = s.order("r", user="bob", key="k-1")
+    assert a.status == 201
+    assert s.order("r", user="bob").status == 201
+    r = s.order("r", user="bob")
+    assert r.status == 409 and r.json["error"] == "per_user_limit", r
+    assert cancel(s, a.json["order_id"], user="bob").status == 200
+    # A replay of a cancelled order's key returns that order and takes nothing.
+    r = s.order("r", user="bob", key="k-1")
+    assert r.status == 200 and r.json["status"] == "cancelled", r
+    assert r.json["order_id"] == a.json["order_id"]
+    p = books(s, redis, "r")
+    assert (p["held"], p["stock_available"]) == (1, 9), p
+    # Cancelled units no longer count toward the limit.
+    assert s.order("r", user="bob").status == 201
+    assert s.order("r", user="bob").status == 409
+
+
+def test_redis_losing_its_data_while_units_are_held(ctx):
+    """A rebuild counts held units as out of the stock; a hold cancelled
+    after it gives its units back once, to the rebuilt copy."""
+    redis, (s,) = start(ctx)
+    create(s, "x", 10, segments=2, hold_seconds=60)
+    made = [s.order("x", user="u%d" % i).json for i in range(6)]
+    assert cancel(s, made[0]["order_id"], user="u0").status == 200
+    redis.restart(wipe=True)
+    harness.wait_until(lambda: s.get("/v1/products/x").status == 200, 10,
+                       what="the copy to be rebuilt")
+    p = books(s, redis, "x", 2)
+    assert (p["held"], p["stock_available"]) == (5, 5), p
+    for o in made[1:3]:
+        assert cancel(s, o["order_id"], user=o["user_id"]).status == 200
+    assert confirm(s, made[3]["order_id"]).status == 200
+    p = books(s, redis, "x", 2)
+    assert (p["held"], p["sold"], p["stock_available"]) == (2, 1, 7), p
+    def buy(user):            # the order path's own connections reconnect first
+        return harness.wait_until(lambda: (lambda r: r.status != 503 and r)(s.order("x", user)),
+                                  10, what="an answer other than 503")
+    got = [buy("n%d" % i).status for i in range(8)]
+    assert got.count(201) == 7 and got.count(409) == 1, got
+
+
+def test_kill_during_an_expiry_wave_with_two_instances(ctx):
+    """2,000 holds expiring in the same second, two instances expiring
+    them; one is killed with SIGKILL in the middle: the other finishes, and
+    every unit comes back exactly once."""
+    redis, (s1, s2) = start(ctx, instances=2)
+    create(s1, "w", 2000, segments=4, hold_seconds=2)
+
+    def buy(i):
+        c = Client((s1, s2)[i % 2].port)
+        try:
+            return [c.post("/v1/orders", {"sku": "w", "user_id": "u%d-%d" % (i, k),
+                                          "quantity": 1}).status for k in range(125)]
+        finally:
+            c.close()
+    got = [x for b in parallel(16, buy) for x in b]
+    assert got.count(201) == 2000, {x: got.count(x) for x in set(got)}
+    p = s1.product("w")
+    assert p["held"] == 2000 and p["stock_available"] == 0, p
+    deadline = db_rows(s1.db_path, "SELECT max(expires_ms) FROM holds")[0][0] / 1000.0
+    # Kill s1 as the wave starts.
+    while time.time() < deadline + 0.05:
+        time.sleep(0.01)
+    s1.kill()
+    harness.wait_until(lambda: s2.product("w")["held"] == 0, 15, what="the wave to expire")
+    harness.wait_until(lambda: db_rows(s2.db_path, "SELECT count(*) FROM holds WHERE"
+                                                   " return_gen IS NOT NULL")[0][0] == 0, 15,
+                       what="every return to finish")
+    p = books(s2, redis, "w", 4)
+    assert (p["held"], p["sold"], p["stock_available"]) == (0, 0, 2000), p
+    expired = db_rows(s2.db_path, "SELECT count(*) FROM holds WHERE state='expired'")[0][0]
+    assert expired == 2000
