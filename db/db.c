@@ -75,8 +75,8 @@ static const char *const SQL[ST_LOCK_FIRST] = {
         " SELECT ?1,?2,?3,?4,?5,?6"
         " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
     [ST_HOLD_INSERT] =
-        "INSERT INTO holds(order_id,sku,quantity,gen,takes,expires_ms,state)"
-        " VALUES(?1,?2,?3,?4,?5,?6,'reserved')",
+        "INSERT INTO holds(order_id,sku,quantity,gen,takes,in_db,expires_ms,state)"
+        " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')",
     [ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1",
     [ST_ORDER_GET] = ORDER_COLUMNS " WHERE o.order_id=?1",
     [ST_ORDER_BY_KEY] = ORDER_COLUMNS " WHERE o.idempotency_key=?1",
@@ -751,8 +751,9 @@ static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
     return t;
 }
 
-/* The hold row of order o (a reserved hold). */
-static db_status insert_hold(db *d, const db_order *o) {
+/* The hold row of order o (a reserved hold); in_db: its units came from
+ * products.db_available. */
+static db_status insert_hold(db *d, const db_order *o, int in_db) {
     sqlite3_stmt *s = stmt(d, ST_HOLD_INSERT);
     sqlite3_bind_text(s, 1, o->order_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, o->sku, -1, SQLITE_STATIC);
@@ -760,6 +761,7 @@ static db_status insert_hold(db *d, const db_order *o) {
     sqlite3_bind_int64(s, 4, o->gen);
     sqlite3_bind_text(s, 5, o->takes ? o->takes : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 6, o->expires_ms);
+    sqlite3_bind_int(s, 7, in_db);
     return db_step_done(d, s, "insert hold");
 }
 
@@ -811,7 +813,7 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
     /* The row is in; failing to record or count it would break sold ==
      * sum(orders), so that is an error that aborts the whole group. */
     int hold = o->expires_ms > 0;
-    if (st == DB_OK && hold && insert_hold(d, o) != DB_OK) return DB_ERROR;
+    if (st == DB_OK && hold && insert_hold(d, o, take != DB_TAKE_NONE) != DB_OK) return DB_ERROR;
     if (st == DB_OK && t) {
         if (hold) t->held += o->quantity;
         else t->sold += o->quantity;

@@ -208,7 +208,13 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and
  * then handed back in one call of the done callback, on the writer thread. */
-typedef enum db_job_kind { DB_JOB_INSERT, DB_JOB_LOOKUP } db_job_kind;
+/* DECIDE, EXPIRE and RETURNED are holds' work (db/holds.h), queued and
+ * waited for by the db_writer_* calls declared there. */
+typedef enum db_job_kind {
+    DB_JOB_INSERT, DB_JOB_LOOKUP, DB_JOB_DECIDE, DB_JOB_EXPIRE, DB_JOB_RETURNED
+} db_job_kind;
+
+struct db_job_wait;
 
 typedef struct db_job {
     db_job_kind kind;
@@ -219,6 +225,8 @@ typedef struct db_job {
     /* out */
     db_status status;          /* INSERT: DB_OK when committed; LOOKUP: found? */
     long long available;       /* db strategies: units left after / when refused */
+    void *arg;                 /* DECIDE, EXPIRE, RETURNED: what to do (holds.h) */
+    struct db_job_wait *wait;  /* ...and where its caller waits for it */
     struct db_job *next;       /* owned by the writer while queued */
 } db_job;
 
@@ -243,6 +251,10 @@ void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud);
 void db_writer_submit(db_writer *w, db_job *job);
 /* Queues jobs[0..n) at once: one lock and one wake for the lot. */
 void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n);
+/* Queues job (a holds' kind) and waits until its group is committed or
+ * failed: for db/holds.h's db_writer_* calls, never on the writer's own
+ * thread. Such jobs never reach the done callback. Returns job->status. */
+db_status db_writer_call(db_writer *w, db_job *job);
 /* Whether the calling thread is w's writer thread (where the done callback
  * runs): for assert. */
 int db_writer_on_thread(const db_writer *w);

@@ -70,8 +70,9 @@ sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id);
 /* ---------------------------------------------- holds' statements (holds.c) */
 
 typedef enum db_holds_st {
-    DB_HOLDS_ST_READ, DB_HOLDS_ST_MOVE, DB_HOLDS_ST_PRODUCT, DB_HOLDS_ST_USER, DB_HOLDS_ST_DUE,
+    DB_HOLDS_ST_READ, DB_HOLDS_ST_MOVE, DB_HOLDS_ST_PRODUCT, DB_HOLDS_ST_USER,
     DB_HOLDS_ST_OWING, DB_HOLDS_ST_OWED_UNITS, DB_HOLDS_ST_HELD, DB_HOLDS_ST_RETURNED,
+    DB_HOLDS_ST_EXPIRE, DB_HOLDS_ST_UNHOLD, DB_HOLDS_ST_USER_OF,
     DB_HOLDS_ST_COUNT
 } db_holds_st;
 
@@ -81,5 +82,9 @@ extern const char *const db_holds_sql[DB_HOLDS_ST_COUNT];
 
 /* Statement id of d, reset and with its bindings cleared. */
 sqlite3_stmt *db_holds_stmt(db *d, db_holds_st id);
+
+/* Runs a holds job (DECIDE, EXPIRE, RETURNED) inside the writer's open
+ * transaction; its status as the job's. */
+db_status db_holds_job_in(db *d, db_job *job);
 
 #endif

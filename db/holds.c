@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db/db_int.h"
@@ -28,9 +29,18 @@ const char *const db_holds_sql[DB_HOLDS_ST_COUNT] = {
         " WHERE sku=?1 RETURNING stock_gen",
     [DB_HOLDS_ST_USER] =
         "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2",
-    [DB_HOLDS_ST_DUE] =
-        "SELECT order_id, expires_ms FROM holds WHERE state='reserved' AND expires_ms<=?1"
-        " ORDER BY expires_ms LIMIT ?2",
+    /* A sweep's batch in one statement; the subquery walks holds_due. */
+    [DB_HOLDS_ST_EXPIRE] =
+        "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db THEN NULL"
+        " ELSE (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
+        " WHERE order_id IN (SELECT order_id FROM holds WHERE state='reserved'"
+        " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2)"
+        " RETURNING order_id, sku, quantity, expires_ms, gen, coalesce(return_gen,0), takes, in_db",
+    [DB_HOLDS_ST_UNHOLD] =
+        "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1",
+    [DB_HOLDS_ST_USER_OF] =
+        "UPDATE user_units SET units=units-?2 WHERE sku=?1"
+        " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)",
     [DB_HOLDS_ST_OWING] =
         "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state"
         " FROM holds h JOIN orders o ON o.order_id=h.order_id"
@@ -157,18 +167,6 @@ db_status db_hold_decide(db *d, db_decision *dc) {
 
 /* ---------------------------------------------------------------- scans */
 
-db_status db_hold_due(db *d, int64_t now_ms, int max,
-                      void (*fn)(const char *order_id, int64_t expires_ms, void *ud), void *ud) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_DUE);
-    sqlite3_bind_int64(s, 1, now_ms);
-    sqlite3_bind_int(s, 2, max);
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        fn((const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1), ud);
-    sqlite3_reset(s);
-    return rc == SQLITE_DONE ? DB_OK : db_fail(d, "due holds");
-}
-
 db_status db_hold_owing(db *d, int64_t decided_before_ms, int max,
                         void (*fn)(const db_owed *o, void *ud), void *ud) {
     sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_OWING);
@@ -215,4 +213,137 @@ db_status db_hold_returned(db *d, const char *order_id, long long gen) {
     sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, gen);
     return db_step_done(d, s, "hold's units returned");
+}
+
+/* --------------------------------------------------------- expiry sweeps */
+
+void db_expired_free(db_expired *e, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].takes);
+        e[i].takes = NULL;
+    }
+}
+
+/* Takes q units of sku out of held (in_db: back into db_available). */
+static db_status unhold(db *d, const char *sku, long long q, long long back) {
+    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_UNHOLD);
+    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, q);
+    sqlite3_bind_int64(s, 3, back);
+    return db_step_done(d, s, "count expired units");
+}
+
+db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, size_t *n) {
+    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_EXPIRE);
+    int rc;
+    db_status st = DB_OK;
+    *n = 0;
+    sqlite3_bind_int64(s, 1, now_ms);
+    sqlite3_bind_int(s, 2, max);
+    /* The rows first (RETURNING hands them out as the UPDATE runs), then
+     * the products: a statement may not be stepped under another. */
+    unsigned char *in_db = calloc((size_t)max, 1);
+    if (!in_db) return db_error(d, "out of memory");
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < (size_t)max) {
+        db_expired *e = &out[*n];
+        snprintf(e->order_id, sizeof e->order_id, "%s", (const char *)sqlite3_column_text(s, 0));
+        snprintf(e->sku, sizeof e->sku, "%s", (const char *)sqlite3_column_text(s, 1));
+        e->quantity = sqlite3_column_int(s, 2);
+        e->expires_ms = sqlite3_column_int64(s, 3);
+        e->reserve_gen = sqlite3_column_int64(s, 4);
+        e->return_gen = sqlite3_column_int64(s, 5);
+        const unsigned char *t = sqlite3_column_text(s, 6);
+        e->takes = strdup(t ? (const char *)t : "");
+        in_db[*n] = (unsigned char)sqlite3_column_int(s, 7);
+        (*n)++;
+        if (!e->takes) rc = SQLITE_NOMEM;
+        if (rc == SQLITE_NOMEM) break;
+    }
+    sqlite3_reset(s);
+    if (rc != SQLITE_DONE) {
+        st = rc == SQLITE_NOMEM ? db_error(d, "out of memory") : db_fail(d, "expire holds");
+        goto out;
+    }
+    /* One update per product of the batch (a wave is mostly one SKU): bit 1
+     * of in_db marks a row counted. Then the db strategies' buyers. */
+    for (size_t i = 0; i < *n && st == DB_OK; i++) {
+        long long q = 0, back = 0;
+        if (in_db[i] & 2) continue;
+        for (size_t k = i; k < *n; k++) {
+            if ((in_db[k] & 2) || strcmp(out[k].sku, out[i].sku)) continue;
+            in_db[k] |= 2;
+            q += out[k].quantity;
+            if (in_db[k] & 1) back += out[k].quantity;
+        }
+        st = unhold(d, out[i].sku, q, back);
+    }
+    for (size_t i = 0; i < *n && st == DB_OK; i++) {
+        if (!(in_db[i] & 1)) continue;
+        s = db_holds_stmt(d, DB_HOLDS_ST_USER_OF);
+        sqlite3_bind_text(s, 1, out[i].sku, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 2, out[i].quantity);
+        sqlite3_bind_text(s, 3, out[i].order_id, -1, SQLITE_STATIC);
+        st = db_step_done(d, s, "uncount the buyer's units");
+    }
+out:
+    free(in_db);
+    if (st != DB_OK) {
+        db_expired_free(out, *n);
+        *n = 0;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------ through the committer */
+
+typedef struct expiry_arg {
+    int64_t now_ms;
+    int max;
+    db_expired *out;
+    size_t n;
+} expiry_arg;
+
+typedef struct debts_arg {
+    const db_debt *v;
+    size_t n;
+} debts_arg;
+
+db_status db_holds_job_in(db *d, db_job *job) {
+    if (job->kind == DB_JOB_DECIDE) return db_hold_decide_in(d, job->arg);
+    if (job->kind == DB_JOB_EXPIRE) {
+        expiry_arg *e = job->arg;
+        return db_hold_expire_due(d, e->now_ms, e->max, e->out, &e->n);
+    }
+    assert(job->kind == DB_JOB_RETURNED);
+    debts_arg *a = job->arg;
+    for (size_t i = 0; i < a->n; i++) {
+        db_status st = db_hold_returned(d, a->v[i].order_id, a->v[i].gen);
+        if (st != DB_OK) return st;
+    }
+    return DB_OK;
+}
+
+static db_status call(db_writer *w, db_job_kind kind, void *arg) {
+    db_job job;
+    memset(&job, 0, sizeof job);
+    job.kind = kind;
+    job.arg = arg;
+    return db_writer_call(w, &job);
+}
+
+db_status db_writer_decide(db_writer *w, db_decision *dc) {
+    return call(w, DB_JOB_DECIDE, dc);
+}
+
+db_status db_writer_expire(db_writer *w, int64_t now_ms, int max, db_expired *out, size_t *n) {
+    expiry_arg e = { now_ms, max, out, 0 };
+    db_status st = call(w, DB_JOB_EXPIRE, &e);
+    if (st != DB_OK) db_expired_free(out, e.n);   /* rolled back with its group */
+    *n = st == DB_OK ? e.n : 0;
+    return st;
+}
+
+db_status db_writer_returned(db_writer *w, const db_debt *debts, size_t n) {
+    debts_arg a = { debts, n };
+    return n ? call(w, DB_JOB_RETURNED, &a) : DB_OK;
 }

@@ -61,10 +61,40 @@ db_status db_hold_decide_in(db *d, db_decision *dc);
  * DB_UNKNOWN: the COMMIT failed and may have landed. */
 db_status db_hold_decide(db *d, db_decision *dc);
 
-/* Calls fn with the order ids of up to max reserved holds whose deadline
- * is at or before now_ms, earliest first (by the holds_due index). */
-db_status db_hold_due(db *d, int64_t now_ms, int max,
-                      void (*fn)(const char *order_id, int64_t expires_ms, void *ud), void *ud);
+/* A hold ended by an expiry sweep. */
+typedef struct db_expired {
+    char order_id[DB_ORDER_ID_LEN + 1];
+    char sku[DB_SKU_MAX + 1];
+    int quantity;
+    int64_t expires_ms;
+    long long reserve_gen;      /* the generation it was reserved under */
+    long long return_gen;       /* > 0: its units are owed to that Redis copy */
+    char *takes;                /* where they came from (malloc'd; db_expired_free) */
+} db_expired;
+
+/* Inside the caller's open write transaction: ends up to max reserved holds
+ * whose deadline is at or before now_ms, earliest first, as EXPIRED (one
+ * UPDATE, by the holds_due index), and takes their units out of
+ * products.held (one UPDATE per product; the db strategies' back into
+ * db_available, and out of their buyers' counts). Fills out[0..*n). */
+db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, size_t *n);
+void db_expired_free(db_expired *e, size_t n);
+
+/* A debt of units, cleared once they are back (db_hold_returned). */
+typedef struct db_debt {
+    const char *order_id;
+    long long gen;
+} db_debt;
+
+/* ------------------------------------------------------ through the committer
+ *
+ * The same, in w's next group commit (one fsync with the orders around
+ * them, and no second writer on the file to wait for), waiting for it:
+ * never on the writer's own thread. Results as above; DB_UNKNOWN: the
+ * group's COMMIT failed and may have landed. */
+db_status db_writer_decide(db_writer *w, db_decision *dc);
+db_status db_writer_expire(db_writer *w, int64_t now_ms, int max, db_expired *out, size_t *n);
+db_status db_writer_returned(db_writer *w, const db_debt *debts, size_t n);
 
 /* A hold whose units are owed to a Redis copy. */
 typedef struct db_owed {

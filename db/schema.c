@@ -130,6 +130,7 @@ static const char SCHEMA_V6[] =
     "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
     "  gen INTEGER NOT NULL,"
     "  takes TEXT NOT NULL,"
+    "  in_db INTEGER NOT NULL,"
     "  expires_ms INTEGER NOT NULL,"
     "  state TEXT NOT NULL CHECK(state IN ('reserved','confirmed','cancelled','expired')),"
     "  decided_ms INTEGER,"

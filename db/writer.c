@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "db/db_int.h"
+#include "db/holds.h"
 
 struct db_writer {
     db *conn;
@@ -42,6 +44,50 @@ struct db_writer {
 };
 
 void db_writer_submit(db_writer *w, db_job *job) { db_writer_submit_many(w, &job, 1); }
+
+/* A decision's caller, waiting for its group. */
+struct db_job_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+};
+
+db_status db_writer_call(db_writer *w, db_job *job) {
+    struct db_job_wait wait = { .done = 0 };
+    assert(!db_writer_on_thread(w));
+    assert(job->kind == DB_JOB_DECIDE || job->kind == DB_JOB_EXPIRE ||
+           job->kind == DB_JOB_RETURNED);
+    job->wait = &wait;
+    pthread_mutex_init(&wait.mu, NULL);
+    pthread_cond_init(&wait.cv, NULL);
+    db_writer_submit(w, job);
+    pthread_mutex_lock(&wait.mu);
+    while (!wait.done) pthread_cond_wait(&wait.cv, &wait.mu);
+    pthread_mutex_unlock(&wait.mu);
+    pthread_mutex_destroy(&wait.mu);
+    pthread_cond_destroy(&wait.cv);
+    return job->status;
+}
+
+/* Hands the group's decisions back to their callers (each job lives on its
+ * caller's stack: not touched after the signal) and moves the rest to the
+ * front of jobs. Returns how many are left for the done callback. */
+static size_t release_decisions(db_job **jobs, size_t n) {
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++) {
+        db_job *j = jobs[i];
+        if (j->kind == DB_JOB_INSERT || j->kind == DB_JOB_LOOKUP) {
+            jobs[left++] = j;
+            continue;
+        }
+        struct db_job_wait *wt = j->wait;
+        pthread_mutex_lock(&wt->mu);
+        wt->done = 1;
+        pthread_cond_signal(&wt->cv);
+        pthread_mutex_unlock(&wt->mu);
+    }
+    return left;
+}
 
 void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n) {
     if (n == 0) return;
@@ -70,9 +116,9 @@ static size_t take_batch(db_writer *w) {
     return n;
 }
 
-/* Inserts the group's orders in one transaction. A refusal of one order
- * (stale generation, reused key, no stock) leaves the others alone; an
- * error of the database fails them all and rolls back. */
+/* Inserts the group's orders and decides its holds in one transaction. A
+ * refusal of one order (stale generation, reused key, no stock) leaves the
+ * others alone; an error of the database fails them all and rolls back. */
 static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     int64_t t0 = w->observe ? clock_mono_us() : 0;
     size_t i, orders = 0;
@@ -80,13 +126,20 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     db_status st = db_begin(w->conn);
     for (i = 0; st == DB_OK && i < n; i++) {
         db_job *j = jobs[i];
-        if (j->kind != DB_JOB_INSERT) continue;
-        j->status = db_order_insert(w->conn, &j->order, j->take, j->per_user_limit,
-                                    j->expect_version, &j->available);
+        if (j->kind == DB_JOB_DECIDE || j->kind == DB_JOB_EXPIRE || j->kind == DB_JOB_RETURNED)
+            j->status = db_holds_job_in(w->conn, j);
+        else if (j->kind == DB_JOB_INSERT)
+            j->status = db_order_insert(w->conn, &j->order, j->take, j->per_user_limit,
+                                        j->expect_version, &j->available);
+        else continue;
         if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
     }
-    if (st == DB_OK) st = db_commit(w->conn);
+    int commit_failed = 0;
+    if (st == DB_OK && (st = db_commit(w->conn)) != DB_OK) commit_failed = 1;
     if (st != DB_OK) db_rollback(w->conn);
+    for (i = 0; st != DB_OK && i < n; i++)     /* a holds job's outcome, if the group failed */
+        if (jobs[i]->kind != DB_JOB_INSERT && jobs[i]->kind != DB_JOB_LOOKUP)
+            jobs[i]->status = commit_failed ? DB_UNKNOWN : st;
     if (w->observe && orders) w->observe(orders, clock_mono_us() - t0, st == DB_OK, w->observe_ud);
     if (st != DB_OK) {
         atomic_fetch_add(&w->failures, 1);
@@ -130,7 +183,7 @@ static void *writer_main(void *arg) {
     size_t n;
     while ((n = take_batch(w)) > 0) {
         commit_group(w, w->batch, n);
-        w->done(w->batch, n, w->ud);
+        if ((n = release_decisions(w->batch, n)) > 0) w->done(w->batch, n, w->ud);
     }
     return NULL;
 }

@@ -237,11 +237,12 @@ static void locks_close(svc_app *a) {
 static void teardown(svc_app *a) {
     svc_threadpool_stop(a->api);
     svc_threadpool_stop(a->api_db);
+    /* The expiry thread queues its work to the writer and waits for it. */
+    svc_holds_stop(a->holds);
     /* The writer first: its last groups hand orders back to the loops. */
     db_writer_stop(a->writer);
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
-    svc_holds_stop(a->holds);
     svc_maint_stop(a->maint);
     svc_health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then what lives on them. */

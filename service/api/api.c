@@ -617,16 +617,18 @@ static void reply_decision(http_req *r, const db_decision *dc) {
         http_reply_json(r, 200, order_json(o), NULL);
         return;
     }
-    static const char *const CODE[] = { "order_confirmed", "", "order_cancelled",
-                                        "order_expired" };
     static const char *const WHY[] = {
         "Order %s is confirmed (paid): it cannot be cancelled.", "",
         "Order %s was cancelled: its units went back on sale.",
         "Order %s expired at its deadline: its units went back on sale.",
     };
     assert(o->status != DB_ORDER_RESERVED);     /* a decision always ends a reserved hold */
-    http_reply_error_with(r, 409, CODE[o->status], json_pack("{s:o}", "order", order_json(o)),
-                          NULL, WHY[o->status], o->order_id);
+    http_reply_error_with(r, 409,
+                          o->status == DB_ORDER_EXPIRED     ? "order_expired"
+                          : o->status == DB_ORDER_CANCELLED ? "order_cancelled"
+                                                            : "order_confirmed",
+                          json_pack("{s:o}", "order", order_json(o)), NULL, WHY[o->status],
+                          o->order_id);
 }
 
 static void decide_job(api_job *j) {

@@ -1,7 +1,8 @@
 /* holds.c: ending holds and giving their units back. See holds.h.
  *
  * Two ways in. svc_hold_decide, on an API worker, for a confirm or a
- * cancel; and the expiry thread, which every tick ends the holds whose
+ * cancel, decided in the committer's group commit (db_writer_decide); and
+ * the expiry thread, which every tick ends the holds whose
  * deadline has passed (up to EXPIRE_BATCH per transaction, batch after
  * batch while the tick's time lasts) and, every second, finishes the
  * returns that a decider left owed (it died between its decision and the
@@ -25,7 +26,8 @@
 
 #define TICK_MS 100               /* how late past its deadline a hold may end */
 #define TICK_BUDGET_MS 400        /* one tick's expiry work, before looking at stop */
-#define EXPIRE_BATCH 512          /* holds ended per transaction */
+#define EXPIRE_BATCH 256          /* holds ended per transaction: the write lock is held
+                                     this long, and the order path's commits wait */
 #define OWING_EVERY_MS 1000
 #define OWING_GRACE_MS 2000       /* a decider's own return gets this long first */
 
@@ -60,7 +62,7 @@ static void owed_free(owed *o, size_t n) {
 
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
  * stays owed: the next owing scan retries it. */
-static void give_back(svc_app *a, db *d, stock_conn *sc, owed *o, size_t n) {
+static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
     stock_return_req *req = calloc(n, sizeof *req);
     if (!req || !sc) {
         free(req);
@@ -74,19 +76,20 @@ static void give_back(svc_app *a, db *d, stock_conn *sc, owed *o, size_t n) {
     }
     if (stock_return(sc, req, n) != 0)
         svc_log(SVC_LOG_WARN, "holds: giving units back: %s (retried)", stock_conn_errstr(sc));
-    int open = n > 1 && db_begin(d) == DB_OK;
+    db_debt *debts = calloc(n, sizeof *debts);
+    size_t nd = 0;
     for (size_t i = 0; i < n; i++) {
         if (req[i].given)
             atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
         if (req[i].result == STOCK_MISSING) svc_repair_request_rebuild(a->repair, o[i].p);
-        if (req[i].result == STOCK_RESERVED &&
-            db_hold_returned(d, o[i].order_id, o[i].return_gen) != DB_OK)
-            svc_log(SVC_LOG_WARN, "holds: %s: %s (retried)", o[i].order_id, db_errstr(d));
+        if (req[i].result == STOCK_RESERVED && debts)
+            debts[nd++] = (db_debt){ o[i].order_id, o[i].return_gen };
     }
-    if (open && db_commit(d) != DB_OK) {
-        db_rollback(d);                   /* the debts stay: the next scan settles them */
-        svc_log(SVC_LOG_WARN, "holds: clearing returned debts: %s (retried)", db_errstr(d));
-    }
+    /* Settled debts are cleared in one group; what is not stays owed, and
+     * the next owing scan settles it (a repeat adds nothing). */
+    if (nd && db_writer_returned(a->writer, debts, nd) != DB_OK)
+        svc_log(SVC_LOG_WARN, "holds: clearing returned debts failed (retried)");
+    free(debts);
     free(req);
 }
 
@@ -125,13 +128,16 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
     db_status st = db_order_get(d, dc->order_id, &o);
     if (st == DB_OK) st = svc_product_find(a, o.sku, &p);
     if (st != DB_OK) return st;
-    dc->now_ms = clock_wall_ms();
     dc->stock_in_db = stock_in_db(p);
-    if ((st = db_hold_decide(d, dc)) != DB_OK || !dc->changed) return st;
+    /* In the committer's next group, with the orders around it: one fsync
+     * for many confirms and cancels. The clock is read as late as it can
+     * be, just before the group is queued. */
+    dc->now_ms = clock_wall_ms();
+    if ((st = db_writer_decide(a->writer, dc)) != DB_OK || !dc->changed) return st;
     count_end(a, dc);
     owed one;
     if (dc->return_gen > 0 && owed_of(&one, p, dc) == 0) {
-        give_back(a, d, svc_thread_stock(a), &one, 1);
+        give_back(a, svc_thread_stock(a), &one, 1);
         owed_free(&one, 1);
     }
     return DB_OK;
@@ -139,52 +145,40 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
 
 /* ------------------------------------------------------------- expiry */
 
-typedef struct due_list {
-    size_t n;
-    struct {
-        char order_id[DB_ORDER_ID_LEN + 1];
-    } v[EXPIRE_BATCH];
-} due_list;
-
-static void add_due(const char *order_id, int64_t expires_ms, void *ud) {
-    due_list *l = ud;
-    (void)expires_ms;
-    if (l->n < EXPIRE_BATCH) snprintf(l->v[l->n++].order_id, DB_ORDER_ID_LEN + 1, "%s", order_id);
-}
-
-/* Ends one batch of due holds in one transaction and gives their units
- * back. Returns how many were due (EXPIRE_BATCH: maybe more), or -1. */
-static int expire_batch(svc_app *a, db *d, stock_conn *sc, due_list *l, db_decision *dc,
-                        owed *back) {
-    size_t nback = 0;
+/* Ends one batch of due holds, in the committer's next group, and gives
+ * their units back. Returns how many ended (EXPIRE_BATCH: maybe more), or
+ * -1. */
+static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed *back) {
+    size_t n = 0, nback = 0;
     int64_t now = clock_wall_ms();
-    l->n = 0;
-    if (db_hold_due(d, now, EXPIRE_BATCH, add_due, l) != DB_OK) return -1;
-    if (l->n == 0) return 0;
-    if (db_begin(d) != DB_OK) return -1;
-    for (size_t i = 0; i < l->n; i++) {
-        db_order o;
+    if (db_writer_expire(a->writer, now, EXPIRE_BATCH, ex, &n) != DB_OK) return -1;
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add(&a->m.holds_ended[2], 1);
+        svc_histogram_observe(&a->m.expiry_lag, (now - ex[i].expires_ms) * 1000);
+        if (ex[i].return_gen <= 0) continue;           /* the db strategies: back already */
+        owed *o = &back[nback];
+        memset(o, 0, sizeof *o);
         svc_product *p = NULL;
-        memset(dc, 0, sizeof *dc);
-        dc->order_id = l->v[i].order_id;
-        dc->to = DB_HOLD_EXPIRE;
-        dc->now_ms = now;
-        if (db_order_get(d, dc->order_id, &o) != DB_OK || svc_product_find(a, o.sku, &p) != DB_OK)
-            goto fail;
-        dc->stock_in_db = stock_in_db(p);
-        if (db_hold_decide_in(d, dc) != DB_OK) goto fail;
-        if (!dc->changed) continue;
-        count_end(a, dc);
-        if (dc->return_gen > 0 && owed_of(&back[nback], p, dc) == 0) nback++;
+        db_order ord;
+        /* The buyer, for its count in Redis: only a product with a limit. */
+        if (svc_product_find(a, ex[i].sku, &p) != DB_OK) continue;     /* owed: retried */
+        o->p = p;
+        memcpy(o->order_id, ex[i].order_id, sizeof o->order_id);
+        o->user_id = strdup(p->per_user_limit > 0 && db_order_get(d, ex[i].order_id, &ord) == DB_OK
+                                ? ord.user_id : "");
+        o->takes = ex[i].takes;
+        ex[i].takes = NULL;                             /* now back's */
+        o->quantity = ex[i].quantity;
+        o->reserve_gen = ex[i].reserve_gen;
+        o->return_gen = ex[i].return_gen;
+        o->cause = SVC_RETURN_EXPIRY;
+        if (o->user_id) nback++;
+        else owed_free(o, 1);
     }
-    if (db_commit(d) != DB_OK) goto fail;
-    give_back(a, d, sc, back, nback);
+    db_expired_free(ex, n);
+    give_back(a, sc, back, nback);
     owed_free(back, nback);
-    return (int)l->n;
-fail:
-    db_rollback(d);                       /* none of the batch ended: the next tick */
-    owed_free(back, nback);
-    return -1;
+    return (int)n;
 }
 
 typedef struct owing_list {
@@ -217,7 +211,7 @@ static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
     owing_list l = { a, d, buf, 0 };
     if (db_hold_owing(d, clock_wall_ms() - OWING_GRACE_MS, EXPIRE_BATCH, add_owing, &l) != DB_OK)
         svc_log(SVC_LOG_WARN, "holds: scanning owed units: %s", db_errstr(d));
-    if (l.n) give_back(a, d, sc, l.v, l.n);
+    if (l.n) give_back(a, sc, l.v, l.n);
     owed_free(l.v, l.n);
 }
 
@@ -227,18 +221,17 @@ static void *holds_main(void *arg) {
     pthread_setname_np(pthread_self(), "fs-holds");
     db *d = svc_thread_db(a);
     stock_conn *sc = svc_thread_stock(a);
-    due_list *due = malloc(sizeof *due);
-    db_decision *dc = malloc(sizeof *dc);
+    db_expired *ex = calloc(EXPIRE_BATCH, sizeof *ex);
     owed *back = calloc(EXPIRE_BATCH, sizeof *back);
     int64_t next_owing = clock_mono_ms() + OWING_EVERY_MS;
-    if (!due || !dc || !back) svc_log(SVC_LOG_ERROR, "holds: out of memory: no expiry");
+    if (!ex || !back) svc_log(SVC_LOG_ERROR, "holds: out of memory: no expiry");
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         pthread_mutex_unlock(&h->mu);
         int64_t start = clock_mono_ms();
         if (!d) d = svc_thread_db(a);
-        if (d && due && dc && back) {
-            while (expire_batch(a, d, sc, due, dc, back) == EXPIRE_BATCH &&
+        if (d && ex && back) {
+            while (expire_batch(a, d, sc, ex, back) == EXPIRE_BATCH &&
                    clock_mono_ms() - start < TICK_BUDGET_MS) {}
             if (clock_mono_ms() >= next_owing) {
                 settle_owing(a, d, sc, back);
@@ -260,8 +253,7 @@ static void *holds_main(void *arg) {
         }
     }
     pthread_mutex_unlock(&h->mu);
-    free(due);
-    free(dc);
+    free(ex);
     free(back);
     return NULL;
 }

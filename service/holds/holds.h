@@ -21,9 +21,10 @@ svc_holds *svc_holds_start(svc_app *a, char *err, size_t errlen);
 /* Stops it (within a tick) and frees h; NULL is fine. */
 void svc_holds_stop(svc_holds *h);
 
-/* Decides dc (its order_id, to, user_id, payment_ref set by the caller) on
- * the calling thread, which may block: now_ms and stock_in_db are filled
- * in here. When it ended the hold, the units are given back before it
+/* Decides dc (its order_id, to, user_id, payment_ref set by the caller) in
+ * the committer's next group commit, waiting for it on the calling thread
+ * (which may block; never the committer's): now_ms and stock_in_db are
+ * filled in here. When it ended the hold, the units are given back before it
  * returns (or, when Redis fails, left owed for the expiry thread). Returns
  * as db_hold_decide. */
 db_status svc_hold_decide(svc_app *a, db_decision *dc);
