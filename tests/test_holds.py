@@ -378,3 +378,40 @@ def test_wave_of_100000_holds_expiring_in_the_same_second(ctx):
     p = books(s1, redis, "wave", 8)
     assert (p["held"], p["sold"], p["stock_available"]) == (0, 0, n), p
     assert db_rows(s1.db_path, "SELECT count(*) FROM holds WHERE state='expired'")[0][0] == held
+
+
+def test_sqlite_locked_by_another_process_and_resale_on_another_instance(ctx):
+    """Another process holds SQLite's write lock across a cancel and the
+    deadline of the other holds: the cancel is refused (503, nothing
+    changed) or waits, no hold ends twice, and once the lock is gone the
+    expiry catches up and every unit comes back once. Units that one
+    instance gives back sell at once on the other."""
+    import sqlite3
+    redis, (s1, s2) = start(ctx, instances=2)
+    create(s1, "lk", 6, segments=2, hold_seconds=2)
+    made = [s1.order("lk", user="u%d" % i).json for i in range(6)]
+    assert all(o and o["status"] == "reserved" for o in made), made
+    locker = sqlite3.connect(s1.db_path, timeout=5)
+    locker.execute("BEGIN IMMEDIATE")
+    try:
+        r = cancel(s1, made[0]["order_id"], user="u0")
+        assert r.status == 503 and r.json["error"] == "db_unavailable", r
+        assert s1.get("/v1/orders/" + made[0]["order_id"]).json["status"] == "reserved"
+        time.sleep(2.5)                                # every deadline passes, locked
+    finally:
+        locker.rollback()
+        locker.close()
+    r = cancel(s2, made[0]["order_id"], user="u0")      # after its deadline: expired
+    assert r.status == 409 and r.json["error"] == "order_expired", r
+    harness.wait_until(lambda: s1.product("lk")["held"] == 0, 10, what="the expiry to catch up")
+    harness.wait_until(lambda: db_rows(s1.db_path, "SELECT count(*) FROM holds WHERE"
+                                                   " return_gen IS NOT NULL")[0][0] == 0, 10,
+                       what="the returns")
+    p = books(s1, redis, "lk", 2)
+    assert (p["held"], p["sold"], p["stock_available"]) == (0, 0, 6), p
+    states = db_rows(s1.db_path, "SELECT state, count(*) FROM holds GROUP BY 1")
+    assert states == [("expired", 6)], states
+    # Given back through s1's expiry or s2's: s2 and s1 both sell them now.
+    got = [s2.order("lk", user="n%d" % i).status for i in range(3)] + \
+          [s1.order("lk", user="m%d" % i).status for i in range(4)]
+    assert got.count(201) == 6 and got[-1] == 409, got

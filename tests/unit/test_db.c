@@ -1,12 +1,14 @@
 /* test_db.c: the SQLite module on a real file: schema and migration,
  * products, the generation and tombstone rules, idempotency keys, the db
- * strategies' conditional take, and the group-commit writer. */
+ * strategies' conditional take, holds (decisions, the expiry sweep, the
+ * debts of units), and the group-commit writer. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "db/db.h"
+#include "db/holds.h"
 #include "db/locktable.h"
 #include "tests/unit/t.h"
 
@@ -371,6 +373,83 @@ static void test_writer_groups(void) {
     db_close(d);
 }
 
+
+/* A hold per order: decided once, by whichever comes first; its units move
+ * from held to sold or out, and a Redis product's are owed once. */
+static void test_holds(void) {
+    db *d = fresh();
+    db_product p = product("h", 10), dbp = product("hd", 10), got;
+    snprintf(dbp.strategy, sizeof dbp.strategy, "db");
+    dbp.per_user_limit = 5;
+    CHECK(db_product_insert(d, &p) == DB_OK && db_product_insert(d, &dbp) == DB_OK);
+    const char *ids[] = { "01H0", "01H1", "01H2", "01H3" };
+    for (int i = 0; i < 4; i++) {
+        db_order o = order(ids[i], "h", "u", 2, NULL, 1);
+        o.expires_ms = 1000 + i;                      /* deadlines 1000..1003 */
+        o.takes = "0:2";
+        CHECK(insert1(d, &o, DB_TAKE_NONE, 0) == DB_OK);
+    }
+    db_order od = order("01HD", "hd", "u", 3, NULL, 0);
+    od.expires_ms = 1000;
+    CHECK(insert1(d, &od, DB_TAKE_CONDITIONAL, 5) == DB_OK);
+    CHECK(db_product_get(d, "h", &got) == DB_OK && got.held == 8 && got.sold == 0);
+    CHECK(db_product_get(d, "hd", &got) == DB_OK && got.held == 3 && got.db_available == 7);
+    CHECK(db_order_get(d, "01H0", &od) == DB_OK && od.status == DB_ORDER_RESERVED &&
+          od.expires_ms == 1000);
+
+    db_decision dc = { .order_id = "01H0", .to = DB_HOLD_CONFIRM, .now_ms = 999,
+                       .payment_ref = "pay" };
+    CHECK(db_hold_decide(d, &dc) == DB_OK && dc.changed && dc.return_gen == 0);
+    CHECK(dc.order.status == DB_ORDER_CONFIRMED && !strcmp(dc.order.payment_ref, "pay"));
+    dc.to = DB_HOLD_CANCEL;                          /* decided: nothing changes */
+    CHECK(db_hold_decide(d, &dc) == DB_OK && !dc.changed && dc.order.status == DB_ORDER_CONFIRMED);
+    /* Another buyer's cancel does not see the order. */
+    db_decision other = { .order_id = "01H1", .to = DB_HOLD_CANCEL, .now_ms = 999,
+                          .user_id = "v" };
+    CHECK(db_hold_decide(d, &other) == DB_NOTFOUND);
+    db_decision cancel = { .order_id = "01H1", .to = DB_HOLD_CANCEL, .now_ms = 999,
+                           .user_id = "u" };
+    CHECK(db_hold_decide(d, &cancel) == DB_OK && cancel.changed && cancel.return_gen == 1);
+    CHECK(cancel.reserve_gen == 1 && !strcmp(cancel.takes, "0:2"));
+    /* At the deadline a confirm expires the hold. */
+    db_decision late = { .order_id = "01H2", .to = DB_HOLD_CONFIRM, .now_ms = 1002 };
+    CHECK(db_hold_decide(d, &late) == DB_OK && late.changed);
+    CHECK(late.order.status == DB_ORDER_EXPIRED && late.return_gen == 1);
+    CHECK(db_product_get(d, "h", &got) == DB_OK && got.held == 2 && got.sold == 2);
+
+    /* The sweep: what is due by 1003 (01H3, and the db product's hold,
+     * whose units come back in the transaction). */
+    db_expired ex[8];
+    size_t n = 0;
+    CHECK(db_begin(d) == DB_OK);
+    CHECK(db_hold_expire_due(d, 1003, 8, ex, &n) == DB_OK && n == 2);
+    CHECK(db_commit(d) == DB_OK);
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(ex[i].order_id, "01H3")) seen |= ex[i].return_gen == 1 ? 1 : 0;
+        if (!strcmp(ex[i].order_id, "01HD")) seen |= ex[i].return_gen == 0 ? 2 : 0;
+    }
+    CHECK(seen == 3);
+    db_expired_free(ex, n);
+    CHECK(db_begin(d) == DB_OK);
+    CHECK(db_hold_expire_due(d, 5000, 8, ex, &n) == DB_OK && n == 0);   /* none left */
+    CHECK(db_commit(d) == DB_OK);
+    CHECK(db_product_get(d, "h", &got) == DB_OK && got.held == 0 && got.sold == 2);
+    CHECK(db_product_get(d, "hd", &got) == DB_OK && got.held == 0 && got.db_available == 10);
+
+    /* Three holds owe units (cancelled, expired by the late confirm, swept);
+     * a debt is cleared only for its own generation. */
+    long long owed = 0;
+    CHECK(db_hold_owed_units(d, "h", &owed) == DB_OK && owed == 6);
+    CHECK(db_hold_returned(d, "01H1", 7) == DB_OK);
+    CHECK(db_hold_owed_units(d, "h", &owed) == DB_OK && owed == 6);
+    CHECK(db_hold_returned(d, "01H1", 1) == DB_OK);
+    CHECK(db_hold_owed_units(d, "h", &owed) == DB_OK && owed == 4);
+    long long sold = 0, held = 0;
+    CHECK(db_order_units(d, "h", &sold, &held) == DB_OK && sold == 2 && held == 0);
+    db_close(d);
+}
+
 static void cleanup(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -381,7 +460,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_lock_table), T(test_writer_groups), T(test_no_nested_walks),
+        T(test_lock_table), T(test_writer_groups), T(test_no_nested_walks), T(test_holds),
     };
     if (!mkdtemp(dir)) return 2;
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
