@@ -82,6 +82,11 @@ static const opt OPTS[] = {
       "Redis never holds up order lookups" },
     { "pending-timeout-ms", "FLASHSALE_PENDING_TIMEOUT_MS", T_LL, F(pending_timeout_ms), 100,
       86400000, "10000", "a reservation not committed after this long is settled by the sweeper" },
+    { "soldout-cache-ms", "FLASHSALE_SOLDOUT_CACHE_MS", T_INT, F(soldout_cache_ms), 0, 10000,
+      "50", "how long this instance remembers that a product sold out: meanwhile an order "
+      "without an Idempotency-Key, of a product without a per-user limit, is answered 409 "
+      "sold_out from memory; units that come back end it at once on this instance, within "
+      "this long on the others (0: always ask the stock store)" },
     { "idempotency-ttl-ms", "FLASHSALE_IDEMPOTENCY_TTL_MS", T_LL, F(idem_ttl_ms), 1000,
       30LL * 86400000, "86400000", "how long Redis remembers an Idempotency-Key (SQLite: always)" },
     { "shutdown-grace-ms", "FLASHSALE_SHUTDOWN_GRACE_MS", T_INT, F(shutdown_grace_ms), 0,

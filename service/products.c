@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "service/app.h"
 #include "service/log.h"
 #include "service/products.h"
@@ -93,6 +94,19 @@ void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, vo
     for (int i = 0; i < BUCKETS; i++)
         for (svc_product *p = pc->bucket[i]; p; p = p->next) fn(p, ud);
     pthread_rwlock_unlock(&pc->lock);
+}
+
+void svc_product_soldout_mark(svc_product *p) {
+    atomic_store_explicit(&p->soldout_at_us, clock_mono_us(), memory_order_relaxed);
+}
+
+void svc_product_soldout_clear(svc_product *p) {
+    atomic_store_explicit(&p->soldout_at_us, 0, memory_order_relaxed);
+}
+
+int svc_product_soldout_known(svc_product *p, int64_t window_us) {
+    int64_t at = atomic_load_explicit(&p->soldout_at_us, memory_order_relaxed);
+    return at != 0 && clock_mono_us() - at < window_us;
 }
 
 db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {

@@ -21,6 +21,8 @@ typedef struct svc_product {
     stock_product sp;              /* the stock module's view (points into this) */
     atomic_int rebuilding;         /* a rebuild of its Redis copy is queued */
     atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
+    _Atomic int64_t soldout_at_us; /* when its store last said "nothing left"
+                                      (clock_mono_us; 0: units may be there) */
     struct svc_product *next;      /* hash chain */
 } svc_product;
 
@@ -33,6 +35,14 @@ svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku);
 svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *p);
 /* Calls fn for each cached product. */
 void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud);
+
+/* The memory of "sold out" (--soldout-cache-ms): marked by a sold_out
+ * answer, forgotten by units coming back on this instance (a restock, an
+ * ended hold, a rebuild) and, for the others' returns, by age. */
+void svc_product_soldout_mark(svc_product *p);
+void svc_product_soldout_clear(svc_product *p);
+/* Whether p is known sold out within the last window_us. */
+int svc_product_soldout_known(svc_product *p, int64_t window_us);
 
 /* Finds a product: cache first, then the database (on the calling thread's
  * connection). Returns DB_OK, DB_NOTFOUND or DB_ERROR. */

@@ -98,6 +98,7 @@ static int return_calls(stock_conn *c, stock_return_req *reqs, size_t n) {
 }
 
 int stock_return(stock_conn *c, stock_return_req *reqs, size_t n) {
+    if (n == 0) return 0;
     int64_t t0 = sk_t0(c->observe);
     /* A connection that broke while idle (Redis restarted, failed over)
      * gets one more try on a new one: a return is safe to repeat. */

@@ -431,7 +431,7 @@ unsigned char *sk_retry_flags(stock_conn *c, size_t n) {
         c->retry = p;
         c->retry_cap = n;
     }
-    memset(c->retry, 0, n);
+    if (n) memset(c->retry, 0, n);       /* (memset of NULL is undefined, even for 0) */
     return c->retry;
 }
 

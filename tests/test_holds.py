@@ -6,6 +6,7 @@ Every test checks the books the way docs/storage.md says a reader may:
 stock_initial == available + held + sold, the Redis copy (sum of the
 segments) equal to what SQLite says is available, sold equal to the units
 of the orders confirmed, and every ended hold's units back exactly once."""
+import re
 import threading
 import time
 
@@ -415,3 +416,42 @@ def test_sqlite_locked_by_another_process_and_resale_on_another_instance(ctx):
     got = [s2.order("lk", user="n%d" % i).status for i in range(3)] + \
           [s1.order("lk", user="m%d" % i).status for i in range(4)]
     assert got.count(201) == 6 and got[-1] == 409, got
+
+
+def test_sold_out_memory_learns_that_units_came_back(ctx):
+    """An instance remembers "sold out" for --soldout-cache-ms (50 ms) and
+    answers from memory meanwhile; units a hold gives back on another
+    instance sell there within that bound, and at once on the instance that
+    gave them back. A key or a per-user limit always asks the store."""
+    redis, (s1, s2) = start(ctx, instances=2)
+    create(s1, "so", 2, hold_seconds=60)
+    a = s1.order("so", user="a").json
+    s1.order("so", user="b")
+    def reserve_calls():
+        m = re.search(r'^flashsale_redis_call_duration_seconds_count\{call="reserve_batch"\} (\d+)',
+                      s1.get("/metrics").raw, re.M)
+        return int(m.group(1))
+    before = reserve_calls()
+    for _ in range(20):
+        r = s1.order("so", user="c")
+        assert r.status == 409 and r.json["error"] == "sold_out" and r.json["available"] == 0, r
+    asked = reserve_calls() - before
+    print("    20 orders of a sold-out product: %d asked Redis" % asked)
+    assert asked < 20, "no answer came from memory"
+    assert cancel(s2, a["order_id"], user="a").status == 200
+    t0 = time.time()
+    got = harness.wait_until(lambda: (lambda r: r.status == 201 and r)(s1.order("so", user="d")),
+                             2, step=0.005, what="s1 to sell the unit given back on s2")
+    waited = time.time() - t0
+    print("    s1 sold the unit s2 gave back %.0f ms after the cancel" % (waited * 1000))
+    assert got.json["status"] == "reserved" and waited < 1.0, waited
+    # On the instance that gave units back: at once.
+    b = db_rows(s1.db_path, "SELECT order_id FROM orders WHERE user_id='b'")[0][0]
+    assert s2.order("so", user="e").status == 409
+    assert cancel(s2, b, user="b").status == 200
+    assert s2.order("so", user="e").status == 201
+    p = books(s1, redis, "so")
+    assert (p["held"], p["stock_available"]) == (2, 0), p
+    orders = {m for m in s1.get("/metrics").raw.splitlines()
+              if m.startswith('flashsale_orders_total{strategy="lua",outcome="sold_out"}')}
+    assert orders, "sold_out answers from memory are counted like the others"

@@ -243,6 +243,7 @@ static void product_get(http_req *r, const char *const *params, void *ud) {
 
 /* The restock is in SQLite: make the Redis copy take it (or rebuild it). */
 static void restock_redis(svc_app *a, db *d, svc_product *p, long long qty, int committed_unseen) {
+    svc_product_soldout_clear(p);             /* units came: this instance sells at once */
     stock_conn *sc = svc_thread_stock(a);
     if (!stock_strategy_about(p->strategy)->uses_redis) return;
     /* Whether Redis took the units is unknown after an error, and after a

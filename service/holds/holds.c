@@ -63,6 +63,7 @@ static void owed_free(owed *o, size_t n) {
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
  * stays owed: the next owing scan retries it. */
 static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
+    if (n == 0) return;
     stock_return_req *req = calloc(n, sizeof *req);
     if (!req || !sc) {
         free(req);
@@ -79,8 +80,10 @@ static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
     db_debt *debts = calloc(n, sizeof *debts);
     size_t nd = 0;
     for (size_t i = 0; i < n; i++) {
-        if (req[i].given)
+        if (req[i].given) {
             atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
+            svc_product_soldout_clear(o[i].p);
+        }
         if (req[i].result == STOCK_MISSING) svc_repair_request_rebuild(a->repair, o[i].p);
         if (req[i].result == STOCK_RESERVED && debts)
             debts[nd++] = (db_debt){ o[i].order_id, o[i].return_gen };
@@ -140,6 +143,8 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
         give_back(a, svc_thread_stock(a), &one, 1);
         owed_free(&one, 1);
     }
+    /* Units back in a store: this instance forgets "sold out" at once. */
+    if (dc->order.status != DB_ORDER_CONFIRMED) svc_product_soldout_clear(p);
     return DB_OK;
 }
 
@@ -155,13 +160,16 @@ static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed 
     for (size_t i = 0; i < n; i++) {
         atomic_fetch_add(&a->m.holds_ended[2], 1);
         svc_histogram_observe(&a->m.expiry_lag, (now - ex[i].expires_ms) * 1000);
-        if (ex[i].return_gen <= 0) continue;           /* the db strategies: back already */
+        svc_product *p = NULL;
+        if (svc_product_find(a, ex[i].sku, &p) != DB_OK) continue;     /* owed: retried */
+        if (ex[i].return_gen <= 0) {                   /* the db strategies: back already */
+            svc_product_soldout_clear(p);
+            continue;
+        }
         owed *o = &back[nback];
         memset(o, 0, sizeof *o);
-        svc_product *p = NULL;
         db_order ord;
         /* The buyer, for its count in Redis: only a product with a limit. */
-        if (svc_product_find(a, ex[i].sku, &p) != DB_OK) continue;     /* owed: retried */
         o->p = p;
         memcpy(o->order_id, ex[i].order_id, sizeof o->order_id);
         o->user_id = strdup(p->per_user_limit > 0 && db_order_get(d, ex[i].order_id, &ord) == DB_OK

@@ -172,9 +172,20 @@ void svc_order_refuse(svc_order *op, svc_refusal rf, long long n) {
     if (r.outcome == OUT_DB_UNAVAILABLE) atomic_fetch_add(&op->a->m.db_errors, 1);
     snprintf(message, sizeof message, REFUSALS[rf].fmt, op->p->sku, n, op->quantity,
              (long long)op->p->per_user_limit);
+    if (rf == RF_SOLD_OUT) svc_product_soldout_mark(op->p);   /* the store said: nothing left */
     finish(op, r.outcome);
     op->reply(op->reply_ctx, &r);
     order_free(op);
+}
+
+void svc_order_refuse_soldout(svc_app *a, svc_product *p, svc_order_reply_fn *fn, void *ctx) {
+    char message[160];
+    svc_reply r = { .status = 409, .outcome = OUT_SOLD_OUT, .code = "sold_out",
+                    .message = message,
+                    .extra = json_pack("{s:i}", "available", 0) };
+    snprintf(message, sizeof message, REFUSALS[RF_SOLD_OUT].fmt, p->sku);
+    atomic_fetch_add_explicit(&a->m.orders[p->strategy][OUT_SOLD_OUT], 1, memory_order_relaxed);
+    fn(ctx, &r);
 }
 
 void svc_order_answer(svc_order *op, const db_order *o, int replayed) {

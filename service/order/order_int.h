@@ -109,6 +109,9 @@ const char *svc_order_state_name(svc_order_state s);
  * left, units bought, tries; for the 409s also a field of the body), then
  * frees it. */
 void svc_order_refuse(svc_order *op, svc_refusal rf, long long n);
+/* Answers an order of p, which is known sold out, 409 sold_out through
+ * fn(ctx) without making an order (svc_order_submit's shortcut). */
+void svc_order_refuse_soldout(svc_app *a, svc_product *p, svc_order_reply_fn *fn, void *ctx);
 /* Answers op with its order o (replayed: 200, else 201), then frees it. */
 void svc_order_answer(svc_order *op, const db_order *o, int replayed);
 /* The status and code rf answers (for tests and docs). */

@@ -66,6 +66,14 @@ static svc_order_loop *home_for(svc_app *a) {
 
 int svc_order_submit(svc_app *a, svc_product *p, const svc_order_input *in,
                      const char *idem_key, svc_order_reply_fn *fn, void *ctx) {
+    /* Sold out a moment ago: the answer the store would give, from memory.
+     * Not for a key (it may be a replay, answered 200) nor with a per-user
+     * limit (a buyer at it is told per_user_limit first). */
+    if (a->cfg.soldout_cache_ms > 0 && (!idem_key || !idem_key[0]) && p->per_user_limit == 0 &&
+        svc_product_soldout_known(p, (int64_t)a->cfg.soldout_cache_ms * 1000)) {
+        svc_order_refuse_soldout(a, p, fn, ctx);
+        return 0;
+    }
     svc_order *op = svc_order_new(a, p, in, idem_key, fn, ctx);
     if (!op) return -1;
     op->home = home_for(a);
