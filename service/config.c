@@ -87,6 +87,10 @@ static const opt OPTS[] = {
       "without an Idempotency-Key, of a product without a per-user limit, is answered 409 "
       "sold_out from memory; units that come back end it at once on this instance, within "
       "this long on the others (0: always ask the stock store)" },
+    { "product-cache-ms", "FLASHSALE_PRODUCT_CACHE_MS", T_INT, F(product_cache_ms), 0, 10000,
+      "50", "how old a GET /v1/products/{sku} answer may be: within this long of a read of "
+      "the stores, the same body is answered again from memory on the HTTP thread "
+      "(0: every read asks the stores)" },
     { "idempotency-ttl-ms", "FLASHSALE_IDEMPOTENCY_TTL_MS", T_LL, F(idem_ttl_ms), 1000,
       30LL * 86400000, "86400000", "how long Redis remembers an Idempotency-Key (SQLite: always)" },
     { "shutdown-grace-ms", "FLASHSALE_SHUTDOWN_GRACE_MS", T_INT, F(shutdown_grace_ms), 0,

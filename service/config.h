@@ -25,6 +25,7 @@ typedef struct svc_config {
     int api_workers;          /* threads in each API pool (Redis work; SQLite-only work) */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     int soldout_cache_ms;           /* a "sold out" is remembered this long (0: never) */
+    int product_cache_ms;           /* a product read is answered again this long */
     long long idem_ttl_ms;
     int shutdown_grace_ms;
     int lock_ttl_ms;          /* default lease of the lock strategies */

@@ -39,6 +39,8 @@ void svc_product_cache_free(svc_product_cache *pc) {
         while (p) {
             svc_product *next = p->next;
             stock_product_free(&p->sp);
+            pthread_mutex_destroy(&p->view_mu);
+            free(p->view);
             free(p);
             p = next;
         }
@@ -81,6 +83,7 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
             pthread_rwlock_unlock(&pc->lock);
             return NULL;
         }
+        pthread_mutex_init(&p->view_mu, NULL);
         unsigned h = hash(p->sku);
         p->next = pc->bucket[h];
         pc->bucket[h] = p;
@@ -107,6 +110,37 @@ void svc_product_soldout_clear(svc_product *p) {
 int svc_product_soldout_known(svc_product *p, int64_t window_us) {
     int64_t at = atomic_load_explicit(&p->soldout_at_us, memory_order_relaxed);
     return at != 0 && clock_mono_us() - at < window_us;
+}
+
+int svc_product_view_get(svc_product *p, int64_t max_age_us, char **out, size_t *len) {
+    int got = 0;
+    pthread_mutex_lock(&p->view_mu);
+    if (p->view && clock_mono_us() - p->view_at_us < max_age_us &&
+        p->view_changes == svc_product_changes(p) && (*out = malloc(p->view_len))) {
+        memcpy(*out, p->view, p->view_len);
+        *len = p->view_len;
+        got = 1;
+    }
+    pthread_mutex_unlock(&p->view_mu);
+    return got;
+}
+
+void svc_product_view_put(svc_product *p, const char *body, size_t len, int64_t read_at_us,
+                          uint64_t changes) {
+    char *copy = malloc(len);
+    if (!copy) return;                        /* no view: the next read asks the stores */
+    memcpy(copy, body, len);
+    pthread_mutex_lock(&p->view_mu);
+    if (read_at_us >= p->view_at_us) {        /* never replace a newer read */
+        free(p->view);
+        p->view = copy;
+        p->view_len = len;
+        p->view_at_us = read_at_us;
+        p->view_changes = changes;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&p->view_mu);
+    free(copy);
 }
 
 db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {

@@ -3,7 +3,9 @@
 #ifndef FLASHSALE_SERVICE_PRODUCTS_H
 #define FLASHSALE_SERVICE_PRODUCTS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "db/db.h"
 #include "stock/stock.h"
@@ -23,6 +25,12 @@ typedef struct svc_product {
     atomic_int rebuild_forced;     /* ...and must replace even a valid copy */
     _Atomic int64_t soldout_at_us; /* when its store last said "nothing left"
                                       (clock_mono_us; 0: units may be there) */
+    atomic_uint_fast64_t changes;  /* its stock or orders changed here (a count) */
+    pthread_mutex_t view_mu;       /* guards the four below */
+    char *view;                    /* GET /v1/products/{sku}'s last body (owned) */
+    size_t view_len;
+    int64_t view_at_us;            /* when it was read from the stores (clock_mono_us) */
+    uint64_t view_changes;         /* `changes` when it was read */
     struct svc_product *next;      /* hash chain */
 } svc_product;
 
@@ -43,6 +51,23 @@ void svc_product_soldout_mark(svc_product *p);
 void svc_product_soldout_clear(svc_product *p);
 /* Whether p is known sold out within the last window_us. */
 int svc_product_soldout_known(svc_product *p, int64_t window_us);
+
+/* The last product read's body (--product-cache-ms): a malloc'd copy in
+ * *out (the caller frees it) when it is younger than max_age_us and
+ * nothing changed p on this instance since (an order, a hold's end, a
+ * restock: svc_product_changed); 0 when there is none (or no memory). */
+int svc_product_view_get(svc_product *p, int64_t max_age_us, char **out, size_t *len);
+/* Keeps a copy of body as p's view, read from the stores at read_at_us,
+ * when p's `changes` were `changes` (read before the stores were). */
+void svc_product_view_put(svc_product *p, const char *body, size_t len, int64_t read_at_us,
+                          uint64_t changes);
+/* This instance changed p's stock or orders: its view is old. */
+static inline void svc_product_changed(svc_product *p) {
+    atomic_fetch_add_explicit(&p->changes, 1, memory_order_relaxed);
+}
+static inline uint64_t svc_product_changes(svc_product *p) {
+    return atomic_load_explicit(&p->changes, memory_order_relaxed);
+}
 
 /* Finds a product: cache first, then the database (on the calling thread's
  * connection). Returns DB_OK, DB_NOTFOUND or DB_ERROR. */

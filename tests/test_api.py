@@ -395,3 +395,26 @@ def test_strategies_list(ctx):
             assert created.json["error"] == "strategy_unavailable", created
             assert "--" + x["needs"][-1] in created.json["message"], created
             assert s.get("/v1/products/s-" + name).status == 404
+
+
+def test_product_reads_are_at_most_50ms_old(ctx):
+    """GET /v1/products/{sku} is answered again from memory for
+    --product-cache-ms (50 ms) after a read of the stores; a change made on
+    the same instance shows at once, one made on another instance within
+    that bound."""
+    redis = ctx.redis()
+    db = ctx.path("orders.db")
+    s1, s2 = ctx.service(redis, db=db), ctx.service(redis, db=db)
+    s1.create_product("pc", 10)
+    assert s2.product("pc")["stock_available"] == 10
+    assert s2.order("pc", "a").status == 201
+    assert s2.product("pc")["stock_available"] == 9          # its own write: at once
+    assert s1.product("pc")["stock_available"] == 9
+    assert s2.order("pc", "b").status == 201                  # on s2: s1's view is old
+    t0 = time.time()
+    harness_wait = __import__("harness").wait_until
+    harness_wait(lambda: s1.product("pc")["stock_available"] == 8, 2, step=0.005,
+                 what="s1 to see s2's order")
+    waited = time.time() - t0
+    print("    s1 saw the order placed on s2 %.0f ms later" % (waited * 1000))
+    assert waited < 1.0, waited

@@ -47,6 +47,8 @@ static void reply_redis_down(http_req *r, svc_app *a, const char *why) {
  * (stock_initial - sold) and "stock_source" says so. */
 static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, int after_write,
                           const char *const *extra_headers) {
+    int64_t read_at = clock_mono_us();        /* the figures are at least this recent, */
+    uint64_t changes = svc_product_changes(p);   /* and no older than these changes */
     db *d = svc_thread_db(a);
     stock_conn *sc = svc_thread_stock(a);
     db_product dp;
@@ -109,7 +111,19 @@ static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, i
         json_object_set_new(j, "warning", json_sprintf("UNSAFE: %s oversells by design (%s); "
                                                        "a demonstration, never for a real sale",
                                                        si->name, si->about));
-    http_reply_json(r, status, j, extra_headers);
+    char *text = j && status == 200 && !after_write && a->cfg.product_cache_ms > 0
+                     ? json_dumps(j, JSON_COMPACT) : NULL;
+    size_t len = text ? strlen(text) : 0;
+    char *body = text ? realloc(text, len + 2) : NULL;
+    if (!body) {                              /* not kept: answered as any JSON */
+        free(text);
+        http_reply_json(r, status, j, extra_headers);
+        return;
+    }
+    json_decref(j);
+    memcpy(body + len, "\n", 2);
+    svc_product_view_put(p, body, len + 1, read_at, changes);   /* the next reads, for a moment */
+    http_reply_take(r, status, "application/json; charset=utf-8", body, len + 1, extra_headers);
 }
 
 /* Finds the product of a job, answering 404/503 when it cannot. */
@@ -231,8 +245,18 @@ static void product_get_job(api_job *j) {
 
 static void product_get(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
+    svc_product *p;
+    char *body;
+    size_t len;
     if (!svc_valid_sku(params[0])) {
         api_reply_unknown_sku(r, params[0]);
+        return;
+    }
+    /* Read from the stores less than --product-cache-ms ago: the same body,
+     * from here (the page a flash sale's buyers refresh without end). */
+    if (a->cfg.product_cache_ms > 0 && (p = svc_product_cache_get(a->products, params[0])) &&
+        svc_product_view_get(p, (int64_t)a->cfg.product_cache_ms * 1000, &body, &len)) {
+        http_reply_take(r, 200, "application/json; charset=utf-8", body, len, NULL);
         return;
     }
     api_job *j = api_job_new(r, a, NULL);
@@ -243,6 +267,7 @@ static void product_get(http_req *r, const char *const *params, void *ud) {
 
 /* The restock is in SQLite: make the Redis copy take it (or rebuild it). */
 static void restock_redis(svc_app *a, db *d, svc_product *p, long long qty, int committed_unseen) {
+    svc_product_changed(p);
     svc_product_soldout_clear(p);             /* units came: this instance sells at once */
     stock_conn *sc = svc_thread_stock(a);
     if (!stock_strategy_about(p->strategy)->uses_redis) return;

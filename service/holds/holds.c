@@ -82,6 +82,7 @@ static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (req[i].given) {
             atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
+            svc_product_changed(o[i].p);
             svc_product_soldout_clear(o[i].p);
         }
         if (req[i].result == STOCK_MISSING) svc_repair_request_rebuild(a->repair, o[i].p);
@@ -97,7 +98,8 @@ static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
 }
 
 /* Counts an ended hold in the metrics. */
-static void count_end(svc_app *a, const db_decision *dc) {
+static void count_end(svc_app *a, svc_product *p, const db_decision *dc) {
+    svc_product_changed(p);
     int k = dc->order.status == DB_ORDER_CONFIRMED ? 0
           : dc->order.status == DB_ORDER_CANCELLED ? 1 : 2;
     atomic_fetch_add(&a->m.holds_ended[k], 1);
@@ -137,7 +139,7 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
      * be, just before the group is queued. */
     dc->now_ms = clock_wall_ms();
     if ((st = db_writer_decide(a->writer, dc)) != DB_OK || !dc->changed) return st;
-    count_end(a, dc);
+    count_end(a, p, dc);
     owed one;
     if (dc->return_gen > 0 && owed_of(&one, p, dc) == 0) {
         give_back(a, svc_thread_stock(a), &one, 1);
@@ -162,6 +164,7 @@ static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed 
         svc_histogram_observe(&a->m.expiry_lag, (now - ex[i].expires_ms) * 1000);
         svc_product *p = NULL;
         if (svc_product_find(a, ex[i].sku, &p) != DB_OK) continue;     /* owed: retried */
+        svc_product_changed(p);
         if (ex[i].return_gen <= 0) {                   /* the db strategies: back already */
             svc_product_soldout_clear(p);
             continue;

@@ -189,6 +189,7 @@ void svc_order_refuse_soldout(svc_app *a, svc_product *p, svc_order_reply_fn *fn
 }
 
 void svc_order_answer(svc_order *op, const db_order *o, int replayed) {
+    if (!replayed) svc_product_changed(op->p);  /* a product read here shows it */
     svc_reply r = { .status = replayed ? 200 : 201,
                     .outcome = replayed ? OUT_REPLAYED : OUT_CREATED, .order = o };
     finish(op, r.outcome);

@@ -90,6 +90,7 @@ int svc_rebuild(svc_app *a, db *d, stock_conn *sc, svc_product *p, int force) {
     }
     atomic_fetch_add(&a->m.rebuilds, 1);
     svc_product_soldout_clear(p);
+    svc_product_changed(p);
     if (loaded == 0)
         svc_log(SVC_LOG_INFO, "rebuilt the Redis stock of %s from SQLite: %lld available "
                 "(stock_initial %lld - sold %lld - held %lld), generation %lld",
