@@ -17,7 +17,8 @@
  *   fl_strategy  the strategies, as the service lists them (client.c)
  *   fl_redis,    the verifier's own reads of Redis and SQLite, by the format
  *   fl_sqlite    in docs/storage.md, never through the service's code (stores.c)
- *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c)
+ *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c);
+ *                the verdict (verdict.c)
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
  *                self-contained report.html (compare.c, report.c)

@@ -26,7 +26,6 @@
  * Each violation carries its size ("oversold by 37 units", "stock reached
  * -12", "3 orders without a 201"); the verdict is PASS only without any. */
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,7 @@
 
 #include "common/clock.h"
 #include "loadtest/loadtest.h"
+#include "loadtest/verify_int.h"
 
 /* ------------------------------------------------------------ stock's home */
 
@@ -160,44 +160,6 @@ void fl_baseline_free(fl_baseline *b) {
     free(b->ids);
     b->ids = NULL;
     b->nids = 0;
-}
-
-static int in_baseline(const fl_baseline *b, const char *id) {
-    return b && b->nids && bsearch(id, b->ids, b->nids, sizeof *b->ids, cmp_id) != NULL;
-}
-
-/* ------------------------------------------------------------- the verdict */
-
-static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...) {
-    vd->pass = 0;
-    vd->nv_total++;
-    if (vd->nv == FL_MAX_VIOLATIONS) return;
-    fl_violation *v = &vd->v[vd->nv++];
-    snprintf(v->vantage, sizeof v->vantage, "%s", vantage);
-    v->size = size;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->what, sizeof v->what, fmt, ap);
-    va_end(ap);
-}
-
-static void note(fl_verdict *vd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void note(fl_verdict *vd, const char *fmt, ...) {
-    size_t n = strlen(vd->notes);
-    if (n + 4 >= sizeof vd->notes) return;
-    if (n) n += (size_t)snprintf(vd->notes + n, sizeof vd->notes - n, "; ");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(vd->notes + n, sizeof vd->notes - n, fmt, ap);
-    va_end(ap);
-}
-
-static void see_stock(fl_verdict *vd, long long v) {
-    if (v < vd->min_stock) vd->min_stock = v;
 }
 
 /* --------------------------------------------------- what the client knows */
@@ -369,10 +331,10 @@ static void check_client_units(const fl_load_result *r, long long run_stock, fl_
     }
     vd->units_201 = units;
     if (units > run_stock)
-        violate(vd, "client", units - run_stock,
+        fl_violate(vd, "client", units - run_stock,
                 "oversold by %lld units: the client holds 201s for %lld units of %lld",
                 units - run_stock, units, run_stock);
-    if (noid) violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
+    if (noid) fl_violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
 }
 
 /* No order id is confirmed by two 201s. */
@@ -384,7 +346,7 @@ static void check_client_ids(const fl_load_result *r, fl_verdict *vd) {
     size_t dup = 0;
     for (size_t i = 1; i < r->ncreated; i++)
         if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
-    if (dup) violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
+    if (dup) fl_violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
     free(c);
 }
 
@@ -407,7 +369,7 @@ static void check_client_keys(const fl_load_result *r, fl_verdict *vd) {
         i = j;
     }
     if (twice)
-        violate(vd, "client", (long long)twice,
+        fl_violate(vd, "client", (long long)twice,
                 "%zu idempotency keys were answered with two different orders", twice);
     free(k);
 }
@@ -430,7 +392,7 @@ static void check_client_limit(const fl_verify_in *in, long long limit, fl_verdi
     user_units worst;
     size_t over = over_limit(u, r->ncreated, limit, &worst);
     if (over)
-        violate(vd, "client", (long long)over,
+        fl_violate(vd, "client", (long long)over,
                 "%zu users got 201s beyond the per-user limit of %lld (%s: %lld units)", over,
                 limit, worst.user, worst.units);
     free(u);
@@ -479,7 +441,7 @@ static void on_row(const char *id, const char *user, int qty, const char *key, v
         x->keys = p;
         snprintf(x->keys[x->nkeys++], FL_KEY_MAX + 1, "%s", key);
     }
-    if (in_baseline(x->base, id)) return;
+    if (fl_baseline_has(x->base, id)) return;
     x->rows_run++;
     x->units_run += qty;
     if ((p = grow_arr(x->seen, &x->capseen, x->nseen, sizeof *x->seen))) {
@@ -503,7 +465,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
     const fl_load_result *r = in->load;
     if (x->without_201 > vd->orders_without_201) vd->orders_without_201 = x->without_201;
     if (x->without_201)
-        violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
+        fl_violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
                 x->explained ? " (beyond those explained by transport errors)" : "");
     sort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
     size_t missing = 0;
@@ -511,7 +473,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
         if (!x->nseen || !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id))
             missing++;
     if (missing)
-        violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
+        fl_violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
                 missing);
     if ((long long)missing > vd->created_without_order) vd->created_without_order = (long long)missing;
     size_t ghost = 0;
@@ -521,16 +483,16 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
              !bsearch(r->replayed[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id)))
             ghost++;
     if (ghost)
-        violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
+        fl_violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
                 ghost);
     if (x->units_all != sold)
-        violate(vd, vantage, llabs(sold - x->units_all),
+        fl_violate(vd, vantage, llabs(sold - x->units_all),
                 "sold says %lld units but the order rows add up to %lld", sold, x->units_all);
     if (limit > 0 && x->nusers) {
         user_units worst;
         size_t over = over_limit(x->users, x->nusers, limit, &worst);
         if (over)
-            violate(vd, vantage, (long long)over,
+            fl_violate(vd, vantage, (long long)over,
                     "%zu users bought beyond the per-user limit of %lld (%s: %lld units)", over,
                     limit, worst.user, worst.units);
     }
@@ -539,7 +501,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
         size_t dup = 0;
         for (size_t i = 1; i < x->nkeys; i++) dup += !strcmp(x->keys[i], x->keys[i - 1]);
         if (dup)
-            violate(vd, vantage, (long long)dup, "%zu idempotency keys appear on two orders", dup);
+            fl_violate(vd, vantage, (long long)dup, "%zu idempotency keys appear on two orders", dup);
     }
     if (x->explained > vd->explained_by_errors) vd->explained_by_errors = x->explained;
 }
@@ -581,28 +543,28 @@ static void check_api_stock(const fl_verify_in *in, const fl_product *p, const p
                             fl_verdict *vd) {
     long long avail = p->stock_available, shown = avail > 0 ? avail : 0;
     long long low = avail < p->min_segment ? avail : p->min_segment;
-    see_stock(vd, avail);
-    see_stock(vd, p->min_segment);
+    fl_see_stock(vd, avail);
+    fl_see_stock(vd, p->min_segment);
     long long over = p->sold + shown - p->stock_initial;
     if (over > 0 && avail > 0)
-        violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
                 over, p->sold, avail, p->stock_initial);
     else if (over > 0)
-        violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
                 p->stock_initial);
-    if (low < 0) violate(vd, "api", low, "stock reached %lld (at the end)", low);
+    if (low < 0) fl_violate(vd, "api", low, "stock reached %lld (at the end)", low);
     long long lost = p->stock_initial - p->sold - shown - (pd->records > 0 ? pd->units : 0);
     if (avail >= 0 && lost > 0) {
-        violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
+        fl_violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
                 "available %lld of %lld)", lost, p->sold, avail, p->stock_initial);
         if (lost > vd->lost) vd->lost = lost;
     }
     const fl_samples *s = in->samples;
     if (!s || !s->n) return;
     long long m = s->min_available < s->min_segment ? s->min_available : s->min_segment;
-    see_stock(vd, m);
+    fl_see_stock(vd, m);
     if (m < 0)
-        violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
+        fl_violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
                 "below zero)", m, (unsigned long long)s->negative, (unsigned long long)s->n);
 }
 
@@ -630,11 +592,11 @@ static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long 
     long long held = pd->records > 0 ? pd->units : 0;
     long long over = sold + shown - initial;
     if (over > 0)
-        violate(vd, "redis", over, "oversold by %lld units: sold %lld (%s) + %lld units in "
+        fl_violate(vd, "redis", over, "oversold by %lld units: sold %lld (%s) + %lld units in "
                 "Redis > stock %lld", over, sold, whose, c->total, initial);
     long long lost = initial - sold - shown - held;
     if (c->total >= 0 && lost > 0) {
-        violate(vd, "redis", lost, "%lld units lost: neither sold (%lld, %s) nor in Redis (%lld) "
+        fl_violate(vd, "redis", lost, "%lld units lost: neither sold (%lld, %s) nor in Redis (%lld) "
                 "nor pending (%lld) of %lld", lost, sold, whose, c->total, held, initial);
         if (lost > vd->lost) vd->lost = lost;
     }
@@ -648,48 +610,48 @@ static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *
     fl_stock_copy c;
     fl_err e;
     if (fl_redis_stock(rd, in->sku, segments, &c, &e)) {
-        note(vd, "redis not checked: %s", e.msg);
+        fl_note(vd, "redis not checked: %s", e.msg);
         return;
     }
     if (c.state != FL_COPY_VALID) {
-        violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
+        fl_violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
                 c.state == FL_COPY_STALE ? "its gen names another Redis process"
                                          : "a gen or stock key is missing");
     } else {
-        see_stock(vd, c.total);
-        see_stock(vd, c.low);
-        if (c.low < 0) violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
+        fl_see_stock(vd, c.total);
+        fl_see_stock(vd, c.low);
+        if (c.low < 0) fl_violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
         if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, "sqlite", vd);
         else check_redis_books(&c, pd, p->stock_initial, p->sold, "api", vd);
         vd->stranded = c.stranded_units;
         if (c.stranded)
-            violate(vd, "redis", c.stranded_units,
+            fl_violate(vd, "redis", c.stranded_units,
                     "%lld units stranded: %d segment%s marked empty in the bitmap still "
                     "hold%s units (first: segment %d); no order can take them",
                     c.stranded_units, c.stranded, c.stranded == 1 ? "" : "s",
                     c.stranded == 1 ? "s" : "", c.stranded_seg);
     }
     if (pd->records > 0)
-        violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
+        fl_violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
                 pd->records, pd->units, in->settle_ms);
     if (pd->unreadable > 0)
-        note(vd, "redis: %lld pending records without a readable quantity", pd->unreadable);
+        fl_note(vd, "redis: %lld pending records without a readable quantity", pd->unreadable);
     if (pd->records >= 0) vd->pending_records = pd->records;
     if (pd->records > 0) vd->pending_units = pd->units;
     const fl_samples *s = in->samples;
     if (s && s->redis_n && s->min_redis_segment < 0)
-        violate(vd, "redis", s->min_redis_segment,
+        fl_violate(vd, "redis", s->min_redis_segment,
                 "a stock key reached %lld while the load ran (%llu of %llu samples below zero)",
                 s->min_redis_segment, (unsigned long long)s->redis_negative,
                 (unsigned long long)s->redis_n);
     if (s && s->redis_stranded) {
         if (s->max_stranded > vd->stranded) vd->stranded = s->max_stranded;
-        violate(vd, "redis", s->max_stranded,
+        fl_violate(vd, "redis", s->max_stranded,
                 "up to %lld units stranded in segments marked empty while the load ran "
                 "(%llu of %llu samples)", s->max_stranded,
                 (unsigned long long)s->redis_stranded, (unsigned long long)s->redis_n);
     }
-    if (s && s->redis_n) see_stock(vd, s->min_redis_segment);
+    if (s && s->redis_n) fl_see_stock(vd, s->min_redis_segment);
     vd->redis_checked = 1;
 }
 
@@ -703,25 +665,25 @@ static void check_db(const fl_verify_in *in, known *k, int home, fl_sqlite_sku *
     known_reset_matches(k);
     int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, on_row, &x, &e);
     if (found <= 0) {
-        if (found < 0) note(vd, "sqlite not checked: %s", e.msg);
-        else note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
+        if (found < 0) fl_note(vd, "sqlite not checked: %s", e.msg);
+        else fl_note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
         rows_free(&x);
         return;
     }
     if (dp.sold > dp.stock_initial)
-        violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
+        fl_violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
                 dp.sold - dp.stock_initial, dp.sold, dp.stock_initial);
     if (home == 0) {
-        see_stock(vd, dp.db_available);
+        fl_see_stock(vd, dp.db_available);
         if (dp.db_available < 0)
-            violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
+            fl_violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
         if (dp.sold + dp.db_available != dp.stock_initial && dp.db_available >= 0)
-            violate(vd, "sqlite", dp.sold + dp.db_available - dp.stock_initial,
+            fl_violate(vd, "sqlite", dp.sold + dp.db_available - dp.stock_initial,
                     "sold %lld + available %lld != stock %lld", dp.sold, dp.db_available,
                     dp.stock_initial);
     }
     if (dp.voided_committed)
-        violate(vd, "sqlite", dp.voided_committed,
+        fl_violate(vd, "sqlite", dp.voided_committed,
                 "%lld orders are both committed and voided", dp.voided_committed);
     check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
     rows_free(&x);
@@ -747,8 +709,8 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     if (fl_product_get(&h, in->sku, &p, e)) goto out;
     fl_err why = { "" };
     rd = open_redis(in->v, &h, &p, &home, &why);
-    if (home < 0) note(vd, "where the stock lives is unknown: %s", why.msg);
-    else if (home == 1 && in->v->redis_url[0] && !rd) note(vd, "redis not checked: %s", why.msg);
+    if (home < 0) fl_note(vd, "where the stock lives is unknown: %s", why.msg);
+    else if (home == 1 && in->v->redis_url[0] && !rd) fl_note(vd, "redis not checked: %s", why.msg);
     if (settle(in, &h, rd, &p, &pd, e)) goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
@@ -766,7 +728,7 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     if (in->v->db_path[0]) check_db(in, &k, home, &dp, vd);
     if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, vd);
     else if (in->v->redis_url[0] && home == 0)
-        note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
+        fl_note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
     long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - p.stock_initial;
     long long over201 = vd->units_201 - run_stock;
     vd->oversold = over > over201 ? over : over201;
@@ -778,53 +740,4 @@ out:
     known_free(&k);
     fl_http_close(&h);
     return rc;
-}
-
-/* ------------------------------------------------------------------ output */
-
-void fl_verdict_print(const fl_verdict *vd, FILE *f) {
-    char seen[64] = "client, api";
-    if (vd->redis_checked) strcat(seen, ", redis");
-    if (vd->db_checked) strcat(seen, ", sqlite");
-    if (vd->pass) {
-        fprintf(f, "verdict    PASS (checked: %s)\n", seen);
-    } else {
-        fprintf(f, "verdict    FAIL: %d invariant%s broken (checked: %s)\n", vd->nv_total,
-                vd->nv_total == 1 ? "" : "s", seen);
-        for (int i = 0; i < vd->nv; i++)
-            fprintf(f, "  [%s] %s\n", vd->v[i].vantage, vd->v[i].what);
-        if (vd->nv_total > vd->nv) fprintf(f, "  ... and %d more\n", vd->nv_total - vd->nv);
-    }
-    if (vd->explained_by_errors)
-        fprintf(f, "note       %lld orders without a 201 match requests that got a transport error\n",
-                vd->explained_by_errors);
-    if (vd->notes[0]) fprintf(f, "note       %s\n", vd->notes);
-}
-
-void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
-    if (vd->pass) {
-        snprintf(out, len, "PASS");
-        return;
-    }
-    /* The headline: one line per kind of damage, the largest of each, so the
-     * same oversell seen from four places is said once. */
-    size_t n = (size_t)snprintf(out, len, "FAIL");
-    const char *kinds[] = { "oversold", "reached", "lost", "stranded", "without a 201",
-                            "not recorded", "no valid", "twice", "two different", "limit",
-                            "add up", "pending", "both committed and voided", NULL };
-    for (int k = 0; kinds[k] && n < len; k++) {
-        int best = -1;
-        for (int i = 0; i < vd->nv; i++) {
-            if (!strstr(vd->v[i].what, kinds[k])) continue;
-            if (best < 0 || llabs(vd->v[i].size) > llabs(vd->v[best].size)) best = i;
-        }
-        if (best < 0) continue;
-        char what[240];
-        snprintf(what, sizeof what, "%s", vd->v[best].what);
-        char *colon = strchr(what, ':');   /* the headline drops the details */
-        if (colon) *colon = '\0';
-        char *paren = strstr(what, " (");
-        if (paren) *paren = '\0';
-        n += (size_t)snprintf(out + n, len - n, "%s %s", n == 4 ? ":" : ";", what);
-    }
 }
