@@ -9,6 +9,8 @@
  *                chunked bodies, pipelined responses (httpresp.c)
  *   fl_hist      log-bucket latency histogram, ~3% resolution, mergeable (hist.c)
  *   fl_zipf      zipf sampler in O(1) memory, for choosing buyers (buyers.c)
+ *   fl_timerq    a min-heap of the buyers' decisions on their holds, due
+ *                later: pay, cancel (timerq.c)
  *   fl_engine    the load: one epoll loop per thread, non-blocking keep-alive
  *                connections, closed loop or open loop at a fixed rate with
  *                latency from each request's scheduled time (engine.c)
@@ -95,6 +97,11 @@ int fl_resp_eof(fl_resp *r);
 /* Whether any byte of the current response has been fed. */
 int fl_resp_started(const fl_resp *r);
 
+/* The time in "key": "YYYY-MM-DDTHH:MM:SS.mmmZ" (the service's RFC 3339
+ * UTC timestamps) found as fl_json_str finds it, in Unix milliseconds; -1
+ * when absent or not in that form. */
+long long fl_json_time_ms(const char *json, size_t len, const char *key);
+
 /* Finds "key": "<string>" in a flat JSON text (the service's compact
  * answers) and copies the string, unescaped of nothing, into out. Returns
  * its length, or -1 when absent or longer than outlen - 1. */
@@ -154,6 +161,45 @@ void fl_zipf_init(fl_zipf *z, uint64_t n, double s);
 /* A rank in 1..n. */
 uint64_t fl_zipf_next(const fl_zipf *z, fl_rng *r);
 
+/* What a buyer does with a hold (a reserved order): nothing (abandons it:
+ * it expires), pays (the payment system confirms it) or cancels it. */
+enum { FL_ABANDON = 0, FL_PAY = 1, FL_CANCEL = 2 };
+
+#define FL_THINK_SHARE 0.8       /* a buyer decides within this share of the hold */
+
+/* FL_PAY with probability pay, FL_CANCEL with probability cancel, else
+ * FL_ABANDON (pay + cancel <= 1). */
+int fl_decide(fl_rng *r, double pay, double cancel);
+/* How long a buyer thinks before paying or cancelling a hold of
+ * hold_seconds: uniform in [0, FL_THINK_SHARE * hold_seconds), in us. */
+int64_t fl_think_us(fl_rng *r, int hold_seconds);
+
+/* ------------------------------------------------------- decisions due later */
+
+/* A buyer's decision on one hold, to be sent at `at`. */
+typedef struct fl_due {
+    int64_t at;                  /* monotonic us */
+    char order_id[27];
+    uint8_t action;              /* FL_PAY, FL_CANCEL */
+    uint16_t qty;
+    uint32_t user;
+} fl_due;
+
+/* A binary min-heap by `at`: push and pop in O(log n), the earliest in O(1).
+ * One per load thread, touched only by it. Zeroed: empty. */
+typedef struct fl_timerq {
+    fl_due *h;
+    size_t n, cap;
+} fl_timerq;
+
+/* Adds d. Returns 0, or -1 out of memory (d is not added). */
+int fl_timerq_push(fl_timerq *q, const fl_due *d);
+/* The earliest entry, or NULL when empty. */
+const fl_due *fl_timerq_peek(const fl_timerq *q);
+/* Removes the earliest entry into *out (q must not be empty). */
+void fl_timerq_pop(fl_timerq *q, fl_due *out);
+void fl_timerq_free(fl_timerq *q);
+
 /* ------------------------------------------------------------------ targets */
 
 #define FL_MAX_TARGETS 8
@@ -196,6 +242,12 @@ typedef struct fl_load_opts {
     double retry;                /* share of orders that replay an earlier key */
     char key_tag[24];            /* makes this run's keys unique */
     uint64_t seed;
+    /* Holds: the product's hold_seconds (0: its orders are confirmed at
+     * once); after each 201 a buyer pays (a confirm with `token`) or cancels
+     * (as the buyer) after thinking (fl_think_us), or abandons the hold. */
+    int hold_seconds;
+    double pay, cancel;          /* shares of the 201s; the rest abandon */
+    char token[256];             /* admin bearer token for the confirms ("" none) */
 } fl_load_opts;
 
 /* Defaults: 64 connections, 2 threads, 10 s timeout, 1000 uniform users,
@@ -217,6 +269,19 @@ typedef struct fl_lost_rec {
     uint16_t qty;
     uint64_t key;
 } fl_lost_rec;
+
+/* A buyer's decision on a hold, and the answer (one per 201 of a product
+ * with holds). */
+typedef struct fl_decision_rec {
+    char order_id[27];
+    uint8_t action;              /* FL_ABANDON, FL_PAY, FL_CANCEL */
+    uint16_t qty;
+    uint32_t user;
+    int16_t status;              /* the answer's; 0: sent, no answer; -1: never sent */
+    char code[24];               /* a refusal's error code ("" otherwise) */
+    long long decided_ms;        /* a 200's confirmed_at / cancelled_at (Unix ms; -1 none) */
+    long long expires_ms;        /* a 200's expires_at (-1 none) */
+} fl_decision_rec;
 
 typedef struct fl_code_count {
     char code[40];
@@ -247,6 +312,10 @@ typedef struct fl_load_result {
     fl_lost_rec *lost;           /* transport errors after sending */
     size_t nlost;
     char key_tag[24];
+    fl_decision_rec *decisions;  /* holds: one per 201, in no order */
+    size_t ndecisions;
+    fl_hist decision_hist;       /* latency of the confirms and cancels */
+    int64_t start_wall_ms;       /* the wall clock at the start (Unix ms) */
 } fl_load_result;
 
 void fl_load_result_free(fl_load_result *r);
@@ -308,6 +377,8 @@ typedef struct fl_product {
     long long per_user_limit;
     long long stock_initial, stock_available, sold;
     long long min_segment;       /* lowest of segment_available */
+    int hold_seconds;            /* 0: no holds (absent: an older service) */
+    long long held;              /* units of reserved holds */
 } fl_product;
 
 /* What a run creates. */
@@ -319,6 +390,7 @@ typedef struct fl_product_spec {
     long long per_user_limit;
     int cs_delay_ms;             /* fault injection (0: not sent) */
     int lock_ttl_ms;             /* fault injection (0: not sent) */
+    int hold_seconds;            /* holds (0: not sent) */
 } fl_product_spec;
 
 /* POST /v1/products. Returns 0, or -1 with the service's answer in e. */

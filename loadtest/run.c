@@ -113,6 +113,7 @@ static int drive(const fl_run_opts *o, fl_engine *g, fl_sampler *s, fl_err *e) {
 int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e) {
     memset(res, 0, sizeof *res);
     fl_hist_reset(&res->load.hist);
+    fl_hist_reset(&res->load.decision_hist);
     fl_load_opts lo = o->load;
     fl_product_spec spec = o->product;
     fl_baseline base = { 0 };
@@ -124,6 +125,8 @@ int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e) {
     if (!lo.get_path) {
         if (setup_product(o, &h, &spec, &res->product, e)) goto out;
         lo.sku = spec.sku;
+        lo.hold_seconds = res->product.hold_seconds;     /* the product's, created or found */
+        snprintf(lo.token, sizeof lo.token, "%s", o->vantage.token);
         if (o->verify && fl_baseline_take(&h, spec.sku, &base, e)) goto out;
         if (o->verify && !(s = fl_sampler_new(&o->vantage, &res->product, e))) goto out;
     }
