@@ -261,10 +261,7 @@ int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e) {
     return 0;
 }
 
-long fl_orders_each(fl_http *h, const char *sku,
-                    void (*fn)(const char *order_id, const char *user_id, int quantity,
-                               const char *idem_key, void *ud),
-                    void *ud, fl_err *e) {
+long fl_orders_each(fl_http *h, const char *sku, fl_row_fn fn, void *ud, fl_err *e) {
     char after[40] = "";
     long total = 0;
     for (int page = 0; page < 1000000; page++) {
@@ -289,7 +286,9 @@ long fl_orders_each(fl_http *h, const char *sku,
             const char *id = json_string_value(json_object_get(o, "order_id"));
             const char *user = json_string_value(json_object_get(o, "user_id"));
             const char *key = json_string_value(json_object_get(o, "idempotency_key"));
-            fn(id ? id : "", user ? user : "", (int)jint(o, "quantity"), key ? key : "", ud);
+            const char *state = json_string_value(json_object_get(o, "status"));
+            fn(id ? id : "", user ? user : "", (int)jint(o, "quantity"), key ? key : "",
+               state ? state : "", ud);
             total++;
         }
         const char *next = json_string_value(json_object_get(j, "next"));

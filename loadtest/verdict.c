@@ -2,9 +2,9 @@
  * point and size, the notes on what could not be checked, and how they
  * are printed, as one line per violation or one headline for a table.
  *
- * Kept apart from the checks so that every file of checks records into
- * one verdict the same way, each calling down to this file and never to
- * another file of checks. */
+ * Kept apart from the checks so that every file of checks (verify.c, and
+ * holds.c for holds) records into one verdict the same way, each calling
+ * down to this file and never to the other. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +76,10 @@ void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
     size_t n = (size_t)snprintf(out, len, "FAIL");
     const char *kinds[] = { "oversold", "reached", "lost", "stranded", "without a 201",
                             "not recorded", "no valid", "twice", "two different", "limit",
-                            "add up", "pending", "both committed and voided", NULL };
+                            "add up", "pending", "both committed and voided",
+                            "ended otherwise", "deadline", "still reserved", "still owe",
+                            "marked returned", "never given back", "not sold again",
+                            "held says", "no hold", "payment_ref", NULL };
     for (int k = 0; kinds[k] && n < len; k++) {
         int best = -1;
         for (int i = 0; i < vd->nv; i++) {

@@ -23,6 +23,10 @@
  * transport error for a request that could have created it: matched by
  * idempotency key when the row has one of ours, else by (user, quantity).
  *
+ * A product with holds is first given time to settle (every hold ended,
+ * its units back); its sold units are then the confirmed orders', and
+ * holds.c checks each hold's end against what its buyer was told.
+ *
  * Each violation carries its size ("oversold by 37 units", "stock reached
  * -12", "3 orders without a 201"); the verdict is PASS only without any. */
 #include <limits.h>
@@ -84,6 +88,7 @@ void fl_sampler_sample(fl_sampler *s) {
         if (p.stock_available < s->s.min_available) s->s.min_available = p.stock_available;
         if (p.min_segment < s->s.min_segment) s->s.min_segment = p.min_segment;
         if (p.stock_available < 0 || p.min_segment < 0) s->s.negative++;
+        if (p.stock_available <= 0 && !s->s.first_empty_ms) s->s.first_empty_ms = clock_wall_ms();
     } else {
         s->s.errors++;
     }
@@ -117,10 +122,12 @@ typedef struct id_list {
     long long units;
 } id_list;
 
-static void collect_id(const char *id, const char *user, int qty, const char *key, void *ud) {
+static void collect_id(const char *id, const char *user, int qty, const char *key,
+                       const char *state, void *ud) {
     id_list *l = ud;
     (void)user;
     (void)key;
+    (void)state;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
         void *p = realloc(l->ids, cap * sizeof *l->ids);
@@ -321,8 +328,11 @@ static size_t over_limit(user_units *u, size_t n, long long limit, user_units *w
     return over;
 }
 
-/* Units confirmed by 201s never exceed what was for sale. */
-static void check_client_units(const fl_load_result *r, long long run_stock, fl_verdict *vd) {
+/* Units confirmed by 201s never exceed what was for sale (with holds, a
+ * 201 is a reservation whose units may come back and sell again: the
+ * confirms answered 200 are checked instead, by holds.c). */
+static void check_client_units(const fl_load_result *r, long long run_stock, int holds,
+                               fl_verdict *vd) {
     long long units = 0;
     size_t noid = 0;
     for (size_t i = 0; i < r->ncreated; i++) {
@@ -330,7 +340,7 @@ static void check_client_units(const fl_load_result *r, long long run_stock, fl_
         if (!r->created[i].order_id[0]) noid++;
     }
     vd->units_201 = units;
-    if (units > run_stock)
+    if (units > run_stock && !holds)
         fl_violate(vd, "client", units - run_stock,
                 "oversold by %lld units: the client holds 201s for %lld units of %lld",
                 units - run_stock, units, run_stock);
@@ -374,23 +384,31 @@ static void check_client_keys(const fl_load_result *r, fl_verdict *vd) {
     free(k);
 }
 
-static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict *vd) {
-    check_client_units(in->load, run_stock, vd);
+static void check_client(const fl_verify_in *in, const fl_holds *hx, long long run_stock,
+                         fl_verdict *vd) {
+    check_client_units(in->load, run_stock, hx->on, vd);
     check_client_ids(in->load, vd);
     check_client_keys(in->load, vd);
+    fl_holds_check_client(hx, run_stock, vd);
 }
 
-static void check_client_limit(const fl_verify_in *in, long long limit, fl_verdict *vd) {
+/* The units the client was told each user bought: every 201, or with
+ * holds those whose confirm was answered 200 (a cancelled or expired hold
+ * does not count toward the limit). */
+static void check_client_limit(const fl_verify_in *in, const fl_holds *hx, long long limit,
+                               fl_verdict *vd) {
     const fl_load_result *r = in->load;
     if (limit <= 0 || !r->ncreated) return;
     user_units *u = malloc(r->ncreated * sizeof *u);
     if (!u) return;
+    size_t n = 0;
     for (size_t i = 0; i < r->ncreated; i++) {
-        snprintf(u[i].user, sizeof u[i].user, "u%u", r->created[i].user);
-        u[i].units = r->created[i].qty;
+        if (hx->on && !fl_holds_paid(hx, r->created[i].order_id)) continue;
+        snprintf(u[n].user, sizeof u[n].user, "u%u", r->created[i].user);
+        u[n++].units = r->created[i].qty;
     }
     user_units worst;
-    size_t over = over_limit(u, r->ncreated, limit, &worst);
+    size_t over = over_limit(u, n, limit, &worst);
     if (over)
         fl_violate(vd, "client", (long long)over,
                 "%zu users got 201s beyond the per-user limit of %lld (%s: %lld units)", over,
@@ -405,13 +423,15 @@ typedef struct rows_ctx {
     known *k;
     const fl_baseline *base;
     const char *tag;
+    fl_holds *hx;                /* the product's holds (inert without) */
+    fl_hold_rows hr;             /* the rows as holds see them */
     char (*seen)[27];            /* row ids of this run, to find 201s without a row */
     size_t nseen, capseen;
     user_units *users;
     size_t nusers, capusers;
     char (*keys)[FL_KEY_MAX + 1];
     size_t nkeys, capkeys;
-    long long units_all;         /* every row, baseline included */
+    long long units_all;         /* every row sold (confirmed), baseline included */
     long long units_run;
     long long rows_run;
     long long without_201, explained;
@@ -427,11 +447,16 @@ static void *grow_arr(void *p, size_t *cap, size_t n, size_t elem) {
     return q;
 }
 
-static void on_row(const char *id, const char *user, int qty, const char *key, void *ud) {
+static void on_row(const char *id, const char *user, int qty, const char *key,
+                   const char *state, void *ud) {
     rows_ctx *x = ud;
+    int this_run = !fl_baseline_has(x->base, id);
     snprintf(x->last, sizeof x->last, "%s", id);
-    x->units_all += qty;
-    void *p = grow_arr(x->users, &x->capusers, x->nusers, sizeof *x->users);
+    fl_holds_row(x->hx, &x->hr, id, qty, state, this_run);
+    if (fl_holds_sold_state(state)) x->units_all += qty;
+    void *p = fl_holds_counts_for_limit(state)
+                  ? grow_arr(x->users, &x->capusers, x->nusers, sizeof *x->users)
+                  : NULL;
     if (p) {
         x->users = p;
         snprintf(x->users[x->nusers].user, sizeof x->users[x->nusers].user, "%s", user);
@@ -441,7 +466,7 @@ static void on_row(const char *id, const char *user, int qty, const char *key, v
         x->keys = p;
         snprintf(x->keys[x->nkeys++], FL_KEY_MAX + 1, "%s", key);
     }
-    if (fl_baseline_has(x->base, id)) return;
+    if (!this_run) return;
     x->rows_run++;
     x->units_run += qty;
     if ((p = grow_arr(x->seen, &x->capseen, x->nseen, sizeof *x->seen))) {
@@ -487,7 +512,9 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
                 ghost);
     if (x->units_all != sold)
         fl_violate(vd, vantage, llabs(sold - x->units_all),
-                "sold says %lld units but the order rows add up to %lld", sold, x->units_all);
+                "sold says %lld units but the %sorder rows add up to %lld", sold,
+                x->hx->on ? "confirmed " : "", x->units_all);
+    fl_holds_check_rows(x->hx, &x->hr, vantage, sold - (in->base ? in->base->p.sold : 0), vd);
     if (limit > 0 && x->nusers) {
         user_units worst;
         size_t over = over_limit(x->users, x->nusers, limit, &worst);
@@ -537,26 +564,38 @@ static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, fl_product *
 
 /* ------------------------------------------------------------- vantages */
 
+/* " + held <n>" when units are held, for the books' messages ("" else:
+ * a product without holds reads as it always did). */
+static const char *held_text(long long held, char *buf, size_t len) {
+    if (!held) return "";
+    snprintf(buf, len, " + held %lld", held);
+    return buf;
+}
+
 /* The product's numbers: nothing oversold, nothing below zero (now or in
- * any sample), nothing lost beyond what is still pending. */
+ * any sample), nothing lost beyond what is still pending; held units
+ * (holds still reserved) are neither. */
 static void check_api_stock(const fl_verify_in *in, const fl_product *p, const pend *pd,
                             fl_verdict *vd) {
     long long avail = p->stock_available, shown = avail > 0 ? avail : 0;
     long long low = avail < p->min_segment ? avail : p->min_segment;
+    char hb[48];
+    const char *ht = held_text(p->held, hb, sizeof hb);
     fl_see_stock(vd, avail);
     fl_see_stock(vd, p->min_segment);
-    long long over = p->sold + shown - p->stock_initial;
+    long long over = p->sold + p->held + shown - p->stock_initial;
     if (over > 0 && avail > 0)
-        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
-                over, p->sold, avail, p->stock_initial);
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld%s + available %lld > stock "
+                   "%lld", over, p->sold, ht, avail, p->stock_initial);
     else if (over > 0)
-        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
-                p->stock_initial);
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld%s > stock %lld", over,
+                   p->sold, ht, p->stock_initial);
     if (low < 0) fl_violate(vd, "api", low, "stock reached %lld (at the end)", low);
-    long long lost = p->stock_initial - p->sold - shown - (pd->records > 0 ? pd->units : 0);
+    long long lost = p->stock_initial - p->sold - p->held - shown -
+                     (pd->records > 0 ? pd->units : 0);
     if (avail >= 0 && lost > 0) {
-        fl_violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
-                "available %lld of %lld)", lost, p->sold, avail, p->stock_initial);
+        fl_violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld%s + "
+                "available %lld of %lld)", lost, p->sold, ht, avail, p->stock_initial);
         if (lost > vd->lost) vd->lost = lost;
     }
     const fl_samples *s = in->samples;
@@ -570,8 +609,8 @@ static void check_api_stock(const fl_verify_in *in, const fl_product *p, const p
 
 /* GET /v1/orders?sku= against the 201s. Returns 0, or -1 with e set. */
 static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *p, known *k,
-                          fl_verdict *vd, fl_err *e) {
-    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+                          fl_holds *hx, fl_verdict *vd, fl_err *e) {
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag, .hx = hx };
     known_reset_matches(k);
     int rc = -1;
     if (fl_orders_each(h, in->sku, on_row, &x, e) >= 0) {
@@ -585,19 +624,24 @@ static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *
 }
 
 /* The copy against the books: what is in Redis plus what pending records
- * hold out is what is left to sell (stock_initial - sold, by `whose`). */
+ * hold out is what is left to sell (stock_initial - sold - held, by
+ * `whose`): every cancelled or expired hold's units are back, once. */
 static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long initial,
-                              long long sold, const char *whose, fl_verdict *vd) {
+                              long long sold, long long held, const char *whose,
+                              fl_verdict *vd) {
     long long shown = c->total > 0 ? c->total : 0;
-    long long held = pd->records > 0 ? pd->units : 0;
-    long long over = sold + shown - initial;
+    long long pending = pd->records > 0 ? pd->units : 0;
+    char hb[48];
+    const char *ht = held_text(held, hb, sizeof hb);
+    long long over = sold + held + shown - initial;
     if (over > 0)
-        fl_violate(vd, "redis", over, "oversold by %lld units: sold %lld (%s) + %lld units in "
-                "Redis > stock %lld", over, sold, whose, c->total, initial);
-    long long lost = initial - sold - shown - held;
+        fl_violate(vd, "redis", over, "oversold by %lld units: sold %lld%s (%s) + %lld units in "
+                "Redis > stock %lld", over, sold, ht, whose, c->total, initial);
+    long long lost = initial - sold - held - shown - pending;
     if (c->total >= 0 && lost > 0) {
-        fl_violate(vd, "redis", lost, "%lld units lost: neither sold (%lld, %s) nor in Redis (%lld) "
-                "nor pending (%lld) of %lld", lost, sold, whose, c->total, held, initial);
+        fl_violate(vd, "redis", lost, "%lld units lost: neither sold (%lld%s, %s) nor in Redis "
+                "(%lld) nor pending (%lld) of %lld", lost, sold, ht, whose, c->total, pending,
+                initial);
         if (lost > vd->lost) vd->lost = lost;
     }
 }
@@ -605,7 +649,8 @@ static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long 
 /* Redis, read by its documented format. The books (stock_initial, sold)
  * are SQLite's as read by us when we read it (db), else the API's (p). */
 static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *p,
-                        const fl_sqlite_sku *db, const pend *pd, fl_verdict *vd) {
+                        const fl_sqlite_sku *db, const pend *pd, const fl_holds *hx,
+                        fl_verdict *vd) {
     int segments = p->segments > 0 ? p->segments : 1;
     fl_stock_copy c;
     fl_err e;
@@ -621,8 +666,9 @@ static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *
         fl_see_stock(vd, c.total);
         fl_see_stock(vd, c.low);
         if (c.low < 0) fl_violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
-        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, "sqlite", vd);
-        else check_redis_books(&c, pd, p->stock_initial, p->sold, "api", vd);
+        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, db->held, "sqlite", vd);
+        else check_redis_books(&c, pd, p->stock_initial, p->sold, p->held, "api", vd);
+        fl_holds_check_returned(hx, rd, c.gen, vd);
         vd->stranded = c.stranded_units;
         if (c.stranded)
             fl_violate(vd, "redis", c.stranded_units,
@@ -655,37 +701,49 @@ static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *
     vd->redis_checked = 1;
 }
 
+/* A hold row of SQLite, for holds.c (ud: the rows' context). */
+static void on_hold(const fl_hold_row *h, void *ud) {
+    rows_ctx *x = ud;
+    fl_holds_on_hold(x->hx, h, !fl_baseline_has(x->base, h->order_id));
+}
+
 /* The SQLite file, read-only, by its documented schema. home: where the
  * service says the product's stock lives (0: SQLite, the db strategies). */
-static void check_db(const fl_verify_in *in, known *k, int home, fl_sqlite_sku *out,
+static void check_db(const fl_verify_in *in, known *k, fl_holds *hx, int home, fl_sqlite_sku *out,
                      fl_verdict *vd) {
-    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag, .hx = hx };
     fl_sqlite_sku dp;
     fl_err e;
     known_reset_matches(k);
-    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, on_row, &x, &e);
+    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, hx->on ? on_hold : NULL, on_row, &x,
+                               &e);
     if (found <= 0) {
         if (found < 0) fl_note(vd, "sqlite not checked: %s", e.msg);
         else fl_note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
         rows_free(&x);
         return;
     }
-    if (dp.sold > dp.stock_initial)
-        fl_violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
-                dp.sold - dp.stock_initial, dp.sold, dp.stock_initial);
+    char hb[48];
+    const char *ht = held_text(dp.held, hb, sizeof hb);
+    long long out_of_stock = dp.sold + dp.held;
+    if (out_of_stock > dp.stock_initial)
+        fl_violate(vd, "sqlite", out_of_stock - dp.stock_initial, "oversold by %lld units: %lld "
+                   "sold%s of %lld", out_of_stock - dp.stock_initial, dp.sold, ht,
+                   dp.stock_initial);
     if (home == 0) {
         fl_see_stock(vd, dp.db_available);
         if (dp.db_available < 0)
             fl_violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
-        if (dp.sold + dp.db_available != dp.stock_initial && dp.db_available >= 0)
-            fl_violate(vd, "sqlite", dp.sold + dp.db_available - dp.stock_initial,
-                    "sold %lld + available %lld != stock %lld", dp.sold, dp.db_available,
+        if (out_of_stock + dp.db_available != dp.stock_initial && dp.db_available >= 0)
+            fl_violate(vd, "sqlite", out_of_stock + dp.db_available - dp.stock_initial,
+                    "sold %lld%s + available %lld != stock %lld", dp.sold, ht, dp.db_available,
                     dp.stock_initial);
     }
     if (dp.voided_committed)
         fl_violate(vd, "sqlite", dp.voided_committed,
                 "%lld orders are both committed and voided", dp.voided_committed);
     check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
+    fl_holds_check_db(hx, &x.hr, &dp, vd);
     rows_free(&x);
     *out = dp;
     vd->db_checked = 1;
@@ -698,19 +756,28 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     fl_http h;
     fl_http_init(&h, &in->v->api, in->v->token, 10000);
     known k;
+    fl_holds hx;
     fl_product p;
     pend pd = { 0, 0, 0 };
     int rc = -1, home = -1;
     fl_redis *rd = NULL;
+    memset(&hx, 0, sizeof hx);
     if (known_init(&k, in->load)) {
         fl_errf(e, "out of memory");
         goto out;
     }
     if (fl_product_get(&h, in->sku, &p, e)) goto out;
+    if (fl_holds_init(&hx, in, p.hold_seconds)) {
+        fl_errf(e, "out of memory");
+        goto out;
+    }
+    vd->holds.hold_seconds = p.hold_seconds;
+    vd->holds.returned_fields = -1;
     fl_err why = { "" };
     rd = open_redis(in->v, &h, &p, &home, &why);
     if (home < 0) fl_note(vd, "where the stock lives is unknown: %s", why.msg);
     else if (home == 1 && in->v->redis_url[0] && !rd) fl_note(vd, "redis not checked: %s", why.msg);
+    if (fl_holds_settle(&hx, &h, &p, vd, e)) goto out;
     if (settle(in, &h, rd, &p, &pd, e)) goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
@@ -720,23 +787,28 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     vd->initial = run_stock;
     vd->sold = p.sold - base_sold;
     vd->available = p.stock_available;
-    check_client(in, run_stock, vd);
-    check_client_limit(in, p.per_user_limit, vd);
+    check_client(in, &hx, run_stock, vd);
+    check_client_limit(in, &hx, p.per_user_limit, vd);
     check_api_stock(in, &p, &pd, vd);
-    if (check_api_rows(in, &h, &p, &k, vd, e)) goto out;
+    if (check_api_rows(in, &h, &p, &k, &hx, vd, e)) goto out;
     fl_sqlite_sku dp;
-    if (in->v->db_path[0]) check_db(in, &k, home, &dp, vd);
-    if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, vd);
+    if (in->v->db_path[0]) check_db(in, &k, &hx, home, &dp, vd);
+    if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, &hx, vd);
     else if (in->v->redis_url[0] && home == 0)
         fl_note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
-    long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - p.stock_initial;
-    long long over201 = vd->units_201 - run_stock;
+    long long shown = p.stock_available > 0 ? p.stock_available : 0;
+    long long over = p.sold + p.held + shown - p.stock_initial;
+    /* What the buyers were told was theirs: every 201, or with holds the
+     * confirms answered 200. */
+    long long told = hx.on ? hx.paid_units : vd->units_201;
+    long long over201 = told - run_stock;
     vd->oversold = over > over201 ? over : over201;
     if (vd->oversold < 0) vd->oversold = 0;
     if (vd->min_stock == LLONG_MAX) vd->min_stock = p.stock_available;
     rc = 0;
 out:
     fl_redis_close(rd);
+    fl_holds_free(&hx);
     known_free(&k);
     fl_http_close(&h);
     return rc;
