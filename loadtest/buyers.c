@@ -5,7 +5,11 @@
  * the way they do there. The sampler is rejection-inversion (Hörmann and
  * Derflinger, "Rejection-inversion to generate variates from monotone
  * discrete distributions", 1996), as in Apache Commons RNG: O(1) memory and
- * about one uniform draw per variate, for any number of users. */
+ * about one uniform draw per variate, for any number of users.
+ *
+ * What a buyer then does with a hold (pay, cancel or abandon it) and how
+ * long it thinks first are drawn here too, from the load thread's own
+ * generator, so a seed replays the same decisions. */
 #include <assert.h>
 #include <math.h>
 
@@ -71,4 +75,16 @@ uint64_t fl_zipf_next(const fl_zipf *z, fl_rng *r) {
             return k;
     }
     return 1;                     /* the acceptance rate is > 0.9: never reached */
+}
+
+int fl_decide(fl_rng *r, double pay, double cancel) {
+    double u = fl_rng_unit(r);
+    if (u < pay) return FL_PAY;
+    if (u < pay + cancel) return FL_CANCEL;
+    return FL_ABANDON;
+}
+
+int64_t fl_think_us(fl_rng *r, int hold_seconds) {
+    double span = FL_THINK_SHARE * hold_seconds * 1e6;
+    return (int64_t)(fl_rng_unit(r) * span);
 }

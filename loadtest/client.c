@@ -205,6 +205,7 @@ int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e) {
     if (s->strategy[0]) json_object_set_new(j, "strategy", json_string(s->strategy));
     if (s->cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(s->cs_delay_ms));
     if (s->lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(s->lock_ttl_ms));
+    if (s->hold_seconds) json_object_set_new(j, "hold_seconds", json_integer(s->hold_seconds));
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!body) return fl_errf(e, "out of memory");
@@ -248,6 +249,8 @@ int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e) {
     p->stock_initial = jint(j, "stock_initial");
     p->stock_available = jint(j, "stock_available");
     p->sold = jint(j, "sold");
+    p->hold_seconds = (int)jint(j, "hold_seconds");
+    p->held = jint(j, "held");
     json_t *segs = json_object_get(j, "segment_available");
     p->min_segment = p->stock_available;
     for (size_t i = 0; i < json_array_size(segs); i++) {
@@ -258,10 +261,7 @@ int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e) {
     return 0;
 }
 
-long fl_orders_each(fl_http *h, const char *sku,
-                    void (*fn)(const char *order_id, const char *user_id, int quantity,
-                               const char *idem_key, void *ud),
-                    void *ud, fl_err *e) {
+long fl_orders_each(fl_http *h, const char *sku, fl_row_fn fn, void *ud, fl_err *e) {
     char after[40] = "";
     long total = 0;
     for (int page = 0; page < 1000000; page++) {
@@ -286,7 +286,9 @@ long fl_orders_each(fl_http *h, const char *sku,
             const char *id = json_string_value(json_object_get(o, "order_id"));
             const char *user = json_string_value(json_object_get(o, "user_id"));
             const char *key = json_string_value(json_object_get(o, "idempotency_key"));
-            fn(id ? id : "", user ? user : "", (int)jint(o, "quantity"), key ? key : "", ud);
+            const char *state = json_string_value(json_object_get(o, "status"));
+            fn(id ? id : "", user ? user : "", (int)jint(o, "quantity"), key ? key : "",
+               state ? state : "", ud);
             total++;
         }
         const char *next = json_string_value(json_object_get(j, "next"));

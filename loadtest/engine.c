@@ -16,7 +16,17 @@
  *
  * Every order request carries who bought what, so the verifier can match
  * each 201 to an order row, and each transport error (sent, never answered)
- * is kept as a possible explanation for a row without a 201. */
+ * is kept as a possible explanation for a row without a 201.
+ *
+ * Holds: a 201 of a product with holds is a reserved order, and its buyer
+ * decides what to do with it: pay (the confirm the payment system would
+ * send, with the admin token), cancel it (as the buyer), or abandon it.
+ * Paying and cancelling come after a think time, so they go into the
+ * thread's timer queue (timerq.c) and are sent, when due, on the next idle
+ * connection, ahead of new orders; the loop never waits for them. When the
+ * orders stop, the decisions still due are sent (the buyers are still
+ * deciding), each at most the timeout late, then the threads end. Every
+ * decision and its answer is recorded for the verifier. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +44,7 @@
 #include "loadtest/loadtest.h"
 
 #define READ_BUF (64 * 1024)
-#define WBUF 768
+#define WBUF 1024
 #define RING 1024                 /* recent keys a replay may pick from */
 #define BODY_KEEP 1024            /* order answers are ~200 bytes */
 #define TICK_US 50000             /* housekeeping: stop checks, timeouts */
@@ -46,6 +56,7 @@ typedef struct req_info {
     uint32_t user;
     uint16_t qty;
     uint8_t replay;
+    uint8_t action;               /* 0: an order; FL_PAY, FL_CANCEL: a decision on dec_id */
 } req_info;
 
 typedef enum cstate { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY } cstate;
@@ -61,6 +72,7 @@ typedef struct conn {
     int64_t retry_at_us;          /* C_DOWN: connect again from then */
     size_t wlen, woff;
     req_info req;
+    char dec_id[27];              /* the order a decision is about */
     fl_resp resp;
     char wbuf[WBUF];
 } conn;
@@ -86,7 +98,8 @@ typedef struct worker {
     unsigned ring_n, ring_pos;
     int64_t last_answer, last_created;
     fl_load_result r;             /* this thread's, merged at the end */
-    size_t cap_created, cap_replayed, cap_lost;
+    size_t cap_created, cap_replayed, cap_lost, cap_decisions;
+    fl_timerq due;                /* buyers' decisions not yet sent */
     /* Read by the progress caller. */
     atomic_uint_fast64_t l_answered, l_2xx, l_201, l_409, l_429, l_5xx, l_other, l_errors;
     atomic_int l_open;
@@ -101,6 +114,7 @@ struct fl_engine {
     worker *w;
     int nw;
     int64_t t0;
+    int64_t t0_wall_ms;
     atomic_uint_fast64_t issued;
     atomic_int stop;
     atomic_int connected_ever;
@@ -159,9 +173,67 @@ static void push_order(worker *w, fl_order_rec **arr, size_t *n, size_t *cap, co
     (void)w;
 }
 
+/* Appends a decision on order id with status (0: sent, no answer; -1:
+ * never sent). NULL when out of memory: the verifier then sees a hold end
+ * it cannot explain. */
+static fl_decision_rec *push_decision(worker *w, const char *id, int action, uint32_t user,
+                                      uint16_t qty, int status) {
+    fl_decision_rec *a = grow(w->r.decisions, &w->cap_decisions, w->r.ndecisions, sizeof *a);
+    if (!a) return NULL;
+    w->r.decisions = a;
+    fl_decision_rec *d = &a[w->r.ndecisions++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->order_id, sizeof d->order_id, "%s", id);
+    d->action = (uint8_t)action;
+    d->user = user;
+    d->qty = qty;
+    d->status = (int16_t)status;
+    d->decided_ms = d->expires_ms = -1;
+    return d;
+}
+
+/* A confirm or cancel was answered: records what the answer says (a 200's
+ * times, a refusal's code). */
+static void record_decision(worker *w, conn *c, int64_t now) {
+    const fl_resp *rs = &c->resp;
+    const char *body = rs->body ? rs->body : "";
+    int st = rs->status < 600 ? rs->status : 599;
+    fl_hist_record(&w->r.decision_hist, now > c->start_us ? (uint64_t)(now - c->start_us) : 0);
+    fl_decision_rec *d = push_decision(w, c->dec_id, c->req.action, c->req.user, c->req.qty, st);
+    if (!d) return;
+    if (st == 200) {
+        d->decided_ms = fl_json_time_ms(body, rs->body_len,
+                                        c->req.action == FL_PAY ? "confirmed_at" : "cancelled_at");
+        d->expires_ms = fl_json_time_ms(body, rs->body_len, "expires_at");
+    } else if (fl_json_str(body, rs->body_len, "error", d->code, sizeof d->code) < 0) {
+        snprintf(d->code, sizeof d->code, "http_%d", st);
+    }
+}
+
+/* The buyer of a new hold decides what to do with it: an abandon is
+ * recorded at once, a payment or a cancel is queued for when the buyer
+ * has thought it over. */
+static void schedule_decision(worker *w, const conn *c, const char *id, int64_t now) {
+    const fl_load_opts *o = &w->g->o;
+    if (o->hold_seconds <= 0 || !id[0]) return;
+    int action = fl_decide(&w->rng, o->pay, o->cancel);
+    if (action == FL_ABANDON) {
+        push_decision(w, id, FL_ABANDON, c->req.user, c->req.qty, -1);
+        return;
+    }
+    fl_due d = { .at = now + fl_think_us(&w->rng, o->hold_seconds), .action = (uint8_t)action,
+                 .qty = c->req.qty, .user = c->req.user };
+    snprintf(d.order_id, sizeof d.order_id, "%s", id);
+    if (fl_timerq_push(&w->due, &d)) push_decision(w, id, action, d.user, d.qty, -1);
+}
+
 static void record_answer(worker *w, conn *c, int64_t now) {
     const fl_resp *rs = &c->resp;
     fl_load_result *r = &w->r;
+    if (c->req.action) {
+        record_decision(w, c, now);
+        return;
+    }
     uint64_t lat = now > c->start_us ? (uint64_t)(now - c->start_us) : 0;
     int st = rs->status < 600 ? rs->status : 599;
     fl_hist_record(&r->hist, lat);
@@ -186,6 +258,7 @@ static void record_answer(worker *w, conn *c, int64_t now) {
         if (st == 201) {
             push_order(w, &r->created, &r->ncreated, &w->cap_created, c, buf);
             w->last_created = now;
+            schedule_decision(w, c, buf, now);
         } else push_order(w, &r->replayed, &r->nreplayed, &w->cap_replayed, c, buf);
     } else if (st >= 400) {
         if (fl_json_str(rs->body ? rs->body : "", rs->body_len, "error", buf, sizeof buf) < 0)
@@ -200,7 +273,7 @@ static void record_answer(worker *w, conn *c, int64_t now) {
 
 static req_info pick(worker *w) {
     const fl_load_opts *o = &w->g->o;
-    req_info q = { FL_NO_KEY, 0, 1, 0 };
+    req_info q = { FL_NO_KEY, 0, 1, 0, 0 };
     if (o->get_path) return q;
     if (o->idem && o->retry > 0 && w->ring_n && fl_rng_unit(&w->rng) < o->retry) {
         q = w->ring[fl_rng_below(&w->rng, w->ring_n)];
@@ -248,6 +321,28 @@ static void build(worker *w, conn *c) {
     c->wlen = (size_t)n;
 }
 
+/* Writes a decision's request into c->wbuf: a confirm, as the payment
+ * system sends it (the admin token; the payment_ref names the order), or
+ * a cancel by the buyer. */
+static void build_decision(worker *w, conn *c) {
+    const fl_load_opts *o = &w->g->o;
+    char body[96], auth[300] = "";
+    int bl;
+    if (c->req.action == FL_PAY) {
+        bl = snprintf(body, sizeof body, "{\"payment_ref\":\"pay-%s\"}", c->dec_id);
+        if (o->token[0]) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", o->token);
+    } else {
+        bl = snprintf(body, sizeof body, "{\"user_id\":\"u%u\"}", c->req.user);
+    }
+    int n = snprintf(c->wbuf, sizeof c->wbuf,
+                     "POST /v1/orders/%s/%s HTTP/1.1\r\nHost: %s\r\n%s"
+                     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                     c->dec_id, c->req.action == FL_PAY ? "confirm" : "cancel", c->t->hostport,
+                     auth, bl, body);
+    assert(n > 0 && (size_t)n < sizeof c->wbuf);
+    c->wlen = (size_t)n;
+}
+
 /* ----------------------------------------------------------- connections */
 
 static void set_events(worker *w, conn *c, int out) {
@@ -271,7 +366,9 @@ static void push_down(worker *w, conn *c, int64_t retry_at) {
 static void conn_close(worker *w, conn *c, int64_t now, int failed_request, int timed_out) {
     if (c->st == C_BUSY) {
         w->busy--;
-        if (failed_request) {
+        if (failed_request && c->req.action) {
+            push_decision(w, c->dec_id, c->req.action, c->req.user, c->req.qty, 0);
+        } else if (failed_request) {
             w->r.transport_errors++;
             if (timed_out) w->r.timeouts++;
             atomic_fetch_add_explicit(&w->l_errors, 1, memory_order_relaxed);
@@ -412,10 +509,8 @@ static int take_budget(worker *w, int64_t now) {
     return 1;
 }
 
-static void issue(worker *w, conn *c, int64_t start, int64_t now) {
-    assert(c->st == C_IDLE);
-    c->req = pick(w);
-    build(w, c);
+/* Puts the request built in c on the wire; its latency counts from start. */
+static void send_request(worker *w, conn *c, int64_t start, int64_t now) {
     c->st = C_BUSY;
     c->woff = 0;
     c->start_us = start;
@@ -423,6 +518,29 @@ static void issue(worker *w, conn *c, int64_t start, int64_t now) {
     fl_resp_reset(&c->resp);
     w->busy++;
     conn_flush(w, c, now);
+}
+
+/* Sends the next order on the idle connection c. */
+static void issue(worker *w, conn *c, int64_t start, int64_t now) {
+    assert(c->st == C_IDLE);
+    c->req = pick(w);
+    build(w, c);
+    send_request(w, c, start, now);
+}
+
+/* Sends decision d on the idle connection c. */
+static void issue_decision(worker *w, conn *c, const fl_due *d, int64_t now) {
+    assert(c->st == C_IDLE);
+    c->req = (req_info){ FL_NO_KEY, d->user, d->qty, 0, d->action };
+    memcpy(c->dec_id, d->order_id, sizeof c->dec_id);
+    build_decision(w, c);
+    send_request(w, c, now, now);
+}
+
+/* Whether a decision is due now. */
+static int decision_due(const worker *w, int64_t now) {
+    const fl_due *d = fl_timerq_peek(&w->due);
+    return d && d->at <= now;
 }
 
 /* A whole answer is in: record it, then reuse or replace the connection. */
@@ -434,6 +552,12 @@ static void on_answer(worker *w, conn *c, int64_t now) {
     }
     w->busy--;
     c->st = C_IDLE;
+    if (decision_due(w, now)) {     /* a buyer's decision goes first */
+        fl_due d;
+        fl_timerq_pop(&w->due, &d);
+        issue_decision(w, c, &d, now);
+        return;
+    }
     if (w->g->o.rate <= 0 && take_budget(w, now)) {
         issue(w, c, now, now);     /* closed loop: straight on */
         return;
@@ -520,6 +644,34 @@ static void dispatch(worker *w, int64_t now) {
     }
 }
 
+/* Sends the decisions that are due, each on an idle connection, ahead of
+ * new orders. One that found no connection within the timeout of its time
+ * is given up, recorded as never sent (its hold then expires). */
+static void dispatch_decisions(worker *w, int64_t now) {
+    const fl_due *top;
+    while ((top = fl_timerq_peek(&w->due)) && top->at <= now) {
+        fl_due d;
+        if (now - top->at > w->g->o.timeout_us) {
+            fl_timerq_pop(&w->due, &d);
+            push_decision(w, d.order_id, d.action, d.user, d.qty, -1);
+            continue;
+        }
+        conn *c = pop_idle(w);
+        if (!c) return;
+        fl_timerq_pop(&w->due, &d);
+        issue_decision(w, c, &d, now);
+    }
+}
+
+/* The load was stopped: the decisions not yet sent never will be. */
+static void drop_decisions(worker *w) {
+    while (w->due.n) {
+        fl_due d;
+        fl_timerq_pop(&w->due, &d);
+        push_decision(w, d.order_id, d.action, d.user, d.qty, -1);
+    }
+}
+
 /* Fails requests and connects that have waited longer than the timeout. */
 static void scan_timeouts(worker *w, int64_t now) {
     for (int i = 0; i < w->nconns; i++) {
@@ -539,14 +691,16 @@ static void update_stopping(worker *w, int64_t now) {
 /* How long epoll may sleep, in microseconds. */
 static int64_t wait_for(worker *w, int64_t now) {
     int64_t t = w->busy || w->connecting ? w->scan_every : TICK_US;
+    const fl_due *d = fl_timerq_peek(&w->due);
+    if (d && w->nidle && d->at - now < t) t = d->at - now;
     if (!w->stopping) {
         if (w->stop_at && w->stop_at - now < t) t = w->stop_at - now;
         if (w->g->o.rate > 0 && w->nidle && (int64_t)w->next_sched - now < t)
             t = (int64_t)w->next_sched - now;
-        if (w->ndown && w->connecting < w->g->o.connect_burst) {
-            int64_t r = w->conns[w->down[w->down_head]].retry_at_us - now;
-            if (r < t) t = r;
-        }
+    }
+    if ((!w->stopping || d) && w->ndown && w->connecting < w->g->o.connect_burst) {
+        int64_t r = w->conns[w->down[w->down_head]].retry_at_us - now;
+        if (r < t) t = r;
     }
     return t < 0 ? 0 : t;
 }
@@ -570,12 +724,12 @@ static void *worker_main(void *arg) {
     int64_t hard_end = 0;
     for (;;) {
         int64_t now = clock_mono_us();
-        if (!w->stopping) {
-            start_connects(w, now);
-            dispatch(w, now);       /* first: what fell due before the end goes out */
-        }
+        if (!w->stopping || w->due.n) start_connects(w, now);
+        dispatch_decisions(w, now);
+        if (!w->stopping) dispatch(w, now);   /* first: what fell due before the end goes out */
         update_stopping(w, now);
-        if (w->stopping) {
+        if (w->stopping && atomic_load(&w->g->stop)) drop_decisions(w);
+        if (w->stopping && !w->due.n) {       /* no order to send, no buyer still deciding */
             if (!hard_end) {
                 hard_end = now + w->g->o.timeout_us + 1000000;
                 count_backlog(w);
@@ -619,6 +773,7 @@ static void worker_free(worker *w) {
     free(w->conns);
     free(w->idle);
     free(w->down);
+    fl_timerq_free(&w->due);
     fl_load_result_free(&w->r);
     pthread_mutex_destroy(&w->live_mu);
 }
@@ -630,6 +785,7 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     pthread_mutex_init(&w->live_mu, NULL);
     fl_hist_reset(&w->live);
     fl_hist_reset(&w->r.hist);
+    fl_hist_reset(&w->r.decision_hist);
     w->nconns = o->connections / g->nw + (id < o->connections % g->nw);
     w->conns = calloc((size_t)w->nconns, sizeof *w->conns);
     w->idle = calloc((size_t)w->nconns, sizeof *w->idle);
@@ -668,6 +824,8 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
         return fl_errf(e, "--quantity must be within 1..1000");
     if (!o->duration_us && !o->requests) return fl_errf(e, "give --duration or --requests");
     if (o->rate < 0) return fl_errf(e, "--rate must be positive");
+    if (o->pay < 0 || o->cancel < 0 || o->pay + o->cancel > 1)
+        return fl_errf(e, "--pay and --cancel are shares: each 0..1, together at most 1");
     return 0;
 }
 
@@ -684,6 +842,7 @@ fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     if (g->o.timeout_us <= 0) g->o.timeout_us = 10000000;
     g->nw = o->threads < o->connections ? o->threads : o->connections;
     g->t0 = clock_mono_us();
+    g->t0_wall_ms = clock_wall_ms();
     for (int i = 0; i < o->ntargets && o->get_path; i++) {
         int n = snprintf(g->get_req[i], sizeof g->get_req[i], "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n",
                          o->get_path, o->targets[i].hostport);
@@ -787,12 +946,17 @@ static void merge_result(fl_load_result *d, const fl_load_result *s) {
     append((void **)&d->created, &d->ncreated, s->created, s->ncreated, sizeof *s->created);
     append((void **)&d->replayed, &d->nreplayed, s->replayed, s->nreplayed, sizeof *s->replayed);
     append((void **)&d->lost, &d->nlost, s->lost, s->nlost, sizeof *s->lost);
+    append((void **)&d->decisions, &d->ndecisions, s->decisions, s->ndecisions,
+           sizeof *s->decisions);
+    fl_hist_merge(&d->decision_hist, &s->decision_hist);
 }
 
 void fl_engine_join(fl_engine *g, fl_load_result *res) {
     memset(res, 0, sizeof *res);
     fl_hist_reset(&res->hist);
+    fl_hist_reset(&res->decision_hist);
     snprintf(res->key_tag, sizeof res->key_tag, "%s", g->o.key_tag);
+    res->start_wall_ms = g->t0_wall_ms;
     int64_t last = g->t0, last_created = g->t0;
     for (int i = 0; i < g->nw; i++) {
         pthread_join(g->w[i].th, NULL);
@@ -811,9 +975,11 @@ void fl_load_result_free(fl_load_result *r) {
     free(r->created);
     free(r->replayed);
     free(r->lost);
+    free(r->decisions);
     r->created = r->replayed = NULL;
     r->lost = NULL;
-    r->ncreated = r->nreplayed = r->nlost = 0;
+    r->decisions = NULL;
+    r->ncreated = r->nreplayed = r->nlost = r->ndecisions = 0;
 }
 
 uint64_t fl_load_code(const fl_load_result *r, const char *code) {

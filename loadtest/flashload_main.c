@@ -62,6 +62,11 @@ static void usage_run(FILE *f) {
 "  --quantity Q | A-B     units per order, fixed or uniform in A..B (%d)\n"
 "  --idempotency          send an Idempotency-Key with every order\n"
 "  --retry SHARE          share 0..1 of orders that replay an earlier key (with its body)\n"
+"  --pay SHARE            holds: share 0..1 of the reserved orders their buyers pay for\n"
+"                         (a confirm with the admin token), after thinking a while\n"
+"                         (uniform within %.0f%% of the hold)\n"
+"  --cancel SHARE         holds: share 0..1 they cancel, likewise; the rest abandon\n"
+"                         theirs (it expires). Every answer is recorded and checked\n"
 "the product (created unless --no-create)\n"
 "  --sku SKU              its SKU (default: a fresh fl-<time>-<n>)\n"
 "  --no-create            use the existing SKU given by --sku\n"
@@ -70,6 +75,7 @@ static void usage_run(FILE *f) {
 "                         default: the service's --strategy)\n"
 "  --segments N           stock segments (%d)\n"
 "  --per-user-limit N     units one user may buy (0: none)\n"
+"  --hold-seconds N       orders are holds of N s, paid, cancelled or expired (0: none)\n"
 "  --cs-delay-ms N        injected pause in the critical section  } the service needs\n"
 "  --lock-ttl-ms N        lease of the lock strategies            } --fault-injection\n"
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
@@ -79,13 +85,15 @@ static void usage_run(FILE *f) {
 "  --key-prefix P         the service's --key-prefix (%s)\n"
 "  --db PATH              also read the SQLite file directly (read-only)\n"
 "  --no-verify            skip it\n"
-"  --settle-ms N          after the load, wait up to N ms for a quiet state (%d)\n"
+"  --settle-ms N          after the load, wait up to N ms for a quiet state (%d;\n"
+"                         with holds, up to the hold more for every hold to end)\n"
 "output\n"
 "  --progress | --quiet   a progress line each second (default: if stderr is a terminal)\n"
 "  --json FILE            also write the results as JSON\n"
 "  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n",
             DEFAULT_TARGET, d.load.connections, d.load.threads, RUN_DURATION_S,
-            d.load.timeout_us / 1e6, d.load.users, d.load.qty_min, d.product.stock,
+            d.load.timeout_us / 1e6, d.load.users, d.load.qty_min, FL_THINK_SHARE * 100,
+            d.product.stock,
             d.product.segments, d.vantage.key_prefix, d.settle_ms);
     usage_exit_codes(f);
 }
@@ -277,6 +285,13 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--retry")) {
             if (num(a, val(argc, argv, &i), 0, 1, &lo->retry)) return -1;
             lo->idem = 1;
+        } else if (!strcmp(a, "--pay")) {
+            if (num(a, val(argc, argv, &i), 0, 1, &lo->pay)) return -1;
+        } else if (!strcmp(a, "--cancel")) {
+            if (num(a, val(argc, argv, &i), 0, 1, &lo->cancel)) return -1;
+        } else if (!strcmp(a, "--hold-seconds")) {
+            if (inum(a, val(argc, argv, &i), 0, 86400, &n)) return -1;
+            o->product.hold_seconds = (int)n;
         } else if (!strcmp(a, "--sku")) {
             if (copy(a, val(argc, argv, &i), o->product.sku, sizeof o->product.sku)) return -1;
         } else if (!strcmp(a, "--no-create")) {
@@ -314,6 +329,10 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
     if (!lo->ntargets && add_target(lo->targets, &lo->ntargets, DEFAULT_TARGET)) return -1;
     if (!have_duration && !lo->requests) lo->duration_us = RUN_DURATION_S * 1000000LL;
     if (!o->create && !o->product.sku[0] && !lo->get_path) return bad("--no-create needs --sku");
+    if (lo->pay + lo->cancel > 1) return bad("--pay and --cancel add up to more than 1");
+    if ((lo->pay > 0 || lo->cancel > 0) && o->create && !o->product.hold_seconds)
+        return bad("--pay and --cancel need --hold-seconds (or --no-create with a product "
+                   "that has holds)");
     if (lo->get_path) o->verify = 0;
     o->vantage.api = lo->targets[0];
     o->progress = progress;

@@ -9,6 +9,8 @@
  *                chunked bodies, pipelined responses (httpresp.c)
  *   fl_hist      log-bucket latency histogram, ~3% resolution, mergeable (hist.c)
  *   fl_zipf      zipf sampler in O(1) memory, for choosing buyers (buyers.c)
+ *   fl_timerq    a min-heap of the buyers' decisions on their holds, due
+ *                later: pay, cancel (timerq.c)
  *   fl_engine    the load: one epoll loop per thread, non-blocking keep-alive
  *                connections, closed loop or open loop at a fixed rate with
  *                latency from each request's scheduled time (engine.c)
@@ -17,7 +19,8 @@
  *   fl_strategy  the strategies, as the service lists them (client.c)
  *   fl_redis,    the verifier's own reads of Redis and SQLite, by the format
  *   fl_sqlite    in docs/storage.md, never through the service's code (stores.c)
- *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c)
+ *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c),
+ *                and those of holds (holds.c); the verdict (verdict.c)
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
  *                self-contained report.html (compare.c, report.c)
@@ -94,6 +97,11 @@ int fl_resp_eof(fl_resp *r);
 /* Whether any byte of the current response has been fed. */
 int fl_resp_started(const fl_resp *r);
 
+/* The time in "key": "YYYY-MM-DDTHH:MM:SS.mmmZ" (the service's RFC 3339
+ * UTC timestamps) found as fl_json_str finds it, in Unix milliseconds; -1
+ * when absent or not in that form. */
+long long fl_json_time_ms(const char *json, size_t len, const char *key);
+
 /* Finds "key": "<string>" in a flat JSON text (the service's compact
  * answers) and copies the string, unescaped of nothing, into out. Returns
  * its length, or -1 when absent or longer than outlen - 1. */
@@ -153,6 +161,45 @@ void fl_zipf_init(fl_zipf *z, uint64_t n, double s);
 /* A rank in 1..n. */
 uint64_t fl_zipf_next(const fl_zipf *z, fl_rng *r);
 
+/* What a buyer does with a hold (a reserved order): nothing (abandons it:
+ * it expires), pays (the payment system confirms it) or cancels it. */
+enum { FL_ABANDON = 0, FL_PAY = 1, FL_CANCEL = 2 };
+
+#define FL_THINK_SHARE 0.8       /* a buyer decides within this share of the hold */
+
+/* FL_PAY with probability pay, FL_CANCEL with probability cancel, else
+ * FL_ABANDON (pay + cancel <= 1). */
+int fl_decide(fl_rng *r, double pay, double cancel);
+/* How long a buyer thinks before paying or cancelling a hold of
+ * hold_seconds: uniform in [0, FL_THINK_SHARE * hold_seconds), in us. */
+int64_t fl_think_us(fl_rng *r, int hold_seconds);
+
+/* ------------------------------------------------------- decisions due later */
+
+/* A buyer's decision on one hold, to be sent at `at`. */
+typedef struct fl_due {
+    int64_t at;                  /* monotonic us */
+    char order_id[27];
+    uint8_t action;              /* FL_PAY, FL_CANCEL */
+    uint16_t qty;
+    uint32_t user;
+} fl_due;
+
+/* A binary min-heap by `at`: push and pop in O(log n), the earliest in O(1).
+ * One per load thread, touched only by it. Zeroed: empty. */
+typedef struct fl_timerq {
+    fl_due *h;
+    size_t n, cap;
+} fl_timerq;
+
+/* Adds d. Returns 0, or -1 out of memory (d is not added). */
+int fl_timerq_push(fl_timerq *q, const fl_due *d);
+/* The earliest entry, or NULL when empty. */
+const fl_due *fl_timerq_peek(const fl_timerq *q);
+/* Removes the earliest entry into *out (q must not be empty). */
+void fl_timerq_pop(fl_timerq *q, fl_due *out);
+void fl_timerq_free(fl_timerq *q);
+
 /* ------------------------------------------------------------------ targets */
 
 #define FL_MAX_TARGETS 8
@@ -195,6 +242,12 @@ typedef struct fl_load_opts {
     double retry;                /* share of orders that replay an earlier key */
     char key_tag[24];            /* makes this run's keys unique */
     uint64_t seed;
+    /* Holds: the product's hold_seconds (0: its orders are confirmed at
+     * once); after each 201 a buyer pays (a confirm with `token`) or cancels
+     * (as the buyer) after thinking (fl_think_us), or abandons the hold. */
+    int hold_seconds;
+    double pay, cancel;          /* shares of the 201s; the rest abandon */
+    char token[256];             /* admin bearer token for the confirms ("" none) */
 } fl_load_opts;
 
 /* Defaults: 64 connections, 2 threads, 10 s timeout, 1000 uniform users,
@@ -216,6 +269,19 @@ typedef struct fl_lost_rec {
     uint16_t qty;
     uint64_t key;
 } fl_lost_rec;
+
+/* A buyer's decision on a hold, and the answer (one per 201 of a product
+ * with holds). */
+typedef struct fl_decision_rec {
+    char order_id[27];
+    uint8_t action;              /* FL_ABANDON, FL_PAY, FL_CANCEL */
+    uint16_t qty;
+    uint32_t user;
+    int16_t status;              /* the answer's; 0: sent, no answer; -1: never sent */
+    char code[24];               /* a refusal's error code ("" otherwise) */
+    long long decided_ms;        /* a 200's confirmed_at / cancelled_at (Unix ms; -1 none) */
+    long long expires_ms;        /* a 200's expires_at (-1 none) */
+} fl_decision_rec;
 
 typedef struct fl_code_count {
     char code[40];
@@ -246,6 +312,10 @@ typedef struct fl_load_result {
     fl_lost_rec *lost;           /* transport errors after sending */
     size_t nlost;
     char key_tag[24];
+    fl_decision_rec *decisions;  /* holds: one per 201, in no order */
+    size_t ndecisions;
+    fl_hist decision_hist;       /* latency of the confirms and cancels */
+    int64_t start_wall_ms;       /* the wall clock at the start (Unix ms) */
 } fl_load_result;
 
 void fl_load_result_free(fl_load_result *r);
@@ -307,6 +377,8 @@ typedef struct fl_product {
     long long per_user_limit;
     long long stock_initial, stock_available, sold;
     long long min_segment;       /* lowest of segment_available */
+    int hold_seconds;            /* 0: no holds (absent: an older service) */
+    long long held;              /* units of reserved holds */
 } fl_product;
 
 /* What a run creates. */
@@ -318,18 +390,21 @@ typedef struct fl_product_spec {
     long long per_user_limit;
     int cs_delay_ms;             /* fault injection (0: not sent) */
     int lock_ttl_ms;             /* fault injection (0: not sent) */
+    int hold_seconds;            /* holds (0: not sent) */
 } fl_product_spec;
 
 /* POST /v1/products. Returns 0, or -1 with the service's answer in e. */
 int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e);
 /* GET /v1/products/{sku}: 0, or -1 with e set. */
 int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e);
+/* An order as a store lists it; state is the order's status (confirmed,
+ * reserved, cancelled, expired), or "" for an order SQLite keeps no hold of
+ * (which is confirmed). */
+typedef void (*fl_row_fn)(const char *order_id, const char *user_id, int quantity,
+                          const char *idem_key, const char *state, void *ud);
 /* Calls fn for every order of sku (GET /v1/orders?sku=, all pages).
  * Returns the number of orders, or -1 with e set. */
-long fl_orders_each(fl_http *h, const char *sku,
-                    void (*fn)(const char *order_id, const char *user_id, int quantity,
-                               const char *idem_key, void *ud),
-                    void *ud, fl_err *e);
+long fl_orders_each(fl_http *h, const char *sku, fl_row_fn fn, void *ud, fl_err *e);
 
 /* -------------------------------------------------------------- strategies */
 
@@ -395,6 +470,10 @@ int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *ou
  * *unreadable. Returns 0, or -1 with e set. */
 int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long *units,
                      long long *unreadable, fl_err *e);
+/* The order ids of sku's `returned` hash (ended holds whose units were
+ * given back to this copy), sorted, into *ids (the caller frees). Returns
+ * 0, or -1 with e set. */
+int fl_redis_returned(fl_redis *r, const char *sku, char (**ids)[27], size_t *n, fl_err *e);
 
 /* What SQLite holds for one SKU, read in one read transaction. */
 typedef struct fl_sqlite_sku {
@@ -406,18 +485,37 @@ typedef struct fl_sqlite_sku {
     long long db_available;      /* the db strategies' stock */
     long long voided_committed;  /* orders both committed and voided */
     int schema_version;          /* PRAGMA user_version */
+    int hold_seconds;            /* schema 6 on; 0 before */
+    long long held;
 } fl_sqlite_sku;
+
+/* A row of `holds` (schema 6), as fl_sqlite_read hands it over. */
+typedef struct fl_hold_row {
+    const char *order_id;
+    int quantity;
+    long long gen;               /* the stock generation it was reserved under */
+    long long expires_ms;
+    const char *state;           /* reserved, confirmed, cancelled, expired */
+    long long decided_ms;        /* -1: NULL (still reserved) */
+    const char *payment_ref;     /* "" : NULL */
+    int owes;                    /* return_gen IS NOT NULL: units not yet back in Redis */
+} fl_hold_row;
 
 #define FL_KEY_MAX 128           /* longest idempotency key (the API's limit) */
 
-/* Opens path read-only and, in one snapshot, reads sku's product row, then
- * calls fn for each of its orders in order_id order. Returns 1 when read, 0
- * when the file has no such SKU, -1 with e set (no such file, not the
- * documented schema, I/O). */
+/* Opens path read-only and, in one snapshot, reads sku's product row,
+ * calls hold (unless NULL; schema 6 on) for each of its holds, then fn for
+ * each of its orders in order_id order. Returns 1 when read, 0 when the
+ * file has no such SKU, -1 with e set (no such file, not the documented
+ * schema, I/O). */
 int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
-                   void (*fn)(const char *order_id, const char *user_id, int quantity,
-                              const char *idem_key, void *ud),
-                   void *ud, fl_err *e);
+                   void (*hold)(const fl_hold_row *h, void *ud), fl_row_fn fn, void *ud,
+                   fl_err *e);
+/* The holds of sku still reserved, and those owing their units to Redis
+ * (return_gen set), read-only in one snapshot: how far the holds are from
+ * settled. Both 0 before schema 6. Returns 0, or -1 with e set. */
+int fl_sqlite_holds_open(const char *path, const char *sku, long long *reserved, long long *owed,
+                         fl_err *e);
 
 /* ------------------------------------------------------------ verification */
 
@@ -452,6 +550,8 @@ typedef struct fl_samples {
     uint64_t redis_stranded;     /* Redis samples with units in segments marked empty */
     long long max_stranded;      /* most such units in one sample */
     uint64_t errors;             /* samples that failed */
+    int64_t first_empty_ms;      /* wall clock of the first API sample with nothing
+                                  * available (Unix ms; 0: none) */
 } fl_samples;
 
 fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e);
@@ -467,6 +567,21 @@ typedef struct fl_violation {
     char what[240];              /* "oversold by 37 units (...)" */
     long long size;
 } fl_violation;
+
+/* What the verifier found of holds (a product with hold_seconds > 0). */
+typedef struct fl_holds_verdict {
+    int hold_seconds;            /* 0: the product has no holds (nothing below is set) */
+    long long confirmed_units;   /* units of the orders confirmed by a 200 */
+    int64_t settle_ms;           /* waited this long for the holds to settle */
+    long long held;              /* API, at the end */
+    int db;                      /* the counts below were read (SQLite) */
+    long long reserved, confirmed, cancelled, expired, owed;   /* this run's holds */
+    long long lag_n, lag_p50_ms, lag_p99_ms, lag_max_ms;       /* expired: decided - due */
+    long long resold;            /* units ordered beyond the stock: came back, sold again */
+    long long after_return;      /* units ordered after the first hold ended */
+    int resale_checked;          /* the run's shape promised a resale: a check */
+    long long returned_fields;   /* Redis `returned` fields (-1: not read) */
+} fl_holds_verdict;
 
 typedef struct fl_verdict {
     int pass;
@@ -487,6 +602,7 @@ typedef struct fl_verdict {
     long long orders_without_201, created_without_order;
     long long explained_by_errors;  /* rows matched to a transport error */
     int api_checked, redis_checked, db_checked;
+    fl_holds_verdict holds;      /* a product with hold_seconds > 0; all 0 otherwise */
     char notes[512];             /* what could not be checked, and why */
 } fl_verdict;
 
@@ -497,6 +613,8 @@ typedef struct fl_verify_in {
     const fl_load_result *load;
     const fl_samples *samples;   /* may be NULL */
     int settle_ms;               /* wait this long at most for a quiet state */
+    const fl_load_opts *lo;      /* how the load ran (NULL: unknown) */
+    int progress;                /* a line per second on stderr while holds settle */
 } fl_verify_in;
 
 /* Reads the product and its orders before a run. */
@@ -509,6 +627,9 @@ int fl_verify(const fl_verify_in *in, fl_verdict *out, fl_err *e);
 void fl_verdict_print(const fl_verdict *vd, FILE *f);
 /* One line: "PASS" or the violations joined by "; ". */
 void fl_verdict_line(const fl_verdict *vd, char *out, size_t len);
+/* The holds' lines: the buyers' decisions and their answers, how the holds
+ * ended, the expiry lag, the units sold again (nothing without holds). */
+void fl_holds_print(const fl_load_result *l, const fl_verdict *vd, FILE *f);
 
 /* --------------------------------------------------------------- one run */
 

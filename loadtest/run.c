@@ -113,6 +113,7 @@ static int drive(const fl_run_opts *o, fl_engine *g, fl_sampler *s, fl_err *e) {
 int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e) {
     memset(res, 0, sizeof *res);
     fl_hist_reset(&res->load.hist);
+    fl_hist_reset(&res->load.decision_hist);
     fl_load_opts lo = o->load;
     fl_product_spec spec = o->product;
     fl_baseline base = { 0 };
@@ -124,6 +125,8 @@ int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e) {
     if (!lo.get_path) {
         if (setup_product(o, &h, &spec, &res->product, e)) goto out;
         lo.sku = spec.sku;
+        lo.hold_seconds = res->product.hold_seconds;     /* the product's, created or found */
+        snprintf(lo.token, sizeof lo.token, "%s", o->vantage.token);
         if (o->verify && fl_baseline_take(&h, spec.sku, &base, e)) goto out;
         if (o->verify && !(s = fl_sampler_new(&o->vantage, &res->product, e))) goto out;
     }
@@ -136,7 +139,7 @@ int fl_run(const fl_run_opts *o, fl_run_result *res, fl_err *e) {
     if (s) fl_sampler_get(s, &res->samples);
     if (o->verify && !lo.get_path) {
         fl_verify_in in = { &o->vantage, spec.sku, &base, &res->load, &res->samples,
-                            o->settle_ms };
+                            o->settle_ms, &lo, o->progress };
         if (fl_verify(&in, &res->verdict, e)) goto out;
         res->verified = 1;
     }
@@ -209,7 +212,46 @@ void fl_run_print(const fl_run_opts *o, const fl_run_result *r, FILE *f) {
     if (r->samples.n)
         fprintf(f, "samples   %llu from the API, %llu from Redis while running\n",
                 (unsigned long long)r->samples.n, (unsigned long long)r->samples.redis_n);
+    fl_holds_print(l, vd, f);
     fl_verdict_print(vd, f);
+}
+
+/* Adds 1 to the integer o[k] (absent: 0). */
+static void json_incr(json_t *o, const char *k) {
+    json_object_set_new(o, k, json_integer(json_integer_value(json_object_get(o, k)) + 1));
+}
+
+/* The holds' part of the JSON: the buyers' decisions, their answers by
+ * "<confirm|cancel> <status>[ <code>]" ("none": no answer, "unsent"), and
+ * what the verifier found. */
+static json_t *holds_json(const fl_load_result *l, const fl_holds_verdict *h) {
+    static const char *const ACTION[] = { "abandon", "pay", "cancel" };
+    json_t *decided = json_pack("{s:i, s:i, s:i}", "pay", 0, "cancel", 0, "abandon", 0);
+    json_t *answers = json_object();
+    for (size_t i = 0; i < l->ndecisions; i++) {
+        const fl_decision_rec *d = &l->decisions[i];
+        if (d->action > FL_CANCEL) continue;
+        json_incr(decided, ACTION[d->action]);
+        if (d->action == FL_ABANDON) continue;
+        char k[64];
+        const char *what = d->action == FL_PAY ? "confirm" : "cancel";
+        if (d->status <= 0) snprintf(k, sizeof k, "%s %s", what, d->status ? "unsent" : "none");
+        else snprintf(k, sizeof k, "%s %d%s%s", what, d->status, d->code[0] ? " " : "", d->code);
+        json_incr(answers, k);
+    }
+    return json_pack("{s:i, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                     "s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:b, s:I}",
+                     "hold_seconds", h->hold_seconds, "reserved", (json_int_t)l->ndecisions,
+                     "decided", decided, "answers", answers, "confirmed_units",
+                     (json_int_t)h->confirmed_units, "settle_ms", (json_int_t)h->settle_ms,
+                     "held", (json_int_t)h->held, "confirmed", (json_int_t)h->confirmed,
+                     "cancelled", (json_int_t)h->cancelled, "expired", (json_int_t)h->expired,
+                     "still_reserved", (json_int_t)h->reserved, "owed", (json_int_t)h->owed,
+                     "expiry_lag_ms", "n", (json_int_t)h->lag_n, "p50", (json_int_t)h->lag_p50_ms,
+                     "p99", (json_int_t)h->lag_p99_ms, "max", (json_int_t)h->lag_max_ms,
+                     "resold", (json_int_t)h->resold, "after_return",
+                     (json_int_t)h->after_return, "resale_checked", h->resale_checked,
+                     "returned_fields", (json_int_t)h->returned_fields);
 }
 
 int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *path,
@@ -251,6 +293,7 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
                                       (json_int_t)vd->oversold, "lost", (json_int_t)vd->lost,
                                       "min_stock", (json_int_t)vd->min_stock, "orders_without_201",
                                       (json_int_t)vd->orders_without_201, "violations", viol));
+        if (vd->holds.hold_seconds) json_object_set_new(j, "holds", holds_json(l, &vd->holds));
     } else {
         json_decref(viol);
     }

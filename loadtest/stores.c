@@ -12,9 +12,12 @@
  * What it reads, per SKU:
  *   Redis   <prefix>{sku}:gen, :empty and :stock:0..n-1 in one MGET (the
  *           copy's validity, its units, and the bitmap of segments marked
- *           empty), and the :pending hash (records, and their "q" units);
- *   SQLite  the products row, the orders rows and the orders that are also
- *           voided, in one read transaction (one snapshot). */
+ *           empty), the :pending hash (records, and their "q" units) and
+ *           the :returned hash (the ended holds given back to this copy);
+ *   SQLite  the products row, the holds rows, the orders rows (with their
+ *           hold's state) and the orders that are also voided, in one read
+ *           transaction (one snapshot); and, while the holds settle, how
+ *           many are still reserved or owe their units to Redis. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,15 +306,97 @@ out:
     return rc;
 }
 
+static int cmp_id27(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Appends the order-id fields of one HSCAN page to *ids; -1 out of memory. */
+static int add_fields(const redisReply *kv, char (**ids)[27], size_t *n, size_t *cap) {
+    for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+        const redisReply *f = kv->element[i];
+        if (f->type != REDIS_REPLY_STRING || f->len != 26) continue;   /* not an order id */
+        if (*n == *cap) {
+            size_t c = *cap ? *cap * 2 : 256;
+            void *p = realloc(*ids, c * sizeof **ids);
+            if (!p) return -1;
+            *ids = p;
+            *cap = c;
+        }
+        memcpy((*ids)[*n], f->str, 26);
+        (*ids)[(*n)++][26] = '\0';
+    }
+    return 0;
+}
+
+/* Reads one HSCAN page of key from *cursor (which it advances) into *ids.
+ * Returns 0, or -1 with e set. */
+static int returned_page(fl_redis *r, const char *key, char *cursor, size_t cursor_len,
+                         char (**ids)[27], size_t *n, size_t *cap, fl_err *e) {
+    redisReply *rep = redisCommand(r->ctx, "HSCAN %s %s COUNT 1000", key, cursor);
+    if (!rep) return redis_fail(r, "HSCAN", e);
+    int rc = -1;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY)
+        fl_errf(e, "redis HSCAN %s: %s", key,
+                rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    else if (add_fields(rep->element[1], ids, n, cap))
+        fl_errf(e, "out of memory");
+    else
+        rc = 0;
+    if (rc == 0) snprintf(cursor, cursor_len, "%s", rep->element[0]->str);
+    freeReplyObject(rep);
+    return rc;
+}
+
+int fl_redis_returned(fl_redis *r, const char *sku, char (**ids)[27], size_t *n, fl_err *e) {
+    char cursor[32] = "0";
+    size_t cap = 0;
+    *ids = NULL;
+    *n = 0;
+    if (redis_ensure(r, e)) return -1;
+    char *key = sku_key(r, sku, "returned", -1);
+    if (!key) return fl_errf(e, "out of memory");
+    int rc = 0;
+    for (long page = 0; page < 10000000; page++) {      /* HSCAN ends: a bound all the same */
+        rc = returned_page(r, key, cursor, sizeof cursor, ids, n, &cap, e);
+        if (rc || !strcmp(cursor, "0")) break;
+    }
+    free(key);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return -1;
+    }
+    if (*n > 1) qsort(*ids, *n, sizeof **ids, cmp_id27);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ SQLite */
 
-/* The documented schema, as this reader needs it: nothing else is read. */
+/* The documented schema, as this reader needs it: nothing else is read.
+ * Holds came with schema 6 (their columns and table are read from then). */
 static const char SQL_PRODUCT[] =
-    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available"
-    " FROM products WHERE sku = ?1";
+    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available,"
+    " 0, 0 FROM products WHERE sku = ?1";
+static const char SQL_PRODUCT6[] =
+    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available,"
+    " hold_seconds, held FROM products WHERE sku = ?1";
 static const char SQL_ORDERS[] =
-    "SELECT order_id, user_id, quantity, coalesce(idempotency_key, '')"
+    "SELECT order_id, user_id, quantity, coalesce(idempotency_key, ''), ''"
     " FROM orders WHERE sku = ?1 ORDER BY order_id";
+static const char SQL_ORDERS6[] =
+    "SELECT o.order_id, o.user_id, o.quantity, coalesce(o.idempotency_key, ''),"
+    " coalesce(h.state, '') FROM orders o LEFT JOIN holds h ON h.order_id = o.order_id"
+    " WHERE o.sku = ?1 ORDER BY o.order_id";
+/* Through orders_by_sku, then each hold by its key: no scan of every hold. */
+static const char SQL_HOLDS[] =
+    "SELECT h.order_id, h.quantity, h.gen, h.expires_ms, h.state, coalesce(h.decided_ms, -1),"
+    " coalesce(h.payment_ref, ''), h.return_gen IS NOT NULL"
+    " FROM orders o JOIN holds h ON h.order_id = o.order_id WHERE o.sku = ?1";
+/* Each through its partial index (holds_due, holds_returning). */
+static const char SQL_HOLDS_RESERVED[] =
+    "SELECT count(*) FROM holds WHERE state = 'reserved' AND sku = ?1";
+static const char SQL_HOLDS_OWED[] =
+    "SELECT count(*) FROM holds WHERE return_gen IS NOT NULL AND sku = ?1";
 static const char SQL_VOIDED_COMMITTED[] =
     "SELECT count(*) FROM orders o JOIN voided_orders v ON v.order_id = o.order_id"
     " WHERE o.sku = ?1";
@@ -339,7 +424,7 @@ static sqlite3_stmt *prepare(sqlite3 *c, const char *sql, const char *sku) {
 /* Reads the product row; 1 found, 0 not, -1 error. */
 static int read_product(sqlite3 *c, const char *path, const char *sku, fl_sqlite_sku *out,
                         fl_err *e) {
-    sqlite3_stmt *s = prepare(c, SQL_PRODUCT, sku);
+    sqlite3_stmt *s = prepare(c, out->schema_version >= 6 ? SQL_PRODUCT6 : SQL_PRODUCT, sku);
     if (!s) return sql_fail(c, path, "products (not the documented schema?)", e);
     int rc = sqlite3_step(s), found = rc == SQLITE_ROW;
     if (found) {
@@ -350,22 +435,39 @@ static int read_product(sqlite3 *c, const char *path, const char *sku, fl_sqlite
         out->sold = sqlite3_column_int64(s, 4);
         out->stock_gen = sqlite3_column_int64(s, 5);
         out->db_available = sqlite3_column_int64(s, 6);
+        out->hold_seconds = sqlite3_column_int(s, 7);
+        out->held = sqlite3_column_int64(s, 8);
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(c, path, "products", e);
     return found;
 }
 
-static int read_orders(sqlite3 *c, const char *path, const char *sku,
-                       void (*fn)(const char *, const char *, int, const char *, void *),
+static int read_orders(sqlite3 *c, const char *path, const char *sku, int version, fl_row_fn fn,
                        void *ud, fl_err *e) {
-    sqlite3_stmt *s = prepare(c, SQL_ORDERS, sku);
+    sqlite3_stmt *s = prepare(c, version >= 6 ? SQL_ORDERS6 : SQL_ORDERS, sku);
     if (!s) return sql_fail(c, path, "orders (not the documented schema?)", e);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        fn(col_text(s, 0), col_text(s, 1), sqlite3_column_int(s, 2), col_text(s, 3), ud);
+        fn(col_text(s, 0), col_text(s, 1), sqlite3_column_int(s, 2), col_text(s, 3),
+           col_text(s, 4), ud);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? 0 : sql_fail(c, path, "orders", e);
+}
+
+static int read_holds(sqlite3 *c, const char *path, const char *sku,
+                      void (*fn)(const fl_hold_row *, void *), void *ud, fl_err *e) {
+    sqlite3_stmt *s = prepare(c, SQL_HOLDS, sku);
+    if (!s) return sql_fail(c, path, "holds (not the documented schema?)", e);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        fl_hold_row h = { col_text(s, 0), sqlite3_column_int(s, 1), sqlite3_column_int64(s, 2),
+                          sqlite3_column_int64(s, 3), col_text(s, 4), sqlite3_column_int64(s, 5),
+                          col_text(s, 6), sqlite3_column_int(s, 7) };
+        fn(&h, ud);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : sql_fail(c, path, "holds", e);
 }
 
 /* A query of one number (sku bound to ?1 unless NULL). */
@@ -379,28 +481,41 @@ static int read_scalar(sqlite3 *c, const char *path, const char *what, const cha
     return rc == SQLITE_ROW ? 0 : sql_fail(c, path, what, e);
 }
 
-int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
-                   void (*fn)(const char *order_id, const char *user_id, int quantity,
-                              const char *idem_key, void *ud),
-                   void *ud, fl_err *e) {
+/* Opens path read-only (the judge must not be able to change what it
+ * judges) and reads its schema version. Returns the connection, or NULL
+ * with e set. */
+static sqlite3 *open_db(const char *path, long long *version, fl_err *e) {
     sqlite3 *c = NULL;
+    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        sql_fail(c, path, "open", e);
+        sqlite3_close(c);
+        return NULL;
+    }
+    sqlite3_busy_timeout(c, 5000);
+    if (read_scalar(c, path, "schema version", "PRAGMA user_version", NULL, version, e)) {
+        sqlite3_close(c);
+        return NULL;
+    }
+    if (*version < 1) {
+        fl_errf(e, "sqlite %s: not a flashsale database (schema version %lld)", path, *version);
+        sqlite3_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
+                   void (*hold)(const fl_hold_row *h, void *ud), fl_row_fn fn, void *ud,
+                   fl_err *e) {
     long long version = 0;
     int rc = -1, in_tx = 0;
     memset(out, 0, sizeof *out);
-    /* Read-only: the judge must not be able to change what it judges. */
-    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        sql_fail(c, path, "open", e);
-        goto out;
-    }
-    sqlite3_busy_timeout(c, 5000);
-    if (read_scalar(c, path, "schema version", "PRAGMA user_version", NULL, &version, e)) goto out;
-    if (version < 1) {
-        fl_errf(e, "sqlite %s: not a flashsale database (schema version %lld)", path, version);
-        goto out;
-    }
+    sqlite3 *c = open_db(path, &version, e);
+    if (!c) return -1;
     out->schema_version = (int)version;
-    /* One transaction: the product row and the order rows are one snapshot,
-     * however many orders there are and whoever writes meanwhile. */
+    /* One transaction: the product row, the holds and the order rows are
+     * one snapshot, however many orders there are and whoever writes
+     * meanwhile. */
     if (sqlite3_exec(c, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
         sql_fail(c, path, "begin", e);
         goto out;
@@ -411,12 +526,34 @@ int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
         rc = found;
         goto out;
     }
-    if (read_orders(c, path, sku, fn, ud, e)) goto out;
+    if (hold && version >= 6 && read_holds(c, path, sku, hold, ud, e)) goto out;
+    if (read_orders(c, path, sku, (int)version, fn, ud, e)) goto out;
     if (read_scalar(c, path, "voided_orders (not the documented schema?)",
                     SQL_VOIDED_COMMITTED, sku, &out->voided_committed, e)) goto out;
     rc = 1;
 out:
     if (in_tx) sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(c);
+    return rc;
+}
+
+int fl_sqlite_holds_open(const char *path, const char *sku, long long *reserved, long long *owed,
+                         fl_err *e) {
+    long long version = 0;
+    int rc = -1;
+    *reserved = *owed = 0;
+    sqlite3 *c = open_db(path, &version, e);
+    if (!c) return -1;
+    if (version < 6) {
+        rc = 0;
+    } else if (sqlite3_exec(c, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        sql_fail(c, path, "begin", e);
+    } else {
+        if (!read_scalar(c, path, "holds", SQL_HOLDS_RESERVED, sku, reserved, e) &&
+            !read_scalar(c, path, "holds", SQL_HOLDS_OWED, sku, owed, e))
+            rc = 0;
+        sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
+    }
     sqlite3_close(c);
     return rc;
 }

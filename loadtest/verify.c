@@ -23,10 +23,13 @@
  * transport error for a request that could have created it: matched by
  * idempotency key when the row has one of ours, else by (user, quantity).
  *
+ * A product with holds is first given time to settle (every hold ended,
+ * its units back); its sold units are then the confirmed orders', and
+ * holds.c checks each hold's end against what its buyer was told.
+ *
  * Each violation carries its size ("oversold by 37 units", "stock reached
  * -12", "3 orders without a 201"); the verdict is PASS only without any. */
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 
 #include "common/clock.h"
 #include "loadtest/loadtest.h"
+#include "loadtest/verify_int.h"
 
 /* ------------------------------------------------------------ stock's home */
 
@@ -84,6 +88,7 @@ void fl_sampler_sample(fl_sampler *s) {
         if (p.stock_available < s->s.min_available) s->s.min_available = p.stock_available;
         if (p.min_segment < s->s.min_segment) s->s.min_segment = p.min_segment;
         if (p.stock_available < 0 || p.min_segment < 0) s->s.negative++;
+        if (p.stock_available <= 0 && !s->s.first_empty_ms) s->s.first_empty_ms = clock_wall_ms();
     } else {
         s->s.errors++;
     }
@@ -117,10 +122,12 @@ typedef struct id_list {
     long long units;
 } id_list;
 
-static void collect_id(const char *id, const char *user, int qty, const char *key, void *ud) {
+static void collect_id(const char *id, const char *user, int qty, const char *key,
+                       const char *state, void *ud) {
     id_list *l = ud;
     (void)user;
     (void)key;
+    (void)state;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
         void *p = realloc(l->ids, cap * sizeof *l->ids);
@@ -160,44 +167,6 @@ void fl_baseline_free(fl_baseline *b) {
     free(b->ids);
     b->ids = NULL;
     b->nids = 0;
-}
-
-static int in_baseline(const fl_baseline *b, const char *id) {
-    return b && b->nids && bsearch(id, b->ids, b->nids, sizeof *b->ids, cmp_id) != NULL;
-}
-
-/* ------------------------------------------------------------- the verdict */
-
-static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void violate(fl_verdict *vd, const char *vantage, long long size, const char *fmt, ...) {
-    vd->pass = 0;
-    vd->nv_total++;
-    if (vd->nv == FL_MAX_VIOLATIONS) return;
-    fl_violation *v = &vd->v[vd->nv++];
-    snprintf(v->vantage, sizeof v->vantage, "%s", vantage);
-    v->size = size;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->what, sizeof v->what, fmt, ap);
-    va_end(ap);
-}
-
-static void note(fl_verdict *vd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void note(fl_verdict *vd, const char *fmt, ...) {
-    size_t n = strlen(vd->notes);
-    if (n + 4 >= sizeof vd->notes) return;
-    if (n) n += (size_t)snprintf(vd->notes + n, sizeof vd->notes - n, "; ");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(vd->notes + n, sizeof vd->notes - n, fmt, ap);
-    va_end(ap);
-}
-
-static void see_stock(fl_verdict *vd, long long v) {
-    if (v < vd->min_stock) vd->min_stock = v;
 }
 
 /* --------------------------------------------------- what the client knows */
@@ -359,8 +328,11 @@ static size_t over_limit(user_units *u, size_t n, long long limit, user_units *w
     return over;
 }
 
-/* Units confirmed by 201s never exceed what was for sale. */
-static void check_client_units(const fl_load_result *r, long long run_stock, fl_verdict *vd) {
+/* Units confirmed by 201s never exceed what was for sale (with holds, a
+ * 201 is a reservation whose units may come back and sell again: the
+ * confirms answered 200 are checked instead, by holds.c). */
+static void check_client_units(const fl_load_result *r, long long run_stock, int holds,
+                               fl_verdict *vd) {
     long long units = 0;
     size_t noid = 0;
     for (size_t i = 0; i < r->ncreated; i++) {
@@ -368,11 +340,11 @@ static void check_client_units(const fl_load_result *r, long long run_stock, fl_
         if (!r->created[i].order_id[0]) noid++;
     }
     vd->units_201 = units;
-    if (units > run_stock)
-        violate(vd, "client", units - run_stock,
+    if (units > run_stock && !holds)
+        fl_violate(vd, "client", units - run_stock,
                 "oversold by %lld units: the client holds 201s for %lld units of %lld",
                 units - run_stock, units, run_stock);
-    if (noid) violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
+    if (noid) fl_violate(vd, "client", (long long)noid, "%zu 201s without an order id", noid);
 }
 
 /* No order id is confirmed by two 201s. */
@@ -384,7 +356,7 @@ static void check_client_ids(const fl_load_result *r, fl_verdict *vd) {
     size_t dup = 0;
     for (size_t i = 1; i < r->ncreated; i++)
         if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
-    if (dup) violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
+    if (dup) fl_violate(vd, "client", (long long)dup, "%zu order ids confirmed twice (201)", dup);
     free(c);
 }
 
@@ -407,30 +379,38 @@ static void check_client_keys(const fl_load_result *r, fl_verdict *vd) {
         i = j;
     }
     if (twice)
-        violate(vd, "client", (long long)twice,
+        fl_violate(vd, "client", (long long)twice,
                 "%zu idempotency keys were answered with two different orders", twice);
     free(k);
 }
 
-static void check_client(const fl_verify_in *in, long long run_stock, fl_verdict *vd) {
-    check_client_units(in->load, run_stock, vd);
+static void check_client(const fl_verify_in *in, const fl_holds *hx, long long run_stock,
+                         fl_verdict *vd) {
+    check_client_units(in->load, run_stock, hx->on, vd);
     check_client_ids(in->load, vd);
     check_client_keys(in->load, vd);
+    fl_holds_check_client(hx, run_stock, vd);
 }
 
-static void check_client_limit(const fl_verify_in *in, long long limit, fl_verdict *vd) {
+/* The units the client was told each user bought: every 201, or with
+ * holds those whose confirm was answered 200 (a cancelled or expired hold
+ * does not count toward the limit). */
+static void check_client_limit(const fl_verify_in *in, const fl_holds *hx, long long limit,
+                               fl_verdict *vd) {
     const fl_load_result *r = in->load;
     if (limit <= 0 || !r->ncreated) return;
     user_units *u = malloc(r->ncreated * sizeof *u);
     if (!u) return;
+    size_t n = 0;
     for (size_t i = 0; i < r->ncreated; i++) {
-        snprintf(u[i].user, sizeof u[i].user, "u%u", r->created[i].user);
-        u[i].units = r->created[i].qty;
+        if (hx->on && !fl_holds_paid(hx, r->created[i].order_id)) continue;
+        snprintf(u[n].user, sizeof u[n].user, "u%u", r->created[i].user);
+        u[n++].units = r->created[i].qty;
     }
     user_units worst;
-    size_t over = over_limit(u, r->ncreated, limit, &worst);
+    size_t over = over_limit(u, n, limit, &worst);
     if (over)
-        violate(vd, "client", (long long)over,
+        fl_violate(vd, "client", (long long)over,
                 "%zu users got 201s beyond the per-user limit of %lld (%s: %lld units)", over,
                 limit, worst.user, worst.units);
     free(u);
@@ -443,13 +423,15 @@ typedef struct rows_ctx {
     known *k;
     const fl_baseline *base;
     const char *tag;
+    fl_holds *hx;                /* the product's holds (inert without) */
+    fl_hold_rows hr;             /* the rows as holds see them */
     char (*seen)[27];            /* row ids of this run, to find 201s without a row */
     size_t nseen, capseen;
     user_units *users;
     size_t nusers, capusers;
     char (*keys)[FL_KEY_MAX + 1];
     size_t nkeys, capkeys;
-    long long units_all;         /* every row, baseline included */
+    long long units_all;         /* every row sold (confirmed), baseline included */
     long long units_run;
     long long rows_run;
     long long without_201, explained;
@@ -465,11 +447,16 @@ static void *grow_arr(void *p, size_t *cap, size_t n, size_t elem) {
     return q;
 }
 
-static void on_row(const char *id, const char *user, int qty, const char *key, void *ud) {
+static void on_row(const char *id, const char *user, int qty, const char *key,
+                   const char *state, void *ud) {
     rows_ctx *x = ud;
+    int this_run = !fl_baseline_has(x->base, id);
     snprintf(x->last, sizeof x->last, "%s", id);
-    x->units_all += qty;
-    void *p = grow_arr(x->users, &x->capusers, x->nusers, sizeof *x->users);
+    fl_holds_row(x->hx, &x->hr, id, qty, state, this_run);
+    if (fl_holds_sold_state(state)) x->units_all += qty;
+    void *p = fl_holds_counts_for_limit(state)
+                  ? grow_arr(x->users, &x->capusers, x->nusers, sizeof *x->users)
+                  : NULL;
     if (p) {
         x->users = p;
         snprintf(x->users[x->nusers].user, sizeof x->users[x->nusers].user, "%s", user);
@@ -479,7 +466,7 @@ static void on_row(const char *id, const char *user, int qty, const char *key, v
         x->keys = p;
         snprintf(x->keys[x->nkeys++], FL_KEY_MAX + 1, "%s", key);
     }
-    if (in_baseline(x->base, id)) return;
+    if (!this_run) return;
     x->rows_run++;
     x->units_run += qty;
     if ((p = grow_arr(x->seen, &x->capseen, x->nseen, sizeof *x->seen))) {
@@ -503,7 +490,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
     const fl_load_result *r = in->load;
     if (x->without_201 > vd->orders_without_201) vd->orders_without_201 = x->without_201;
     if (x->without_201)
-        violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
+        fl_violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
                 x->explained ? " (beyond those explained by transport errors)" : "");
     sort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
     size_t missing = 0;
@@ -511,7 +498,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
         if (!x->nseen || !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id))
             missing++;
     if (missing)
-        violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
+        fl_violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
                 missing);
     if ((long long)missing > vd->created_without_order) vd->created_without_order = (long long)missing;
     size_t ghost = 0;
@@ -521,16 +508,18 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
              !bsearch(r->replayed[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id)))
             ghost++;
     if (ghost)
-        violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
+        fl_violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
                 ghost);
     if (x->units_all != sold)
-        violate(vd, vantage, llabs(sold - x->units_all),
-                "sold says %lld units but the order rows add up to %lld", sold, x->units_all);
+        fl_violate(vd, vantage, llabs(sold - x->units_all),
+                "sold says %lld units but the %sorder rows add up to %lld", sold,
+                x->hx->on ? "confirmed " : "", x->units_all);
+    fl_holds_check_rows(x->hx, &x->hr, vantage, sold - (in->base ? in->base->p.sold : 0), vd);
     if (limit > 0 && x->nusers) {
         user_units worst;
         size_t over = over_limit(x->users, x->nusers, limit, &worst);
         if (over)
-            violate(vd, vantage, (long long)over,
+            fl_violate(vd, vantage, (long long)over,
                     "%zu users bought beyond the per-user limit of %lld (%s: %lld units)", over,
                     limit, worst.user, worst.units);
     }
@@ -539,7 +528,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
         size_t dup = 0;
         for (size_t i = 1; i < x->nkeys; i++) dup += !strcmp(x->keys[i], x->keys[i - 1]);
         if (dup)
-            violate(vd, vantage, (long long)dup, "%zu idempotency keys appear on two orders", dup);
+            fl_violate(vd, vantage, (long long)dup, "%zu idempotency keys appear on two orders", dup);
     }
     if (x->explained > vd->explained_by_errors) vd->explained_by_errors = x->explained;
 }
@@ -575,41 +564,53 @@ static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, fl_product *
 
 /* ------------------------------------------------------------- vantages */
 
+/* " + held <n>" when units are held, for the books' messages ("" else:
+ * a product without holds reads as it always did). */
+static const char *held_text(long long held, char *buf, size_t len) {
+    if (!held) return "";
+    snprintf(buf, len, " + held %lld", held);
+    return buf;
+}
+
 /* The product's numbers: nothing oversold, nothing below zero (now or in
- * any sample), nothing lost beyond what is still pending. */
+ * any sample), nothing lost beyond what is still pending; held units
+ * (holds still reserved) are neither. */
 static void check_api_stock(const fl_verify_in *in, const fl_product *p, const pend *pd,
                             fl_verdict *vd) {
     long long avail = p->stock_available, shown = avail > 0 ? avail : 0;
     long long low = avail < p->min_segment ? avail : p->min_segment;
-    see_stock(vd, avail);
-    see_stock(vd, p->min_segment);
-    long long over = p->sold + shown - p->stock_initial;
+    char hb[48];
+    const char *ht = held_text(p->held, hb, sizeof hb);
+    fl_see_stock(vd, avail);
+    fl_see_stock(vd, p->min_segment);
+    long long over = p->sold + p->held + shown - p->stock_initial;
     if (over > 0 && avail > 0)
-        violate(vd, "api", over, "oversold by %lld units: sold %lld + available %lld > stock %lld",
-                over, p->sold, avail, p->stock_initial);
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld%s + available %lld > stock "
+                   "%lld", over, p->sold, ht, avail, p->stock_initial);
     else if (over > 0)
-        violate(vd, "api", over, "oversold by %lld units: sold %lld > stock %lld", over, p->sold,
-                p->stock_initial);
-    if (low < 0) violate(vd, "api", low, "stock reached %lld (at the end)", low);
-    long long lost = p->stock_initial - p->sold - shown - (pd->records > 0 ? pd->units : 0);
+        fl_violate(vd, "api", over, "oversold by %lld units: sold %lld%s > stock %lld", over,
+                   p->sold, ht, p->stock_initial);
+    if (low < 0) fl_violate(vd, "api", low, "stock reached %lld (at the end)", low);
+    long long lost = p->stock_initial - p->sold - p->held - shown -
+                     (pd->records > 0 ? pd->units : 0);
     if (avail >= 0 && lost > 0) {
-        violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld + "
-                "available %lld of %lld)", lost, p->sold, avail, p->stock_initial);
+        fl_violate(vd, "api", lost, "%lld units lost: neither sold nor available (sold %lld%s + "
+                "available %lld of %lld)", lost, p->sold, ht, avail, p->stock_initial);
         if (lost > vd->lost) vd->lost = lost;
     }
     const fl_samples *s = in->samples;
     if (!s || !s->n) return;
     long long m = s->min_available < s->min_segment ? s->min_available : s->min_segment;
-    see_stock(vd, m);
+    fl_see_stock(vd, m);
     if (m < 0)
-        violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
+        fl_violate(vd, "api", m, "stock reached %lld while the load ran (%llu of %llu samples "
                 "below zero)", m, (unsigned long long)s->negative, (unsigned long long)s->n);
 }
 
 /* GET /v1/orders?sku= against the 201s. Returns 0, or -1 with e set. */
 static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *p, known *k,
-                          fl_verdict *vd, fl_err *e) {
-    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+                          fl_holds *hx, fl_verdict *vd, fl_err *e) {
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag, .hx = hx };
     known_reset_matches(k);
     int rc = -1;
     if (fl_orders_each(h, in->sku, on_row, &x, e) >= 0) {
@@ -623,19 +624,24 @@ static int check_api_rows(const fl_verify_in *in, fl_http *h, const fl_product *
 }
 
 /* The copy against the books: what is in Redis plus what pending records
- * hold out is what is left to sell (stock_initial - sold, by `whose`). */
+ * hold out is what is left to sell (stock_initial - sold - held, by
+ * `whose`): every cancelled or expired hold's units are back, once. */
 static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long initial,
-                              long long sold, const char *whose, fl_verdict *vd) {
+                              long long sold, long long held, const char *whose,
+                              fl_verdict *vd) {
     long long shown = c->total > 0 ? c->total : 0;
-    long long held = pd->records > 0 ? pd->units : 0;
-    long long over = sold + shown - initial;
+    long long pending = pd->records > 0 ? pd->units : 0;
+    char hb[48];
+    const char *ht = held_text(held, hb, sizeof hb);
+    long long over = sold + held + shown - initial;
     if (over > 0)
-        violate(vd, "redis", over, "oversold by %lld units: sold %lld (%s) + %lld units in "
-                "Redis > stock %lld", over, sold, whose, c->total, initial);
-    long long lost = initial - sold - shown - held;
+        fl_violate(vd, "redis", over, "oversold by %lld units: sold %lld%s (%s) + %lld units in "
+                "Redis > stock %lld", over, sold, ht, whose, c->total, initial);
+    long long lost = initial - sold - held - shown - pending;
     if (c->total >= 0 && lost > 0) {
-        violate(vd, "redis", lost, "%lld units lost: neither sold (%lld, %s) nor in Redis (%lld) "
-                "nor pending (%lld) of %lld", lost, sold, whose, c->total, held, initial);
+        fl_violate(vd, "redis", lost, "%lld units lost: neither sold (%lld%s, %s) nor in Redis "
+                "(%lld) nor pending (%lld) of %lld", lost, sold, ht, whose, c->total, pending,
+                initial);
         if (lost > vd->lost) vd->lost = lost;
     }
 }
@@ -643,87 +649,101 @@ static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long 
 /* Redis, read by its documented format. The books (stock_initial, sold)
  * are SQLite's as read by us when we read it (db), else the API's (p). */
 static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *p,
-                        const fl_sqlite_sku *db, const pend *pd, fl_verdict *vd) {
+                        const fl_sqlite_sku *db, const pend *pd, const fl_holds *hx,
+                        fl_verdict *vd) {
     int segments = p->segments > 0 ? p->segments : 1;
     fl_stock_copy c;
     fl_err e;
     if (fl_redis_stock(rd, in->sku, segments, &c, &e)) {
-        note(vd, "redis not checked: %s", e.msg);
+        fl_note(vd, "redis not checked: %s", e.msg);
         return;
     }
     if (c.state != FL_COPY_VALID) {
-        violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
+        fl_violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
                 c.state == FL_COPY_STALE ? "its gen names another Redis process"
                                          : "a gen or stock key is missing");
     } else {
-        see_stock(vd, c.total);
-        see_stock(vd, c.low);
-        if (c.low < 0) violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
-        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, "sqlite", vd);
-        else check_redis_books(&c, pd, p->stock_initial, p->sold, "api", vd);
+        fl_see_stock(vd, c.total);
+        fl_see_stock(vd, c.low);
+        if (c.low < 0) fl_violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
+        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, db->held, "sqlite", vd);
+        else check_redis_books(&c, pd, p->stock_initial, p->sold, p->held, "api", vd);
+        fl_holds_check_returned(hx, rd, c.gen, vd);
         vd->stranded = c.stranded_units;
         if (c.stranded)
-            violate(vd, "redis", c.stranded_units,
+            fl_violate(vd, "redis", c.stranded_units,
                     "%lld units stranded: %d segment%s marked empty in the bitmap still "
                     "hold%s units (first: segment %d); no order can take them",
                     c.stranded_units, c.stranded, c.stranded == 1 ? "" : "s",
                     c.stranded == 1 ? "s" : "", c.stranded_seg);
     }
     if (pd->records > 0)
-        violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
+        fl_violate(vd, "redis", pd->units, "%lld reservations (%lld units) still pending after %d ms",
                 pd->records, pd->units, in->settle_ms);
     if (pd->unreadable > 0)
-        note(vd, "redis: %lld pending records without a readable quantity", pd->unreadable);
+        fl_note(vd, "redis: %lld pending records without a readable quantity", pd->unreadable);
     if (pd->records >= 0) vd->pending_records = pd->records;
     if (pd->records > 0) vd->pending_units = pd->units;
     const fl_samples *s = in->samples;
     if (s && s->redis_n && s->min_redis_segment < 0)
-        violate(vd, "redis", s->min_redis_segment,
+        fl_violate(vd, "redis", s->min_redis_segment,
                 "a stock key reached %lld while the load ran (%llu of %llu samples below zero)",
                 s->min_redis_segment, (unsigned long long)s->redis_negative,
                 (unsigned long long)s->redis_n);
     if (s && s->redis_stranded) {
         if (s->max_stranded > vd->stranded) vd->stranded = s->max_stranded;
-        violate(vd, "redis", s->max_stranded,
+        fl_violate(vd, "redis", s->max_stranded,
                 "up to %lld units stranded in segments marked empty while the load ran "
                 "(%llu of %llu samples)", s->max_stranded,
                 (unsigned long long)s->redis_stranded, (unsigned long long)s->redis_n);
     }
-    if (s && s->redis_n) see_stock(vd, s->min_redis_segment);
+    if (s && s->redis_n) fl_see_stock(vd, s->min_redis_segment);
     vd->redis_checked = 1;
+}
+
+/* A hold row of SQLite, for holds.c (ud: the rows' context). */
+static void on_hold(const fl_hold_row *h, void *ud) {
+    rows_ctx *x = ud;
+    fl_holds_on_hold(x->hx, h, !fl_baseline_has(x->base, h->order_id));
 }
 
 /* The SQLite file, read-only, by its documented schema. home: where the
  * service says the product's stock lives (0: SQLite, the db strategies). */
-static void check_db(const fl_verify_in *in, known *k, int home, fl_sqlite_sku *out,
+static void check_db(const fl_verify_in *in, known *k, fl_holds *hx, int home, fl_sqlite_sku *out,
                      fl_verdict *vd) {
-    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag };
+    rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag, .hx = hx };
     fl_sqlite_sku dp;
     fl_err e;
     known_reset_matches(k);
-    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, on_row, &x, &e);
+    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, hx->on ? on_hold : NULL, on_row, &x,
+                               &e);
     if (found <= 0) {
-        if (found < 0) note(vd, "sqlite not checked: %s", e.msg);
-        else note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
+        if (found < 0) fl_note(vd, "sqlite not checked: %s", e.msg);
+        else fl_note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
         rows_free(&x);
         return;
     }
-    if (dp.sold > dp.stock_initial)
-        violate(vd, "sqlite", dp.sold - dp.stock_initial, "oversold by %lld units: %lld sold of %lld",
-                dp.sold - dp.stock_initial, dp.sold, dp.stock_initial);
+    char hb[48];
+    const char *ht = held_text(dp.held, hb, sizeof hb);
+    long long out_of_stock = dp.sold + dp.held;
+    if (out_of_stock > dp.stock_initial)
+        fl_violate(vd, "sqlite", out_of_stock - dp.stock_initial, "oversold by %lld units: %lld "
+                   "sold%s of %lld", out_of_stock - dp.stock_initial, dp.sold, ht,
+                   dp.stock_initial);
     if (home == 0) {
-        see_stock(vd, dp.db_available);
+        fl_see_stock(vd, dp.db_available);
         if (dp.db_available < 0)
-            violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
-        if (dp.sold + dp.db_available != dp.stock_initial && dp.db_available >= 0)
-            violate(vd, "sqlite", dp.sold + dp.db_available - dp.stock_initial,
-                    "sold %lld + available %lld != stock %lld", dp.sold, dp.db_available,
+            fl_violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
+        if (out_of_stock + dp.db_available != dp.stock_initial && dp.db_available >= 0)
+            fl_violate(vd, "sqlite", out_of_stock + dp.db_available - dp.stock_initial,
+                    "sold %lld%s + available %lld != stock %lld", dp.sold, ht, dp.db_available,
                     dp.stock_initial);
     }
     if (dp.voided_committed)
-        violate(vd, "sqlite", dp.voided_committed,
+        fl_violate(vd, "sqlite", dp.voided_committed,
                 "%lld orders are both committed and voided", dp.voided_committed);
     check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
+    fl_holds_check_db(hx, &x.hr, &dp, vd);
     rows_free(&x);
     *out = dp;
     vd->db_checked = 1;
@@ -736,19 +756,28 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     fl_http h;
     fl_http_init(&h, &in->v->api, in->v->token, 10000);
     known k;
+    fl_holds hx;
     fl_product p;
     pend pd = { 0, 0, 0 };
     int rc = -1, home = -1;
     fl_redis *rd = NULL;
+    memset(&hx, 0, sizeof hx);
     if (known_init(&k, in->load)) {
         fl_errf(e, "out of memory");
         goto out;
     }
     if (fl_product_get(&h, in->sku, &p, e)) goto out;
+    if (fl_holds_init(&hx, in, p.hold_seconds)) {
+        fl_errf(e, "out of memory");
+        goto out;
+    }
+    vd->holds.hold_seconds = p.hold_seconds;
+    vd->holds.returned_fields = -1;
     fl_err why = { "" };
     rd = open_redis(in->v, &h, &p, &home, &why);
-    if (home < 0) note(vd, "where the stock lives is unknown: %s", why.msg);
-    else if (home == 1 && in->v->redis_url[0] && !rd) note(vd, "redis not checked: %s", why.msg);
+    if (home < 0) fl_note(vd, "where the stock lives is unknown: %s", why.msg);
+    else if (home == 1 && in->v->redis_url[0] && !rd) fl_note(vd, "redis not checked: %s", why.msg);
+    if (fl_holds_settle(&hx, &h, &p, vd, e)) goto out;
     if (settle(in, &h, rd, &p, &pd, e)) goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
@@ -758,73 +787,29 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     vd->initial = run_stock;
     vd->sold = p.sold - base_sold;
     vd->available = p.stock_available;
-    check_client(in, run_stock, vd);
-    check_client_limit(in, p.per_user_limit, vd);
+    check_client(in, &hx, run_stock, vd);
+    check_client_limit(in, &hx, p.per_user_limit, vd);
     check_api_stock(in, &p, &pd, vd);
-    if (check_api_rows(in, &h, &p, &k, vd, e)) goto out;
+    if (check_api_rows(in, &h, &p, &k, &hx, vd, e)) goto out;
     fl_sqlite_sku dp;
-    if (in->v->db_path[0]) check_db(in, &k, home, &dp, vd);
-    if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, vd);
+    if (in->v->db_path[0]) check_db(in, &k, &hx, home, &dp, vd);
+    if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, &hx, vd);
     else if (in->v->redis_url[0] && home == 0)
-        note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
-    long long over = p.sold + (p.stock_available > 0 ? p.stock_available : 0) - p.stock_initial;
-    long long over201 = vd->units_201 - run_stock;
+        fl_note(vd, "redis: the %s strategy keeps no stock there", p.strategy);
+    long long shown = p.stock_available > 0 ? p.stock_available : 0;
+    long long over = p.sold + p.held + shown - p.stock_initial;
+    /* What the buyers were told was theirs: every 201, or with holds the
+     * confirms answered 200. */
+    long long told = hx.on ? hx.paid_units : vd->units_201;
+    long long over201 = told - run_stock;
     vd->oversold = over > over201 ? over : over201;
     if (vd->oversold < 0) vd->oversold = 0;
     if (vd->min_stock == LLONG_MAX) vd->min_stock = p.stock_available;
     rc = 0;
 out:
     fl_redis_close(rd);
+    fl_holds_free(&hx);
     known_free(&k);
     fl_http_close(&h);
     return rc;
-}
-
-/* ------------------------------------------------------------------ output */
-
-void fl_verdict_print(const fl_verdict *vd, FILE *f) {
-    char seen[64] = "client, api";
-    if (vd->redis_checked) strcat(seen, ", redis");
-    if (vd->db_checked) strcat(seen, ", sqlite");
-    if (vd->pass) {
-        fprintf(f, "verdict    PASS (checked: %s)\n", seen);
-    } else {
-        fprintf(f, "verdict    FAIL: %d invariant%s broken (checked: %s)\n", vd->nv_total,
-                vd->nv_total == 1 ? "" : "s", seen);
-        for (int i = 0; i < vd->nv; i++)
-            fprintf(f, "  [%s] %s\n", vd->v[i].vantage, vd->v[i].what);
-        if (vd->nv_total > vd->nv) fprintf(f, "  ... and %d more\n", vd->nv_total - vd->nv);
-    }
-    if (vd->explained_by_errors)
-        fprintf(f, "note       %lld orders without a 201 match requests that got a transport error\n",
-                vd->explained_by_errors);
-    if (vd->notes[0]) fprintf(f, "note       %s\n", vd->notes);
-}
-
-void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
-    if (vd->pass) {
-        snprintf(out, len, "PASS");
-        return;
-    }
-    /* The headline: one line per kind of damage, the largest of each, so the
-     * same oversell seen from four places is said once. */
-    size_t n = (size_t)snprintf(out, len, "FAIL");
-    const char *kinds[] = { "oversold", "reached", "lost", "stranded", "without a 201",
-                            "not recorded", "no valid", "twice", "two different", "limit",
-                            "add up", "pending", "both committed and voided", NULL };
-    for (int k = 0; kinds[k] && n < len; k++) {
-        int best = -1;
-        for (int i = 0; i < vd->nv; i++) {
-            if (!strstr(vd->v[i].what, kinds[k])) continue;
-            if (best < 0 || llabs(vd->v[i].size) > llabs(vd->v[best].size)) best = i;
-        }
-        if (best < 0) continue;
-        char what[240];
-        snprintf(what, sizeof what, "%s", vd->v[best].what);
-        char *colon = strchr(what, ':');   /* the headline drops the details */
-        if (colon) *colon = '\0';
-        char *paren = strstr(what, " (");
-        if (paren) *paren = '\0';
-        n += (size_t)snprintf(out + n, len - n, "%s %s", n == 4 ? ":" : ";", what);
-    }
 }

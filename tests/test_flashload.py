@@ -6,7 +6,13 @@ the load runs -- must exit 1 naming the violated invariant and its exact
 size. Also: orders whose 201 was lost to a client timeout are explained by
 the transport errors, load spreads over two instances, the open loop keeps
 its rate, thousands of connections stay open, and `flashload compare`
-writes a report that headless Chromium renders without errors."""
+writes a report that headless Chromium renders without errors.
+
+Holds: buyers who pay, cancel or abandon their reserved orders, against a
+`lua` and a `db` product; the verifier's holds lines are compared with the
+SQLite file and Redis read here, and a run whose stores are tampered with
+(a hold's end rewritten, a confirm moved past its deadline, a unit marked
+given back twice, one unit more in Redis) fails naming each."""
 import json
 import os
 import re
@@ -334,3 +340,144 @@ def test_compare_uses_the_stock_its_help_shows(ctx):
     assert rc == 0, so + se
     scenes = json.load(open(os.path.join(out, "report.json")))["scenes"]
     assert [sc["stock"] for sc in scenes] == [shown], (shown, scenes)
+
+
+# ------------------------------------------------------------------ holds
+
+TOKEN = "t0ken"
+
+
+def holds_run(ctx, s, redis, sku, strategy, stock, extra=()):
+    """A run of buyers who pay (60%), cancel (10%) or abandon their 2 s holds."""
+    out = ctx.path(sku + ".json")
+    rc, so, se = flashload(*vantage(s, redis), "--admin-token", TOKEN, "--sku", sku,
+                           "--strategy", strategy, "--stock", stock, "--hold-seconds", 2,
+                           "--pay", 0.6, "--cancel", 0.1, "--duration", 3, "--connections", 16,
+                           "--json", out, *extra)
+    return rc, so, se, json.load(open(out)) if rc in (0, 1) else None
+
+
+def test_holds_paid_cancelled_abandoned_and_the_books_balance(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--admin-token", TOKEN])
+    for sku, strategy, stock in (("hold-lua", "lua", 300), ("hold-db", "db", 150)):
+        rc, so, se, j = holds_run(ctx, s, redis, sku, strategy, stock)
+        assert rc == 0, so + se
+        assert "verdict    PASS (checked: client, api, %s)" % (
+            "redis, sqlite" if strategy == "lua" else "sqlite") in so, so
+        h = j["holds"]
+        d = h["decided"]
+        # Every 201 was a hold, and each buyer made one decision.
+        assert h["reserved"] == j["created"] == d["pay"] + d["cancel"] + d["abandon"], h
+        assert abs(d["pay"] - 0.6 * h["reserved"]) < 0.1 * h["reserved"] + 10, h
+        assert abs(d["cancel"] - 0.1 * h["reserved"]) < 0.05 * h["reserved"] + 10, h
+        assert sized(r"holds     (\d+) reserved \(holds of 2 s\)", so) == h["reserved"], so
+        # What the buyers were told is what SQLite holds, read here.
+        states = dict(db_rows(s.db_path, "SELECT state, count(*) FROM holds WHERE sku=? "
+                              "GROUP BY state", (sku,)))
+        a = h["answers"]
+        assert states.get("confirmed", 0) == a.get("confirm 200", 0) == h["confirmed"], (states, a)
+        assert states.get("cancelled", 0) == a.get("cancel 200", 0) == h["cancelled"], (states, a)
+        assert states.get("expired", 0) == h["expired"] == (
+            d["abandon"] + a.get("confirm 409 order_expired", 0) +
+            a.get("cancel 409 order_expired", 0) + a.get("confirm unsent", 0) +
+            a.get("cancel unsent", 0)), (states, a, d)
+        assert "reserved" not in states and h["owed"] == 0, states
+        sold, held, initial = db_rows(s.db_path, "SELECT sold, held, stock_initial FROM products "
+                                      "WHERE sku=?", (sku,))[0]
+        confirmed_units = db_rows(s.db_path, "SELECT coalesce(sum(quantity), 0) FROM holds "
+                                  "WHERE sku=? AND state='confirmed'", (sku,))[0][0]
+        assert sold == confirmed_units == h["confirmed_units"] == j["verdict"]["sold"], (sold, h)
+        assert held == 0, held
+        p = s.product(sku)
+        assert p["stock_initial"] == p["stock_available"] + p["held"] + p["sold"], p
+        if strategy == "lua":         # every cancel and expiry gave its units back once
+            r = redis.client()
+            assert int(r.get("fs:{%s}:stock:0" % sku)) == initial - sold, sold
+            assert r.hlen("fs:{%s}:returned" % sku) == h["cancelled"] + h["expired"]
+            assert h["returned_fields"] == h["cancelled"] + h["expired"], h
+        # The expiry lag, as SQLite has it.
+        lags = sorted(x for (x,) in db_rows(s.db_path, "SELECT decided_ms - expires_ms FROM "
+                                            "holds WHERE sku=? AND state='expired'", (sku,)))
+        lag = h["expiry_lag_ms"]
+        assert lag["n"] == len(lags) > 0 and lag["max"] == lags[-1], (lag, lags)
+        assert lag["p50"] == lags[(len(lags) - 1) // 2] and 0 <= lags[0], (lag, lags)
+        assert lag["max"] < 2000, lag      # within a second of the deadline, and some slack
+        m = re.search(r"expiry    lag p50 (\d+) ms  p99 (\d+) ms  max (\d+) ms  over (\d+) "
+                      r"expired holds", so)
+        assert m and [int(g) for g in m.groups()] == [lag["p50"], lag["p99"], lag["max"],
+                                                      lag["n"]], so
+        # The stock sold out at once and buyers kept coming for 3 s: what came
+        # back sold again, and the run's shape made that a check.
+        ordered = db_rows(s.db_path, "SELECT sum(quantity) FROM orders WHERE sku=?", (sku,))[0][0]
+        assert h["resold"] == ordered - initial > 0 and h["resale_checked"], (h, ordered)
+        assert re.search(r"resold    %d units ordered beyond the stock .*\(checked: " %
+                         h["resold"], so), so
+
+
+def test_holds_tampered_after_their_end_are_caught(ctx):
+    """While the load runs, holds that already ended are rewritten: an
+    expired one made confirmed (the units stay back on sale), a confirmed
+    one moved to its deadline, a confirmed one marked given back in Redis,
+    and one unit added to Redis. The service decides each hold once and
+    never looks again; the verifier finds every change, with its size."""
+    import sqlite3
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--admin-token", TOKEN])
+    sku = "hold-tamper"
+    wait = run_in_background(vantage(s, redis) + [
+        "--admin-token", TOKEN, "--sku", sku, "--stock", 200, "--hold-seconds", 2, "--pay", 0.6,
+        "--cancel", 0.1, "--duration", 4, "--connections", 8])
+    harness.wait_until(lambda: db_rows(s.db_path, "SELECT count(*) FROM holds WHERE sku=? AND "
+                                       "state='expired' AND return_gen IS NULL", (sku,))[0][0]
+                       >= 1 and db_rows(s.db_path, "SELECT count(*) FROM holds WHERE sku=? AND "
+                                        "state='confirmed'", (sku,))[0][0] >= 2,
+                       20, what="an expired hold given back and two confirmed ones")
+    con = sqlite3.connect(s.db_path, timeout=10)
+    with con:
+        flipped = con.execute("SELECT order_id FROM holds WHERE sku=? AND state='expired' AND "
+                              "return_gen IS NULL LIMIT 1", (sku,)).fetchone()[0]
+        late, twice = [r[0] for r in con.execute("SELECT order_id FROM holds WHERE sku=? AND "
+                                                 "state='confirmed' LIMIT 2", (sku,))]
+        con.execute("UPDATE holds SET state='confirmed' WHERE order_id=?", (flipped,))
+        con.execute("UPDATE holds SET decided_ms=expires_ms WHERE order_id=?", (late,))
+    con.close()
+    r = redis.client()
+    r.hset("fs:{%s}:returned" % sku, twice, 1)
+    r.incrby("fs:{%s}:stock:0" % sku, 1)
+    rc, so, se = wait()
+    assert rc == 1, so + se
+    lines = re.findall(r"^  \[(\w+)\] (.*)$", so, re.M)
+    sold = db_rows(s.db_path, "SELECT sold FROM products WHERE sku=?", (sku,))[0][0]
+    expected = {
+        ("api", r"oversold by 1 units: sold %d \+ available \d+ > stock \d+" % sold),
+        ("redis", r"oversold by 1 units: sold %d \(sqlite\) \+ \d+ units in Redis > stock "
+                  r"\d+" % sold),
+        ("api", r"sold says %d units but the confirmed order rows add up to %d" % (sold, sold + 1)),
+        ("sqlite", r"sold says %d units but the confirmed order rows add up to %d" %
+                   (sold, sold + 1)),
+        ("api", r"1 holds ended otherwise than their buyers were told \(first: %s is confirmed, "
+                r"(abandoned by its buyer|its \w+ answered 409 order_expired|its \w+ never "
+                r"sent)\)" % flipped),
+        ("sqlite", r"1 holds ended otherwise than their buyers were told \(first: %s is "
+                   r"confirmed, .*\)" % flipped),
+        ("sqlite", r"2 holds confirmed at or after their deadline \(first: (%s|%s)\)" %
+                   (flipped, late)),
+        ("redis", r"2 orders marked returned that are not cancelled or expired holds \(first: "
+                  r"(%s|%s), confirmed\)" % (flipped, twice)),
+    }
+    for vantage_, pattern in expected:
+        assert any(v == vantage_ and re.fullmatch(pattern, t) for v, t in lines), \
+            (vantage_, pattern, so)
+    assert len(lines) == len(expected), so
+    assert "verdict    FAIL: %d invariants broken" % len(expected) in so, so
+
+
+def test_holds_usage(ctx):
+    for bad in (["--pay", "0.5"], ["--hold-seconds", "2", "--pay", "0.7", "--cancel", "0.4"],
+                ["--hold-seconds", "-1"], ["--cancel", "2"]):
+        rc, so, se = flashload(*bad)
+        assert rc == 64 and se.startswith("flashload:") and len(se.splitlines()) == 1, (bad, se)
+    rc, run_help, _ = flashload("run", "--help")
+    for opt in ("--hold-seconds N", "--pay SHARE", "--cancel SHARE"):
+        assert opt in run_help, run_help

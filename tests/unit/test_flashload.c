@@ -3,10 +3,12 @@
  * close), the latency histogram (bucket edges, percentiles within the
  * promised 3.2%, merging), the zipf sampler, target parsing, compare's
  * scene matrix (two groups, the locks' pause scenes) and the lock table's
- * cells. No network:
+ * cells; for holds, the buyers' decisions and think times, the timer queue
+ * they wait in, and the service's timestamps read as Unix ms. No network:
  * the loads against real processes are in tests/test_flashload.py. */
 #include <math.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "loadtest/loadtest.h"
 #include "tests/unit/t.h"
@@ -349,6 +351,112 @@ static void test_rng_bounds(void) {
     for (int i = 0; i < 10; i++) CHECK(seen[i] > 9000 && seen[i] < 11000);
 }
 
+/* ------------------------------------------------------------------- holds */
+
+static void test_decide_shares(void) {
+    fl_rng rng;
+    fl_rng_seed(&rng, 7);
+    int n[3] = { 0, 0, 0 };
+    for (int i = 0; i < 100000; i++) {
+        int d = fl_decide(&rng, 0.6, 0.1);
+        CHECK(d == FL_ABANDON || d == FL_PAY || d == FL_CANCEL);
+        if (d >= 0 && d <= 2) n[d]++;
+    }
+    CHECK(n[FL_PAY] > 59000 && n[FL_PAY] < 61000);
+    CHECK(n[FL_CANCEL] > 9400 && n[FL_CANCEL] < 10600);
+    CHECK(n[FL_ABANDON] > 29000 && n[FL_ABANDON] < 31000);
+    for (int i = 0; i < 1000; i++) {
+        CHECK(fl_decide(&rng, 0, 0) == FL_ABANDON);
+        CHECK(fl_decide(&rng, 1, 0) == FL_PAY);
+        CHECK(fl_decide(&rng, 0, 1) == FL_CANCEL);
+    }
+}
+
+static void test_think_within_the_hold(void) {
+    fl_rng rng;
+    fl_rng_seed(&rng, 9);
+    double sum = 0;
+    int64_t max = 0;
+    for (int i = 0; i < 100000; i++) {
+        int64_t t = fl_think_us(&rng, 2);
+        CHECK(t >= 0 && t < 1600000);            /* within 80% of a 2 s hold */
+        sum += (double)t;
+        if (t > max) max = t;
+    }
+    CHECK(fabs(sum / 100000 - 800000) < 10000);  /* uniform: the mean is half of it */
+    CHECK(max > 1590000);
+    CHECK(fl_think_us(&rng, 0) == 0);
+}
+
+static void test_timerq_pops_in_time_order(void) {
+    fl_timerq q = { 0 };
+    fl_rng rng;
+    fl_rng_seed(&rng, 3);
+    CHECK(fl_timerq_peek(&q) == NULL);
+    size_t pushed = 0, popped = 0;
+    int64_t last = -1;
+    /* Pushes and pops interleaved: every pop is the earliest left, and
+     * nothing is lost or duplicated (user carries the push's number). */
+    char *seen = calloc(5000, 1);
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 100; i++) {
+            fl_due d = { .at = (int64_t)fl_rng_below(&rng, 1000000) + round * 10000,
+                         .user = (uint32_t)pushed, .action = FL_PAY };
+            CHECK(fl_timerq_push(&q, &d) == 0);
+            pushed++;
+        }
+        last = -1;
+        for (int i = 0; i < 60; i++) {
+            const fl_due *top = fl_timerq_peek(&q);
+            fl_due d;
+            fl_timerq_pop(&q, &d);
+            CHECK(top != NULL && d.at >= last);
+            last = d.at;
+            CHECK(d.user < 5000 && !seen[d.user]);
+            if (d.user < 5000) seen[d.user] = 1;
+            popped++;
+        }
+    }
+    last = -1;
+    while (fl_timerq_peek(&q)) {
+        fl_due d;
+        fl_timerq_pop(&q, &d);
+        CHECK(d.at >= last && d.user < 5000 && !seen[d.user]);
+        last = d.at;
+        if (d.user < 5000) seen[d.user] = 1;
+        popped++;
+    }
+    CHECK(pushed == 5000 && popped == 5000 && q.n == 0);
+    free(seen);
+    fl_timerq_free(&q);
+    CHECK(fl_timerq_peek(&q) == NULL);
+}
+
+/* What libc's timegm says, for the expected values. */
+static long long civil_ms(int y, int mo, int d, int h, int mi, int s, int ms) {
+    struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
+                     .tm_min = mi, .tm_sec = s };
+    return (long long)timegm(&tm) * 1000 + ms;
+}
+
+static void test_json_time_ms(void) {
+    const char *j = "{\"created_at\":\"2026-11-22T09:36:42.071Z\",\"expires_at\": "
+                    "\"2024-02-29T23:59:59.999Z\",\"a\":\"1970-01-01T00:00:00.000Z\","
+                    "\"b\":\"2000-03-01T00:00:00.001Z\",\"c\":\"2026-11-22T09:36:42Z\","
+                    "\"d\":\"2026-11-22T09:36:42.071+01:00\",\"e\":\"2026-13-22T09:36:42.071Z\","
+                    "\"f\":7}";
+    size_t n = strlen(j);
+    CHECK(fl_json_time_ms(j, n, "created_at") == civil_ms(2026, 11, 22, 9, 36, 42, 71));
+    CHECK(fl_json_time_ms(j, n, "expires_at") == civil_ms(2024, 2, 29, 23, 59, 59, 999));
+    CHECK(fl_json_time_ms(j, n, "a") == 0);
+    CHECK(fl_json_time_ms(j, n, "b") == civil_ms(2000, 3, 1, 0, 0, 0, 1));
+    CHECK(fl_json_time_ms(j, n, "c") == -1);     /* no milliseconds */
+    CHECK(fl_json_time_ms(j, n, "d") == -1);     /* not UTC */
+    CHECK(fl_json_time_ms(j, n, "e") == -1);     /* month 13 */
+    CHECK(fl_json_time_ms(j, n, "f") == -1);     /* not a string */
+    CHECK(fl_json_time_ms(j, n, "missing") == -1);
+}
+
 static void test_target_parse(void) {
     fl_target t;
     fl_err e;
@@ -459,4 +567,6 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
           T(test_body_kept_up_to_max), T(test_json_str), T(test_hist_buckets),
           T(test_hist_percentiles), T(test_hist_merge), T(test_zipf_shape), T(test_rng_bounds),
+          T(test_decide_shares), T(test_think_within_the_hold), T(test_timerq_pops_in_time_order),
+          T(test_json_time_ms),
           T(test_target_parse), T(test_compare_scenes_in_two_groups), T(test_probe_cells))
