@@ -223,7 +223,12 @@ static void schedule_decision(worker *w, const conn *c, const char *id, int64_t 
     }
     fl_due d = { .at = now + fl_think_us(&w->rng, o->hold_seconds), .action = (uint8_t)action,
                  .qty = c->req.qty, .user = c->req.user };
-    snprintf(d.order_id, sizeof d.order_id, "%s", id);
+    size_t idlen = strlen(id);
+    if (idlen >= sizeof d.order_id) {        /* not an order id (26 characters): no decision */
+        push_decision(w, id, FL_ABANDON, c->req.user, c->req.qty, -1);
+        return;
+    }
+    memcpy(d.order_id, id, idlen + 1);
     if (fl_timerq_push(&w->due, &d)) push_decision(w, id, action, d.user, d.qty, -1);
 }
 
