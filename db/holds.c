@@ -36,6 +36,8 @@ const char *const db_holds_sql[DB_HOLDS_ST_COUNT] = {
         " WHERE order_id IN (SELECT order_id FROM holds WHERE state='reserved'"
         " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2)"
         " RETURNING order_id, sku, quantity, expires_ms, gen, coalesce(return_gen,0), takes, in_db",
+    [DB_HOLDS_ST_ANY_DUE] =
+        "SELECT 1 FROM holds WHERE state='reserved' AND expires_ms<=?1 LIMIT 1",
     [DB_HOLDS_ST_UNHOLD] =
         "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1",
     [DB_HOLDS_ST_USER_OF] =
@@ -216,6 +218,18 @@ db_status db_hold_returned(db *d, const char *order_id, long long gen) {
 }
 
 /* --------------------------------------------------------- expiry sweeps */
+
+int db_hold_any_due(db *d, int64_t now_ms) {
+    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_ANY_DUE);
+    sqlite3_bind_int64(s, 1, now_ms);
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        db_fail(d, "due holds");
+        return -1;
+    }
+    return rc == SQLITE_ROW;
+}
 
 void db_expired_free(db_expired *e, size_t n) {
     for (size_t i = 0; i < n; i++) {

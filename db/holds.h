@@ -61,6 +61,11 @@ db_status db_hold_decide_in(db *d, db_decision *dc);
  * DB_UNKNOWN: the COMMIT failed and may have landed. */
 db_status db_hold_decide(db *d, db_decision *dc);
 
+/* Whether any reserved hold's deadline is at or before now_ms: a read (by
+ * the holds_due index) that spares an idle sweep the write lock. 1, 0, or
+ * -1 on error. */
+int db_hold_any_due(db *d, int64_t now_ms);
+
 /* A hold ended by an expiry sweep. */
 typedef struct db_expired {
     char order_id[DB_ORDER_ID_LEN + 1];

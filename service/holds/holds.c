@@ -158,6 +158,10 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
 static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed *back) {
     size_t n = 0, nback = 0;
     int64_t now = clock_wall_ms();
+    /* Nothing due (the usual tick): no write transaction, no write lock
+     * taken from the other instances on the file. */
+    int due = db_hold_any_due(d, now);
+    if (due <= 0) return due;
     if (db_writer_expire(a->writer, now, EXPIRE_BATCH, ex, &n) != DB_OK) return -1;
     for (size_t i = 0; i < n; i++) {
         atomic_fetch_add(&a->m.holds_ended[2], 1);
