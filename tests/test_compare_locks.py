@@ -12,6 +12,9 @@ stays short:
   where a probe does not apply;
 - a lock server that cannot start has its scenes and probes reported as
   skipped, with the reason, and never counted or shown as passed;
+- bin/libclockjump.so, the shim the clock scene runs a redis-server under,
+  moves that server's wall clock (a key's lease runs out at once) and
+  nothing else;
 - report.html fits 1400 px without horizontal scrolling (headless
   Chromium measures the page);
 - nothing compare started is left running.
@@ -19,10 +22,15 @@ stays short:
 Figures are not asserted (a shared 2-core machine): counts, flags and
 invariants are."""
 import json
+import mmap
 import os
 import re
+import struct
 import subprocess
+import sys
+import time
 
+import harness
 from test_flashload import CHROMIUM, chromium, flashload
 
 LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8seg", "p50_us",
@@ -154,3 +162,37 @@ def test_compare_starts_zookeeper_itself(ctx):
     assert lock["kill_holder"]["note"] == "not measured (--no-probes)", lock
     print("    " + [l for l in so.splitlines() if l.startswith("zookeeper ")][0])
     nothing_left_behind()
+
+
+def set_offset(path, secs):
+    """Stores secs in the shim's offset file, as flashload does: through a
+    shared mapping of its first 8 bytes."""
+    with open(path, "a+b") as f:
+        f.truncate(8)
+        with mmap.mmap(f.fileno(), 8) as m:
+            struct.pack_into("=q", m, 0, secs)
+
+
+def test_clockjump_moves_the_wall_clock_of_a_redis_server(ctx):
+    """The clock scene's shim under Debian's redis-server (which does not
+    start under libfaketime): a key with a 10 s lease expires as soon as the
+    offset file says +60 s, on that server only; in a process under it the
+    wall clock moves and the monotonic clock does not."""
+    offset = ctx.path("clock.offset")
+    set_offset(offset, 0)
+    env = dict(os.environ, LD_PRELOAD=os.path.join(harness.BIN, "libclockjump.so"),
+               CLOCKJUMP_FILE=offset)
+    moved, plain = ctx.redis(env=env), ctx.redis()
+    for r in (moved, plain):
+        assert r.client().set("lease", "holder", px=10000)
+    before = moved.client().time()[0]
+    assert abs(before - time.time()) < 2                     # +0: the real clock
+    set_offset(offset, 60)
+    assert moved.client().time()[0] >= before + 59
+    assert moved.client().get("lease") is None               # expired at once
+    assert plain.client().get("lease") == "holder" and plain.client().pttl("lease") > 5000
+    p = subprocess.run([sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    wall, mono = map(float, p.stdout.split())
+    assert 58 < wall - time.time() < 62, (wall, time.time())
+    assert abs(mono - time.monotonic()) < 2, (mono, time.monotonic())
