@@ -24,6 +24,7 @@
  * --fault-injection, on free ports in a temp dir, and stops them at the
  * end. A lock server that cannot start has its scenes skipped, and says
  * why. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,10 +338,15 @@ static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     if (access(o->service_bin, X_OK) != 0)
         return fl_errf(e, "no service binary at %s (build it, or give --flashsale or --target)",
                        o->service_bin);
-    snprintf(w->dir, sizeof w->dir, "/tmp/flashload-XXXXXX");
+    /* Under $TMPDIR, as mkdtemp(1) does: a caller (a test) can tell its
+     * own servers from those of another comparison on the machine. */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(w->dir, sizeof w->dir, "%.200s/flashload-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(w->dir)) {
+        int err = errno;
         w->dir[0] = '\0';
-        return fl_errf(e, "cannot make a temp dir");
+        return fl_errf(e, "cannot make a temp dir under %s: %s", tmp && tmp[0] ? tmp : "/tmp",
+                       strerror(err));
     }
     snprintf(w->key_prefix, sizeof w->key_prefix, "fs:");
     snprintf(w->db_path, sizeof w->db_path, "%s/orders.db", w->dir);

@@ -31,7 +31,7 @@ import sys
 import time
 
 import harness
-from test_flashload import CHROMIUM, chromium, flashload
+from test_flashload import CHROMIUM, FLASHLOAD, chromium
 
 LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8seg", "p50_us",
                "p99_us", "p50_us_8seg", "p99_us_8seg", "handoff", "kill_holder",
@@ -39,17 +39,43 @@ LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8se
 PROBES = ("kill_holder", "server_restart", "server_data_lost", "pause_past_lease")
 
 
+def ours(ctx):
+    """The processes of compare's own: their command lines name its temp
+    dir, under the test's (TMPDIR), so another comparison running on the
+    machine is not counted."""
+    mine = os.path.join(ctx.path("tmp"), "flashload-")
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [l for l in ps.splitlines() if mine in l and not l.startswith("ps ")]
+
+
 def compare(ctx, *args, timeout=170):
-    out = ctx.path("report")
+    """flashload compare, its temp dir under the test's; its servers are
+    seen there while it runs (so that nothing_left_behind can fail)."""
+    out, tmp = ctx.path("report"), ctx.path("tmp")
     os.makedirs(out, exist_ok=True)
-    rc, so, se = flashload("compare", "--out", out, *args, timeout=timeout)
+    os.makedirs(tmp, exist_ok=True)
+    with open(ctx.path("compare.out"), "w+") as so, open(ctx.path("compare.err"), "w+") as se:
+        p = subprocess.Popen([FLASHLOAD, "compare", "--out", out] + [str(a) for a in args],
+                             stdout=so, stderr=se, text=True, env=dict(os.environ, TMPDIR=tmp))
+        seen, deadline = False, time.monotonic() + timeout
+        while p.poll() is None:
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                raise AssertionError("flashload compare ran past %d s" % timeout)
+            seen = seen or bool(ours(ctx))
+            time.sleep(0.2)
+        so.seek(0)
+        se.seek(0)
+        rc, so, se = p.returncode, so.read(), se.read()
+    assert seen, "no server of compare's under its TMPDIR " + tmp
     j = json.load(open(os.path.join(out, "report.json"))) if rc in (0, 1) else None
     return rc, so, se, j, os.path.join(out, "report.html")
 
 
-def nothing_left_behind():
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "/tmp/flashload-" not in ps, [l for l in ps.splitlines() if "flashload-" in l]
+def nothing_left_behind(ctx):
+    """No process compare started runs on."""
+    assert ours(ctx) == [], ours(ctx)
 
 
 def fits_1400(html):
@@ -119,7 +145,7 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
         assert any(re.match(r"%s\s+\d+\s+\d+\s" % name, l) for l in table), (name, table)
     dom = fits_1400(html)
     assert "Choosing a lock" in dom and dom.count("\u26a1") >= 3, dom[:3000]
-    nothing_left_behind()
+    nothing_left_behind(ctx)
 
 
 def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
@@ -146,7 +172,7 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     dom = fits_1400(html)
     assert "3 skipped, neither run nor passed" in dom, dom[:3000]
     assert dom.count("etcd's lock server could not start") >= 3
-    nothing_left_behind()
+    nothing_left_behind(ctx)
 
 
 def test_compare_starts_zookeeper_itself(ctx):
@@ -161,7 +187,7 @@ def test_compare_starts_zookeeper_itself(ctx):
     assert lock["strategy"] == "zookeeper" and lock["orders_per_s_1seg"] > 0, lock
     assert lock["kill_holder"]["note"] == "not measured (--no-probes)", lock
     print("    " + [l for l in so.splitlines() if l.startswith("zookeeper ")][0])
-    nothing_left_behind()
+    nothing_left_behind(ctx)
 
 
 def set_offset(path, secs):
