@@ -90,8 +90,13 @@ LINK_test_stock_async := stock lock rtopo db common
 LINK_test_fence     := stock lock rtopo db common
 LINK_test_rtopo     := rtopo common
 
+# Sources that go into no archive: each module.mk says what it becomes
+# (loadtest/clockjump.c: bin/libclockjump.so, an LD_PRELOAD shim).
+NOT_ARCHIVED := loadtest/clockjump.c
+
 mod_lua   = $(wildcard $(1)/lua/*.lua)
-mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c,$(wildcard $(1)/*.c $(1)/*/*.c))) \
+mod_obj   = $(patsubst %.c,$(BUILD)/%.o,$(filter-out %_main.c $(NOT_ARCHIVED),$(wildcard \
+              $(1)/*.c $(1)/*/*.c))) \
             $(if $(call mod_lua,$(1)),$(BUILD)/gen/lua_$(1).o) $(GEN_$(1))
 link_libs = $(if $(LINK_$(1)),$(patsubst %,$(BUILD)/lib%.a,$(LINK_$(1))),$(error \
               no LINK_$(1) in the Makefile: say which module archives $(1) may link))

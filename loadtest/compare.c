@@ -4,14 +4,18 @@
  *
  * The matrix is strategies (every one the service lists at GET
  * /v1/strategies, by default) x segment counts, plus two-instance scenes
- * for `local` (which breaks there) and `lua` (which does not), in two
+ * for `local` (which breaks there) and `lua` (which does not), in three
  * groups. Ordinary contention: no fault, every lock-based strategy next to
  * `lua` and `db`. Under an injected fault: a flaw that needs a particular
  * interleaving is forced, not hoped for: the lock-based unsafe strategies
  * run with a pause inside the critical section longer than their lease,
  * and the safe locks run under such a pause to show that their fence
- * holds. Every scene gets a fresh SKU and is verified like any run; its
- * verdict is then compared with what the strategy is expected to do.
+ * holds. Redis failures (seed 004, section 4.2; failures.c): a failover
+ * to a replica that missed the last writes, a Redlock server's clock
+ * jumping, a Redlock server losing its last AOF second, a Redlock member
+ * failing over -- each with the unsafe version and ours. Every scene gets
+ * a fresh SKU and is verified like any run; its verdict is then compared
+ * with what the strategy is expected to do.
  *
  * Then the "choosing a lock" table: one row per lock, from its scenes and
  * from probes run with faults of their own (probe.c): the holder killed
@@ -24,6 +28,7 @@
  * --fault-injection, on free ports in a temp dir, and stops them at the
  * end. A lock server that cannot start has its scenes skipped, and says
  * why. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +77,30 @@ static const pause_spec PAUSES[] = {
     { NULL, 0, 0, 0 },
 };
 
+/* The Redis failures group: which strategies run under which failure (the
+ * unsafe version first, then ours). */
+typedef struct failure_spec {
+    fl_failure kind;
+    const char *strategy;
+    const char *condition;
+} failure_spec;
+
+static const failure_spec FAILURES[] = {
+    { FL_FAIL_FAILOVER, "unsafe-trust-redis", "failover to a replica that missed the last sales" },
+    { FL_FAIL_FAILOVER, "lua", "failover to a replica that missed the last sales" },
+    { FL_FAIL_FAILOVER, "lock", "failover to a replica that missed the last sales and locks" },
+    { FL_FAIL_CLOCK, "unsafe-redlock-no-fence", "a Redlock server's clock jumped +60s mid-hold" },
+    { FL_FAIL_CLOCK, "redlock", "a Redlock server's clock jumped +60s mid-hold" },
+    { FL_FAIL_AOF, "unsafe-redlock-no-fence",
+      "a Redlock server crashed mid-hold, its AOF (everysec) lost the lock" },
+    { FL_FAIL_AOF, "redlock",
+      "a Redlock server crashed mid-hold, its AOF (everysec) lost the lock" },
+    { FL_FAIL_MEMBER, "unsafe-redlock-no-fence",
+      "a Redlock member failed over to a replica without the lock" },
+    { FL_FAIL_MEMBER, "redlock", "a Redlock member failed over to a replica without the lock" },
+    { FL_FAIL_NONE, NULL, NULL },
+};
+
 void fl_compare_opts_default(fl_compare_opts *o) {
     memset(o, 0, sizeof *o);
     o->segments[0] = 1;
@@ -88,6 +117,7 @@ void fl_compare_opts_default(fl_compare_opts *o) {
     o->pause_stock = 10;           /* a few units: a pause scene sells a few per second */
     o->probes = 1;
     o->lock_servers = 1;
+    o->redis_failures = 1;
     snprintf(o->out_dir, sizeof o->out_dir, ".");
     snprintf(o->key_prefix, sizeof o->key_prefix, "fs:");
 }
@@ -115,9 +145,11 @@ static void condition(const fl_compare_opts *o, fl_scene *sc, const pause_spec *
         sc->lock_ttl_ms = pause->ttl_ms;
     }
     sc->fault = sc->cs_delay_ms > 0;
+    sc->group = sc->fault ? FL_GROUP_PAUSE : FL_GROUP_CONTENTION;
     if (!strcmp(s, "unsafe-check-then-decr")) {
         sc->cs_delay_ms = CHECK_DECR_PAUSE_MS;
         sc->fault = 1;
+        sc->group = FL_GROUP_PAUSE;
         sc->stock = o->stock / 10 > 0 ? o->stock / 10 : 1;    /* it must sell out */
         snprintf(sc->condition, sizeof sc->condition, "contention, pause %dms", sc->cs_delay_ms);
     } else if (sc->cs_delay_ms) {
@@ -154,6 +186,13 @@ static int add_scene(const fl_compare_opts *o, fl_scene *out, int *n, int max, c
     return 0;
 }
 
+/* Whether strategy is among those asked for (all, when none is named). */
+static int asked_for(const fl_compare_opts *o, const char *strategy) {
+    int wanted = o->nstrategies == 0;
+    for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], strategy);
+    return wanted;
+}
+
 static int has_segments(const fl_compare_opts *o, int segs) {
     for (int k = 0; k < o->nsegments; k++)
         if (o->segments[k] == segs) return 1;
@@ -167,11 +206,9 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
     for (int i = 0; i < nst; i++) {
         const fl_strategy *info = &st[i];
         /* unsafe-trust-redis oversells only when Redis loses writes (a
-         * failover to a stale replica, a lost AOF second): no scene of
-         * this matrix shows that, so it is run only when asked for. */
-        int wanted = o->nstrategies == 0 && strcmp(info->name, "unsafe-trust-redis") != 0;
-        for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], info->name);
-        if (!wanted) continue;
+         * failover to a stale replica, a lost AOF second): it has its
+         * scene among the Redis failures only. */
+        if (!asked_for(o, info->name) || !strcmp(info->name, "unsafe-trust-redis")) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
             /* An unsafe one's flaw does not depend on segments: one
@@ -187,20 +224,32 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
     /* Second group: the safe locks under a pause longer than their lease. */
     for (const pause_spec *ps = PAUSES; ps->strategy; ps++) {
         const fl_strategy *info = fl_strategy_find(st, nst, ps->strategy);
-        int wanted = info && o->nstrategies == 0;
-        for (int k = 0; info && k < o->nstrategies; k++)
-            wanted |= !strcmp(o->strategies[k], info->name);
-        if (!wanted) continue;
+        if (!info || !asked_for(o, info->name)) continue;
         add_scene(o, out, &n, max, info->name, 1, 1, !info->safe, ps);
         if (ps->eight && has_segments(o, 8))
             add_scene(o, out, &n, max, info->name, 8, 1, !info->safe, ps);
     }
-    /* Stable: contention first, then every scene run under a fault. */
+    /* Third group: the Redis failures, each strategy's scene of each. */
+    for (const failure_spec *fs = FAILURES; o->redis_failures && fs->strategy; fs++) {
+        const fl_strategy *info = fl_strategy_find(st, nst, fs->strategy);
+        if (!info || !asked_for(o, info->name) || n == max) continue;
+        fl_scene *sc = &out[n++];
+        memset(sc, 0, sizeof *sc);
+        snprintf(sc->strategy, sizeof sc->strategy, "%s", info->name);
+        sc->segments = sc->instances = 1;
+        sc->unsafe = !info->safe;
+        sc->fault = 1;
+        sc->group = FL_GROUP_FAILURE;
+        sc->failure = fs->kind;
+        snprintf(sc->condition, sizeof sc->condition, "%s", fs->condition);
+    }
+    /* Stable: contention first, then the scenes under a pause, then the
+     * Redis failures. */
     static fl_scene tmp[MAX_SCENES];
     int m = 0;
-    for (int g = 0; g < 2; g++)
+    for (int g = 0; g < FL_GROUPS; g++)
         for (int i = 0; i < n; i++)
-            if (out[i].fault == g) tmp[m++] = out[i];
+            if (out[i].group == g) tmp[m++] = out[i];
     memcpy(out, tmp, (size_t)n * sizeof *out);
     return n;
 }
@@ -322,6 +371,14 @@ static int wants_lock_servers(const fl_compare_opts *o) {
     return 0;
 }
 
+/* Whether any Redis failure scene may be wanted (before the service's list
+ * of strategies is known). */
+static int wants_failures(const fl_compare_opts *o) {
+    for (const failure_spec *fs = FAILURES; o->redis_failures && fs->strategy; fs++)
+        if (asked_for(o, fs->strategy)) return 1;
+    return 0;
+}
+
 static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     memset(w, 0, sizeof *w);
     snprintf(w->token, sizeof w->token, "%s", o->token);
@@ -337,10 +394,15 @@ static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     if (access(o->service_bin, X_OK) != 0)
         return fl_errf(e, "no service binary at %s (build it, or give --flashsale or --target)",
                        o->service_bin);
-    snprintf(w->dir, sizeof w->dir, "/tmp/flashload-XXXXXX");
+    /* Under $TMPDIR, as mkdtemp(1) does: a caller (a test) can tell its
+     * own servers from those of another comparison on the machine. */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(w->dir, sizeof w->dir, "%.200s/flashload-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(w->dir)) {
+        int err = errno;
         w->dir[0] = '\0';
-        return fl_errf(e, "cannot make a temp dir");
+        return fl_errf(e, "cannot make a temp dir under %s: %s", tmp && tmp[0] ? tmp : "/tmp",
+                       strerror(err));
     }
     snprintf(w->key_prefix, sizeof w->key_prefix, "fs:");
     snprintf(w->db_path, sizeof w->db_path, "%s/orders.db", w->dir);
@@ -353,10 +415,16 @@ static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     }
     if (fl_redis_start(w->dir, &w->redis, e)) return -1;
     snprintf(w->redis_url, sizeof w->redis_url, "%s", w->redis.url);
+    /* Started now, used last: their sentinels learn of each other
+     * meanwhile. */
+    if (wants_failures(o) && !(w->fail = fl_failures_spawn(w->dir, o->service_bin)))
+        return fl_errf(e, "out of memory");
     return fl_world_add_instance(w, e);
 }
 
 static void world_down(fl_world *w, int keep) {
+    fl_failures_down(w->fail);
+    w->fail = NULL;
     for (int i = w->nsvc - 1; i >= 0; i--) fl_proc_stop(&w->svc[i], 30000);
     for (int k = 0; k < FL_LS_COUNT; k++)
         for (int i = 0; i < w->ls[k].n; i++) fl_proc_stop(&w->ls[k].p[i], 10000);
@@ -430,6 +498,36 @@ static void handoff_delta(const handoff_hist *a, const handoff_hist *b, fl_scene
     }
 }
 
+void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr) {
+    const fl_load_result *l = &rr->load;
+    double secs = l->elapsed_us / 1e6;
+    res->ran = 1;
+    res->answered = l->answered;
+    res->created = l->ncreated;
+    res->transport_errors = l->transport_errors;
+    res->fenced = l->fenced;
+    /* Orders per second while there was stock to sell: once a sale is
+     * over, the cheap sold-out answers would say nothing about the strategy. */
+    double window = (l->ncreated && l->last_created_us > 0 ? l->last_created_us : l->elapsed_us) / 1e6;
+    res->orders_per_s = window > 0 ? l->ncreated / window : 0;
+    res->answers_per_s = secs > 0 ? l->answered / secs : 0;
+    res->p50_us = fl_hist_percentile(&l->hist, 50);
+    res->p90_us = fl_hist_percentile(&l->hist, 90);
+    res->p99_us = fl_hist_percentile(&l->hist, 99);
+    res->p999_us = fl_hist_percentile(&l->hist, 99.9);
+    res->max_us = l->hist.max;
+    res->status_201 = l->status[201];
+    res->status_409 = l->status[409];
+    res->status_429 = l->status[429];
+    for (int s = 500; s < 600; s++) res->status_5xx += l->status[s];
+    res->verdict = rr->verdict;
+    fl_verdict_line(&rr->verdict, res->verdict_line, sizeof res->verdict_line);
+    /* An unsafe scene is as expected when it shows its flaw: units sold or
+     * offered beyond the stock, or stock below zero. */
+    int flaw = rr->verdict.oversold > 0 || rr->verdict.min_stock < 0;
+    res->as_expected = res->sc.unsafe ? (!rr->verdict.pass && flaw) : rr->verdict.pass;
+}
+
 static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, int idx, int total,
                       fl_scene_result *res, fl_err *e) {
     static fl_run_opts ro;         /* large: off the stack */
@@ -494,37 +592,22 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
         handoff_read(w, sc->strategy, &after);
         handoff_delta(&before, &after, res);
     }
-    const fl_load_result *l = &rr.load;
-    double secs = l->elapsed_us / 1e6;
-    res->ran = 1;
-    res->answered = l->answered;
-    res->created = l->ncreated;
-    res->transport_errors = l->transport_errors;
-    res->fenced = l->fenced;
-    /* Orders per second while there was stock to sell: once a sale is
-     * over, the cheap sold-out answers would say nothing about the strategy. */
-    double window = (l->ncreated && l->last_created_us > 0 ? l->last_created_us : l->elapsed_us) / 1e6;
-    res->orders_per_s = window > 0 ? l->ncreated / window : 0;
-    res->answers_per_s = secs > 0 ? l->answered / secs : 0;
-    res->p50_us = fl_hist_percentile(&l->hist, 50);
-    res->p90_us = fl_hist_percentile(&l->hist, 90);
-    res->p99_us = fl_hist_percentile(&l->hist, 99);
-    res->p999_us = fl_hist_percentile(&l->hist, 99.9);
-    res->max_us = l->hist.max;
-    res->status_201 = l->status[201];
-    res->status_409 = l->status[409];
-    res->status_429 = l->status[429];
-    for (int s = 500; s < 600; s++) res->status_5xx += l->status[s];
-    res->verdict = rr.verdict;
-    fl_verdict_line(&rr.verdict, res->verdict_line, sizeof res->verdict_line);
-    /* An unsafe scene is as expected when it shows its flaw: units sold or
-     * offered beyond the stock, or stock below zero. */
-    int flaw = rr.verdict.oversold > 0 || rr.verdict.min_stock < 0;
-    res->as_expected = sc->unsafe ? (!rr.verdict.pass && flaw) : rr.verdict.pass;
+    fl_scene_fill(res, &rr);
     fl_run_result_free(&rr);
 }
 
 /* ------------------------------------------------------------------- table */
+
+const char *fl_group_title(int group) {
+    switch (group) {
+    case FL_GROUP_PAUSE:
+        return "under an injected fault (a pause inside the critical section, fault injection)";
+    case FL_GROUP_FAILURE:
+        return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
+               "second, each forced mid-hold";
+    default: return "ordinary contention (no fault)";
+    }
+}
 
 void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
     fprintf(f, "%-27s %8s %9s %9s %8s %8s %6s %8s %9s %5s  %s\n", "strategy", "segments",
@@ -532,10 +615,8 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
             "verdict");
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
-        if (i == 0 || s->sc.fault != r[i - 1].sc.fault)
-            fprintf(f, "-- %s\n", s->sc.fault ? "under an injected fault (a pause inside the "
-                                                "critical section, fault injection)"
-                                              : "ordinary contention (no fault)");
+        if (i == 0 || s->sc.group != r[i - 1].sc.group)
+            fprintf(f, "-- %s\n", fl_group_title(s->sc.group));
         if (!s->ran) {
             fprintf(f, "%-27s %8d %9d  %s%s\n", s->sc.strategy, s->sc.segments, s->sc.instances,
                     s->note, s->sc.fault ? "  [FAULT]" : "");
@@ -550,6 +631,34 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
                 s->verdict.sold, s->verdict.oversold, s->verdict.min_stock, s->verdict.lost,
                 s->verdict_line, s->as_expected ? "" : "  << UNEXPECTED",
                 s->sc.fault ? "FAULT: " : "", s->sc.condition);
+    }
+    /* What each Redis failure did, in words: once for the scenes that
+     * shared it word for word. */
+    int said = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_FAILURE || !s->ran || !s->detail[0]) continue;
+        int j = i;
+        char who[200] = "";
+        for (; j < n && r[j].sc.failure == s->sc.failure && r[j].ran &&
+               !strcmp(r[j].detail, s->detail);
+             j++)
+            snprintf(who + strlen(who), sizeof who - strlen(who), "%s%s", j > i ? ", " : "",
+                     r[j].sc.strategy);
+        if (!said++) fprintf(f, "the Redis failures, as done and seen:\n");
+        fprintf(f, "  %s (%s; %.0f s): %s\n", fl_failure_name(s->sc.failure), who,
+                s->sc.duration_s, s->detail);
+        i = j - 1;
+    }
+}
+
+const char *fl_failure_name(fl_failure kind) {
+    switch (kind) {
+    case FL_FAIL_FAILOVER: return "failover";
+    case FL_FAIL_CLOCK: return "clock jump";
+    case FL_FAIL_AOF: return "AOF lost";
+    case FL_FAIL_MEMBER: return "member failover";
+    default: return "none";
     }
 }
 
@@ -583,29 +692,43 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
     for (int i = 0; i < n; i++) {
         memset(&res[i], 0, sizeof res[i]);
         res[i].sc = scenes[i];
-        if (o->interrupted && atomic_load(o->interrupted)) {
-            snprintf(res[i].note, sizeof res[i].note, "skipped: interrupted");
-            skipped++;
-            continue;
-        }
-        const fl_strategy *info = fl_strategy_find(st, nst, scenes[i].strategy);
+        res[i].recover_ms = -1;
+    }
+    for (int i = 0, j; i < n; i = j) {
+        /* The scenes of one Redis failure run together, under one fault. */
+        const fl_scene *sc = &scenes[i];
+        for (j = i + 1; sc->group == FL_GROUP_FAILURE && j < n &&
+                        scenes[j].group == FL_GROUP_FAILURE && scenes[j].failure == sc->failure;
+             j++) {}
+        const fl_strategy *info = fl_strategy_find(st, nst, sc->strategy);
         fl_err se = { "" };
-        if (info && !info->available)
+        if (o->interrupted && atomic_load(o->interrupted)) {
+            for (int k = i; k < j; k++)
+                snprintf(res[k].note, sizeof res[k].note, "skipped: interrupted");
+        } else if (sc->group == FL_GROUP_FAILURE) {
+            /* Its own service, whose lock servers are always there. */
+            fl_failures_run(w.fail, o, tag, &res[i], j - i);
+        } else if (info && !info->available) {
             snprintf(res[i].note, sizeof res[i].note, "skipped: the service cannot run it%s%.150s",
                      info->reason[0] ? ": " : "", info->reason);
-        else scene_run(o, &w, tag, i + 1, n, &res[i], &se);
-        if (!res[i].ran) {
-            skipped++;
-            fprintf(stderr, "[%d/%d] %s x%d x%d: %s\n", i + 1, n, scenes[i].strategy,
-                    scenes[i].segments, scenes[i].instances, res[i].note);
-            continue;
+        } else {
+            scene_run(o, &w, tag, i + 1, n, &res[i], &se);
         }
-        ran++;
-        unexpected += !res[i].as_expected;
-        fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s%s\n", i + 1, n,
-                scenes[i].strategy, scenes[i].segments, scenes[i].instances, res[i].orders_per_s,
-                res[i].verdict_line, res[i].as_expected ? "" : "  << UNEXPECTED",
-                scenes[i].fault ? "  [fault]" : "");
+        for (int k = i; k < j; k++) {
+            if (!res[k].ran) {
+                skipped++;
+                fprintf(stderr, "[%d/%d] %s x%d x%d: %s\n", k + 1, n, scenes[k].strategy,
+                        scenes[k].segments, scenes[k].instances, res[k].note);
+                continue;
+            }
+            ran++;
+            unexpected += !res[k].as_expected;
+            fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s%s\n", k + 1, n,
+                    scenes[k].strategy, scenes[k].segments, scenes[k].instances,
+                    res[k].orders_per_s, res[k].verdict_line,
+                    res[k].as_expected ? "" : "  << UNEXPECTED", scenes[k].fault ? "  [fault]" : "");
+            if (res[k].detail[0]) fprintf(stderr, "        %s\n", res[k].detail);
+        }
     }
     nrows = fl_lock_rows(o, &w, tag, st, nst, res, n, rows);
     printf("\n");

@@ -1,6 +1,7 @@
-/* compare_int.h: what compare.c and probe.c share, private to loadtest/:
- * the world of processes a comparison runs in, and the probes' entry
- * points. Nothing outside loadtest/ includes it. */
+/* compare_int.h: what compare.c, probe.c, failures.c and topo.c share,
+ * private to loadtest/: the world of processes a comparison runs in, the
+ * probes' entry points, the Redis failures group's. Nothing outside
+ * loadtest/ includes it. */
 #ifndef FLASHSALE_LOADTEST_COMPARE_INT_H
 #define FLASHSALE_LOADTEST_COMPARE_INT_H
 #include "loadtest/loadtest.h"
@@ -18,6 +19,9 @@ typedef struct fl_lockserver {
 
 enum { FL_LS_REDLOCK, FL_LS_ZOOKEEPER, FL_LS_ETCD, FL_LS_COUNT };
 
+/* The Redis failures group's own processes (failures.c). */
+typedef struct fl_failworld fl_failworld;
+
 typedef struct fl_world {
     char dir[256];               /* our temp dir ("" : services given) */
     fl_proc redis;
@@ -34,6 +38,7 @@ typedef struct fl_world {
     char key_prefix[64];
     char token[256];
     char service_bin[400];
+    fl_failworld *fail;          /* the Redis failures group's world (NULL: none) */
 } fl_world;
 
 /* The lock server strategy needs, or NULL (lock: the service's Redis;
@@ -51,5 +56,57 @@ int fl_world_add_instance(fl_world *w, fl_err *e);
 int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                  const fl_strategy *st, int nst, const fl_scene_result *r, int n,
                  fl_lock_row *rows);
+
+/* Fills a scene's figures and verdict from its run (compare.c). */
+void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr);
+
+/* ------------------------------------------- the Redis failures (failures.c) */
+
+/* Starts the group's processes in dir/failures without waiting for them
+ * (the sentinels take seconds to learn of each other): two primaries with
+ * a replica each and three sentinels watching both, Redlock's two plain
+ * servers (one under bin/libclockjump.so when it is there); the service starts
+ * when the group first runs. NULL: out of memory. A failure to start is
+ * kept and said when the group runs. */
+fl_failworld *fl_failures_spawn(const char *dir, const char *service_bin);
+/* Stops every process of f (NULL: nothing). Frees f. */
+void fl_failures_down(fl_failworld *f);
+/* Waits (once) until f serves; 0, or -1 with why filled. */
+int fl_failures_ready(fl_failworld *f, const fl_compare_opts *o, char *why, size_t len);
+/* Runs res[0..n), scenes of one kind of failure (res[0].sc.failure), all
+ * under one fault, each with its own product; fills each result (ran, or a
+ * skip note). */
+void fl_failures_run(fl_failworld *f, const fl_compare_opts *o, const char *tag,
+                     fl_scene_result *res, int n);
+
+/* ------------------------------------------------- Redis, asked (topo.c) */
+
+struct redisReply;
+/* One command on a fresh connection to 127.0.0.1:port, timeout_ms for the
+ * connect and the reply. The reply (freeReplyObject), or NULL with e set
+ * (unreachable, or an error reply). */
+struct redisReply *fl_rcmd(int port, int timeout_ms, fl_err *e, const char *fmt, ...);
+/* GET key at port: 1 with its value in out, 0 when absent, -1 unreachable. */
+int fl_rget(int port, const char *key, char *out, size_t len);
+/* Whether the server at port says (ROLE) it is a primary. */
+int fl_is_master(int port);
+/* Whether the server at port replicates primary with its link up: 1, 0,
+ * or -1 when it does not answer. */
+int fl_replica_of(int port, int primary);
+/* The port every live sentinel of s[0..n) names for master name; 0 when
+ * they disagree or one does not answer. */
+int fl_sentinel_master(const fl_proc *s, int n, const char *name);
+/* Whether each sentinel knows the n - 1 others and exactly `replicas`
+ * replicas of name in good health (flags "slave"). */
+int fl_sentinels_know(const fl_proc *s, int n, const char *name, int replicas);
+/* Cuts replica off from primary: nothing written to primary from now on
+ * reaches it (topo.c says how). 0, or -1 with e set. */
+int fl_replica_cut(int primary, int replica, fl_err *e);
+/* SENTINEL FAILOVER name at the sentinel on port: a failover now, without
+ * the sentinels' agreement that the primary is down. Retried for
+ * timeout_ms while refused; 0 (or one in progress already), or -1 with e. */
+int fl_sentinel_failover(int sentinel, const char *name, int timeout_ms, fl_err *e);
+/* WAIT: until a replica has every write made so far; 0, or -1 with e set. */
+int fl_replica_wait(int primary, int timeout_ms, fl_err *e);
 
 #endif

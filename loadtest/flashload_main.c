@@ -110,14 +110,21 @@ static void usage_compare(FILE *f) {
 "usage: flashload compare [options]  every strategy x segments: table, report.json/.html\n"
 "\n"
 "Without --target it starts its own redis-server, the lock servers (three\n"
-"redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, and stops them.\n"
-"Scenes run in two groups, ordinary contention and under an injected fault; then\n"
-"the \"choosing a lock\" table, one row per lock, measured in the same run.\n"
+"redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, in a temp dir\n"
+"under $TMPDIR (default /tmp), and stops them.\n"
+"Scenes run in three groups: ordinary contention, under an injected pause, and\n"
+"Redis failures (a failover to a stale replica, a Redlock server's clock jumping,\n"
+"a Redlock server losing its last AOF second, a Redlock member failing over; on\n"
+"servers and sentinels of their own); then the \"choosing a lock\" table, one row\n"
+"per lock, measured in the same run.\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
 "  --no-probes            leave out the lock table's fault probes (kill -9, lock\n"
 "                         server restarted, lock server restarted empty)\n"
+"  --no-redis-failures    leave out the Redis failures group (about 25 s; the clock\n"
+"                         scene moves a redis-server's clock with bin/libclockjump.so,\n"
+"                         our LD_PRELOAD shim, built next to flashload)\n"
 "  --quick                shorter scenes for development: --duration 1\n"
 "                         --pause-duration 2 --stock 5000\n"
 "  --no-lock-servers      start no lock server: their scenes are skipped\n"
@@ -413,6 +420,8 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             o->two_instances = 0;
         } else if (!strcmp(a, "--no-probes")) {
             o->probes = 0;
+        } else if (!strcmp(a, "--no-redis-failures")) {
+            o->redis_failures = 0;
         } else if (!strcmp(a, "--no-lock-servers")) {
             o->lock_servers = 0;
         } else if (!strcmp(a, "--quick")) {

@@ -24,7 +24,11 @@
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
  *                self-contained report.html (compare.c, report.c)
- *   fl_proc      private redis-server and flashsale processes (procs.c)
+ *   fl_proc      private redis-server and flashsale processes, and for the
+ *                Redis failures group: Sentinel-watched redis-servers, a
+ *                redis-server whose wall clock can jump (bin/libclockjump.so,
+ *                clockjump.c), a crash that loses the end of an append-only
+ *                file (procs.c)
  *
  * Errors are reported in an fl_err the caller passes in; nothing here keeps
  * global mutable state, so several runs may follow each other in one
@@ -681,7 +685,9 @@ typedef enum fl_proc_kind {
     FL_PROC_REDIS,               /* no persistence: what the service's Redis is */
     FL_PROC_REDIS_AOF,           /* append-only file: a Redlock server keeps its counters */
     FL_PROC_ZOOKEEPER,           /* standalone, Debian's zookeeper on a JRE */
-    FL_PROC_ETCD                 /* single member, Debian's etcd-server */
+    FL_PROC_ETCD,                /* single member, Debian's etcd-server */
+    FL_PROC_REDIS_NODE,          /* from <dir>/redis.conf: a primary or replica a Sentinel watches */
+    FL_PROC_SENTINEL             /* `redis-server <dir>/redis.conf --sentinel` */
 } fl_proc_kind;
 
 typedef struct fl_proc {
@@ -693,6 +699,7 @@ typedef struct fl_proc {
     char bin[300];               /* the program, when not the usual one */
     char url[128];               /* redis://..., http://..., zk://..., etcd://... */
     char log[600];
+    char clockjump[400];         /* FL_PROC_REDIS_AOF under bin/libclockjump.so: its offset file ("" none) */
 } fl_proc;
 
 /* A free TCP port on 127.0.0.1, or -1. */
@@ -723,6 +730,46 @@ int fl_service_start(const char *bin, const char *dir, const char *redis_url,
 /* Restarts the n servers p[0..n) together (all down, then all up), as
  * fl_server_restart does one: Redlock's servers as one lock service. */
 int fl_servers_restart(fl_proc *p, int n, int wipe, int64_t *down_ms, fl_err *e);
+/* Starts a redis-server (FL_PROC_REDIS_NODE: no persistence, a full sync
+ * without delay) or a sentinel (FL_PROC_SENTINEL) from <dir>/redis.conf,
+ * written here (port, bind 127.0.0.1, dir) followed by the lines of extra
+ * ("replicaof ...\n", "sentinel monitor ...\n"; NULL: none), on a free
+ * port; returns at once (fl_proc_wait). A restart reads the same file, as
+ * the sentinel rewrote it. Returns 0, or -1 with e set. */
+int fl_conf_spawn(fl_proc_kind kind, const char *dir, const char *extra, fl_proc *p,
+                  fl_err *e);
+/* bin/libclockjump.so, the LD_PRELOAD shim next to this program
+ * (loadtest/clockjump.c), into out; 0, or -1 with e set when it is not there. */
+int fl_clockjump_lib(char *out, size_t len, fl_err *e);
+/* Starts a redis-server with an append-only file, as fl_server_spawn's
+ * FL_PROC_REDIS_AOF, under bin/libclockjump.so: its wall clock is the real
+ * one plus the offset in file (created, or set, at 0 here), read at every
+ * call, so fl_clockjump_set moves it at once; its monotonic clock is left
+ * alone. Returns at once; 0, or -1 with e set (no shim: say so). */
+int fl_clockjump_spawn(const char *dir, const char *file, fl_proc *p, fl_err *e);
+/* Sets the offset of such a clock to secs seconds, in one store a reader
+ * sees whole. 0, or -1 with e set. */
+int fl_clockjump_set(const char *file, int64_t secs, fl_err *e);
+/* Starts p again where it ran (port, files, settings), after it was killed
+ * or stopped, and waits until it serves. 0, or -1 with e set. */
+int fl_server_start_again(fl_proc *p, fl_err *e);
+
+/* Where a server's append-only file ended at a moment. */
+typedef struct fl_aof_mark {
+    char path[600];              /* its newest incremental file (Redis 7: appendonlydir/) */
+    long long size;
+    int64_t at_ms;               /* when (monotonic) */
+} fl_aof_mark;
+
+/* Marks where p's (FL_PROC_REDIS_AOF) append-only file ends now. */
+int fl_aof_mark_take(const fl_proc *p, fl_aof_mark *m, fl_err *e);
+/* A crash of the machines of p[0..n) with `appendfsync everysec`: each is
+ * killed with SIGKILL, its append-only file cut back to its mark (what an
+ * OS crash or power loss leaves when the last writes had not reached the
+ * disk: a killed process alone loses nothing, its writes are in the page
+ * cache), then started again on its port. *down_ms: how long. 0, or -1
+ * with e set. */
+int fl_servers_crash(fl_proc *p, int n, const fl_aof_mark *m, int64_t *down_ms, fl_err *e);
 /* SIGTERM, then SIGKILL after timeout_ms; reaps it. Safe on a zero pid. */
 void fl_proc_stop(fl_proc *p, int timeout_ms);
 /* SIGKILL now, and reaps it. Safe on a zero pid. */
@@ -731,6 +778,20 @@ void fl_proc_kill(fl_proc *p);
 void fl_rmtree(const char *dir);
 
 /* ------------------------------------------------------------- comparison */
+
+/* The groups of scenes, in the order they run and are shown. */
+enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUPS };
+
+/* The Redis failures of seed 004 (section 4.2) a scene of FL_GROUP_FAILURE
+ * runs under (failures.c). */
+typedef enum fl_failure {
+    FL_FAIL_NONE = 0,
+    FL_FAIL_FAILOVER,            /* the stock's Redis fails over to a replica that missed writes */
+    FL_FAIL_CLOCK,               /* Redlock: a server's wall clock jumps forward mid-hold */
+    FL_FAIL_AOF,                 /* Redlock: a server crashes mid-hold, AOF everysec loses the hold */
+    FL_FAIL_MEMBER,              /* Redlock: a member fails over to a replica that missed the lock */
+    FL_FAILURES
+} fl_failure;
 
 /* Why and how a scene is run. */
 typedef struct fl_scene {
@@ -741,8 +802,10 @@ typedef struct fl_scene {
     int cs_delay_ms;             /* injected pause (0: none) */
     int lock_ttl_ms;             /* lease (0: service default) */
     int unsafe;                  /* expected to break */
-    int fault;                   /* runs under an injected fault (a pause): its own group */
-    char condition[64];          /* for people: "contention", "pause 300ms > ttl 100ms" */
+    int fault;                   /* runs under an injected fault (group > 0): shaded, marked */
+    int group;                   /* FL_GROUP_* */
+    fl_failure failure;          /* FL_GROUP_FAILURE: which */
+    char condition[160];         /* for people: "contention", "pause 300ms > ttl 100ms" */
     double duration_s;
 } fl_scene;
 
@@ -764,6 +827,11 @@ typedef struct fl_scene_result {
      * the median interpolated within its buckets. n 0: none recorded. */
     uint64_t handoff_n;
     double handoff_mean_us, handoff_p50_us;
+    /* A Redis failure scene: from the fault (the kill of the primary) to
+     * the next 201 (-1: none, or not measured), and what was done and seen,
+     * in words. */
+    int64_t recover_ms;
+    char detail[400];
 } fl_scene_result;
 
 /* One measurement of a lock under a fault, for the "choosing a lock" table. */
@@ -797,6 +865,7 @@ typedef struct fl_lock_row {
     fl_probe restart;            /* its lock server restarted mid-run, data kept */
     fl_probe wipe;               /* its lock server restarted empty mid-run */
     fl_probe fence;              /* a pause longer than the lease (the pause scene) */
+    fl_probe failover;           /* its Redis failed over to a replica that missed the lock */
 } fl_lock_row;
 
 typedef struct fl_compare_opts {
@@ -815,6 +884,7 @@ typedef struct fl_compare_opts {
     long long pause_stock;       /* of the scenes under an injected pause */
     int probes;                  /* measure the lock table's fault columns */
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
+    int redis_failures;          /* the Redis failures group (own services only) */
     char etcd_bin[300];          /* "" : etcd from PATH */
     char java_bin[300];          /* "" : java from PATH (ZooKeeper) */
     char out_dir[400];
@@ -839,13 +909,17 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
  * into o->out_dir. Returns 0 when every scene came out as expected, 1 when
  * one did not, -1 with e set on a setup failure. */
 int fl_compare(const fl_compare_opts *o, fl_err *e);
-/* The table, as printed. */
+/* The table, as printed, then what each Redis failure scene did. */
 void fl_compare_table(const fl_scene_result *r, int n, FILE *f);
+/* A group's heading ("ordinary contention (no fault)", ...). */
+const char *fl_group_title(int group);
+/* A failure's short name ("failover", "clock jump", ...), as report.json has it. */
+const char *fl_failure_name(fl_failure kind);
 /* The "choosing a lock" table, as printed. */
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f);
 /* Formats a probe's outcome in one short line ("n/a: ..." when not run). */
 void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len);
-enum { FL_PROBE_KILL, FL_PROBE_RESTART, FL_PROBE_WIPE, FL_PROBE_FENCE };
+enum { FL_PROBE_KILL, FL_PROBE_RESTART, FL_PROBE_WIPE, FL_PROBE_FENCE, FL_PROBE_FAILOVER };
 /* report.json and report.html. Return 0 or -1 with e set. */
 int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                    const fl_lock_row *l, int nl, const char *path, fl_err *e);

@@ -13,6 +13,11 @@
  *            refused, for how long, and whether anything was oversold.
  *   wipe     the same, the server coming back empty (its data lost).
  *
+ * And a column from the Redis failures group (failures.c): "failover to a
+ * replica", for the locks whose server can be a Sentinel-watched Redis:
+ * `lock` (the stock's own Redis fails over) and `redlock` (one member
+ * fails over); n/a, with the reason, for the others.
+ *
  * The fault of restart and wipe is caused from fl_run's tick, every 20 ms
  * while the load runs, which also records when answers were refused and
  * when the first 201 came after the server was back. */
@@ -52,6 +57,10 @@ static const lock_about LOCKS[FL_LOCK_ROWS] = {
 static const char DB_NA[] = "n/a: the lock table is in the orders' SQLite file; there is no lock "
                             "server apart from the database itself, and losing it loses the orders";
 static const char LOCAL_NA[] = "n/a: no lock server (the mutex lives and dies with its process)";
+static const char QUORUM_NA[] = "n/a: no Redis replica to fail over to: its servers replicate by "
+                                "quorum (%s), and a new leader has every acknowledged write";
+static const char DB_FAILOVER_NA[] = "n/a: the lock table is in the orders' SQLite file, not in "
+                                     "Redis: there is no replica to fail over to";
 
 /* ------------------------------------------------------- restart and wipe */
 
@@ -306,11 +315,13 @@ static void kill_probe(fl_world *w, const char *tag, const char *strategy, fl_pr
 
 /* ------------------------------------------------------------------ rows */
 
+/* The one-instance scene of strategy with segments in group (failure:
+ * of that kind, FL_GROUP_FAILURE only), or NULL. */
 static const fl_scene_result *find(const fl_scene_result *r, int n, const char *strategy,
-                                   int segments, int fault) {
+                                   int segments, int group, fl_failure failure) {
     for (int i = 0; i < n; i++)
         if (!strcmp(r[i].sc.strategy, strategy) && r[i].sc.segments == segments &&
-            r[i].sc.instances == 1 && r[i].sc.fault == fault)
+            r[i].sc.instances == 1 && r[i].sc.group == group && r[i].sc.failure == failure)
             return &r[i];
     return NULL;
 }
@@ -320,11 +331,61 @@ static void not_measured(fl_probe *p, const char *why) {
     snprintf(p->note, sizeof p->note, "%.299s", why);
 }
 
+/* The "failover to a replica" cell: lock's from the stock's failover,
+ * redlock's from a member's; n/a for the locks without a Redis. */
+static void failover_cell(const fl_compare_opts *o, fl_lock_row *row, const fl_scene_result *r,
+                          int n) {
+    fl_probe *p = &row->failover;
+    const char *s = row->strategy;
+    char why[300];
+    if (!strcmp(s, "zookeeper") || !strcmp(s, "etcd")) {
+        snprintf(why, sizeof why, QUORUM_NA, !strcmp(s, "etcd") ? "Raft" : "ZAB");
+        not_measured(p, why);
+        return;
+    }
+    if (!strcmp(s, "db-lock") || !strcmp(s, "local")) {
+        not_measured(p, !strcmp(s, "local") ? LOCAL_NA : DB_FAILOVER_NA);
+        return;
+    }
+    int redlock = !strcmp(s, "redlock");
+    const fl_scene_result *sc =
+        find(r, n, s, 1, FL_GROUP_FAILURE, redlock ? FL_FAIL_MEMBER : FL_FAIL_FAILOVER);
+    if (!sc) {
+        not_measured(p, !o->redis_failures ? "not measured (--no-redis-failures)"
+                                           : "not measured: no failover scene");
+        return;
+    }
+    if (!sc->ran) {
+        not_measured(p, sc->note);
+        return;
+    }
+    if (!sc->as_expected && sc->verdict.pass) {
+        /* Sold exactly, but the failover did not come as planned. */
+        snprintf(why, sizeof why, "not measured: the fault was not caused as planned: %.240s",
+                 sc->detail);
+        not_measured(p, why);
+        return;
+    }
+    p->ran = 1;
+    p->recover_ms = sc->recover_ms;
+    p->ok = (uint64_t)sc->verdict.sold;
+    p->fenced = sc->fenced;
+    p->refused = sc->status_429 + sc->status_5xx;
+    p->oversold = sc->verdict.oversold;
+    p->lost = sc->verdict.lost;
+    p->pass = sc->verdict.pass;
+    /* The scene's condition (with the time to the next 201); its full
+     * account is with the scenes. */
+    snprintf(p->note, sizeof p->note, "%s%.160s; %lld sold, %lld oversold, %llu fenced; %.80s",
+             redlock ? "a member: " : "the stock's Redis: ", sc->sc.condition, sc->verdict.sold,
+             sc->verdict.oversold, (unsigned long long)sc->fenced, sc->verdict_line);
+}
+
 /* The row's figures that come from the scenes. */
 static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
-    const fl_scene_result *one = find(r, n, row->strategy, 1, 0);
-    const fl_scene_result *eight = find(r, n, row->strategy, 8, 0);
-    const fl_scene_result *pause = find(r, n, row->strategy, 1, 1);
+    const fl_scene_result *one = find(r, n, row->strategy, 1, FL_GROUP_CONTENTION, FL_FAIL_NONE);
+    const fl_scene_result *eight = find(r, n, row->strategy, 8, FL_GROUP_CONTENTION, FL_FAIL_NONE);
+    const fl_scene_result *pause = find(r, n, row->strategy, 1, FL_GROUP_PAUSE, FL_FAIL_NONE);
     if (one && one->ran) {
         row->have1 = 1;
         row->ops1 = one->orders_per_s;
@@ -355,7 +416,7 @@ static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
         f->oversold = pause->verdict.oversold;
         f->lost = pause->verdict.lost;
         f->pass = pause->verdict.pass;
-        snprintf(f->note, sizeof f->note, "%s: %llu stale writes refused by the fence (429), "
+        snprintf(f->note, sizeof f->note, "%.60s: %llu stale writes refused by the fence (429), "
                  "%lld sold, %lld oversold; %.100s", pause->sc.condition,
                  (unsigned long long)pause->fenced, pause->verdict.sold, pause->verdict.oversold,
                  pause->verdict_line);
@@ -376,6 +437,7 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
         snprintf(row->strategy, sizeof row->strategy, "%s", s);
         snprintf(row->server, sizeof row->server, "%s", LOCKS[i].server);
         from_scenes(row, r, n);
+        failover_cell(o, row, r, n);
     }
     /* The probes, in an order that disturbs the least: kills, restarts,
      * data lost, and the stock Redis (lock) last of all. */

@@ -6,6 +6,12 @@
  * lock server can be restarted on its port, with or without its data, for
  * the comparison's fault probes.
  *
+ * For the Redis failures group (failures.c) also: redis-servers and
+ * sentinels started from a config file of their own (a Sentinel rewrites
+ * its file, as on a real machine), a redis-server whose wall clock we can
+ * move (under our LD_PRELOAD shim, bin/libclockjump.so: clockjump.c), and a
+ * crash that loses the end of a server's append-only file.
+ *
  * A child asks the kernel for SIGTERM when flashload dies (PR_SET_PDEATHSIG),
  * so even a killed flashload leaves no server running behind it. */
 #include <errno.h>
@@ -16,12 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <hiredis/hiredis.h>
 
 #include "common/clock.h"
@@ -48,11 +56,39 @@ int fl_free_port(void) {
     return port;
 }
 
-/* Forks and execs argv with stdout and stderr appended to log. */
-static pid_t spawn(char *const argv[], const char *log, fl_err *e) {
+extern char **environ;
+
+/* Whether "NAME=value" var sets one of the names set in env. */
+static int env_overridden(const char *var, char *const *env) {
+    size_t len = strcspn(var, "=");
+    for (int i = 0; env[i]; i++)
+        if (!strncmp(env[i], var, len) && env[i][len] == '=') return 1;
+    return 0;
+}
+
+/* Forks and execs argv with stdout and stderr appended to log, with the
+ * NULL-terminated "NAME=value" strings of env replacing or added to our
+ * environment (NULL: ours as it is). The environment is built before the
+ * fork: the child of a threaded process should call nothing that may
+ * allocate. */
+static pid_t spawn(char *const argv[], const char *log, char *const *env, fl_err *e) {
     pid_t parent = getpid();
+    char **envp = NULL;
+    if (env) {
+        size_t n = 0, k = 0, m = 0;
+        while (environ[n]) n++;
+        while (env[k]) k++;
+        if (!(envp = calloc(n + k + 1, sizeof *envp))) {
+            fl_errf(e, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (!env_overridden(environ[i], env)) envp[m++] = environ[i];
+        memcpy(envp + m, env, k * sizeof *envp);
+    }
     pid_t pid = fork();
     if (pid < 0) {
+        free(envp);
         fl_errf(e, "fork: %s", strerror(errno));
         return -1;
     }
@@ -66,10 +102,12 @@ static pid_t spawn(char *const argv[], const char *log, fl_err *e) {
             dup2(fd, 2);
         }
         if (null >= 0) dup2(null, 0);
-        execvp(argv[0], argv);
+        if (envp) execvpe(argv[0], argv, envp);
+        else execvp(argv[0], argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    free(envp);
     return pid;
 }
 
@@ -132,6 +170,7 @@ static const char *kind_name(fl_proc_kind k) {
     case FL_PROC_SERVICE: return "flashsale";
     case FL_PROC_ZOOKEEPER: return "zookeeper";
     case FL_PROC_ETCD: return "etcd";
+    case FL_PROC_SENTINEL: return "sentinel";
     default: return "redis-server";
     }
 }
@@ -207,14 +246,34 @@ static int spawn_server(fl_proc *p, fl_err *e) {
     case FL_PROC_REDIS: {
         char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                          "--appendonly", "no", "--dir", data, "--maxclients", "10000", NULL };
-        p->pid = spawn(argv, p->log, e);
+        p->pid = spawn(argv, p->log, NULL, e);
         break;
     }
     case FL_PROC_REDIS_AOF: {
         char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                          "--appendonly", "yes", "--appendfsync", "everysec", "--dir", data,
                          "--maxclients", "10000", NULL };
-        p->pid = spawn(argv, p->log, e);
+        char preload[420], file[440];
+        /* Under bin/libclockjump.so only the wall clock moves, as when NTP
+         * steps it; the monotonic clock goes on (Redis times its own timers
+         * with it). The offset file is read at every call: a jump takes at
+         * once. */
+        char *env[] = { preload, file, NULL };
+        if (p->clockjump[0]) {
+            char lib[400];
+            if (fl_clockjump_lib(lib, sizeof lib, e)) return -1;
+            snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib);
+            snprintf(file, sizeof file, "CLOCKJUMP_FILE=%s", p->clockjump);
+        }
+        p->pid = spawn(argv, p->log, p->clockjump[0] ? env : NULL, e);
+        break;
+    }
+    case FL_PROC_REDIS_NODE:
+    case FL_PROC_SENTINEL: {
+        snprintf(cfg, sizeof cfg, "%s/redis.conf", p->dir);
+        char *argv[] = { "redis-server", cfg, p->kind == FL_PROC_SENTINEL ? "--sentinel" : NULL,
+                         NULL };
+        p->pid = spawn(argv, p->log, NULL, e);
         break;
     }
     case FL_PROC_ZOOKEEPER: {
@@ -232,7 +291,7 @@ static int spawn_server(fl_proc *p, fl_err *e) {
                          "-Dzookeeper.admin.enableServer=false",
                          "-Dznode.container.checkIntervalMs=1000", l4j, "-cp", cp,
                          "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, NULL };
-        p->pid = spawn(argv, p->log, e);
+        p->pid = spawn(argv, p->log, NULL, e);
         break;
     }
     case FL_PROC_ETCD: {
@@ -245,7 +304,7 @@ static int spawn_server(fl_proc *p, fl_err *e) {
                          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
                          "--initial-cluster-state", "new", "--heartbeat-interval", "50",
                          "--election-timeout", "500", NULL };
-        p->pid = spawn(argv, p->log, e);
+        p->pid = spawn(argv, p->log, NULL, e);
         break;
     }
     default:
@@ -325,6 +384,135 @@ int fl_server_restart(fl_proc *p, int wipe, int64_t *down_ms, fl_err *e) {
     return fl_servers_restart(p, 1, wipe, down_ms, e);
 }
 
+/* ------------------------------------------- the Redis failures group's */
+
+int fl_clockjump_lib(char *out, size_t len, fl_err *e) {
+    char self[380];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return fl_errf(e, "readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(out, len, "%.370s/libclockjump.so", self);
+    if (access(out, R_OK) != 0)
+        return fl_errf(e, "%s: %s (make builds it next to flashload)", out, strerror(errno));
+    return 0;
+}
+
+int fl_clockjump_set(const char *file, int64_t secs, fl_err *e) {
+    /* One aligned 8-byte store through a shared mapping: the shim, which
+     * maps the same page, sees the old offset or the new, never half of
+     * each (a write(2) is a copy of bytes, with no such promise). */
+    int fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return fl_errf(e, "open %s: %s", file, strerror(errno));
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 &&
+        (st.st_size >= (off_t)sizeof secs || ftruncate(fd, sizeof secs) == 0))
+        m = mmap(NULL, sizeof secs, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    if (m == MAP_FAILED) return fl_errf(e, "map %s: %s", file, strerror(err));
+    __atomic_store_n((int64_t *)m, secs, __ATOMIC_RELEASE);
+    munmap(m, sizeof secs);
+    return 0;
+}
+
+int fl_clockjump_spawn(const char *dir, const char *file, fl_proc *p, fl_err *e) {
+    char lib[400];
+    memset(p, 0, sizeof *p);
+    if (fl_clockjump_lib(lib, sizeof lib, e) || fl_clockjump_set(file, 0, e)) return -1;
+    fl_proc q;
+    memset(&q, 0, sizeof q);
+    q.kind = FL_PROC_REDIS_AOF;
+    snprintf(q.dir, sizeof q.dir, "%s", dir);
+    snprintf(q.clockjump, sizeof q.clockjump, "%s", file);
+    mkdir(dir, 0755);
+    q.port = fl_free_port();
+    if (q.port < 0) return fl_errf(e, "no free port");
+    snprintf(q.log, sizeof q.log, "%s/redis-server.log", dir);
+    snprintf(q.url, sizeof q.url, "redis://127.0.0.1:%d/0", q.port);
+    *p = q;
+    return spawn_server(p, e);
+}
+
+int fl_conf_spawn(fl_proc_kind kind, const char *dir, const char *extra, fl_proc *p,
+                  fl_err *e) {
+    memset(p, 0, sizeof *p);
+    if (kind != FL_PROC_REDIS_NODE && kind != FL_PROC_SENTINEL) return fl_errf(e, "not a node");
+    p->kind = kind;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    mkdir(dir, 0755);
+    p->port = fl_free_port();
+    if (p->port < 0) return fl_errf(e, "no free port");
+    snprintf(p->log, sizeof p->log, "%s/%s.log", dir, kind_name(kind));
+    snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d/0", p->port);
+    char path[500], text[4096];
+    snprintf(path, sizeof path, "%s/redis.conf", dir);
+    /* A data node keeps nothing on disk, and a full sync starts at once
+     * (Redis 7 waits 5 s for more replicas by default). */
+    snprintf(text, sizeof text, "port %d\nbind 127.0.0.1\ndir \"%s%s\"\n%s%s", p->port, dir,
+             kind == FL_PROC_SENTINEL ? "" : "/data",
+             kind == FL_PROC_SENTINEL ? ""
+                                      : "save \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n",
+             extra ? extra : "");
+    if (write_file(path, text, e)) return -1;
+    return spawn_server(p, e);
+}
+
+int fl_server_start_again(fl_proc *p, fl_err *e) {
+    if (p->pid > 0) return fl_errf(e, "%s is still running", kind_name(p->kind));
+    if (spawn_server(p, e)) return -1;
+    return fl_proc_wait(p, START_WAIT_MS, e);
+}
+
+/* The newest incremental file of a Redis 7 append-only file (a directory,
+ * appendonlydir/, of a base file, incremental files and a manifest), or -1. */
+static int aof_incr_file(const fl_proc *p, char *out, size_t len) {
+    char dir[440];
+    snprintf(dir, sizeof dir, "%s/data/appendonlydir", p->dir);
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    long best = -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long seq;
+        char tail[32];
+        /* appendonly.aof.<seq>.incr.aof */
+        if (sscanf(de->d_name, "appendonly.aof.%ld.%31s", &seq, tail) == 2 &&
+            !strcmp(tail, "incr.aof") && seq > best) {
+            best = seq;
+            snprintf(out, len, "%s/%.150s", dir, de->d_name);
+        }
+    }
+    closedir(d);
+    return best >= 0 ? 0 : -1;
+}
+
+int fl_aof_mark_take(const fl_proc *p, fl_aof_mark *m, fl_err *e) {
+    struct stat st;
+    memset(m, 0, sizeof *m);
+    if (aof_incr_file(p, m->path, sizeof m->path))
+        return fl_errf(e, "no append-only file under %s/data", p->dir);
+    if (stat(m->path, &st) != 0) return fl_errf(e, "stat %s: %s", m->path, strerror(errno));
+    m->size = (long long)st.st_size;
+    m->at_ms = clock_mono_ms();
+    return 0;
+}
+
+int fl_servers_crash(fl_proc *p, int n, const fl_aof_mark *m, int64_t *down_ms, fl_err *e) {
+    int64_t t0 = clock_mono_ms();
+    for (int i = 0; i < n; i++) fl_proc_kill(&p[i]);
+    for (int i = 0; i < n; i++)
+        if (truncate(m[i].path, (off_t)m[i].size) != 0)
+            return fl_errf(e, "truncate %s: %s", m[i].path, strerror(errno));
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = spawn_server(&p[i], e);
+    for (int i = 0; i < n && !rc; i++) rc = fl_proc_wait(&p[i], START_WAIT_MS, e);
+    if (down_ms) *down_ms = clock_mono_ms() - t0;
+    return rc;
+}
+
 int fl_service_start(const char *bin, const char *dir, const char *redis_url,
                      const char *db_path, const char *const *extra, fl_proc *p, fl_err *e) {
     memset(p, 0, sizeof *p);
@@ -338,7 +526,7 @@ int fl_service_start(const char *bin, const char *dir, const char *redis_url,
     for (int i = 0; extra && extra[i] && n < 47; i++) argv[n++] = extra[i];
     argv[n] = NULL;
     p->kind = FL_PROC_SERVICE;
-    p->pid = spawn((char *const *)argv, p->log, e);
+    p->pid = spawn((char *const *)argv, p->log, NULL, e);
     if (p->pid < 0) {
         p->pid = 0;
         return -1;

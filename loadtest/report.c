@@ -8,8 +8,9 @@
  * what does a buyer wait (latency percentiles, on a log scale because a
  * lock pause is a thousand times a Lua script), and which ones oversell
  * (oversold units). Every scene run under an injected fault is shaded and
- * marked, in the charts and the table, and comes after the ordinary ones.
- * Then the "choosing a lock" table, one row per lock. The page fits 1400
+ * marked, in the charts and the table, and comes after the ordinary ones:
+ * first those under a pause, then the Redis failures (with what each did,
+ * in words). Then the "choosing a lock" table, one row per lock. The page fits 1400
  * px without horizontal scrolling: long text wraps, charts scale. A few
  * lines of script at the end only measure the drawn marks and the page's
  * width into data- attributes, for the headless-browser test. */
@@ -55,7 +56,8 @@ static json_t *locks_json(const fl_lock_row *l, int nl) {
     for (int i = 0; i < nl; i++) {
         const fl_lock_row *r = &l[i];
         json_t *j = json_pack(
-            "{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s, s:I, s:o, s:o}, s:o, s:o, s:o, s:o}",
+            "{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:s, s:I, s:o, s:o}, s:o, s:o, s:o, s:o, "
+            "s:o}",
             "strategy", r->strategy, "lock_server", r->server, "orders_per_s_1seg",
             num_or_null(r->have1, r->ops1), "orders_per_s_8seg", num_or_null(r->have8, r->ops8),
             "p50_us", num_or_null(r->have1, (double)r->p50_us), "p99_us",
@@ -70,7 +72,8 @@ static json_t *locks_json(const fl_lock_row *l, int nl) {
             num_or_null(r->handoff_n > 0, r->handoff_p50_us), "kill_holder",
             probe_json(&r->kill, FL_PROBE_KILL), "server_restart",
             probe_json(&r->restart, FL_PROBE_RESTART), "server_data_lost",
-            probe_json(&r->wipe, FL_PROBE_WIPE), "pause_past_lease",
+            probe_json(&r->wipe, FL_PROBE_WIPE), "failover_to_replica",
+            probe_json(&r->failover, FL_PROBE_FAILOVER), "pause_past_lease",
             probe_json(&r->fence, FL_PROBE_FENCE));
         json_array_append_new(a, j);
     }
@@ -94,6 +97,16 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             (json_int_t)s->sc.stock,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
+        static const char *const GROUPS[FL_GROUPS] = { "contention", "pause", "redis-failure" };
+        json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
+        json_object_set_new(j, "failure", s->sc.failure ? json_string(fl_failure_name(s->sc.failure))
+                                                        : json_null());
+        if (s->sc.failure && s->ran) {
+            json_object_set_new(j, "detail", json_string(s->detail));
+            json_object_set_new(j, "recover_ms", s->recover_ms >= 0
+                                                     ? json_integer((json_int_t)s->recover_ms)
+                                                     : json_null());
+        }
         if (!s->ran) {
             json_object_set_new(j, "note", json_string(s->note));
             json_decref(v);
@@ -351,12 +364,17 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
                "</tr></thead><tbody>\n");
     for (int i = 0; i < n; i++) {
         const fl_scene_result *s = &r[i];
-        if (i == 0 || s->sc.fault != r[i - 1].sc.fault)
+        static const char *const HEADS[FL_GROUPS] = {
+            "Ordinary contention: no fault injected",
+            "\xe2\x9a\xa1 Under an injected fault: a pause inside the critical section (fault "
+            "injection), to force the interleaving that breaks a lock whose lease runs out",
+            "\xe2\x9a\xa1 Redis failures (seed 004 \xc2\xa7" "4.2), each forced at the moment "
+            "that breaks a lock: a failover to a replica that missed the last writes, a Redlock "
+            "server's clock jumping, a Redlock server losing its last AOF second, a Redlock "
+            "member failing over; the unsafe version, then ours" };
+        if (i == 0 || s->sc.group != r[i - 1].sc.group)
             fprintf(f, "<tr class=\"group\"><td colspan=\"12\">%s</td></tr>\n",
-                    s->sc.fault ? "\xe2\x9a\xa1 Under an injected fault: a pause inside the "
-                                  "critical section (fault injection), to force the interleaving "
-                                  "that breaks a lock whose lease runs out"
-                                : "Ordinary contention: no fault injected");
+                    HEADS[s->sc.group]);
         fprintf(f, "<tr%s><td>", s->sc.fault ? " class=\"fault\"" : "");
         if (s->sc.fault) fprintf(f, "\xe2\x9a\xa1 ");
         esc(f, s->sc.strategy);
@@ -379,6 +397,11 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
                 s->verdict.min_stock, s->verdict.lost, colour(s));
         esc(f, s->verdict_line);
         if (!s->as_expected) fprintf(f, " (unexpected)");
+        if (s->detail[0]) {
+            fprintf(f, "<br><small>");
+            esc(f, s->detail);
+            fprintf(f, "</small>");
+        }
         fprintf(f, "</td></tr>\n");
     }
     fprintf(f, "</tbody></table>\n");
@@ -409,15 +432,19 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
                "killed with SIGKILL inside its critical section, time until the other instance's "
                "next order for that SKU succeeds. Restart / data lost: the lock server taken down "
                "and brought back (with its data, or empty) under a light load; refused = 429, 5xx "
-               "and transport errors from the fault on. Pause &gt; lease: the pause scene above."
-               "</p>\n");
-    fprintf(f, "<table class=\"locks\"><colgroup><col style=\"width:9%%\"><col style=\"width:7%%\">"
-               "<col style=\"width:7%%\"><col style=\"width:9%%\"><col style=\"width:8%%\">"
-               "<col style=\"width:15%%\"><col style=\"width:15%%\"><col style=\"width:15%%\">"
-               "<col style=\"width:15%%\"></colgroup><thead><tr><th>lock</th><th>orders/s 1 seg</th>"
+               "and transport errors from the fault on. Failover to a replica: the Redis failures "
+               "scenes below, for the locks whose server can be a Sentinel-watched Redis "
+               "(<code>lock</code>: the stock's Redis; <code>redlock</code>: one member); the time "
+               "is from the kill of the primary to the next 201. Pause &gt; lease: the pause "
+               "scene below.</p>\n");
+    fprintf(f, "<table class=\"locks\"><colgroup><col style=\"width:9%%\"><col style=\"width:6%%\">"
+               "<col style=\"width:6%%\"><col style=\"width:8%%\"><col style=\"width:7%%\">"
+               "<col style=\"width:13%%\"><col style=\"width:13%%\"><col style=\"width:13%%\">"
+               "<col style=\"width:12.5%%\"><col style=\"width:12.5%%\"></colgroup><thead><tr>"
+               "<th>lock</th><th>orders/s 1 seg</th>"
                "<th>orders/s 8 segs</th><th>p50 / p99 (1 seg)</th><th>hand-off</th>"
                "<th>holder killed (-9)</th><th>server restarted</th><th>server lost its data</th>"
-               "<th>pause &gt; lease</th></tr></thead><tbody>\n");
+               "<th>failover to a replica</th><th>pause &gt; lease</th></tr></thead><tbody>\n");
     for (int i = 0; i < nl; i++) {
         const fl_lock_row *r = &l[i];
         char a[24], b[24], p50[16], p99[16], ho[96];
@@ -441,6 +468,7 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
         probe_cell(f, &r->kill, FL_PROBE_KILL);
         probe_cell(f, &r->restart, FL_PROBE_RESTART);
         probe_cell(f, &r->wipe, FL_PROBE_WIPE);
+        probe_cell(f, &r->failover, FL_PROBE_FAILOVER);
         probe_cell(f, &r->fence, FL_PROBE_FENCE);
         fprintf(f, "</tr>\n");
     }
@@ -461,6 +489,16 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
     switch (kind) {
     case FL_PROBE_KILL:
         snprintf(out, len, "%.2fs%s", p->recover_ms / 1000.0, over[0] ? over : ", 0 oversold");
+        break;
+    case FL_PROBE_FAILOVER:
+        /* lock: how long until it sells again; redlock: what the fence did
+         * to the holder the failover left behind. */
+        if (p->oversold) snprintf(out, len, "NOT safe%s", over);
+        else if (p->fenced) snprintf(out, len, "fenced %llu, 0 oversold%s",
+                                     (unsigned long long)p->fenced, p->pass ? "" : over);
+        else if (p->recover_ms >= 0)
+            snprintf(out, len, "%.2fs, 0 oversold%s", p->recover_ms / 1000.0, p->pass ? "" : over);
+        else snprintf(out, len, "0 oversold%s", p->pass ? "" : over);
         break;
     case FL_PROBE_FENCE:
         if (p->oversold) snprintf(out, len, "NOT fenced%s", over);
@@ -487,13 +525,13 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
 }
 
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
-    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %s\n", "lock", "1 seg/s", "8 segs/s",
-            "p50", "p99", "hand-off", "holder killed -9", "server restarted",
-            "server lost its data", "pause > lease");
+    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", "lock", "1 seg/s",
+            "8 segs/s", "p50", "p99", "hand-off", "holder killed -9", "server restarted",
+            "server lost its data", "failover to a replica", "pause > lease");
     for (int i = 0; i < n; i++) {
         const fl_lock_row *r = &l[i];
         char a[24], b[24], p50[16] = "-", p99[16] = "-", ho[16] = "-", k[160], rs[160], wp[160],
-             fe[160];
+             fo[160], fe[160];
         fmt_rate(r->have1, r->ops1, a, sizeof a);
         fmt_rate(r->have8, r->ops8, b, sizeof b);
         if (r->have1) {
@@ -504,18 +542,19 @@ void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
         fl_probe_fmt(&r->kill, FL_PROBE_KILL, k, sizeof k);
         fl_probe_fmt(&r->restart, FL_PROBE_RESTART, rs, sizeof rs);
         fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
+        fl_probe_fmt(&r->failover, FL_PROBE_FAILOVER, fo, sizeof fo);
         fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
-        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %s\n", r->strategy, a, b, p50,
-                p99, ho, k, rs, wp, fe);
+        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", r->strategy, a, b,
+                p50, p99, ho, k, rs, wp, fo, fe);
     }
     fprintf(f, "hand-off: mean release -> next acquire in one process "
                "(flashsale_lock_handoff_seconds, 1-segment scene)\n");
     for (int i = 0; i < n; i++) {
         const fl_lock_row *r = &l[i];
         fprintf(f, "  %s (lock server: %s)\n", r->strategy, r->server);
-        const fl_probe *ps[4] = { &r->kill, &r->restart, &r->wipe, &r->fence };
-        const char *names[4] = { "killed", "restart", "data lost", "pause" };
-        for (int k = 0; k < 4; k++) fprintf(f, "    %-9s %s\n", names[k], ps[k]->note);
+        const fl_probe *ps[5] = { &r->kill, &r->restart, &r->wipe, &r->failover, &r->fence };
+        const char *names[5] = { "killed", "restart", "data lost", "failover", "pause" };
+        for (int k = 0; k < 5; k++) fprintf(f, "    %-9s %s\n", names[k], ps[k]->note);
     }
 }
 
@@ -599,7 +638,7 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
                "<span style=\"background:#c62828\"></span>oversold (an unsafe strategy, as "
                "designed)<span style=\"background:#e08a00\"></span>not what was expected"
                "<span style=\"background:#ffecb3\"></span>\xe2\x9a\xa1 ran under an injected "
-               "fault (a pause inside the critical section)</p>\n");
+               "fault (a pause inside the critical section, or a Redis failure)</p>\n");
     chart_throughput(f, r, n);
     chart_latency(f, r, n);
     chart_oversold(f, r, n);

@@ -114,15 +114,17 @@ def wait_until(pred, timeout=10.0, step=0.02, what="condition"):
 
 
 class Redis:
-    """A private redis-server. persist=True turns AOF on (appendfsync always)."""
+    """A private redis-server. persist=True turns AOF on (appendfsync always);
+    env: its environment (None: ours)."""
 
-    def __init__(self, persist=False, port=None, unix_socket=False):
+    def __init__(self, persist=False, port=None, unix_socket=False, env=None):
         import redis  # Debian's python3-redis
         self._redis = redis
         self.dir = tempfile.mkdtemp(prefix="fs-redis-")
         self.port = port or free_port()
         self.persist = persist
         self.socket = os.path.join(self.dir, "redis.sock") if unix_socket else None
+        self.env = env
         self.proc = None
         self.start()
 
@@ -132,7 +134,8 @@ class Redis:
                 "--appendonly", "yes" if self.persist else "no", "--appendfsync", "always"]
         if self.socket:
             args += ["--unixsocket", self.socket, "--unixsocketperm", "700"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=self.env)
         _live.append(self.proc)
         wait_until(self._ping, 10, what="redis-server to answer")
 

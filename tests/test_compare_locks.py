@@ -12,6 +12,15 @@ stays short:
   where a probe does not apply;
 - a lock server that cannot start has its scenes and probes reported as
   skipped, with the reason, and never counted or shown as passed;
+- bin/libclockjump.so, the shim the clock scene runs a redis-server under,
+  moves that server's wall clock (a key's lease runs out at once) and
+  nothing else;
+- the Redis failures group (seed 004 section 4.2), on servers and
+  sentinels compare starts for it: a failover to a replica that missed the
+  last sales, a Redlock server's clock jumped forward, a Redlock server
+  that lost its last AOF second, a Redlock member failed over to a replica
+  without the lock; each unsafe version oversells, each of ours sells
+  exactly, and the lock table's "failover to a replica" column says so;
 - report.html fits 1400 px without horizontal scrolling (headless
   Chromium measures the page);
 - nothing compare started is left running.
@@ -19,29 +28,60 @@ stays short:
 Figures are not asserted (a shared 2-core machine): counts, flags and
 invariants are."""
 import json
+import mmap
 import os
 import re
+import struct
 import subprocess
+import sys
+import time
 
-from test_flashload import CHROMIUM, chromium, flashload
+import harness
+from test_flashload import CHROMIUM, FLASHLOAD, chromium
 
 LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8seg", "p50_us",
                "p99_us", "p50_us_8seg", "p99_us_8seg", "handoff", "kill_holder",
-               "server_restart", "server_data_lost", "pause_past_lease"}
+               "server_restart", "server_data_lost", "pause_past_lease", "failover_to_replica"}
 PROBES = ("kill_holder", "server_restart", "server_data_lost", "pause_past_lease")
 
 
+def ours(ctx):
+    """The processes of compare's own: their command lines name its temp
+    dir, under the test's (TMPDIR), so another comparison running on the
+    machine is not counted."""
+    mine = os.path.join(ctx.path("tmp"), "flashload-")
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [l for l in ps.splitlines() if mine in l and not l.startswith("ps ")]
+
+
 def compare(ctx, *args, timeout=170):
-    out = ctx.path("report")
+    """flashload compare, its temp dir under the test's; its servers are
+    seen there while it runs (so that nothing_left_behind can fail)."""
+    out, tmp = ctx.path("report"), ctx.path("tmp")
     os.makedirs(out, exist_ok=True)
-    rc, so, se = flashload("compare", "--out", out, *args, timeout=timeout)
+    os.makedirs(tmp, exist_ok=True)
+    with open(ctx.path("compare.out"), "w+") as so, open(ctx.path("compare.err"), "w+") as se:
+        p = subprocess.Popen([FLASHLOAD, "compare", "--out", out] + [str(a) for a in args],
+                             stdout=so, stderr=se, text=True, env=dict(os.environ, TMPDIR=tmp))
+        seen, deadline = False, time.monotonic() + timeout
+        while p.poll() is None:
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                raise AssertionError("flashload compare ran past %d s" % timeout)
+            seen = seen or bool(ours(ctx))
+            time.sleep(0.2)
+        so.seek(0)
+        se.seek(0)
+        rc, so, se = p.returncode, so.read(), se.read()
+    assert seen, "no server of compare's under its TMPDIR " + tmp
     j = json.load(open(os.path.join(out, "report.json"))) if rc in (0, 1) else None
     return rc, so, se, j, os.path.join(out, "report.html")
 
 
-def nothing_left_behind():
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "/tmp/flashload-" not in ps, [l for l in ps.splitlines() if "flashload-" in l]
+def nothing_left_behind(ctx):
+    """No process compare started runs on."""
+    assert ours(ctx) == [], ours(ctx)
 
 
 def fits_1400(html):
@@ -61,7 +101,7 @@ def fits_1400(html):
 def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
     rc, so, se, j, html = compare(ctx, "--strategies", "lock,redlock,db-lock", "--segments", "1,8",
                                   "--no-two-instances", "--quick", "--connections", 16,
-                                  "--stock", 400)
+                                  "--stock", 400, "--no-redis-failures")
     assert rc == 0, so + se
     print("\n".join("    " + l for l in so.splitlines() if l.strip()))
     # Two groups: ordinary contention first, then every scene under a fault.
@@ -89,7 +129,7 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
         assert l["orders_per_s_1seg"] > 0 and l["orders_per_s_8seg"] > 0, l
         assert 0 < l["p50_us"] <= l["p99_us"], l
         assert l["handoff"]["count"] > 0 and l["handoff"]["mean_us"] > 0, l["handoff"]
-        for k in PROBES:
+        for k in PROBES + ("failover_to_replica",):
             assert {"measured", "brief", "note"} <= set(l[k]), (name, k, l[k])
         kill = l["kill_holder"]
         assert kill["measured"] and kill["recover_ms"] > 0 and kill["oversold"] == 0, kill
@@ -101,9 +141,12 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
             p = locks[name][k]
             assert p["measured"] and p["oversold"] == 0 and p["pass"], (name, k, p)
             assert p["down_ms"] >= 0 and p["ok"] > 0, (name, k, p)
-    for k in ("server_restart", "server_data_lost"):
+    for k in ("server_restart", "server_data_lost", "failover_to_replica"):
         p = locks["db-lock"][k]
         assert not p["measured"] and p["note"].startswith("n/a: ") and p["brief"] == "n/a", p
+    for name in ("lock", "redlock"):
+        p = locks[name]["failover_to_replica"]
+        assert not p["measured"] and p["note"] == "not measured (--no-redis-failures)", p
     assert "stock outage" in locks["lock"]["lock_server"]
     # Terminal and HTML carry the same table.
     table = lines[lines.index("choosing a lock (measured in this run)") + 1:]
@@ -111,14 +154,15 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
         assert any(re.match(r"%s\s+\d+\s+\d+\s" % name, l) for l in table), (name, table)
     dom = fits_1400(html)
     assert "Choosing a lock" in dom and dom.count("\u26a1") >= 3, dom[:3000]
-    nothing_left_behind()
+    nothing_left_behind(ctx)
 
 
 def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     # etcd "starts" as /bin/false: it exits at once.
     rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8",
                                   "--no-two-instances", "--quick", "--connections", 16,
-                                  "--stock", 300, "--etcd-bin", "/bin/false")
+                                  "--stock", 300, "--etcd-bin", "/bin/false",
+                                  "--no-redis-failures")
     assert rc == 0, so + se                   # lua ran and passed
     etcd_rows = [l for l in so.splitlines() if re.match(r"etcd\s+\d+\s+\d+\s", l)]
     assert len(etcd_rows) == 3, so            # x1, x8 and the pause scene
@@ -135,10 +179,13 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     for k in PROBES:
         assert not lock[k]["measured"] and "could not start" in lock[k]["note"], (k, lock[k])
         assert lock[k]["brief"] == "skipped", lock[k]
+    # etcd fails over by Raft, never to a Redis replica: not applicable.
+    fo = lock["failover_to_replica"]
+    assert not fo["measured"] and fo["brief"] == "n/a" and "Raft" in fo["note"], fo
     dom = fits_1400(html)
     assert "3 skipped, neither run nor passed" in dom, dom[:3000]
     assert dom.count("etcd's lock server could not start") >= 3
-    nothing_left_behind()
+    nothing_left_behind(ctx)
 
 
 def test_compare_starts_zookeeper_itself(ctx):
@@ -153,4 +200,109 @@ def test_compare_starts_zookeeper_itself(ctx):
     assert lock["strategy"] == "zookeeper" and lock["orders_per_s_1seg"] > 0, lock
     assert lock["kill_holder"]["note"] == "not measured (--no-probes)", lock
     print("    " + [l for l in so.splitlines() if l.startswith("zookeeper ")][0])
-    nothing_left_behind()
+    nothing_left_behind(ctx)
+
+
+FAILURES = [("failover", "unsafe-trust-redis"), ("failover", "lua"), ("failover", "lock"),
+            ("clock jump", "unsafe-redlock-no-fence"), ("clock jump", "redlock"),
+            ("AOF lost", "unsafe-redlock-no-fence"), ("AOF lost", "redlock"),
+            ("member failover", "unsafe-redlock-no-fence"), ("member failover", "redlock")]
+
+
+def test_compare_redis_failures(ctx):
+    """The Redis failures group, every scene, with the shortest scenes of
+    the other groups for the same strategies (and no probes). Each unsafe
+    version oversells and each of ours does not, every time: the faults
+    are caused at the moment they break a lock, not hoped for."""
+    rc, so, se, j, html = compare(ctx, "--strategies",
+                                  "unsafe-trust-redis,lua,lock,redlock,unsafe-redlock-no-fence",
+                                  "--segments", "1", "--no-two-instances", "--quick",
+                                  "--connections", 16, "--stock", 300, "--no-probes",
+                                  timeout=280)
+    print("\n".join("    " + l for l in so.splitlines()
+                    if l.startswith(("--", "  ")) or "FAULT" in l))
+    assert rc == 0, so + se
+    lines = so.splitlines()
+    head = [l for l in lines if l.startswith("-- Redis failures (seed 004 \u00a74.2)")]
+    assert len(head) == 1, so
+    scenes = [sc for sc in j["scenes"] if sc["group"] == "redis-failure"]
+    assert [(sc["failure"], sc["strategy"]) for sc in scenes] == FAILURES, scenes
+    assert j["scenes"][-len(FAILURES):] == scenes            # the group comes last
+    for sc in scenes:
+        what = (sc["failure"], sc["strategy"], sc["verdict"], sc.get("detail"))
+        assert sc["ran"] and sc["as_expected"] and sc["fault"], what
+        assert sc["segments"] == 1 and sc["detail"], what
+        if sc["unsafe"]:
+            assert not sc["pass"] and sc["oversold"] > 0, what
+        else:
+            assert sc["pass"] and sc["oversold"] == 0 and sc["lost"] == 0, what
+        if sc["failure"] == "failover":
+            # Sold to the end after the promotion; the time to the next 201.
+            assert 500 < sc["recover_ms"] < 30000, what
+            assert "primary killed with SIGKILL; replica promoted" in sc["detail"], what
+            # As Redis had it: the replica's stock once cut off, less the
+            # primary's before the kill.
+            missed = int(re.search(r"the primary sold (\d+) more, which the replica missed",
+                                   sc["detail"]).group(1))
+            assert missed >= 40, what
+            if sc["unsafe"]:
+                # Every unit the cut-off replica missed is sold again.
+                assert sc["oversold"] >= missed, what
+                assert sc["sold"] == sc["initial"] + sc["oversold"], what
+            else:
+                assert sc["sold"] == sc["initial"], what        # sold out, exactly
+        else:
+            # Two holders at once, seen on the servers: the second took the
+            # lock while the first still held a server the fault spared.
+            assert re.search(r"a second holder took \w and \w .* which held \w still",
+                             sc["detail"]), what
+            if sc["unsafe"]:
+                assert sc["oversold"] == 1, what     # one unit sold twice
+            else:
+                assert sc["fenced"] >= 1, what      # one of the two holders refused
+    # The lock table's column: lock from the stock's failover, redlock from
+    # its member's; the lock table carries the same outcome.
+    locks = {l["strategy"]: l for l in j["locks"]}
+    lock, red = locks["lock"]["failover_to_replica"], locks["redlock"]["failover_to_replica"]
+    assert lock["measured"] and lock["oversold"] == 0 and lock["recover_ms"] > 0, lock
+    assert red["measured"] and red["oversold"] == 0 and red["fenced"] >= 1, red
+    assert red["brief"].startswith("fenced "), red
+    table = lines[lines.index("choosing a lock (measured in this run)") + 1:]
+    assert "failover to a replica" in table[0], table[0]
+    dom = fits_1400(html)
+    assert "Redis failures (seed 004 \u00a74.2)" in dom and "failover to a replica" in dom
+    nothing_left_behind(ctx)
+
+
+def set_offset(path, secs):
+    """Stores secs in the shim's offset file, as flashload does: through a
+    shared mapping of its first 8 bytes."""
+    with open(path, "a+b") as f:
+        f.truncate(8)
+        with mmap.mmap(f.fileno(), 8) as m:
+            struct.pack_into("=q", m, 0, secs)
+
+
+def test_clockjump_moves_the_wall_clock_of_a_redis_server(ctx):
+    """The clock scene's shim under Debian's redis-server (which does not
+    start under libfaketime): a key with a 10 s lease expires as soon as the
+    offset file says +60 s, on that server only; in a process under it the
+    wall clock moves and the monotonic clock does not."""
+    offset = ctx.path("clock.offset")
+    set_offset(offset, 0)
+    env = dict(os.environ, LD_PRELOAD=os.path.join(harness.BIN, "libclockjump.so"),
+               CLOCKJUMP_FILE=offset)
+    moved, plain = ctx.redis(env=env), ctx.redis()
+    for r in (moved, plain):
+        assert r.client().set("lease", "holder", px=10000)
+    before = moved.client().time()[0]
+    assert abs(before - time.time()) < 2                     # +0: the real clock
+    set_offset(offset, 60)
+    assert moved.client().time()[0] >= before + 59
+    assert moved.client().get("lease") is None               # expired at once
+    assert plain.client().get("lease") == "holder" and plain.client().pttl("lease") > 5000
+    p = subprocess.run([sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    wall, mono = map(float, p.stdout.split())
+    assert 58 < wall - time.time() < 62, (wall, time.time())
+    assert abs(mono - time.monotonic()) < 2, (mono, time.monotonic())

@@ -2,10 +2,11 @@
  * slicing of the stream, chunked bodies, pipelined responses, framing by
  * close), the latency histogram (bucket edges, percentiles within the
  * promised 3.2%, merging), the zipf sampler, target parsing, compare's
- * scene matrix (two groups, the locks' pause scenes) and the lock table's
- * cells; for holds, the buyers' decisions and think times, the timer queue
- * they wait in, and the service's timestamps read as Unix ms. No network:
- * the loads against real processes are in tests/test_flashload.py. */
+ * scene matrix (three groups: the locks' pause scenes, the Redis failures)
+ * and the lock table's cells; for holds, the buyers' decisions and think
+ * times, the timer queue they wait in, and the service's timestamps read as
+ * Unix ms. No network: the loads against real processes are in
+ * tests/test_flashload.py. */
 #include <math.h>
 #include <stdint.h>
 #include <time.h>
@@ -491,6 +492,7 @@ static void test_compare_scenes_in_two_groups(void) {
     strategy(&st[4], "unsafe-read-write", 0);
     fl_compare_opts_default(&o);
     o.two_instances = 0;
+    o.redis_failures = 0;
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 5, sc, 64);
     /* lua, lock, etcd x1 x8; unsafe-read-write x1; then under a fault:
@@ -517,6 +519,57 @@ static void test_compare_scenes_in_two_groups(void) {
     o.nstrategies = 1;
     n = fl_compare_scenes(&o, st, 5, sc, 64);
     CHECK(n == 2 && !sc[0].fault && !sc[1].fault);
+}
+
+/* The third group: each Redis failure with its unsafe version first, then
+ * ours, after every other scene, one segment, one instance; a strategy the
+ * service does not offer, or not asked for, has none. */
+static void test_compare_scenes_redis_failures(void) {
+    static fl_compare_opts o;
+    fl_strategy st[6];
+    strategy(&st[0], "lua", 1);
+    strategy(&st[1], "lock", 1);
+    strategy(&st[2], "redlock", 1);
+    strategy(&st[3], "unsafe-trust-redis", 0);
+    strategy(&st[4], "unsafe-redlock-no-fence", 0);
+    strategy(&st[5], "etcd", 1);
+    fl_compare_opts_default(&o);
+    o.two_instances = 0;
+    CHECK(o.redis_failures == 1);                        /* on by default */
+    fl_scene sc[64];
+    int n = fl_compare_scenes(&o, st, 6, sc, 64);
+    int first = -1, count = 0;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].group != FL_GROUP_FAILURE) {
+            CHECK(first < 0);                                /* the group comes last */
+            CHECK(strcmp(sc[i].strategy, "unsafe-trust-redis") != 0);   /* no contention scene */
+            continue;
+        }
+        if (first < 0) first = i;
+        count++;
+        CHECK(sc[i].fault && sc[i].failure != FL_FAIL_NONE && sc[i].segments == 1 &&
+              sc[i].instances == 1 && sc[i].condition[0]);
+        CHECK(sc[i].unsafe == !strncmp(sc[i].strategy, "unsafe-", 7));
+    }
+    CHECK(count == 9);
+    const char *want[9][2] = { { "failover", "unsafe-trust-redis" }, { "failover", "lua" },
+                               { "failover", "lock" }, { "clock jump", "unsafe-redlock-no-fence" },
+                               { "clock jump", "redlock" }, { "AOF lost", "unsafe-redlock-no-fence" },
+                               { "AOF lost", "redlock" },
+                               { "member failover", "unsafe-redlock-no-fence" },
+                               { "member failover", "redlock" } };
+    for (int k = 0; k < 9 && first >= 0; k++) {
+        CHECK_STR(fl_failure_name(sc[first + k].failure), want[k][0]);
+        CHECK_STR(sc[first + k].strategy, want[k][1]);
+    }
+    /* --strategies: only the failures of the strategies named. */
+    snprintf(o.strategies[0], sizeof o.strategies[0], "unsafe-trust-redis");
+    o.nstrategies = 1;
+    n = fl_compare_scenes(&o, st, 6, sc, 64);
+    CHECK(n == 1 && sc[0].failure == FL_FAIL_FAILOVER && sc[0].unsafe);
+    /* --no-redis-failures: none, and unsafe-trust-redis has nothing to show. */
+    o.redis_failures = 0;
+    CHECK(fl_compare_scenes(&o, st, 6, sc, 64) == 0);
 }
 
 static void test_probe_cells(void) {
@@ -560,6 +613,21 @@ static void test_probe_cells(void) {
     p.fenced = 0;
     fl_probe_fmt(&p, FL_PROBE_FENCE, out, sizeof out);
     CHECK_STR(out, "lock kept, 0 oversold");     /* a pause the lock outlived (ZooKeeper) */
+    /* Failover to a replica: lock's time to sell again; Redlock's fence. */
+    p.recover_ms = 2410;
+    fl_probe_fmt(&p, FL_PROBE_FAILOVER, out, sizeof out);
+    CHECK_STR(out, "2.41s, 0 oversold");
+    p.fenced = 1;
+    fl_probe_fmt(&p, FL_PROBE_FAILOVER, out, sizeof out);
+    CHECK_STR(out, "fenced 1, 0 oversold");
+    p.oversold = 1;
+    p.pass = 0;
+    fl_probe_fmt(&p, FL_PROBE_FAILOVER, out, sizeof out);
+    CHECK_STR(out, "NOT safe, OVERSOLD 1");
+    p.ran = 0;
+    snprintf(p.note, sizeof p.note, "n/a: no Redis replica to fail over to");
+    fl_probe_fmt(&p, FL_PROBE_FAILOVER, out, sizeof out);
+    CHECK_STR(out, "n/a");
 }
 
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
@@ -569,4 +637,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_hist_percentiles), T(test_hist_merge), T(test_zipf_shape), T(test_rng_bounds),
           T(test_decide_shares), T(test_think_within_the_hold), T(test_timerq_pops_in_time_order),
           T(test_json_time_ms),
-          T(test_target_parse), T(test_compare_scenes_in_two_groups), T(test_probe_cells))
+          T(test_target_parse), T(test_compare_scenes_in_two_groups),
+          T(test_compare_scenes_redis_failures), T(test_probe_cells))
