@@ -27,10 +27,10 @@ from harness import db_rows
 FLASHLOAD = os.path.join(harness.BIN, "flashload")
 
 
-def flashload(*args, timeout=120):
+def flashload(*args, timeout=120, env=None):
     """Runs bin/flashload; returns (exit code, stdout, stderr)."""
     p = subprocess.run([FLASHLOAD] + [str(a) for a in args], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=dict(os.environ, **(env or {})))
     return p.returncode, p.stdout, p.stderr
 
 
@@ -287,12 +287,15 @@ def chromium(*args):
 
 
 def test_compare_writes_a_report_that_renders(ctx):
-    out = ctx.path("report")
+    out, tmp = ctx.path("report"), ctx.path("tmp")
     os.mkdir(out)
+    os.mkdir(tmp)
+    # Its temp dir (and so its servers' command lines) under the test's own,
+    # so that another comparison running on the machine is not counted.
     rc, so, se = flashload("compare", "--strategies", "lua,unsafe-check-then-decr",
                            "--segments", "1", "--no-two-instances", "--duration", 1,
                            "--connections", 16, "--stock", 300, "--out", out,
-                           "--no-redis-failures", timeout=120)
+                           "--no-redis-failures", timeout=120, env={"TMPDIR": tmp})
     assert rc == 0, so + se
     header = [l for l in so.splitlines() if l.startswith("strategy")]
     assert header and re.match(r"strategy\s+segments\s+instances\s+orders/s\s+p50\s+p99\s+sold\s+"
@@ -307,8 +310,8 @@ def test_compare_writes_a_report_that_renders(ctx):
     assert scenes["unsafe-check-then-decr"]["oversold"] > 0
     assert all(sc["as_expected"] for sc in j["scenes"]), j
     # No server is left behind by compare.
-    assert "flashload-" not in subprocess.run(["ps", "-eo", "args"], capture_output=True,
-                                              text=True).stdout
+    assert os.path.join(tmp, "flashload-") not in subprocess.run(
+        ["ps", "-eo", "args"], capture_output=True, text=True).stdout
     # Headless Chromium: the page loads without errors and all three charts
     # have drawn marks.
     html = "file://" + os.path.join(out, "report.html")
