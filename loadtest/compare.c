@@ -13,7 +13,11 @@
  * holds. Redis failures (seed 004, section 4.2; failures.c): a failover
  * to a replica that missed the last writes, a Redlock server's clock
  * jumping, a Redlock server losing its last AOF second, a Redlock member
- * failing over -- each with the unsafe version and ours. Every scene gets
+ * failing over -- each with the unsafe version and ours. Holds (issue
+ * 22): `lua`, `lock` and `db` sell a small stock as holds of a few seconds
+ * that buyers pay for, cancel or abandon; the stock sells out, the units
+ * that come back are sold again within the scene, and the verifier checks
+ * how every hold ended and how late the expiries were. Every scene gets
  * a fresh SKU and is verified like any run; its verdict is then compared
  * with what the strategy is expected to do.
  *
@@ -101,6 +105,13 @@ static const failure_spec FAILURES[] = {
     { FL_FAIL_NONE, NULL, NULL },
 };
 
+/* The holds group: the safe strategies that sell holds, one segment each,
+ * and what their buyers do (docs/api.md, "Holds"): most pay, some cancel,
+ * the rest abandon the hold to expire. */
+static const char *const HOLDS[] = { "lua", "lock", "db", NULL };
+#define HOLDS_PAY 0.6
+#define HOLDS_CANCEL 0.1
+
 void fl_compare_opts_default(fl_compare_opts *o) {
     memset(o, 0, sizeof *o);
     o->segments[0] = 1;
@@ -118,6 +129,13 @@ void fl_compare_opts_default(fl_compare_opts *o) {
     o->probes = 1;
     o->lock_servers = 1;
     o->redis_failures = 1;
+    /* Holds of 2 s on 100 units: sold out in a moment, and the load lasts
+     * the hold and 2 s more (holds.c's RESALE_MARGIN_MS), so every unit
+     * that comes back is seen sold again. */
+    o->holds = 1;
+    o->hold_seconds = 2;
+    o->holds_duration_s = 5;
+    o->holds_stock = 100;
     snprintf(o->out_dir, sizeof o->out_dir, ".");
     snprintf(o->key_prefix, sizeof o->key_prefix, "fs:");
 }
@@ -199,6 +217,22 @@ static int has_segments(const fl_compare_opts *o, int segs) {
     return 0;
 }
 
+/* Fills a scene of the holds group for strategy (one segment, one instance). */
+static void holds_scene(const fl_compare_opts *o, fl_scene *sc, const char *strategy) {
+    memset(sc, 0, sizeof *sc);
+    snprintf(sc->strategy, sizeof sc->strategy, "%s", strategy);
+    sc->segments = sc->instances = 1;
+    sc->group = FL_GROUP_HOLDS;
+    sc->stock = o->holds_stock;
+    sc->duration_s = o->holds_duration_s;
+    sc->hold_seconds = o->hold_seconds;
+    sc->pay = HOLDS_PAY;
+    sc->cancel = HOLDS_CANCEL;
+    snprintf(sc->condition, sizeof sc->condition, "holds of %d s: %.0f%% pay, %.0f%% cancel, "
+             "%.0f%% abandon", sc->hold_seconds, sc->pay * 100, sc->cancel * 100,
+             (1 - sc->pay - sc->cancel) * 100);
+}
+
 int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
                       int max) {
     int n = 0;
@@ -243,8 +277,14 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         sc->failure = fs->kind;
         snprintf(sc->condition, sizeof sc->condition, "%s", fs->condition);
     }
+    /* Fourth group: holds, sold out and sold again. */
+    for (const char *const *h = HOLDS; o->holds && *h; h++) {
+        const fl_strategy *info = fl_strategy_find(st, nst, *h);
+        if (!info || !info->safe || !asked_for(o, info->name) || n == max) continue;
+        holds_scene(o, &out[n++], info->name);
+    }
     /* Stable: contention first, then the scenes under a pause, then the
-     * Redis failures. */
+     * Redis failures, then holds. */
     static fl_scene tmp[MAX_SCENES];
     int m = 0;
     for (int g = 0; g < FL_GROUPS; g++)
@@ -574,14 +614,17 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
     ro.label = label;
     fl_product_spec *ps = &ro.product;
     snprintf(ps->sku, sizeof ps->sku, "cmp-%s-%s-s%d-i%d%s", tag, sc->strategy, sc->segments,
-             sc->instances, sc->fault ? "-f" : "");
+             sc->instances, sc->fault ? "-f" : sc->hold_seconds ? "-h" : "");
+    ps->hold_seconds = sc->hold_seconds;
+    lo->pay = sc->pay;
+    lo->cancel = sc->cancel;
     ps->stock = sc->stock;
     snprintf(ps->strategy, sizeof ps->strategy, "%s", sc->strategy);
     ps->segments = sc->segments;
     ps->cs_delay_ms = sc->cs_delay_ms;
     ps->lock_ttl_ms = sc->lock_ttl_ms;
     handoff_hist before, after;
-    int timed = sc->instances == 1 && !sc->fault;
+    int timed = sc->instances == 1 && !sc->fault && sc->group == FL_GROUP_CONTENTION;
     if (timed) handoff_read(w, sc->strategy, &before);
     if (fl_run(&ro, &rr, e)) {
         snprintf(res->note, sizeof res->note, "skipped: %.180s", e->msg);
@@ -602,10 +645,41 @@ const char *fl_group_title(int group) {
     switch (group) {
     case FL_GROUP_PAUSE:
         return "under an injected fault (a pause inside the critical section, fault injection)";
+    case FL_GROUP_HOLDS:
+        return "holds: sold out, paid, cancelled or expired, the returned units sold again";
     case FL_GROUP_FAILURE:
         return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
                "second, each forced mid-hold";
     default: return "ordinary contention (no fault)";
+    }
+}
+
+void fl_holds_brief(const fl_scene_result *s, char *out, size_t len) {
+    const fl_holds_verdict *h = &s->verdict.holds;
+    out[0] = '\0';
+    if (!s->ran || !s->sc.hold_seconds) return;
+    snprintf(out, len, "%llu holds placed: %lld confirmed, %lld cancelled, %lld expired, %lld "
+             "still reserved; %lld returned, %lld units resold%s; expiry lag p50 %lld ms, p99 "
+             "%lld ms", (unsigned long long)s->created, h->confirmed, h->cancelled, h->expired,
+             h->reserved, h->cancelled + h->expired, h->resold,
+             h->resale_checked ? " (checked)" : "", h->lag_p50_ms, h->lag_p99_ms);
+}
+
+/* The holds group's own table: how the holds of each scene ended. */
+static void holds_table(const fl_scene_result *r, int n, FILE *f) {
+    int said = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_HOLDS || !s->ran) continue;
+        const fl_holds_verdict *h = &s->verdict.holds;
+        if (!said++)
+            fprintf(f, "the holds, as they ended (%s):\n  %-10s %8s %7s %9s %9s %7s %8s %6s %8s "
+                       "%8s\n", s->sc.condition, "strategy", "segments", "placed", "confirmed",
+                    "cancelled", "expired", "returned", "resold", "lag p50", "lag p99");
+        fprintf(f, "  %-10s %8d %7llu %9lld %9lld %7lld %8lld %6lld %6lldms %6lldms\n",
+                s->sc.strategy, s->sc.segments, (unsigned long long)s->created, h->confirmed,
+                h->cancelled, h->expired, h->cancelled + h->expired, h->resold, h->lag_p50_ms,
+                h->lag_p99_ms);
     }
 }
 
@@ -650,6 +724,7 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
                 s->sc.duration_s, s->detail);
         i = j - 1;
     }
+    holds_table(r, n, f);
 }
 
 const char *fl_failure_name(fl_failure kind) {

@@ -112,11 +112,12 @@ static void usage_compare(FILE *f) {
 "Without --target it starts its own redis-server, the lock servers (three\n"
 "redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, in a temp dir\n"
 "under $TMPDIR (default /tmp), and stops them.\n"
-"Scenes run in three groups: ordinary contention, under an injected pause, and\n"
+"Scenes run in four groups: ordinary contention, under an injected pause,\n"
 "Redis failures (a failover to a stale replica, a Redlock server's clock jumping,\n"
 "a Redlock server losing its last AOF second, a Redlock member failing over; on\n"
-"servers and sentinels of their own); then the \"choosing a lock\" table, one row\n"
-"per lock, measured in the same run.\n"
+"servers and sentinels of their own), and holds (lua, lock, db sell holds that\n"
+"buyers pay for, cancel or abandon; sold out, then the returned units resold);\n"
+"then the \"choosing a lock\" table, one row per lock, measured in the same run.\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
@@ -125,8 +126,9 @@ static void usage_compare(FILE *f) {
 "  --no-redis-failures    leave out the Redis failures group (about 25 s; the clock\n"
 "                         scene moves a redis-server's clock with bin/libclockjump.so,\n"
 "                         our LD_PRELOAD shim, built next to flashload)\n"
+"  --no-holds             leave out the holds group (holds of %d s, %g s a scene)\n"
 "  --quick                shorter scenes for development: --duration 1\n"
-"                         --pause-duration 2 --stock 5000\n"
+"                         --pause-duration 2 --stock 5000, holds of 1 s for 3 s\n"
 "  --no-lock-servers      start no lock server: their scenes are skipped\n"
 "  --etcd-bin PATH        the etcd program (default: etcd from PATH)\n"
 "  --java PATH            the java that runs ZooKeeper (default: java from PATH)\n"
@@ -145,7 +147,8 @@ static void usage_compare(FILE *f) {
 "  --redis URL --db PATH  its Redis and SQLite file, read directly by the verifier\n"
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
 "  --key-prefix P         the service's --key-prefix (%s)\n",
-            segs, d.duration_s, d.pause_duration_s, d.connections, d.threads, d.users,
+            segs, d.hold_seconds, d.holds_duration_s, d.duration_s, d.pause_duration_s,
+            d.connections, d.threads, d.users,
             d.qty_min, d.stock, d.pause_stock, d.out_dir, d.key_prefix);
     usage_exit_codes(f);
 }
@@ -422,12 +425,16 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             o->probes = 0;
         } else if (!strcmp(a, "--no-redis-failures")) {
             o->redis_failures = 0;
+        } else if (!strcmp(a, "--no-holds")) {
+            o->holds = 0;
         } else if (!strcmp(a, "--no-lock-servers")) {
             o->lock_servers = 0;
         } else if (!strcmp(a, "--quick")) {
             o->duration_s = 1;
             o->pause_duration_s = 2;
             o->stock = 5000;
+            o->hold_seconds = 1;       /* a hold, then RESALE_MARGIN_MS (holds.c) of load */
+            o->holds_duration_s = 3;
         } else if (!strcmp(a, "--etcd-bin")) {
             if (copy(a, val(argc, argv, &i), o->etcd_bin, sizeof o->etcd_bin)) return -1;
         } else if (!strcmp(a, "--java")) {

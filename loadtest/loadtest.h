@@ -780,7 +780,7 @@ void fl_rmtree(const char *dir);
 /* ------------------------------------------------------------- comparison */
 
 /* The groups of scenes, in the order they run and are shown. */
-enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUPS };
+enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL_GROUPS };
 
 /* The Redis failures of seed 004 (section 4.2) a scene of FL_GROUP_FAILURE
  * runs under (failures.c). */
@@ -807,6 +807,10 @@ typedef struct fl_scene {
     fl_failure failure;          /* FL_GROUP_FAILURE: which */
     char condition[160];         /* for people: "contention", "pause 300ms > ttl 100ms" */
     double duration_s;
+    /* FL_GROUP_HOLDS: the product's hold_seconds, and the shares of the
+     * holds their buyers pay for and cancel (the rest abandon). */
+    int hold_seconds;
+    double pay, cancel;
 } fl_scene;
 
 typedef struct fl_scene_result {
@@ -885,6 +889,10 @@ typedef struct fl_compare_opts {
     int probes;                  /* measure the lock table's fault columns */
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
     int redis_failures;          /* the Redis failures group (own services only) */
+    int holds;                   /* the holds group */
+    int hold_seconds;            /* of its products */
+    double holds_duration_s;     /* per scene of the holds group */
+    long long holds_stock;       /* of its products: sold out, returned, resold */
     char etcd_bin[300];          /* "" : etcd from PATH */
     char java_bin[300];          /* "" : java from PATH (ZooKeeper) */
     char out_dir[400];
@@ -909,10 +917,14 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
  * into o->out_dir. Returns 0 when every scene came out as expected, 1 when
  * one did not, -1 with e set on a setup failure. */
 int fl_compare(const fl_compare_opts *o, fl_err *e);
-/* The table, as printed, then what each Redis failure scene did. */
+/* The table, as printed, then what each Redis failure scene did and how
+ * the holds scenes' holds ended. */
 void fl_compare_table(const fl_scene_result *r, int n, FILE *f);
 /* A group's heading ("ordinary contention (no fault)", ...). */
 const char *fl_group_title(int group);
+/* A holds scene's figures in one line ("412 holds placed: 250 confirmed,
+ * ..."); "" for a scene without holds or that did not run. */
+void fl_holds_brief(const fl_scene_result *s, char *out, size_t len);
 /* A failure's short name ("failover", "clock jump", ...), as report.json has it. */
 const char *fl_failure_name(fl_failure kind);
 /* The "choosing a lock" table, as printed. */

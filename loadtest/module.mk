@@ -7,10 +7,11 @@
 #                etcd; and for the Redis failures group a Sentinel-watched
 #                primary and replica for the stock and for a Redlock member,
 #                three sentinels, Redlock servers one of which runs under
-#                bin/libclockjump.so); prints the scene table and the
-#                "choosing a lock" table, and where report.html is. DEMO_ARGS
-#                adds flashload compare options (e.g. --quick, --strategies,
-#                --no-probes, --no-redis-failures).
+#                bin/libclockjump.so; last, the holds group); prints the
+#                scene table, the holds table and the "choosing a lock"
+#                table, and where report.html is. DEMO_ARGS adds flashload
+#                compare options (e.g. --quick, --strategies, --no-probes,
+#                --no-redis-failures, --no-holds).
 #   make bench   the service's `lua` and `lock` x1/x8 order paths side by
 #                side with the reference gateway (loadtest/gateway/: nginx +
 #                Lua module + lua-resty-redis, one EVALSHA per order, nothing

@@ -10,7 +10,7 @@
  * (oversold units). Every scene run under an injected fault is shaded and
  * marked, in the charts and the table, and comes after the ordinary ones:
  * first those under a pause, then the Redis failures (with what each did,
- * in words). Then the "choosing a lock" table, one row per lock. The page fits 1400
+ * in words). The holds scenes come last, with how their holds ended. Then the "choosing a lock" table, one row per lock. The page fits 1400
  * px without horizontal scrolling: long text wraps, charts scale. A few
  * lines of script at the end only measure the drawn marks and the page's
  * width into data- attributes, for the headless-browser test. */
@@ -50,6 +50,23 @@ static json_t *probe_json(const fl_probe *p, int kind) {
 }
 
 static json_t *num_or_null(int have, double v) { return have ? json_real(v) : json_null(); }
+
+/* A holds scene's holds: what the buyers were told to do, and how the
+ * holds ended (the verifier's figures; holds = units at quantity 1). */
+static json_t *holds_json(const fl_scene_result *s) {
+    const fl_holds_verdict *h = &s->verdict.holds;
+    return json_pack("{s:i, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, "
+                     "s:{s:I, s:I, s:I, s:I}, s:I}",
+                     "hold_seconds", s->sc.hold_seconds, "pay", s->sc.pay, "cancel",
+                     s->sc.cancel, "placed", (json_int_t)s->created, "confirmed",
+                     (json_int_t)h->confirmed, "cancelled", (json_int_t)h->cancelled, "expired",
+                     (json_int_t)h->expired, "still_reserved", (json_int_t)h->reserved,
+                     "returned", (json_int_t)(h->cancelled + h->expired), "resold",
+                     (json_int_t)h->resold, "resale_checked", h->resale_checked, "after_return",
+                     (json_int_t)h->after_return, "expiry_lag_ms", "n", (json_int_t)h->lag_n,
+                     "p50", (json_int_t)h->lag_p50_ms, "p99", (json_int_t)h->lag_p99_ms, "max",
+                     (json_int_t)h->lag_max_ms, "settle_ms", (json_int_t)h->settle_ms);
+}
 
 static json_t *locks_json(const fl_lock_row *l, int nl) {
     json_t *a = json_array();
@@ -97,7 +114,8 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             (json_int_t)s->sc.stock,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
-        static const char *const GROUPS[FL_GROUPS] = { "contention", "pause", "redis-failure" };
+        static const char *const GROUPS[FL_GROUPS] = { "contention", "pause", "redis-failure",
+                                                       "holds" };
         json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
         json_object_set_new(j, "failure", s->sc.failure ? json_string(fl_failure_name(s->sc.failure))
                                                         : json_null());
@@ -133,6 +151,7 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                              (json_int_t)s->verdict.lost, "orders_without_201",
                              (json_int_t)s->verdict.orders_without_201, "violations", v));
             json_object_set_new(j, "fenced", json_integer((json_int_t)s->fenced));
+            if (s->sc.hold_seconds) json_object_set_new(j, "holds", holds_json(s));
             if (s->handoff_n)
                 json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
                                                             (json_int_t)s->handoff_n, "mean_us",
@@ -170,9 +189,10 @@ static void esc(FILE *f, const char *s) {
 }
 
 static void scene_name(const fl_scene_result *s, char *out, size_t len) {
-    snprintf(out, len, "%s%s \xc2\xb7 %d seg%s%s", s->sc.fault ? "\xe2\x9a\xa1 " : "",
+    snprintf(out, len, "%s%s \xc2\xb7 %d seg%s%s%s", s->sc.fault ? "\xe2\x9a\xa1 " : "",
              s->sc.strategy, s->sc.segments, s->sc.segments == 1 ? "" : "s",
-             s->sc.instances > 1 ? " \xc2\xb7 2 instances" : "");
+             s->sc.instances > 1 ? " \xc2\xb7 2 instances" : "",
+             s->sc.hold_seconds ? " \xc2\xb7 holds" : "");
 }
 
 /* The colour says what happened: green held, red oversold (as it should,
@@ -371,7 +391,9 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "\xe2\x9a\xa1 Redis failures (seed 004 \xc2\xa7" "4.2), each forced at the moment "
             "that breaks a lock: a failover to a replica that missed the last writes, a Redlock "
             "server's clock jumping, a Redlock server losing its last AOF second, a Redlock "
-            "member failing over; the unsafe version, then ours" };
+            "member failing over; the unsafe version, then ours",
+            "Holds: each order holds its units until paid, cancelled or expired; the stock "
+            "sells out and the units that come back are sold again within the scene" };
         if (i == 0 || s->sc.group != r[i - 1].sc.group)
             fprintf(f, "<tr class=\"group\"><td colspan=\"12\">%s</td></tr>\n",
                     HEADS[s->sc.group]);
@@ -397,9 +419,12 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
                 s->verdict.min_stock, s->verdict.lost, colour(s));
         esc(f, s->verdict_line);
         if (!s->as_expected) fprintf(f, " (unexpected)");
-        if (s->detail[0]) {
+        char brief[400];
+        fl_holds_brief(s, brief, sizeof brief);
+        const char *more = s->detail[0] ? s->detail : brief;
+        if (more[0]) {
             fprintf(f, "<br><small>");
-            esc(f, s->detail);
+            esc(f, more);
             fprintf(f, "</small>");
         }
         fprintf(f, "</td></tr>\n");

@@ -21,6 +21,10 @@ stays short:
   that lost its last AOF second, a Redlock member failed over to a replica
   without the lock; each unsafe version oversells, each of ours sells
   exactly, and the lock table's "failover to a replica" column says so;
+- the holds group: `lua` and `db` sell holds that buyers pay for, cancel
+  or abandon; the stock sells out, the units that come back are sold
+  again, every hold ends one way, the expiries are on time, and the
+  terminal, report.json and report.html say so;
 - report.html fits 1400 px without horizontal scrolling (headless
   Chromium measures the page);
 - nothing compare started is left running.
@@ -101,7 +105,7 @@ def fits_1400(html):
 def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
     rc, so, se, j, html = compare(ctx, "--strategies", "lock,redlock,db-lock", "--segments", "1,8",
                                   "--no-two-instances", "--quick", "--connections", 16,
-                                  "--stock", 400, "--no-redis-failures")
+                                  "--stock", 400, "--no-redis-failures", "--no-holds")
     assert rc == 0, so + se
     print("\n".join("    " + l for l in so.splitlines() if l.strip()))
     # Two groups: ordinary contention first, then every scene under a fault.
@@ -162,7 +166,7 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8",
                                   "--no-two-instances", "--quick", "--connections", 16,
                                   "--stock", 300, "--etcd-bin", "/bin/false",
-                                  "--no-redis-failures")
+                                  "--no-redis-failures", "--no-holds")
     assert rc == 0, so + se                   # lua ran and passed
     etcd_rows = [l for l in so.splitlines() if re.match(r"etcd\s+\d+\s+\d+\s", l)]
     assert len(etcd_rows) == 3, so            # x1, x8 and the pause scene
@@ -191,7 +195,7 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
 def test_compare_starts_zookeeper_itself(ctx):
     rc, so, se, j, html = compare(ctx, "--strategies", "zookeeper", "--segments", "1,8",
                                   "--quick", "--connections", 16, "--stock", 300,
-                                  "--no-probes")
+                                  "--no-probes", "--no-holds")
     assert rc == 0, so + se
     zk = [sc for sc in j["scenes"] if sc["strategy"] == "zookeeper"]
     assert [(sc["segments"], sc["fault"]) for sc in zk] == [(1, False), (8, False), (1, True)], zk
@@ -218,7 +222,7 @@ def test_compare_redis_failures(ctx):
                                   "unsafe-trust-redis,lua,lock,redlock,unsafe-redlock-no-fence",
                                   "--segments", "1", "--no-two-instances", "--quick",
                                   "--connections", 16, "--stock", 300, "--no-probes",
-                                  timeout=280)
+                                  "--no-holds", timeout=280)
     print("\n".join("    " + l for l in so.splitlines()
                     if l.startswith(("--", "  ")) or "FAULT" in l))
     assert rc == 0, so + se
@@ -281,6 +285,57 @@ def set_offset(path, secs):
         f.truncate(8)
         with mmap.mmap(f.fileno(), 8) as m:
             struct.pack_into("=q", m, 0, secs)
+
+
+def test_compare_holds(ctx):
+    """The holds group (--quick: holds of 1 s, 3 s of load) for lua and db,
+    after their contention scenes. The figures are the verifier's: a scene
+    PASSes only if every hold ended one way (SQLite), on time, and the
+    units that came back were sold again when the scene's shape promised
+    it (it does: the stock sells out at once, and the load outlasts a hold
+    by holds.c's 2 s margin)."""
+    rc, so, se, j, html = compare(ctx, "--strategies", "lua,db", "--segments", "1",
+                                  "--no-two-instances", "--quick", "--connections", 16,
+                                  "--no-probes", "--no-redis-failures", timeout=120)
+    print("\n".join("    " + l for l in so.splitlines() if "holds" in l or l.startswith("  ")))
+    assert rc == 0, so + se
+    lines = so.splitlines()
+    head = [i for i, l in enumerate(lines) if l.startswith("-- holds: ")]
+    assert len(head) == 1, so
+    for s in ("lua", "db"):
+        row = [l for l in lines[head[0]:] if re.match(r"%s\s+1\s+1\s" % s, l)]
+        assert len(row) == 1 and "PASS" in row[0] and "[holds of 1 s: 60% pay, 10% cancel, " \
+            "30% abandon]" in row[0], (s, so)
+        ended = [l for l in lines if re.match(r"  %s\s+1\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+"
+                                              r"\d+ms\s+\d+ms$" % s, l)]
+        assert len(ended) == 1, (s, so)
+    assert "the holds, as they ended (holds of 1 s" in so, so
+    scenes = j["scenes"]
+    holds = [sc for sc in scenes if sc["group"] == "holds"]
+    assert [sc["strategy"] for sc in holds] == ["lua", "db"], scenes
+    assert scenes[-2:] == holds                                 # the group comes last
+    assert all("holds" not in sc for sc in scenes[:-2]), scenes
+    for sc in holds:
+        h = sc["holds"]
+        what = (sc["strategy"], sc["verdict"], h)
+        assert sc["ran"] and sc["pass"] and sc["as_expected"] and not sc["fault"], what
+        assert sc["oversold"] == 0 and sc["lost"] == 0 and sc["stock"] == 100, what
+        assert h["hold_seconds"] == 1 and h["pay"] == 0.6 and h["cancel"] == 0.1, what
+        assert h["confirmed"] + h["cancelled"] + h["expired"] == h["placed"], what
+        assert h["still_reserved"] == 0 and h["placed"] == sc["created"], what
+        assert h["returned"] == h["cancelled"] + h["expired"], what
+        assert h["cancelled"] > 0 and h["expired"] > 0, what     # 10% and 30% of 100 and more
+        assert sc["sold"] == h["confirmed"] <= sc["stock"], what  # quantity 1: holds = units
+        # Sold out at once, then what came back sold again: checked, and seen.
+        assert h["resale_checked"] and 0 < h["resold"] <= h["returned"], what
+        assert h["placed"] == sc["stock"] + h["resold"], what
+        lag = h["expiry_lag_ms"]
+        assert lag["n"] == h["expired"] and 0 <= lag["p50"] <= lag["p99"] <= lag["max"], what
+        assert lag["p99"] < 3000, what
+    dom = fits_1400(html)
+    assert dom.count("holds placed: ") == 2 and "Holds: each order holds its units" in dom, \
+        dom[:3000]
+    nothing_left_behind(ctx)
 
 
 def test_clockjump_moves_the_wall_clock_of_a_redis_server(ctx):

@@ -295,7 +295,8 @@ def test_compare_writes_a_report_that_renders(ctx):
     rc, so, se = flashload("compare", "--strategies", "lua,unsafe-check-then-decr",
                            "--segments", "1", "--no-two-instances", "--duration", 1,
                            "--connections", 16, "--stock", 300, "--out", out,
-                           "--no-redis-failures", timeout=120, env={"TMPDIR": tmp})
+                           "--no-redis-failures", "--no-holds", timeout=120,
+                           env={"TMPDIR": tmp})
     assert rc == 0, so + se
     header = [l for l in so.splitlines() if l.startswith("strategy")]
     assert header and re.match(r"strategy\s+segments\s+instances\s+orders/s\s+p50\s+p99\s+sold\s+"
@@ -340,7 +341,7 @@ def test_compare_uses_the_stock_its_help_shows(ctx):
     os.mkdir(out)
     rc, so, se = flashload("compare", "--strategies", "lua", "--segments", "1",
                            "--no-two-instances", "--duration", 1, "--connections", 4,
-                           "--out", out, "--no-redis-failures", timeout=120)
+                           "--out", out, "--no-redis-failures", "--no-holds", timeout=120)
     assert rc == 0, so + se
     scenes = json.load(open(os.path.join(out, "report.json")))["scenes"]
     assert [sc["stock"] for sc in scenes] == [shown], (shown, scenes)

@@ -493,6 +493,7 @@ static void test_compare_scenes_in_two_groups(void) {
     fl_compare_opts_default(&o);
     o.two_instances = 0;
     o.redis_failures = 0;
+    o.holds = 0;
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 5, sc, 64);
     /* lua, lock, etcd x1 x8; unsafe-read-write x1; then under a fault:
@@ -535,6 +536,7 @@ static void test_compare_scenes_redis_failures(void) {
     strategy(&st[5], "etcd", 1);
     fl_compare_opts_default(&o);
     o.two_instances = 0;
+    o.holds = 0;                                         /* its own test */
     CHECK(o.redis_failures == 1);                        /* on by default */
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 6, sc, 64);
@@ -570,6 +572,97 @@ static void test_compare_scenes_redis_failures(void) {
     /* --no-redis-failures: none, and unsafe-trust-redis has nothing to show. */
     o.redis_failures = 0;
     CHECK(fl_compare_scenes(&o, st, 6, sc, 64) == 0);
+}
+
+/* The fourth group, holds: lua, lock and db, in that order, after every
+ * other scene, one segment, one instance, no fault; a hold short enough,
+ * and a load long enough, that returned units are sold again (the hold
+ * and holds.c's 2 s resale margin); never an unsafe strategy (the service
+ * refuses hold_seconds for them); none with --no-holds. */
+static void test_compare_scenes_holds(void) {
+    static fl_compare_opts o;
+    fl_strategy st[6];
+    strategy(&st[0], "lua", 1);
+    strategy(&st[1], "lock", 1);
+    strategy(&st[2], "db", 1);
+    strategy(&st[3], "etcd", 1);
+    strategy(&st[4], "unsafe-read-write", 0);
+    strategy(&st[5], "unsafe-lock-no-fence", 0);
+    fl_compare_opts_default(&o);
+    o.two_instances = 0;
+    o.redis_failures = 0;
+    CHECK(o.holds == 1);                                 /* on by default */
+    fl_scene sc[64];
+    int n = fl_compare_scenes(&o, st, 6, sc, 64);
+    int first = -1, count = 0;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].group != FL_GROUP_HOLDS) {
+            CHECK(first < 0 && !sc[i].hold_seconds);     /* the group comes last */
+            continue;
+        }
+        if (first < 0) first = i;
+        count++;
+        CHECK(!sc[i].fault && !sc[i].unsafe && sc[i].cs_delay_ms == 0);
+        CHECK(sc[i].segments == 1 && sc[i].instances == 1);
+        CHECK(sc[i].hold_seconds == o.hold_seconds && sc[i].hold_seconds > 0);
+        CHECK(sc[i].stock == o.holds_stock && sc[i].duration_s == o.holds_duration_s);
+        CHECK(sc[i].duration_s > sc[i].hold_seconds + 2);
+        CHECK(sc[i].pay == 0.6 && sc[i].cancel == 0.1);
+        CHECK_STR(sc[i].condition, "holds of 2 s: 60% pay, 10% cancel, 30% abandon");
+    }
+    CHECK(count == 3 && first == n - 3);
+    if (first >= 0) {
+        CHECK_STR(sc[first].strategy, "lua");
+        CHECK_STR(sc[first + 1].strategy, "lock");
+        CHECK_STR(sc[first + 2].strategy, "db");
+    }
+    /* A service that called lua unsafe would not get a holds scene for it. */
+    st[0].safe = 0;
+    n = fl_compare_scenes(&o, st, 6, sc, 64);
+    count = 0;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].group != FL_GROUP_HOLDS) continue;
+        CHECK(strcmp(sc[i].strategy, "lua") != 0);
+        count++;
+    }
+    CHECK(count == 2 && !strcmp(sc[n - 2].strategy, "lock") && !strcmp(sc[n - 1].strategy, "db"));
+    st[0].safe = 1;
+    /* --strategies: only the holds of the strategies named. */
+    snprintf(o.strategies[0], sizeof o.strategies[0], "db");
+    o.nstrategies = 1;
+    n = fl_compare_scenes(&o, st, 6, sc, 64);
+    CHECK(n == 3 && sc[2].group == FL_GROUP_HOLDS && !strcmp(sc[2].strategy, "db"));
+    /* --no-holds: none. */
+    o.holds = 0;
+    n = fl_compare_scenes(&o, st, 6, sc, 64);
+    CHECK(n == 2 && sc[0].group == FL_GROUP_CONTENTION && sc[1].group == FL_GROUP_CONTENTION);
+}
+
+/* A holds scene's figures, as the table and report.html say them: every
+ * end counted, returned = cancelled + expired; nothing for other scenes. */
+static void test_holds_brief(void) {
+    static fl_scene_result r;
+    char out[400];
+    memset(&r, 0, sizeof r);
+    r.ran = 1;
+    fl_holds_brief(&r, out, sizeof out);
+    CHECK_STR(out, "");                                  /* no holds */
+    r.sc.hold_seconds = 2;
+    r.created = 170;
+    r.verdict.holds.confirmed = 100;
+    r.verdict.holds.cancelled = 20;
+    r.verdict.holds.expired = 50;
+    r.verdict.holds.resold = 66;
+    r.verdict.holds.resale_checked = 1;
+    r.verdict.holds.lag_p50_ms = 40;
+    r.verdict.holds.lag_p99_ms = 105;
+    fl_holds_brief(&r, out, sizeof out);
+    CHECK_STR(out, "170 holds placed: 100 confirmed, 20 cancelled, 50 expired, 0 still "
+                   "reserved; 70 returned, 66 units resold (checked); expiry lag p50 40 ms, "
+                   "p99 105 ms");
+    r.ran = 0;
+    fl_holds_brief(&r, out, sizeof out);
+    CHECK_STR(out, "");                                  /* skipped: nothing to say */
 }
 
 static void test_probe_cells(void) {
@@ -638,4 +731,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_decide_shares), T(test_think_within_the_hold), T(test_timerq_pops_in_time_order),
           T(test_json_time_ms),
           T(test_target_parse), T(test_compare_scenes_in_two_groups),
-          T(test_compare_scenes_redis_failures), T(test_probe_cells))
+          T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
+          T(test_holds_brief), T(test_probe_cells))
