@@ -170,6 +170,20 @@ static void condition(const fl_compare_opts *o, fl_scene *sc, const pause_spec *
         sc->group = FL_GROUP_PAUSE;
         sc->stock = o->stock / 10 > 0 ? o->stock / 10 : 1;    /* it must sell out */
         snprintf(sc->condition, sizeof sc->condition, "contention, pause %dms", sc->cs_delay_ms);
+    } else if (!strcmp(s, "local") && sc->instances > 1) {
+        /* Each instance's mutex is its own, so one holder per instance
+         * reads, checks and writes at once. Their write takes what they
+         * checked (DECRBY: units given back meanwhile are not erased), so
+         * there is no lost update to see: the two oversell when both read
+         * the last units, each during the other's critical section. A
+         * pause inside it makes that the rule rather than luck, and the
+         * stock must sell out. */
+        sc->cs_delay_ms = CHECK_DECR_PAUSE_MS;
+        sc->fault = 1;
+        sc->group = FL_GROUP_PAUSE;
+        sc->stock = o->stock / 200 > 0 ? o->stock / 200 : 1;
+        snprintf(sc->condition, sizeof sc->condition, "%d instances, pause %dms",
+                 sc->instances, sc->cs_delay_ms);
     } else if (sc->cs_delay_ms) {
         sc->stock = o->pause_stock;
         sc->duration_s = o->pause_duration_s;

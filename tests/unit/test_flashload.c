@@ -520,6 +520,19 @@ static void test_compare_scenes_in_two_groups(void) {
     o.nstrategies = 1;
     n = fl_compare_scenes(&o, st, 5, sc, 64);
     CHECK(n == 2 && !sc[0].fault && !sc[1].fault);
+    /* `local` on two instances oversells only at the sell-out, both
+     * instances' holders reading the last units: under a pause, with a
+     * stock that sells out; on one instance it is an ordinary scene. */
+    fl_strategy loc[1];
+    strategy(&loc[0], "local", 1);
+    fl_compare_opts_default(&o);
+    o.redis_failures = o.holds = 0;
+    n = fl_compare_scenes(&o, loc, 1, sc, 64);
+    CHECK(n == 3);
+    CHECK(!strcmp(sc[2].strategy, "local") && sc[2].instances == 2 && sc[2].unsafe);
+    CHECK(sc[2].fault && sc[2].cs_delay_ms > 0 && sc[2].stock < o.stock / 100);
+    CHECK_STR(sc[2].condition, "2 instances, pause 3ms");
+    CHECK(sc[0].instances == 1 && !sc[0].fault && !sc[0].unsafe);
 }
 
 /* The third group: each Redis failure with its unsafe version first, then
