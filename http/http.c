@@ -225,6 +225,12 @@ void http_reply(http_req *r, int status, const char *content_type, const char *b
     finish_reply(r, status, content_type, extra_headers);
 }
 
+void http_reply_error_json(http_req *r, int status, const char *code, const char *body,
+                           size_t len, const char *const *extra_headers) {
+    r->error = code;
+    http_reply(r, status, JSON_TYPE, body, len, extra_headers);
+}
+
 void http_reply_take(http_req *r, int status, const char *content_type, char *body,
                      size_t len, const char *const *extra_headers) {
     assert(r->resp == NULL && !r->fatal);

@@ -89,6 +89,11 @@ static void reply_to_order(void *ctx, const svc_reply *rep) {
         reply_order(r, rep->order, rep->status);
         return;
     }
+    if (rep->body) {
+        assert(rep->extra == NULL && rep->retry_after_s == 0);
+        http_reply_error_json(r, rep->status, rep->code, rep->body, rep->body_len, NULL);
+        return;
+    }
     char secs[16];
     const char *retry[] = { "Retry-After", secs, NULL };
     snprintf(secs, sizeof secs, "%d", rep->retry_after_s);

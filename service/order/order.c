@@ -144,6 +144,17 @@ const char *svc_refusal_code(svc_refusal rf) {
     return REFUSALS[rf].code;
 }
 
+/* Writes a sold-out refusal's body into buf (cap bytes) and points r at
+ * it: the same JSON the error path builds, without building it (a SKU is
+ * [A-Za-z0-9._-], nothing to escape). */
+static void sold_out_body(svc_reply *r, const svc_product *p, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "{\"error\":\"sold_out\",\"message\":\"%s is sold out.\","
+                     "\"available\":0}\n", p->sku);
+    assert(n > 0 && (size_t)n < cap);
+    r->body = buf;
+    r->body_len = (size_t)n;
+}
+
 /* The one free of an order, and of what its reservation kept. */
 static void order_free(svc_order *op) {
     free(op->sreq.takes);
@@ -162,7 +173,10 @@ void svc_order_refuse(svc_order *op, svc_refusal rf, long long n) {
     assert(rf < RF_COUNT);
     svc_reply r = { .status = REFUSALS[rf].status, .outcome = REFUSALS[rf].out,
                     .code = REFUSALS[rf].code, .message = message };
-    if (rf == RF_SOLD_OUT || rf == RF_INSUFFICIENT)
+    char body[160];
+    if (rf == RF_SOLD_OUT)              /* the spike's commonest answer: no jansson */
+        sold_out_body(&r, op->p, body, sizeof body);
+    else if (rf == RF_INSUFFICIENT)
         r.extra = json_pack("{s:I}", "available", (json_int_t)(n > 0 ? n : 0));
     else if (rf == RF_LIMIT)
         r.extra = json_pack("{s:I, s:I}", "per_user_limit", (json_int_t)op->p->per_user_limit,
@@ -179,11 +193,11 @@ void svc_order_refuse(svc_order *op, svc_refusal rf, long long n) {
 }
 
 void svc_order_refuse_soldout(svc_app *a, svc_product *p, svc_order_reply_fn *fn, void *ctx) {
-    char message[160];
+    char message[160], body[160];
     svc_reply r = { .status = 409, .outcome = OUT_SOLD_OUT, .code = "sold_out",
-                    .message = message,
-                    .extra = json_pack("{s:i}", "available", 0) };
+                    .message = message };
     snprintf(message, sizeof message, REFUSALS[RF_SOLD_OUT].fmt, p->sku);
+    sold_out_body(&r, p, body, sizeof body);
     atomic_fetch_add_explicit(&a->m.orders[p->strategy][OUT_SOLD_OUT], 1, memory_order_relaxed);
     fn(ctx, &r);
 }

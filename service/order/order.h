@@ -44,6 +44,9 @@ typedef struct svc_reply {
     json_t *extra;                /* ...more fields of its body, or NULL: the callee
                                      takes this reference */
     int retry_after_s;            /* Retry-After seconds to send; 0: none */
+    const char *body;             /* a refusal's whole JSON body, written already (code,
+                                     message and extra in it; NULL: build it from them) */
+    size_t body_len;
 } svc_reply;
 
 /* Called once per order, on whichever thread answers it (an event loop, a
