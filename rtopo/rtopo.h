@@ -221,6 +221,35 @@ void rtopo_primary_suspect(rtopo_primary *p, unsigned version);
 /* Whether p follows a Sentinel (else: one fixed server). */
 int rtopo_primary_watched(const rtopo_primary *p);
 
+/* ------------------------------------------------ the cluster, watched */
+
+/* The slot map of a cluster, as one process knows it, for every connection
+ * of the process to follow (the counterpart of rtopo_primary for
+ * RTOPO_CLUSTER): a thread reloads it every second and when asked; a
+ * connection routes a key's slot with rtopo_cluster_route, and checks the
+ * version -- one atomic load -- to learn that something moved. */
+typedef struct rtopo_cluster rtopo_cluster;
+
+/* Loads spec's slot map once (each node asked with timeout_ms; a cluster
+ * that does not answer at start is not fatal: the thread goes on asking)
+ * and starts the watch. NULL with err for a spec that is not a cluster's,
+ * or when out of memory. */
+rtopo_cluster *rtopo_cluster_start(const rtopo_spec *spec, int timeout_ms, char *err,
+                                   size_t errlen);
+void rtopo_cluster_stop(rtopo_cluster *cl);
+/* The primary serving slot into *out, and the map's version; 0 when no
+ * map is loaded or no node serves the slot (*out untouched). Thread-safe. */
+unsigned rtopo_cluster_route(rtopo_cluster *cl, int slot, rconn_addr *out);
+/* The version alone: it changes each time any slot's primary does. */
+unsigned rtopo_cluster_version(const rtopo_cluster *cl);
+/* A node answered MOVED: rd's slot is now its node's (applied at once),
+ * and the whole map is reloaded soon. Never waits. */
+void rtopo_cluster_moved(rtopo_cluster *cl, const rtopo_redirect *rd);
+/* A node failed or said CLUSTERDOWN: reload the map now. Never waits. */
+void rtopo_cluster_suspect(rtopo_cluster *cl);
+/* Why the last reload failed into buf; returns 0 when it did not. */
+int rtopo_cluster_error(rtopo_cluster *cl, char *buf, size_t len);
+
 /* ------------------------------------------------ a routed connection */
 
 typedef struct rtopo_client rtopo_client;

@@ -38,6 +38,7 @@ typedef struct svc_app {
     stock_strategy default_strategy;
     stock_config stock_cfg;
     struct rtopo_primary *primary; /* --redis is a Sentinel URL: its primary, followed */
+    struct rtopo_cluster *cluster; /* --redis is a cluster's URL: its slot map, followed */
     db_options db_opt;
     http_server *http;             /* NULL when started without a listener */
     loop **loops;                  /* event loops: HTTP and the order path */

@@ -99,15 +99,22 @@ int svc_redis_open(svc_app *a, char *err, size_t errlen) {
         snprintf(err, errlen, "--redis: %s", why);
         return -1;
     }
-    if (spec.kind == RTOPO_CLUSTER) {
-        snprintf(err, errlen, "--redis: Redis Cluster (redis-cluster://) is not supported yet; "
-                 "use one server (redis://) or a Sentinel-watched primary "
-                 "(redis-sentinel://)");
-        return -1;
-    }
     /* One server: the stock module connects to the URL as it always did.
-     * Sentinel: a thread follows the primary, and every connection with it. */
+     * Sentinel: a thread follows the primary, and every connection with it.
+     * Cluster: a thread follows the slot map; each SKU's keys go to the
+     * primary serving their slot. */
     a->stock_cfg.primary = NULL;
+    a->stock_cfg.cluster = NULL;
+    if (spec.kind == RTOPO_CLUSTER) {
+        if (!(a->cluster = rtopo_cluster_start(&spec, a->cfg.redis_timeout_ms, why, sizeof why))) {
+            snprintf(err, errlen, "--redis: %s", why);
+            return -1;
+        }
+        a->stock_cfg.cluster = a->cluster;
+        if (rtopo_cluster_error(a->cluster, why, sizeof why))
+            svc_log(SVC_LOG_WARN, "redis: no cluster node answered CLUSTER SLOTS yet (%s); "
+                    "orders answer 503 until one does", why);
+    }
     if (spec.kind == RTOPO_SENTINEL) {
         if (!(a->primary = rtopo_primary_start(&spec, a->cfg.redis_timeout_ms, why, sizeof why))) {
             snprintf(err, errlen, "--redis: %s", why);
@@ -126,6 +133,9 @@ void svc_redis_close(svc_app *a) {
     rtopo_primary_stop(a->primary);
     a->primary = NULL;
     a->stock_cfg.primary = NULL;
+    rtopo_cluster_stop(a->cluster);
+    a->cluster = NULL;
+    a->stock_cfg.cluster = NULL;
 }
 
 /* ------------------------------------------------------------ lock servers */
@@ -187,7 +197,11 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
     stock_config *sc = &a->stock_cfg;
     for (int frozen = 0; frozen < 2; frozen++) {
         lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
+        /* On a cluster, no lock of the lock module's on the service's
+         * Redis (lock/ runs on one server or a Sentinel-watched primary):
+         * its strategies are unavailable there (svc_strategy_unavailable). */
+        if (!a->cluster &&
+            !(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
             return -1;
     }
     if (a->cfg.redlock[0]) {

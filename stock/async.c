@@ -24,6 +24,8 @@
 #include "stock/async_int.h"
 
 #define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
+#define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
+                                   about 3 s at most, the length of a failover */
 
 typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO } job_kind;
 
@@ -41,6 +43,8 @@ typedef struct job {
     stock_undo_fn *undo_fn;
     void *ud;
     stock_async *sa;
+    sk_anode *node;              /* where it was sent or is held */
+    int attempts;                /* cluster: times redirected or refused (not run) */
     int64_t t0_us;               /* when it was sent (0: not timed) */
     struct job *next;
 } job;
@@ -83,7 +87,7 @@ static void build_reserve(stock_async *sa, const job *j) {
             rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, j->reqs[i]->idem_key);
     /* "*": any copy will do (unsafe-trust-redis: Redis as the truth). */
     rconn_cmd_adds(&sa->cmd, stock_strategy_about(p->strategy)->trusts_copy
-                                 ? "*" : aconn_run_id(sa->conn));
+                                 ? "*" : aconn_run_id(j->node->conn));
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_addll(&sa->cmd, p->per_user_limit);
@@ -206,13 +210,40 @@ static const stock_call CALL_OF[] = {
     [J_RESERVE] = STOCK_CALL_RESERVE_BATCH, [J_CLEAR] = STOCK_CALL_CLEAR, [J_UNDO] = STOCK_CALL_UNDO,
 };
 
+static void submit(stock_async *sa, job *j);
+static void later(stock_async *sa, job *j, int ms);
+
+/* A cluster's answer that says j did not run and should go again (to the
+ * node the map now names, after a pause for all but MOVED). Returns 1 when
+ * j was taken for that, 0 when r is j's answer. */
+static int redirected(job *j, const redisReply *r) {
+    stock_async *sa = j->sa;
+    if (!sa->cluster || r->type != REDIS_REPLY_ERROR) return 0;
+    rtopo_redirect rd;
+    int pause;
+    switch (rtopo_classify(r, &rd)) {
+    case RTOPO_MOVED: rtopo_cluster_moved(sa->cluster, &rd); pause = 0; break;
+    case RTOPO_ASK:                     /* keys in migration: all moved in a moment */
+    case RTOPO_TRYAGAIN: pause = 10; break;
+    case RTOPO_CLUSTERDOWN:
+    case RTOPO_REDISCOVER: rtopo_cluster_suspect(sa->cluster); pause = 100; break;
+    default: return 0;
+    }
+    if (++j->attempts > SK_ASYNC_REDIRECTS) return 0;
+    snprintf(sa->errstr, sizeof sa->errstr, "redis cluster: %s", r->str);
+    later(sa, j, pause);
+    return 1;
+}
+
 static void on_reply(void *ud, redisReply *r) {
     job *j = ud;
     sk_observe(j->sa->observe, j->sa->observe_ud, CALL_OF[j->kind], j->t0_us);
     if (!r) {
+        if (j->sa->cluster) rtopo_cluster_suspect(j->sa->cluster);
         job_fail(NULL, j, 1);
         return;
     }
+    if (redirected(j, r)) return;
     sk_async_check_reply(j->sa, r);
     if (j->kind == J_RESERVE) {
         int ok = r->type == REDIS_REPLY_ARRAY && r->elements == j->n;
@@ -242,38 +273,142 @@ static void send_job(stock_async *sa, job *j) {
     }
     j->sa = sa;
     j->t0_us = sk_t0(sa->observe);
-    if (aconn_send(sa->conn, &sa->cmd, on_reply, j) != 0) job_fail(sa, j, 0);
+    if (aconn_send(j->node->conn, &sa->cmd, on_reply, j) != 0) job_fail(sa, j, 0);
 }
 
-/* Sends j now, or holds it until the connection is ready. */
+/* ------------------------------------------------------------ the nodes */
+
+static void on_state(aconn *c, int up, void *ud);
+
+/* A node for address a (made on first use). NULL when out of memory. */
+static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
+    static const rconn_script *scripts[4];
+    for (int i = 0; i < sa->nnodes; i++) {
+        const rconn_addr *b = &sa->nodes[i]->addr;
+        if (b->port == a->port && !strcmp(b->host, a->host) && !strcmp(b->path, a->path))
+            return sa->nodes[i];
+    }
+    scripts[0] = &sk_reserve_batch;
+    scripts[1] = &sk_undo;
+    scripts[2] = &sk_lock_read;
+    scripts[3] = &sk_lock_write;
+    sk_anode **grown = realloc(sa->nodes, sizeof *grown * (size_t)(sa->nnodes + 1));
+    if (!grown) return NULL;
+    sa->nodes = grown;
+    sk_anode *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->sa = sa;
+    n->addr = *a;
+    if (!(n->conn = aconn_new(sa->l, a, sa->timeout_ms, scripts, 4, on_state, n))) {
+        free(n);
+        return NULL;
+    }
+    sa->nodes[sa->nnodes++] = n;
+    return n;
+}
+
+/* The node j goes to: the one node, or the primary serving j's SKU. NULL
+ * (sa->errstr says why) when the cluster's map names none yet. */
+static sk_anode *route(stock_async *sa, const job *j) {
+    if (!sa->cluster) return sa->nodes[0];
+    unsigned v = rtopo_cluster_version(sa->cluster);
+    if (v != sa->route_version) {                /* something moved: look up again */
+        memset(sa->route, 0xff, sizeof *sa->route * RTOPO_SLOTS);
+        sa->route_version = v;
+    }
+    char key[STOCK_SKU_MAX + 96];
+    int n = stock_key(key, sizeof key, sa->prefix, j->p->sku, "gen");
+    int slot = rtopo_slot(key, n > 0 ? (size_t)n : 0);
+    if (sa->route[slot] >= 0) return sa->nodes[sa->route[slot]];
+    rconn_addr a;
+    if (!rtopo_cluster_route(sa->cluster, slot, &a)) {
+        snprintf(sa->errstr, sizeof sa->errstr, "redis cluster: no node known to serve slot %d",
+                 slot);
+        rtopo_cluster_suspect(sa->cluster);
+        return NULL;
+    }
+    sk_anode *node = node_at(sa, &a);
+    if (!node) {
+        snprintf(sa->errstr, sizeof sa->errstr, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < sa->nnodes; i++)
+        if (sa->nodes[i] == node) sa->route[slot] = (int16_t)i;
+    return node;
+}
+
+/* Ends j unsent: on a cluster, it goes again after a pause while attempts
+ * last (a failover or a reshard is under way); else it fails, nothing sent. */
+static void not_sent(stock_async *sa, job *j) {
+    if (sa->cluster && ++j->attempts <= SK_ASYNC_REDIRECTS) {
+        rtopo_cluster_suspect(sa->cluster);
+        later(sa, j, 100);
+        return;
+    }
+    job_fail(sa, j, 0);
+}
+
+/* Sends j now, or holds it until its node's connection is ready. */
 static void submit(stock_async *sa, job *j) {
-    if (aconn_ready(sa->conn)) {
+    sk_anode *node = route(sa, j);
+    if (!node) {
+        not_sent(sa, j);
+        return;
+    }
+    j->node = node;
+    if (aconn_ready(node->conn)) {
         send_job(sa, j);
         return;
     }
-    if (aconn_connect(sa->conn) != 0) {            /* not now: fail, nothing sent */
-        snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(sa->conn));
-        job_fail(sa, j, 0);
+    if (aconn_connect(node->conn) != 0) {            /* not now */
+        snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(node->conn));
+        not_sent(sa, j);
         return;
     }
     j->next = NULL;
-    if (sa->held_tail) sa->held_tail->next = j;
-    else sa->held = j;
-    sa->held_tail = j;
+    if (node->held_tail) node->held_tail->next = j;
+    else node->held = j;
+    node->held_tail = j;
 }
 
 static void on_state(aconn *c, int up, void *ud) {
-    stock_async *sa = ud;
-    job *j = sa->held;
+    sk_anode *node = ud;
+    stock_async *sa = node->sa;
+    job *j = node->held;
     (void)c;
-    sa->held = sa->held_tail = NULL;
-    if (!up) snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(sa->conn));
+    node->held = node->held_tail = NULL;
+    if (!up) snprintf(sa->errstr, sizeof sa->errstr, "%s", aconn_errstr(node->conn));
     while (j) {
         job *next = j->next;
         if (up) send_job(sa, j);
-        else job_fail(sa, j, 0);
+        else not_sent(sa, j);
         j = next;
     }
+}
+
+/* ------------------------------------------------------ waiting (cluster) */
+
+static void on_wake(loop *l, void *ud) {
+    stock_async *sa = ud;
+    job *j = sa->waiting;
+    (void)l;
+    sa->waiting = NULL;
+    while (j) {
+        job *next = j->next;
+        submit(sa, j);
+        j = next;
+    }
+}
+
+/* Sends j again in ms (0: at the end of this turn); all jobs waiting go
+ * together, when the first pause asked for ends. */
+static void later(stock_async *sa, job *j, int ms) {
+    j->next = sa->waiting;
+    if (!sa->waiting && loop_after(sa->l, ms, on_wake, sa) != 0) {
+        job_fail(sa, j, 0);
+        return;
+    }
+    sa->waiting = j;
 }
 
 /* --------------------------------------------------------- the primary */
@@ -301,18 +436,14 @@ void sk_async_check_reply(stock_async *sa, const redisReply *r) {
 /* ------------------------------------------------------------------ API */
 
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
-    static const rconn_script *scripts[4];
     rconn_addr a;
     if (sk_scripts_init()) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    scripts[0] = &sk_reserve_batch;
-    scripts[1] = &sk_undo;
-    scripts[2] = &sk_lock_read;
-    scripts[3] = &sk_lock_write;
     memset(&a, 0, sizeof a);
-    if (!cfg->primary && rconn_parse(cfg->redis_url, &a, err, errlen)) return NULL;
+    if (!cfg->primary && !cfg->cluster && rconn_parse(cfg->redis_url, &a, err, errlen))
+        return NULL;
     stock_async *sa = calloc(1, sizeof *sa);
     if (!sa) {
         snprintf(err, errlen, "out of memory");
@@ -322,27 +453,52 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     snprintf(sa->prefix, sizeof sa->prefix, "%s", cfg->prefix);
     snprintf(sa->instance, sizeof sa->instance, "%s", cfg->instance ? cfg->instance : "");
     sa->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    sa->timeout_ms = cfg->timeout_ms;
     sa->observe = cfg->observe;
     sa->observe_ud = cfg->observe_ud;
     sa->rng = (uint64_t)clock_mono_us() ^ (uint64_t)(uintptr_t)sa;
     rconn_cmd_init(&sa->cmd);
+    if ((sa->cluster = cfg->cluster)) {
+        /* Nodes are made as SKUs are routed to them. */
+        if (!(sa->route = malloc(sizeof *sa->route * RTOPO_SLOTS))) goto oom;
+        memset(sa->route, 0xff, sizeof *sa->route * RTOPO_SLOTS);
+        return sa;
+    }
     if ((sa->primary = cfg->primary)) sa->version = rtopo_primary_get(sa->primary, &a);
-    sa->conn = aconn_new(l, &a, cfg->timeout_ms, scripts, 4, on_state, sa);
-    if (!sa->conn) {
+    if (!node_at(sa, &a)) {
         snprintf(err, errlen, "cannot attach a Redis connection to the loop");
-        rconn_cmd_free(&sa->cmd);
-        free(sa);
+        stock_async_free(sa);
         return NULL;
     }
+    sa->conn = sa->nodes[0]->conn;
     aconn_connect(sa->conn);                     /* ready before the first order, usually */
     return sa;
+oom:
+    snprintf(err, errlen, "out of memory");
+    stock_async_free(sa);
+    return NULL;
 }
 
 void stock_async_free(stock_async *sa) {
     if (!sa) return;
     assert(loop_owned(sa->l));
-    on_state(NULL, 0, sa);                       /* fails what is held */
-    aconn_free(sa->conn);                        /* and what is in flight */
+    loop_forget(sa->l, sa);
+    for (job *j = sa->waiting, *next; j; j = next) {   /* never sent (again) */
+        next = j->next;
+        job_fail(sa, j, 0);
+    }
+    sa->waiting = NULL;
+    for (int i = 0; i < sa->nnodes; i++) {
+        sk_anode *n = sa->nodes[i];
+        for (job *j = n->held, *next; j; j = next) {    /* held: nothing sent */
+            next = j->next;
+            job_fail(sa, j, 0);
+        }
+        aconn_free(n->conn);                          /* fails what is in flight */
+        free(n);
+    }
+    free(sa->nodes);
+    free(sa->route);
     rconn_cmd_free(&sa->cmd);
     free(sa);
 }
@@ -350,7 +506,10 @@ void stock_async_free(stock_async *sa) {
 const char *stock_async_errstr(const stock_async *sa) { return sa->errstr; }
 int stock_async_inflight(const stock_async *sa) {
     assert(loop_owned(sa->l));
-    return aconn_inflight(sa->conn);
+    int n = 0;
+    for (int i = 0; i < sa->nnodes; i++) n += aconn_inflight(sa->nodes[i]->conn);
+    for (const job *j = sa->waiting; j; j = j->next) n++;
+    return n;
 }
 
 /* Copies ids (at most CLEAR_MAX) into j. Returns how many were taken. */

@@ -8,10 +8,27 @@
 
 /* Work waiting for the connection to be ready (async.c). */
 struct job;
+struct rtopo_cluster;
+
+/* One Redis node this loop talks to: the one server (or primary), or, on
+ * a cluster, each primary a SKU of this loop's orders lives on. */
+typedef struct sk_anode {
+    struct stock_async *sa;
+    rconn_addr addr;
+    aconn *conn;
+    struct job *held, *held_tail;      /* waiting for conn to be ready */
+} sk_anode;
 
 struct stock_async {
     struct loop *l;
-    aconn *conn;
+    aconn *conn;                       /* one server: nodes[0]'s; a cluster: NULL */
+    struct rtopo_cluster *cluster;     /* a cluster: nodes by slot; NULL: one node */
+    sk_anode **nodes;
+    int nnodes;
+    unsigned route_version;            /* the cluster map's version route[] is of */
+    int16_t *route;                    /* slot -> index in nodes (-1: not looked up) */
+    struct job *waiting;               /* cluster: jobs to send again after a pause */
+    int timeout_ms;
     struct rtopo_primary *primary;     /* where the primary is; NULL: one fixed server */
     unsigned version;                  /* primary's version conn was pointed at */
     int stale;                         /* a reply said: not the primary (now) */
@@ -21,7 +38,6 @@ struct stock_async {
     uint64_t rng;
     uint64_t owner_base, owner_seq;    /* lock owner ids (lockasync.c) */
     rconn_cmd cmd;
-    struct job *held, *held_tail;
     stock_call_observer *observe;
     void *observe_ud;
     char errstr[256];

@@ -10,8 +10,28 @@
 #include "db/db.h"
 #include "stock/stock.h"
 
+/* Cluster: a connection to a node other than the one in use, kept for
+ * when a call goes there again. */
+typedef struct sk_node {
+    rconn_addr addr;
+    redisContext *ctx;
+    char run_id[41];
+} sk_node;
+
+#define SK_PARKED 8               /* cluster nodes kept connected besides the current one */
+#define SK_REDIRECTS 40           /* attempts of one call that a cluster redirects */
+
 struct stock_conn {
     rconn_addr addr;              /* connected to (or to connect to) */
+    struct rtopo_cluster *cluster;   /* a Redis Cluster: addr, ctx and run_id are the
+                                        node serving the SKU of the call in progress
+                                        (sk_route); NULL: one server or a primary */
+    int routed;                   /* cluster: addr names a node (0: no route known) */
+    int redirect;                 /* cluster: the last call was redirected (its
+                                     rtopo_verdict: MOVED, ASK, TRYAGAIN, CLUSTERDOWN)
+                                     and did not run; 0: it was not */
+    sk_node parked[SK_PARKED];
+    int nparked;
     struct rtopo_primary *primary;   /* where addr comes from; NULL: fixed */
     unsigned version;             /* primary's version addr was taken at */
     int stale;                    /* the server said it is not the primary (now) */
@@ -50,6 +70,20 @@ extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_
 /* Builds every script and its SHA1 (once per process). Returns 0, or -1
  * when out of memory (then no script may be used). */
 int sk_scripts_init(void);
+
+/* Cluster: points c at the node that serves sku's slot (a no-op on one
+ * server). Returns 0, or -1 with c->errstr when no node serves it (known):
+ * then stock_conn_ensure fails until a route is found. */
+int sk_route(stock_conn *c, const char *sku);
+/* Cluster: whether rep is a redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN):
+ * then the command did not run, c->redirect says which, and a MOVED is
+ * applied to the process's slot map at once. 0 on one server. */
+int sk_redirected(stock_conn *c, const redisReply *rep);
+/* Before attempt number `attempt` (0, 1, ...) of a call on sku's keys:
+ * 1 to make it, c pointed at sku's node (after a pause when the last one
+ * was told to try again); 0 when the last attempt is final (not
+ * redirected, or SK_REDIRECTS reached). On one server: once. */
+int sk_again(stock_conn *c, const char *sku, int attempt);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
 void sk_drop(stock_conn *c, const char *what);

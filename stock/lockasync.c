@@ -104,6 +104,14 @@ void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl
     assert(loop_owned(sa->l));
     sk_async_follow(sa);
     const stock_product *p = r->product;
+    if (!sa->conn) {                             /* a cluster: not supported (yet) */
+        snprintf(sa->errstr, sizeof sa->errstr,
+                 "the lock strategy does not run on a Redis Cluster");
+        r->result = STOCK_UNAVAILABLE;
+        r->outcome_unknown = 0;
+        fn(ud, -1);
+        return;
+    }
     lock_job *j = malloc(sizeof *j);
     if (!j || !aconn_ready(sa->conn)) {
         if (!aconn_ready(sa->conn)) aconn_connect(sa->conn);
@@ -210,6 +218,7 @@ static void write_failed(stock_req *r, stock_lock_fn *fn, void *ud) {
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
+    assert(sa->conn);                            /* after a lock_read that took it */
     sk_async_follow(sa);
     const stock_product *p = r->product;
     lock_job *j = malloc(sizeof *j);

@@ -698,7 +698,9 @@ int stock_reserve_one(stock_conn *c, stock_req *r) {
     r->outcome_unknown = 0;
     r->lock_wait_us = provider_of(p)->take ? 0 : -1;
     r->handoff_us = -1;
-    if (stock_conn_ensure(c)) return -1;
+    /* A cluster: on the SKU's node; a redirection met on the way fails
+     * the order (UNAVAILABLE): its steps are not all safe to repeat. */
+    if (sk_route(c, p->sku) || stock_conn_ensure(c)) return -1;
     stock_result res = STOCK_LOCK_TIMEOUT;
     for (int i = 0; i < ATTEMPTS; i++) {
         int all = p->segments == 1;

@@ -97,13 +97,27 @@ static int return_calls(stock_conn *c, stock_return_req *reqs, size_t n) {
     return rc;
 }
 
+/* return_calls, and once more when the connection broke while idle
+ * (Redis restarted, failed over): a return is safe to repeat. */
+static int return_twice(stock_conn *c, stock_return_req *reqs, size_t n) {
+    int rc = return_calls(c, reqs, n);
+    return rc == -2 ? return_calls(c, reqs, n) : rc;
+}
+
 int stock_return(stock_conn *c, stock_return_req *reqs, size_t n) {
     if (n == 0) return 0;
     int64_t t0 = sk_t0(c->observe);
-    /* A connection that broke while idle (Redis restarted, failed over)
-     * gets one more try on a new one: a return is safe to repeat. */
-    int rc = return_calls(c, reqs, n);
-    if (rc == -2) rc = return_calls(c, reqs, n);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = return_twice(c, reqs, n);
+    } else {
+        for (size_t i = 0; i < n; i++) {     /* a cluster: each on its SKU's node */
+            int one = 0;
+            for (int a = 0; sk_again(c, reqs[i].product->sku, a); a++)
+                one = return_twice(c, &reqs[i], 1);
+            if (one < 0) rc = one;
+        }
+    }
     sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
     return rc < 0 ? -1 : 0;
 }

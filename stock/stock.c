@@ -203,7 +203,8 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
         return NULL;
     }
     c->primary = cfg->primary;
-    if (!c->primary && rconn_parse(cfg->redis_url, &c->addr, err, errlen)) {
+    c->cluster = cfg->cluster;
+    if (!c->primary && !c->cluster && rconn_parse(cfg->redis_url, &c->addr, err, errlen)) {
         free(c);
         return NULL;
     }
@@ -227,6 +228,7 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
 void stock_conn_free(stock_conn *c) {
     if (!c) return;
     if (c->ctx) redisFree(c->ctx);
+    for (int i = 0; i < c->nparked; i++) redisFree(c->parked[i].ctx);
     db_close(c->lockdb);
     rconn_cmd_free(&c->cmd);
     free(c->retry);
@@ -243,12 +245,109 @@ void sk_drop(stock_conn *c, const char *what) {
     if (c->ctx) redisFree(c->ctx);
     c->ctx = NULL;
     if (c->primary) rtopo_primary_suspect(c->primary, c->version);
+    if (c->cluster) rtopo_cluster_suspect(c->cluster);
 }
 
 void sk_bad_reply(stock_conn *c, const char *what, const redisReply *rep) {
     snprintf(c->errstr, sizeof c->errstr, "%s: %s", what,
              rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    if (sk_redirected(c, rep)) return;
     if (rtopo_classify(rep, NULL) == RTOPO_REDISCOVER) c->stale = 1;
+}
+
+/* ------------------------------------------------------ cluster routing */
+
+static int same_node(const rconn_addr *a, const rconn_addr *b) {
+    return a->port == b->port && !strcmp(a->host, b->host) && !strcmp(a->path, b->path);
+}
+
+/* Keeps the current node's connection for later (the oldest kept goes
+ * when there are SK_PARKED already). */
+static void park(stock_conn *c) {
+    if (!c->ctx) return;
+    if (c->nparked == SK_PARKED) {
+        redisFree(c->parked[0].ctx);
+        memmove(&c->parked[0], &c->parked[1], sizeof c->parked[0] * (SK_PARKED - 1));
+        c->nparked--;
+    }
+    sk_node *n = &c->parked[c->nparked++];
+    n->addr = c->addr;
+    n->ctx = c->ctx;
+    memcpy(n->run_id, c->run_id, sizeof n->run_id);
+    c->ctx = NULL;
+}
+
+/* Makes a the current node, with its kept connection if there is one. */
+static void unpark(stock_conn *c, const rconn_addr *a) {
+    c->addr = *a;
+    c->routed = 1;
+    for (int i = 0; i < c->nparked; i++) {
+        if (!same_node(&c->parked[i].addr, a)) continue;
+        c->ctx = c->parked[i].ctx;
+        memcpy(c->run_id, c->parked[i].run_id, sizeof c->run_id);
+        c->parked[i] = c->parked[--c->nparked];
+        return;
+    }
+}
+
+/* Points c at the node serving slot (see sk_route). */
+static int route_slot(stock_conn *c, int slot) {
+    rconn_addr a;
+    if (!rtopo_cluster_route(c->cluster, slot, &a)) {
+        snprintf(c->errstr, sizeof c->errstr, "redis cluster: no node known to serve slot %d",
+                 slot);
+        rtopo_cluster_suspect(c->cluster);
+        park(c);
+        c->routed = 0;
+        return -1;
+    }
+    if (c->routed && same_node(&a, &c->addr)) return 0;
+    park(c);
+    unpark(c, &a);
+    return 0;
+}
+
+/* The slot of the keys of sku (all share its hash tag). */
+static int sku_slot(const stock_conn *c, const char *sku) {
+    char key[STOCK_SKU_MAX + 96];
+    int n = stock_key(key, sizeof key, c->prefix, sku, "gen");
+    return rtopo_slot(key, n > 0 ? (size_t)n : 0);
+}
+
+int sk_route(stock_conn *c, const char *sku) {
+    return c->cluster ? route_slot(c, sku_slot(c, sku)) : 0;
+}
+
+int sk_redirected(stock_conn *c, const redisReply *rep) {
+    if (!c->cluster || !rep || rep->type != REDIS_REPLY_ERROR) return 0;
+    rtopo_redirect rd;
+    rtopo_verdict v = rtopo_classify(rep, &rd);
+    if (v == RTOPO_MOVED) rtopo_cluster_moved(c->cluster, &rd);
+    else if (v == RTOPO_CLUSTERDOWN) rtopo_cluster_suspect(c->cluster);
+    else if (v != RTOPO_ASK && v != RTOPO_TRYAGAIN) return 0;
+    c->redirect = (int)v;
+    return 1;
+}
+
+/* sk_again for a call whose keys are in slot (-1: any node will do). */
+static int again_slot(stock_conn *c, int slot, int attempt) {
+    if (attempt > 0) {
+        if (!c->redirect || attempt > SK_REDIRECTS) return 0;
+        /* MOVED: the map knows the new node now. ASK: the slot's keys are
+         * being moved; they are all there or all here in a moment (the
+         * script's keys are of one slot), so wait and ask where again
+         * rather than follow one command. TRYAGAIN: the same. CLUSTERDOWN:
+         * a failover is under way. */
+        if (c->redirect == RTOPO_CLUSTERDOWN) clock_sleep_ms(100);
+        else if (c->redirect != RTOPO_MOVED) clock_sleep_ms(10);
+    }
+    c->redirect = 0;
+    if (c->cluster && (slot >= 0 || !c->routed)) route_slot(c, slot >= 0 ? slot : 0);
+    return 1;
+}
+
+int sk_again(stock_conn *c, const char *sku, int attempt) {
+    return again_slot(c, c->cluster ? sku_slot(c, sku) : -1, attempt);
 }
 
 /* Where to connect: the primary as last found. Returns 0, or -1 with
@@ -270,8 +369,13 @@ int stock_conn_ensure(stock_conn *c) {
         c->ctx = NULL;
         if (c->stale && c->primary) rtopo_primary_suspect(c->primary, c->version);
     }
+    if (c->stale && c->cluster) rtopo_cluster_suspect(c->cluster);
     c->stale = 0;
     if (c->ctx) return 0;
+    if (c->cluster && !c->routed) {
+        snprintf(c->errstr, sizeof c->errstr, "redis cluster: no node known for the key yet");
+        return -1;
+    }
     if (pick_primary(c)) return -1;
     const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
                                   &sk_unlock, &sk_return };
@@ -279,6 +383,7 @@ int stock_conn_ensure(stock_conn *c) {
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
     if (!c->ctx) {
         snprintf(c->errstr, sizeof c->errstr, "redis %s", err);
+        if (c->cluster) rtopo_cluster_suspect(c->cluster);
         return -1;
     }
     if (rconn_script_load(c->ctx, all, (int)(sizeof all / sizeof all[0]), err, sizeof err) ||
@@ -300,6 +405,11 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what) {
         int64_t t0 = sk_t0(c->observe);
         redisReply *rep = rconn_cmd_run(c->ctx, &c->cmd);
         sk_observe(c->observe, c->observe_ud, STOCK_CALL_OTHER, t0);
+        if (rep && sk_redirected(c, rep)) {
+            snprintf(c->errstr, sizeof c->errstr, "%s: %s", what, rep->str);
+            freeReplyObject(rep);
+            return NULL;
+        }
         if (rep) return rep;
         sk_drop(c, what);
     }
@@ -307,6 +417,7 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what) {
 }
 
 int stock_ping(stock_conn *c) {
+    again_slot(c, -1, 0);                 /* a cluster: any node (the current one) */
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "PING");
     redisReply *rep = sk_run_idempotent(c, "ping");
@@ -435,7 +546,7 @@ unsigned char *sk_retry_flags(stock_conn *c, size_t n) {
     return c->retry;
 }
 
-int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
+static int reserve_at(stock_conn *c, stock_req **reqs, size_t n) {
     size_t i, got = 0;
     for (i = 0; i < n; i++) {
         reqs[i]->result = STOCK_UNAVAILABLE;
@@ -481,10 +592,23 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
     return 0;
 }
 
+int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
+    if (!c->cluster) return reserve_at(c, reqs, n);
+    /* A cluster: one at a time, each on its SKU's node. */
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int one = 0;
+        for (int a = 0; sk_again(c, reqs[i]->product->sku, a); a++) one = reserve_at(c, &reqs[i], 1);
+        rc |= one;
+    }
+    return rc ? -1 : 0;
+}
+
 /* ----------------------------------------------------------- confirm / undo */
 
 /* stock_confirm's calls, untimed. */
 static int confirm_calls(stock_conn *c, const stock_ref *refs, size_t n) {
+    int rc = 0;
     if (stock_conn_ensure(c)) return -1;
     for (size_t i = 0; i < n; i++) {
         rconn_cmd_reset(&c->cmd);
@@ -499,14 +623,25 @@ static int confirm_calls(stock_conn *c, const stock_ref *refs, size_t n) {
             sk_drop(c, "confirm");
             return -1;
         }
+        if (sk_redirected(c, rep)) rc = -1;
         freeReplyObject(rep);
     }
-    return 0;
+    return rc;
 }
 
 int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
     int64_t t0 = sk_t0(c->observe);
-    int rc = confirm_calls(c, refs, n);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = confirm_calls(c, refs, n);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            int one = 0;
+            for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+                one = confirm_calls(c, &refs[i], 1);
+            rc |= one;
+        }
+    }
     sk_observe(c->observe, c->observe_ud, STOCK_CALL_CLEAR, t0);
     return rc;
 }
@@ -563,7 +698,17 @@ static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done)
 
 int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
     int64_t t0 = sk_t0(c->observe);
-    int rc = undo_calls(c, refs, n, done);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = undo_calls(c, refs, n, done);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            int one = 0;
+            for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+                one = undo_calls(c, &refs[i], 1, &done[i]);
+            rc |= one;
+        }
+    }
     sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
     return rc;
 }
@@ -581,8 +726,8 @@ static long long valid_gen(const stock_conn *c, const stock_product *p, const re
     return strtoll(e->str, NULL, 10);
 }
 
-stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
-                        long long *seg) {
+static stock_result read_at(stock_conn *c, const stock_product *p, long long *total,
+                            long long *seg) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "MGET");
     sk_add_key(c, p->sku, "gen");
@@ -609,7 +754,14 @@ stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
     return res;
 }
 
-stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
+                        long long *seg) {
+    stock_result res = STOCK_UNAVAILABLE;
+    for (int a = 0; sk_again(c, p->sku, a); a++) res = read_at(c, p, total, seg);
+    return res;
+}
+
+static stock_result read_gen_at(stock_conn *c, const stock_product *p, long long *gen) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "GET");
     sk_add_key(c, p->sku, "gen");
@@ -622,10 +774,16 @@ stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *ge
     return STOCK_RESERVED;
 }
 
+stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+    stock_result res = STOCK_UNAVAILABLE;
+    for (int a = 0; sk_again(c, p->sku, a); a++) res = read_gen_at(c, p, gen);
+    return res;
+}
+
 /* --------------------------------------------------------------------- writes */
 
-int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
-               const stock_user_units *users, size_t nusers, int force) {
+static int load_at(stock_conn *c, const stock_product *p, long long gen, long long available,
+                   const stock_user_units *users, size_t nusers, int force) {
     assert(available >= 0 && gen > 0);
     if (stock_conn_ensure(c)) return -1;
     rconn_cmd_evalsha(&c->cmd, &s_load, 5 + p->segments);
@@ -657,7 +815,15 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
     return rc;
 }
 
-stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
+int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+               const stock_user_units *users, size_t nusers, int force) {
+    int rc = -1;
+    for (int a = 0; sk_again(c, p->sku, a); a++)
+        rc = load_at(c, p, gen, available, users, nusers, force);
+    return rc;
+}
+
+static stock_result restock_at(stock_conn *c, const stock_product *p, long long qty) {
     if (stock_conn_ensure(c)) return STOCK_UNAVAILABLE;
     rconn_cmd_evalsha(&c->cmd, &s_restock, 2 + p->segments);
     sk_add_key(c, p->sku, "gen");
@@ -674,6 +840,12 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
     if (rep->type == REDIS_REPLY_INTEGER) res = rep->integer == 1 ? STOCK_RESERVED : STOCK_MISSING;
     else sk_bad_reply(c, "restock", rep);
     freeReplyObject(rep);
+    return res;
+}
+
+stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
+    stock_result res = STOCK_UNAVAILABLE;
+    for (int a = 0; sk_again(c, p->sku, a); a++) res = restock_at(c, p, qty);
     return res;
 }
 
@@ -751,8 +923,8 @@ static int visit_pending(const redisReply *field, const redisReply *value, long 
     return 0;
 }
 
-int stock_pending_scan(stock_conn *c, const stock_product *p,
-                       void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+static int pending_scan_at(stock_conn *c, const stock_product *p,
+                           void (*fn)(const stock_pending *rec, void *ud), void *ud) {
     char cursor[32] = "0";
     char key[STOCK_SKU_MAX + 96];
     long long now = redis_now_ms(c);
@@ -762,6 +934,10 @@ int stock_pending_scan(stock_conn *c, const stock_product *p,
         redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
         if (!rep) {
             sk_drop(c, "scan pending");
+            return -1;
+        }
+        if (sk_redirected(c, rep) && strcmp(cursor, "0") == 0) {
+            freeReplyObject(rep);             /* not begun: the whole scan again */
             return -1;
         }
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
@@ -779,7 +955,21 @@ int stock_pending_scan(stock_conn *c, const stock_product *p,
     return 0;
 }
 
-int stock_heartbeat(stock_conn *c, long long ttl_ms) {
+int stock_pending_scan(stock_conn *c, const stock_product *p,
+                       void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    int rc = -1;
+    for (int a = 0; sk_again(c, p->sku, a); a++) rc = pending_scan_at(c, p, fn, ud);
+    return rc;
+}
+
+/* The slot of instance's heartbeat key (-1 on one server). */
+static int instance_slot(const stock_conn *c, const char *instance) {
+    char key[256];
+    int n = snprintf(key, sizeof key, "%sinstance:%s", c->prefix, instance);
+    return c->cluster ? rtopo_slot(key, n > 0 && (size_t)n < sizeof key ? (size_t)n : 0) : -1;
+}
+
+static int heartbeat_at(stock_conn *c, long long ttl_ms) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "SET");
     rconn_cmd_addf(&c->cmd, "%sinstance:%s", c->prefix, c->instance);
@@ -792,7 +982,13 @@ int stock_heartbeat(stock_conn *c, long long ttl_ms) {
     return 0;
 }
 
-int stock_instance_alive(stock_conn *c, const char *instance) {
+int stock_heartbeat(stock_conn *c, long long ttl_ms) {
+    int rc = -1;
+    for (int a = 0; again_slot(c, instance_slot(c, c->instance), a); a++) rc = heartbeat_at(c, ttl_ms);
+    return rc;
+}
+
+static int instance_alive_at(stock_conn *c, const char *instance) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "EXISTS");
     rconn_cmd_addf(&c->cmd, "%sinstance:%s", c->prefix, instance);
@@ -801,4 +997,11 @@ int stock_instance_alive(stock_conn *c, const char *instance) {
     int alive = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
     freeReplyObject(rep);
     return alive;
+}
+
+int stock_instance_alive(stock_conn *c, const char *instance) {
+    int rc = -1;
+    for (int a = 0; again_slot(c, instance_slot(c, instance), a); a++)
+        rc = instance_alive_at(c, instance);
+    return rc;
 }

@@ -147,11 +147,14 @@ const char *stock_call_name(stock_call c);
 typedef void stock_call_observer(stock_call call, int64_t micros, void *ud);
 
 struct rtopo_primary;
+struct rtopo_cluster;
 
 typedef struct stock_config {
     const char *redis_url;        /* one server (redis://, unix:), unless primary is set */
     struct rtopo_primary *primary;   /* where the primary is (rtopo.h): a Sentinel-watched
                                         one is followed across failovers; NULL: redis_url */
+    struct rtopo_cluster *cluster;   /* a Redis Cluster (rtopo.h): each SKU's keys on the
+                                        node serving their slot; NULL: not a cluster */
     const char *prefix;           /* key prefix, e.g. "fs:" */
     int timeout_ms;               /* connect and command timeout */
     const char *instance;         /* this process's instance id */

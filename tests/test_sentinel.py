@@ -222,7 +222,7 @@ def test_audit_and_bad_urls(ctx):
     p = flashsale("audit", "--redis", topo.url, "--db", s.db_path)
     assert p.returncode == 0 and "audit: consistent" in p.stdout, p.stdout + p.stderr
     for url, want in (("redis-sentinel://127.0.0.1:1/", "master"),
-                      ("redis-cluster://127.0.0.1:7000", "not supported yet")):
+                      ("redis-cluster://127.0.0.1:7000/3", "only database 0")):
         p = flashsale("--redis", url, "--db", ctx.path("x.db"), "--listen",
                                   "127.0.0.1:0")
         assert p.returncode == 2 and want in p.stderr, (url, p.stderr)

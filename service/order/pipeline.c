@@ -208,5 +208,11 @@ const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
         [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
     };
     stock_lock_server srv = stock_strategy_about(s)->locks;
+    if (srv == STOCK_LOCKS_REDIS && a->cluster)
+        return "this strategy's lock lives on the service's own Redis, which is a Redis "
+               "Cluster here: not supported on a cluster yet (use lua, or start flashsale "
+               "with --redis redis:// or redis-sentinel://)";
+    if (stock_strategy_about(s)->kind == STOCK_KIND_LOCK && a->cluster)
+        return "the lock strategy does not run on a Redis Cluster yet";
     return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
 }

@@ -461,6 +461,63 @@ static void test_client_cluster(void) {
     rtopo_client_free(cl);
 }
 
+/* The watched map (rtopo_cluster): routes as CLUSTER SLOTS says; a MOVED
+ * told is applied at once (a new version); a reload finds the map again
+ * and bumps the version only when something moved. */
+static void test_cluster_watch(void) {
+    NEED_SERVERS();
+    rtopo_spec spec = cluster_spec(CL.node[1].port);
+    rtopo_slotmap *m = rtopo_slotmap_new();
+    char err[512];
+    CHECK(rtopo_slotmap_load(m, &spec, TO, err, sizeof err) == 0);
+    rtopo_cluster *cl = rtopo_cluster_start(&spec, TO, err, sizeof err);
+    CHECK(cl != NULL);
+    if (!cl) goto out;
+    CHECK(!rtopo_cluster_error(cl, err, sizeof err));
+    rconn_addr at;
+    int bad = 0;
+    for (int slot = 0; slot < RTOPO_SLOTS; slot += 97)
+        bad += !rtopo_cluster_route(cl, slot, &at) ||
+               at.port != rtopo_slotmap_lookup(m, slot)->primary.port;
+    CHECK(bad == 0);
+    unsigned v = rtopo_cluster_version(cl);
+    CHECK(v > 0);
+    /* A MOVED for a slot (a real one: the slot moved by hand). */
+    int slot = rtopo_slot("{watch}", 7);
+    int a = rtopo_slotmap_lookup(m, slot)->primary.port;
+    int b = CL.node[0].port == a ? CL.node[1].port : CL.node[0].port;
+    const char *bid = shard_at(m, b)->id;
+    for (int i = 0; i < CL.n; i++)
+        CHECK(ok(tq(CL.node[i].port, "CLUSTER SETSLOT %d NODE %s", slot, bid)));
+    rtopo_redirect rd;
+    CHECK(verdict(a, &rd, "GET %s", "{watch}") == RTOPO_MOVED && rd.port == b);
+    rtopo_cluster_moved(cl, &rd);
+    CHECK(rtopo_cluster_route(cl, slot, &at) > v && at.port == b);
+    /* The reload that follows finds the same: no new version after it. */
+    clock_sleep_ms(200);
+    v = rtopo_cluster_version(cl);
+    rtopo_cluster_suspect(cl);
+    clock_sleep_ms(200);
+    CHECK(rtopo_cluster_version(cl) == v);
+    CHECK(rtopo_cluster_route(cl, slot, &at) == v && at.port == b);
+    /* Moved back by hand, told to no one: the thread's own reload finds it. */
+    for (int i = 0; i < CL.n; i++)
+        CHECK(ok(tq(CL.node[i].port, "CLUSTER SETSLOT %d NODE %s", slot, shard_at(m, a)->id)));
+    rtopo_cluster_suspect(cl);
+    int64_t until = clock_mono_ms() + 3000;
+    while (clock_mono_ms() < until && (!rtopo_cluster_route(cl, slot, &at) || at.port != a))
+        clock_sleep_ms(20);
+    CHECK(at.port == a && rtopo_cluster_version(cl) > v);
+    rtopo_cluster_stop(cl);
+out:
+    rtopo_slotmap_free(m);
+    /* Not a cluster: refused. */
+    rtopo_spec one;
+    CHECK(rtopo_parse("redis://127.0.0.1:1", &one, err, sizeof err) == 0);
+    CHECK(rtopo_cluster_start(&one, TO, err, sizeof err) == NULL);
+    CHECK(strstr(err, "not a cluster") != NULL);
+}
+
 /* Last of the cluster's: a primary killed, the others say CLUSTERDOWN. */
 static void test_clusterdown(void) {
     NEED_SERVERS();
@@ -595,6 +652,6 @@ static void test_switch_parse(void) {
 }
 
 TEST_MAIN(T(test_parse), T(test_slot), T(test_classify), T(test_slotmap_answers),
-          T(test_switch_parse), T(test_slotmap), T(test_moved_and_ask), T(test_client_cluster),
+          T(test_switch_parse), T(test_slotmap), T(test_moved_and_ask), T(test_client_cluster), T(test_cluster_watch),
           T(test_sentinel_discover), T(test_sentinel_stale), T(test_sentinel_failover),
           T(test_clusterdown))
