@@ -55,6 +55,7 @@ STOCK, SOLD, GEN = 100, 10, 3
 
 
 def key(sku, suffix):
+    """The documented name of one of sku's keys: <prefix>{<sku>}:<suffix>."""
     return "%s{%s}:%s" % (PREFIX, sku, suffix)
 
 
@@ -83,6 +84,7 @@ def copy_keys(sku, segments, run_id, units=STOCK - SOLD):
 
 
 def run_id(node):
+    """node's run_id, as INFO server gives it (what gen names)."""
     return node.info("server")["run_id"]
 
 
@@ -100,6 +102,7 @@ def skus_on(c, primaries, per=1):
 
 
 def url_of(*nodes):
+    """A redis-cluster:// URL whose seeds are nodes, in this order."""
     return "redis-cluster://" + ",".join(n.addr for n in nodes)
 
 
@@ -126,6 +129,7 @@ def cmdstat(node, cmd):
 
 
 def inspect(url, db, *skus, segments=None, timeout=30):
+    """flashload inspect of skus (in order) on url and db: (rc, out, err)."""
     args = ["inspect", "--redis", url, "--db", db]
     for s in skus:
         args += ["--sku", s]
@@ -141,6 +145,7 @@ def begin_move(c, slot, src, dst):
 
 
 def migrate(src, dst, *keys):
+    """MIGRATE keys from src to dst (one atomic step on src)."""
     src.cmd("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
 
 
