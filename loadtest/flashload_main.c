@@ -3,10 +3,12 @@
  *
  *   flashload [run] [options]    load one product, then verify it
  *   flashload compare [options]  every strategy x segments, table and report
+ *   flashload inspect [options]  read given SKUs' stores, no load
  *
  * Exit code: 0 PASS (compare: every scene came out as expected), 1 an
  * invariant broken (compare: a scene did not), 2 a setup error (the service
- * cannot be reached, refuses the product, ...), 64 a usage error (EX_USAGE). */
+ * cannot be reached, refuses the product, a store cannot be read, ...), 64
+ * a usage error (EX_USAGE). */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,7 +83,9 @@ static void usage_run(FILE *f) {
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
 "verification (on by default)\n"
 "  --redis URL            also read Redis directly: stock keys, empty-segment bitmap,\n"
-"                         pending records (format: docs/storage.md)\n"
+"                         pending records (format: docs/storage.md); redis://...,\n"
+"                         redis-sentinel://host:port[,...]/<master>, or\n"
+"                         redis-cluster://[[user]:pw@]host[:port][,host[:port]...]\n"
 "  --key-prefix P         the service's --key-prefix (%s)\n"
 "  --db PATH              also read the SQLite file directly (read-only)\n"
 "  --no-verify            skip it\n"
@@ -90,7 +94,9 @@ static void usage_run(FILE *f) {
 "output\n"
 "  --progress | --quiet   a progress line each second (default: if stderr is a terminal)\n"
 "  --json FILE            also write the results as JSON\n"
-"  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n",
+"  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n"
+"\n"
+"flashload inspect --help: read given SKUs' stores without a load\n",
             DEFAULT_TARGET, d.load.connections, d.load.threads, RUN_DURATION_S,
             d.load.timeout_us / 1e6, d.load.users, d.load.qty_min, FL_THINK_SHARE * 100,
             d.product.stock,
@@ -151,6 +157,29 @@ static void usage_compare(FILE *f) {
             d.connections, d.threads, d.users,
             d.qty_min, d.stock, d.pause_stock, d.out_dir, d.key_prefix);
     usage_exit_codes(f);
+}
+
+/* The help of `inspect`. */
+static void usage_inspect(FILE *f) {
+    fprintf(f,
+"usage: flashload inspect --sku SKU [--sku SKU...] [--redis URL] [--db PATH] [options]\n"
+"\n"
+"Reads each SKU's stores as the verifier of a run does (docs/storage.md), without\n"
+"a load and without the service: which Redis server answered and the Redis\n"
+"Cluster redirections followed (MOVED, ASK, TRYAGAIN/CLUSTERDOWN), the stock copy\n"
+"(valid only for the run_id of the server that answered), pending records,\n"
+"returned holds, and SQLite's books; then the invariants broken. It reads once,\n"
+"without waiting for pending reservations to settle: point it at quiet stores.\n"
+"\n"
+"  --sku SKU              a SKU to read, repeatable (up to %d; again: the same SKU again)\n"
+"  --redis URL            redis://..., redis-sentinel://host:port[,...]/<master>, or\n"
+"                         redis-cluster://[[user]:pw@]host[:port][,host[:port]...]\n"
+"  --key-prefix P         the service's --key-prefix (fs:)\n"
+"  --db PATH              the SQLite file, read-only\n"
+"  --segments N           stock segments (default: SQLite's, or 1 without --db)\n"
+"\n"
+"Exit: 0 nothing broken, 1 an invariant broken, 2 a store could not be read,\n"
+"64 usage error.\n", FL_INSPECT_MAX_SKUS);
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -218,6 +247,17 @@ static int quantity(const char *s, int *lo, int *hi) {
     return 0;
 }
 
+/* A --redis URL, refused here when flashload's reader could not use it:
+ * a mistake then stops the command instead of leaving Redis unchecked. */
+static int redis_url(const char *opt, const char *s, char *dst, size_t len) {
+    fl_err e;
+    if (copy(opt, s, dst, len)) return -1;
+    fl_redis *r = fl_redis_open(s, "fs:", 1000, &e);
+    if (!r) return bad("%s: %s", opt, e.msg);
+    fl_redis_close(r);
+    return 0;
+}
+
 static int add_target(fl_target *t, int *n, const char *url) {
     fl_err e;
     if (!url) return -1;
@@ -249,7 +289,7 @@ static int common_opt(int argc, char **argv, int *i, fl_load_opts *lo, fl_vantag
     } else if (!strcmp(a, "--target")) {
         if (add_target(lo->targets, &lo->ntargets, val(argc, argv, i))) return -1;
     } else if (!strcmp(a, "--redis")) {
-        if (copy(a, val(argc, argv, i), v->redis_url, sizeof v->redis_url)) return -1;
+        if (redis_url(a, val(argc, argv, i), v->redis_url, sizeof v->redis_url)) return -1;
     } else if (!strcmp(a, "--db")) {
         if (copy(a, val(argc, argv, i), v->db_path, sizeof v->db_path)) return -1;
     } else if (!strcmp(a, "--key-prefix")) {
@@ -499,6 +539,46 @@ static int compare_main(int argc, char **argv, int first) {
     return rc ? EXIT_BROKEN : EXIT_PASS;
 }
 
+/* ------------------------------------------------------------------ inspect */
+
+static int parse_inspect(int argc, char **argv, int first, fl_inspect_opts *o) {
+    long long n;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--sku")) {
+            if (o->nskus == FL_INSPECT_MAX_SKUS) return bad("at most %d SKUs", FL_INSPECT_MAX_SKUS);
+            if (copy(a, val(argc, argv, &i), o->skus[o->nskus], sizeof o->skus[0])) return -1;
+            o->nskus++;
+        } else if (!strcmp(a, "--redis")) {
+            if (redis_url(a, val(argc, argv, &i), o->redis_url, sizeof o->redis_url)) return -1;
+        } else if (!strcmp(a, "--db")) {
+            if (copy(a, val(argc, argv, &i), o->db_path, sizeof o->db_path)) return -1;
+        } else if (!strcmp(a, "--key-prefix")) {
+            if (copy(a, val(argc, argv, &i), o->key_prefix, sizeof o->key_prefix)) return -1;
+        } else if (!strcmp(a, "--segments")) {
+            if (inum(a, val(argc, argv, &i), 1, 1024, &n)) return -1;
+            o->segments = (int)n;
+        } else {
+            return bad("unknown option %s", a);
+        }
+    }
+    if (!o->nskus) return bad("inspect needs --sku");
+    if (!o->redis_url[0] && !o->db_path[0]) return bad("inspect needs --redis or --db");
+    return 0;
+}
+
+static int inspect_main(int argc, char **argv, int first) {
+    static fl_inspect_opts o;
+    fl_err e = { "" };
+    if (parse_inspect(argc, argv, first, &o)) return EXIT_USAGE;
+    int rc = fl_inspect(&o, stdout, &e);
+    if (rc < 0) {
+        fprintf(stderr, "flashload inspect: %s\n", e.msg);
+        return EXIT_SETUP;
+    }
+    return rc ? EXIT_BROKEN : EXIT_PASS;
+}
+
 /* Whether argv[first..) asks for help. */
 static int wants_help(int argc, char **argv, int first) {
     for (int i = first; i < argc; i++)
@@ -523,6 +603,14 @@ int main(int argc, char **argv) {
             return EXIT_PASS;
         }
         return compare_main(argc, argv, 2);
+    }
+    if (argc > 1 && !strcmp(argv[1], "inspect")) {
+        help_hint = "flashload inspect --help";
+        if (wants_help(argc, argv, 2)) {
+            usage_inspect(stdout);
+            return EXIT_PASS;
+        }
+        return inspect_main(argc, argv, 2);
     }
     int first = argc > 1 && !strcmp(argv[1], "run") ? 2 : 1;
     if (first == 2) help_hint = "flashload run --help";

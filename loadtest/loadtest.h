@@ -18,9 +18,11 @@
  *                vantage point (client.c)
  *   fl_strategy  the strategies, as the service lists them (client.c)
  *   fl_redis,    the verifier's own reads of Redis and SQLite, by the format
- *   fl_sqlite    in docs/storage.md, never through the service's code (stores.c)
+ *   fl_sqlite    in docs/storage.md, never through the service's code (stores.c;
+ *                a Redis Cluster's redirections: cluster.c)
  *   fl_verify    the invariants: client, API, Redis and SQLite (verify.c),
  *                and those of holds (holds.c); the verdict (verdict.c)
+ *   fl_inspect   the stores' invariants of given SKUs, no load (inspect.c)
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
  *                self-contained report.html (compare.c, report.c)
@@ -448,6 +450,27 @@ typedef struct fl_redis fl_redis;
 fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_err *e);
 void fl_redis_close(fl_redis *r);
 
+/* url may be "redis://..." or "unix:..." (one server),
+ * "redis-sentinel://[:pw@]host:port[,...]/<master>[?db=N]" (the primary the
+ * sentinels name, asked again after an error) or
+ * "redis-cluster://[[user]:pw@]host[:port][,host[:port]...]" (a Redis
+ * Cluster: each read goes to the node serving the SKU's hash tag, following
+ * MOVED, ASK, TRYAGAIN and CLUSTERDOWN; cluster.c). A copy's gen is checked
+ * against the run_id of the server that served the read. */
+
+/* Where the reads went: the server that answered the last one, and the
+ * cluster's redirections followed so far (all 0 off a cluster). */
+typedef struct fl_redis_route {
+    char node[300];              /* "host:port" ("unix:<path>" for a socket); "" before a read */
+    char run_id[41];             /* that server's run_id */
+    unsigned long moved;         /* MOVED followed (the SKU's node then remembered) */
+    unsigned long ask;           /* ASK followed (ASKING, one command) */
+    unsigned long retried;       /* TRYAGAIN or CLUSTERDOWN waited out */
+    unsigned long reconnects;    /* connection errors, each followed by the next seed */
+} fl_redis_route;
+
+void fl_redis_route_get(const fl_redis *r, fl_redis_route *out);
+
 typedef enum fl_copy_state {
     FL_COPY_VALID = 0,           /* built for this Redis process; every segment key there */
     FL_COPY_MISSING,             /* no gen key, or a segment key absent */
@@ -627,6 +650,24 @@ void fl_baseline_free(fl_baseline *b);
 /* Checks every invariant from every vantage point configured. Returns 0
  * with the verdict filled, or -1 with e set when checking itself failed. */
 int fl_verify(const fl_verify_in *in, fl_verdict *out, fl_err *e);
+
+/* `flashload inspect`: the stores of given SKUs as the verifier reads them,
+ * without a load run (inspect.c). */
+#define FL_INSPECT_MAX_SKUS 16
+typedef struct fl_inspect_opts {
+    char redis_url[512];         /* "" : Redis not read */
+    char key_prefix[64];         /* "" : fs: */
+    char db_path[512];           /* "" : SQLite not read */
+    int segments;                /* 0: SQLite's products.segments, or 1 without it */
+    int nskus;
+    char skus[FL_INSPECT_MAX_SKUS][65];   /* read in this order, a SKU again if repeated */
+} fl_inspect_opts;
+
+/* Reads each SKU (Redis: the stock copy, pending, returned, and which
+ * server answered; SQLite: the product's books) and prints what it saw and
+ * the invariants broken to f. Returns 0 when none is, 1 when one is, -1
+ * with e set when a store could not be read. */
+int fl_inspect(const fl_inspect_opts *o, FILE *f, fl_err *e);
 /* Prints the verdict: "PASS ..." or "FAIL" and one line per violation. */
 void fl_verdict_print(const fl_verdict *vd, FILE *f);
 /* One line: "PASS" or the violations joined by "; ". */

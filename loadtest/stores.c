@@ -14,6 +14,10 @@
  *           copy's validity, its units, and the bitmap of segments marked
  *           empty), the :pending hash (records, and their "q" units) and
  *           the :returned hash (the ended holds given back to this copy);
+ *           from one server, the primary Sentinel names, or the Redis
+ *           Cluster node serving the SKU's hash tag (cluster.c follows the
+ *           cluster's redirections, again sharing nothing with rtopo/); the
+ *           copy's gen is judged by the run_id of the server that answered;
  *   SQLite  the products row, the holds rows, the orders rows (with their
  *           hold's state) and the orders that are also voided, in one read
  *           transaction (one snapshot); and, while the holds settle, how
@@ -26,6 +30,7 @@
 #include <sqlite3.h>
 
 #include "common/rconn.h"
+#include "loadtest/cluster_int.h"
 #include "loadtest/loadtest.h"
 
 #define MAX_SEGMENTS 1024        /* the API's limit on segments */
@@ -43,6 +48,7 @@ struct fl_redis {
     int timeout_ms;
     redisContext *ctx;           /* NULL: connect on next use */
     char run_id[41];             /* of the server ctx is connected to */
+    fl_cluster *cluster;         /* non-NULL: a Redis Cluster (addr, ctx unused) */
 };
 
 /* "host:port[,host:port...]/<master>[?db=N][, password before an '@']":
@@ -130,21 +136,41 @@ fl_redis *fl_redis_open(const char *url, const char *prefix, int timeout_ms, fl_
         fl_errf(e, "out of memory");
         return NULL;
     }
-    if ((!strncmp(url, "redis-sentinel://", 17) ? sentinel_parse(r, url + 17, err, sizeof err)
-                                                 : rconn_parse(url, &r->addr, err, sizeof err))) {
+    r->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    if (!strncmp(url, "redis-cluster:", 14)) {
+        r->cluster = fl_cluster_open(url, r->timeout_ms, err, sizeof err);
+        if (!r->cluster) {
+            fl_errf(e, "redis %s: %s", url, err);
+            free(r);
+            return NULL;
+        }
+    } else if ((!strncmp(url, "redis-sentinel://", 17) ? sentinel_parse(r, url + 17, err, sizeof err)
+                                                        : rconn_parse(url, &r->addr, err, sizeof err))) {
         fl_errf(e, "redis %s: %s", url, err);
         free(r);
         return NULL;
     }
     snprintf(r->prefix, sizeof r->prefix, "%s", prefix && prefix[0] ? prefix : "fs:");
-    r->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
     return r;
 }
 
 void fl_redis_close(fl_redis *r) {
     if (!r) return;
     if (r->ctx) redisFree(r->ctx);
+    fl_cluster_close(r->cluster);
     free(r);
+}
+
+void fl_redis_route_get(const fl_redis *r, fl_redis_route *out) {
+    if (r->cluster) {
+        fl_cluster_route(r->cluster, out);
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    if (!r->run_id[0]) return;         /* no read yet */
+    if (r->addr.path[0]) snprintf(out->node, sizeof out->node, "unix:%.290s", r->addr.path);
+    else snprintf(out->node, sizeof out->node, "%.256s:%d", r->addr.host, r->addr.port);
+    memcpy(out->run_id, r->run_id, sizeof out->run_id);
 }
 
 /* Drops the connection after a failure, so the next call starts afresh
@@ -166,6 +192,30 @@ static int redis_ensure(fl_redis *r, fl_err *e) {
     return 0;
 }
 
+/* Runs argv, whose keys are all sku's, on the server that holds them: the
+ * one server, the primary the sentinels name, or the cluster node serving
+ * sku's hash tag. Returns the reply (an error reply included) with *run_id
+ * pointing at the run_id of the server that sent it (valid until the next
+ * call); NULL with e set when no server answered (a lost connection is
+ * dropped, so the next call starts afresh). */
+static redisReply *redis_call(fl_redis *r, const char *sku, int argc, const char **argv,
+                              const char **run_id, fl_err *e) {
+    if (r->cluster) {
+        char err[400];
+        redisReply *rep = fl_cluster_call(r->cluster, sku, argc, argv, run_id, err, sizeof err);
+        if (!rep) fl_errf(e, "redis %s: %s", argv[0], err);
+        return rep;
+    }
+    if (redis_ensure(r, e)) return NULL;
+    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, NULL);
+    if (!rep) {
+        redis_fail(r, argv[0], e);
+        return NULL;
+    }
+    *run_id = r->run_id;
+    return rep;
+}
+
 /* "<prefix>{<sku>}:<suffix>", the one shape of every per-SKU key. */
 static char *sku_key(const fl_redis *r, const char *sku, const char *suffix, int idx) {
     char buf[512];
@@ -181,8 +231,9 @@ static int bit_set(const redisReply *bm, int i) {
     return ((unsigned char)bm->str[i / 8] & (0x80u >> (i % 8))) != 0;
 }
 
-/* Fills out from the MGET reply {gen, empty, stock:0 .. stock:n-1}. */
-static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_copy *out) {
+/* Fills out from the MGET reply {gen, empty, stock:0 .. stock:n-1} sent by
+ * the server whose run_id is run_id. */
+static void read_copy(const char *run_id, const redisReply *rep, int n, fl_stock_copy *out) {
     const redisReply *gen = rep->element[0], *empty = rep->element[1];
     memset(out, 0, sizeof *out);
     out->state = FL_COPY_VALID;
@@ -192,7 +243,7 @@ static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_
     } else {
         const char *colon = strchr(gen->str, ':');
         out->gen = strtoll(gen->str, NULL, 10);
-        if (!colon || strcmp(colon + 1, r->run_id) != 0) out->state = FL_COPY_STALE;
+        if (!colon || strcmp(colon + 1, run_id) != 0) out->state = FL_COPY_STALE;
     }
     int seen = 0;
     for (int i = 0; i < n; i++) {
@@ -220,7 +271,6 @@ static void read_copy(const fl_redis *r, const redisReply *rep, int n, fl_stock_
 int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *out, fl_err *e) {
     if (segments < 1 || segments > MAX_SEGMENTS)
         return fl_errf(e, "redis: %d segments is not a valid count", segments);
-    if (redis_ensure(r, e)) return -1;
     int argc = segments + 3, rc = -1;
     char **argv = calloc((size_t)argc, sizeof *argv);
     if (!argv) return fl_errf(e, "out of memory");
@@ -233,13 +283,11 @@ int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *ou
             fl_errf(e, "out of memory");
             goto out;
         }
-    redisReply *rep = redisCommandArgv(r->ctx, argc, (const char **)argv, NULL);
-    if (!rep) {
-        redis_fail(r, "MGET", e);
-        goto out;
-    }
+    const char *run_id = "";
+    redisReply *rep = redis_call(r, sku, argc, (const char **)argv, &run_id, e);
+    if (!rep) goto out;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)argc - 1) {
-        read_copy(r, rep, segments, out);
+        read_copy(run_id, rep, segments, out);
         rc = 0;
     } else {
         fl_errf(e, "redis MGET: %s", rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
@@ -272,16 +320,13 @@ int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long
                      long long *unreadable, fl_err *e) {
     char cursor[32] = "0";
     *records = *units = *unreadable = 0;
-    if (redis_ensure(r, e)) return -1;
     char *key = sku_key(r, sku, "pending", -1);
     if (!key) return fl_errf(e, "out of memory");
     int rc = -1;
     do {
-        redisReply *rep = redisCommand(r->ctx, "HSCAN %s %s COUNT 500", key, cursor);
-        if (!rep) {
-            redis_fail(r, "HSCAN", e);
-            goto out;
-        }
+        const char *argv[] = { "HSCAN", key, cursor, "COUNT", "500" }, *run_id;
+        redisReply *rep = redis_call(r, sku, 5, argv, &run_id, e);
+        if (!rep) goto out;
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING ||
             rep->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -326,12 +371,13 @@ static int add_fields(const redisReply *kv, char (**ids)[27], size_t *n, size_t 
     return 0;
 }
 
-/* Reads one HSCAN page of key from *cursor (which it advances) into *ids.
- * Returns 0, or -1 with e set. */
-static int returned_page(fl_redis *r, const char *key, char *cursor, size_t cursor_len,
-                         char (**ids)[27], size_t *n, size_t *cap, fl_err *e) {
-    redisReply *rep = redisCommand(r->ctx, "HSCAN %s %s COUNT 1000", key, cursor);
-    if (!rep) return redis_fail(r, "HSCAN", e);
+/* Reads one HSCAN page of sku's key from *cursor (which it advances) into
+ * *ids. Returns 0, or -1 with e set. */
+static int returned_page(fl_redis *r, const char *sku, const char *key, char *cursor,
+                         size_t cursor_len, char (**ids)[27], size_t *n, size_t *cap, fl_err *e) {
+    const char *argv[] = { "HSCAN", key, cursor, "COUNT", "1000" }, *run_id;
+    redisReply *rep = redis_call(r, sku, 5, argv, &run_id, e);
+    if (!rep) return -1;
     int rc = -1;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY)
@@ -351,12 +397,11 @@ int fl_redis_returned(fl_redis *r, const char *sku, char (**ids)[27], size_t *n,
     size_t cap = 0;
     *ids = NULL;
     *n = 0;
-    if (redis_ensure(r, e)) return -1;
     char *key = sku_key(r, sku, "returned", -1);
     if (!key) return fl_errf(e, "out of memory");
     int rc = 0;
     for (long page = 0; page < 10000000; page++) {      /* HSCAN ends: a bound all the same */
-        rc = returned_page(r, key, cursor, sizeof cursor, ids, n, &cap, e);
+        rc = returned_page(r, sku, key, cursor, sizeof cursor, ids, n, &cap, e);
         if (rc || !strcmp(cursor, "0")) break;
     }
     free(key);
