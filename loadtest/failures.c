@@ -548,7 +548,7 @@ static void failover_detail(const frun *r, fl_scene_result *res, int n, const ch
     for (int i = 0; i < n; i++) {
         if (!res[i].ran) continue;
         if (!t_kill) {
-            snprintf(res[i].detail, sizeof res[i].detail, "no failover: %s", what);
+            snprintf(res[i].detail, sizeof res[i].detail, "no failover: %.300s", what);
             continue;
         }
         char next[64] = "no 201 after it", after[48] = "";
