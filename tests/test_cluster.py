@@ -19,6 +19,8 @@ real 6-node cluster (3 primaries, 3 replicas; tests/topology.py):
 What is asserted is counts and invariants; times are printed."""
 import time
 
+import harness
+
 from harness import wait_until
 from test_sentinel import Buyers, books, flashsale
 from test_strategies import hammer
@@ -136,3 +138,33 @@ def test_cluster_forced_failover_while_orders_flow(ctx):
 
 def test_cluster_primary_killed_while_orders_flow(ctx):
     flow_through(ctx, lambda c, p, sku: c.kill_primary(p), "primary killed (SIGKILL)")
+
+
+def test_cluster_flashload_verifies_across_a_failover(ctx):
+    """flashload's own verifier (which reads the cluster by itself,
+    following MOVED) passes on a run with holds, while the SKU's primary
+    is killed in the middle of it."""
+    import os
+    import subprocess
+    import threading
+    c = ctx.cluster()
+    s = ctx.service(c.url)
+    primary = c.primaries()[0]
+    sku = sku_on(c, primary, "fl")
+    killer = threading.Timer(3.0, lambda: c.kill_primary(primary))
+    killer.start()
+    try:
+        p = subprocess.run([os.path.join(harness.BIN, "flashload"), "run",
+                            "--target", "http://127.0.0.1:%d" % s.port, "--redis", c.url,
+                            "--db", s.db_path, "--sku", sku, "--stock", "200000",
+                            "--strategy", "lua", "--segments", "8", "--connections", "16",
+                            "--duration", "8", "--hold-seconds", "2", "--pay", "0.5",
+                            "--cancel", "0.2", "--quiet"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        killer.join()
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "PASS" in p.stdout, p.stdout[-3000:]
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()][-12:]
+    print("    flashload on the cluster, primary killed at 3 s of 8:\n      " +
+          "\n      ".join(lines))
