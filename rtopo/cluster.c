@@ -164,3 +164,23 @@ void rtopo_cluster_stop(rtopo_cluster *cl) {
     rtopo_slotmap_free(cl->map);
     free(cl);
 }
+
+unsigned rtopo_cluster_describe(rtopo_cluster *cl, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    pthread_mutex_lock(&cl->mu);
+    unsigned v = atomic_load(&cl->version);
+    int n = rtopo_slotmap_nshards(cl->map);
+    for (int i = 0; i < n && used < len; i++) {
+        const rtopo_shard *s = rtopo_slotmap_shard(cl->map, i);
+        int w = snprintf(buf + used, len - used, "%s%s:%d", i ? "," : "", s->primary.host,
+                         s->primary.port);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, " (%d of %d slots served)",
+                 rtopo_slotmap_served(cl->map), RTOPO_SLOTS);
+    pthread_mutex_unlock(&cl->mu);
+    return v;
+}

@@ -247,6 +247,9 @@ unsigned rtopo_cluster_version(const rtopo_cluster *cl);
 void rtopo_cluster_moved(rtopo_cluster *cl, const rtopo_redirect *rd);
 /* A node failed or said CLUSTERDOWN: reload the map now. Never waits. */
 void rtopo_cluster_suspect(rtopo_cluster *cl);
+/* The primaries of the map as "host:port,host:port (n of 16384 slots
+ * served)" into buf, for logs; returns the map's version (0: none yet). */
+unsigned rtopo_cluster_describe(rtopo_cluster *cl, char *buf, size_t len);
 /* Why the last reload failed into buf; returns 0 when it did not. */
 int rtopo_cluster_error(rtopo_cluster *cl, char *buf, size_t len);
 

@@ -28,7 +28,8 @@ struct svc_maint {
     pthread_t thread;
     atomic_int stopping;
     uint64_t errors_seen;          /* redis + db errors at the last sweep */
-    unsigned primary_seen;         /* the Sentinel primary's version last logged */
+    unsigned primary_seen;         /* the Sentinel primary's (or the cluster map's)
+                                      version last logged */
     int trims_left;                /* sweeps that still trim (see trim_after_errors) */
 };
 
@@ -61,6 +62,17 @@ static void log_primary(svc_maint *m) {
         svc_log(SVC_LOG_INFO, "redis: the primary is %s:%d (Sentinel)", at.host, at.port);
 }
 
+/* A cluster whose slot map changed (a failover, a reshard): one log line
+ * per change, naming the primaries. */
+static void log_cluster(svc_maint *m) {
+    svc_app *a = m->a;
+    char map[1024];
+    if (!a->cluster || rtopo_cluster_version(a->cluster) == m->primary_seen) return;
+    m->primary_seen = rtopo_cluster_describe(a->cluster, map, sizeof map);
+    if (m->primary_seen)
+        svc_log(SVC_LOG_INFO, "redis cluster: primaries %s", map);
+}
+
 static void *maint_main(void *arg) {
     svc_maint *m = arg;
     pthread_setname_np(pthread_self(), "fs-maint");
@@ -76,6 +88,7 @@ static void *maint_main(void *arg) {
         if (atomic_load(&m->stopping)) break;
         int64_t now = clock_mono_ms();
         log_primary(m);
+        log_cluster(m);
         if (now >= next_beat) {
             stock_heartbeat(sc, HEARTBEAT_TTL_MS);
             next_beat = now + 1000;
