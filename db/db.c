@@ -25,7 +25,7 @@ enum {
     ST_ORDER_BY_KEY,
     ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
     ST_ORDER_UNITS, ST_HELD_UNITS, ST_PRODUCT_REPAIR,
-    ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
+    ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_ORDERS, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
     ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE, ST_GEN_READ,
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_LOCK_FIRST,              /* the lock table's (db_lock_sql), DB_LOCK_ST_* from here */
@@ -98,6 +98,10 @@ static const char *const SQL[ST_LOCK_FIRST] = {
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
     [ST_STOCK_READ] = "SELECT db_available, db_version FROM products WHERE sku=?1",
+    [ST_USER_ORDERS] =
+        "SELECT coalesce(sum(o.quantity),0) FROM orders o WHERE o.sku=?1 AND o.user_id=?2"
+        " AND NOT EXISTS(SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
+        " AND h.state IN ('cancelled','expired'))",
     [ST_USER_SUM] =
         "SELECT coalesce((SELECT units FROM user_units WHERE sku=?1 AND user_id=?2),0)",
     [ST_USER_ADD] =
@@ -792,6 +796,17 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
      * read per SKU per transaction), and sold added at commit. When the
      * tally is full, the per-order statement checks it instead. */
     sku_tally *t = NULL;
+    if (take == DB_TAKE_NONE && per_user_limit > 0) {
+        /* Reserved in Redis where no one script saw the buyer's other
+         * orders (a product spread over a cluster's slots): the limit is
+         * checked here, against the committed orders that count. */
+        long long bought = 0;
+        if ((st = scalar(d, ST_USER_ORDERS, o->sku, o->user_id, &bought)) != DB_OK) return st;
+        if (bought + o->quantity > per_user_limit) {
+            if (available_out) *available_out = bought;
+            return DB_LIMIT;
+        }
+    }
     if (take == DB_TAKE_NONE && !sqlite3_get_autocommit(d->conn)) {
         t = tally_of(d, o->sku, &st);
         if (st != DB_OK) return st;

@@ -200,7 +200,10 @@ typedef enum db_take {
  * o->expires_ms a reserved hold (its units counted in `held`, not `sold`).
  * DB_TAKE_NONE orders must carry the product's current generation. Per-order failures (DB_STALE, DB_DUPKEY,
  * DB_NOSTOCK, DB_LIMIT, DB_CONFLICT) leave the transaction usable;
- * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE;
+ * DB_ERROR/DB_BUSY do not. per_user_limit applies to DB_TAKE_* != NONE (the
+ * user_units count), and to DB_TAKE_NONE when given (a product spread over
+ * a cluster, whose limit no one Redis script sees: the user's orders that
+ * count, summed; DB_LIMIT with *available_out the units bought);
  * expect_version to DB_TAKE_OPTIMISTIC (the version the caller read). */
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out);

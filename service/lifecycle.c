@@ -353,7 +353,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     stock_conn_free(probe);
     svc_thread_conns_init(a);
-    if (!(a->products = svc_product_cache_new()) || !(a->repair = svc_repair_new(a))) {
+    if (!(a->products = svc_product_cache_new(a->cluster != NULL)) || !(a->repair = svc_repair_new(a))) {
         snprintf(err, errlen, "start: out of memory");
         goto fail;
     }

@@ -16,6 +16,7 @@
 #define BUCKETS 1024
 
 struct svc_product_cache {
+    int spread;                    /* spread script-kind products over a cluster's slots */
     pthread_rwlock_t lock;
     svc_product *bucket[BUCKETS];
 };
@@ -26,9 +27,10 @@ static unsigned hash(const char *s) {
     return h % BUCKETS;
 }
 
-svc_product_cache *svc_product_cache_new(void) {
+svc_product_cache *svc_product_cache_new(int spread) {
     svc_product_cache *pc = calloc(1, sizeof *pc);
     if (pc) pthread_rwlock_init(&pc->lock, NULL);
+    if (pc) pc->spread = spread;
     return pc;
 }
 
@@ -78,7 +80,11 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
         p->per_user_limit = dp->per_user_limit;
         p->hold_seconds = dp->hold_seconds;
         if (stock_product_init(&p->sp, p->sku, s, dp->segments, dp->per_user_limit,
-                               dp->cs_delay_ms, dp->lock_ttl_ms) != 0) {
+                               dp->cs_delay_ms, dp->lock_ttl_ms) != 0 ||
+            (pc->spread && dp->segments > 1 &&
+             stock_strategy_about(s)->kind == STOCK_KIND_SCRIPT &&
+             stock_product_spread(&p->sp) != 0)) {
+            stock_product_free(&p->sp);
             free(p);
             pthread_rwlock_unlock(&pc->lock);
             return NULL;

@@ -35,7 +35,10 @@ typedef struct svc_product {
 } svc_product;
 
 typedef struct svc_product_cache svc_product_cache;
-svc_product_cache *svc_product_cache_new(void);
+/* spread: the service runs on a Redis Cluster; a product of a script-kind
+ * strategy with segments > 1 is then spread over its slots
+ * (stock_product_spread). NULL when out of memory. */
+svc_product_cache *svc_product_cache_new(int spread);
 void svc_product_cache_free(svc_product_cache *pc);
 /* The cached product, or NULL. */
 svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku);

@@ -523,11 +523,176 @@ static size_t take_ids(job *j, const char *const *ids, size_t n) {
     return j->nids;
 }
 
+/* -------------------------------------------------- spread products */
+
+/* A batch of a spread product's orders (stock_product_spread): each order
+ * goes to a lane chosen at random, and on to the next while the lanes it
+ * tried were short, until one takes it or every lane was tried. The parts
+ * sent to each lane are one reserve_batch.lua call each, on that lane's
+ * primary. The caller hears once, when every order has its result. */
+typedef struct spread_batch {
+    stock_async *sa;
+    const stock_product *p;
+    stock_req **reqs;
+    size_t n, left;               /* orders; orders without a result yet */
+    int busy;                     /* parts being sent (a failure answers at once) */
+    stock_batch_fn *fn;
+    void *ud;
+    int lane[STOCK_BATCH_MAX], tries[STOCK_BATCH_MAX];
+    long long seen[STOCK_BATCH_MAX];   /* units the lanes tried had */
+} spread_batch;
+
+/* The orders of one batch sent to one lane. */
+typedef struct spread_part {
+    spread_batch *b;
+    int lane;
+    size_t n;
+    uint16_t idx[STOCK_BATCH_MAX];
+    stock_req *reqs[STOCK_BATCH_MAX];
+} spread_part;
+
+static void spread_send(spread_batch *b, const int *which, size_t nwhich);
+
+static void spread_finish(spread_batch *b) {
+    if (b->left || b->busy) return;
+    b->fn(b->ud, b->reqs, b->n);
+    free(b);
+}
+
+/* One lane's answers: the orders taken or refused for good are done; the
+ * short ones go on to their next lane. */
+static void spread_part_done(void *ud, stock_req **reqs, size_t n) {
+    spread_part *part = ud;
+    spread_batch *b = part->b;
+    int again[STOCK_BATCH_MAX];
+    size_t nagain = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = part->idx[i];
+        stock_req *r = reqs[i];
+        if (r->result == STOCK_RESERVED) {
+            char t[32];
+            snprintf(t, sizeof t, "%d:%d", part->lane, r->quantity);
+            free(r->takes);
+            if (!(r->takes = strdup(t))) {
+                /* Its units stay pending: the undo retries of an unknown
+                 * outcome give them back. */
+                r->result = STOCK_UNAVAILABLE;
+                r->outcome_unknown = 1;
+            }
+        } else if (r->result == STOCK_SOLD_OUT || r->result == STOCK_INSUFFICIENT) {
+            b->seen[k] += r->available;
+            if (++b->tries[k] < b->p->lanes) {
+                b->lane[k] = (b->lane[k] + 1) % b->p->lanes;
+                again[nagain++] = (int)k;
+                continue;
+            }
+            /* Every lane tried: short everywhere, or only one by one. */
+            long long seen = b->seen[k];
+            r->available = seen;
+            r->result = seen == 0 ? STOCK_SOLD_OUT
+                      : seen >= r->quantity ? STOCK_SPREAD : STOCK_INSUFFICIENT;
+        }
+        b->left--;
+    }
+    free(part);
+    b->busy++;
+    spread_send(b, again, nagain);
+    b->busy--;
+    spread_finish(b);
+}
+
+/* Sends orders which[0..nwhich) of b, each to its lane, one part per lane. */
+static void spread_send(spread_batch *b, const int *which, size_t nwhich) {
+    spread_part *parts[STOCK_MAX_SEGMENTS] = { 0 };
+    int used[STOCK_BATCH_MAX], nused = 0;
+    for (size_t i = 0; i < nwhich; i++) {
+        int k = which[i], lane = b->lane[k];
+        spread_part *part = parts[lane];
+        if (!part) {
+            if (!(part = calloc(1, sizeof *part))) {
+                b->reqs[k]->result = STOCK_UNAVAILABLE;   /* nothing sent */
+                b->reqs[k]->outcome_unknown = 0;
+                b->left--;
+                continue;
+            }
+            part->b = b;
+            part->lane = lane;
+            parts[lane] = part;
+            used[nused++] = lane;
+        }
+        part->idx[part->n] = (uint16_t)k;
+        part->reqs[part->n++] = b->reqs[k];
+    }
+    for (int u = 0; u < nused; u++) {
+        spread_part *part = parts[used[u]];
+        job *j = calloc(1, sizeof *j);
+        if (!j) {
+            for (size_t i = 0; i < part->n; i++) {
+                part->reqs[i]->result = STOCK_UNAVAILABLE;
+                part->reqs[i]->outcome_unknown = 0;
+            }
+            spread_part_done(part, part->reqs, part->n);
+            continue;
+        }
+        *j = (job){ .kind = J_RESERVE, .p = &b->p->lane[part->lane], .reqs = part->reqs,
+                    .n = part->n, .batch_fn = spread_part_done, .ud = part };
+        submit(b->sa, j);
+    }
+}
+
+static void spread_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
+                           stock_batch_fn *fn, void *ud) {
+    spread_batch *b = calloc(1, sizeof *b);
+    int all[STOCK_BATCH_MAX];
+    if (!b) {
+        for (size_t i = 0; i < n; i++) {
+            reqs[i]->result = STOCK_UNAVAILABLE;
+            reqs[i]->outcome_unknown = 0;
+        }
+        fn(ud, reqs, n);
+        return;
+    }
+    *b = (spread_batch){ .sa = sa, .p = p, .reqs = reqs, .n = n, .left = n, .fn = fn, .ud = ud };
+    for (size_t i = 0; i < n; i++) {
+        b->lane[i] = (int)(next_random(sa) % (uint64_t)p->lanes);
+        all[i] = (int)i;
+    }
+    b->busy++;
+    spread_send(b, all, n);
+    b->busy--;
+    spread_finish(b);
+}
+
+typedef struct spread_undo {
+    stock_undo_fn *fn;
+    void *ud;
+    int left, busy, done;
+} spread_undo;
+
+static void spread_undo_finish(spread_undo *u) {
+    if (u->left || u->busy) return;
+    u->fn(u->ud, u->done);
+    free(u);
+}
+
+static void spread_undo_part(void *ud, int done) {
+    spread_undo *u = ud;
+    if (!done) u->done = 0;
+    u->left--;
+    spread_undo_finish(u);
+}
+
+/* ------------------------------------------------------------ the API */
+
 size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **reqs, size_t n,
                            const char *const *clear, size_t nclear, stock_batch_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
     sk_async_follow(sa);
     assert(n > 0 && n <= STOCK_BATCH_MAX);
+    if (p->lanes) {                              /* its clears go by stock_async_clear_spread */
+        spread_reserve(sa, p, reqs, n, fn, ud);
+        return 0;
+    }
     job *j = calloc(1, sizeof *j);
     if (!j) {
         for (size_t i = 0; i < n; i++) {
@@ -559,9 +724,39 @@ size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *co
     return taken;
 }
 
+void stock_async_clear_spread(stock_async *sa, const stock_product *p, const char *order_id,
+                              const char *takes) {
+    assert(loop_owned(sa->l) && p->lanes);
+    const char *t = takes ? takes : "";
+    int units;
+    for (int lane; (lane = sk_lane_parse(p, &t, &units)) >= 0;)
+        stock_async_clear(sa, &p->lane[lane], &order_id, 1);
+}
+
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud) {
     assert(loop_owned(sa->l));
     sk_async_follow(sa);
+    const stock_product *p = ref->product;
+    if (p->lanes) {                              /* each lane it took from, or every lane */
+        spread_undo *u = calloc(1, sizeof *u);
+        if (!u) {
+            fn(ud, 0);
+            return;
+        }
+        *u = (spread_undo){ fn, ud, 0, 1, 1 };
+        const char *t = ref->takes;
+        int units;
+        for (int i = 0; i < p->lanes; i++) {
+            int lane = t ? sk_lane_parse(p, &t, &units) : i;
+            if (lane < 0) break;
+            stock_ref one = { &p->lane[lane], ref->order_id, ref->idem_key, NULL };
+            u->left++;
+            stock_async_undo(sa, &one, spread_undo_part, u);
+        }
+        u->busy--;
+        spread_undo_finish(u);
+        return;
+    }
     job *j = calloc(1, sizeof *j);
     if (!j) {
         fn(ud, 0);

@@ -116,6 +116,24 @@ const char *sk_elem_str(const redisReply *r, size_t i);
 extern const struct sk_rcw_lock sk_lock_local, sk_lock_setnx_expire, sk_lock_set_nx_px,
     sk_lock_module, sk_lock_module_unfenced, sk_lock_db_table;
 
+/* Spread products (spread.c): the public operations over lanes. */
+void sk_lane_free(stock_product *lane);
+/* The next "<lane>:<units>" of takes at *t (moved past it): the lane, with
+ * *units; -1 at the end. */
+int sk_lane_parse(const stock_product *p, const char **t, int *units);
+int sk_spread_reserve(stock_conn *c, stock_req *r);
+int sk_spread_confirm(stock_conn *c, const stock_ref *ref);
+int sk_spread_undo(stock_conn *c, const stock_ref *ref, int *done);
+int sk_spread_return(stock_conn *c, stock_return_req *r);
+stock_result sk_spread_read(stock_conn *c, const stock_product *p, long long *total,
+                            long long *seg);
+stock_result sk_spread_read_gen(stock_conn *c, const stock_product *p, long long *gen);
+int sk_spread_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+                   int force);
+stock_result sk_spread_restock(stock_conn *c, const stock_product *p, long long qty);
+int sk_spread_pending_scan(stock_conn *c, const stock_product *p,
+                           void (*fn)(const stock_pending *rec, void *ud), void *ud);
+
 /* The local hint of empty segments (a bit per segment). */
 struct stock_hint {
     int nwords;

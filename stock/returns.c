@@ -113,8 +113,12 @@ int stock_return(stock_conn *c, stock_return_req *reqs, size_t n) {
     } else {
         for (size_t i = 0; i < n; i++) {     /* a cluster: each on its SKU's node */
             int one = 0;
-            for (int a = 0; sk_again(c, reqs[i].product->sku, a); a++)
-                one = return_twice(c, &reqs[i], 1);
+            if (reqs[i].product->lanes) {
+                one = sk_spread_return(c, &reqs[i]);
+            } else {
+                for (int a = 0; sk_again(c, reqs[i].product->sku, a); a++)
+                    one = return_twice(c, &reqs[i], 1);
+            }
             if (one < 0) rc = one;
         }
     }

@@ -163,7 +163,8 @@ const stock_strategy_info *stock_strategy_about(stock_strategy s) {
 int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int segments,
                        long long per_user_limit, int cs_delay_ms, int lock_ttl_ms) {
     int words = (segments + 63) / 64;
-    *p = (stock_product){ sku, s, segments, per_user_limit, cs_delay_ms, lock_ttl_ms, NULL };
+    *p = (stock_product){ sku, s, segments, per_user_limit, cs_delay_ms, lock_ttl_ms, NULL, 0,
+                          NULL };
     p->hint = calloc(1, sizeof *p->hint + (size_t)words * sizeof(uint64_t));
     if (!p->hint) return -1;
     p->hint->nwords = words;
@@ -173,6 +174,10 @@ int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int 
 void stock_product_free(stock_product *p) {
     free(p->hint);
     p->hint = NULL;
+    for (int i = 0; i < p->lanes; i++) sk_lane_free(&p->lane[i]);
+    free(p->lane);
+    p->lane = NULL;
+    p->lanes = 0;
 }
 
 int sk_hint_empty(const stock_product *p, int seg) {
@@ -594,11 +599,17 @@ static int reserve_at(stock_conn *c, stock_req **reqs, size_t n) {
 
 int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
     if (!c->cluster) return reserve_at(c, reqs, n);
-    /* A cluster: one at a time, each on its SKU's node. */
+    /* A cluster: one at a time, each on its SKU's node (a spread one's:
+     * on its lanes' nodes). */
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         int one = 0;
-        for (int a = 0; sk_again(c, reqs[i]->product->sku, a); a++) one = reserve_at(c, &reqs[i], 1);
+        if (reqs[i]->product->lanes) {
+            one = sk_spread_reserve(c, reqs[i]);
+        } else {
+            for (int a = 0; sk_again(c, reqs[i]->product->sku, a); a++)
+                one = reserve_at(c, &reqs[i], 1);
+        }
         rc |= one;
     }
     return rc ? -1 : 0;
@@ -637,8 +648,12 @@ int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
     } else {
         for (size_t i = 0; i < n; i++) {
             int one = 0;
-            for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
-                one = confirm_calls(c, &refs[i], 1);
+            if (refs[i].product->lanes) {
+                one = sk_spread_confirm(c, &refs[i]);
+            } else {
+                for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+                    one = confirm_calls(c, &refs[i], 1);
+            }
             rc |= one;
         }
     }
@@ -704,8 +719,12 @@ int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
     } else {
         for (size_t i = 0; i < n; i++) {
             int one = 0;
-            for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
-                one = undo_calls(c, &refs[i], 1, &done[i]);
+            if (refs[i].product->lanes) {
+                one = sk_spread_undo(c, &refs[i], &done[i]);
+            } else {
+                for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+                    one = undo_calls(c, &refs[i], 1, &done[i]);
+            }
             rc |= one;
         }
     }
@@ -756,6 +775,7 @@ static stock_result read_at(stock_conn *c, const stock_product *p, long long *to
 
 stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
                         long long *seg) {
+    if (p->lanes) return sk_spread_read(c, p, total, seg);
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = read_at(c, p, total, seg);
     return res;
@@ -775,6 +795,7 @@ static stock_result read_gen_at(stock_conn *c, const stock_product *p, long long
 }
 
 stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+    if (p->lanes) return sk_spread_read_gen(c, p, gen);
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = read_gen_at(c, p, gen);
     return res;
@@ -817,6 +838,7 @@ static int load_at(stock_conn *c, const stock_product *p, long long gen, long lo
 
 int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
                const stock_user_units *users, size_t nusers, int force) {
+    if (p->lanes) return sk_spread_load(c, p, gen, available, force);
     int rc = -1;
     for (int a = 0; sk_again(c, p->sku, a); a++)
         rc = load_at(c, p, gen, available, users, nusers, force);
@@ -844,6 +866,7 @@ static stock_result restock_at(stock_conn *c, const stock_product *p, long long 
 }
 
 stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
+    if (p->lanes) return sk_spread_restock(c, p, qty);
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = restock_at(c, p, qty);
     return res;
@@ -917,7 +940,7 @@ static int visit_pending(const redisReply *field, const redisReply *value, long 
     if (value->type != REDIS_REPLY_STRING ||
         parse_pending(value, &q, &t, instance, sizeof instance, key, sizeof key) != 0)
         return 0;   /* not ours to judge; left for the audit */
-    stock_pending rec = { .order_id = field->str, .instance = instance, .idem_key = key,
+    stock_pending rec = { .lane = -1, .order_id = field->str, .instance = instance, .idem_key = key,
                           .quantity = q, .age_ms = now - t };
     fn(&rec, ud);
     return 0;
@@ -957,6 +980,7 @@ static int pending_scan_at(stock_conn *c, const stock_product *p,
 
 int stock_pending_scan(stock_conn *c, const stock_product *p,
                        void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    if (p->lanes) return sk_spread_pending_scan(c, p, fn, ud);
     int rc = -1;
     for (int a = 0; sk_again(c, p->sku, a); a++) rc = pending_scan_at(c, p, fn, ud);
     return rc;

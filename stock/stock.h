@@ -113,12 +113,27 @@ typedef struct stock_product {
     int cs_delay_ms;              /* fault injection: pause inside the critical section */
     int lock_ttl_ms;              /* lock strategies: lease; 0: the configured default */
     stock_hint *hint;             /* segments known empty (a hint, never a verdict) */
+    int lanes;                    /* 0: all of the SKU in one slot. n: its n segments
+                                     spread over a Redis Cluster's slots, segment i a
+                                     lane of its own (stock_product_spread) */
+    struct stock_product *lane;   /* the lanes, each a one-segment product whose SKU is
+                                     "<sku>:<i>" (its keys: <prefix>{<sku>:<i>}:...) */
 } stock_product;
 
 /* Fills p (sku must outlive it). Returns 0, or -1 when out of memory. */
 int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int segments,
                        long long per_user_limit, int cs_delay_ms, int lock_ttl_ms);
 void stock_product_free(stock_product *p);
+
+/* Spreads p (a script-kind strategy, segments > 1) over a Redis Cluster:
+ * segment i becomes lane i, a one-segment copy under the hash tag
+ * {<sku>:<i>}, so one SKU's sale uses every primary (docs/cluster.md). An
+ * order takes from one lane, else from the next; one no lane can hold
+ * alone is taken in steps over several (stock_reserve), with undo. Rules
+ * that span lanes are not Redis's then: the per-user limit is SQLite's,
+ * decided at commit, and an idempotency key is unique in SQLite. Returns
+ * 0, or -1 when out of memory (p unchanged). */
+int stock_product_spread(stock_product *p);
 
 struct lock_client;
 struct db_options;
@@ -198,9 +213,13 @@ typedef enum stock_result {
     STOCK_LOCK_TIMEOUT,    /* lock strategies: no lock before the wait deadline */
     STOCK_FENCED,          /* lock: the lease ran out before the write, which the
                               fence refused; nothing was taken */
-    STOCK_LOCK_DOWN        /* the lock's server (ZooKeeper, etcd, the Redlock servers,
+    STOCK_LOCK_DOWN,       /* the lock's server (ZooKeeper, etcd, the Redlock servers,
                               the database's lock table) failed or is not configured
                               here; nothing was taken */
+    STOCK_SPREAD           /* a spread product (lanes): no one lane holds the order, all
+                              of them together may (available: what they held); take
+                              it in steps with stock_reserve on a thread that may block.
+                              Nothing was taken */
 } stock_result;
 
 /* One reservation. The caller fills the inputs and keeps the strings alive
@@ -214,9 +233,9 @@ typedef struct stock_req {
     const char *fingerprint;      /* identifies the request body for replays */
     int want_takes;               /* keep where the units came from (a hold's) */
     /* out */
-    char *takes;                  /* RESERVED with want_takes: where the units came from,
-                                     "<segment>:<units>,..." (NULL: out of memory); the
-                                     caller frees it with free() */
+    char *takes;                  /* RESERVED with want_takes, or of a spread product:
+                                     where the units came from, "<segment>:<units>,..."
+                                     (NULL: out of memory); the caller frees it */
     stock_result result;
     long long available;          /* SOLD_OUT/INSUFFICIENT: units left; LIMIT: bought */
     long long gen;                /* RESERVED: generation reserved under */
@@ -247,6 +266,9 @@ typedef struct stock_ref {
     const stock_product *product;
     const char *order_id;
     const char *idem_key;         /* NULL or "": none */
+    const char *takes;            /* a spread product: where its units came from,
+                                     "<lane>:<units>,..." (stock_req.takes); NULL: look in
+                                     every lane */
 } stock_ref;
 
 /* Clears the pending records of committed orders (pipelined). Returns 0, or
@@ -310,6 +332,7 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
 
 /* A pending record, as found by stock_pending_scan. */
 typedef struct stock_pending {
+    int lane;                 /* a spread product: the lane it is in (-1: not spread) */
     const char *order_id;
     const char *instance;     /* instance that reserved it */
     const char *idem_key;
@@ -361,6 +384,10 @@ size_t stock_async_reserve(stock_async *sa, const stock_product *p, stock_req **
  * leaves them to reconciliation). Returns how many it took. */
 size_t stock_async_clear(stock_async *sa, const stock_product *p, const char *const *ids,
                          size_t n);
+/* A spread product's committed order (its pending records are not carried
+ * by the next batch): clears them in each lane named by takes. */
+void stock_async_clear_spread(stock_async *sa, const stock_product *p, const char *order_id,
+                              const char *takes);
 /* done: 1 when the order's units are known given back (now or before). */
 typedef void stock_undo_fn(void *ud, int done);
 /* Gives back the reservation of an order that will never commit (undo.lua). */

@@ -31,7 +31,8 @@ void svc_commit_prepare_insert(svc_order *op, db_take take, long long expect_ver
     db_order *o = &j->order;
     j->kind = DB_JOB_INSERT;
     j->take = take;
-    j->per_user_limit = take == DB_TAKE_NONE ? 0 : op->p->per_user_limit;
+    /* A spread product's limit spans lanes no one script sees: SQLite's. */
+    j->per_user_limit = take == DB_TAKE_NONE && !op->p->sp.lanes ? 0 : op->p->per_user_limit;
     j->expect_version = expect_version;
     j->status = DB_OK;
     j->available = 0;

@@ -1,8 +1,10 @@
 /* fam_blocking.c: the blocking family: the read-check-write strategies
  * whose lock a thread waits for.
  *
- * redlock, zookeeper, etcd, db-lock, local, the unsafe baselines, and the
- * `lock` orders no one segment can hold (rerouted by the lock family)
+ * redlock, zookeeper, etcd, db-lock, local, the unsafe baselines, the
+ * `lock` orders no one segment can hold (rerouted by the lock family), and
+ * a spread product's orders no one lane can hold (rerouted by the script
+ * family, taken in steps by stock_reserve)
  * take their units with stock_reserve_one (stock/rcw.c): choose segments,
  * lock them as the strategy does, read, check, write, unlock. The lock may
  * keep the thread waiting, so each order runs on one of the pipeline's
@@ -48,6 +50,11 @@ static void reserve_one(svc_order *op) {
     if (!sc) {                                 /* no connection could be made: nothing sent */
         op->sreq.result = STOCK_UNAVAILABLE;
         op->sreq.outcome_unknown = 0;
+    } else if (op->p->sp.lanes) {
+        /* A spread product's order no one lane held (the script family
+         * rerouted it here): taken in steps over the lanes. */
+        stock_req *r = &op->sreq;
+        stock_reserve(sc, &r, 1);
     } else {
         stock_reserve_one(sc, &op->sreq);
         count_locks(a, op);

@@ -59,6 +59,7 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->reply_ctx = ctx;
     op->quantity = in->quantity;
     op->undo_then = RF_COUNT;
+    op->undo_avail = 0;
     op->arrive = NULL;
     op->next = NULL;
     memset(&op->fam_data, 0, sizeof op->fam_data.db);
@@ -76,7 +77,7 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->sreq = (stock_req){ .product = &p->sp, .order_id = op->order_id, .user_id = op->user_id,
                             .quantity = op->quantity, .idem_key = op->idem_key,
                             .fingerprint = op->fingerprint,
-                            .want_takes = p->hold_seconds > 0 };
+                            .want_takes = p->hold_seconds > 0 || p->sp.lanes };
     return op;
 }
 

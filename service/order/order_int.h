@@ -78,6 +78,7 @@ struct svc_order {
     stock_req sreq;                /* a Redis family's reservation */
     db_job job;                    /* COMMITTING / LOOKING_UP: the committer's job */
     svc_refusal undo_then;         /* UNDOING: what to answer once the units are back */
+    long long undo_avail;          /* ...and the figure it names (RF_LIMIT: bought) */
     svc_order_fn *arrive;          /* run when it reaches a loop's inbox, or a
                                       blocking thread */
     svc_task task;                 /* its place in the blocking threads' queue */

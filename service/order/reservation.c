@@ -13,6 +13,7 @@
 
 #include "service/ops/health.h"
 #include "service/order/commit.h"
+#include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 #include "service/repair/repair.h"
 
@@ -54,6 +55,11 @@ int svc_reservation_result(svc_order *op) {
     case STOCK_LOCK_DOWN:
         svc_order_refuse(op, RF_LOCK_DOWN, 0);
         return 0;
+    case STOCK_SPREAD:
+        /* A spread product's order no one lane holds: taken in steps over
+         * the lanes on a blocking thread (stock_reserve). */
+        svc_pipeline_reroute(op, STOCK_KIND_RCW);
+        return 0;
     case STOCK_UNAVAILABLE:
         if (r->outcome_unknown) {
             /* Redis may have run the script before the connection broke.
@@ -88,12 +94,12 @@ static void undone(void *ud, int done) {
         svc_commit_send(op);
         return;
     }
-    svc_order_refuse(op, op->undo_then, 0);
+    svc_order_refuse(op, op->undo_then, op->undo_avail);
 }
 
 /* Gives op's units back, then answers `then` (a refusal, or RF_LOOKUP). */
 static void undo_then(svc_order *op, svc_refusal then) {
-    stock_ref ref = { &op->p->sp, op->order_id, op->idem_key };
+    stock_ref ref = { &op->p->sp, op->order_id, op->idem_key, op->sreq.takes };
     svc_order_to(op, SVC_ORDER_UNDOING);
     op->undo_then = then;
     stock_async_undo(svc_order_loop_stock(op->home), &ref, undone, op);
@@ -105,8 +111,17 @@ void svc_reservation_committed(svc_order *op) {
     assert(svc_order_loop_owned(op->home) && op->job.take == DB_TAKE_NONE);
     switch (op->job.status) {
     case DB_OK:
-        clear_later(op->home, op->p, op->order_id);
+        if (op->p->sp.lanes)
+            stock_async_clear_spread(svc_order_loop_stock(op->home), &op->p->sp, op->order_id,
+                                     op->sreq.takes);
+        else
+            clear_later(op->home, op->p, op->order_id);
         svc_order_answer(op, &op->job.order, 0);
+        return;
+    case DB_LIMIT:
+        /* A spread product: SQLite found the buyer over the limit. */
+        op->undo_avail = op->job.available;
+        undo_then(op, RF_LIMIT);
         return;
     case DB_DUPKEY:
         undo_then(op, RF_LOOKUP);

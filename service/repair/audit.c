@@ -197,7 +197,7 @@ int svc_audit_main(svc_app *a, int repair) {
         db_close(au.d);
         return 2;
     }
-    a->products = svc_product_cache_new();
+    a->products = svc_product_cache_new(a->cluster != NULL);
     db_product *all = NULL;
     size_t n = 0;
     if (db_product_list(au.d, &all, &n) != DB_OK)

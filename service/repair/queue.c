@@ -157,7 +157,7 @@ static void run_undos(svc_repair *r, stock_conn *sc) {
     while (list) {
         orphan *o = list;
         list = o->next;
-        stock_ref ref = { &o->p->sp, o->order_id, o->idem_key };
+        stock_ref ref = { &o->p->sp, o->order_id, o->idem_key, NULL };   /* every lane */
         int done = 0;
         int rc = stock_undo(sc, &ref, 1, &done);
         if (rc == 0 && done) {

@@ -20,6 +20,7 @@ typedef struct pend {
     char instance[112];
     char idem_key[DB_KEY_MAX + 1];
     long long age_ms;
+    int lane;                    /* a spread product's lane (-1: not spread) */
 } pend;
 
 typedef struct pend_acc {
@@ -41,6 +42,7 @@ static void collect_pending(const stock_pending *rec, void *ud) {
     snprintf(p->instance, sizeof p->instance, "%s", rec->instance);
     snprintf(p->idem_key, sizeof p->idem_key, "%s", rec->idem_key);
     p->age_ms = rec->age_ms;
+    p->lane = rec->lane;
 }
 
 /* Whether a pending record may be settled now. */
@@ -55,7 +57,9 @@ static int settleable(svc_app *a, stock_conn *sc, const pend *r, int only_dead) 
 
 /* Settles one record: returns 1 if settled. */
 static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *r) {
-    stock_ref ref = { &p->sp, r->order_id, r->idem_key };
+    char lane[16];
+    snprintf(lane, sizeof lane, "%d:0", r->lane);    /* a spread product: that lane only */
+    stock_ref ref = { &p->sp, r->order_id, r->idem_key, r->lane >= 0 ? lane : NULL };
     int done = 0;
     db_status st = db_order_void(d, r->order_id, p->sku, "reservation not committed in time");
     if (st == DB_EXISTS) {

@@ -76,7 +76,7 @@ static void test_pending_confirm_undo(void) {
     CHECK(reserve1(&a) == STOCK_RESERVED);
     npending = 0;
     CHECK(stock_pending_scan(sc, &p, count_pending, NULL) == 0 && npending == 1);
-    stock_ref ref = { &p, "u1", "key-u1" };
+    stock_ref ref = { &p, "u1", "key-u1", NULL };
     int done = 0;
     CHECK(stock_undo(sc, &ref, 1, &done) == 0 && done);
     CHECK(get_ll("fs:{t-undo}:stock:0") == 10);
@@ -114,7 +114,7 @@ static void test_limit_counts(void) {
     CHECK(reserve1(&a) == STOCK_LIMIT && a.available == 2);
     stock_req b = req(&p, "l2", "bob", 1, NULL, "f");
     CHECK(reserve1(&b) == STOCK_RESERVED);
-    stock_ref ref = { &p, "l2", NULL };
+    stock_ref ref = { &p, "l2", NULL, NULL };
     int done;
     CHECK(stock_undo(sc, &ref, 1, &done) == 0 && done);        /* gives the count back too */
     CHECK(reserve1(&b) == STOCK_RESERVED);
@@ -163,7 +163,7 @@ static void test_segments(void) {
     CHECK(stock_read(sc, &p, &total, seg) == STOCK_RESERVED && total == 1);
     for (int i = 0; i < 8; i++) CHECK(seg[i] >= 0);
     /* Undo of a cross-segment order puts each part back where it came from. */
-    stock_ref ref = { &p, "s0", NULL };
+    stock_ref ref = { &p, "s0", NULL, NULL };
     int done;
     CHECK(stock_undo(sc, &ref, 1, &done) == 0 && done);
     CHECK(stock_read(sc, &p, &total, seg) == STOCK_RESERVED && total == 4);
@@ -181,7 +181,7 @@ static void test_noscript_fallback(void) {
     CHECK(stock_reserve(sc, rs, 2) == 0);
     CHECK(a.result == STOCK_RESERVED && b.result == STOCK_RESERVED);
     cmd("SCRIPT FLUSH%s", "");
-    stock_ref refs[2] = { { &p, "n1", NULL }, { &p, "n2", NULL } };
+    stock_ref refs[2] = { { &p, "n1", NULL, NULL }, { &p, "n2", NULL, NULL } };
     int done[2];
     CHECK(stock_undo(sc, refs, 2, done) == 0 && done[0] && done[1]);
     CHECK(get_ll("fs:{t-nos}:stock:0") == 4);

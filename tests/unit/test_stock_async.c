@@ -342,7 +342,7 @@ static void submit_before_ready(void *ud) {
     snprintf(held_id, sizeof held_id, "h0");
     seen[0] = (int)stock_async_reserve(SA, &held_p, held_rs, 1, ids, 1, on_batch, &held_cb);
     snprintf(held_id, sizeof held_id, "XX");              /* the ids were copied */
-    stock_ref ref = { &held_p, "h1", NULL };
+    stock_ref ref = { &held_p, "h1", NULL, NULL };
     stock_async_undo(SA, &ref, on_done, &held_undo_cb);   /* behind it, in order */
     seen[1] = held_cb.calls + held_undo_cb.calls;
     seen[2] = stock_async_inflight(SA);
