@@ -20,10 +20,13 @@
  *
  * No slot hashing is needed: every key of one SKU carries the hash tag
  * {<sku>} (docs/storage.md), so a read of one SKU goes to one node and the
- * SKU itself names the route. Connections are kept per node address (a
- * small cache); each has the run_id of its server (INFO server, read when
- * it opens), since a stock copy's gen is valid only against the run_id of
- * the node that served the read. */
+ * SKU itself names the route; a product spread over the cluster's lanes
+ * has a hash tag per lane, {<sku>:<i>}, and stores.c reads each lane with
+ * "<sku>:<i>" as the route's name, as if it were a SKU of its own.
+ * Connections are kept per node address (a small cache); each has the
+ * run_id of its server (INFO server, read when it opens), since a stock
+ * copy's gen (a lane's too) is valid only against the run_id of the node
+ * that served the read. */
 #include "loadtest/cluster_int.h"
 
 #include <stdio.h>
@@ -35,7 +38,7 @@
 
 #define MAX_SEEDS 16
 #define MAX_NODES 32             /* connections kept; the least used one goes */
-#define MAX_ROUTES 64            /* SKUs whose node is remembered */
+#define MAX_ROUTES 256           /* SKUs (or lanes) whose node is remembered */
 #define MAX_SENDS 40             /* sends of one command, redirections included */
 #define RETRY_MS 50              /* wait after TRYAGAIN, CLUSTERDOWN */
 #define DEFAULT_PORT 6379

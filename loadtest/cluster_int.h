@@ -23,7 +23,8 @@ typedef struct fl_cluster fl_cluster;
 fl_cluster *fl_cluster_open(const char *url, int timeout_ms, char *err, size_t errlen);
 void fl_cluster_close(fl_cluster *c);
 
-/* Runs argv (argc arguments, every key of it carrying the hash tag {sku})
+/* Runs argv (argc arguments, every key of it carrying the hash tag {sku};
+ * sku may be a spread product's lane, "<sku>:<i>")
  * on the node that serves sku's slot: the node last seen serving sku, else
  * the first seed that answers; then follows what the cluster answers:
  * MOVED (go there, resend, remember it for sku), ASK (ASKING and the

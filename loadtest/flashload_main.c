@@ -176,7 +176,10 @@ static void usage_inspect(FILE *f) {
 "                         redis-cluster://[[user]:pw@]host[:port][,host[:port]...]\n"
 "  --key-prefix P         the service's --key-prefix (fs:)\n"
 "  --db PATH              the SQLite file, read-only\n"
-"  --segments N           stock segments (default: SQLite's, or 1 without --db)\n"
+"  --segments N           stock segments (default: SQLite's, or 1 without --db); on a\n"
+"                         cluster a lua or unsafe-trust-redis product of more than one\n"
+"                         is spread, a lane per segment under {<sku>:<i>} (without --db:\n"
+"                         when {<sku>}:gen is absent and {<sku>:0}:gen exists)\n"
 "\n"
 "Exit: 0 nothing broken, 1 an invariant broken, 2 a store could not be read,\n"
 "64 usage error.\n", FL_INSPECT_MAX_SKUS);

@@ -385,14 +385,15 @@ static int in_ids(char (*ids)[27], size_t n, const char *id) {
     return n && bsearch(id, ids, n, sizeof *ids, cmp_id);
 }
 
-void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, long long copy_gen,
+void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, const fl_stock_copy *c,
                              fl_verdict *vd) {
+    long long copy_gen = c->gen;
     char (*ids)[27] = NULL;
     size_t n = 0;
     fl_err e;
     vd->holds.returned_fields = -1;
     if (!hx->on || !vd->holds.db) return;      /* the holds' states are SQLite's */
-    if (fl_redis_returned(rd, hx->in->sku, &ids, &n, &e)) {
+    if (fl_redis_returned(rd, hx->in->sku, c->lanes, &ids, &n, &e)) {
         fl_note(vd, "redis returned not read: %s", e.msg);
         return;
     }

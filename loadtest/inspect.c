@@ -7,7 +7,10 @@
  * the question is only what flashload's own reader sees there: which
  * server answered a SKU's reads and which redirections it followed,
  * whether the stock copy is valid for that server, and whether its units
- * add up with SQLite's books. This prints that, through the same reads a
+ * add up with SQLite's books. A product spread over a cluster's lanes
+ * (docs/storage.md, "On a Redis Cluster") is read lane by lane, each lane
+ * on its own node and judged by that node's run_id; a line per lane says
+ * where it was read and what it holds. This prints that, through the same reads a
  * run's verdict uses (fl_redis, fl_sqlite: stores.c), and words a broken
  * copy as a run's verdict does. It reads once, without waiting for pending
  * reservations to settle: point it at quiet stores. */
@@ -24,6 +27,7 @@ typedef struct seen {
     long long orders;            /* its order rows */
     int redis;                   /* 1 Redis read */
     fl_stock_copy copy;
+    fl_lane *lane;               /* copy.lanes of them: the lanes as read */
     long long records, units, unreadable;
     size_t returned;
     fl_redis_route before, after;
@@ -46,14 +50,23 @@ static int read_sku(const fl_inspect_opts *o, fl_redis *rd, const char *sku, see
         s->db = found ? 1 : -1;
     }
     if (!rd) return 0;
-    int segments = o->segments ? o->segments : s->db == 1 ? s->sq.segments : 1;
+    int segments = o->segments ? o->segments : s->db == 1 ? s->sq.segments : 1, lanes = 0;
     char (*ids)[27] = NULL;
     fl_redis_route_get(rd, &s->before);
-    if (fl_redis_stock(rd, sku, segments, &s->copy, e) ||
-        fl_redis_pending(rd, sku, &s->records, &s->units, &s->unreadable, e) ||
-        fl_redis_returned(rd, sku, &ids, &s->returned, e))
+    /* Spread or not: by the product's strategy and segments when SQLite
+     * says them, else by the keys there are. */
+    if (s->db == 1) lanes = fl_redis_lanes(rd, s->sq.strategy, segments);
+    else if (fl_redis_find_lanes(rd, sku, o->segments, &lanes, e)) return -1;
+    if (lanes) segments = lanes;
+    if (fl_redis_stock(rd, sku, segments, lanes, &s->copy, e) ||
+        fl_redis_pending(rd, sku, lanes, &s->records, &s->units, &s->unreadable, e) ||
+        fl_redis_returned(rd, sku, lanes, &ids, &s->returned, e))
         return -1;
     free(ids);
+    if (lanes) {
+        if (!(s->lane = calloc((size_t)lanes, sizeof *s->lane))) return fl_errf(e, "out of memory");
+        for (int i = 0; i < lanes; i++) fl_redis_lane(rd, i, &s->lane[i]);
+    }
     fl_redis_route_get(rd, &s->after);
     s->redis = 1;
     return 0;
@@ -65,13 +78,15 @@ static void judge_redis(const seen *s, fl_verdict *vd) {
     if (s->records > 0)
         fl_violate(vd, "redis", s->units, "%lld reservations (%lld units) pending", s->records,
                    s->units);
+    char why[160];
     if (c->state != FL_COPY_VALID) {
         fl_violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
-                   c->state == FL_COPY_STALE ? "its gen names another Redis process"
-                                             : "a gen or stock key is missing");
+                   fl_copy_why(c, why, sizeof why));
         return;
     }
-    if (c->low < 0) fl_violate(vd, "redis", c->low, "stock key %d reached %lld", c->low_seg, c->low);
+    if (c->low < 0)
+        fl_violate(vd, "redis", c->low, "stock key %s%d reached %lld", c->lanes ? "of lane " : "",
+                   c->low_seg, c->low);
     if (c->stranded)
         fl_violate(vd, "redis", c->stranded_units,
                    "%lld units stranded: %d segment%s marked empty in the bitmap still "
@@ -106,21 +121,66 @@ static void judge_books(const seen *s, fl_verdict *vd) {
                    q->stock_initial);
 }
 
+/* The nodes the lanes were read on, counted. */
+static int lane_nodes(const seen *s) {
+    int n = 0;
+    for (int i = 0; i < s->copy.lanes; i++) {
+        int again = 0;
+        for (int k = 0; k < i && !again; k++) again = !strcmp(s->lane[k].node, s->lane[i].node);
+        n += !again;
+    }
+    return n;
+}
+
+static const char *state_word(fl_copy_state st) {
+    return st == FL_COPY_VALID ? "valid" : st == FL_COPY_STALE ? "stale" : "missing";
+}
+
+/* One line per lane: where it was read, and what it holds there. */
+static void print_lanes(const seen *s, FILE *f) {
+    for (int i = 0; i < s->copy.lanes; i++) {
+        const fl_lane *l = &s->lane[i];
+        char lab[16], units[48] = "no stock key";
+        snprintf(lab, sizeof lab, "lane %d", i);
+        if (l->has_stock) snprintf(units, sizeof units, "%lld unit%s", l->units,
+                                   l->units == 1 ? "" : "s");
+        fprintf(f, "%-9s %s (run_id %s): %s, ", lab, l->node, l->run_id, state_word(l->state));
+        if (l->gen) fprintf(f, "generation %lld: %s", l->gen, units);
+        else fprintf(f, "no gen: %s", units);
+        if (l->state == FL_COPY_STALE) fputs("; its gen names another Redis process", f);
+        fputc('\n', f);
+    }
+}
+
+static void print_copy(const seen *s, FILE *f) {
+    const fl_stock_copy *c = &s->copy;
+    char why[160];
+    const char *unit = c->lanes ? "lane" : "segment";
+    char over[32] = "";
+    if (c->lanes) snprintf(over, sizeof over, " in %d lanes", c->lanes);
+    if (c->state == FL_COPY_VALID)
+        fprintf(f, "copy      valid, generation %lld: %lld units%s (lowest: %s %d, %lld)\n",
+                c->gen, c->total, over, unit, c->low_seg, c->low);
+    else if (c->state == FL_COPY_MIXED)
+        fprintf(f, "copy      invalid: %s\n", fl_copy_why(c, why, sizeof why));
+    else if (c->state == FL_COPY_STALE)
+        fprintf(f, "copy      stale, generation %lld: %s\n", c->gen, fl_copy_why(c, why, sizeof why));
+    else
+        fprintf(f, "copy      missing: %s\n", fl_copy_why(c, why, sizeof why));
+}
+
 static void print_redis(const seen *s, FILE *f) {
     const fl_redis_route *a = &s->after, *b = &s->before;
-    const fl_stock_copy *c = &s->copy;
-    fprintf(f, "redis     served by %s (run_id %s); followed %lu MOVED, %lu ASK, "
-               "%lu TRYAGAIN/CLUSTERDOWN; %lu reconnects\n", a->node, a->run_id,
+    if (s->copy.lanes)
+        fprintf(f, "redis     spread over %d lanes on %d node%s; ", s->copy.lanes, lane_nodes(s),
+                lane_nodes(s) == 1 ? "" : "s");
+    else
+        fprintf(f, "redis     served by %s (run_id %s); ", a->node, a->run_id);
+    fprintf(f, "followed %lu MOVED, %lu ASK, %lu TRYAGAIN/CLUSTERDOWN; %lu reconnects\n",
             a->moved - b->moved, a->ask - b->ask, a->retried - b->retried,
             a->reconnects - b->reconnects);
-    if (c->state == FL_COPY_VALID)
-        fprintf(f, "copy      valid, generation %lld: %lld units (lowest: segment %d, %lld)\n",
-                c->gen, c->total, c->low_seg, c->low);
-    else if (c->state == FL_COPY_STALE)
-        fprintf(f, "copy      stale, generation %lld: its gen names another Redis process\n",
-                c->gen);
-    else
-        fprintf(f, "copy      missing: a gen or stock key is missing\n");
+    print_lanes(s, f);
+    print_copy(s, f);
     fprintf(f, "pending   %lld record%s (%lld units)\n", s->records, s->records == 1 ? "" : "s",
             s->units);
     fprintf(f, "returned  %zu ended hold%s\n", s->returned, s->returned == 1 ? "" : "s");
@@ -155,8 +215,12 @@ int fl_inspect(const fl_inspect_opts *o, FILE *f, fl_err *e) {
     fl_verdict *vd = malloc(sizeof *vd);
     seen *s = malloc(sizeof *s);
     int rc = vd && s ? 0 : fl_errf(e, "out of memory");
+    if (s) s->lane = NULL;
     for (int i = 0; i < o->nskus && rc >= 0; i++) {
+        free(s->lane);
         if (read_sku(o, rd, o->skus[i], s, e)) {
+            free(s->lane);
+            s->lane = NULL;
             rc = -1;
             break;
         }
@@ -169,6 +233,7 @@ int fl_inspect(const fl_inspect_opts *o, FILE *f, fl_err *e) {
         print_sku(o->skus[i], s, vd, f);
         if (!vd->pass) rc = 1;
     }
+    if (s) free(s->lane);
     free(s);
     free(vd);
     fl_redis_close(rd);

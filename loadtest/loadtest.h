@@ -474,33 +474,75 @@ void fl_redis_route_get(const fl_redis *r, fl_redis_route *out);
 typedef enum fl_copy_state {
     FL_COPY_VALID = 0,           /* built for this Redis process; every segment key there */
     FL_COPY_MISSING,             /* no gen key, or a segment key absent */
-    FL_COPY_STALE                /* gen names another Redis process (run_id) */
+    FL_COPY_STALE,               /* gen names another Redis process (run_id) */
+    FL_COPY_MIXED                /* spread: lanes of different generations (a rebuild half done) */
 } fl_copy_state;
 
-/* A SKU's stock copy, read in one atomic step (one MGET). */
+/* Where a product's copy lives (docs/storage.md, "On a Redis Cluster"):
+ * lanes 0, one slot, the keys <prefix>{<sku>}:...; lanes n > 1, spread:
+ * segment i is lane i, a complete one-segment copy under <prefix>{<sku>:<i>}:...,
+ * each lane in a slot of its own, read on the node serving it. */
+
+/* The documented rule: a product is spread when r is a Redis Cluster, it
+ * has segments > 1 and its strategy is a script one (lua,
+ * unsafe-trust-redis). Returns its lanes (= segments), or 0. */
+int fl_redis_lanes(const fl_redis *r, const char *strategy, int segments);
+/* For a reader that does not know the product's strategy (inspect without
+ * SQLite): on a cluster, sku is spread when <prefix>{<sku>}:gen is absent
+ * and <prefix>{<sku>:0}:gen exists; its lanes are `segments` when > 1,
+ * else counted (lanes 0, 1, ... up to the first without a gen). *lanes 0
+ * when not spread. Returns 0, or -1 with e set. */
+int fl_redis_find_lanes(fl_redis *r, const char *sku, int segments, int *lanes, fl_err *e);
+
+/* A SKU's stock copy, read in one atomic step (one MGET); a spread one in
+ * one MGET per lane (each lane atomic, the sum over lanes not). */
 typedef struct fl_stock_copy {
     fl_copy_state state;
-    long long gen;               /* the copy's generation (0: none) */
-    long long total;             /* units in all segments */
-    int low_seg;                 /* the segment holding least */
+    long long gen;               /* the copy's generation (0: none); MIXED: the lowest */
+    long long gen_hi;            /* MIXED: the highest lane generation (else gen) */
+    long long total;             /* units in all segments (all lanes) */
+    int low_seg;                 /* the segment (lane) holding least */
     long long low;               /* its units */
     int stranded;                /* segments the empty bitmap marks that hold units */
     int stranded_seg;            /* the first of them */
     long long stranded_units;    /* the units they hold, which no order can take */
+    int lanes;                   /* 0: one slot; n: spread over n lanes */
+    int bad_lane;                /* spread, MISSING or STALE: the first lane that is (else -1) */
 } fl_stock_copy;
 
-/* Reads the copy of sku, which has `segments` segments (1..1024). Returns 0,
- * or -1 with e set when Redis could not be read. */
-int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *out, fl_err *e);
-/* Counts sku's pending records and the units they hold out (field "q").
- * A record without a readable "q" counts as a record of no units and in
- * *unreadable. Returns 0, or -1 with e set. */
-int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long *units,
-                     long long *unreadable, fl_err *e);
+/* One lane of the last spread copy fl_redis_stock read. */
+typedef struct fl_lane {
+    char node[300];              /* the node that answered its MGET */
+    char run_id[41];             /* that node's run_id */
+    fl_copy_state state;         /* VALID, MISSING or STALE, judged by that run_id */
+    long long gen;               /* its generation (0: no gen key) */
+    int has_stock;               /* its stock:0 key exists */
+    long long units;             /* stock:0 */
+} fl_lane;
+
+/* Reads the copy of sku, which has `segments` segments (1..1024), laid
+ * out as `lanes` says (fl_redis_lanes). Returns 0, or -1 with e set when
+ * Redis could not be read. */
+int fl_redis_stock(fl_redis *r, const char *sku, int segments, int lanes, fl_stock_copy *out,
+                   fl_err *e);
+/* Lane i of the last spread copy read: 0, or -1 when there is none. */
+int fl_redis_lane(const fl_redis *r, int i, fl_lane *out);
+/* Why c is not valid, in words ("its gen names another Redis process",
+ * "lane 2's gen names another Redis process", ...) into buf. */
+const char *fl_copy_why(const fl_stock_copy *c, char *buf, size_t len);
+/* Counts sku's pending records and the units they hold out (field "q"),
+ * over every lane of a spread one (an order taken in steps has a record
+ * in each lane it took from: each counts). A record without a readable
+ * "q" counts as a record of no units and in *unreadable. Returns 0, or -1
+ * with e set. */
+int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records,
+                     long long *units, long long *unreadable, fl_err *e);
 /* The order ids of sku's `returned` hash (ended holds whose units were
- * given back to this copy), sorted, into *ids (the caller frees). Returns
- * 0, or -1 with e set. */
-int fl_redis_returned(fl_redis *r, const char *sku, char (**ids)[27], size_t *n, fl_err *e);
+ * given back to this copy; of a spread one, the union over its lanes),
+ * sorted and distinct, into *ids (the caller frees). Returns 0, or -1 with
+ * e set. */
+int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27], size_t *n,
+                      fl_err *e);
 
 /* What SQLite holds for one SKU, read in one read transaction. */
 typedef struct fl_sqlite_sku {

@@ -18,6 +18,11 @@
  *           Cluster node serving the SKU's hash tag (cluster.c follows the
  *           cluster's redirections, again sharing nothing with rtopo/); the
  *           copy's gen is judged by the run_id of the server that answered;
+ *           a product spread over a cluster (fl_redis_lanes) the same way,
+ *           lane by lane: <prefix>{sku:i}:gen, :empty and :stock:0 in one
+ *           MGET per lane on the node serving lane i, each lane's gen
+ *           judged by that node's run_id, the lanes' units summed, their
+ *           generations compared; :pending and :returned of every lane;
  *   SQLite  the products row, the holds rows, the orders rows (with their
  *           hold's state) and the orders that are also voided, in one read
  *           transaction (one snapshot); and, while the holds settle, how
@@ -49,6 +54,8 @@ struct fl_redis {
     redisContext *ctx;           /* NULL: connect on next use */
     char run_id[41];             /* of the server ctx is connected to */
     fl_cluster *cluster;         /* non-NULL: a Redis Cluster (addr, ctx unused) */
+    fl_lane *lane;               /* the lanes of the last spread copy read */
+    int nlanes, lane_cap;
 };
 
 /* "host:port[,host:port...]/<master>[?db=N][, password before an '@']":
@@ -158,6 +165,7 @@ void fl_redis_close(fl_redis *r) {
     if (!r) return;
     if (r->ctx) redisFree(r->ctx);
     fl_cluster_close(r->cluster);
+    free(r->lane);
     free(r);
 }
 
@@ -216,12 +224,69 @@ static redisReply *redis_call(fl_redis *r, const char *sku, int argc, const char
     return rep;
 }
 
-/* "<prefix>{<sku>}:<suffix>", the one shape of every per-SKU key. */
-static char *sku_key(const fl_redis *r, const char *sku, const char *suffix, int idx) {
+/* The hash tag of sku's copy: "<sku>" (one slot: lane < 0) or "<sku>:<lane>"
+ * (lane `lane` of a spread product). It also names the cluster route. */
+static void tag_of(const char *sku, int lane, char *buf, size_t len) {
+    if (lane < 0) snprintf(buf, len, "%s", sku);
+    else snprintf(buf, len, "%s:%d", sku, lane);
+}
+
+/* "<prefix>{<tag>}:<suffix>[:<idx>]", the one shape of every per-SKU key. */
+static char *tag_key(const fl_redis *r, const char *tag, const char *suffix, int idx) {
     char buf[512];
-    if (idx >= 0) snprintf(buf, sizeof buf, "%s{%s}:%s:%d", r->prefix, sku, suffix, idx);
-    else snprintf(buf, sizeof buf, "%s{%s}:%s", r->prefix, sku, suffix);
+    if (idx >= 0) snprintf(buf, sizeof buf, "%s{%s}:%s:%d", r->prefix, tag, suffix, idx);
+    else snprintf(buf, sizeof buf, "%s{%s}:%s", r->prefix, tag, suffix);
     return strdup(buf);
+}
+
+static char *sku_key(const fl_redis *r, const char *sku, const char *suffix, int idx) {
+    return tag_key(r, sku, suffix, idx);
+}
+
+int fl_redis_lanes(const fl_redis *r, const char *strategy, int segments) {
+    if (!r || !r->cluster || segments < 2 || segments > MAX_SEGMENTS || !strategy) return 0;
+    /* The script strategies: one atomic script per order, which the
+     * service runs unchanged on each lane (docs/storage.md). */
+    return !strcmp(strategy, "lua") || !strcmp(strategy, "unsafe-trust-redis") ? segments : 0;
+}
+
+/* Whether <prefix>{<tag>}:gen exists: 1, 0, or -1 with e set. */
+static int gen_exists(fl_redis *r, const char *tag, fl_err *e) {
+    char *k = tag_key(r, tag, "gen", -1);
+    if (!k) return fl_errf(e, "out of memory");
+    const char *argv[] = { "EXISTS", k }, *run_id;
+    redisReply *rep = redis_call(r, tag, 2, argv, &run_id, e);
+    int rc = -1;
+    if (rep && rep->type == REDIS_REPLY_INTEGER) rc = rep->integer > 0;
+    else if (rep) fl_errf(e, "redis EXISTS %s: %s", k,
+                          rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    if (rep) freeReplyObject(rep);
+    free(k);
+    return rc;
+}
+
+int fl_redis_find_lanes(fl_redis *r, const char *sku, int segments, int *lanes, fl_err *e) {
+    char tag[96];
+    *lanes = 0;
+    if (!r->cluster) return 0;
+    int one = gen_exists(r, sku, e);
+    if (one) return one < 0 ? -1 : 0;
+    tag_of(sku, 0, tag, sizeof tag);
+    int first = gen_exists(r, tag, e);
+    if (first <= 0) return first;
+    if (segments > 1) {
+        *lanes = segments > MAX_SEGMENTS ? MAX_SEGMENTS : segments;
+        return 0;
+    }
+    int n = 1;
+    for (; n < MAX_SEGMENTS; n++) {
+        tag_of(sku, n, tag, sizeof tag);
+        int has = gen_exists(r, tag, e);
+        if (has < 0) return -1;
+        if (!has) break;
+    }
+    *lanes = n;
+    return 0;
 }
 
 /* Whether bit i of a Redis bitmap is set (SETBIT order: bit 0 is the most
@@ -231,20 +296,25 @@ static int bit_set(const redisReply *bm, int i) {
     return ((unsigned char)bm->str[i / 8] & (0x80u >> (i % 8))) != 0;
 }
 
+/* The state a gen reply gives a copy (or lane) read from run_id's server,
+ * and its generation into *gen. */
+static fl_copy_state gen_state(const redisReply *g, const char *run_id, long long *gen) {
+    *gen = 0;
+    if (g->type != REDIS_REPLY_STRING) return FL_COPY_MISSING;
+    const char *colon = strchr(g->str, ':');
+    *gen = strtoll(g->str, NULL, 10);
+    return colon && !strcmp(colon + 1, run_id) ? FL_COPY_VALID : FL_COPY_STALE;
+}
+
 /* Fills out from the MGET reply {gen, empty, stock:0 .. stock:n-1} sent by
  * the server whose run_id is run_id. */
 static void read_copy(const char *run_id, const redisReply *rep, int n, fl_stock_copy *out) {
-    const redisReply *gen = rep->element[0], *empty = rep->element[1];
+    const redisReply *empty = rep->element[1];
     memset(out, 0, sizeof *out);
-    out->state = FL_COPY_VALID;
     out->stranded_seg = -1;
-    if (gen->type != REDIS_REPLY_STRING) {
-        out->state = FL_COPY_MISSING;
-    } else {
-        const char *colon = strchr(gen->str, ':');
-        out->gen = strtoll(gen->str, NULL, 10);
-        if (!colon || strcmp(colon + 1, run_id) != 0) out->state = FL_COPY_STALE;
-    }
+    out->bad_lane = -1;
+    out->state = gen_state(rep->element[0], run_id, &out->gen);
+    out->gen_hi = out->gen;
     int seen = 0;
     for (int i = 0; i < n; i++) {
         const redisReply *s = rep->element[2 + i];
@@ -268,9 +338,104 @@ static void read_copy(const char *run_id, const redisReply *rep, int n, fl_stock
     }
 }
 
-int fl_redis_stock(fl_redis *r, const char *sku, int segments, fl_stock_copy *out, fl_err *e) {
+/* Room for n lanes in r->lane. */
+static int lanes_room(fl_redis *r, int n, fl_err *e) {
+    if (n <= r->lane_cap) return 0;
+    fl_lane *l = realloc(r->lane, (size_t)n * sizeof *l);
+    if (!l) return fl_errf(e, "out of memory");
+    r->lane = l;
+    r->lane_cap = n;
+    return 0;
+}
+
+/* Lane i of sku: its gen, empty and stock:0 in one MGET on the node serving
+ * {sku:i}, judged by that node's run_id. Returns 0, or -1 with e set.
+ * (`empty` is read with the rest, but a lane is a copy of one segment,
+ * whose bit reserve.lua never consults: it strands nothing, and is not
+ * judged.) */
+static int read_lane(fl_redis *r, const char *sku, int i, fl_lane *l, fl_err *e) {
+    char tag[96];
+    tag_of(sku, i, tag, sizeof tag);
+    char *argv[4] = { strdup("MGET"), tag_key(r, tag, "gen", -1), tag_key(r, tag, "empty", -1),
+                      tag_key(r, tag, "stock", 0) };
+    int rc = -1;
+    memset(l, 0, sizeof *l);
+    if (!argv[0] || !argv[1] || !argv[2] || !argv[3]) {
+        fl_errf(e, "out of memory");
+        goto out;
+    }
+    const char *run_id = "";
+    redisReply *rep = redis_call(r, tag, 4, (const char **)argv, &run_id, e);
+    if (!rep) goto out;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3) {
+        fl_redis_route rt;
+        l->state = gen_state(rep->element[0], run_id, &l->gen);
+        const redisReply *s = rep->element[2];
+        if (s->type == REDIS_REPLY_STRING) {
+            l->has_stock = 1;
+            l->units = strtoll(s->str, NULL, 10);
+        } else if (l->state == FL_COPY_VALID) {
+            l->state = FL_COPY_MISSING;
+        }
+        snprintf(l->run_id, sizeof l->run_id, "%s", run_id);
+        fl_redis_route_get(r, &rt);
+        snprintf(l->node, sizeof l->node, "%s", rt.node);
+        rc = 0;
+    } else {
+        fl_errf(e, "redis MGET {%s}: %s", tag,
+                rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    }
+    freeReplyObject(rep);
+out:
+    for (int k = 0; k < 4; k++) free(argv[k]);
+    return rc;
+}
+
+/* A spread copy: every lane read on its own node, the units summed, the
+ * copy valid only when every lane is (its gen naming the run_id of the
+ * node serving it) and all lanes are of one generation. */
+static int read_spread(fl_redis *r, const char *sku, int lanes, fl_stock_copy *out, fl_err *e) {
+    memset(out, 0, sizeof *out);
+    out->lanes = lanes;
+    out->bad_lane = out->stranded_seg = -1;
+    r->nlanes = 0;
+    if (lanes_room(r, lanes, e)) return -1;
+    int seen = 0, gens = 0;
+    for (int i = 0; i < lanes; i++) {
+        fl_lane *l = &r->lane[i];
+        if (read_lane(r, sku, i, l, e)) return -1;
+        r->nlanes = i + 1;
+        if (l->has_stock) {
+            out->total += l->units;
+            if (!seen++ || l->units < out->low) {
+                out->low = l->units;
+                out->low_seg = i;
+            }
+        }
+        if (l->state != FL_COPY_VALID && out->bad_lane < 0) {
+            out->state = l->state;
+            out->bad_lane = i;
+        }
+        if (l->gen) {
+            if (!gens++ || l->gen < out->gen) out->gen = l->gen;
+            if (l->gen > out->gen_hi) out->gen_hi = l->gen;
+        }
+    }
+    /* One copy is lanes of one generation: lanes of two are a rebuild
+     * half done, and no valid copy. */
+    if (out->state == FL_COPY_VALID && out->gen != out->gen_hi) out->state = FL_COPY_MIXED;
+    return 0;
+}
+
+int fl_redis_stock(fl_redis *r, const char *sku, int segments, int lanes, fl_stock_copy *out,
+                   fl_err *e) {
     if (segments < 1 || segments > MAX_SEGMENTS)
         return fl_errf(e, "redis: %d segments is not a valid count", segments);
+    if (lanes) {
+        if (lanes < 1 || lanes > MAX_SEGMENTS)
+            return fl_errf(e, "redis: %d lanes is not a valid count", lanes);
+        return read_spread(r, sku, lanes, out, e);
+    }
     int argc = segments + 3, rc = -1;
     char **argv = calloc((size_t)argc, sizeof *argv);
     if (!argv) return fl_errf(e, "out of memory");
@@ -299,6 +464,29 @@ out:
     return rc;
 }
 
+int fl_redis_lane(const fl_redis *r, int i, fl_lane *out) {
+    if (i < 0 || i >= r->nlanes) return -1;
+    *out = r->lane[i];
+    return 0;
+}
+
+const char *fl_copy_why(const fl_stock_copy *c, char *buf, size_t len) {
+    if (c->state == FL_COPY_MIXED)
+        snprintf(buf, len, "its lanes are of generations %lld to %lld: a rebuild half done",
+                 c->gen, c->gen_hi);
+    else if (c->lanes && c->state == FL_COPY_STALE)
+        snprintf(buf, len, "lane %d's gen names another Redis process", c->bad_lane);
+    else if (c->lanes && c->state == FL_COPY_MISSING)
+        snprintf(buf, len, "lane %d's gen or stock key is missing", c->bad_lane);
+    else if (c->state == FL_COPY_STALE)
+        snprintf(buf, len, "its gen names another Redis process");
+    else if (c->state == FL_COPY_MISSING)
+        snprintf(buf, len, "a gen or stock key is missing");
+    else
+        snprintf(buf, len, "valid");
+    return buf;
+}
+
 /* The units a pending record holds out: its q, in format 2 ("2|<q>|...")
  * or in the JSON of format 1 (docs/storage.md). -1 when unreadable. */
 static long long record_units(const redisReply *v) {
@@ -316,16 +504,17 @@ static long long record_units(const redisReply *v) {
     return units;
 }
 
-int fl_redis_pending(fl_redis *r, const char *sku, long long *records, long long *units,
-                     long long *unreadable, fl_err *e) {
+/* The pending hash under tag, added to the counts. Returns 0, or -1 with e
+ * set. */
+static int pending_of(fl_redis *r, const char *tag, long long *records, long long *units,
+                      long long *unreadable, fl_err *e) {
     char cursor[32] = "0";
-    *records = *units = *unreadable = 0;
-    char *key = sku_key(r, sku, "pending", -1);
+    char *key = tag_key(r, tag, "pending", -1);
     if (!key) return fl_errf(e, "out of memory");
     int rc = -1;
     do {
         const char *argv[] = { "HSCAN", key, cursor, "COUNT", "500" }, *run_id;
-        redisReply *rep = redis_call(r, sku, 5, argv, &run_id, e);
+        redisReply *rep = redis_call(r, tag, 5, argv, &run_id, e);
         if (!rep) goto out;
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING ||
@@ -351,6 +540,17 @@ out:
     return rc;
 }
 
+int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records,
+                     long long *units, long long *unreadable, fl_err *e) {
+    char tag[96];
+    *records = *units = *unreadable = 0;
+    for (int i = lanes ? 0 : -1; i < lanes; i++) {
+        tag_of(sku, i, tag, sizeof tag);
+        if (pending_of(r, tag, records, units, unreadable, e)) return -1;
+    }
+    return 0;
+}
+
 static int cmp_id27(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Appends the order-id fields of one HSCAN page to *ids; -1 out of memory. */
@@ -371,12 +571,12 @@ static int add_fields(const redisReply *kv, char (**ids)[27], size_t *n, size_t 
     return 0;
 }
 
-/* Reads one HSCAN page of sku's key from *cursor (which it advances) into
- * *ids. Returns 0, or -1 with e set. */
-static int returned_page(fl_redis *r, const char *sku, const char *key, char *cursor,
+/* Reads one HSCAN page of key (under tag) from *cursor (which it advances)
+ * into *ids. Returns 0, or -1 with e set. */
+static int returned_page(fl_redis *r, const char *tag, const char *key, char *cursor,
                          size_t cursor_len, char (**ids)[27], size_t *n, size_t *cap, fl_err *e) {
     const char *argv[] = { "HSCAN", key, cursor, "COUNT", "1000" }, *run_id;
-    redisReply *rep = redis_call(r, sku, 5, argv, &run_id, e);
+    redisReply *rep = redis_call(r, tag, 5, argv, &run_id, e);
     if (!rep) return -1;
     int rc = -1;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
@@ -392,26 +592,44 @@ static int returned_page(fl_redis *r, const char *sku, const char *key, char *cu
     return rc;
 }
 
-int fl_redis_returned(fl_redis *r, const char *sku, char (**ids)[27], size_t *n, fl_err *e) {
+/* The returned hash under tag, appended to *ids. Returns 0, or -1 with e
+ * set. */
+static int returned_of(fl_redis *r, const char *tag, char (**ids)[27], size_t *n, size_t *cap,
+                       fl_err *e) {
     char cursor[32] = "0";
-    size_t cap = 0;
-    *ids = NULL;
-    *n = 0;
-    char *key = sku_key(r, sku, "returned", -1);
+    char *key = tag_key(r, tag, "returned", -1);
     if (!key) return fl_errf(e, "out of memory");
     int rc = 0;
     for (long page = 0; page < 10000000; page++) {      /* HSCAN ends: a bound all the same */
-        rc = returned_page(r, sku, key, cursor, sizeof cursor, ids, n, &cap, e);
+        rc = returned_page(r, tag, key, cursor, sizeof cursor, ids, n, cap, e);
         if (rc || !strcmp(cursor, "0")) break;
     }
     free(key);
-    if (rc) {
-        free(*ids);
-        *ids = NULL;
-        *n = 0;
-        return -1;
+    return rc;
+}
+
+int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27], size_t *n,
+                      fl_err *e) {
+    char tag[96];
+    size_t cap = 0;
+    *ids = NULL;
+    *n = 0;
+    for (int i = lanes ? 0 : -1; i < lanes; i++) {
+        tag_of(sku, i, tag, sizeof tag);
+        if (returned_of(r, tag, ids, n, &cap, e)) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            return -1;
+        }
     }
     if (*n > 1) qsort(*ids, *n, sizeof **ids, cmp_id27);
+    /* An order taken in steps was given back to each lane it took from:
+     * one id each. */
+    size_t k = *n ? 1 : 0;
+    for (size_t i = 1; i < *n; i++)
+        if (strcmp((*ids)[i], (*ids)[k - 1])) memcpy((*ids)[k++], (*ids)[i], sizeof **ids);
+    *n = k;
     return 0;
 }
 

@@ -61,6 +61,7 @@ struct fl_sampler {
     char sku[65];
     fl_redis *redis;              /* NULL: Redis not sampled */
     int segments;
+    int lanes;                    /* spread over a cluster's lanes (fl_redis_lanes), else 0 */
     fl_samples s;
 };
 
@@ -77,6 +78,7 @@ fl_sampler *fl_sampler_new(const fl_vantage *v, const fl_product *p, fl_err *e) 
     fl_err ignore;
     int home;
     s->redis = open_redis(v, &s->api, p, &home, &ignore);
+    s->lanes = fl_redis_lanes(s->redis, p->strategy, s->segments);
     return s;
 }
 
@@ -93,7 +95,7 @@ void fl_sampler_sample(fl_sampler *s) {
         s->s.errors++;
     }
     fl_stock_copy c;
-    if (s->redis && fl_redis_stock(s->redis, s->sku, s->segments, &c, &e) == 0 &&
+    if (s->redis && fl_redis_stock(s->redis, s->sku, s->segments, s->lanes, &c, &e) == 0 &&
         c.state == FL_COPY_VALID) {
         s->s.redis_n++;
         if (c.low < s->s.min_redis_segment) s->s.min_redis_segment = c.low;
@@ -541,8 +543,8 @@ typedef struct pend {
 
 /* Waits (up to settle_ms) until nothing is pending and two reads of the
  * product agree: the pipeline has finished with every answered request. */
-static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, fl_product *p, pend *pd,
-                  fl_err *e) {
+static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, int lanes, fl_product *p,
+                  pend *pd, fl_err *e) {
     int64_t deadline = clock_mono_ms() + in->settle_ms;
     fl_product prev;
     int have_prev = 0;
@@ -550,8 +552,8 @@ static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, fl_product *
         fl_err ignore;
         if (fl_product_get(h, in->sku, p, e)) return -1;
         memset(pd, 0, sizeof *pd);
-        if (rd && fl_redis_pending(rd, in->sku, &pd->records, &pd->units, &pd->unreadable,
-                                   &ignore) != 0)
+        if (rd && fl_redis_pending(rd, in->sku, lanes, &pd->records, &pd->units,
+                                   &pd->unreadable, &ignore) != 0)
             pd->records = -1;
         int same = have_prev && prev.sold == p->sold && prev.stock_available == p->stock_available;
         if (same && pd->records <= 0) return 0;
@@ -654,21 +656,23 @@ static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *
     int segments = p->segments > 0 ? p->segments : 1;
     fl_stock_copy c;
     fl_err e;
-    if (fl_redis_stock(rd, in->sku, segments, &c, &e)) {
+    char why[160];
+    if (fl_redis_stock(rd, in->sku, segments, fl_redis_lanes(rd, p->strategy, segments), &c, &e)) {
         fl_note(vd, "redis not checked: %s", e.msg);
         return;
     }
     if (c.state != FL_COPY_VALID) {
         fl_violate(vd, "redis", 0, "no valid stock copy in Redis for the SKU (%s)",
-                c.state == FL_COPY_STALE ? "its gen names another Redis process"
-                                         : "a gen or stock key is missing");
+                   fl_copy_why(&c, why, sizeof why));
     } else {
         fl_see_stock(vd, c.total);
         fl_see_stock(vd, c.low);
-        if (c.low < 0) fl_violate(vd, "redis", c.low, "stock key %d reached %lld", c.low_seg, c.low);
+        if (c.low < 0)
+            fl_violate(vd, "redis", c.low, "stock key %s%d reached %lld", c.lanes ? "of lane " : "",
+                       c.low_seg, c.low);
         if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, db->held, "sqlite", vd);
         else check_redis_books(&c, pd, p->stock_initial, p->sold, p->held, "api", vd);
-        fl_holds_check_returned(hx, rd, c.gen, vd);
+        fl_holds_check_returned(hx, rd, &c, vd);
         vd->stranded = c.stranded_units;
         if (c.stranded)
             fl_violate(vd, "redis", c.stranded_units,
@@ -778,7 +782,9 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     if (home < 0) fl_note(vd, "where the stock lives is unknown: %s", why.msg);
     else if (home == 1 && in->v->redis_url[0] && !rd) fl_note(vd, "redis not checked: %s", why.msg);
     if (fl_holds_settle(&hx, &h, &p, vd, e)) goto out;
-    if (settle(in, &h, rd, &p, &pd, e)) goto out;
+    if (settle(in, &h, rd, fl_redis_lanes(rd, p.strategy, p.segments > 0 ? p.segments : 1), &p,
+               &pd, e))
+        goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
     long long base_initial = b ? b->p.stock_initial : p.stock_initial;

@@ -96,8 +96,9 @@ void fl_holds_on_hold(fl_holds *hx, const fl_hold_row *h, int this_run);
 void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_sqlite_sku *dp,
                        fl_verdict *vd);
 /* Redis's `returned` against SQLite's holds: only ended holds given back,
- * and every ended hold of this copy's generation given back. */
-void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, long long copy_gen,
+ * and every ended hold of this copy's generation given back (c: the copy
+ * as read; of a spread one, `returned` is the union over its lanes). */
+void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, const fl_stock_copy *c,
                              fl_verdict *vd);
 
 #endif

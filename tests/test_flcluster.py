@@ -22,7 +22,14 @@ given SKUs without a load run. What must hold:
   gets TRYAGAIN, waited out while the move finishes, and given up after a
   bounded wait when it does not;
 - a dead first seed: the next seed is used;
-- a bad redis-cluster:// URL: a clear usage error."""
+- a bad redis-cluster:// URL: a clear usage error;
+- a product spread over the cluster (a lua product of segments > 1: lane i
+  a one-segment copy under {<sku>:<i>}, no {<sku>} key at all), written
+  with its lanes on different primaries: each lane read on its own node
+  and judged by that node's run_id, the units and pending units summed
+  over lanes, an order taken in steps (a record per lane) counted in each;
+  lanes of two generations, a missing lane and a lane whose slot moved
+  (its gen naming the old owner) each make the copy invalid."""
 import sqlite3
 import subprocess
 import time
@@ -60,14 +67,15 @@ def key(sku, suffix):
 
 
 def make_db(path, skus):
-    """A SQLite file in the documented schema (docs/storage.md), one `lua`
-    product per (sku, segments), SOLD of its STOCK units sold in one order."""
+    """A SQLite file in the documented schema (docs/storage.md), one product
+    per (sku, segments[, strategy]) (`lua` unless given), SOLD of its STOCK
+    units sold in one order."""
     con = sqlite3.connect(path)
     con.executescript(SCHEMA)
-    for i, (sku, segments) in enumerate(skus):
-        con.execute("INSERT INTO products VALUES (?, ?, 'lua', ?, 0, ?, ?, ?, ?, 0, 0, 0,"
+    for i, (sku, segments, *strategy) in enumerate(skus):
+        con.execute("INSERT INTO products VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, 0, 0, 0,"
                     " '2026-11-26T00:00:00.000Z', 0, 0)",
-                    (sku, sku, segments, STOCK, SOLD, GEN, STOCK))
+                    (sku, sku, (strategy or ["lua"])[0], segments, STOCK, SOLD, GEN, STOCK))
         con.execute("INSERT INTO orders VALUES (?, ?, 'u1', ?, NULL, '2026-11-26T00:00:00.000Z')",
                     ("01M8%022dZ" % i, sku, SOLD))
     con.commit()
@@ -111,10 +119,12 @@ def blocks(out):
     (the violations under "violations")."""
     res = []
     for chunk in out.strip().split("\n\n"):
-        b = {"violations": []}
+        b = {"violations": [], "lanes": []}
         for line in chunk.splitlines():
             if line.startswith("  ["):
                 b["violations"].append(line.strip())
+            elif line.startswith("lane "):
+                b["lanes"].append(line.split(None, 2)[2])
             else:
                 word, _, rest = line.partition(" ")
                 b[word] = rest.strip()
@@ -165,7 +175,9 @@ def test_cluster_reads_follow_the_slots(ctx):
     rid = {p.port: run_id(p) for p in (p1, p2, p3)}
     a, b, d = skus_on(c, [p1, p2, p3])
     db = ctx.path("orders.db")
-    make_db(db, [(a, 1), (b, 4), (d, 2)])
+    # Several segments in one slot: a `lock` product (a `lua` one of more
+    # than one segment is spread over the cluster: below).
+    make_db(db, [(a, 1), (b, 4, "lock"), (d, 2, "lock")])
     for sku, segs, owner in ((a, 1, p1), (b, 4, p2), (d, 2, p3)):
         for k, v in copy_keys(sku, segs, rid[owner.port]).items():
             c.set(k, v)
@@ -281,6 +293,154 @@ def test_cluster_reads_follow_the_slots(ctx):
     rc, out, err = inspect("redis-cluster://127.0.0.1:%d,%s" % (dead, p1.addr), db, a)
     assert rc == 0, out + err
     assert blocks(out)[0]["redis"].endswith("; 1 reconnects"), out
+
+
+def lane_key(sku, lane, suffix):
+    """A key of lane `lane` of a spread product: <prefix>{<sku>:<lane>}:<suffix>."""
+    return key("%s:%d" % (sku, lane), suffix)
+
+
+def spread_sku(c, primaries, lanes):
+    """A SKU name whose `lanes` lanes fall on every one of primaries, and
+    the owner of each lane."""
+    want = {p.port for p in primaries}
+    for i in range(500):
+        sku = "sp-%d" % i
+        owners = [c.owner(c.keyslot(lane_key(sku, j, "gen"))) for j in range(lanes)]
+        if {o.port for o in owners} == want:
+            return sku, owners
+    raise AssertionError("no SKU whose lanes fall on every primary")
+
+
+def record(q, lane):
+    """A pending record in format 2 (docs/storage.md): q units from the
+    lane's one segment."""
+    return "2|%d|1795460000123|0|0:%d|10:vm:8080#ab2:u10:" % (q, q)
+
+
+def test_spread_product_read_lane_by_lane(ctx):
+    c = ctx.cluster()
+    p1, p2, p3 = c.primaries()
+    rid = {p.port: run_id(p) for p in (p1, p2, p3)}
+    lanes = 4
+    sku, owners = spread_sku(c, [p1, p2, p3], lanes)
+    db = ctx.path("orders.db")
+    make_db(db, [(sku, lanes)])
+    left = STOCK - SOLD
+    units = [left // lanes + (j < left % lanes) for j in range(lanes)]   # 23, 23, 22, 22
+    for j, owner in enumerate(owners):
+        c.set(lane_key(sku, j, "gen"), "%d:%s" % (GEN, rid[owner.port]))
+        c.set(lane_key(sku, j, "stock:0"), str(units[j]))
+    # Two ended holds given back: one of them (taken in steps) to two lanes.
+    c.execute("HSET", lane_key(sku, 0, "returned"), "01M8ZZZZZZZZZZZZZZZZZZZZZA", "1")
+    c.execute("HSET", lane_key(sku, 2, "returned"), "01M8ZZZZZZZZZZZZZZZZZZZZZA", "1")
+    c.execute("HSET", lane_key(sku, 1, "returned"), "01M8ZZZZZZZZZZZZZZZZZZZZZB", "1")
+    assert c.get(key(sku, "gen")) is None          # nothing under {sku} itself
+    for n in c.live():
+        n.cmd("CONFIG", "RESETSTAT")
+
+    def lane_line(j, node, state="valid", gen=GEN, n=None):
+        n = units[j] if n is None else n
+        return "127.0.0.1:%d (run_id %s): %s, generation %d: %d unit%s%s" % (
+            node.port, rid[node.port], state, gen, n, "" if n == 1 else "s",
+            "; its gen names another Redis process" if state == "stale" else "")
+
+    # 1. Each lane read on its own node (one MOVED for each lane the first
+    # seed does not serve), the units summed, the returned holds counted
+    # once each.
+    rc, out, err = inspect(url_of(p1), db, sku)
+    assert rc == 0, out + err
+    b = blocks(out)[0]
+    away = sum(o.port != p1.port for o in owners)
+    assert b["redis"] == ("spread over %d lanes on 3 nodes; followed %d MOVED, 0 ASK, "
+                          "0 TRYAGAIN/CLUSTERDOWN; 0 reconnects" % (lanes, away)), out
+    assert b["lanes"] == [lane_line(j, o) for j, o in enumerate(owners)], out
+    assert b["copy"] == "valid, generation %d: %d units in %d lanes (lowest: lane 2, 22)" % (
+        GEN, left, lanes), out
+    assert b["pending"] == "0 records (0 units)" and b["returned"] == "2 ended holds", out
+    assert b["verdict"] == "PASS (checked: redis, sqlite)", out
+    print("    a spread product, read lane by lane:\n      " + "\n      ".join(out.splitlines()))
+    # The nodes' own counters: one MGET per lane and two HSCANs (pending,
+    # returned) per lane, each on the lane's primary; the seed refused (by
+    # MOVED) only the first MGET of each lane it does not serve.
+    for p in (p1, p2, p3):
+        mine = sum(o.port == p.port for o in owners)
+        assert cmdstat(p, "mget") == (mine, away if p is p1 else 0), \
+            (p.port, p.info("commandstats"))
+        assert cmdstat(p, "hscan") == (2 * mine, 0), (p.port, p.info("commandstats"))
+    # Without SQLite, the keys say it is spread ({sku}:gen absent,
+    # {sku:0}:gen there) and how many lanes (up to the first without gen).
+    rc, out, err = flashload("inspect", "--redis", url_of(p2), "--sku", sku)
+    assert rc == 0, out + err
+    nodb = blocks(out)[0]
+    assert nodb["lanes"] == b["lanes"] and nodb["copy"] == b["copy"], out
+
+    # 2. An order taken in steps: 2 units from lane 1 and 3 from lane 3,
+    # one record in each under the same order id; the units are summed over
+    # lanes, both records counted, nothing lost.
+    oid = "01M8YYYYYYYYYYYYYYYYYYYYYY"
+    c.execute("HSET", lane_key(sku, 1, "pending"), oid, record(2, 1))
+    c.execute("HSET", lane_key(sku, 3, "pending"), oid, record(3, 3))
+    c.set(lane_key(sku, 1, "stock:0"), str(units[1] - 2))
+    c.set(lane_key(sku, 3, "stock:0"), str(units[3] - 3))
+    rc, out, err = inspect(url_of(p1), db, sku)
+    assert rc == 1, out + err
+    b = blocks(out)[0]
+    assert b["copy"] == "valid, generation %d: %d units in %d lanes (lowest: lane 3, %d)" % (
+        GEN, left - 5, lanes, units[3] - 3), out
+    assert b["pending"] == "2 records (5 units)", out
+    assert b["violations"] == ["[redis] 2 reservations (5 units) pending"], out
+    c.execute("DEL", lane_key(sku, 1, "pending"))
+    c.execute("DEL", lane_key(sku, 3, "pending"))
+    c.set(lane_key(sku, 1, "stock:0"), str(units[1]))
+    c.set(lane_key(sku, 3, "stock:0"), str(units[3]))
+
+    # 3. Lanes of two generations (a rebuild half done): no valid copy,
+    # though every lane is valid where it is.
+    c.set(lane_key(sku, 2, "gen"), "%d:%s" % (GEN + 1, rid[owners[2].port]))
+    rc, out, err = inspect(url_of(p1), db, sku)
+    assert rc == 1, out + err
+    b = blocks(out)[0]
+    assert b["lanes"][2] == lane_line(2, owners[2], gen=GEN + 1), out
+    why = "its lanes are of generations %d to %d: a rebuild half done" % (GEN, GEN + 1)
+    assert b["copy"] == "invalid: " + why, out
+    assert b["violations"] == ["[redis] no valid stock copy in Redis for the SKU (%s)" % why], out
+    c.set(lane_key(sku, 2, "gen"), "%d:%s" % (GEN, rid[owners[2].port]))
+
+    # 4. A lane without its stock key: missing.
+    c.execute("DEL", lane_key(sku, 3, "stock:0"))
+    rc, out, err = inspect(url_of(p1), db, sku)
+    assert rc == 1, out + err
+    b = blocks(out)[0]
+    assert b["lanes"][3].endswith(": missing, generation %d: no stock key" % GEN), out
+    assert b["copy"] == "missing: lane 3's gen or stock key is missing", out
+    c.set(lane_key(sku, 3, "stock:0"), str(units[3]))
+
+    # 5. Lane 1's slot moves to another primary: read there (MOVED), its
+    # gen names the old owner's run_id, so that lane -- and the copy -- is
+    # invalid, while the other lanes are still valid on their nodes.
+    j = 1
+    old = owners[j]
+    new = next(p for p in (p1, p2, p3) if p.port != old.port)
+    move_slot(c, c.keyslot(lane_key(sku, j, "gen")), old, new)
+    rc, out, err = inspect(url_of(p1, p2, p3), db, sku)
+    assert rc == 1, out + err
+    b = blocks(out)[0]
+    moved_owners = [new if k == j else o for k, o in enumerate(owners)]
+    assert b["lanes"] == [lane_line(k, o, "stale" if k == j else "valid")
+                          for k, o in enumerate(moved_owners)], out
+    assert b["lanes"][j].startswith("127.0.0.1:%d (run_id %s): stale" % (new.port, rid[new.port]))
+    assert b["copy"] == "stale, generation %d: lane %d's gen names another Redis process" % (
+        GEN, j), out
+    assert b["violations"] == ["[redis] no valid stock copy in Redis for the SKU (lane %d's gen "
+                               "names another Redis process)" % j], out
+    print("    lane %d's slot moved:\n      " % j + "\n      ".join(out.splitlines()))
+    # Its gen rewritten for the new owner: valid again.
+    for k, o in enumerate(moved_owners):
+        c.set(lane_key(sku, k, "gen"), "%d:%s" % (GEN, rid[o.port]))
+    rc, out, err = inspect(url_of(p1, p2, p3), db, sku)
+    assert rc == 0, out + err
+    assert blocks(out)[0]["lanes"][j] == lane_line(j, new), out
 
 
 def test_bad_cluster_urls_are_refused_clearly(ctx):
