@@ -337,7 +337,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="bench.py", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("\n\n")[0],
-        epilog="Defaults: about 8 minutes on two cores. --quick: about 2.")
+        epilog="Defaults: about 7 minutes on two cores. --quick: about 2.")
     ap.add_argument("bin_dir")
     ap.add_argument("seconds", nargs="?", type=int, default=None,
                     help="seconds per wrk run (4; --quick: 2)")

@@ -25,7 +25,7 @@
 #                multiples of the closed-loop capacity over 2,000
 #                connections). Prints the ratios the performance goals name,
 #                with met / NOT met, and writes bench.html (with the
-#                goodput chart) and bench.json. About 8 minutes;
+#                goodput chart) and bench.json. About 7 minutes;
 #                LOAD_BENCH_QUICK=1: about 2. LOAD_BENCH_ARGS adds bench.py
 #                options (loadtest/bench.py --help: --groups, --spike-stock,
 #                --overload-rates, --overload-connections, ...).
