@@ -1,33 +1,60 @@
 #!/usr/bin/python3
-"""bench.py: `make bench`: the service's order path next to the gateway a
-team would otherwise deploy, and next to the box's HTTP ceiling, measured
-side by side in one run with one load generator.
+"""bench.py: `make bench`: the service next to the gateway a team would
+otherwise deploy, and next to the box's HTTP ceiling, measured side by side
+in one run with one load generator. Four groups (--groups picks some):
 
-Targets, all loaded by wrk -t2 with loadtest/wrk_orders.lua (one SKU, a
-fresh buyer per order) or, for the ceilings, a bare GET:
+orders    the order path with stock for everyone, wrk -t2 with
+          loadtest/wrk_orders.lua (one SKU, a fresh buyer per order):
+            flashsale lua         201 only once the order's row is committed
+                                  (synchronous=FULL)
+            flashsale lock x1/x8  the `lock` strategy, 1 and 8 segments
+            gateway               the reference (loadtest/gateway/): nginx +
+                                  Lua module + lua-resty-redis, one EVALSHA
+                                  per order, nothing stored; 1 and 2 workers
+            nginx return 200      the same nginx answering GET /ok
+            libmicrohttpd hello   bin/mhdhello: the service's HTTP stack bare
+          then flashload runs the three strategies once more and verifies
+          the books (a figure from a service that oversold is no figure).
+spike     issue 23's shape of a real sale: every run sells a fresh SKU of
+          --spike-stock units (10,000) to wrk's buyers at each connection
+          count, so most answers are 409 sold_out; answers/s of every kind,
+          the service against the gateway (which marks a sold-out SKU in
+          nginx shared memory), and whether each run sold exactly its units
+          (201s counted by wrk, and the store: the service's `sold`, the
+          gateway's Redis stock).
+idle      the answers that touch no shared state: the service's GET /healthz
+          against nginx return 200 (the better of 1 and 2 workers), a
+          sold-out POST /v1/orders and GET /v1/products/{sku} against the
+          service's own /healthz; the gateway's sold-out and product answers
+          beside them.
+overload  the closed-loop capacity of the service and of the gateway
+          (flashload, the largest connection count, 201s/s), then an open
+          loop (flashload --rate) at --overload-rates times each target's own
+          capacity over --overload-connections (2,000) connections for
+          --overload-seconds each: goodput (201s answered within 250 ms from
+          their scheduled time), p99, and the answers by kind (201, 409, 503
+          `overloaded` counted as shed, other errors, answers later than 1 s,
+          no answer within --overload-timeout, never sent). The service's
+          runs are verified by flashload (nothing lost).
 
-  flashsale lua         the service, `lua` strategy: 201 only once the
-                        order's row is committed (synchronous=FULL)
-  flashsale lock x1/x8  the service, `lock` strategy, 1 and 8 segments
-  gateway               the reference (loadtest/gateway/): nginx + Lua
-                        module + lua-resty-redis, one EVALSHA per order,
-                        nothing stored; with 1 and with 2 nginx workers
-  nginx return 200      the same nginx answering GET /ok: the HTTP ceiling
-  libmicrohttpd hello   bin/mhdhello: the ceiling of the service's HTTP stack
-
-Every target runs ROUNDS times, the targets alternating, and each figure is
-the median of its rounds: the machine is shared and noisy, and a ratio of
-figures taken side by side is what holds. For each target the CPU time its
-processes and Redis spent is read from /proc and INFO commandstats, and
-printed per order. Then flashload runs the service's three strategies once
-more and verifies the books (sold + remaining == initial, every 201 one
-order row): a figure from a service that oversold is no figure.
+Every target of a group runs ROUNDS times, the targets alternating, and each
+figure is the median of its rounds: the machine is shared and noisy, and a
+ratio of figures taken side by side is what holds. Ratios are printed against
+the goals of issues 14 and 23, each with "met" or "NOT met". A report,
+bench.html (one self-contained file: the tables and an inline SVG chart of
+goodput against offered load) and bench.json, is written to --out (the
+working directory).
 
 A benchmark, not a test: it fails only when something cannot run or a
-verification fails.
+verification fails (flashload's verdict, or a spike run that sold more than
+its units).
 
-Usage: bench.py BIN_DIR [SECONDS] [ROUNDS] [CONNECTIONS,...]
+Usage: bench.py BIN_DIR [SECONDS] [ROUNDS] [CONNECTIONS,...] [options]
+       bench.py --help
 """
+import argparse
+import datetime
+import html
 import json
 import os
 import re
@@ -39,19 +66,23 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HZ = os.sysconf("SC_CLK_TCK")
+GROUPS = ("orders", "spike", "idle", "overload")
 
 
 def free_port():
+    """A free TCP port on 127.0.0.1 (bound, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def wait_port(port, proc, what, timeout=30):
+    """Waits until port accepts a connection; exits if proc ends or timeout passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -86,6 +117,20 @@ class Procs:
                     p.wait()
 
 
+class Out:
+    """The printed lines, kept for the HTML report too."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, s=""):
+        print(s, flush=True)
+        self.lines.append(s)
+
+
+out = Out()
+
+
 def cpu_ticks(pids):
     """utime + stime of pids and their children processes (nginx workers)."""
     total = 0
@@ -113,6 +158,7 @@ def redis_calls(r):
 
 
 def parse_us(s):
+    """wrk's "1.23ms" in microseconds; None if unreadable."""
     m = re.match(r"([\d.]+)(us|ms|s)$", s)
     if not m:
         return None
@@ -120,7 +166,8 @@ def parse_us(s):
 
 
 def wrk(url, conns, seconds, sku=None):
-    """Runs wrk; returns (requests/s, p50 us, p99 us, statuses or None)."""
+    """Runs wrk; returns (requests/s, p50 us, p99 us, statuses or None, non-2xx/3xx, errors).
+    With sku, POSTs orders for it (wrk_orders.lua, which counts the statuses)."""
     args = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--latency"]
     env = dict(os.environ)
     if sku:
@@ -132,33 +179,53 @@ def wrk(url, conns, seconds, sku=None):
     p50 = re.search(r"^\s+50%\s+(\S+)", p.stdout, re.M)
     p99 = re.search(r"^\s+99%\s+(\S+)", p.stdout, re.M)
     st = re.search(r"^STATUS (.*)$", p.stdout, re.M)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", p.stdout)
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+                     p.stdout)
     if not rps:
         sys.exit("bench: wrk gave no figure for %s:\n%s%s" % (url, p.stdout, p.stderr))
     statuses = dict(kv.split("=") for kv in st.group(1).split()) if st else None
     return (float(rps.group(1)), parse_us(p50.group(1)) if p50 else None,
-            parse_us(p99.group(1)) if p99 else None, statuses)
+            parse_us(p99.group(1)) if p99 else None, statuses,
+            int(non2xx.group(1)) if non2xx else 0,
+            sum(int(x) for x in errs.groups()) if errs else 0)
 
 
 def post(url, body):
+    """POSTs body as JSON: (status, the JSON answer)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def get_json(url):
+    """GETs url: its JSON answer (raises on a non-2xx)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
         return json.load(r)
 
 
-def flashload(bin_dir, args):
-    out = tempfile.mktemp(prefix="bench-", suffix=".json")
+def flashload(bin_dir, args, timeout=900):
+    """Runs flashload with --json; returns (its JSON, exit code)."""
+    fd, out_path = tempfile.mkstemp(prefix="bench-", suffix=".json")
+    os.close(fd)
+    os.unlink(out_path)
     p = subprocess.run([os.path.join(bin_dir, "flashload")] + [str(a) for a in args] +
-                       ["--json", out, "--quiet"], capture_output=True, text=True, timeout=900)
-    if not os.path.exists(out):
+                       ["--json", out_path, "--quiet"], capture_output=True, text=True,
+                       timeout=timeout)
+    if not os.path.exists(out_path):
         sys.exit("bench: flashload failed (%d):\n%s%s" % (p.returncode, p.stdout, p.stderr))
-    with open(out) as f:
+    with open(out_path) as f:
         j = json.load(f)
-    os.unlink(out)
-    return j
+    os.unlink(out_path)
+    return j, p.returncode
 
 
 def fmt_us(us):
+    """Microseconds as "812us", "1.25ms" or "2.10s"; None as "-"."""
     if us is None:
         return "-"
     if us < 1000:
@@ -169,17 +236,23 @@ def fmt_us(us):
 
 
 class Target:
-    def __init__(self, name, url, conns, sku, pids, orders=True):
-        self.name, self.url, self.conns, self.sku, self.pids = name, url, conns, sku, pids
-        self.orders = orders
-        self.runs = []                 # (rps, p50, p99, cpu us/req, redis us/req, calls/req)
+    """One row of a group, run once per round. kind says what its answers
+    must be: orders (201), spike (a fresh SKU each run: 201 and 409 only, and
+    exactly its units sold), soldout (409), get (2xx)."""
 
-    def med(self, i):
-        vals = [r[i] for r in self.runs if r[i] is not None]
+    def __init__(self, group, name, url, conns, pids, kind, sku=None, fresh=None, sold=None):
+        self.group, self.name, self.url, self.conns, self.pids = group, name, url, conns, pids
+        self.kind, self.sku, self.fresh, self.sold = kind, sku, fresh, sold
+        self.runs = []                 # dicts: rps p50 p99 cpu redis calls [+ spike fields]
+
+    def med(self, key):
+        """The median of key over the runs that have it; None if none."""
+        vals = [r[key] for r in self.runs if r.get(key) is not None]
         return statistics.median(vals) if vals else None
 
 
 def start_gateway(procs, log, tmp, redis_port, workers):
+    """The gateway with workers nginx workers on a free port: (process, port)."""
     port = free_port()
     run = os.path.join(tmp, "gateway-%d" % workers)
     os.makedirs(run)
@@ -198,45 +271,140 @@ def start_gateway(procs, log, tmp, redis_port, workers):
 
 
 def measure(t, seconds, r, redis_pid):
+    """One wrk run of t, its CPU and Redis cost, and its answers checked (exits if wrong)."""
+    sku = t.fresh() if t.fresh else t.sku
     c0, rc0 = cpu_ticks(t.pids), redis_calls(r)
     r0 = cpu_ticks([redis_pid])
-    rps, p50, p99, statuses = wrk(t.url, t.conns, seconds, t.sku)
+    rps, p50, p99, statuses, non2xx, errors = wrk(t.url, t.conns, seconds,
+                                                  sku if t.kind != "get" else None)
     c1, rc1, r1 = cpu_ticks(t.pids), redis_calls(r), cpu_ticks([redis_pid])
     n = rps * seconds
-    if statuses is not None:
+    store = t.kind != "get"
+    run = {"rps": rps, "p50": p50, "p99": p99,
+           "cpu": (c1 - c0) * 1e6 / HZ / n if n else None,
+           "redis": (r1 - r0) * 1e6 / HZ / n if n and store else None,
+           "calls": (rc1[0] - rc0[0]) / n if n and store else None}
+    extra = ""
+    if t.kind == "get":
+        if n == 0 or non2xx or errors:
+            sys.exit("bench: %s did not answer 2xx (%d others, %d socket errors)"
+                     % (t.name, non2xx, errors))
+    else:
         answered = sum(int(v) for k, v in statuses.items() if k != "errors")
-        good = int(statuses.get("201", 0))
-        if answered == 0 or good < 0.99 * answered or int(statuses["errors"]) > 0:
-            sys.exit("bench: %s did not sell (answers: %s)" % (t.name, statuses))
-    t.runs.append((rps, p50, p99, (c1 - c0) * 1e6 / HZ / n if n else None,
-                   (r1 - r0) * 1e6 / HZ / n if n and t.orders else None,
-                   (rc1[0] - rc0[0]) / n if n and t.orders else None))
-    print("  %-34s c=%-4d %9.0f/s  p99 %s" % (t.name, t.conns, rps, fmt_us(p99)), flush=True)
+        want = {"orders": "201", "soldout": "409"}.get(t.kind)
+        if want and (answered == 0 or int(statuses.get(want, 0)) < 0.99 * answered
+                     or int(statuses["errors"]) > 0):
+            sys.exit("bench: %s did not answer %s (answers: %s)" % (t.name, want, statuses))
+        if t.kind == "spike":
+            run.update(spike_check(t, sku, statuses))
+            extra = "  sold %s%s" % (run["sold"], "  (" + run["note"] + ")" if run["note"] else "")
+    t.runs.append(run)
+    out("  %-40s c=%-4d %9.0f/s  p99 %s%s" % (t.name, t.conns, rps, fmt_us(p99), extra))
+
+
+def spike_check(t, sku, statuses):
+    """A spike run's books: the 201s wrk got, what the store says was sold,
+    and a note when either is not exactly the SKU's units or when anything
+    other than 201 and 409 was answered."""
+    got201 = int(statuses.get("201", 0))
+    sold, left = t.sold(sku)
+    units = t.units
+    notes = []
+    if sold != units:
+        notes.append("sold %d of %d units, %d left" % (sold, units, left))
+    if got201 != sold:
+        notes.append("%d 201s for %d units sold" % (got201, sold))
+    others = {k: v for k, v in statuses.items() if k not in ("201", "409") and int(v) > 0}
+    if others:
+        notes.append("answered other than 201/409: %s" %
+                     " ".join("%s=%s" % kv for kv in sorted(others.items())))
+    return {"sold": sold, "got201": got201, "exact": sold == units and got201 == units,
+            "oversold": sold > units or got201 > units, "note": "; ".join(notes)}
+
+
+def run_rounds(targets, rounds, seconds, r, redis_pid, what):
+    """Every target once per round, alternating."""
+    out("%s: %d targets x %d rounds, %d s each, wrk -t2; %d CPUs shared by everything"
+        % (what, len(targets), rounds, seconds, os.cpu_count()))
+    for i in range(rounds):
+        out("round %d of %d" % (i + 1, rounds))
+        for t in targets:
+            measure(t, seconds, r, redis_pid)
+
+
+def parse_args(argv):
+    """The command line, with --quick and LOAD_BENCH_QUICK applied."""
+    ap = argparse.ArgumentParser(
+        prog="bench.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0],
+        epilog="Defaults: about 7 minutes on two cores. --quick: about 2.")
+    ap.add_argument("bin_dir")
+    ap.add_argument("seconds", nargs="?", type=int, default=None,
+                    help="seconds per wrk run (4; --quick: 2)")
+    ap.add_argument("rounds", nargs="?", type=int, default=None,
+                    help="rounds of every group but overload (3; --quick: 1)")
+    ap.add_argument("connections_pos", nargs="?", metavar="connections",
+                    help="connection counts of the order and spike rows (64,256)")
+    ap.add_argument("--connections", help="the same as the positional")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 s runs, 1 round, overload runs of 4 s (env LOAD_BENCH_QUICK=1)")
+    ap.add_argument("--groups", default=",".join(GROUPS),
+                    help="which groups, comma-separated (%(default)s)")
+    ap.add_argument("--spike-stock", type=int, default=10000,
+                    help="units of each spike run's fresh SKU (%(default)s)")
+    ap.add_argument("--overload-rates", default="0.5,1,1.5,2",
+                    help="offered loads, times each target's capacity (%(default)s)")
+    ap.add_argument("--overload-connections", type=int, default=2000,
+                    help="open-loop connections (%(default)s)")
+    ap.add_argument("--overload-seconds", type=float, default=None,
+                    help="seconds per open-loop run (10; --quick: 4)")
+    ap.add_argument("--overload-timeout", type=float, default=3,
+                    help="seconds after which flashload gives an answer up (%(default)s)")
+    ap.add_argument("--out", default=".", help="where bench.html and bench.json go (.)")
+    a = ap.parse_args(argv)
+    if os.environ.get("LOAD_BENCH_QUICK", "") not in ("", "0"):
+        a.quick = True
+    if a.seconds is None:
+        a.seconds = 2 if a.quick else 4
+    if a.rounds is None:
+        a.rounds = 1 if a.quick else 3
+    if a.overload_seconds is None:
+        a.overload_seconds = 4 if a.quick else 10
+    a.conn_list = [int(c) for c in (a.connections or a.connections_pos or "64,256").split(",")]
+    a.groups = [g for g in a.groups.split(",") if g]
+    for g in a.groups:
+        if g not in GROUPS:
+            ap.error("unknown group %s (%s)" % (g, ", ".join(GROUPS)))
+    a.rates = [float(x) for x in a.overload_rates.split(",")]
+    if a.seconds < 1 or a.rounds < 1 or a.spike_stock < 1 or a.overload_connections < 1 \
+            or a.overload_seconds <= 0 or not a.rates or min(a.rates) <= 0:
+        ap.error("seconds, rounds, stock, connections and rates must be positive")
+    return a
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    bin_dir = sys.argv[1]
-    seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    conn_list = [int(c) for c in (sys.argv[4] if len(sys.argv) > 4 else "64,256").split(",")]
+    """Starts the processes, runs the groups asked for, reports; stops everything by PID."""
+    a = parse_args(sys.argv[1:])
+    bin_dir, seconds, rounds, conn_list = a.bin_dir, a.seconds, a.rounds, a.conn_list
     low = conn_list[0]
     import redis
     tmp = tempfile.mkdtemp(prefix="fs-bench-")
     procs = Procs()
     log = open(os.path.join(tmp, "bench.log"), "w")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start = time.monotonic()
+    res = {"targets": [], "verified": [], "overload": None}
     try:
         rport = free_port()
         redis_p = procs.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
                                "--save", "", "--appendonly", "no", "--dir", tmp], log)
         wait_port(rport, redis_p, "redis-server")
         r = redis.Redis(host="127.0.0.1", port=rport, decode_responses=True)
+        redis_url = "redis://127.0.0.1:%d/0" % rport
         sport = free_port()
         db = os.path.join(tmp, "orders.db")
         svc = procs.start([os.path.join(bin_dir, "flashsale"), "--listen",
-                           "127.0.0.1:%d" % sport, "--redis", "redis://127.0.0.1:%d/0" % rport,
-                           "--db", db], log)
+                           "127.0.0.1:%d" % sport, "--redis", redis_url, "--db", db], log)
         wait_port(sport, svc, "flashsale")
         base = "http://127.0.0.1:%d" % sport
         for sku, strategy, segs in (("b-lua", "lua", 1), ("b-lock1", "lock", 1),
@@ -250,93 +418,554 @@ def main():
         hello = procs.start([os.path.join(bin_dir, "mhdhello"), "--listen",
                              "127.0.0.1:%d" % hport, "--threads", "2"], log)
         wait_port(hport, hello, "mhdhello")
+        gws = ((gw1, gport1, "gateway, 1 nginx worker"), (gw2, gport2, "gateway, 2 nginx workers"))
+        env = {"bin": bin_dir, "base": base, "r": r, "redis_url": redis_url, "db": db,
+               "svc": svc, "gws": gws, "redis_pid": redis_p.pid, "hport": hport, "hello": hello}
 
-        orders = lambda port: "http://127.0.0.1:%d/v1/orders" % port   # noqa: E731
-        targets = []
-        for c in conn_list:
-            targets.append(Target("flashsale lua", orders(sport), c, "b-lua", [svc.pid]))
-        targets.append(Target("flashsale lock x1", orders(sport), low, "b-lock1", [svc.pid]))
-        targets.append(Target("flashsale lock x8", orders(sport), low, "b-lock8", [svc.pid]))
-        for c in conn_list:
-            targets.append(Target("gateway, 1 nginx worker", orders(gport1), c, "b-gw", [gw1.pid]))
-            targets.append(Target("gateway, 2 nginx workers", orders(gport2), c, "b-gw",
-                                  [gw2.pid]))
-        targets.append(Target("nginx return 200", "http://127.0.0.1:%d/ok" % gport2, low, None,
-                              [gw2.pid], orders=False))
-        targets.append(Target("libmicrohttpd hello", "http://127.0.0.1:%d/" % hport, low, None,
-                              [hello.pid], orders=False))
-
-        print("bench: %d targets x %d rounds, %d s each, wrk -t2; %d CPUs shared by everything"
-              % (len(targets), rounds, seconds, os.cpu_count()), flush=True)
-        for i in range(rounds):
-            print("round %d of %d" % (i + 1, rounds), flush=True)
-            for t in targets:
-                measure(t, seconds, r, redis_p.pid)
-
-        print("verifying the service's books with flashload (%d s per strategy)" % seconds,
-              flush=True)
-        verified = []
-        for name, strategy, segs in (("lua", "lua", 1), ("lock x1", "lock", 1),
-                                     ("lock x8", "lock", 8)):
-            j = flashload(bin_dir, ["--target", base, "--redis", "redis://127.0.0.1:%d/0" % rport,
-                                    "--db", db, "--stock", 10 ** 7, "--users", 100000,
-                                    "--strategy", strategy, "--segments", segs,
-                                    "--connections", low, "--duration", seconds])
-            verified.append((name, j["per_second"], j["verdict"]["pass"]))
+        if "orders" in a.groups:
+            res["targets"] += group_orders(a, env)
+            out("verifying the service's books with flashload (%d s per strategy)" % seconds)
+            for name, strategy, segs in (("lua", "lua", 1), ("lock x1", "lock", 1),
+                                         ("lock x8", "lock", 8)):
+                j, _ = flashload(bin_dir, ["--target", base, "--redis", redis_url, "--db", db,
+                                           "--stock", 10 ** 7, "--users", 100000,
+                                           "--strategy", strategy, "--segments", segs,
+                                           "--connections", low, "--duration", seconds])
+                res["verified"].append((name, j["per_second"], j["verdict"]["pass"]))
+        if "spike" in a.groups:
+            res["targets"] += group_spike(a, env)
+        if "idle" in a.groups:
+            res["targets"] += group_idle(a, env)
+        if "overload" in a.groups:
+            res["overload"] = group_overload(a, env)
     finally:
         procs.stop_all()
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    report(targets, verified, conn_list, low, rounds)
-    if not all(ok for _, _, ok in verified):
+    res["wall_s"] = time.monotonic() - t_start
+    res["started"] = started.strftime("%Y-%m-%d %H:%M UTC")
+    goals = report(a, res)
+    write_report(a, res, goals)
+    failed = [n for n, _, ok in res["verified"] if not ok]
+    if res["overload"]:
+        failed += ["overload %s x%g" % (o["target"], o["factor"]) for o in res["overload"]["runs"]
+                   if o["verified"] is False]
+    failed += ["spike %s c=%d" % (t.name, t.conns) for t in res["targets"]
+               if t.kind == "spike" and any(x["oversold"] for x in t.runs)]
+    if failed:
+        out("bench: verification failed: %s" % ", ".join(failed))
         sys.exit(1)
 
 
-def report(targets, verified, conn_list, low, rounds):
-    print()
-    print("%-26s %5s %10s %9s %9s %10s %10s %8s" % (
-        "target", "conns", "per second", "p50", "p99", "CPU/order", "Redis/ord", "calls/ord"))
+def group_orders(a, env):
+    """The order rows of issue 14: stock for everyone."""
+    orders = lambda port: "http://127.0.0.1:%d/v1/orders" % port   # noqa: E731
+    svc, low = env["svc"], a.conn_list[0]
+    sport = int(env["base"].rsplit(":", 1)[1])
+    (gw1, gport1, _), (gw2, gport2, _) = env["gws"]
+    ts = []
+    for c in a.conn_list:
+        ts.append(Target("orders", "flashsale lua", orders(sport), c, [svc.pid], "orders", "b-lua"))
+    ts.append(Target("orders", "flashsale lock x1", orders(sport), low, [svc.pid], "orders",
+                     "b-lock1"))
+    ts.append(Target("orders", "flashsale lock x8", orders(sport), low, [svc.pid], "orders",
+                     "b-lock8"))
+    for c in a.conn_list:
+        ts.append(Target("orders", "gateway, 1 nginx worker", orders(gport1), c, [gw1.pid],
+                         "orders", "b-gw"))
+        ts.append(Target("orders", "gateway, 2 nginx workers", orders(gport2), c, [gw2.pid],
+                         "orders", "b-gw"))
+    ts.append(Target("orders", "nginx return 200", "http://127.0.0.1:%d/ok" % gport2, low,
+                     [gw2.pid], "get"))
+    ts.append(Target("orders", "libmicrohttpd hello", "http://127.0.0.1:%d/" % env["hport"], low,
+                     [env["hello"].pid], "get"))
+    run_rounds(ts, a.rounds, a.seconds, env["r"], env["redis_pid"], "orders")
+    return ts
+
+
+def group_spike(a, env):
+    """A fresh SKU of a.spike_stock units per run, service and gateway."""
+    base, r, units = env["base"], env["r"], a.spike_stock
+    seq = [0]
+
+    def name(who):
+        seq[0] += 1
+        return "spike-%s-%d-%d" % (who, os.getpid(), seq[0])
+
+    def svc_fresh():
+        sku = name("svc")
+        st, body = post(base + "/v1/products", {"sku": sku, "stock": units, "strategy": "lua"})
+        if st != 201:
+            sys.exit("bench: could not create %s: %s %s" % (sku, st, body))
+        return sku
+
+    def svc_sold(sku):
+        p = get_json("%s/v1/products/%s" % (base, sku))
+        return p["sold"], p["stock_available"]
+
+    def gw_fresh():
+        sku = name("gw")
+        r.set("gw:{%s}:stock" % sku, units)
+        return sku
+
+    def gw_sold(sku):
+        left = int(r.get("gw:{%s}:stock" % sku))
+        return units - left, left
+
+    ts = []
+    for c in a.conn_list:
+        ts.append(Target("spike", "flashsale lua", base + "/v1/orders", c, [env["svc"].pid],
+                         "spike", fresh=svc_fresh, sold=svc_sold))
+        for p, port, label in env["gws"]:
+            ts.append(Target("spike", label, "http://127.0.0.1:%d/v1/orders" % port, c, [p.pid],
+                             "spike", fresh=gw_fresh, sold=gw_sold))
+    for t in ts:
+        t.units = units
+    run_rounds(ts, a.rounds, a.seconds, r, env["redis_pid"],
+               "spike (a fresh SKU of %d units per run)" % units)
+    return ts
+
+
+def group_idle(a, env):
+    """The answers that touch no shared state, at the first connection count."""
+    base, r, low, svc = env["base"], env["r"], a.conn_list[0], env["svc"]
+    # A sold-out product (its one unit bought) and a product page, for each.
+    post(base + "/v1/products", {"sku": "b-gone", "stock": 1, "strategy": "lua"})
+    st, body = post(base + "/v1/orders", {"sku": "b-gone", "user_id": "first", "quantity": 1})
+    if st != 201:
+        sys.exit("bench: could not buy b-gone's unit: %s %s" % (st, body))
+    post(base + "/v1/products", {"sku": "b-page", "stock": 1000, "strategy": "lua"})
+    r.set("gw:{b-gw-gone}:stock", 0)
+    r.set("gw:{b-gw-page}:stock", 1000)
+    ts = [Target("idle", "flashsale GET /healthz", base + "/healthz", low, [svc.pid], "get")]
+    for p, port, label in env["gws"]:
+        ts.append(Target("idle", "nginx return 200, %s" % label.split(", ")[1],
+                         "http://127.0.0.1:%d/ok" % port, low, [p.pid], "get"))
+    ts.append(Target("idle", "flashsale sold-out POST /v1/orders", base + "/v1/orders", low,
+                     [svc.pid], "soldout", "b-gone"))
+    ts.append(Target("idle", "flashsale GET /v1/products/{sku}", base + "/v1/products/b-page",
+                     low, [svc.pid], "get"))
+    p, port, label = env["gws"][1]
+    ts.append(Target("idle", "%s: sold-out POST" % label, "http://127.0.0.1:%d/v1/orders" % port,
+                     low, [p.pid], "soldout", "b-gw-gone"))
+    ts.append(Target("idle", "%s: GET product" % label,
+                     "http://127.0.0.1:%d/v1/products/b-gw-page" % port, low, [p.pid], "get"))
+    run_rounds(ts, a.rounds, a.seconds, r, env["redis_pid"],
+               "answers that touch no shared state")
+    return ts
+
+
+def overload_row(j, rc, target, factor, rate, capacity, seconds, verified):
+    """One open-loop run's figures from flashload's JSON. Shed: 503
+    `overloaded` (flashload's own count, or its error code on a flashload
+    that does not count them)."""
+    status = {int(k): v for k, v in j.get("status", {}).items()}
+    codes = j.get("codes", {})
+    shed = j["shed"] if "shed" in j else codes.get("overloaded", 0)
+    good = j["goodput"]["created"] if "goodput" in j else None
+    late = j["late"]["answers"] if "late" in j else None
+    s5xx = sum(v for k, v in status.items() if k >= 500)
+    others = sum(v for k, v in status.items() if k not in (201, 409) and k < 500)
+    row = {"target": target, "factor": factor, "offered": rate, "capacity": capacity,
+           "seconds": seconds, "answered": j["answered"], "201": status.get(201, 0),
+           "409": status.get(409, 0), "shed": shed, "5xx": s5xx - shed, "other": others,
+           "good": good, "goodput": good / seconds if good is not None else None,
+           "late": late, "no_answer": j["transport_errors"], "unsent": j["backlog"],
+           "p50": j["latency_us"]["p50"], "p99": j["latency_us"]["p99"],
+           "max": j["latency_us"]["max"], "max_open": j.get("max_open"),
+           "verified": verified}
+    row["within_1s"] = (late == 0 and row["no_answer"] == 0 and row["unsent"] == 0
+                        if late is not None else None)
+    return row
+
+
+def group_overload(a, env):
+    """Closed-loop capacity, then the open loop at multiples of it."""
+    bin_dir, base, r = env["bin"], env["base"], env["r"]
+    capc = max(a.conn_list)
+    secs = a.overload_seconds
+    seq = [0]
+
+    def gw_sku():
+        seq[0] += 1
+        sku = "over-gw-%d-%d" % (os.getpid(), seq[0])
+        r.set("gw:{%s}:stock" % sku, 10 ** 12)
+        return sku
+
+    def svc_args():
+        return ["--target", base, "--strategy", "lua", "--stock", 10 ** 8, "--users", 100000]
+
+    def gw_args(port):
+        return ["--target", "http://127.0.0.1:%d" % port, "--no-create", "--sku", gw_sku(),
+                "--users", 100000, "--no-verify"]
+
+    out("overload: closed-loop capacity first (flashload, %d connections, %d s, 201s/s)"
+        % (capc, a.seconds))
+    caps = {}
+    j, _ = flashload(bin_dir, svc_args() + ["--no-verify", "--connections", capc,
+                                            "--duration", a.seconds])
+    caps["flashsale lua"] = j["status"].get("201", 0) / j["seconds"]
+    for p, port, label in env["gws"]:
+        j, _ = flashload(bin_dir, gw_args(port) + ["--connections", capc, "--duration", a.seconds])
+        caps[label] = j["status"].get("201", 0) / j["seconds"]
+    for k, v in caps.items():
+        out("  %-40s c=%-4d %9.0f 201s/s" % (k, capc, v))
+    gw_label = max((g for g in caps if g.startswith("gateway")), key=lambda g: caps[g])
+    gw_port = [port for _, port, label in env["gws"] if label == gw_label][0]
+    out("overload: open loop, %d connections, %g s per rate, answers given up after %g s; "
+        "the gateway: %s" % (a.overload_connections, secs, a.overload_timeout, gw_label))
+    common = ["--connections", a.overload_connections, "--duration", secs, "--timeout",
+              a.overload_timeout, "--goodput-ms", 250, "--late-ms", 1000]
+    runs = []
+    bound = secs + a.overload_timeout + 120
+    for f in a.rates:
+        for target in ("flashsale lua", gw_label):
+            rate = max(1, round(f * caps[target]))
+            if target == "flashsale lua":
+                j, rc = flashload(bin_dir, svc_args() + ["--redis", env["redis_url"], "--db",
+                                                        env["db"], "--rate", rate] + common,
+                                  timeout=bound)
+                verified = j.get("verdict", {}).get("pass")
+            else:
+                j, rc = flashload(bin_dir, gw_args(gw_port) + ["--rate", rate] + common,
+                                  timeout=bound)
+                verified = None
+            row = overload_row(j, rc, target, f, rate, caps[target], secs, verified)
+            runs.append(row)
+            out("  %-24s x%-4g %7d/s offered: goodput %s/s, p99 %s, 201 %d, 409 %d, shed %d, "
+                "later than 1 s %s, no answer %d, unsent %d%s"
+                % (target, f, rate, "%.0f" % row["goodput"] if row["goodput"] is not None else "?",
+                   fmt_us(row["p99"]), row["201"], row["409"], row["shed"],
+                   row["late"] if row["late"] is not None else "?", row["no_answer"],
+                   row["unsent"], {True: ", verifier PASS", False: ", verifier FAIL",
+                                   None: ""}[verified]))
+    return {"capacity": caps, "capacity_connections": capc, "gateway": gw_label,
+            "connections": a.overload_connections, "seconds": secs,
+            "timeout": a.overload_timeout, "runs": runs}
+
+
+def find(targets, group, name, c):
+    """The target of group named name at c connections, or None."""
     for t in targets:
-        cpu, red, calls = t.med(3), t.med(4), t.med(5)
-        print("%-26s %5d %10.0f %9s %9s %10s %10s %8s" % (
-            t.name, t.conns, t.med(0), fmt_us(t.med(1)), fmt_us(t.med(2)),
+        if t.group == group and t.name == name and t.conns == c:
+            return t
+    return None
+
+
+def report(a, res):
+    """Prints the tables and the ratios; returns the goals as
+    (label, value text, goal text, met or None)."""
+    targets, conn_list, low, rounds = res["targets"], a.conn_list, a.conn_list[0], a.rounds
+    goals = []
+
+    def goal(label, value, want, fmt="%.2f"):
+        met = value is not None and value >= want
+        goals.append((label, fmt % value if value is not None else "-", ">= %.2f" % want, met))
+        out("  %-44s %8s   [>= %.2f: %s]" % (label, fmt % value if value is not None else "-",
+                                             want, "met" if met else "NOT met"))
+
+    def info(label, value):
+        goals.append((label, "%.2f" % value, "", None))
+        out("  %-44s %8.2f" % (label, value))
+
+    def best_gw(group, c):
+        vals = [find(targets, group, n, c).med("rps") for n in
+                ("gateway, 1 nginx worker", "gateway, 2 nginx workers")]
+        return max(vals)
+
+    out()
+    if targets:
+        out("%-40s %5s %10s %9s %9s %10s %10s %8s" % (
+            "target", "conns", "per second", "p50", "p99", "CPU/answer", "Redis/ans",
+            "calls/ans"))
+    group = None
+    for t in targets:
+        if t.group != group:
+            group = t.group
+            out("-- %s" % {"orders": "orders with stock for everyone",
+                           "spike": "spike: a fresh SKU of %d units per run (answers of every "
+                                    "kind)" % a.spike_stock,
+                           "idle": "answers that touch no shared state"}[group])
+        cpu, red, calls = t.med("cpu"), t.med("redis"), t.med("calls")
+        out("%-40s %5d %10.0f %9s %9s %10s %10s %8s" % (
+            t.name, t.conns, t.med("rps"), fmt_us(t.med("p50")), fmt_us(t.med("p99")),
             "%.1fus" % cpu if cpu is not None else "-",
             "%.1fus" % red if red is not None else "-",
             "%.2f" % calls if calls is not None else "-"))
-    print("(medians of %d rounds; CPU/order: the target's own processes; Redis/order: CPU of"
-          " redis-server; calls/order from INFO commandstats)" % rounds)
+    if targets:
+        out("(medians of %d rounds; CPU/answer: the target's own processes; Redis/answer: CPU of"
+            " redis-server; calls/answer from INFO commandstats)" % rounds)
 
-    def get(name, c):
-        for t in targets:
-            if t.name == name and t.conns == c:
-                return t
-        return None
+    if "orders" in a.groups:
+        out("\nratios (goals of issue 14 in brackets)")
+        for c in conn_list:
+            goal("lua / best gateway, c=%d" % c,
+                 find(targets, "orders", "flashsale lua", c).med("rps") / best_gw("orders", c), 1.3)
+        lua_t = find(targets, "orders", "flashsale lua", low)
+        goal("lua / nginx return 200, c=%d" % low,
+             lua_t.med("rps") / find(targets, "orders", "nginx return 200", low).med("rps"), 0.4)
+        p99 = lua_t.med("p99")
+        met = p99 is not None and p99 <= 5000
+        goals.append(("lua p99, c=%d" % low, fmt_us(p99), "<= 5ms", met))
+        out("  %-44s %8s   [<= 5ms: %s]" % ("lua p99, c=%d" % low, fmt_us(p99),
+                                            "met" if met else "NOT met"))
+        l1 = find(targets, "orders", "flashsale lock x1", low).med("rps")
+        l8 = find(targets, "orders", "flashsale lock x8", low).med("rps")
+        goal("lock x8 / lock x1", l8 / l1, 5.0)
+        goal("lock x1 / lua", l1 / lua_t.med("rps"), 0.25)
+        info("lua / libmicrohttpd hello",
+             lua_t.med("rps") / find(targets, "orders", "libmicrohttpd hello", low).med("rps"))
+        out("\nverified by flashload (sold + remaining == initial, one row per 201, no oversell):")
+        for name, rate, ok in res["verified"]:
+            out("  %-10s %9.0f/s  %s" % (name, rate, "PASS" if ok else "FAIL"))
 
-    print("\nratios (goals of issue 14 in brackets)")
-    for c in conn_list:
-        lua = get("flashsale lua", c).med(0)
-        gw = max(get("gateway, 1 nginx worker", c).med(0), get("gateway, 2 nginx workers", c).med(0))
-        line(" lua / best gateway, c=%d" % c, lua / gw, 1.3)
-    lua_t = get("flashsale lua", low)
-    line(" lua / nginx return 200, c=%d" % low, lua_t.med(0) / get("nginx return 200", low).med(0),
-         0.4)
-    p99 = lua_t.med(2)
-    print("  %-36s %8s   [<= 5ms: %s]" % (" lua p99, c=%d" % low, fmt_us(p99),
-                                         "met" if p99 is not None and p99 <= 5000 else "NOT met"))
-    l1, l8 = get("flashsale lock x1", low).med(0), get("flashsale lock x8", low).med(0)
-    line(" lock x8 / lock x1", l8 / l1, 5.0)
-    line(" lock x1 / lua", l1 / lua_t.med(0), 0.25)
-    line(" lua / libmicrohttpd hello", lua_t.med(0) / get("libmicrohttpd hello", low).med(0), None)
-    print("\nverified by flashload (sold + remaining == initial, one row per 201, no oversell):")
-    for name, rate, ok in verified:
-        print("  %-10s %9.0f/s  %s" % (name, rate, "PASS" if ok else "FAIL"))
+    if "spike" in a.groups or "idle" in a.groups:
+        out("\nratios (goals of issue 23 in brackets)")
+    if "spike" in a.groups:
+        for c in conn_list:
+            goal("spike: service / best gateway, c=%d" % c,
+                 find(targets, "spike", "flashsale lua", c).med("rps") / best_gw("spike", c), 1.2)
+        spikes = [t for t in targets if t.group == "spike"]
+        inexact = ["%s c=%d run %d: %s" % (t.name, t.conns, i + 1, x["note"])
+                   for t in spikes for i, x in enumerate(t.runs) if not x["exact"]]
+        nruns = sum(len(t.runs) for t in spikes)
+        label = "spike: every run sold exactly %d units" % a.spike_stock
+        text = "%d/%d" % (nruns - len(inexact), nruns)
+        goals.append((label, text + " runs", "all", not inexact))
+        out("  %-44s %8s   [all: %s]" % (label, text, "met" if not inexact else "NOT met"))
+        for s in inexact:
+            out("    not exact: %s" % s)
+    if "idle" in a.groups:
+        hz = find(targets, "idle", "flashsale GET /healthz", low).med("rps")
+        ng = max(t.med("rps") for t in targets
+                 if t.group == "idle" and t.name.startswith("nginx return 200"))
+        goal("GET /healthz / nginx return 200 (best), c=%d" % low, hz / ng, 0.9)
+        goal("sold-out POST /v1/orders / /healthz", find(
+            targets, "idle", "flashsale sold-out POST /v1/orders", low).med("rps") / hz, 0.9)
+        goal("GET /v1/products/{sku} / /healthz", find(
+            targets, "idle", "flashsale GET /v1/products/{sku}", low).med("rps") / hz, 0.8)
+        gw = [t for t in targets if t.group == "idle" and t.name.startswith("gateway")]
+        for t in gw:
+            info("(%s / its nginx return 200)" % t.name.replace("gateway, 2 nginx workers",
+                                                              "gateway"),
+                 t.med("rps") / find(targets, "idle", "nginx return 200, 2 nginx workers",
+                                     low).med("rps"))
+    ov = res["overload"]
+    if ov:
+        out()
+        out("overload: open loop at multiples of each target's closed-loop capacity, %d "
+            "connections, %g s per rate" % (ov["connections"], ov["seconds"]))
+        out("%-24s %5s %9s %9s %6s %9s %9s %7s %7s %6s %5s %5s %6s %6s  %s" % (
+            "target", "x cap", "offered/s", "goodput/s", "of cap", "p50", "p99", "201", "409",
+            "shed", "5xx", "late", "no ans", "unsent", "verdict"))
+        for o in ov["runs"]:
+            out("%-24s %5g %9d %9s %6s %9s %9s %7d %7d %6d %5d %5s %6d %6d  %s" % (
+                o["target"][:24], o["factor"], o["offered"],
+                "%.0f" % o["goodput"] if o["goodput"] is not None else "?",
+                "%.2f" % (o["goodput"] / o["capacity"]) if o["goodput"] is not None else "?",
+                fmt_us(o["p50"]), fmt_us(o["p99"]), o["201"], o["409"], o["shed"], o["5xx"],
+                o["late"] if o["late"] is not None else "?", o["no_answer"], o["unsent"],
+                {True: "PASS", False: "FAIL", None: "-"}[o["verified"]]))
+        out("(goodput: 201s answered within 250 ms of their scheduled time, per second of the "
+            "run; shed: 503 overloaded; late: answered after 1 s; no ans: none within %g s; "
+            "unsent: due, never sent; capacity: %s)" % (
+                ov["timeout"], ", ".join("%s %.0f/s" % kv for kv in ov["capacity"].items())))
+        out("ratios at the top rate (goals of issue 23 in brackets)")
+        fmax = max(o["factor"] for o in ov["runs"])
+        f2 = 2.0 if any(o["factor"] == 2.0 for o in ov["runs"]) else fmax
+        for o in ov["runs"]:
+            if o["factor"] != f2:
+                continue
+            who = "service" if o["target"] == "flashsale lua" else "gateway"
+            if o["goodput"] is None:
+                out("  %s at x%g: this flashload does not count goodput" % (who, f2))
+                continue
+            if who == "service":
+                goal("overload x%g: service goodput / capacity" % f2, o["goodput"] / o["capacity"],
+                     0.9)
+                text = ("every one" if o["within_1s"] else "%d late, %d no answer, %d unsent"
+                        % (o["late"], o["no_answer"], o["unsent"]))
+                goals.append(("overload x%g: service answers all within 1 s" % f2, text, "all",
+                              bool(o["within_1s"])))
+                out("  %-44s %8s   [all: %s]" % ("overload x%g: answered within 1 s" % f2, text,
+                                                 "met" if o["within_1s"] else "NOT met"))
+                goals.append(("overload x%g: service verifier" % f2,
+                              "PASS" if o["verified"] else "FAIL", "PASS", bool(o["verified"])))
+            else:
+                info("(overload x%g: gateway goodput / its capacity)" % f2,
+                     o["goodput"] / o["capacity"])
+                out("  %-44s %8s" % ("(overload x%g: gateway answered within 1 s)" % f2,
+                                     "every one" if o["within_1s"] else
+                                     "%d late, %d no answer, %d unsent"
+                                     % (o["late"], o["no_answer"], o["unsent"])))
+    out("\nbench: %d s wall" % res["wall_s"])
+    return goals
 
 
-def line(label, value, goal):
-    verdict = "" if goal is None else "   [>= %.2f: %s]" % (goal, "met" if value >= goal else
-                                                            "NOT met")
-    print("  %-36s %8.2f%s" % (label, value, verdict))
+# ---- the HTML report ----
+
+def nice_step(span, n=6):
+    """A round tick step (1, 2, 2.5 or 5 times a power of ten) giving about n ticks."""
+    raw = span / n if span > 0 else 1
+    mag = 10 ** int("%d" % (len(str(int(raw))) - 1)) if raw >= 1 else 1
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= m * mag:
+            return m * mag
+    return 10 * mag
+
+
+def goodput_svg(ov):
+    """Goodput against offered load, service and gateway, with each one's
+    closed-loop capacity dashed and the line where goodput == offered."""
+    W, H, L, R, T, B = 760, 380, 70, 190, 20, 50
+    series = []
+    for name, color in (("flashsale lua", "#1f77b4"), (ov["gateway"], "#ff7f0e")):
+        pts = [(o["offered"], o["goodput"]) for o in ov["runs"]
+               if o["target"] == name and o["goodput"] is not None]
+        series.append((name, color, sorted(pts), ov["capacity"][name]))
+    xmax = max([p[0] for s in series for p in s[2]] + [1]) * 1.05
+    ymax = max([p[1] for s in series for p in s[2]] + [s[3] for s in series] + [1]) * 1.1
+    xs = lambda x: L + (W - L - R) * x / xmax            # noqa: E731
+    ys = lambda y: H - B - (H - T - B) * y / ymax        # noqa: E731
+    e = []
+    e.append('<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" '
+             'width="%d" height="%d" role="img" aria-label="goodput against offered load">'
+             % (W, H, W, H))
+    e.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>'
+             % (L, T, W - L - R, H - T - B))
+    for axis, vmax, step in (("x", xmax, nice_step(xmax)), ("y", ymax, nice_step(ymax))):
+        v = 0
+        while v <= vmax:
+            if axis == "x":
+                e.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>'
+                         '<text x="%.1f" y="%d" font-size="11" text-anchor="middle">%s</text>'
+                         % (xs(v), T, xs(v), H - B, xs(v), H - B + 15, "%gk" % (v / 1000)))
+            else:
+                e.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>'
+                         '<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s</text>'
+                         % (L, ys(v), W - R, ys(v), L - 5, ys(v) + 4, "%gk" % (v / 1000)))
+            v += step
+    e.append('<text x="%d" y="%d" font-size="12" text-anchor="middle">offered load, '
+             'requests/s (open loop)</text>' % ((L + W - R) / 2, H - 12))
+    e.append('<text x="15" y="%d" font-size="12" text-anchor="middle" transform="rotate(-90 15 %d)">'
+             'goodput, 201s within 250 ms /s</text>' % ((T + H - B) / 2, (T + H - B) / 2))
+    lim = min(xmax, ymax)
+    e.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#bbb" stroke-dasharray="2 3"/>'
+             % (xs(0), ys(0), xs(lim), ys(lim)))
+    ly = T + 10
+    for name, color, pts, cap in series:
+        e.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="6 4" '
+                 'opacity="0.7"/>' % (L, ys(cap), W - R, ys(cap), color))
+        if pts:
+            e.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                     % (color, " ".join("%.1f,%.1f" % (xs(x), ys(y)) for x, y in pts)))
+        for x, y in pts:
+            e.append('<circle class="mark" cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s: %d/s '
+                     'offered, goodput %d/s</title></circle>' % (xs(x), ys(y), color,
+                                                                html.escape(name), x, y))
+        e.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+                 '<text x="%d" y="%d" font-size="12">%s</text>'
+                 % (W - R + 10, ly, W - R + 30, ly, color, W - R + 35, ly + 4, html.escape(name)))
+        e.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-dasharray="6 4"/>'
+                 '<text x="%d" y="%d" font-size="11">capacity %.0f/s</text>'
+                 % (W - R + 10, ly + 16, W - R + 30, ly + 16, color, W - R + 35, ly + 20, cap))
+        ly += 44
+    e.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#bbb" stroke-dasharray="2 3"/>'
+             '<text x="%d" y="%d" font-size="11">goodput = offered</text>'
+             % (W - R + 10, ly, W - R + 30, ly, W - R + 35, ly + 4))
+    e.append("</svg>")
+    return "\n".join(e)
+
+
+def html_table(head, rows):
+    """An HTML table of escaped cells."""
+    h = "<tr>" + "".join("<th>%s</th>" % html.escape(str(c)) for c in head) + "</tr>"
+    b = "".join("<tr>" + "".join("<td>%s</td>" % html.escape(str(c)) for c in r) + "</tr>"
+                for r in rows)
+    return "<table>%s%s</table>" % (h, b)
+
+
+def write_report(a, res, goals):
+    """bench.json and bench.html in a.out."""
+    os.makedirs(a.out, exist_ok=True)
+    targets, ov = res["targets"], res["overload"]
+    doc = {"started": res["started"], "wall_s": res["wall_s"], "cpus": os.cpu_count(),
+           "seconds": a.seconds, "rounds": a.rounds, "groups": a.groups,
+           "spike_stock": a.spike_stock,
+           "targets": [{"group": t.group, "name": t.name, "conns": t.conns, "kind": t.kind,
+                        "median": {k: t.med(k) for k in ("rps", "p50", "p99", "cpu", "redis",
+                                                         "calls")},
+                        "runs": t.runs} for t in targets],
+           "verified": [{"name": n, "per_second": p, "pass": ok} for n, p, ok in res["verified"]],
+           "overload": ov,
+           "goals": [{"what": g[0], "value": g[1], "goal": g[2], "met": g[3]} for g in goals]}
+    with open(os.path.join(a.out, "bench.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+    parts = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>flashsale make bench, %s"
+             "</title><style>body{font-family:sans-serif;max-width:1100px;margin:1em auto;"
+             "padding:0 1em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;font-size:13px}"
+             "td:first-child,th:first-child{text-align:left}.met{color:#080}.not{color:#b00}"
+             "pre{font-size:12px;background:#f6f6f6;padding:.5em;overflow-x:auto}</style>"
+             "</head><body>" % html.escape(res["started"])]
+    parts.append("<h1>make bench</h1><p>%s, %d CPUs shared by everything, %d round(s) of %d s "
+                 "per target, %d s wall. Ratios come from this one run.</p>"
+                 % (html.escape(res["started"]), os.cpu_count(), a.rounds, a.seconds,
+                    res["wall_s"]))
+    if goals:
+        parts.append("<h2>Goals</h2><table><tr><th>what</th><th>this run</th><th>goal</th>"
+                     "<th></th></tr>")
+        for label, value, want, met in goals:
+            parts.append("<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"%s\">%s</td></tr>" % (
+                html.escape(label), html.escape(value), html.escape(want),
+                "" if met is None else ("met" if met else "not"),
+                "" if met is None else ("met" if met else "NOT met")))
+        parts.append("</table>")
+    if ov:
+        parts.append("<h2>Overload: goodput against offered load</h2>"
+                     "<p>Open loop (flashload --rate), %d connections, %g s per rate; each "
+                     "target offered multiples of its own closed-loop capacity (%d connections)."
+                     "</p>" % (ov["connections"], ov["seconds"], ov["capacity_connections"]))
+        parts.append(goodput_svg(ov))
+        parts.append(html_table(
+            ["target", "x capacity", "offered/s", "goodput/s", "of capacity", "p50", "p99",
+             "max", "201", "409", "503 shed", "other 5xx", "later than 1 s", "no answer",
+             "unsent", "verifier"],
+            [[o["target"], o["factor"], o["offered"],
+              "%.0f" % o["goodput"] if o["goodput"] is not None else "?",
+              "%.2f" % (o["goodput"] / o["capacity"]) if o["goodput"] is not None else "?",
+              fmt_us(o["p50"]), fmt_us(o["p99"]), fmt_us(o["max"]), o["201"], o["409"],
+              o["shed"], o["5xx"], o["late"] if o["late"] is not None else "?", o["no_answer"],
+              o["unsent"], {True: "PASS", False: "FAIL", None: "-"}[o["verified"]]]
+             for o in ov["runs"]]))
+    titles = {"orders": "Orders with stock for everyone (wrk -t2)",
+              "spike": "Spike: a fresh SKU of %d units per run (wrk -t2)" % a.spike_stock,
+              "idle": "Answers that touch no shared state (wrk -t2)"}
+    for g in ("orders", "spike", "idle"):
+        ts = [t for t in targets if t.group == g]
+        if not ts:
+            continue
+        parts.append("<h2>%s</h2>" % html.escape(titles[g]))
+        rows = []
+        for t in ts:
+            row = [t.name, t.conns, "%.0f" % t.med("rps"), fmt_us(t.med("p50")),
+                   fmt_us(t.med("p99")),
+                   "%.1fus" % t.med("cpu") if t.med("cpu") is not None else "-"]
+            if g == "spike":
+                row.append(", ".join(str(x["sold"]) for x in t.runs))
+                row.append("; ".join(x["note"] for x in t.runs if x["note"]) or "exact")
+            rows.append(row)
+        head = ["target", "conns", "per second (median)", "p50", "p99", "CPU/answer"]
+        if g == "spike":
+            head += ["sold, each run", "books"]
+        parts.append(html_table(head, rows))
+    parts.append("<h2>The printed output</h2><pre>%s</pre></body></html>"
+                 % html.escape("\n".join(out.lines)))
+    path = os.path.join(a.out, "bench.html")
+    with open(path, "w") as f:
+        f.write("\n".join(parts))
+    out("report: %s and bench.json" % os.path.abspath(path))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,23 @@
 #                libmicrohttpd server), all by wrk -t2, alternating, medians
 #                of LOAD_BENCH_ROUNDS rounds of LOAD_BENCH_SECONDS each, at
 #                each of LOAD_BENCH_CONNECTIONS; then the books verified by
-#                flashload. Prints the ratios the performance goals name.
+#                flashload. Then issue 23's groups: the spike (a fresh SKU of
+#                10,000 units per run), the answers that touch no shared
+#                state, and the overload run (flashload's open loop at
+#                multiples of the closed-loop capacity over 2,000
+#                connections). Prints the ratios the performance goals name,
+#                with met / NOT met, and writes bench.html (with the
+#                goodput chart) and bench.json. About 7 minutes;
+#                LOAD_BENCH_QUICK=1: about 2. LOAD_BENCH_ARGS adds bench.py
+#                options (loadtest/bench.py --help: --groups, --spike-stock,
+#                --overload-rates, --overload-connections, ...).
 
 DEMO_ARGS              ?=
 LOAD_BENCH_CONNECTIONS ?= 64,256
 LOAD_BENCH_SECONDS     ?= 4
 LOAD_BENCH_ROUNDS      ?= 3
+LOAD_BENCH_QUICK       ?=
+LOAD_BENCH_ARGS        ?=
 
 .PHONY: demo-run bench-run
 
@@ -46,10 +57,19 @@ demo: deps
 demo-run: $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
 	$(BIN)/flashload compare $(DEMO_ARGS)
 
-bench: deps
-	@tools/deps.sh wrk nginx-light libnginx-mod-http-lua lua-nginx-redis lua-cjson
+# What bench.py needs beyond the service's packages: wrk and the reference
+# gateway (nginx with the Lua module, lua-resty-redis, cjson). The tests
+# need them too: tests/test_bench.py runs bench.py in a tiny mode.
+BENCH_DEPS := wrk nginx-light libnginx-mod-http-lua lua-nginx-redis lua-cjson
+.PHONY: bench-deps
+bench-deps: deps
+	@tools/deps.sh $(BENCH_DEPS)
+test test-sanitize: bench-deps
+
+bench: bench-deps
 	$(MAKE) bench-run
 
 bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
-	$(PYTHON) loadtest/bench.py $(BIN) $(LOAD_BENCH_SECONDS) $(LOAD_BENCH_ROUNDS) \
-	    $(LOAD_BENCH_CONNECTIONS)
+	$(PYTHON) loadtest/bench.py $(BIN) \
+	    $(if $(filter-out 0,$(LOAD_BENCH_QUICK)),--quick,$(LOAD_BENCH_SECONDS) $(LOAD_BENCH_ROUNDS)) \
+	    --connections $(LOAD_BENCH_CONNECTIONS) $(LOAD_BENCH_ARGS)
