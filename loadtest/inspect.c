@@ -140,7 +140,7 @@ static const char *state_word(fl_copy_state st) {
 static void print_lanes(const seen *s, FILE *f) {
     for (int i = 0; i < s->copy.lanes; i++) {
         const fl_lane *l = &s->lane[i];
-        char lab[16], units[48] = "no stock key";
+        char lab[24], units[48] = "no stock key";
         snprintf(lab, sizeof lab, "lane %d", i);
         if (l->has_stock) snprintf(units, sizeof units, "%lld unit%s", l->units,
                                    l->units == 1 ? "" : "s");

@@ -17,6 +17,7 @@
 #include "service/order/commit.h"
 #include "service/order/fam_script.h"
 #include "service/order/orderloop.h"
+#include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 
 /* Batches of one SKU a loop keeps in flight at most: while one is out,
@@ -130,8 +131,16 @@ static void batch_done(void *ud, stock_req **reqs, size_t n) {
     /* The next batch of this SKU may go: what gathered meanwhile. */
     if (--b->q->inflight < MAX_INFLIGHT && b->q->n) mark_dirty(sl, b->q);
     sl->held -= (int)n;
-    for (size_t i = 0; i < n; i++)
-        if (svc_reservation_result(b->ops[i])) ready[nr++] = b->ops[i];
+    for (size_t i = 0; i < n; i++) {
+        svc_order *op = b->ops[i];
+        if (op->sreq.result == STOCK_SPREAD) {
+            /* A spread product's order no one lane holds: taken in steps
+             * over the lanes on a blocking thread (stock_reserve). */
+            svc_pipeline_reroute(op, STOCK_KIND_RCW);
+            continue;
+        }
+        if (svc_reservation_result(op)) ready[nr++] = op;
+    }
     svc_commit_send_many(svc_order_loop_app(sl->ol), ready, nr);
     free(b);
 }

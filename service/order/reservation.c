@@ -13,7 +13,6 @@
 
 #include "service/ops/health.h"
 #include "service/order/commit.h"
-#include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 #include "service/repair/repair.h"
 
@@ -56,9 +55,10 @@ int svc_reservation_result(svc_order *op) {
         svc_order_refuse(op, RF_LOCK_DOWN, 0);
         return 0;
     case STOCK_SPREAD:
-        /* A spread product's order no one lane holds: taken in steps over
-         * the lanes on a blocking thread (stock_reserve). */
-        svc_pipeline_reroute(op, STOCK_KIND_RCW);
+        /* The script family reroutes these before (fam_script.c): only a
+         * family that cannot take in steps could get here. */
+        assert(!"a spread order not rerouted");
+        svc_order_refuse(op, RF_INSUFFICIENT, r->available);
         return 0;
     case STOCK_UNAVAILABLE:
         if (r->outcome_unknown) {
