@@ -347,7 +347,9 @@ static int again_slot(stock_conn *c, int slot, int attempt) {
         else if (c->redirect != RTOPO_MOVED) clock_sleep_ms(10);
     }
     c->redirect = 0;
-    if (c->cluster && (slot >= 0 || !c->routed)) route_slot(c, slot >= 0 ? slot : 0);
+    /* Any node will do: slot 0's primary, as the map has it now (not the
+     * node last used, which may have died since). */
+    if (c->cluster) route_slot(c, slot >= 0 ? slot : 0);
     return 1;
 }
 
@@ -422,7 +424,7 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what) {
 }
 
 int stock_ping(stock_conn *c) {
-    again_slot(c, -1, 0);                 /* a cluster: any node (the current one) */
+    again_slot(c, -1, 0);                 /* a cluster: slot 0's primary, as the map has it */
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "PING");
     redisReply *rep = sk_run_idempotent(c, "ping");
