@@ -435,6 +435,61 @@ void sk_async_check_reply(stock_async *sa, const redisReply *r) {
 
 /* ------------------------------------------------------------------ API */
 
+/* A lane's clears waiting on this loop (stock_async_clear_spread): the ids
+ * are owned here until a job takes them. */
+typedef struct lane_clears {
+    const stock_product *lane;
+    char **ids;
+    size_t n, cap;
+} lane_clears;
+
+/* The waiting clears of lane (made on first use when make), or NULL. */
+static lane_clears *clears_of(stock_async *sa, const stock_product *lane, int make) {
+    for (int i = 0; i < sa->nlclears; i++)
+        if (sa->lclears[i].lane == lane) return &sa->lclears[i];
+    if (!make) return NULL;
+    lane_clears *grown = realloc(sa->lclears, sizeof *grown * (size_t)(sa->nlclears + 1));
+    if (!grown) return NULL;
+    sa->lclears = grown;
+    lane_clears *lc = &sa->lclears[sa->nlclears++];
+    *lc = (lane_clears){ lane, NULL, 0, 0 };
+    return lc;
+}
+
+/* Moves up to CLEAR_MAX of lane's waiting clears into j (j->ids). */
+static void take_lane_clears(stock_async *sa, const stock_product *lane, job *j) {
+    lane_clears *lc = clears_of(sa, lane, 0);
+    if (!lc || !lc->n) return;
+    size_t k = lc->n < CLEAR_MAX ? lc->n : CLEAR_MAX;
+    if (!(j->ids = malloc(sizeof *j->ids * k))) return;
+    lc->n -= k;
+    memcpy(j->ids, lc->ids + lc->n, sizeof *j->ids * k);
+    j->nids = k;
+}
+
+/* The end of a loop turn: a lane's clears no batch carried go as one HDEL. */
+static void flush_lane_clears(loop *l, void *ud) {
+    stock_async *sa = ud;
+    if (!sa->lclears_dirty) return;
+    sa->lclears_dirty = 0;
+    int sent = 0;
+    for (int i = 0; i < sa->nlclears; i++) {
+        while (sa->lclears[i].n) {
+            job *j = calloc(1, sizeof *j);
+            if (!j) return;                      /* left to reconciliation */
+            *j = (job){ .kind = J_CLEAR, .p = sa->lclears[i].lane };
+            take_lane_clears(sa, sa->lclears[i].lane, j);
+            if (!j->nids) {
+                free(j);
+                return;
+            }
+            submit(sa, j);
+            sent = 1;
+        }
+    }
+    if (sent) loop_again(l);                     /* written by the next turn's flush */
+}
+
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
     rconn_addr a;
     if (sk_scripts_init()) {
@@ -462,6 +517,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
         /* Nodes are made as SKUs are routed to them. */
         if (!(sa->route = malloc(sizeof *sa->route * RTOPO_SLOTS))) goto oom;
         memset(sa->route, 0xff, sizeof *sa->route * RTOPO_SLOTS);
+        if (loop_on_flush(l, flush_lane_clears, sa) != 0) goto oom;
         return sa;
     }
     if ((sa->primary = cfg->primary)) sa->version = rtopo_primary_get(sa->primary, &a);
@@ -499,6 +555,11 @@ void stock_async_free(stock_async *sa) {
     }
     free(sa->nodes);
     free(sa->route);
+    for (int i = 0; i < sa->nlclears; i++) {      /* not sent: left to reconciliation */
+        for (size_t k = 0; k < sa->lclears[i].n; k++) free(sa->lclears[i].ids[k]);
+        free(sa->lclears[i].ids);
+    }
+    free(sa->lclears);
     rconn_cmd_free(&sa->cmd);
     free(sa);
 }
@@ -636,6 +697,7 @@ static void spread_send(spread_batch *b, const int *which, size_t nwhich) {
         }
         *j = (job){ .kind = J_RESERVE, .p = &b->p->lane[part->lane], .reqs = part->reqs,
                     .n = part->n, .batch_fn = spread_part_done, .ud = part };
+        take_lane_clears(b->sa, j->p, j);      /* the lane's committed orders, cleared first */
         submit(b->sa, j);
     }
 }
@@ -729,8 +791,23 @@ void stock_async_clear_spread(stock_async *sa, const stock_product *p, const cha
     assert(loop_owned(sa->l) && p->lanes);
     const char *t = takes ? takes : "";
     int units;
-    for (int lane; (lane = sk_lane_parse(p, &t, &units)) >= 0;)
-        stock_async_clear(sa, &p->lane[lane], &order_id, 1);
+    for (int lane; (lane = sk_lane_parse(p, &t, &units)) >= 0;) {
+        lane_clears *lc = clears_of(sa, &p->lane[lane], 1);
+        char *id = lc ? strdup(order_id) : NULL;
+        if (!id) continue;                       /* left to reconciliation */
+        if (lc->n == lc->cap) {
+            size_t cap = lc->cap ? lc->cap * 2 : 64;
+            char **grown = realloc(lc->ids, sizeof *grown * cap);
+            if (!grown) {
+                free(id);
+                continue;
+            }
+            lc->ids = grown;
+            lc->cap = cap;
+        }
+        lc->ids[lc->n++] = id;
+        sa->lclears_dirty = 1;
+    }
 }
 
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud) {

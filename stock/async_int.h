@@ -28,6 +28,10 @@ struct stock_async {
     unsigned route_version;            /* the cluster map's version route[] is of */
     int16_t *route;                    /* slot -> index in nodes (-1: not looked up) */
     struct job *waiting;               /* cluster: jobs to send again after a pause */
+    struct lane_clears *lclears;       /* spread products' committed orders, by lane, whose
+                                          pending records the lane's next batch (or the end
+                                          of this loop turn) clears */
+    int nlclears, lclears_dirty;
     int timeout_ms;
     struct rtopo_primary *primary;     /* where the primary is; NULL: one fixed server */
     unsigned version;                  /* primary's version conn was pointed at */

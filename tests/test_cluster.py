@@ -208,6 +208,9 @@ def test_cluster_spreads_one_hot_sku_over_every_primary(ctx):
     lanes = [int(c.owner(c.keyslot("fs:{wide:%d}:gen" % i)).cmd("GET", "fs:{wide:%d}:stock:0" % i))
              for i in range(8)]
     assert sum(lanes) == p["stock_available"] and min(lanes) >= 0, lanes
+    # Every committed order's pending records cleared, in every lane.
+    wait_until(lambda: sum(c.execute("HLEN", "fs:{wide:%d}:pending" % i) for i in range(8)) == 0,
+               10, what="the lanes' pending records cleared")
     print("    8 lanes on %d primaries; 250-unit orders in steps; limit and key exact; "
           "%d of 800 sold, lanes left %s" % (len(ports), p["sold"], lanes))
 
