@@ -69,6 +69,11 @@ test test-sanitize: bench-deps
 bench: bench-deps
 	$(MAKE) bench-run
 
+# One hot SKU on a Redis Cluster: 8 lanes on 1 primary vs over 3 (issue 21).
+.PHONY: bench-cluster
+bench-cluster: deps $(BIN)/flashload $(BIN)/flashsale
+	$(PYTHON) loadtest/bench_cluster.py $(BIN) $(BENCH_CLUSTER_ARGS)
+
 bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
 	$(PYTHON) loadtest/bench.py $(BIN) \
 	    $(if $(filter-out 0,$(LOAD_BENCH_QUICK)),--quick,$(LOAD_BENCH_SECONDS) $(LOAD_BENCH_ROUNDS)) \
