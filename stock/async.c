@@ -24,6 +24,7 @@
 #include "stock/async_int.h"
 
 #define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
+#define SPREAD_PART_MIN 32      /* orders of a spread batch per lane it is split over */
 #define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
                                    about 3 s at most, the length of a failover */
 
@@ -586,9 +587,9 @@ static size_t take_ids(job *j, const char *const *ids, size_t n) {
 
 /* -------------------------------------------------- spread products */
 
-/* A batch of a spread product's orders (stock_product_spread): each order
- * goes to a lane chosen at random, and on to the next while the lanes it
- * tried were short, until one takes it or every lane was tried. The parts
+/* A batch of a spread product's orders (stock_product_spread): the batch
+ * goes to a lane chosen at random (split over more lanes when it is large),
+ * each order on to the next lane while the lanes it tried were short, until one takes it or every lane was tried. The parts
  * sent to each lane are one reserve_batch.lua call each, on that lane's
  * primary. The caller hears once, when every order has its result. */
 typedef struct spread_batch {
@@ -715,8 +716,16 @@ static void spread_reserve(stock_async *sa, const stock_product *p, stock_req **
         return;
     }
     *b = (spread_batch){ .sa = sa, .p = p, .reqs = reqs, .n = n, .left = n, .fn = fn, .ud = ud };
+    /* As few lanes as keep each call worth its cost: one for a small
+     * batch (a script call per lane is the price of a lane), more as the
+     * batch grows, from a random lane on, so that batches spread over the
+     * lanes, and so over the primaries, as the load does. */
+    size_t parts = n / SPREAD_PART_MIN;
+    if (parts < 1) parts = 1;
+    if (parts > (size_t)p->lanes) parts = (size_t)p->lanes;
+    int start = (int)(next_random(sa) % (uint64_t)p->lanes);
     for (size_t i = 0; i < n; i++) {
-        b->lane[i] = (int)(next_random(sa) % (uint64_t)p->lanes);
+        b->lane[i] = (start + (int)(i % parts)) % p->lanes;
         all[i] = (int)i;
     }
     b->busy++;
