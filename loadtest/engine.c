@@ -102,6 +102,7 @@ typedef struct worker {
     fl_timerq due;                /* buyers' decisions not yet sent */
     /* Read by the progress caller. */
     atomic_uint_fast64_t l_answered, l_2xx, l_201, l_409, l_429, l_5xx, l_other, l_errors;
+    atomic_uint_fast64_t l_shed;
     atomic_int l_open;
     atomic_int finished;
     pthread_mutex_t live_mu;
@@ -127,6 +128,8 @@ void fl_load_opts_default(fl_load_opts *o) {
     o->connections = 64;
     o->threads = 2;
     o->timeout_us = 10 * 1000000LL;
+    o->goodput_us = 250000;
+    o->late_us = 1000000;
     o->connect_burst = 256;
     o->users = 1000;
     o->qty_min = o->qty_max = 1;
@@ -247,6 +250,8 @@ static void record_answer(worker *w, conn *c, int64_t now) {
     pthread_mutex_unlock(&w->live_mu);
     r->answered++;
     r->status[st]++;
+    if (st == 201 && lat <= (uint64_t)w->g->o.goodput_us) r->good++;
+    if (lat > (uint64_t)w->g->o.late_us) r->late++;
     w->last_answer = now;
     atomic_fetch_add_explicit(&w->l_answered, 1, memory_order_relaxed);
     if (st >= 200 && st < 300) atomic_fetch_add_explicit(&w->l_2xx, 1, memory_order_relaxed);
@@ -268,6 +273,13 @@ static void record_answer(worker *w, conn *c, int64_t now) {
     } else if (st >= 400) {
         if (fl_json_str(rs->body ? rs->body : "", rs->body_len, "error", buf, sizeof buf) < 0)
             snprintf(buf, sizeof buf, "http_%d", st);
+        /* Shed at the door: the service keeping its latency, nothing taken;
+         * counted apart, not as an error. */
+        if (st == 503 && !strcmp(buf, "overloaded")) {
+            r->shed++;
+            atomic_fetch_add_explicit(&w->l_shed, 1, memory_order_relaxed);
+            return;
+        }
         count_code(r, buf);
         /* The fence's refusal shares lock_timeout's code; its message tells. */
         if (st == 429 && rs->body && memmem(rs->body, rs->body_len, "(fenced)", 8)) r->fenced++;
@@ -901,6 +913,7 @@ void fl_engine_progress(fl_engine *g, fl_progress *p) {
         p->c409 += atomic_load_explicit(&w->l_409, memory_order_relaxed);
         p->c429 += atomic_load_explicit(&w->l_429, memory_order_relaxed);
         p->c5xx += atomic_load_explicit(&w->l_5xx, memory_order_relaxed);
+        p->shed += atomic_load_explicit(&w->l_shed, memory_order_relaxed);
         p->other += atomic_load_explicit(&w->l_other, memory_order_relaxed);
         p->errors += atomic_load_explicit(&w->l_errors, memory_order_relaxed);
         p->open += atomic_load_explicit(&w->l_open, memory_order_relaxed);
@@ -931,6 +944,9 @@ static void merge_result(fl_load_result *d, const fl_load_result *s) {
     d->answered += s->answered;
     for (int i = 0; i < 600; i++) d->status[i] += s->status[i];
     d->transport_errors += s->transport_errors;
+    d->shed += s->shed;
+    d->good += s->good;
+    d->late += s->late;
     d->timeouts += s->timeouts;
     d->connect_errors += s->connect_errors;
     d->backlog += s->backlog;

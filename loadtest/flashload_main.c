@@ -56,6 +56,9 @@ static void usage_run(FILE *f) {
 "  --rate R               open loop: R requests/s in total; latency counts from each\n"
 "                         request's scheduled time (no coordinated omission)\n"
 "  --timeout SECS         an answer later than this is a transport error (%g)\n"
+"  --goodput-ms MS        a 201 within MS counts as goodput (%g); 503 overloaded\n"
+"                         answers are counted as shed, not as errors\n"
+"  --late-ms MS           answers later than MS are counted as late (%g)\n"
 "the buyers\n"
 "  --users N              buyers u0 .. u<N-1> (%u)\n"
 "  --zipf S               choose buyers by zipf with exponent S (default: uniform)\n"
@@ -92,7 +95,7 @@ static void usage_run(FILE *f) {
 "  --json FILE            also write the results as JSON\n"
 "  --get PATH             GET PATH instead of ordering: a ceiling test, no verification\n",
             DEFAULT_TARGET, d.load.connections, d.load.threads, RUN_DURATION_S,
-            d.load.timeout_us / 1e6, d.load.users, d.load.qty_min, FL_THINK_SHARE * 100,
+            d.load.timeout_us / 1e6, d.load.goodput_us / 1e3, d.load.late_us / 1e3, d.load.users, d.load.qty_min, FL_THINK_SHARE * 100,
             d.product.stock,
             d.product.segments, d.vantage.key_prefix, d.settle_ms);
     usage_exit_codes(f);
@@ -290,6 +293,12 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--timeout")) {
             if (num(a, val(argc, argv, &i), 0.001, 3600, &d)) return -1;
             lo->timeout_us = (int64_t)(d * 1e6);
+        } else if (!strcmp(a, "--goodput-ms")) {
+            if (num(a, val(argc, argv, &i), 0.001, 3600000, &d)) return -1;
+            lo->goodput_us = (int64_t)(d * 1e3);
+        } else if (!strcmp(a, "--late-ms")) {
+            if (num(a, val(argc, argv, &i), 0.001, 3600000, &d)) return -1;
+            lo->late_us = (int64_t)(d * 1e3);
         } else if (!strcmp(a, "--idempotency")) {
             lo->idem = 1;
         } else if (!strcmp(a, "--retry")) {

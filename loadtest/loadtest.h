@@ -235,6 +235,8 @@ typedef struct fl_load_opts {
     uint64_t requests;           /* stop issuing after this many (0: no limit) */
     double rate;                 /* open loop: requests/s in total; 0: closed loop */
     int64_t timeout_us;          /* an answer later than this is a transport error */
+    int64_t goodput_us;          /* a 201 within this counts as goodput (250 ms) */
+    int64_t late_us;             /* an answer after this is counted late (1 s) */
     int connect_burst;           /* connects in progress at once per thread */
     /* What a request is. */
     const char *get_path;        /* set: GET this path (a ceiling test), no orders */
@@ -305,6 +307,10 @@ typedef struct fl_load_result {
     uint64_t backlog;            /* open loop: scheduled, never sent before the end */
     uint64_t replays_sent;       /* orders that reused an earlier key */
     uint64_t fenced;             /* 429s whose message says the fence refused the write */
+    uint64_t shed;               /* 503 overloaded: refused at the door, nothing taken (not
+                                  * an error: the service protecting its latency) */
+    uint64_t good;               /* 201s answered within goodput_us (goodput) */
+    uint64_t late;               /* answers of any kind later than late_us */
     int max_open;                /* most connections open at once */
     fl_code_count codes[32];     /* error codes of non-2xx answers */
     size_t ncodes;
@@ -332,6 +338,7 @@ void fl_key_string(const char *tag, uint64_t k, char *out, size_t len);
 typedef struct fl_progress {
     int64_t elapsed_us;
     uint64_t answered, c2xx, c201, c409, c429, c5xx, other, errors;
+    uint64_t shed;               /* of c5xx: 503 overloaded */
     int open;                    /* connections open now */
     uint64_t p99_us;             /* over the answers since the previous call */
     uint64_t interval_n;         /* answers since the previous call */

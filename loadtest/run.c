@@ -50,11 +50,12 @@ static void progress_line(const fl_run_opts *o, fl_engine *g, uint64_t *prev, in
     char p99[32];
     fl_fmt_us(p.p99_us, p99, sizeof p99);
     fprintf(stderr,
-            "%s%s%5.1fs  requests %llu  201 %llu  409 %llu  429 %llu  5xx %llu  errors %llu  "
-            "open %d  %.0f/s  p99 %s\n",
+            "%s%s%5.1fs  requests %llu  201 %llu  409 %llu  429 %llu  5xx %llu  shed %llu  "
+            "errors %llu  open %d  %.0f/s  p99 %s\n",
             o->label ? o->label : "", o->label ? "  " : "", p.elapsed_us / 1e6,
             (unsigned long long)p.answered, (unsigned long long)p.c201,
-            (unsigned long long)p.c409, (unsigned long long)p.c429, (unsigned long long)p.c5xx,
+            (unsigned long long)p.c409, (unsigned long long)p.c429,
+            (unsigned long long)(p.c5xx - p.shed), (unsigned long long)p.shed,
             (unsigned long long)p.errors, p.open, rate, p.interval_n ? p99 : "-");
     *prev = p.answered;
     *prev_us = p.elapsed_us;
@@ -168,10 +169,17 @@ static void print_latency(const fl_hist *h, FILE *f) {
     fprintf(f, " max %s\n", v);
 }
 
+/* "250 ms" from microseconds. */
+static const char *fmt_ms(int64_t us, char *out, size_t len) {
+    snprintf(out, len, "%g ms", (double)us / 1000.0);
+    return out;
+}
+
 void fl_run_print(const fl_run_opts *o, const fl_run_result *r, FILE *f) {
     const fl_load_result *l = &r->load;
     const fl_load_opts *lo = &o->load;
     double secs = l->elapsed_us / 1e6;
+    char gms[32], lms[32];
     fprintf(f, "target    ");
     for (int i = 0; i < lo->ntargets; i++) fprintf(f, "%s%s", i ? ", " : "", lo->targets[i].url);
     fprintf(f, "  (%d connections, %d thread%s, %s)\n", lo->connections, lo->threads,
@@ -196,6 +204,12 @@ void fl_run_print(const fl_run_opts *o, const fl_run_result *r, FILE *f) {
             fprintf(f, " %s: %llu ", l->codes[i].code, (unsigned long long)l->codes[i].n);
         fprintf(f, "\n");
     }
+    if (!lo->get_path)
+        fprintf(f, "goodput   %llu 201s within %s: %.0f/s; %llu shed (503 overloaded, nothing "
+                   "taken); %llu answers later than %s\n",
+                (unsigned long long)l->good, fmt_ms(lo->goodput_us, gms, sizeof gms),
+                secs > 0 ? l->good / secs : 0.0, (unsigned long long)l->shed,
+                (unsigned long long)l->late, fmt_ms(lo->late_us, lms, sizeof lms));
     if (l->transport_errors || l->connect_errors || l->backlog)
         fprintf(f, "transport %llu requests without an answer (%llu timed out), %llu failed "
                    "connects, %llu never sent (open-loop backlog)\n",
@@ -283,6 +297,12 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
         (json_int_t)fl_hist_percentile(&l->hist, 99), "p999",
         (json_int_t)fl_hist_percentile(&l->hist, 99.9), "max", (json_int_t)l->hist.max, "mean",
         (json_int_t)fl_hist_mean(&l->hist));
+    json_object_set_new(j, "shed", json_integer((json_int_t)l->shed));
+    json_object_set_new(j, "goodput", json_pack("{s:I, s:f, s:I}", "created", (json_int_t)l->good,
+                                                "per_second", secs > 0 ? l->good / secs : 0.0,
+                                                "within_us", (json_int_t)o->load.goodput_us));
+    json_object_set_new(j, "late", json_pack("{s:I, s:I}", "answers", (json_int_t)l->late,
+                                             "after_us", (json_int_t)o->load.late_us));
     if (r->verified) {
         const fl_verdict *vd = &r->verdict;
         json_object_set_new(j, "verdict",
