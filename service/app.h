@@ -21,6 +21,7 @@
 #include "http/http.h"
 #include "service/config.h"
 #include "service/ops/metrics.h"
+#include "service/order/admission.h"
 #include "service/threadpool.h"
 #include "stock/stock.h"
 
@@ -56,6 +57,7 @@ typedef struct svc_app {
     svc_repair *repair;
     svc_product_cache *products;
     svc_metrics m;
+    svc_admission adm;             /* orders in the order path at once (order/) */
     atomic_int shutting_down;
     pthread_key_t tls;             /* per-thread db and stock connections */
 } svc_app;

@@ -75,6 +75,15 @@ static const opt OPTS[] = {
     { "request-timeout", "FLASHSALE_REQUEST_TIMEOUT", T_UINT, F(request_timeout_s), 0, 3600,
       "10", "seconds a request may take to arrive (head and body) once it has started; "
       "slower clients are disconnected (0: no limit)" },
+    { "max-inflight", "FLASHSALE_MAX_INFLIGHT", T_INT, F(max_inflight), 0, 1000000, "0",
+      "orders in the order path at once; past it POST /v1/orders is answered 503 overloaded "
+      "with Retry-After, before its body is parsed (0: adaptive, the limit follows "
+      "--order-latency-target-ms)" },
+    { "order-latency-target-ms", "FLASHSALE_ORDER_LATENCY_TARGET_MS", T_INT,
+      F(latency_target_ms), 4, 60000, "50",
+      "the adaptive admission limit keeps the median time an admitted order spends in the "
+      "order path at twice its time without a queue, and never above this: every 100 ms the "
+      "limit is scaled toward that" },
     { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
       "threads for API requests that read or write the stores, in each of two pools: one for "
       "work that may wait on Redis (product reads, admin writes), one for work that needs "
