@@ -41,6 +41,7 @@ typedef struct svc_app {
     struct rtopo_primary *primary; /* --redis is a Sentinel URL: its primary, followed */
     db_options db_opt;
     http_server *http;             /* NULL when started without a listener */
+    atomic_int http_up;            /* http is set: threads started before it may read it */
     loop **loops;                  /* event loops: HTTP and the order path */
     pthread_t *loop_threads;
     int nloops, nrunning;

@@ -70,6 +70,9 @@ static const opt OPTS[] = {
     { "max-connections-per-client", "FLASHSALE_MAX_CONNECTIONS_PER_CLIENT", T_UINT,
       F(max_per_client), 0, 1000000, "0",
       "open HTTP connections one client address may hold (0: a quarter of --max-connections)" },
+    { "connection-memory-kib", "FLASHSALE_CONNECTION_MEMORY_KIB", T_UINT, F(conn_memory_kib), 4,
+      1024, "16", "memory each HTTP connection may use for its request head and buffers "
+      "(KiB); a request head larger than about this is refused with 431" },
     { "idle-timeout", "FLASHSALE_IDLE_TIMEOUT", T_UINT, F(idle_timeout_s), 0, 86400, "60",
       "seconds before an idle HTTP connection is closed (0: never)" },
     { "request-timeout", "FLASHSALE_REQUEST_TIMEOUT", T_UINT, F(request_timeout_s), 0, 3600,

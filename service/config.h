@@ -18,6 +18,7 @@ typedef struct svc_config {
     int synchronous_full;
     unsigned max_connections;
     unsigned max_per_client;  /* connections one client address may hold (0: no cap) */
+    unsigned conn_memory_kib; /* libmicrohttpd's memory per connection */
     unsigned idle_timeout_s;
     unsigned request_timeout_s;   /* a started request must be in within this */
     unsigned request_timeout_ms;  /* the same, set by svc_config_load; an embedder (the

@@ -10,7 +10,8 @@ against a real service, Redis and SQLite.
   balance (stock_initial == available + sold; every 201 is a row and
   every row a 201); /metrics counts each shed once, shows the limit, and
   no order left in flight.
-- The default is adaptive and within its bounds.
+- The default is adaptive and within its bounds, and the other memory
+  bound, --connection-memory-kib, refuses a request head past it with 431.
 
 No timing is asserted: which orders are shed depends on the machine; that
 some are, and that none is lost, does not.
@@ -18,6 +19,7 @@ some are, and that none is lost, does not.
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 
@@ -124,3 +126,14 @@ def test_default_limit_is_adaptive_and_bounded(ctx):
     aim = m["flashsale_order_admission_latency_aim_seconds"]
     assert 0.0125 <= aim <= 0.05, aim        # within a quarter of the 50 ms target and it
 
+
+def test_connection_memory_bounds_the_request_head(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--connection-memory-kib", "8"])
+    ok = s.get("/healthz", headers={"X-Pad": "a" * 2000})
+    assert ok.status == 200, ok
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    k.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 12000 + b"\r\n\r\n")
+    head = k.recv(100)
+    k.close()
+    assert head.startswith(b"HTTP/1.1 431"), head
