@@ -291,12 +291,11 @@ static void render_admission(svc_app *a, buf *b) {
            "--order-latency-target-ms.");
     put(b, "flashsale_order_admission_latency_seconds %.6f\n",
         (double)svc_admission_median_us(ad) / 1e6);
-    family(b, "flashsale_order_admission_latency_aim_seconds", "gauge",
-           "The median the adaptive limit aims at: twice the lowest recent median, at most "
-           "--order-latency-target-ms and at least a quarter of it (computed with a fixed "
-           "limit too).");
-    put(b, "flashsale_order_admission_latency_aim_seconds %.6f\n",
-        (double)svc_admission_aim_us(ad) / 1e6);
+    family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
+           "--order-latency-target-ms: the median the adaptive limit aims at (shown with a "
+           "fixed limit too).");
+    put(b, "flashsale_order_admission_latency_target_seconds %.3f\n",
+        (double)a->cfg.latency_target_ms / 1e3);
 }
 
 static void render_stores(svc_app *a, buf *b, svc_metrics *m) {

@@ -6,9 +6,8 @@
 
 #include "common/clock.h"
 
-#define STEP_UP 1.25               /* the most one window may scale the limit by */
-#define STEP_DOWN 0.9
-#define DRIFT 1.02                 /* the baseline's rise a window */
+#define STEP_UP 1.1                /* the most one window may scale the limit by: */
+#define STEP_DOWN 0.8              /* gently up, faster down */
 
 void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) {
     ad->fixed = fixed > 0 ? fixed : 0;
@@ -25,33 +24,20 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_store(&ad->win_start_us, clock_mono_us());
     atomic_flag_clear(&ad->updating);
     atomic_store(&ad->last_median_us, 0);
-    atomic_store(&ad->baseline_us, 0);
 }
 
 /* ---------------------------------------------------------------- the rule */
 
-int64_t svc_admission_aim(int64_t baseline_us, int64_t target_us) {
-    int64_t aim = 2 * baseline_us;
-    if (aim < target_us / 4) aim = target_us / 4;
-    if (aim > target_us) aim = target_us;
-    return aim;
-}
-
-long svc_admission_next(long limit, int64_t median_us, int64_t baseline_us, long peak,
-                        int64_t target_us, long max) {
+long svc_admission_next(long limit, int64_t median_us, long peak, int64_t target_us, long max) {
     if (median_us <= 0 || target_us <= 0) return limit;
-    /* An order's time in the path is its own work and the event loop's
-     * turns (which the requests shed at the door lengthen too) plus the
-     * queue of orders ahead of it. Only that queue is the limit's to
-     * shorten: aim at twice the time without it, never above the target
-     * (nor below a quarter of it), so that a slow loop does not drive the
-     * limit to its floor and a fast one does not invite a queue. */
-    double g = (double)svc_admission_aim(baseline_us, target_us) / (double)median_us;
+    double g = (double)target_us / (double)median_us;
     /* Faster than the target but the limit not in use: the load, not the
      * limit, set that time, and it says nothing of more. */
     if (g > 1.0 && peak < limit / 2) return limit;
     /* Half the way to limit * g, within the steps: one noisy window moves
-     * it little, and a burst of slow commits cannot empty it at once. */
+     * it little, the loop's answer to a change (a window or two later)
+     * is seen before the next big step, and a burst of slow commits
+     * cannot empty it at once. */
     double f = (1.0 + g) / 2.0;
     if (f > STEP_UP) f = STEP_UP;
     if (f < STEP_DOWN) f = STEP_DOWN;
@@ -122,13 +108,9 @@ static void close_window(svc_admission *ad, int64_t now) {
     atomic_store(&ad->win_start_us, now);
     if (!median) return;
     atomic_store(&ad->last_median_us, median);
-    int64_t base = atomic_load(&ad->baseline_us);
-    base = !base || median < base ? median : (int64_t)((double)base * DRIFT);
-    atomic_store(&ad->baseline_us, base);
     if (ad->fixed) return;
     long limit = atomic_load(&ad->limit);
-    atomic_store(&ad->limit,
-                 svc_admission_next(limit, median, base, peak, ad->target_us, ad->max));
+    atomic_store(&ad->limit, svc_admission_next(limit, median, peak, ad->target_us, ad->max));
 }
 
 void svc_admission_leave(svc_admission *ad, int64_t micros) {
@@ -150,6 +132,3 @@ long svc_admission_limit(const svc_admission *ad) { return atomic_load(&ad->limi
 long svc_admission_inflight(const svc_admission *ad) { return atomic_load(&ad->inflight); }
 uint64_t svc_admission_shed_count(const svc_admission *ad) { return atomic_load(&ad->shed); }
 int64_t svc_admission_median_us(const svc_admission *ad) { return atomic_load(&ad->last_median_us); }
-int64_t svc_admission_aim_us(const svc_admission *ad) {
-    return svc_admission_aim(atomic_load(&ad->baseline_us), ad->target_us);
-}

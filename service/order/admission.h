@@ -13,12 +13,13 @@
  * The limit is fixed (--max-inflight N) or, by default, adaptive: every
  * window (100 ms and 16 orders at least) the median time admitted orders
  * spent in the path is compared with a target (--order-latency-target-ms)
- * and the limit is scaled by target / measured, at most x1.5 or x0.75 a
- * window, a gradient controller in the manner of
- * Netflix's concurrency-limits and Envoy's adaptive concurrency. At
- * saturation that is Little's law: limit = throughput x target, the
- * orders the service completes within the target; below it the limit is
- * not in use and is left where it is (docs/performance.md, "Admission").
+ * and the limit is scaled half the way to limit x target / median, at
+ * most x1.1 up and x0.8 down a window, never below SVC_ADMISSION_MIN: a
+ * gradient controller in the manner of Netflix's concurrency-limits and
+ * Envoy's adaptive concurrency. At saturation that is Little's law:
+ * limit = throughput x target, the orders the service completes within
+ * the target; below it the limit is not in use and is left where it is
+ * (docs/performance.md, "Past capacity").
  *
  * Lock-free: the counters are atomics; the window's update is taken by
  * whichever thread finishes an order after the window ends (one at a
@@ -31,7 +32,7 @@
 
 #define SVC_ADMISSION_WINDOW_US 100000   /* the controller's window, at least... */
 #define SVC_ADMISSION_WINDOW_N 16        /* ...and at least this many orders in it */
-#define SVC_ADMISSION_MIN 64             /* the adaptive limit's floor... */
+#define SVC_ADMISSION_MIN 128            /* the adaptive limit's floor... */
 #define SVC_ADMISSION_INITIAL 256        /* ...and where it starts */
 #define SVC_ADMISSION_BUCKETS 88         /* window histogram: 4 a power of two, to 8 s */
 
@@ -49,7 +50,6 @@ typedef struct svc_admission {
     atomic_llong win_start_us;
     atomic_flag updating;          /* one thread closes a window */
     atomic_llong last_median_us;   /* the latest window's median (metrics) */
-    atomic_llong baseline_us;      /* the lowest recent median, drifting up 2% a window */
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
     int64_t target_us;             /* the adaptive target: median time in the path */
@@ -77,15 +77,8 @@ uint64_t svc_admission_shed_count(const svc_admission *ad);
 int64_t svc_admission_median_us(const svc_admission *ad);
 
 /* The adaptive rule, pure, for the unit tests: the next limit from the
- * current one, a window's median time in the path, the baseline (the
- * lowest recent median: what an order costs with no queue of orders in
- * front of it), its peak in flight, and the target; bounded by
- * [SVC_ADMISSION_MIN, max]. The median aimed at is twice the baseline,
- * but no more than the target and no less than a quarter of it. */
-long svc_admission_next(long limit, int64_t median_us, int64_t baseline_us, long peak,
-                        int64_t target_us, long max);
-/* The median aimed at, from the baseline and the target (metrics). */
-int64_t svc_admission_aim(int64_t baseline_us, int64_t target_us);
-int64_t svc_admission_aim_us(const svc_admission *ad);
+ * current one, a window's median time in the path, its peak in flight,
+ * and the target; bounded by [SVC_ADMISSION_MIN, max]. */
+long svc_admission_next(long limit, int64_t median_us, long peak, int64_t target_us, long max);
 
 #endif
