@@ -83,9 +83,10 @@ static const opt OPTS[] = {
       "with Retry-After, before its body is parsed (0: adaptive, the limit follows "
       "--order-latency-target-ms)" },
     { "order-latency-target-ms", "FLASHSALE_ORDER_LATENCY_TARGET_MS", T_INT,
-      F(latency_target_ms), 1, 60000, "50",
-      "the adaptive admission limit keeps the median time an admitted order spends in the "
-      "order path near this: every 100 ms it is scaled toward limit x target / median" },
+      F(latency_target_ms), 1, 60000, "100",
+      "the adaptive admission limit keeps the 90th percentile of the time admitted orders "
+      "spend in the order path near this: every 100 ms it is scaled toward "
+      "limit x target / p90" },
     { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
       "threads for API requests that read or write the stores, in each of two pools: one for "
       "work that may wait on Redis (product reads, admin writes), one for work that needs "

@@ -286,14 +286,14 @@ static void render_admission(svc_app *a, buf *b) {
            "Orders admitted into the order path and not yet answered.");
     put(b, "flashsale_orders_inflight %ld\n", svc_admission_inflight(ad));
     family(b, "flashsale_order_admission_latency_seconds", "gauge",
-           "Median time admitted orders spent in the order path in the latest window "
-           "(100 ms, 16 orders at least): what the adaptive limit compares with "
-           "--order-latency-target-ms.");
+           "90th percentile of the time admitted orders spent in the order path in the "
+           "latest window (100 ms, 16 orders at least): what the adaptive limit compares "
+           "with --order-latency-target-ms.");
     put(b, "flashsale_order_admission_latency_seconds %.6f\n",
-        (double)svc_admission_median_us(ad) / 1e6);
+        (double)svc_admission_p90_us(ad) / 1e6);
     family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
-           "--order-latency-target-ms: the median the adaptive limit aims at (shown with a "
-           "fixed limit too).");
+           "--order-latency-target-ms: the p90 of the time in the order path the adaptive "
+           "limit aims at (shown with a fixed limit too).");
     put(b, "flashsale_order_admission_latency_target_seconds %.3f\n",
         (double)a->cfg.latency_target_ms / 1e3);
 }

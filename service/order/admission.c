@@ -23,14 +23,14 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_store(&ad->win_peak, 0);
     atomic_store(&ad->win_start_us, clock_mono_us());
     atomic_flag_clear(&ad->updating);
-    atomic_store(&ad->last_median_us, 0);
+    atomic_store(&ad->last_p90_us, 0);
 }
 
 /* ---------------------------------------------------------------- the rule */
 
-long svc_admission_next(long limit, int64_t median_us, long peak, int64_t target_us, long max) {
-    if (median_us <= 0 || target_us <= 0) return limit;
-    double g = (double)target_us / (double)median_us;
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max) {
+    if (p90_us <= 0 || target_us <= 0) return limit;
+    double g = (double)target_us / (double)p90_us;
     /* Faster than the target but the limit not in use: the load, not the
      * limit, set that time, and it says nothing of more. */
     if (g > 1.0 && peak < limit / 2) return limit;
@@ -48,7 +48,7 @@ long svc_admission_next(long limit, int64_t median_us, long peak, int64_t target
     return n;
 }
 
-/* ------------------------------------------------------ the window's median */
+/* --------------------------------------------------------- the window's p90 */
 
 /* The bucket of a time: 0..3 exact, then four a power of two. */
 static int bucket_of(uint64_t us) {
@@ -66,20 +66,21 @@ static int64_t bucket_mid(int i) {
     return (int64_t)(4 + i % 4) * width + width / 2;
 }
 
-/* Empties the window's histogram; its median (0 when empty). */
-static int64_t take_median(svc_admission *ad, uint64_t n) {
+/* Empties the window's histogram (n orders); its 90th percentile (0 when
+ * empty). */
+static int64_t take_p90(svc_admission *ad, uint64_t n) {
     uint64_t counts[SVC_ADMISSION_BUCKETS], seen = 0;
-    int64_t median = 0;
+    int64_t p90 = 0;
     for (int i = 0; i < SVC_ADMISSION_BUCKETS; i++)
         counts[i] = atomic_exchange(&ad->win_hist[i], 0);
     for (int i = 0; i < SVC_ADMISSION_BUCKETS && n; i++) {
         seen += counts[i];
-        if (seen * 2 >= n) {
-            median = bucket_mid(i);
+        if (seen * 10 >= n * 9) {
+            p90 = bucket_mid(i);
             break;
         }
     }
-    return median;
+    return p90;
 }
 
 /* ------------------------------------------------------------- the door */
@@ -100,17 +101,17 @@ void svc_admission_enter(svc_admission *ad) {
         atomic_store_explicit(&ad->win_peak, n, memory_order_relaxed);
 }
 
-/* Ends the current window: its median goes to the controller. */
+/* Ends the current window: its p90 goes to the controller. */
 static void close_window(svc_admission *ad, int64_t now) {
     uint64_t n = atomic_exchange(&ad->win_n, 0);
-    int64_t median = take_median(ad, n);
+    int64_t p90 = take_p90(ad, n);
     long peak = atomic_exchange(&ad->win_peak, atomic_load(&ad->inflight));
     atomic_store(&ad->win_start_us, now);
-    if (!median) return;
-    atomic_store(&ad->last_median_us, median);
+    if (!p90) return;
+    atomic_store(&ad->last_p90_us, p90);
     if (ad->fixed) return;
     long limit = atomic_load(&ad->limit);
-    atomic_store(&ad->limit, svc_admission_next(limit, median, peak, ad->target_us, ad->max));
+    atomic_store(&ad->limit, svc_admission_next(limit, p90, peak, ad->target_us, ad->max));
 }
 
 void svc_admission_leave(svc_admission *ad, int64_t micros) {
@@ -131,4 +132,4 @@ void svc_admission_leave(svc_admission *ad, int64_t micros) {
 long svc_admission_limit(const svc_admission *ad) { return atomic_load(&ad->limit); }
 long svc_admission_inflight(const svc_admission *ad) { return atomic_load(&ad->inflight); }
 uint64_t svc_admission_shed_count(const svc_admission *ad) { return atomic_load(&ad->shed); }
-int64_t svc_admission_median_us(const svc_admission *ad) { return atomic_load(&ad->last_median_us); }
+int64_t svc_admission_p90_us(const svc_admission *ad) { return atomic_load(&ad->last_p90_us); }

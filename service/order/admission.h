@@ -11,9 +11,10 @@
  * one that took nothing. An admitted order is never shed.
  *
  * The limit is fixed (--max-inflight N) or, by default, adaptive: every
- * window (100 ms and 16 orders at least) the median time admitted orders
- * spent in the path is compared with a target (--order-latency-target-ms)
- * and the limit is scaled half the way to limit x target / median, at
+ * window (100 ms and 16 orders at least) the 90th percentile of the time
+ * admitted orders spent in the path is compared with a target
+ * (--order-latency-target-ms) and the limit is scaled half the way to
+ * limit x target / p90, at
  * most x1.1 up and x0.8 down a window, never below SVC_ADMISSION_MIN: a
  * gradient controller in the manner of Netflix's concurrency-limits and
  * Envoy's adaptive concurrency. At saturation that is Little's law:
@@ -42,21 +43,22 @@ typedef struct svc_admission {
     atomic_uint_fast64_t shed;     /* refused at the door */
     atomic_uint_fast64_t admitted;
     /* The current window: orders finished, their times in the path (a
-     * histogram, four buckets a power of two: the median within 19%), the most in flight at
-     * once, and when it began. */
+     * histogram, four buckets a power of two: within 13%), the most in
+     * flight at once, and when it began. */
     atomic_uint_fast64_t win_n;
     atomic_uint_fast64_t win_hist[SVC_ADMISSION_BUCKETS];
     atomic_long win_peak;
     atomic_llong win_start_us;
     atomic_flag updating;          /* one thread closes a window */
-    atomic_llong last_median_us;   /* the latest window's median (metrics) */
+    atomic_llong last_p90_us;      /* the latest window's p90 (metrics) */
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
-    int64_t target_us;             /* the adaptive target: median time in the path */
+    int64_t target_us;             /* the adaptive target: p90 of the time in the path */
 } svc_admission;
 
 /* Sets ad up: a fixed limit when fixed > 0, else adaptive between
- * SVC_ADMISSION_MIN and max with target_ms as the median time in the path. */
+ * SVC_ADMISSION_MIN and max with target_ms as the p90 of the time in the
+ * path. */
 void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms);
 
 /* Whether an order arriving now would be refused: the path holds its
@@ -74,11 +76,11 @@ void svc_admission_leave(svc_admission *ad, int64_t micros);
 long svc_admission_limit(const svc_admission *ad);
 long svc_admission_inflight(const svc_admission *ad);
 uint64_t svc_admission_shed_count(const svc_admission *ad);
-int64_t svc_admission_median_us(const svc_admission *ad);
+int64_t svc_admission_p90_us(const svc_admission *ad);
 
 /* The adaptive rule, pure, for the unit tests: the next limit from the
- * current one, a window's median time in the path, its peak in flight,
- * and the target; bounded by [SVC_ADMISSION_MIN, max]. */
-long svc_admission_next(long limit, int64_t median_us, long peak, int64_t target_us, long max);
+ * current one, a window's p90 of the time in the path, its peak in
+ * flight, and the target; bounded by [SVC_ADMISSION_MIN, max]. */
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max);
 
 #endif

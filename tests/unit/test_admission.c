@@ -2,12 +2,12 @@
  * admission.h), promise by promise, without a clock to wait on:
  * - a fixed limit: orders pass until it is held, then each is shed and
  *   counted; one leaving lets the next in; the limit never moves;
- * - the adaptive rule: a median under the target grows the limit only
- *   when it was in use, by at most x1.1 a window; one over it shrinks it
- *   half the way, by at most x0.8; the floor and the ceiling hold; a
- *   median never seen (0) leaves it;
- * - windows: the median of a window (within its bucket's width) reaches
- *   the metrics, and a window closes only after 100 ms and 16 orders. */
+ * - the adaptive rule: a p90 under the target grows the limit only when
+ *   it was in use, by at most x1.1 a window; one over it shrinks it half
+ *   the way, by at most x0.8; the floor and the ceiling hold; a p90 never
+ *   seen (0) leaves it;
+ * - windows: the p90 of a window (within its bucket's width) reaches the
+ *   metrics, and a window closes only after 100 ms and 16 orders. */
 #include <unistd.h>
 
 #include "service/order/admission.h"
@@ -44,19 +44,19 @@ static void rule_shrinks_a_slow_path(void) {
     CHECK(svc_admission_next(1000, 60000, 1000, 50000, 10000) == 916);   /* half the way */
     CHECK(svc_admission_next(SVC_ADMISSION_MIN, 400000, SVC_ADMISSION_MIN, 50000, 10000) ==
           SVC_ADMISSION_MIN);                                            /* floor */
-    CHECK(svc_admission_next(300, 0, 300, 50000, 10000) == 300);         /* no median */
+    CHECK(svc_admission_next(300, 0, 300, 50000, 10000) == 300);         /* no p90 */
 }
 
-static void window_median_reaches_the_metrics(void) {
+static void window_p90_reaches_the_metrics(void) {
     svc_admission ad;
     svc_admission_init(&ad, 0, 10000, 50);
     CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
     for (int i = 0; i < 20; i++) svc_admission_enter(&ad);
     for (int i = 0; i < 10; i++) svc_admission_leave(&ad, 3000);   /* fewer than 16: open */
-    CHECK(svc_admission_median_us(&ad) == 0);
+    CHECK(svc_admission_p90_us(&ad) == 0);
     usleep(SVC_ADMISSION_WINDOW_US + 20000);
     for (int i = 0; i < 10; i++) svc_admission_leave(&ad, 3000);   /* 20 in a closed window */
-    int64_t m = svc_admission_median_us(&ad);
+    int64_t m = svc_admission_p90_us(&ad);
     CHECK(m >= 2500 && m <= 3600);        /* 3 ms, within its bucket (512 us wide) */
     CHECK(svc_admission_inflight(&ad) == 0);
     /* Fast, but the limit was not in use (a peak of 20 of 256): it stays. */
@@ -64,4 +64,4 @@ static void window_median_reaches_the_metrics(void) {
 }
 
 TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
-          T(rule_shrinks_a_slow_path), T(window_median_reaches_the_metrics))
+          T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics))
