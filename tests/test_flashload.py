@@ -242,7 +242,7 @@ def test_progress_and_usage_errors(ctx):
     rc, so, se = flashload(*vantage(s, redis), "--duration", 2.2, "--progress")
     assert rc == 0, so + se
     lines = [l for l in se.splitlines() if re.match(r"\s*\d+\.\ds  requests \d+  201 \d+  409 \d+"
-                                                     r"  429 \d+  5xx \d+  errors \d+  open \d+"
+                                                     r"  429 \d+  5xx \d+  shed \d+  errors \d+  open \d+"
                                                      r"  \d+/s  p99 \S+$", l)]
     assert len(lines) >= 2, se
     rc, so, se = flashload(*vantage(s, redis), "--duration", 1.2)
