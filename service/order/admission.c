@@ -1,6 +1,6 @@
 /* admission.c: the order path's admission limit, fixed or adaptive, and
  * the count of orders shed at the door. See admission.h for why and how;
- * docs/performance.md ("Admission") for the measurements behind the
+ * docs/performance.md ("Past capacity") for the measurements behind the
  * numbers. */
 #include "service/order/admission.h"
 
@@ -17,7 +17,6 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_store(&ad->limit, ad->fixed ? ad->fixed
                              : SVC_ADMISSION_INITIAL < ad->max ? SVC_ADMISSION_INITIAL : ad->max);
     atomic_store(&ad->shed, 0);
-    atomic_store(&ad->admitted, 0);
     atomic_store(&ad->win_n, 0);
     for (int i = 0; i < SVC_ADMISSION_BUCKETS; i++) atomic_store(&ad->win_hist[i], 0);
     atomic_store(&ad->win_peak, 0);
@@ -95,7 +94,6 @@ int svc_admission_shed(svc_admission *ad) {
 
 void svc_admission_enter(svc_admission *ad) {
     long n = atomic_fetch_add_explicit(&ad->inflight, 1, memory_order_relaxed) + 1;
-    atomic_fetch_add_explicit(&ad->admitted, 1, memory_order_relaxed);
     /* A racy maximum: a lost update under-reports a peak by a few. */
     if (n > atomic_load_explicit(&ad->win_peak, memory_order_relaxed))
         atomic_store_explicit(&ad->win_peak, n, memory_order_relaxed);

@@ -41,7 +41,6 @@ typedef struct svc_admission {
     atomic_long inflight;          /* orders admitted and not yet answered */
     atomic_long limit;             /* admitted at most, now */
     atomic_uint_fast64_t shed;     /* refused at the door */
-    atomic_uint_fast64_t admitted;
     /* The current window: orders finished, their times in the path (a
      * histogram, four buckets a power of two: within 13%), the most in
      * flight at once, and when it began. */
@@ -62,9 +61,10 @@ typedef struct svc_admission {
 void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms);
 
 /* Whether an order arriving now would be refused: the path holds its
- * limit. Counts it as shed when so. A check, not a reservation: the few
- * orders that pass it at the same moment on other threads may take the
- * path a few past the limit, never more than one per thread. */
+ * limit. Counts it as shed when so. A check, not a reservation: orders
+ * that passed it and are not yet in the path (being parsed on another
+ * loop, or waiting for their product to be read) may take the path a
+ * little past the limit. */
 int svc_admission_shed(svc_admission *ad);
 
 /* An order enters the path (svc_order_submit)... */
