@@ -87,6 +87,9 @@ typedef struct http_options {
     int nloops;
     unsigned max_connections;     /* beyond it new connections are refused */
     unsigned max_per_client;      /* connections one address may hold; 0: no cap */
+    size_t conn_memory;           /* libmicrohttpd's memory per connection (request head,
+                                   * read and write buffers), bytes; 0: 16 KiB. A head
+                                   * larger than about this is refused (431) */
     unsigned idle_timeout_s;      /* an idle connection is closed after it */
     unsigned request_timeout_ms;  /* a started request must be in by then; 0: none */
     size_t max_body;              /* 413 beyond it */
@@ -105,8 +108,9 @@ int http_port(const http_server *s);
 void http_quiesce(http_server *s);
 /* Requests received and not yet answered (deferred ones included). */
 long http_inflight(const http_server *s);
-/* Open connections. */
+/* Open connections; connections closed since the start. */
 long http_connections(const http_server *s);
+long http_closed(const http_server *s);
 /* Connections refused because max_connections were open. */
 long http_refused(const http_server *s);
 /* Connections refused because their address held max_per_client. */

@@ -136,6 +136,7 @@ struct http_server {
     atomic_int quiesced_n;
     atomic_long inflight;
     atomic_long connections;
+    atomic_long closed;            /* connections closed, ever */
     atomic_long refused;
     atomic_long refused_per_client;
     http_clients clients;

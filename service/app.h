@@ -21,6 +21,7 @@
 #include "http/http.h"
 #include "service/config.h"
 #include "service/ops/metrics.h"
+#include "service/order/admission.h"
 #include "service/threadpool.h"
 #include "stock/stock.h"
 
@@ -41,6 +42,7 @@ typedef struct svc_app {
     struct rtopo_cluster *cluster; /* --redis is a cluster's URL: its slot map, followed */
     db_options db_opt;
     http_server *http;             /* NULL when started without a listener */
+    atomic_int http_up;            /* http is set: threads started before it may read it */
     loop **loops;                  /* event loops: HTTP and the order path */
     pthread_t *loop_threads;
     int nloops, nrunning;
@@ -57,6 +59,7 @@ typedef struct svc_app {
     svc_repair *repair;
     svc_product_cache *products;
     svc_metrics m;
+    svc_admission adm;             /* orders in the order path at once (order/) */
     atomic_int shutting_down;
     pthread_key_t tls;             /* per-thread db and stock connections */
 } svc_app;

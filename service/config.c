@@ -70,11 +70,23 @@ static const opt OPTS[] = {
     { "max-connections-per-client", "FLASHSALE_MAX_CONNECTIONS_PER_CLIENT", T_UINT,
       F(max_per_client), 0, 1000000, "0",
       "open HTTP connections one client address may hold (0: a quarter of --max-connections)" },
+    { "connection-memory-kib", "FLASHSALE_CONNECTION_MEMORY_KIB", T_UINT, F(conn_memory_kib), 4,
+      1024, "16", "memory each HTTP connection may use for its request head and buffers "
+      "(KiB); a request head larger than about this is refused with 431" },
     { "idle-timeout", "FLASHSALE_IDLE_TIMEOUT", T_UINT, F(idle_timeout_s), 0, 86400, "60",
       "seconds before an idle HTTP connection is closed (0: never)" },
     { "request-timeout", "FLASHSALE_REQUEST_TIMEOUT", T_UINT, F(request_timeout_s), 0, 3600,
       "10", "seconds a request may take to arrive (head and body) once it has started; "
       "slower clients are disconnected (0: no limit)" },
+    { "max-inflight", "FLASHSALE_MAX_INFLIGHT", T_INT, F(max_inflight), 0, 1000000, "0",
+      "orders in the order path at once; past it POST /v1/orders is answered 503 overloaded "
+      "with Retry-After, before its body is parsed (0: adaptive, the limit follows "
+      "--order-latency-target-ms)" },
+    { "order-latency-target-ms", "FLASHSALE_ORDER_LATENCY_TARGET_MS", T_INT,
+      F(latency_target_ms), 1, 60000, "100",
+      "the adaptive admission limit keeps the 90th percentile of the time admitted orders "
+      "spend in the order path near this: every 100 ms it is scaled toward "
+      "limit x target / p90" },
     { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
       "threads for API requests that read or write the stores, in each of two pools: one for "
       "work that may wait on Redis (product reads, admin writes), one for work that needs "

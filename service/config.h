@@ -18,10 +18,13 @@ typedef struct svc_config {
     int synchronous_full;
     unsigned max_connections;
     unsigned max_per_client;  /* connections one client address may hold (0: no cap) */
+    unsigned conn_memory_kib; /* libmicrohttpd's memory per connection */
     unsigned idle_timeout_s;
     unsigned request_timeout_s;   /* a started request must be in within this */
     unsigned request_timeout_ms;  /* the same, set by svc_config_load; an embedder (the
                                    * request fuzzer) may make it finer after that */
+    int max_inflight;         /* orders in the order path at once (0: adaptive) */
+    int latency_target_ms;    /* the adaptive limit's target: p90 of the time in the path */
     int api_workers;          /* threads in each API pool (Redis work; SQLite-only work) */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
     int soldout_cache_ms;           /* a "sold out" is remembered this long (0: never) */

@@ -258,6 +258,7 @@ static void teardown(svc_app *a) {
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
     svc_maint_stop(a->maint);
+    atomic_store(&a->http_up, 0);
     svc_health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then what lives on them. */
     loops_stop(a);
@@ -315,12 +316,14 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
     http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,
+                        .conn_memory = (size_t)a->cfg.conn_memory_kib * 1024,
                         .idle_timeout_s = a->cfg.idle_timeout_s,
                         .request_timeout_ms = a->cfg.request_timeout_ms, .max_body = 64 * 1024,
                         .routes = svc_api_routes, .nroutes = svc_api_nroutes,
                         .observer = svc_metrics_http, .ud = a };
-    if ((a->cfg.listen[0] && !(a->http = http_start(&ho, why, sizeof why))) ||
-        svc_orders_start(a, why, sizeof why) != 0 || loops_run(a, why, sizeof why) != 0)
+    if (a->cfg.listen[0] && !(a->http = http_start(&ho, why, sizeof why))) goto err;
+    atomic_store(&a->http_up, a->http != NULL);   /* the maintenance thread may look */
+    if (svc_orders_start(a, why, sizeof why) != 0 || loops_run(a, why, sizeof why) != 0)
         goto err;
     return 0;
 err:
@@ -336,6 +339,8 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     make_instance_id(a);
     atomic_store(&a->shutting_down, 0);
+    svc_admission_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
+                       a->cfg.latency_target_ms);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,

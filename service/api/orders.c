@@ -120,6 +120,18 @@ static void order_create_job(api_job *j) {
     else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
 }
 
+/* The answer past the admission limit (order/admission.h), written once:
+ * nothing of the request is parsed and nothing was taken, so the buyer
+ * may simply retry. */
+static const char OVERLOADED[] =
+    "{\"error\":\"overloaded\",\"message\":\"The service has as many orders in progress as "
+    "it can answer in time; this one was not taken. Retry after Retry-After seconds.\"}\n";
+
+static void reply_overloaded(http_req *r) {
+    const char *h[] = { "Retry-After", "1", NULL };
+    http_reply_error_json(r, 503, "overloaded", OVERLOADED, sizeof OVERLOADED - 1, h);
+}
+
 void api_order_create(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
     svc_order_input in;
@@ -130,6 +142,10 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
         const char *h[] = { "Connection", "close", "Retry-After", "1", NULL };
         http_reply_error_with(r, 503, "shutting_down", NULL, h,
                               "The service is shutting down; retry on another instance.");
+        return;
+    }
+    if (svc_admission_shed(&a->adm)) {      /* first: before any parsing */
+        reply_overloaded(r);
         return;
     }
     if (api_idem_key(r, key) != 0) return;

@@ -80,7 +80,7 @@ static const char *const ERRORS[SVC_NERROR] = {
     "order_confirmed", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
     "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
-    "shutting_down", "internal_error", "other",
+    "shutting_down", "overloaded", "internal_error", "other",
 };
 
 const char *svc_outcome_name(svc_outcome o) { return OUTCOME_NAMES[o]; }
@@ -273,6 +273,31 @@ static void render_http(buf *b, svc_metrics *m) {
             }
 }
 
+/* The admission limit of the order path (order/admission.h). */
+static void render_admission(svc_app *a, buf *b) {
+    const svc_admission *ad = &a->adm;
+    counter(b, "flashsale_orders_shed_total",
+            "POST /v1/orders answered 503 overloaded at the door: the order path held its "
+            "admission limit (nothing parsed, nothing taken).", svc_admission_shed_count(ad));
+    family(b, "flashsale_order_admission_limit", "gauge",
+           "Orders the order path admits at once: --max-inflight, or the adaptive limit now.");
+    put(b, "flashsale_order_admission_limit %ld\n", svc_admission_limit(ad));
+    family(b, "flashsale_orders_inflight", "gauge",
+           "Orders admitted into the order path and not yet answered.");
+    put(b, "flashsale_orders_inflight %ld\n", svc_admission_inflight(ad));
+    family(b, "flashsale_order_admission_latency_seconds", "gauge",
+           "90th percentile of the time admitted orders spent in the order path in the "
+           "latest window (100 ms, 16 orders at least): what the adaptive limit compares "
+           "with --order-latency-target-ms.");
+    put(b, "flashsale_order_admission_latency_seconds %.6f\n",
+        (double)svc_admission_p90_us(ad) / 1e6);
+    family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
+           "--order-latency-target-ms: the p90 of the time in the order path the adaptive "
+           "limit aims at (shown with a fixed limit too).");
+    put(b, "flashsale_order_admission_latency_target_seconds %.3f\n",
+        (double)a->cfg.latency_target_ms / 1e3);
+}
+
 static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
     char labels[64];
     family(b, "flashsale_redis_call_duration_seconds", "histogram",
@@ -410,6 +435,7 @@ int svc_metrics_render(svc_app *a, char **out, size_t *len) {
     put_label_value(&b, flashsale_version);
     put(&b, "\"} 1\n");
     render_orders(&b, m);
+    render_admission(a, &b);
     render_http(&b, m);
     render_stores(a, &b, m);
     family(&b, "flashsale_http_inflight", "gauge", "Requests received and not yet answered.");

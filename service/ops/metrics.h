@@ -36,7 +36,7 @@ typedef enum svc_outcome {
 } svc_outcome;
 
 #define SVC_NSTATUS 14            /* the statuses the API answers, and "other" */
-#define SVC_NERROR 29             /* none, the API's error codes, and "other" */
+#define SVC_NERROR 30             /* none, the API's error codes, and "other" */
 
 #define HIST_BUCKETS 16
 typedef struct svc_histogram {

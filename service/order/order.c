@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "service/order/order_int.h"
 
 /* ------------------------------------------------------------------ states */
@@ -58,6 +59,8 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->reply = fn;
     op->reply_ctx = ctx;
     op->quantity = in->quantity;
+    op->t_in_us = clock_mono_us();
+    svc_admission_enter(&a->adm);
     op->undo_then = RF_COUNT;
     op->undo_avail = 0;
     op->arrive = NULL;
@@ -156,8 +159,10 @@ static void sold_out_body(svc_reply *r, const svc_product *p, char *buf, size_t 
     r->body_len = (size_t)n;
 }
 
-/* The one free of an order, and of what its reservation kept. */
+/* The one free of an order, and of what its reservation kept; its place
+ * in the order path is given back (admission.h). */
 static void order_free(svc_order *op) {
+    svc_admission_leave(&op->a->adm, clock_mono_us() - op->t_in_us);
     free(op->sreq.takes);
     free(op);
 }

@@ -1,0 +1,133 @@
+/* admission.c: the order path's admission limit, fixed or adaptive, and
+ * the count of orders shed at the door. See admission.h for why and how;
+ * docs/performance.md ("Past capacity") for the measurements behind the
+ * numbers. */
+#include "service/order/admission.h"
+
+#include "common/clock.h"
+
+#define STEP_UP 1.1                /* the most one window may scale the limit by: */
+#define STEP_DOWN 0.8              /* gently up, faster down */
+
+void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) {
+    ad->fixed = fixed > 0 ? fixed : 0;
+    ad->max = max > SVC_ADMISSION_MIN ? max : SVC_ADMISSION_MIN;
+    ad->target_us = (int64_t)(target_ms > 0 ? target_ms : 1) * 1000;
+    atomic_store(&ad->inflight, 0);
+    atomic_store(&ad->limit, ad->fixed ? ad->fixed
+                             : SVC_ADMISSION_INITIAL < ad->max ? SVC_ADMISSION_INITIAL : ad->max);
+    atomic_store(&ad->shed, 0);
+    atomic_store(&ad->win_n, 0);
+    for (int i = 0; i < SVC_ADMISSION_BUCKETS; i++) atomic_store(&ad->win_hist[i], 0);
+    atomic_store(&ad->win_peak, 0);
+    atomic_store(&ad->win_start_us, clock_mono_us());
+    atomic_flag_clear(&ad->updating);
+    atomic_store(&ad->last_p90_us, 0);
+}
+
+/* ---------------------------------------------------------------- the rule */
+
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max) {
+    if (p90_us <= 0 || target_us <= 0) return limit;
+    double g = (double)target_us / (double)p90_us;
+    /* Faster than the target but the limit not in use: the load, not the
+     * limit, set that time, and it says nothing of more. */
+    if (g > 1.0 && peak < limit / 2) return limit;
+    /* Half the way to limit * g, within the steps: one noisy window moves
+     * it little, the loop's answer to a change (a window or two later)
+     * is seen before the next big step, and a burst of slow commits
+     * cannot empty it at once. */
+    double f = (1.0 + g) / 2.0;
+    if (f > STEP_UP) f = STEP_UP;
+    if (f < STEP_DOWN) f = STEP_DOWN;
+    long n = (long)((double)limit * f);
+    if (g > 1.0 && n <= limit) n = limit + 1;  /* small limits still grow */
+    if (n < SVC_ADMISSION_MIN) n = SVC_ADMISSION_MIN;
+    if (n > max) n = max;
+    return n;
+}
+
+/* --------------------------------------------------------- the window's p90 */
+
+/* The bucket of a time: 0..3 exact, then four a power of two. */
+static int bucket_of(uint64_t us) {
+    if (us < 4) return (int)us;
+    int k = 63 - __builtin_clzll(us);
+    int i = 4 * (k - 1) + (int)((us >> (k - 2)) & 3);
+    return i < SVC_ADMISSION_BUCKETS ? i : SVC_ADMISSION_BUCKETS - 1;
+}
+
+/* The middle of bucket i, in microseconds. */
+static int64_t bucket_mid(int i) {
+    if (i < 4) return i;
+    int k = i / 4 + 1;
+    int64_t width = (int64_t)1 << (k - 2);
+    return (int64_t)(4 + i % 4) * width + width / 2;
+}
+
+/* Empties the window's histogram (n orders); its 90th percentile (0 when
+ * empty). */
+static int64_t take_p90(svc_admission *ad, uint64_t n) {
+    uint64_t counts[SVC_ADMISSION_BUCKETS], seen = 0;
+    int64_t p90 = 0;
+    for (int i = 0; i < SVC_ADMISSION_BUCKETS; i++)
+        counts[i] = atomic_exchange(&ad->win_hist[i], 0);
+    for (int i = 0; i < SVC_ADMISSION_BUCKETS && n; i++) {
+        seen += counts[i];
+        if (seen * 10 >= n * 9) {
+            p90 = bucket_mid(i);
+            break;
+        }
+    }
+    return p90;
+}
+
+/* ------------------------------------------------------------- the door */
+
+int svc_admission_shed(svc_admission *ad) {
+    if (atomic_load_explicit(&ad->inflight, memory_order_relaxed) <
+        atomic_load_explicit(&ad->limit, memory_order_relaxed))
+        return 0;
+    atomic_fetch_add_explicit(&ad->shed, 1, memory_order_relaxed);
+    return 1;
+}
+
+void svc_admission_enter(svc_admission *ad) {
+    long n = atomic_fetch_add_explicit(&ad->inflight, 1, memory_order_relaxed) + 1;
+    /* A racy maximum: a lost update under-reports a peak by a few. */
+    if (n > atomic_load_explicit(&ad->win_peak, memory_order_relaxed))
+        atomic_store_explicit(&ad->win_peak, n, memory_order_relaxed);
+}
+
+/* Ends the current window: its p90 goes to the controller. */
+static void close_window(svc_admission *ad, int64_t now) {
+    uint64_t n = atomic_exchange(&ad->win_n, 0);
+    int64_t p90 = take_p90(ad, n);
+    long peak = atomic_exchange(&ad->win_peak, atomic_load(&ad->inflight));
+    atomic_store(&ad->win_start_us, now);
+    if (!p90) return;
+    atomic_store(&ad->last_p90_us, p90);
+    if (ad->fixed) return;
+    long limit = atomic_load(&ad->limit);
+    atomic_store(&ad->limit, svc_admission_next(limit, p90, peak, ad->target_us, ad->max));
+}
+
+void svc_admission_leave(svc_admission *ad, int64_t micros) {
+    atomic_fetch_sub_explicit(&ad->inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ad->win_hist[bucket_of((uint64_t)(micros > 0 ? micros : 0))], 1,
+                              memory_order_relaxed);
+    uint64_t n = atomic_fetch_add_explicit(&ad->win_n, 1, memory_order_relaxed) + 1;
+    if (n < SVC_ADMISSION_WINDOW_N) return;
+    int64_t now = clock_mono_us();
+    if (now - atomic_load_explicit(&ad->win_start_us, memory_order_relaxed) <
+        SVC_ADMISSION_WINDOW_US)
+        return;
+    if (atomic_flag_test_and_set(&ad->updating)) return;   /* another thread closes it */
+    if (now - atomic_load(&ad->win_start_us) >= SVC_ADMISSION_WINDOW_US) close_window(ad, now);
+    atomic_flag_clear(&ad->updating);
+}
+
+long svc_admission_limit(const svc_admission *ad) { return atomic_load(&ad->limit); }
+long svc_admission_inflight(const svc_admission *ad) { return atomic_load(&ad->inflight); }
+uint64_t svc_admission_shed_count(const svc_admission *ad) { return atomic_load(&ad->shed); }
+int64_t svc_admission_p90_us(const svc_admission *ad) { return atomic_load(&ad->last_p90_us); }

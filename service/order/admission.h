@@ -1,0 +1,86 @@
+/* admission.h: how many orders the order path takes at once, and the
+ * refusal of the rest at the door (503 overloaded).
+ *
+ * Past its capacity a service that takes every order only builds a queue:
+ * each order waits for all those ahead of it, answers come later and later
+ * for as long as the spike lasts, and clients time out on orders that were
+ * in fact sold. Instead the order path admits at most `limit` orders at a
+ * time (from svc_order_submit to the order's answer), and a POST /v1/orders
+ * that finds it full is answered 503 `overloaded` with Retry-After before
+ * its body is even parsed: the cheapest answer the service can give, and
+ * one that took nothing. An admitted order is never shed.
+ *
+ * The limit is fixed (--max-inflight N) or, by default, adaptive: every
+ * window (100 ms and 16 orders at least) the 90th percentile of the time
+ * admitted orders spent in the path is compared with a target
+ * (--order-latency-target-ms) and the limit is scaled half the way to
+ * limit x target / p90, at
+ * most x1.1 up and x0.8 down a window, never below SVC_ADMISSION_MIN: a
+ * gradient controller in the manner of Netflix's concurrency-limits and
+ * Envoy's adaptive concurrency. At saturation that is Little's law:
+ * limit = throughput x target, the orders the service completes within
+ * the target; below it the limit is not in use and is left where it is
+ * (docs/performance.md, "Past capacity").
+ *
+ * Lock-free: the counters are atomics; the window's update is taken by
+ * whichever thread finishes an order after the window ends (one at a
+ * time, by a flag). */
+#ifndef FLASHSALE_SERVICE_ADMISSION_H
+#define FLASHSALE_SERVICE_ADMISSION_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SVC_ADMISSION_WINDOW_US 100000   /* the controller's window, at least... */
+#define SVC_ADMISSION_WINDOW_N 16        /* ...and at least this many orders in it */
+#define SVC_ADMISSION_MIN 128            /* the adaptive limit's floor... */
+#define SVC_ADMISSION_INITIAL 256        /* ...and where it starts */
+#define SVC_ADMISSION_BUCKETS 88         /* window histogram: 4 a power of two, to 8 s */
+
+typedef struct svc_admission {
+    atomic_long inflight;          /* orders admitted and not yet answered */
+    atomic_long limit;             /* admitted at most, now */
+    atomic_uint_fast64_t shed;     /* refused at the door */
+    /* The current window: orders finished, their times in the path (a
+     * histogram, four buckets a power of two: within 13%), the most in
+     * flight at once, and when it began. */
+    atomic_uint_fast64_t win_n;
+    atomic_uint_fast64_t win_hist[SVC_ADMISSION_BUCKETS];
+    atomic_long win_peak;
+    atomic_llong win_start_us;
+    atomic_flag updating;          /* one thread closes a window */
+    atomic_llong last_p90_us;      /* the latest window's p90 (metrics) */
+    long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
+    long max;                      /* the adaptive limit's ceiling */
+    int64_t target_us;             /* the adaptive target: p90 of the time in the path */
+} svc_admission;
+
+/* Sets ad up: a fixed limit when fixed > 0, else adaptive between
+ * SVC_ADMISSION_MIN and max with target_ms as the p90 of the time in the
+ * path. */
+void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms);
+
+/* Whether an order arriving now would be refused: the path holds its
+ * limit. Counts it as shed when so. A check, not a reservation: orders
+ * that passed it and are not yet in the path (being parsed on another
+ * loop, or waiting for their product to be read) may take the path a
+ * little past the limit. */
+int svc_admission_shed(svc_admission *ad);
+
+/* An order enters the path (svc_order_submit)... */
+void svc_admission_enter(svc_admission *ad);
+/* ...and leaves it, answered, after micros in it: feeds the controller. */
+void svc_admission_leave(svc_admission *ad, int64_t micros);
+
+/* The figures /metrics shows. */
+long svc_admission_limit(const svc_admission *ad);
+long svc_admission_inflight(const svc_admission *ad);
+uint64_t svc_admission_shed_count(const svc_admission *ad);
+int64_t svc_admission_p90_us(const svc_admission *ad);
+
+/* The adaptive rule, pure, for the unit tests: the next limit from the
+ * current one, a window's p90 of the time in the path, its peak in
+ * flight, and the target; bounded by [SVC_ADMISSION_MIN, max]. */
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max);
+
+#endif

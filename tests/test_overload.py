@@ -1,0 +1,139 @@
+"""test_overload.py: the admission limit of the order path (--max-inflight),
+against a real service, Redis and SQLite.
+
+- With the path full, an order is answered 503 `overloaded` with
+  Retry-After, before its body is read (a malformed one gets the same
+  answer, not a 400); nothing is taken, the order already in the path is
+  answered 201, and the next one gets in.
+- A burst far past a small fixed limit: some orders are shed, flashload
+  counts them as shed (not as errors) and its verifier passes; the books
+  balance (stock_initial == available + sold; every 201 is a row and
+  every row a 201); /metrics counts each shed once, shows the limit, and
+  no order left in flight.
+- The default is adaptive and within its bounds, and the other memory
+  bound, --connection-memory-kib, refuses a request head past it with 431.
+
+No timing is asserted: which orders are shed depends on the machine; that
+some are, and that none is lost, does not.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+
+import harness
+from harness import wait_until
+
+SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', re.M)
+
+
+def metrics(s):
+    """{name or name{labels}: value} of s's /metrics."""
+    r = s.get("/metrics")
+    assert r.status == 200, r
+    return {(m.group(1) + ("{%s}" % m.group(2) if m.group(2) else "")): float(m.group(3))
+            for m in SERIES.finditer(r.raw)}
+
+
+SHED_503 = 'flashsale_http_responses_total{route="order_create",status="503",code="overloaded"}'
+
+
+def test_full_path_sheds_at_the_door(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--max-inflight", "1", "--fault-injection"])
+    # A `lock` product whose critical section pauses: one order holds the
+    # path (of one) for about a second.
+    s.create_product("slow", 10, strategy="lock", cs_delay_ms=1000, lock_ttl_ms=5000)
+    first = {}
+
+    def order_a():
+        c = harness.Client(s.port)
+        first["r"] = s.order("slow", user="a", client=c)
+        c.close()
+
+    t = threading.Thread(target=order_a)
+    t.start()
+    wait_until(lambda: metrics(s)["flashsale_orders_inflight"] == 1, 10,
+               what="the first order to be in the path")
+    r = s.order("slow", user="b")
+    assert r.status == 503 and r.json["error"] == "overloaded", r
+    assert r.headers["retry-after"] == "1", r.headers
+    assert r.json["message"], r
+    # Shed before the body is read: a malformed one gets the same answer.
+    bad = s.request("POST", "/v1/orders", raw="{not json")
+    assert bad.status == 503 and bad.json["error"] == "overloaded", bad
+    t.join()
+    assert first["r"].status == 201, first["r"]
+    r = s.order("slow", user="c")                       # the path is free again
+    assert r.status == 201, r
+    m = metrics(s)
+    assert m["flashsale_orders_shed_total"] == 2, m["flashsale_orders_shed_total"]
+    assert m[SHED_503] == 2
+    assert m["flashsale_order_admission_limit"] == 1
+    assert m["flashsale_orders_inflight"] == 0
+    # Nothing of b's order was taken: two sold, eight left.
+    p = s.product("slow")
+    assert (p["sold"], p["stock_available"]) == (2, 8), p
+    users = {row[0] for row in harness.db_rows(s.db_path, "SELECT user_id FROM orders")}
+    assert users == {"a", "c"}, users
+
+
+def test_burst_past_a_small_limit_loses_nothing(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--max-inflight", "4"])
+    out = ctx.path("burst.json")
+    p = subprocess.run([os.path.join(harness.BIN, "flashload"),
+                        "--target", "http://127.0.0.1:%d" % s.port, "--redis", redis.url,
+                        "--db", s.db_path, "--sku", "burst", "--stock", "100000",
+                        "--connections", "64", "--duration", "2", "--users", "5000",
+                        "--quiet", "--json", out],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr              # the verifier's PASS
+    res = json.load(open(out))
+    assert res["verdict"]["pass"] and res["verdict"]["lost"] == 0, res["verdict"]
+    assert res["shed"] > 0, p.stdout                           # 64 buyers, 4 places
+    assert "overloaded" not in res["codes"], res["codes"]      # shed, not an error
+    assert res["status"]["503"] == res["shed"], res["status"]
+    assert res["transport_errors"] == 0, res
+    assert re.search(r"^goodput .* %d shed \(503 overloaded" % res["shed"], p.stdout, re.M), \
+        p.stdout
+    # The books balance: every 201 a row, every row a 201, nothing lost.
+    prod = s.product("burst")
+    assert prod["sold"] == res["created"], (prod, res["created"])
+    assert prod["stock_initial"] == prod["stock_available"] + prod["sold"] + prod["held"], prod
+    rows = harness.db_rows(s.db_path, "SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM orders "
+                           "WHERE sku = 'burst'")[0]
+    assert rows == (res["created"], res["created"]), rows
+    m = metrics(s)
+    assert m["flashsale_orders_shed_total"] == res["shed"]      # each counted once
+    assert m[SHED_503] == res["shed"]
+    assert m["flashsale_order_admission_limit"] == 4
+    wait_until(lambda: metrics(s)["flashsale_orders_inflight"] == 0, 10,
+               what="no order left in the path")
+
+
+def test_default_limit_is_adaptive_and_bounded(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--max-connections", "1000"])
+    s.create_product("p", 1000)
+    for i in range(40):
+        assert s.order("p", user="u%d" % i).status == 201
+    m = metrics(s)
+    assert 128 <= m["flashsale_order_admission_limit"] <= 1000, \
+        m["flashsale_order_admission_limit"]
+    assert m["flashsale_orders_shed_total"] == 0
+    assert m["flashsale_order_admission_latency_target_seconds"] == 0.1
+
+
+def test_connection_memory_bounds_the_request_head(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--connection-memory-kib", "8"])
+    ok = s.get("/healthz", headers={"X-Pad": "a" * 2000})
+    assert ok.status == 200, ok
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    k.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 12000 + b"\r\n\r\n")
+    head = k.recv(100)
+    k.close()
+    assert head.startswith(b"HTTP/1.1 431"), head

@@ -1,0 +1,67 @@
+/* test_admission.c: the order path's admission limit (service/order/
+ * admission.h), promise by promise, without a clock to wait on:
+ * - a fixed limit: orders pass until it is held, then each is shed and
+ *   counted; one leaving lets the next in; the limit never moves;
+ * - the adaptive rule: a p90 under the target grows the limit only when
+ *   it was in use, by at most x1.1 a window; one over it shrinks it half
+ *   the way, by at most x0.8; the floor and the ceiling hold; a p90 never
+ *   seen (0) leaves it;
+ * - windows: the p90 of a window (within its bucket's width) reaches the
+ *   metrics, and a window closes only after 100 ms and 16 orders. */
+#include <unistd.h>
+
+#include "service/order/admission.h"
+#include "tests/unit/t.h"
+
+static void fixed_limit_sheds_past_it(void) {
+    svc_admission ad;
+    svc_admission_init(&ad, 3, 1000, 50);
+    for (int i = 0; i < 3; i++) {
+        CHECK(!svc_admission_shed(&ad));
+        svc_admission_enter(&ad);
+    }
+    CHECK(svc_admission_shed(&ad));
+    CHECK(svc_admission_shed(&ad));
+    CHECK(svc_admission_shed_count(&ad) == 2);
+    CHECK(svc_admission_inflight(&ad) == 3);
+    svc_admission_leave(&ad, 1000);
+    CHECK(!svc_admission_shed(&ad));
+    CHECK(svc_admission_limit(&ad) == 3);
+}
+
+static void rule_grows_only_a_limit_in_use(void) {
+    /* 10 ms against a target of 50: faster than aimed. */
+    CHECK(svc_admission_next(200, 10000, 190, 50000, 10000) == 220);     /* x1.1 at most */
+    CHECK(svc_admission_next(200, 10000, 90, 50000, 10000) == 200);      /* not in use */
+    CHECK(svc_admission_next(9990, 10000, 9990, 50000, 10000) == 10000); /* ceiling */
+    /* Just under the target: a small step, but a step. */
+    long n = svc_admission_next(200, 49000, 200, 50000, 10000);
+    CHECK(n > 200 && n <= 203);
+}
+
+static void rule_shrinks_a_slow_path(void) {
+    CHECK(svc_admission_next(1000, 400000, 1000, 50000, 10000) == 800);  /* x0.8 at most */
+    CHECK(svc_admission_next(1000, 60000, 1000, 50000, 10000) == 916);   /* half the way */
+    CHECK(svc_admission_next(SVC_ADMISSION_MIN, 400000, SVC_ADMISSION_MIN, 50000, 10000) ==
+          SVC_ADMISSION_MIN);                                            /* floor */
+    CHECK(svc_admission_next(300, 0, 300, 50000, 10000) == 300);         /* no p90 */
+}
+
+static void window_p90_reaches_the_metrics(void) {
+    svc_admission ad;
+    svc_admission_init(&ad, 0, 10000, 50);
+    CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
+    for (int i = 0; i < 20; i++) svc_admission_enter(&ad);
+    for (int i = 0; i < 10; i++) svc_admission_leave(&ad, 3000);   /* fewer than 16: open */
+    CHECK(svc_admission_p90_us(&ad) == 0);
+    usleep(SVC_ADMISSION_WINDOW_US + 20000);
+    for (int i = 0; i < 10; i++) svc_admission_leave(&ad, 3000);   /* 20 in a closed window */
+    int64_t m = svc_admission_p90_us(&ad);
+    CHECK(m >= 2500 && m <= 3600);        /* 3 ms, within its bucket (512 us wide) */
+    CHECK(svc_admission_inflight(&ad) == 0);
+    /* Fast, but the limit was not in use (a peak of 20 of 256): it stays. */
+    CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
+}
+
+TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
+          T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics))
