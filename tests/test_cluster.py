@@ -243,3 +243,32 @@ def test_cluster_flashload_verifies_across_a_failover(ctx):
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()][-12:]
     print("    flashload on the cluster, primary killed at 3 s of 8:\n      " +
           "\n      ".join(lines))
+
+
+def test_cluster_flashload_verifies_orders_larger_than_a_lane(ctx):
+    """flashload's verifier on a spread SKU (32 lanes of 200 units) whose
+    orders are often larger than any one lane (taken in steps over several)
+    and capped per user across lanes: sold with nothing oversold, no limit
+    passed."""
+    import os
+    import subprocess
+    c = ctx.cluster()
+    s = ctx.service(c.url)
+    p = subprocess.run([os.path.join(harness.BIN, "flashload"), "run",
+                        "--target", "http://127.0.0.1:%d" % s.port, "--redis", c.url,
+                        "--db", s.db_path, "--sku", "steps", "--stock", "6400",
+                        "--strategy", "lua", "--segments", "32", "--quantity", "50-400",
+                        "--per-user-limit", "600", "--users", "40", "--connections", "16",
+                        "--duration", "4", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "PASS" in p.stdout, p.stdout[-3000:]
+    rows = harness.db_rows(s.db_path, "SELECT user_id, sum(quantity) FROM orders"
+                                      " WHERE sku='steps' GROUP BY user_id")
+    assert rows and max(u for _, u in rows) <= 600, rows
+    big = harness.db_rows(s.db_path, "SELECT count(*) FROM orders WHERE sku='steps'"
+                                     " AND quantity > 200")[0][0]
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("status", "stock", "verdict"))]
+    print("    orders of 50-400 units over 32 lanes of 200, limit 600 a user: %d orders larger "
+          "than a lane committed; %d users, most bought %d\n      %s"
+          % (big, len(rows), max(u for _, u in rows), "\n      ".join(lines)))
