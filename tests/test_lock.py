@@ -404,16 +404,25 @@ def test_own_releases_wake_one_waiter_with_keyspace_on(ctx):
     loop = " ".join(shlex.quote(a) for a in
                     flashlock_args(server.url, "own", ["sleep", "0.02"], wait=30000,
                                    extra=["--verbose"]))
-    workers = [start(ctx, ["sh", "-c", "for i in $(seq 6); do %s || exit 1; done" % loop])
-               for _ in range(4)]
-    errs = ""
-    for w in workers:
-        assert w.wait(120) == 0, w.stderr.read()
-        errs += w.stderr.read()
-    seen = [int(x) for x in re.findall(r"\((\d+) of them seen as keyspace events\)", errs)]
-    woken = [int(x) for x in re.findall(r"woken (\d+) times by a release", errs)]
-    assert len(seen) == 24 and sum(woken) >= 10, errs
-    assert sum(seen) == 0, errs
+    # The workers must contend for the claim to mean anything: on a busy
+    # machine (a sanitizer build, other tests) one round may see too few
+    # hand-offs, so up to three rounds add up to at least 10 wake-ups.
+    woken_total = 0
+    for _ in range(3):
+        workers = [start(ctx, ["sh", "-c", "for i in $(seq 6); do %s || exit 1; done" % loop])
+                   for _ in range(4)]
+        errs = ""
+        for w in workers:
+            assert w.wait(120) == 0, w.stderr.read()
+            errs += w.stderr.read()
+        seen = [int(x) for x in re.findall(r"\((\d+) of them seen as keyspace events\)", errs)]
+        woken = [int(x) for x in re.findall(r"woken (\d+) times by a release", errs)]
+        assert len(seen) == 24, errs
+        assert sum(seen) == 0, errs
+        woken_total += sum(woken)
+        if woken_total >= 10:
+            break
+    assert woken_total >= 10, "too few hand-offs in three rounds to judge: " + errs
 
 
 NODE_MODULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "node",
