@@ -36,23 +36,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
-def move_slot(c, slot, dst):
-    """Moves one slot and its keys to dst (a cluster without replicas)."""
-    src = c.owner(slot)
-    if src is dst:
-        return
-    sid, did = c.node_id(src), c.node_id(dst)
-    dst.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", sid)
-    src.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", did)
-    while True:
-        keys = src.cmd("CLUSTER", "GETKEYSINSLOT", slot, 100)
-        if not keys:
-            break
-        src.cmd("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
-    for n in c.live():
-        n.cmd("CLUSTER", "SETSLOT", slot, "NODE", did)
-
-
 def run(binary, s, c, sku, conns, seconds):
     """One flashload run on sku: (orders/s, verdict line)."""
     p = subprocess.run([os.path.join(binary, "flashload"), "run",
@@ -87,7 +70,7 @@ def main():
         s.create_product("lanes-x1", 10 ** 8, strategy="lua", segments=8)
         s.create_product("lanes-x3", 10 ** 8, strategy="lua", segments=8)
         for i in range(8):
-            move_slot(c, c.keyslot("fs:{lanes-x1:%d}:gen" % i), first)
+            c.move_slot(c.keyslot("fs:{lanes-x1:%d}:gen" % i), first)
         where = {}
         for sku in ("lanes-x1", "lanes-x3"):
             where[sku] = sorted({c.owner(c.keyslot("fs:{%s:%d}:gen" % (sku, i))).port

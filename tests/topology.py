@@ -443,8 +443,11 @@ class Cluster:
         return sorted(s for s in after if after[s] != before.get(s))
 
     def move_slot(self, slot, dst):
-        """Moves one slot and its keys to dst by hand."""
+        """Moves one slot and its keys to dst by hand; SETSLOT NODE goes to
+        the primaries (a replica refuses it). Nothing when dst has it."""
         src = self.owner(slot)
+        if src is dst:
+            return
         sid, did = self.node_id(src), self.node_id(dst)
         dst.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", sid)
         src.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", did)
@@ -454,7 +457,8 @@ class Cluster:
                 break
             src.cmd("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
         for n in self.live():
-            n.cmd("CLUSTER", "SETSLOT", slot, "NODE", did)
+            if n.role() == "master":
+                n.cmd("CLUSTER", "SETSLOT", slot, "NODE", did)
         self.wait_consistent()
 
     def fail_over(self, primary, timeout=20):
