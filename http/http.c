@@ -140,6 +140,17 @@ json_t *http_body_json(http_req *r) {
 
 /* ---------------------------------------------------------------- answering */
 
+/* A deferred request's hand-over (r->dstate). The connection is suspended
+ * only when the handler returns without an answer: most sold-out answers
+ * and cached reads come back before that, on the handler's own thread, and
+ * a suspension costs libmicrohttpd two epoll_ctl calls and another pass.
+ * The answer and the handler's return race through one compare-and-swap:
+ *   DS_HANDED    -> DS_ANSWERED    the answer came first: the handler
+ *                                  queues it as it returns;
+ *   DS_HANDED    -> DS_SUSPENDED   the handler returned first, having
+ *                                  suspended: the answer resumes. */
+enum { DS_HANDED = 1, DS_ANSWERED, DS_SUSPENDED };
+
 /* A resumed connection is processed only when libmicrohttpd runs (its
  * wake-up does not reach our epoll in external mode): at the end of this
  * iteration on the daemon's own loop, else through a task on that loop. */
@@ -169,6 +180,11 @@ static void deliver(http_req *r) {
         s->opt.observer(&ans, s->opt.ud);
     }
     if (r->deferred) {
+        /* Answered before its handler returned (on its own thread, or by a
+         * quick worker): the handler queues it, no suspension needed. */
+        int st = DS_HANDED;
+        if (atomic_compare_exchange_strong(&r->dstate, &st, DS_ANSWERED)) return;
+        assert(st == DS_SUSPENDED);
         /* Once resumed, the connection's loop may answer and free r at any
          * moment: nothing of r is read after this. */
         http_daemon *hd = r->hd;
@@ -285,13 +301,12 @@ void http_reply_error_with(http_req *r, int status, const char *code, json_t *ex
 void http_tag(http_req *r, int tag) { r->tag = tag; }
 
 void http_defer(http_req *r) {
-    if (r->deferred) return;                   /* handed on again: still suspended */
+    if (r->deferred) return;                   /* handed on again */
     assert(!r->resp);
     r->deferred = 1;
-    /* Suspend before the request can reach another thread, so that an
-     * answer can never race ahead of the suspension. */
-    MHD_suspend_connection(r->conn);
+    atomic_store(&r->dstate, DS_HANDED);
 }
+
 
 /* ------------------------------------------------------------------ routing */
 
@@ -345,6 +360,21 @@ static enum MHD_Result queue(http_req *r) {
     MHD_destroy_response(r->resp);
     r->resp = NULL;
     return rc;
+}
+
+/* The handler of a deferred request returned: queue its answer if it came
+ * already, else suspend the connection until it comes. */
+static enum MHD_Result defer_return(http_req *r) {
+    if (atomic_load(&r->dstate) == DS_ANSWERED) return queue(r);
+    MHD_suspend_connection(r->conn);
+    int st = DS_HANDED;
+    if (atomic_compare_exchange_strong(&r->dstate, &st, DS_SUSPENDED)) return MHD_YES;
+    /* Answered between the look and the suspension: resume at once, and
+     * libmicrohttpd's next pass calls the handler, which queues it. */
+    assert(st == DS_ANSWERED);
+    MHD_resume_connection(r->conn);
+    kick(r->hd);
+    return MHD_YES;
 }
 
 /* Answers a framing error at once and closes the connection after it: the
@@ -581,7 +611,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_reply_error(r, 415, "unsupported_media_type", "The body must be application/json.");
     else
         route(r);
-    if (r->deferred) return MHD_YES;
+    if (r->deferred) return defer_return(r);
     assert(r->resp != NULL || r->fatal);   /* every handler answers or defers */
     return queue(r);
 }

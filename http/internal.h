@@ -157,7 +157,8 @@ struct http_req {
     int counted;                  /* counted in inflight */
     int too_large;
     int answered;                 /* a response was queued */
-    int deferred;
+    int deferred;                 /* http_defer was called (the handler's thread) */
+    atomic_int dstate;            /* a deferred request's hand-over, see http.c */
     int fatal;                    /* no answer could be built: close the connection */
     int route_id;
     int tag;                      /* http_tag's, for the observer; -1: none */
