@@ -59,7 +59,7 @@ typedef struct svc_app {
     svc_repair *repair;
     svc_product_cache *products;
     svc_metrics m;
-    svc_admission adm;             /* orders in the order path at once (order/) */
+    svc_admit adm;                 /* orders in the order path at once (order/) */
     atomic_int shutting_down;
     pthread_key_t tls;             /* per-thread db and stock connections */
 } svc_app;

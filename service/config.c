@@ -79,13 +79,13 @@ static const opt OPTS[] = {
       "10", "seconds a request may take to arrive (head and body) once it has started; "
       "slower clients are disconnected (0: no limit)" },
     { "max-inflight", "FLASHSALE_MAX_INFLIGHT", T_INT, F(max_inflight), 0, 1000000, "0",
-      "orders in the order path at once; past it POST /v1/orders is answered 503 overloaded "
-      "with Retry-After, before its body is parsed (0: adaptive, the limit follows "
-      "--order-latency-target-ms)" },
+      "orders in the order path at once, of all strategies; past it POST /v1/orders is "
+      "answered 503 overloaded with Retry-After, before its body is parsed (0: adaptive, "
+      "one limit per strategy following --order-latency-target-ms)" },
     { "order-latency-target-ms", "FLASHSALE_ORDER_LATENCY_TARGET_MS", T_INT,
       F(latency_target_ms), 1, 60000, "100",
-      "the adaptive admission limit keeps the 90th percentile of the time admitted orders "
-      "spend in the order path near this: every 100 ms it is scaled toward "
+      "each strategy's adaptive admission limit keeps the 90th percentile of the time its "
+      "admitted orders spend in the order path near this: every 100 ms it is scaled toward "
       "limit x target / p90" },
     { "api-workers", "FLASHSALE_API_WORKERS", T_INT, F(api_workers), 1, 256, "4",
       "threads for API requests that read or write the stores, in each of two pools: one for "

@@ -339,7 +339,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     make_instance_id(a);
     atomic_store(&a->shutting_down, 0);
-    svc_admission_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
+    svc_admit_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
                        a->cfg.latency_target_ms);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,

@@ -10,6 +10,10 @@ against a real service, Redis and SQLite.
   balance (stock_initial == available + sold; every 201 is a row and
   every row a 201); /metrics counts each shed once, shows the limit, and
   no order left in flight.
+- Each strategy has its own adaptive limit: a lock strategy whose orders
+  wait a second each, with more buyers than its floor, is shed at its
+  own limit while the orders of a `lua` product on the same instance go
+  on unshed (one limit for all would have shed both).
 - The default is adaptive and within its bounds, and the other memory
   bound, --connection-memory-kib, refuses a request head past it with 431.
 
@@ -35,6 +39,12 @@ def metrics(s):
     assert r.status == 200, r
     return {(m.group(1) + ("{%s}" % m.group(2) if m.group(2) else "")): float(m.group(3))
             for m in SERIES.finditer(r.raw)}
+
+
+def admission(m):
+    """The admission series of m (shorter assertion messages)."""
+    return {k: v for k, v in m.items() if "admission" in k or "shed" in k or "inflight" in k
+            or k == SHED_503}
 
 
 SHED_503 = 'flashsale_http_responses_total{route="order_create",status="503",code="overloaded"}'
@@ -125,6 +135,68 @@ def test_default_limit_is_adaptive_and_bounded(ctx):
         m["flashsale_order_admission_limit"]
     assert m["flashsale_orders_shed_total"] == 0
     assert m["flashsale_order_admission_latency_target_seconds"] == 0.1
+
+
+def test_a_slow_strategy_is_shed_at_its_own_limit(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis, args=["--fault-injection", "--lock-wait-ms", "1000"])
+    # Every order of `slow` holds its SKU's one lock for 200 ms, so with
+    # 170 buyers most wait the whole second for it and get 429: a second
+    # in the path each, ten times the target. Its limit falls to its floor
+    # (128) and the buyers past it are shed.
+    s.create_product("slow", 100000, strategy="lock", cs_delay_ms=200, lock_ttl_ms=5000)
+    s.create_product("fast", 100000, strategy="lua")
+    stop = threading.Event()
+    counts = {"slow": {}, "fast": {}}
+    mu = threading.Lock()
+
+    def buyer(sku, i):
+        c = harness.Client(s.port, timeout=30)
+        n = 0
+        while not stop.is_set():
+            n += 1
+            st = s.order(sku, user="%s-%d-%d" % (sku, i, n), client=c).status
+            with mu:
+                counts[sku][st] = counts[sku].get(st, 0) + 1
+        c.close()
+
+    threads = [threading.Thread(target=buyer, args=("slow", i)) for i in range(170)]
+    threads += [threading.Thread(target=buyer, args=("fast", i)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: counts["slow"].get(503, 0) >= 50, 60,
+                   what="the slow strategy's buyers to be shed at its limit")
+        fast_before = dict(counts["fast"])
+        m = admission(metrics(s))
+        stop.wait(2)                       # both loads go on, the limit held
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    fast = counts["fast"]
+    # The lua product's buyers were never shed, and sold all along.
+    assert fast.get(503, 0) == 0, counts
+    assert fast.get(201, 0) > fast_before.get(201, 0) > 0, (fast_before, fast)
+    assert set(counts["slow"]) <= {201, 429, 503}, counts
+    assert 128 <= m['flashsale_strategy_admission_limit{strategy="lock"}'] < 170, m
+    assert m['flashsale_strategy_admission_limit{strategy="lua"}'] >= 128, m
+    assert m['flashsale_strategy_orders_shed_total{strategy="lock"}'] > 0, m
+    assert 'flashsale_strategy_orders_shed_total{strategy="lua"}' not in m \
+        or m['flashsale_strategy_orders_shed_total{strategy="lua"}'] == 0, m
+    # The door's limit: both strategies' limits and the room for one more.
+    assert m["flashsale_order_admission_limit"] >= 128 * 3, m
+    m = admission(metrics(s))
+    shed = sum(v for k, v in m.items() if k.startswith("flashsale_strategy_orders_shed_total"))
+    assert m["flashsale_orders_shed_total"] >= shed == counts["slow"][503], (shed, counts)
+    assert m[SHED_503] == counts["slow"][503]
+    wait_until(lambda: metrics(s)["flashsale_orders_inflight"] == 0, 10,
+               what="no order left in the path")
+    # Nothing of a shed or refused order was taken: the books balance.
+    for sku in ("slow", "fast"):
+        p = s.product(sku)
+        assert p["sold"] == counts[sku].get(201, 0), (sku, p, counts)
+        assert p["stock_initial"] == p["stock_available"] + p["sold"] + p["held"], p
 
 
 def test_connection_memory_bounds_the_request_head(ctx):

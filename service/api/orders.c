@@ -101,10 +101,26 @@ static void reply_to_order(void *ctx, const svc_reply *rep) {
                           rep->retry_after_s > 0 ? retry : NULL, "%s", rep->message);
 }
 
+/* The answer past an admission limit (order/admission.h), written once:
+ * at the door nothing of the request is parsed; in any case nothing was
+ * taken, so the buyer may simply retry. */
+static const char OVERLOADED[] =
+    "{\"error\":\"overloaded\",\"message\":\"The service has as many orders in progress as "
+    "it can answer in time; this one was not taken. Retry after Retry-After seconds.\"}\n";
+
+static void reply_overloaded(http_req *r) {
+    const char *h[] = { "Retry-After", "1", NULL };
+    http_reply_error_json(r, 503, "overloaded", OVERLOADED, sizeof OVERLOADED - 1, h);
+}
+
 /* Hands a validated order to the order path, which answers it. */
 static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
                          const char *key) {
     http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
+    if (svc_admit_shed(&a->adm, p->strategy)) {   /* its strategy's own limit */
+        reply_overloaded(r);
+        return;
+    }
     http_defer(r);
     if (svc_order_submit(a, p, in, key, reply_to_order, r) != 0)
         http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
@@ -120,18 +136,6 @@ static void order_create_job(api_job *j) {
     else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
 }
 
-/* The answer past the admission limit (order/admission.h), written once:
- * nothing of the request is parsed and nothing was taken, so the buyer
- * may simply retry. */
-static const char OVERLOADED[] =
-    "{\"error\":\"overloaded\",\"message\":\"The service has as many orders in progress as "
-    "it can answer in time; this one was not taken. Retry after Retry-After seconds.\"}\n";
-
-static void reply_overloaded(http_req *r) {
-    const char *h[] = { "Retry-After", "1", NULL };
-    http_reply_error_json(r, 503, "overloaded", OVERLOADED, sizeof OVERLOADED - 1, h);
-}
-
 void api_order_create(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
     svc_order_input in;
@@ -144,7 +148,7 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
                               "The service is shutting down; retry on another instance.");
         return;
     }
-    if (svc_admission_shed(&a->adm)) {      /* first: before any parsing */
+    if (svc_admit_door(&a->adm)) {          /* first: before any parsing */
         reply_overloaded(r);
         return;
     }

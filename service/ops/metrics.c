@@ -273,29 +273,54 @@ static void render_http(buf *b, svc_metrics *m) {
             }
 }
 
-/* The admission limit of the order path (order/admission.h). */
+/* The admission limits of the order path (order/admission.h): the door's,
+ * and each strategy's. */
 static void render_admission(svc_app *a, buf *b) {
-    const svc_admission *ad = &a->adm;
+    svc_admit *am = &a->adm;
     counter(b, "flashsale_orders_shed_total",
-            "POST /v1/orders answered 503 overloaded at the door: the order path held its "
-            "admission limit (nothing parsed, nothing taken).", svc_admission_shed_count(ad));
+            "POST /v1/orders answered 503 overloaded: at the door, before parsing, or at its "
+            "strategy's admission limit; nothing taken.", svc_admit_shed_count(am));
     family(b, "flashsale_order_admission_limit", "gauge",
-           "Orders the order path admits at once: --max-inflight, or the adaptive limit now.");
-    put(b, "flashsale_order_admission_limit %ld\n", svc_admission_limit(ad));
+           "Orders the door admits at once: --max-inflight, or the sum of the adaptive "
+           "limits of the strategies in use plus room for one more to start.");
+    put(b, "flashsale_order_admission_limit %ld\n", svc_admit_door_limit(am));
     family(b, "flashsale_orders_inflight", "gauge",
            "Orders admitted into the order path and not yet answered.");
-    put(b, "flashsale_orders_inflight %ld\n", svc_admission_inflight(ad));
-    family(b, "flashsale_order_admission_latency_seconds", "gauge",
-           "90th percentile of the time admitted orders spent in the order path in the "
-           "latest window (100 ms, 16 orders at least): what the adaptive limit compares "
-           "with --order-latency-target-ms.");
-    put(b, "flashsale_order_admission_latency_seconds %.6f\n",
-        (double)svc_admission_p90_us(ad) / 1e6);
+    put(b, "flashsale_orders_inflight %ld\n", svc_admit_inflight(am));
     family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
-           "--order-latency-target-ms: the p90 of the time in the order path the adaptive "
-           "limit aims at (shown with a fixed limit too).");
+           "--order-latency-target-ms: the p90 of the time in the order path each "
+           "strategy's adaptive limit aims at (shown with a fixed limit too).");
     put(b, "flashsale_order_admission_latency_target_seconds %.3f\n",
         (double)a->cfg.latency_target_ms / 1e3);
+    /* Per strategy, the strategies in use (an order in the last second)
+     * and those that ever shed: the figures of the others are their
+     * starting points, not news. */
+    static const struct { const char *name, *type, *help; } F[] = {
+        { "flashsale_strategy_admission_limit", "gauge",
+          "Orders of this strategy admitted at once now (adaptive; --max-inflight: that)." },
+        { "flashsale_strategy_orders_inflight", "gauge",
+          "Orders of this strategy in the order path now." },
+        { "flashsale_strategy_orders_shed_total", "counter",
+          "Orders of this strategy shed at its own limit (503 overloaded), after parsing." },
+        { "flashsale_strategy_admission_latency_seconds", "gauge",
+          "90th percentile of the time this strategy's admitted orders spent in the path "
+          "in its latest window (100 ms, 16 orders at least): what its adaptive limit "
+          "compares with --order-latency-target-ms." },
+    };
+    int64_t now = clock_mono_us();
+    for (size_t f = 0; f < sizeof F / sizeof F[0]; f++) {
+        family(b, F[f].name, F[f].type, F[f].help);
+        for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+            const svc_admission *ad = &am->by_strategy[s];
+            if (!svc_admit_in_use(am, (stock_strategy)s, now) && !svc_admission_shed_count(ad))
+                continue;
+            put(b, "%s{strategy=\"%s\"} ", F[f].name, strategy_name(s));
+            if (f == 0) put(b, "%ld\n", svc_admission_limit(ad));
+            else if (f == 1) put(b, "%ld\n", svc_admission_inflight(ad));
+            else if (f == 2) put(b, "%llu\n", (unsigned long long)svc_admission_shed_count(ad));
+            else put(b, "%.6f\n", (double)svc_admission_p90_us(ad) / 1e6);
+        }
+    }
 }
 
 static void render_stores(svc_app *a, buf *b, svc_metrics *m) {

@@ -4,6 +4,8 @@
  * numbers. */
 #include "service/order/admission.h"
 
+#include <assert.h>
+
 #include "common/clock.h"
 
 #define STEP_UP 1.1                /* the most one window may scale the limit by: */
@@ -23,6 +25,7 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_store(&ad->win_start_us, clock_mono_us());
     atomic_flag_clear(&ad->updating);
     atomic_store(&ad->last_p90_us, 0);
+    atomic_store(&ad->last_in_us, 0);
 }
 
 /* ---------------------------------------------------------------- the rule */
@@ -94,6 +97,7 @@ int svc_admission_shed(svc_admission *ad) {
 
 void svc_admission_enter(svc_admission *ad) {
     long n = atomic_fetch_add_explicit(&ad->inflight, 1, memory_order_relaxed) + 1;
+    atomic_store_explicit(&ad->last_in_us, clock_mono_us(), memory_order_relaxed);
     /* A racy maximum: a lost update under-reports a peak by a few. */
     if (n > atomic_load_explicit(&ad->win_peak, memory_order_relaxed))
         atomic_store_explicit(&ad->win_peak, n, memory_order_relaxed);
@@ -131,3 +135,76 @@ long svc_admission_limit(const svc_admission *ad) { return atomic_load(&ad->limi
 long svc_admission_inflight(const svc_admission *ad) { return atomic_load(&ad->inflight); }
 uint64_t svc_admission_shed_count(const svc_admission *ad) { return atomic_load(&ad->shed); }
 int64_t svc_admission_p90_us(const svc_admission *ad) { return atomic_load(&ad->last_p90_us); }
+
+/* ------------------------------------------------ per strategy, and the door */
+
+void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms) {
+    am->fixed = fixed > 0 ? fixed : 0;
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++)
+        svc_admission_init(&am->by_strategy[s], fixed, max, target_ms);
+    atomic_store(&am->door_shed, 0);
+}
+
+int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us) {
+    svc_admission *ad = &am->by_strategy[s];
+    return atomic_load_explicit(&ad->inflight, memory_order_relaxed) > 0 ||
+           now_us - atomic_load_explicit(&ad->last_in_us, memory_order_relaxed) <
+               SVC_ADMISSION_ACTIVE_US;
+}
+
+/* The orders in flight in all, and the door's limit: --max-inflight, or
+ * the limits of the strategies in use plus room for one to start. */
+static void door_figures(svc_admit *am, long *inflight, long *limit) {
+    int64_t now = clock_mono_us();
+    long n = 0, l = SVC_ADMISSION_MIN;
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        svc_admission *ad = &am->by_strategy[s];
+        n += atomic_load_explicit(&ad->inflight, memory_order_relaxed);
+        if (!am->fixed && svc_admit_in_use(am, (stock_strategy)s, now))
+            l += atomic_load_explicit(&ad->limit, memory_order_relaxed);
+    }
+    *inflight = n;
+    *limit = am->fixed ? am->fixed : l;
+}
+
+int svc_admit_door(svc_admit *am) {
+    long n, limit;
+    door_figures(am, &n, &limit);
+    if (n < limit) return 0;
+    atomic_fetch_add_explicit(&am->door_shed, 1, memory_order_relaxed);
+    return 1;
+}
+
+int svc_admit_shed(svc_admit *am, stock_strategy s) {
+    assert(s < STOCK_STRATEGY_COUNT);
+    if (am->fixed) return 0;                  /* one limit for all: the door's */
+    return svc_admission_shed(&am->by_strategy[s]);
+}
+
+void svc_admit_enter(svc_admit *am, stock_strategy s) {
+    assert(s < STOCK_STRATEGY_COUNT);
+    svc_admission_enter(&am->by_strategy[s]);
+}
+
+void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros) {
+    assert(s < STOCK_STRATEGY_COUNT);
+    svc_admission_leave(&am->by_strategy[s], micros);
+}
+
+long svc_admit_door_limit(svc_admit *am) {
+    long n, limit;
+    door_figures(am, &n, &limit);
+    return limit;
+}
+
+long svc_admit_inflight(svc_admit *am) {
+    long n, limit;
+    door_figures(am, &n, &limit);
+    return n;
+}
+
+uint64_t svc_admit_shed_count(svc_admit *am) {
+    uint64_t n = atomic_load(&am->door_shed);
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) n += svc_admission_shed_count(&am->by_strategy[s]);
+    return n;
+}

@@ -22,6 +22,18 @@
  * the target; below it the limit is not in use and is left where it is
  * (docs/performance.md, "Past capacity").
  *
+ * One controller per strategy (svc_admit): the time in the path is the
+ * strategy's own (a Lua script answers in a millisecond, a ZooKeeper lock
+ * in tens), so a slow strategy's orders lower its own limit, not every
+ * other's. The door, before parsing, cannot know the strategy; it sheds
+ * when the orders in flight reach the sum of the limits of the strategies
+ * in use (an order in the last second) plus SVC_ADMISSION_MIN, room for a
+ * strategy to start. Past the door, once the product is known, an order
+ * over its strategy's limit is shed too. In a spike of one product that
+ * sum is that strategy's limit: nearly every excess order is shed at the
+ * door, unparsed; under a mix, a saturated strategy's excess is shed
+ * after parsing while the others' orders go on.
+ *
  * Lock-free: the counters are atomics; the window's update is taken by
  * whichever thread finishes an order after the window ends (one at a
  * time, by a flag). */
@@ -31,11 +43,14 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "stock/stock.h"
+
 #define SVC_ADMISSION_WINDOW_US 100000   /* the controller's window, at least... */
 #define SVC_ADMISSION_WINDOW_N 16        /* ...and at least this many orders in it */
 #define SVC_ADMISSION_MIN 128            /* the adaptive limit's floor... */
 #define SVC_ADMISSION_INITIAL 256        /* ...and where it starts */
 #define SVC_ADMISSION_BUCKETS 88         /* window histogram: 4 a power of two, to 8 s */
+#define SVC_ADMISSION_ACTIVE_US 1000000  /* a strategy is in use this long after an order */
 
 typedef struct svc_admission {
     atomic_long inflight;          /* orders admitted and not yet answered */
@@ -49,6 +64,7 @@ typedef struct svc_admission {
     atomic_long win_peak;
     atomic_llong win_start_us;
     atomic_flag updating;          /* one thread closes a window */
+    atomic_llong last_in_us;       /* when an order last entered (in use: the door) */
     atomic_llong last_p90_us;      /* the latest window's p90 (metrics) */
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
@@ -72,11 +88,39 @@ void svc_admission_enter(svc_admission *ad);
 /* ...and leaves it, answered, after micros in it: feeds the controller. */
 void svc_admission_leave(svc_admission *ad, int64_t micros);
 
-/* The figures /metrics shows. */
+/* The figures /metrics shows (of one strategy, with svc_admit). */
 long svc_admission_limit(const svc_admission *ad);
 long svc_admission_inflight(const svc_admission *ad);
 uint64_t svc_admission_shed_count(const svc_admission *ad);
 int64_t svc_admission_p90_us(const svc_admission *ad);
+
+/* --------------------------------------------------- per strategy, and the door */
+
+typedef struct svc_admit {
+    svc_admission by_strategy[STOCK_STRATEGY_COUNT];
+    long fixed;                    /* > 0: --max-inflight, for all orders together */
+    atomic_uint_fast64_t door_shed;
+} svc_admit;
+
+/* Sets every strategy's controller up (svc_admission_init); with fixed > 0
+ * the door admits fixed orders in all, and no strategy is limited apart. */
+void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms);
+/* Before the body is parsed: whether the order path is full for every
+ * strategy in use (see above). Counts it as shed when so. */
+int svc_admit_door(svc_admit *am);
+/* Once the product is known: whether strategy s is at its limit. Counts
+ * it as shed when so. */
+int svc_admit_shed(svc_admit *am, stock_strategy s);
+/* An order of strategy s enters the path, and leaves it after micros. */
+void svc_admit_enter(svc_admit *am, stock_strategy s);
+void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros);
+/* The door's limit now, the orders in flight, the orders shed (door and
+ * strategies). */
+long svc_admit_door_limit(svc_admit *am);
+long svc_admit_inflight(svc_admit *am);
+uint64_t svc_admit_shed_count(svc_admit *am);
+/* Whether strategy s had an order in the path in the last second. */
+int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
 
 /* The adaptive rule, pure, for the unit tests: the next limit from the
  * current one, a window's p90 of the time in the path, its peak in

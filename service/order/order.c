@@ -60,7 +60,8 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->reply_ctx = ctx;
     op->quantity = in->quantity;
     op->t_in_us = clock_mono_us();
-    svc_admission_enter(&a->adm);
+    op->adm_strategy = p->strategy;
+    svc_admit_enter(&a->adm, op->adm_strategy);
     op->undo_then = RF_COUNT;
     op->undo_avail = 0;
     op->arrive = NULL;
@@ -162,7 +163,7 @@ static void sold_out_body(svc_reply *r, const svc_product *p, char *buf, size_t 
 /* The one free of an order, and of what its reservation kept; its place
  * in the order path is given back (admission.h). */
 static void order_free(svc_order *op) {
-    svc_admission_leave(&op->a->adm, clock_mono_us() - op->t_in_us);
+    svc_admit_leave(&op->a->adm, op->adm_strategy, clock_mono_us() - op->t_in_us);
     free(op->sreq.takes);
     free(op);
 }

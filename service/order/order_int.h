@@ -69,7 +69,8 @@ struct svc_order {
     svc_order_reply_fn *reply;     /* its answer goes there */
     void *reply_ctx;
     int quantity;
-    int64_t t_in_us;               /* when it was admitted (admission.h) */
+    int64_t t_in_us;               /* when it was admitted (admission.h)... */
+    stock_strategy adm_strategy;   /* ...under which strategy's limit */
     char order_id[DB_ORDER_ID_LEN + 1];
     char created_at[DB_TIME_LEN + 1];
     int64_t expires_ms;            /* a hold's deadline (0: confirmed at once) */

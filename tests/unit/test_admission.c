@@ -7,7 +7,11 @@
  *   the way, by at most x0.8; the floor and the ceiling hold; a p90 never
  *   seen (0) leaves it;
  * - windows: the p90 of a window (within its bucket's width) reaches the
- *   metrics, and a window closes only after 100 ms and 16 orders. */
+ *   metrics, and a window closes only after 100 ms and 16 orders;
+ * - per strategy (svc_admit): the door admits up to the limits of the
+ *   strategies in use plus SVC_ADMISSION_MIN; a strategy at its own limit
+ *   is shed while another is not; with --max-inflight one limit holds
+ *   for all, at the door. */
 #include <unistd.h>
 
 #include "service/order/admission.h"
@@ -63,5 +67,44 @@ static void window_p90_reaches_the_metrics(void) {
     CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
 }
 
+static void strategies_are_limited_apart(void) {
+    static svc_admit am;                       /* large: not on the stack */
+    svc_admit_init(&am, 0, 100000, 100);
+    CHECK(svc_admit_door_limit(&am) == SVC_ADMISSION_MIN);    /* none in use: room for one */
+    for (int i = 0; i < SVC_ADMISSION_INITIAL; i++) {
+        CHECK(!svc_admit_shed(&am, STOCK_LOCK));
+        svc_admit_enter(&am, STOCK_LOCK);
+    }
+    CHECK(svc_admit_shed(&am, STOCK_LOCK));                  /* lock at its own limit... */
+    CHECK(!svc_admit_shed(&am, STOCK_LUA));                  /* ...lua is not */
+    CHECK(svc_admit_door_limit(&am) == SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
+    CHECK(!svc_admit_door(&am));                             /* room for lua to start */
+    for (int i = 0; i < SVC_ADMISSION_MIN; i++) svc_admit_enter(&am, STOCK_LUA);
+    CHECK(svc_admit_door_limit(&am) == 2 * SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
+    CHECK(!svc_admit_door(&am));
+    for (int i = 0; i < SVC_ADMISSION_INITIAL; i++) svc_admit_enter(&am, STOCK_LUA);
+    CHECK(svc_admit_inflight(&am) == 2 * SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
+    CHECK(svc_admit_door(&am));                              /* both full, and the room */
+    CHECK(svc_admit_shed_count(&am) == 2);                   /* one at lock's, one at the door */
+    svc_admit_leave(&am, STOCK_LOCK, 1000);
+    CHECK(!svc_admit_door(&am));
+    CHECK(!svc_admit_shed(&am, STOCK_LOCK));
+}
+
+static void fixed_limit_is_one_for_all(void) {
+    static svc_admit am;
+    svc_admit_init(&am, 3, 100000, 100);
+    svc_admit_enter(&am, STOCK_LOCK);
+    svc_admit_enter(&am, STOCK_LOCK);
+    CHECK(!svc_admit_shed(&am, STOCK_LOCK));                 /* no limit of its own */
+    CHECK(!svc_admit_door(&am));
+    svc_admit_enter(&am, STOCK_LUA);
+    CHECK(svc_admit_door(&am));                              /* three in all */
+    CHECK(svc_admit_door_limit(&am) == 3);
+    svc_admit_leave(&am, STOCK_LUA, 10);
+    CHECK(!svc_admit_door(&am));
+}
+
 TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
-          T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics))
+          T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics),
+          T(strategies_are_limited_apart), T(fixed_limit_is_one_for_all))
