@@ -46,6 +46,12 @@ typedef struct api_job {
  * never need it. */
 typedef enum api_lane { LANE_REDIS, LANE_DB } api_lane;
 
+/* Appends s (valid UTF-8) to p as the inside of a JSON string, escaping
+ * quotes, backslashes and control characters; room for 6 x strlen(s)
+ * bytes. Returns the new end. For the bodies written without jansson:
+ * the answers given most (an order, /healthz). */
+char *api_json_escape(char *p, const char *s);
+
 /* "Retry-After: 1", as extra headers. */
 extern const char *const api_retry[];
 

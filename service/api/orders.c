@@ -14,27 +14,6 @@
 
 /* ------------------------------------------------------------------- orders */
 
-/* Appends s to p as the body of a JSON string; returns the new end. The
- * user id is the one field that may need escaping (it is valid UTF-8,
- * checked on the way in, and is copied as such). */
-static char *json_escape(char *p, const char *s) {
-    static const char HEX[] = "0123456789abcdef";
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)*c;
-        } else if (*c < 0x20) {
-            memcpy(p, "\\u00", 4);
-            p[4] = HEX[*c >> 4];
-            p[5] = HEX[*c & 15];
-            p += 6;
-        } else {
-            *p++ = (char)*c;
-        }
-    }
-    return p;
-}
-
 /* Writes a hold's fields (after "status") at p: the deadline and, once it
  * ended, when and how. Returns the new end. */
 static char *hold_fields(char *p, const db_order *o) {
@@ -49,7 +28,7 @@ static char *hold_fields(char *p, const db_order *o) {
     }
     if (o->payment_ref[0]) {
         p += sprintf(p, ",\"payment_ref\":\"");
-        p = json_escape(p, o->payment_ref);
+        p = api_json_escape(p, o->payment_ref);
         *p++ = '"';
     }
     return p;
@@ -72,7 +51,7 @@ static void reply_order(http_req *r, const db_order *o, int status) {
     }
     char *p = body;
     p += sprintf(p, "{\"order_id\":\"%s\",\"sku\":\"%s\",\"user_id\":\"", o->order_id, o->sku);
-    p = json_escape(p, o->user_id);
+    p = api_json_escape(p, o->user_id);
     p += sprintf(p, "\",\"quantity\":%d,\"status\":\"%s\",\"created_at\":\"%s\"", o->quantity,
                  db_order_status_name(o->status), o->created_at);
     p = hold_fields(p, o);
