@@ -26,7 +26,10 @@ idle      the answers that touch no shared state: the service's GET /healthz
           against nginx return 200 (the better of 1 and 2 workers), a
           sold-out POST /v1/orders and GET /v1/products/{sku} against the
           service's own /healthz; the gateway's sold-out and product answers
-          beside them.
+          beside them. Every load of this group runs a wrk Lua script (a
+          request formatted per call, each status counted): wrk shares the
+          two cores, and a POST through a script costs it more than a bare
+          GET, which alone made a sold-out POST look 0.8x of /healthz.
 overload  the closed-loop capacity of the service and of the gateway
           (flashload, the largest connection count, 201s/s), then an open
           loop (flashload --rate) at --overload-rates times each target's own
@@ -165,14 +168,17 @@ def parse_us(s):
     return float(m.group(1)) * {"us": 1, "ms": 1000, "s": 1e6}[m.group(2)]
 
 
-def wrk(url, conns, seconds, sku=None):
+def wrk(url, conns, seconds, sku=None, scripted_get=False):
     """Runs wrk; returns (requests/s, p50 us, p99 us, statuses or None, non-2xx/3xx, errors).
-    With sku, POSTs orders for it (wrk_orders.lua, which counts the statuses)."""
+    With sku, POSTs orders for it (wrk_orders.lua, which counts the statuses);
+    scripted_get: GETs through wrk_get.lua, which costs wrk what a POST does."""
     args = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--latency"]
     env = dict(os.environ)
     if sku:
         args += ["-s", os.path.join(HERE, "wrk_orders.lua")]
         env["WRK_SKU"] = sku
+    elif scripted_get:
+        args += ["-s", os.path.join(HERE, "wrk_get.lua")]
     p = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 60,
                        env=env)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", p.stdout)
@@ -275,8 +281,12 @@ def measure(t, seconds, r, redis_pid):
     sku = t.fresh() if t.fresh else t.sku
     c0, rc0 = cpu_ticks(t.pids), redis_calls(r)
     r0 = cpu_ticks([redis_pid])
+    # The idle group compares GETs with a POST: every one of its loads goes
+    # through a Lua script, so that wrk's own work per request (two cores
+    # shared with the target) is the same and the ratios are the targets'.
     rps, p50, p99, statuses, non2xx, errors = wrk(t.url, t.conns, seconds,
-                                                  sku if t.kind != "get" else None)
+                                                  sku if t.kind != "get" else None,
+                                                  scripted_get=t.group == "idle")
     c1, rc1, r1 = cpu_ticks(t.pids), redis_calls(r), cpu_ticks([redis_pid])
     n = rps * seconds
     store = t.kind != "get"

@@ -133,6 +133,76 @@ int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
     return 0;
 }
 
+/* ------------------------------------------------- the order body, at speed */
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A JSON string at p without escapes or control characters, copied into
+ * dst (cap bytes with its NUL); the end of it, or NULL when it is not one
+ * (or does not fit). */
+static const char *plain_string(const char *p, const char *end, char *dst, size_t cap) {
+    if (p >= end || *p != '"') return NULL;
+    const char *s = ++p;
+    for (; p < end && *p != '"'; p++)
+        if (*p == '\\' || (unsigned char)*p < 0x20) return NULL;
+    if (p >= end || (size_t)(p - s) >= cap) return NULL;
+    memcpy(dst, s, (size_t)(p - s));
+    dst[p - s] = '\0';
+    return p + 1;
+}
+
+/* Up to four digits without a leading zero (what follows is the caller's
+ * to check: a '.' or an 'e' is not the ',' or '}' it wants). */
+static const char *small_int(const char *p, const char *end, long *out) {
+    const char *s = p;
+    long n = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (p - s == 4 || (p > s && *s == '0')) return NULL;
+        n = n * 10 + (*p - '0');
+    }
+    if (p == s) return NULL;
+    *out = n;
+    return p;
+}
+
+int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
+    const char *p = skip_ws(body, body + len), *end = body + len;
+    char key[16];
+    unsigned seen = 0;
+    long qty = 0;
+    if (p >= end || *p++ != '{') return 0;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (!(p = plain_string(p, end, key, sizeof key))) return 0;
+        p = skip_ws(p, end);
+        if (p >= end || *p++ != ':') return 0;
+        p = skip_ws(p, end);
+        if (!strcmp(key, "sku") && !(seen & 1)) {
+            seen |= 1;
+            p = plain_string(p, end, f->sku, sizeof f->sku);
+        } else if (!strcmp(key, "user_id") && !(seen & 2)) {
+            seen |= 2;
+            p = plain_string(p, end, f->user_id, sizeof f->user_id);
+        } else if (!strcmp(key, "quantity") && !(seen & 4)) {
+            seen |= 4;
+            p = small_int(p, end, &qty);
+        } else {
+            return 0;                /* another field, or one twice: jansson's to word */
+        }
+        if (!p || (p = skip_ws(p, end)) >= end) return 0;
+        if (*p == '}') break;
+        if (*p++ != ',') return 0;
+    }
+    if (skip_ws(p + 1, end) != end || seen != 7) return 0;
+    if (!svc_valid_sku(f->sku) || !svc_valid_user_id(f->user_id) || qty < 1 || qty > 1000)
+        return 0;
+    f->in = (svc_order_input){ .sku = f->sku, .user_id = f->user_id, .quantity = (int)qty };
+    return 1;
+}
+
 int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
                          svc_product_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",

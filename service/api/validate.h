@@ -25,6 +25,23 @@ int svc_valid_idem_key(const char *s);
  * with e filled. */
 int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e);
 
+/* The order body as nearly every client sends it, read without jansson:
+ * one flat object of "sku", "user_id" and "quantity", each once, strings
+ * without escapes, a plain integer, all three valid. */
+typedef struct svc_order_fast {
+    svc_order_input in;            /* its strings point into the buffers below */
+    char sku[DB_SKU_MAX + 1];
+    char user_id[4 * DB_USER_MAX + 1];
+} svc_order_fast;
+
+/* Returns 1 with f->in filled when body[0..len) is such a body, which
+ * svc_validate_order would accept with the same values; 0 for anything
+ * else, valid or not (an escape, a duplicate, an error...): then parse it
+ * with jansson and let svc_validate_order decide and word the error. A
+ * sold-out answer costs about 15 us of CPU here, and jansson's tree for
+ * the body was 1.2 of them. */
+int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f);
+
 typedef struct svc_product_input {
     const char *sku;
     const char *name;

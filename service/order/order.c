@@ -153,11 +153,16 @@ const char *svc_refusal_code(svc_refusal rf) {
  * it: the same JSON the error path builds, without building it (a SKU is
  * [A-Za-z0-9._-], nothing to escape). */
 static void sold_out_body(svc_reply *r, const svc_product *p, char *buf, size_t cap) {
-    int n = snprintf(buf, cap, "{\"error\":\"sold_out\",\"message\":\"%s is sold out.\","
-                     "\"available\":0}\n", p->sku);
-    assert(n > 0 && (size_t)n < cap);
+    static const char HEAD[] = "{\"error\":\"sold_out\",\"message\":\"",
+                      TAIL[] = " is sold out.\",\"available\":0}\n";
+    size_t n = strlen(p->sku);
+    assert(sizeof HEAD - 1 + n + sizeof TAIL - 1 < cap);
+    (void)cap;
+    memcpy(buf, HEAD, sizeof HEAD - 1);
+    memcpy(buf + sizeof HEAD - 1, p->sku, n);
+    memcpy(buf + sizeof HEAD - 1 + n, TAIL, sizeof TAIL);
     r->body = buf;
-    r->body_len = (size_t)n;
+    r->body_len = sizeof HEAD - 1 + n + sizeof TAIL - 1;
 }
 
 /* The one free of an order, and of what its reservation kept; its place
@@ -200,11 +205,9 @@ void svc_order_refuse(svc_order *op, svc_refusal rf, long long n) {
 }
 
 void svc_order_refuse_soldout(svc_app *a, svc_product *p, svc_order_reply_fn *fn, void *ctx) {
-    char message[160], body[160];
-    svc_reply r = { .status = 409, .outcome = OUT_SOLD_OUT, .code = "sold_out",
-                    .message = message };
-    snprintf(message, sizeof message, REFUSALS[RF_SOLD_OUT].fmt, p->sku);
-    sold_out_body(&r, p, body, sizeof body);
+    char body[160];
+    svc_reply r = { .status = 409, .outcome = OUT_SOLD_OUT, .code = "sold_out" };
+    sold_out_body(&r, p, body, sizeof body);   /* the message is in it */
     atomic_fetch_add_explicit(&a->m.orders[p->strategy][OUT_SOLD_OUT], 1, memory_order_relaxed);
     fn(ctx, &r);
 }

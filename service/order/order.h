@@ -40,7 +40,7 @@ typedef struct svc_reply {
     svc_outcome outcome;          /* as counted in flashsale_orders_total */
     const db_order *order;        /* the order; valid during the call only */
     const char *code;             /* a refusal's stable API error code */
-    const char *message;          /* ...its sentence */
+    const char *message;          /* ...its sentence (NULL when body is given) */
     json_t *extra;                /* ...more fields of its body, or NULL: the callee
                                      takes this reference */
     int retry_after_s;            /* Retry-After seconds to send; 0: none */

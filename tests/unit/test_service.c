@@ -89,6 +89,87 @@ static void test_order_body(void) {
               "invalid_field");
 }
 
+/* The fast order-body reader (svc_validate_order_fast) against jansson and
+ * svc_validate_order: whatever it takes, the slow path takes with the same
+ * values. Returns whether it took text. */
+static int fast_agrees(const char *text, size_t len) {
+    svc_order_fast f;
+    if (!svc_validate_order_fast(text, len, &f)) return 0;
+    json_error_t je;
+    svc_verr e;
+    svc_order_input in;
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    CHECK(j != NULL && json_is_object(j));
+    if (!j) {
+        fprintf(stderr, "fast took what jansson refuses: ");
+        for (size_t i = 0; i < len; i++)
+            fprintf(stderr, (unsigned char)text[i] >= 0x20 && (unsigned char)text[i] < 0x7f ? "%c"
+                            : "\\x%02x", (unsigned char)text[i]);
+        fprintf(stderr, "\n");
+        return 1;
+    }
+    int ok = svc_validate_order(j, &in, &e) == 0;
+    CHECK(ok);
+    if (ok) {
+        CHECK_STR(f.in.sku, in.sku);
+        CHECK_STR(f.in.user_id, in.user_id);
+        CHECK(f.in.quantity == in.quantity);
+    }
+    json_decref(j);
+    return 1;
+}
+
+static int fast_takes(const char *text) { return fast_agrees(text, strlen(text)); }
+
+static void test_order_body_fast(void) {
+    CHECK(fast_takes("{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":3}"));
+    CHECK(fast_takes(" {\r\n \"quantity\" : 1000 ,\t\"user_id\":\"\xc3\xa9t\xc3\xa9\", \"sku\":\"s-1.x_\"}\n"));
+    /* Left to jansson: valid but escaped, or an error for it to word. */
+    static const char *const slow[] = {
+        "{\"sku\":\"a\",\"user_id\":\"u\\\"v\",\"quantity\":3}",   /* an escape */
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":3,\"sku\":\"b\"}", /* twice */
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":3,\"x\":1}",
+        "{\"sku\":\"a\",\"user_id\":\"u\"}", "{}", "[]", "",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":0}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1001}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":01}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":-1}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1.0}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1e2}",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":\"1\"}",
+        "{\"sku\":\"a b\",\"user_id\":\"u\",\"quantity\":1}",
+        "{\"sku\":\"a\",\"user_id\":\"\",\"quantity\":1}",
+        "{\"sku\":\"a\",\"user_id\":\"\xff\",\"quantity\":1}",      /* not UTF-8 */
+        "{\"sku\":\"a\",\"user_id\":\"\xc2\x85\",\"quantity\":1}",  /* C1 control */
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1} x",
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1,}",
+        "\xef\xbb\xbf{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1}",  /* a BOM */
+        "{\"sku\":\"a\",\"user_id\":\"u\",\"quantity\":1",
+    };
+    for (size_t i = 0; i < sizeof slow / sizeof slow[0]; i++) CHECK(!fast_takes(slow[i]));
+    char nul[] = "{\"sku\":\"a\",\"user_id\":\"u\0v\",\"quantity\":1}";
+    CHECK(!fast_agrees(nul, sizeof nul - 1));
+    /* Mutations of a valid body (a byte changed, dropped or doubled): what
+     * the fast reader takes, jansson and the validation take the same. */
+    static const char base[] = "{\"sku\": \"p-1\", \"user_id\": \"u\xc3\xa9\", \"quantity\": 12}";
+    static const char alphabet[] = "{}[]\",: \t\n\\0123456789-+.eEuxskqyt\x80\xc3\xff\x01";
+    unsigned seed = 12345, taken = 0;
+    char buf[sizeof base + 2];
+    for (int it = 0; it < 200000; it++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t at = (seed >> 8) % (sizeof base - 1), n = sizeof base - 1;
+        memcpy(buf, base, n);
+        char c = alphabet[(seed >> 20) % (sizeof alphabet - 1)];
+        switch ((seed >> 28) % 3) {
+        case 0: buf[at] = c; break;
+        case 1: memmove(buf + at, buf + at + 1, n - at - 1); n--; break;
+        default: memmove(buf + at + 1, buf + at, n - at); buf[at] = c; n++; break;
+        }
+        taken += (unsigned)fast_agrees(buf, n);
+    }
+    CHECK(taken > 1000);          /* many mutants are still valid bodies (spaces, digits) */
+}
+
 /* Validates a product body; in->name is copied out before the JSON goes. */
 static const char *product_code(const char *text, svc_product_input *in) {
     static svc_verr e;
@@ -265,7 +346,8 @@ static void test_utf8(void) {
     }
 }
 
-TEST_MAIN(T(test_sku), T(test_user_and_key), T(test_utf8), T(test_order_body), T(test_product_body),
+TEST_MAIN(T(test_sku), T(test_user_and_key), T(test_utf8), T(test_order_body),
+          T(test_order_body_fast), T(test_product_body),
           T(test_fingerprint), T(test_order_ids_increase), T(test_order_id_time),
           T(test_order_ids_unique_across_threads), T(test_keys), T(test_redis_urls),
           T(test_script_sha))
