@@ -384,24 +384,6 @@ static void strategy_list(http_req *r, const char *const *params, void *ud) {
 
 /* --------------------------------------------------------------- operations */
 
-char *api_json_escape(char *p, const char *s) {
-    static const char HEX[] = "0123456789abcdef";
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)*c;
-        } else if (*c < 0x20) {
-            memcpy(p, "\\u00", 4);
-            p[4] = HEX[*c >> 4];
-            p[5] = HEX[*c & 15];
-            p += 6;
-        } else {
-            *p++ = (char)*c;
-        }
-    }
-    return p;
-}
-
 /* Written without jansson: the probe every load balancer sends, as cheap
  * as an answer can be. The instance id holds the host name, made valid
  * UTF-8 before it is escaped. */

@@ -14,6 +14,24 @@
 
 const char *const api_retry[] = { "Retry-After", "1", NULL };
 
+char *api_json_escape(char *p, const char *s) {
+    static const char HEX[] = "0123456789abcdef";
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)*c;
+        } else if (*c < 0x20) {
+            memcpy(p, "\\u00", 4);
+            p[4] = HEX[*c >> 4];
+            p[5] = HEX[*c & 15];
+            p += 6;
+        } else {
+            *p++ = (char)*c;
+        }
+    }
+    return p;
+}
+
 void api_reply_verr(http_req *r, const svc_verr *e) {
     http_reply_error(r, e->status, e->code, "%s", e->message);
 }
