@@ -307,7 +307,6 @@ void http_defer(http_req *r) {
     atomic_store(&r->dstate, DS_HANDED);
 }
 
-
 /* ------------------------------------------------------------------ routing */
 
 static void route(http_req *r) {

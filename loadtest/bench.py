@@ -171,14 +171,15 @@ def parse_us(s):
 def wrk(url, conns, seconds, sku=None, scripted_get=False):
     """Runs wrk; returns (requests/s, p50 us, p99 us, statuses or None, non-2xx/3xx, errors).
     With sku, POSTs orders for it (wrk_orders.lua, which counts the statuses);
-    scripted_get: GETs through wrk_get.lua, which costs wrk what a POST does."""
+    scripted_get: GETs through the same script (WRK_GET), which costs wrk what a POST does."""
     args = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--latency"]
     env = dict(os.environ)
     if sku:
         args += ["-s", os.path.join(HERE, "wrk_orders.lua")]
         env["WRK_SKU"] = sku
     elif scripted_get:
-        args += ["-s", os.path.join(HERE, "wrk_get.lua")]
+        args += ["-s", os.path.join(HERE, "wrk_orders.lua")]
+        env["WRK_GET"] = "1"
     p = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 60,
                        env=env)
     rps = re.search(r"Requests/sec:\s+([\d.]+)", p.stdout)

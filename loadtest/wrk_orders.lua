@@ -2,9 +2,12 @@
 -- (WRK_SKU), a fresh buyer per order, through wrk's connections. Prints
 -- one line, "STATUS 201=n 409=n ... errors=n", for bench.py to check that
 -- every target answered what it was asked (a target refusing fast is no
--- figure).
+-- figure). With WRK_GET=1 it GETs the URL instead, a request formatted per
+-- call and every status counted all the same: when bench.py compares a GET
+-- with a POST, wrk (on the same cores) then does the same work for both.
 local threads, n = {}, 0
 local sku = os.getenv("WRK_SKU") or "sku"
+local get = os.getenv("WRK_GET") == "1"
 
 function setup(thread)
     thread:set("id", #threads)
@@ -17,6 +20,9 @@ end
 
 function request()
     n = n + 1
+    if get then
+        return wrk.format("GET", nil, { ["X-Seq"] = string.format("%d-%d", id, n) })
+    end
     return wrk.format("POST", "/v1/orders", { ["Content-Type"] = "application/json" },
                       string.format('{"sku":"%s","user_id":"b%d-%d","quantity":1}', sku, id, n))
 end

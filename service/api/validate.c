@@ -127,7 +127,7 @@ int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
     if (!svc_valid_user_id(in->user_id))
         return fail(e, 400, "invalid_field",
                     "'user_id' must be 1 to 128 characters, without control characters.");
-    if ((rc = int_field(body, "quantity", 1, 1000, &qty, e)) < 0) return -1;
+    if ((rc = int_field(body, "quantity", 1, SVC_ORDER_QTY_MAX, &qty, e)) < 0) return -1;
     if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
     in->quantity = (int)qty;
     return 0;
@@ -154,8 +154,9 @@ static const char *plain_string(const char *p, const char *end, char *dst, size_
     return p + 1;
 }
 
-/* Up to four digits without a leading zero (what follows is the caller's
- * to check: a '.' or an 'e' is not the ',' or '}' it wants). */
+/* Up to four digits (SVC_ORDER_QTY_MAX has four) without a leading zero
+ * (what follows is the caller's to check: a '.' or an 'e' is not the ','
+ * or '}' it wants). */
 static const char *small_int(const char *p, const char *end, long *out) {
     const char *s = p;
     long n = 0;
@@ -197,7 +198,8 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
         if (*p++ != ',') return 0;
     }
     if (skip_ws(p + 1, end) != end || seen != 7) return 0;
-    if (!svc_valid_sku(f->sku) || !svc_valid_user_id(f->user_id) || qty < 1 || qty > 1000)
+    if (!svc_valid_sku(f->sku) || !svc_valid_user_id(f->user_id) || qty < 1 ||
+        qty > SVC_ORDER_QTY_MAX)
         return 0;
     f->in = (svc_order_input){ .sku = f->sku, .user_id = f->user_id, .quantity = (int)qty };
     return 1;

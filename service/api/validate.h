@@ -21,6 +21,8 @@ int svc_valid_user_id(const char *s);
 /* 1..128 visible ASCII characters. */
 int svc_valid_idem_key(const char *s);
 
+#define SVC_ORDER_QTY_MAX 1000    /* the most units one order may take */
+
 /* Checks a POST /v1/orders body. Strings point into body. Returns 0 or -1
  * with e filled. */
 int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e);

@@ -95,9 +95,9 @@ int svc_admission_shed(svc_admission *ad) {
     return 1;
 }
 
-void svc_admission_enter(svc_admission *ad) {
+void svc_admission_enter(svc_admission *ad, int64_t now_us) {
     long n = atomic_fetch_add_explicit(&ad->inflight, 1, memory_order_relaxed) + 1;
-    atomic_store_explicit(&ad->last_in_us, clock_mono_us(), memory_order_relaxed);
+    atomic_store_explicit(&ad->last_in_us, now_us, memory_order_relaxed);
     /* A racy maximum: a lost update under-reports a peak by a few. */
     if (n > atomic_load_explicit(&ad->win_peak, memory_order_relaxed))
         atomic_store_explicit(&ad->win_peak, n, memory_order_relaxed);
@@ -145,11 +145,16 @@ void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms) {
     atomic_store(&am->door_shed, 0);
 }
 
+/* In use: orders in flight (inflight, read by the caller), or one in the
+ * last SVC_ADMISSION_ACTIVE_US. */
+static int in_use(const svc_admission *ad, long inflight, int64_t now_us) {
+    return inflight > 0 || now_us - atomic_load_explicit(&ad->last_in_us, memory_order_relaxed) <
+                               SVC_ADMISSION_ACTIVE_US;
+}
+
 int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us) {
     svc_admission *ad = &am->by_strategy[s];
-    return atomic_load_explicit(&ad->inflight, memory_order_relaxed) > 0 ||
-           now_us - atomic_load_explicit(&ad->last_in_us, memory_order_relaxed) <
-               SVC_ADMISSION_ACTIVE_US;
+    return in_use(ad, atomic_load_explicit(&ad->inflight, memory_order_relaxed), now_us);
 }
 
 /* The orders in flight in all, and the door's limit: --max-inflight, or
@@ -158,10 +163,10 @@ static void door_figures(svc_admit *am, long *inflight, long *limit) {
     int64_t now = clock_mono_us();
     long n = 0, l = SVC_ADMISSION_MIN;
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
-        svc_admission *ad = &am->by_strategy[s];
-        n += atomic_load_explicit(&ad->inflight, memory_order_relaxed);
-        if (!am->fixed && svc_admit_in_use(am, (stock_strategy)s, now))
-            l += atomic_load_explicit(&ad->limit, memory_order_relaxed);
+        const svc_admission *ad = &am->by_strategy[s];
+        long f = atomic_load_explicit(&ad->inflight, memory_order_relaxed);
+        n += f;
+        if (!am->fixed && in_use(ad, f, now)) l += atomic_load_explicit(&ad->limit, memory_order_relaxed);
     }
     *inflight = n;
     *limit = am->fixed ? am->fixed : l;
@@ -181,9 +186,9 @@ int svc_admit_shed(svc_admit *am, stock_strategy s) {
     return svc_admission_shed(&am->by_strategy[s]);
 }
 
-void svc_admit_enter(svc_admit *am, stock_strategy s) {
+void svc_admit_enter(svc_admit *am, stock_strategy s, int64_t now_us) {
     assert(s < STOCK_STRATEGY_COUNT);
-    svc_admission_enter(&am->by_strategy[s]);
+    svc_admission_enter(&am->by_strategy[s], now_us);
 }
 
 void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros) {

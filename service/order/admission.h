@@ -83,8 +83,8 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms);
  * little past the limit. */
 int svc_admission_shed(svc_admission *ad);
 
-/* An order enters the path (svc_order_submit)... */
-void svc_admission_enter(svc_admission *ad);
+/* An order enters the path (svc_order_submit) at now_us... */
+void svc_admission_enter(svc_admission *ad, int64_t now_us);
 /* ...and leaves it, answered, after micros in it: feeds the controller. */
 void svc_admission_leave(svc_admission *ad, int64_t micros);
 
@@ -111,8 +111,9 @@ int svc_admit_door(svc_admit *am);
 /* Once the product is known: whether strategy s is at its limit. Counts
  * it as shed when so. */
 int svc_admit_shed(svc_admit *am, stock_strategy s);
-/* An order of strategy s enters the path, and leaves it after micros. */
-void svc_admit_enter(svc_admit *am, stock_strategy s);
+/* An order of strategy s enters the path at now_us, and leaves it after
+ * micros. */
+void svc_admit_enter(svc_admit *am, stock_strategy s, int64_t now_us);
 void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros);
 /* The door's limit now, the orders in flight, the orders shed (door and
  * strategies). */

@@ -61,7 +61,7 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->quantity = in->quantity;
     op->t_in_us = clock_mono_us();
     op->adm_strategy = p->strategy;
-    svc_admit_enter(&a->adm, op->adm_strategy);
+    svc_admit_enter(&a->adm, op->adm_strategy, op->t_in_us);
     op->undo_then = RF_COUNT;
     op->undo_avail = 0;
     op->arrive = NULL;

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (svc_validate_order(j, &in, &e) == 0) {
                 /* What the service then relies on. */
                 if (!svc_valid_sku(in.sku) || !svc_valid_user_id(in.user_id) || in.quantity < 1 ||
-                    in.quantity > 1000)
+                    in.quantity > SVC_ORDER_QTY_MAX)
                     __builtin_trap();
                 char fp[17];
                 svc_order_fingerprint(in.sku, in.user_id, in.quantity, fp);

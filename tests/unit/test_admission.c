@@ -14,6 +14,7 @@
  *   for all, at the door. */
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "service/order/admission.h"
 #include "tests/unit/t.h"
 
@@ -22,7 +23,7 @@ static void fixed_limit_sheds_past_it(void) {
     svc_admission_init(&ad, 3, 1000, 50);
     for (int i = 0; i < 3; i++) {
         CHECK(!svc_admission_shed(&ad));
-        svc_admission_enter(&ad);
+        svc_admission_enter(&ad, clock_mono_us());
     }
     CHECK(svc_admission_shed(&ad));
     CHECK(svc_admission_shed(&ad));
@@ -55,7 +56,7 @@ static void window_p90_reaches_the_metrics(void) {
     svc_admission ad;
     svc_admission_init(&ad, 0, 10000, 50);
     CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
-    for (int i = 0; i < 20; i++) svc_admission_enter(&ad);
+    for (int i = 0; i < 20; i++) svc_admission_enter(&ad, clock_mono_us());
     for (int i = 0; i < 10; i++) svc_admission_leave(&ad, 3000);   /* fewer than 16: open */
     CHECK(svc_admission_p90_us(&ad) == 0);
     usleep(SVC_ADMISSION_WINDOW_US + 20000);
@@ -73,16 +74,16 @@ static void strategies_are_limited_apart(void) {
     CHECK(svc_admit_door_limit(&am) == SVC_ADMISSION_MIN);    /* none in use: room for one */
     for (int i = 0; i < SVC_ADMISSION_INITIAL; i++) {
         CHECK(!svc_admit_shed(&am, STOCK_LOCK));
-        svc_admit_enter(&am, STOCK_LOCK);
+        svc_admit_enter(&am, STOCK_LOCK, clock_mono_us());
     }
     CHECK(svc_admit_shed(&am, STOCK_LOCK));                  /* lock at its own limit... */
     CHECK(!svc_admit_shed(&am, STOCK_LUA));                  /* ...lua is not */
     CHECK(svc_admit_door_limit(&am) == SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
     CHECK(!svc_admit_door(&am));                             /* room for lua to start */
-    for (int i = 0; i < SVC_ADMISSION_MIN; i++) svc_admit_enter(&am, STOCK_LUA);
+    for (int i = 0; i < SVC_ADMISSION_MIN; i++) svc_admit_enter(&am, STOCK_LUA, clock_mono_us());
     CHECK(svc_admit_door_limit(&am) == 2 * SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
     CHECK(!svc_admit_door(&am));
-    for (int i = 0; i < SVC_ADMISSION_INITIAL; i++) svc_admit_enter(&am, STOCK_LUA);
+    for (int i = 0; i < SVC_ADMISSION_INITIAL; i++) svc_admit_enter(&am, STOCK_LUA, clock_mono_us());
     CHECK(svc_admit_inflight(&am) == 2 * SVC_ADMISSION_INITIAL + SVC_ADMISSION_MIN);
     CHECK(svc_admit_door(&am));                              /* both full, and the room */
     CHECK(svc_admit_shed_count(&am) == 2);                   /* one at lock's, one at the door */
@@ -94,11 +95,11 @@ static void strategies_are_limited_apart(void) {
 static void fixed_limit_is_one_for_all(void) {
     static svc_admit am;
     svc_admit_init(&am, 3, 100000, 100);
-    svc_admit_enter(&am, STOCK_LOCK);
-    svc_admit_enter(&am, STOCK_LOCK);
+    svc_admit_enter(&am, STOCK_LOCK, clock_mono_us());
+    svc_admit_enter(&am, STOCK_LOCK, clock_mono_us());
     CHECK(!svc_admit_shed(&am, STOCK_LOCK));                 /* no limit of its own */
     CHECK(!svc_admit_door(&am));
-    svc_admit_enter(&am, STOCK_LUA);
+    svc_admit_enter(&am, STOCK_LUA, clock_mono_us());
     CHECK(svc_admit_door(&am));                              /* three in all */
     CHECK(svc_admit_door_limit(&am) == 3);
     svc_admit_leave(&am, STOCK_LUA, 10);
