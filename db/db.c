@@ -44,15 +44,17 @@ static const char *const SQL[ST_LOCK_FIRST] = {
     [ST_PRODUCT_INSERT] =
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
-        "hold_seconds,held)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0)",
+        "hold_seconds,held,cs_overlap)"
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11)",
     [ST_PRODUCT_GET] =
         "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held"
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"
+        "cs_overlap"
         " FROM products WHERE sku=?1",
     [ST_PRODUCT_ALL] =
         "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held"
+        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"
+        "cs_overlap"
         " FROM products ORDER BY sku",
     [ST_PRODUCT_RESTOCK] =
         "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
@@ -344,6 +346,7 @@ static void read_product(sqlite3_stmt *s, db_product *p) {
     copy_col(p->created_at, sizeof p->created_at, s, 12);
     p->hold_seconds = sqlite3_column_int(s, 13);
     p->held = sqlite3_column_int64(s, 14);
+    p->cs_overlap = sqlite3_column_int(s, 15);
 }
 
 db_status db_product_insert(db *d, const db_product *p) {
@@ -359,6 +362,7 @@ db_status db_product_insert(db *d, const db_product *p) {
     sqlite3_bind_int(s, 8, p->lock_ttl_ms);
     sqlite3_bind_text(s, 9, p->created_at, -1, SQLITE_STATIC);
     sqlite3_bind_int(s, 10, p->hold_seconds);
+    sqlite3_bind_int(s, 11, p->cs_overlap);
     return db_step_done(d, s, "insert product");
 }
 

@@ -33,7 +33,7 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 6
+#define DB_SCHEMA_VERSION 7
 #define DB_REF_MAX 128         /* a hold's payment_ref */
 
 typedef enum db_status {
@@ -72,6 +72,7 @@ typedef struct db_product {
     long long db_version;             /* db-optimistic: row version */
     int cs_delay_ms;                  /* fault injection: pause in the critical section */
     int lock_ttl_ms;                  /* lock strategies: lease; 0 = default */
+    int cs_overlap;                   /* fault injection: holders to wait for (stock.h) */
     char created_at[DB_TIME_LEN + 1];
     int hold_seconds;                 /* 0: orders confirmed at once; else holds (holds.h) */
     long long held;                   /* units of reserved holds */

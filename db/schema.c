@@ -139,6 +139,11 @@ static const char SCHEMA_V6[] =
     "CREATE INDEX holds_due ON holds(expires_ms) WHERE state='reserved';"
     "CREATE INDEX holds_returning ON holds(decided_ms) WHERE return_gen IS NOT NULL;";
 
+/* Version 7: fault injection's forcing of an interleaving (stock.h,
+ * cs_overlap): the holders a product's critical section waits for. */
+static const char SCHEMA_V7[] =
+    "ALTER TABLE products ADD COLUMN cs_overlap INTEGER NOT NULL DEFAULT 0;";
+
 int db_exec(sqlite3 *c, const char *sql, char *err, size_t errlen) {
     char *msg = NULL;
     if (sqlite3_exec(c, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
@@ -186,6 +191,9 @@ int db_migrate(sqlite3 *c, char *err, size_t errlen) {
         goto err;
     if (v < 6 && (db_exec(c, SCHEMA_V6, err, errlen) ||
                   db_exec(c, "PRAGMA user_version=6", err, errlen)))
+        goto err;
+    if (v < 7 && (db_exec(c, SCHEMA_V7, err, errlen) ||
+                  db_exec(c, "PRAGMA user_version=7", err, errlen)))
         goto err;
     /* Later versions add "if (v < N) apply step N" here. */
     if (db_exec(c, "COMMIT", err, errlen)) goto err;

@@ -89,6 +89,7 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
             pthread_rwlock_unlock(&pc->lock);
             return NULL;
         }
+        p->sp.cs_overlap = dp->cs_overlap;
         pthread_mutex_init(&p->view_mu, NULL);
         unsigned h = hash(p->sku);
         p->next = pc->bucket[h];

@@ -3,7 +3,7 @@
  * the unsafe demonstrations. They share one shape:
  *
  *   choose segments -> lock them (per strategy) -> read -> check
- *     -> [injected pause] -> write -> unlock
+ *     -> [injected pause, or the forcing] -> write -> unlock
  *
  * and differ only in the lock, in when it is released, and in whether the
  * write sets the value computed from the read or subtracts. The lock is
@@ -12,9 +12,9 @@
  * lock module (on the service's Redis, on Redlock servers, ZooKeeper or
  * etcd), or a row of the database's lock table. The safe ones fence their
  * write with the lock's own token. The unsafe ones are faithful to the
- * seeds' broken code on purpose; the injected pause (cs_delay_ms, fault
- * injection only) forces the interleaving that breaks them, instead of
- * hoping the scheduler does.
+ * seeds' broken code on purpose; fault injection (cs_overlap, below)
+ * forces the interleaving that breaks them, instead of hoping the
+ * scheduler does, and the safe ones are shown under the same forcing.
  *
  * Segments: a request first tries one random segment not known to be
  * empty; if that is short, it reads all segments at once and locks the ones
@@ -671,6 +671,115 @@ static void injected_pause(const stock_product *p) {
     clock_sleep_ms(p->cs_delay_ms * (192 + (int)j / 2) / 256);
 }
 
+/* ------------------------------------------------ forcing an interleaving
+ *
+ * A pause inside the critical section makes a bad interleaving likely, not
+ * certain: whether another holder reads the same units meanwhile is the
+ * scheduler's luck, and a busy machine changes the luck. With cs_overlap N
+ * (fault injection only) a holder instead waits, after its check and
+ * before its write, until N holders -- itself included -- have been inside
+ * the critical section of the same segment with the same read (the same
+ * generation and units), or until cs_delay_ms has passed. It counts those
+ * inside when it arrived and those who arrive after it while it is still
+ * inside (force_enter.lua), so every one counted was inside together with
+ * it. Then it writes.
+ *
+ * What that shows depends on the lock. With none, or one that excludes
+ * nobody across instances (`local` on two), the second holder comes at
+ * once and both write from one read: an oversell, every time. With a
+ * lease, the second holder can only come once the first one's lease has
+ * run out -- a lease seen expired -- and then the fenced locks refuse the
+ * first one's write while the unfenced ones sell twice. A lock that holds
+ * (a mutex on one instance, a renewed lease, a ZooKeeper session kept
+ * alive by its own threads) lets no second holder in: the wait runs to
+ * its bound. Each wait's outcome is counted in <prefix>{<sku>}:cs, fields
+ * met and alone (docs/storage.md), so a scene can tell whether the
+ * interleaving it claims was forced. */
+
+#define FORCE_POLL_MS 1
+#define FORCE_KEY_TTL_MS 60000
+
+static void force_key(stock_conn *c, const stock_product *p, long long gen, int seg,
+                      long long units, const char *what) {
+    rconn_cmd_addf(&c->cmd, "%s{%s}:cs:%lld:%d:%lld:%s", c->prefix, p->sku, gen, seg, units, what);
+}
+
+/* The arrivals counted so far at the key of (gen, seg, units); -1 when
+ * Redis fails. */
+static long long force_arrivals(stock_conn *c, const stock_product *p, long long gen, int seg,
+                                long long units) {
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "GET");
+    force_key(c, p, gen, seg, units, "n");
+    redisReply *rep = NULL;
+    if (rconn_cmd_append(c->ctx, &c->cmd) == 0 && redisGetReply(c->ctx, (void **)&rep) != REDIS_OK)
+        rep = NULL;
+    long long n = !rep                              ? -1
+                  : rep->type == REDIS_REPLY_STRING ? atoll(rep->str)
+                  : rep->type == REDIS_REPLY_NIL    ? 0
+                                                    : -1;
+    if (rep) freeReplyObject(rep);
+    return n;
+}
+
+/* Waits as cs_overlap asks (above); without it, the plain pause. Redis
+ * failing ends the wait: the write that follows meets the same failure. */
+static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, const seen *sn) {
+    const stock_product *p = r->product;
+    if (p->cs_overlap <= 0) {
+        injected_pause(p);
+        return;
+    }
+    int i = 0;
+    while (i + 1 < pk->n && pk->take[i] == 0) i++;      /* the first segment written */
+    int seg = pk->seg[i];
+    long long units = pk->value[i];
+    char id[24];
+    random_hex(id, 8);
+    rconn_cmd_evalsha(&c->cmd, &sk_force_enter, 2);
+    force_key(c, p, sn->gen, seg, units, "in");
+    force_key(c, p, sn->gen, seg, units, "n");
+    rconn_cmd_adds(&c->cmd, id);
+    rconn_cmd_addll(&c->cmd, p->cs_delay_ms + FORCE_KEY_TTL_MS);
+    redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_force_enter);
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+        if (rep) freeReplyObject(rep);
+        else sk_drop(c, "force");
+        return;
+    }
+    long long inside = sk_elem_int(rep, 0), arrival = sk_elem_int(rep, 1);
+    freeReplyObject(rep);
+    int64_t deadline = clock_mono_ms() + p->cs_delay_ms;
+    long long together = inside;
+    while (together < p->cs_overlap && clock_mono_ms() < deadline) {
+        clock_sleep_ms(FORCE_POLL_MS);
+        long long n = force_arrivals(c, p, sn->gen, seg, units);
+        if (n < 0) {
+            sk_drop(c, "force");
+            return;
+        }
+        together = inside + (n > arrival ? n - arrival : 0);
+    }
+    /* Out of the critical section's set, and the outcome counted. */
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "SREM");
+    force_key(c, p, sn->gen, seg, units, "in");
+    rconn_cmd_adds(&c->cmd, id);
+    int bad = rconn_cmd_append(c->ctx, &c->cmd);
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, "HINCRBY");
+    sk_add_key(c, p->sku, "cs");
+    rconn_cmd_adds(&c->cmd, together >= p->cs_overlap ? "met" : "alone");
+    rconn_cmd_addll(&c->cmd, 1);
+    bad = bad || rconn_cmd_append(c->ctx, &c->cmd);
+    for (int k = 0; k < 2 && !bad; k++) {
+        redisReply *done = NULL;
+        bad = redisGetReply(c->ctx, (void **)&done) != REDIS_OK;
+        if (done) freeReplyObject(done);
+    }
+    if (bad) sk_drop(c, "force");
+}
+
 /* One attempt under the locks of pk. */
 static stock_result attempt(stock_conn *c, stock_req *r, pick *pk, int all_segments) {
     const stock_product *p = r->product;
@@ -682,7 +791,7 @@ static stock_result attempt(stock_conn *c, stock_req *r, pick *pk, int all_segme
     if (res == STOCK_RESERVED) res = check(r, pk, &sn, all_segments);
     if (res == STOCK_RESERVED) {
         if (p->strategy == STOCK_UNSAFE_UNLOCK_BEFORE_WRITE) unlock_all(c, r, pk, &h);
-        injected_pause(p);
+        injected_wait(c, r, pk, &sn);
         res = write_segments(c, r, pk, &sn);
     }
     unlock_all(c, r, pk, &h);

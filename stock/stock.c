@@ -20,11 +20,11 @@
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
     stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[],
-    stock_lua_return[];
+    stock_lua_return[], stock_lua_force_enter[];
 
 static rconn_script s_reserve, s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write, sk_return;
+    sk_lock_write, sk_return, sk_force_enter;
 static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
@@ -55,6 +55,7 @@ static void scripts_init(void) {
     script_on_lock(&sk_write, "write", stock_lua_write);
     rconn_script_init(&sk_unlock, "unlock", stock_lua_unlock);
     rconn_script_init(&sk_return, "return", stock_lua_return);
+    rconn_script_init(&sk_force_enter, "force_enter", stock_lua_force_enter);
 }
 
 /* ---------------------------------------------------------------- strategies */
@@ -163,8 +164,9 @@ const stock_strategy_info *stock_strategy_about(stock_strategy s) {
 int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int segments,
                        long long per_user_limit, int cs_delay_ms, int lock_ttl_ms) {
     int words = (segments + 63) / 64;
-    *p = (stock_product){ sku, s, segments, per_user_limit, cs_delay_ms, lock_ttl_ms, NULL, 0,
-                          NULL };
+    *p = (stock_product){ .sku = sku, .strategy = s, .segments = segments,
+                          .per_user_limit = per_user_limit, .cs_delay_ms = cs_delay_ms,
+                          .lock_ttl_ms = lock_ttl_ms };
     p->hint = calloc(1, sizeof *p->hint + (size_t)words * sizeof(uint64_t));
     if (!p->hint) return -1;
     p->hint->nwords = words;
@@ -385,7 +387,7 @@ int stock_conn_ensure(stock_conn *c) {
     }
     if (pick_primary(c)) return -1;
     const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
-                                  &sk_unlock, &sk_return };
+                                  &sk_unlock, &sk_return, &sk_force_enter };
     char err[200];
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
     if (!c->ctx) {

@@ -112,6 +112,10 @@ typedef struct stock_product {
     long long per_user_limit;     /* 0: none */
     int cs_delay_ms;              /* fault injection: pause inside the critical section */
     int lock_ttl_ms;              /* lock strategies: lease; 0: the configured default */
+    int cs_overlap;               /* fault injection: 0, or the holders that must be inside
+                                     the critical section with the same read before a
+                                     holder writes, cs_delay_ms being the longest wait
+                                     (rcw.c, "forcing an interleaving"); set after init */
     stock_hint *hint;             /* segments known empty (a hint, never a verdict) */
     int lanes;                    /* 0: all of the SKU in one slot. n: its n segments
                                      spread over a Redis Cluster's slots, segment i a

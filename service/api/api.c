@@ -108,6 +108,7 @@ static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, i
                           dp.created_at);
     if (j && dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
     if (j && dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
+    if (j && dp.cs_overlap) json_object_set_new(j, "cs_overlap", json_integer(dp.cs_overlap));
     if (j && si->unsafe) /* said wherever the product is seen, not only in the log */
         json_object_set_new(j, "warning", json_sprintf("UNSAFE: %s oversells by design (%s); "
                                                        "a demonstration, never for a real sale",
@@ -152,6 +153,7 @@ static void product_create_job(api_job *j) {
     dp.stock_initial = in->stock;
     dp.cs_delay_ms = (int)in->cs_delay_ms;
     dp.lock_ttl_ms = (int)in->lock_ttl_ms;
+    dp.cs_overlap = (int)in->cs_overlap;
     db_format_time(clock_wall_ms(), dp.created_at);
 
     db *d = svc_thread_db(a);

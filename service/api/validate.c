@@ -209,7 +209,7 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
                          svc_product_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
                                            "per_user_limit", "hold_seconds", "cs_delay_ms",
-                                           "lock_ttl_ms", NULL };
+                                           "lock_ttl_ms", "cs_overlap", NULL };
     long long segments = 1;
     int rc;
     memset(in, 0, sizeof *in);
@@ -245,11 +245,21 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
                     in->strategy);
     int rc1 = int_field(body, "cs_delay_ms", 0, 60000, &in->cs_delay_ms, e);
     int rc2 = rc1 < 0 ? -1 : int_field(body, "lock_ttl_ms", 10, 600000, &in->lock_ttl_ms, e);
-    if (rc1 < 0 || rc2 < 0) return -1;
-    if ((rc1 || rc2) && !fault_injection)
+    int rc3 = rc1 < 0 || rc2 < 0 ? -1 : int_field(body, "cs_overlap", 0, 64, &in->cs_overlap, e);
+    if (rc1 < 0 || rc2 < 0 || rc3 < 0) return -1;
+    if ((rc1 || rc2 || rc3) && !fault_injection)
         return fail(e, 400, "invalid_field",
                     "'%s' needs a service started with --fault-injection.",
-                    rc1 ? "cs_delay_ms" : "lock_ttl_ms");
+                    rc1 ? "cs_delay_ms" : rc2 ? "lock_ttl_ms" : "cs_overlap");
+    if (in->cs_overlap == 1 || (in->cs_overlap > 1 && in->cs_delay_ms == 0))
+        return fail(e, 400, "invalid_field",
+                    "'cs_overlap' is the number of holders to wait for, 2 or more, and needs "
+                    "'cs_delay_ms', the longest wait.");
+    if (in->cs_overlap > 1 && stock_strategy_about(s)->kind != STOCK_KIND_RCW &&
+        stock_strategy_about(s)->kind != STOCK_KIND_LOCK)
+        return fail(e, 400, "invalid_field",
+                    "'cs_overlap' is for the strategies with a critical section in the service "
+                    "(a lock, or none: read, check, write); '%s' has none.", in->strategy);
     return 0;
 }
 

@@ -54,10 +54,11 @@ typedef struct svc_product_input {
     long long hold_seconds;   /* 0: confirmed at once; else holds */
     long long cs_delay_ms;    /* fault injection only */
     long long lock_ttl_ms;    /* fault injection only */
+    long long cs_overlap;     /* fault injection only */
 } svc_product_input;
 
 /* Checks a POST /v1/products body; default_strategy fills a missing
- * "strategy"; fault_injection allows cs_delay_ms and lock_ttl_ms. */
+ * "strategy"; fault_injection allows cs_delay_ms, lock_ttl_ms and cs_overlap. */
 int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
                          svc_product_input *in, svc_verr *e);
 /* Checks the body of a confirm ({"payment_ref": 1..128 characters},

@@ -20,7 +20,9 @@
  * A pause in the critical section (fault injection: cs_delay_ms) holds the
  * head there without renewing its lease, as a paused process would; when
  * the lease runs out, the next order may take the lock, and the paused
- * order's write is then refused by the fence (429, nothing taken).
+ * order's write is then refused by the fence (429, nothing taken). A
+ * product that forces an interleaving instead (cs_overlap) goes to the
+ * blocking family, whose critical section waits for the other holders.
  *
  * An order no one segment can hold (all look empty, or its segment is
  * short, of a product with several segments) is rerouted to the blocking
@@ -332,6 +334,13 @@ static void submit(svc_order *op) {
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) rnd = (uint64_t)clock_mono_us();
     int seg = -1, n = a->nloops, home = svc_order_loop_index(op->home);
+    if (p->sp.cs_overlap > 0) {
+        /* Fault injection's forcing of an interleaving waits inside the
+         * critical section for other holders (stock/rcw.c): the blocking
+         * family runs it, on the same keys, locks and fence. */
+        svc_pipeline_reroute(op, STOCK_KIND_RCW);
+        return;
+    }
     if (p->segments >= n)
         seg = stock_pick_segment(&p->sp, rnd, ((home - owner_of(a, p, 0)) % n + n) % n, n);
     if (seg < 0) seg = stock_pick_segment(&p->sp, rnd, 0, 1);
