@@ -205,6 +205,7 @@ int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e) {
     if (s->strategy[0]) json_object_set_new(j, "strategy", json_string(s->strategy));
     if (s->cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(s->cs_delay_ms));
     if (s->lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(s->lock_ttl_ms));
+    if (s->cs_overlap) json_object_set_new(j, "cs_overlap", json_integer(s->cs_overlap));
     if (s->hold_seconds) json_object_set_new(j, "hold_seconds", json_integer(s->hold_seconds));
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);

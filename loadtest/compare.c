@@ -4,13 +4,11 @@
  *
  * The matrix is strategies (every one the service lists at GET
  * /v1/strategies, by default) x segment counts, plus two-instance scenes
- * for `local` (which breaks there) and `lua` (which does not), in three
- * groups. Ordinary contention: no fault, every lock-based strategy next to
- * `lua` and `db`. Under an injected fault: a flaw that needs a particular
- * interleaving is forced, not hoped for: the lock-based unsafe strategies
- * run with a pause inside the critical section longer than their lease,
- * and the safe locks run under such a pause to show that their fence
- * holds. Redis failures (seed 004, section 4.2; failures.c): a failover
+ * for `local` (which breaks there) and `lua` (which does not), in four
+ * groups. Ordinary contention: no fault, every safe strategy. Forced
+ * interleavings: a flaw that needs a particular interleaving is forced,
+ * not hoped for, and seen to be forced (FORCED, below); the safe ones run
+ * under the same forcing to show that they hold. Redis failures (seed 004, section 4.2; failures.c): a failover
  * to a replica that missed the last writes, a Redlock server's clock
  * jumping, a Redlock server losing its last AOF second, a Redlock member
  * failing over -- each with the unsafe version and ours. Holds (issue
@@ -47,38 +45,79 @@
 
 #define MAX_SCENES 64
 
-/* The pause that outlives a lease: what breaks the lock-based unsafe ones. */
-#define PAUSE_MS 300
-#define PAUSE_TTL_MS 100
-/* unsafe-check-then-decr goes wrong only while several orders sit between
- * their read and their DECRBY as the stock runs out; a Redis round trip
- * is too short a window to count on, so it is widened a little. */
-#define CHECK_DECR_PAUSE_MS 3
-/* Redlock's pause scenes (its safe and unfenced versions): a pause three
- * times the lease. */
-#define REDLOCK_PAUSE_MS 600
-#define REDLOCK_PAUSE_TTL_MS 200
-/* unsafe-setnx-expire leases in whole seconds (EXPIRE). */
-#define SETNX_PAUSE_MS 1500
-#define SETNX_TTL_MS 1000
-
-/* The pause scenes of the safe locks: a pause three times the lease.
- * etcd's leases are whole seconds and it looks for expired ones about
- * every half second, so its pause is longer. ZooKeeper's lease is the
- * session (200 ms is the server's minimum here). */
-typedef struct pause_spec {
+/* The forced interleavings (fault injection: cs_overlap, stock/rcw.c). A
+ * holder, after its read and check, waits inside its critical section
+ * until a second holder is inside with the same read, or until the bound;
+ * the service counts each wait as met or alone, and the scene checks the
+ * count: a flaw is shown only when the interleaving that breaks it was
+ * seen to happen, and a lock that holds is seen to let no second holder
+ * in. Each unsafe strategy runs under the forcing that breaks it and the
+ * safe ones under the very same:
+ *
+ * - a second holder reads the same units: without a lock, unlocked before
+ *   the write, or with a lock that excludes nobody across instances
+ *   (`local` on two). Both write what they computed from one read. Where
+ *   the write takes what it checked (a decrement: check-then-decr,
+ *   `local`), only the last units can be sold twice, so those scenes sell
+ *   one unit (stock 1): the last unit, read by two holders.
+ * - a lease runs out: a second holder comes in only once the first one's
+ *   lease has expired (a lease seen expired); both write, or the fence
+ *   refuses the first. */
+typedef struct force_spec {
+    const char *fault;           /* which of the two (above) */
     const char *strategy;
-    int pause_ms, ttl_ms;
+    int instances;
+    int last_unit;               /* stock 1 */
+    int bound_ms;                /* the longest wait (the product's cs_delay_ms) */
+    int ttl_ms;                  /* the lease (0: the service's) */
     int eight;                   /* also with 8 segments */
-} pause_spec;
+    int expect;                  /* FL_FORCE_MET or FL_FORCE_ALONE */
+    const char *how;             /* the condition, for people ("%d": the lease) */
+} force_spec;
 
-static const pause_spec PAUSES[] = {
-    { "lock", PAUSE_MS, PAUSE_TTL_MS, 1 },
-    { "redlock", REDLOCK_PAUSE_MS, REDLOCK_PAUSE_TTL_MS, 0 },
-    { "zookeeper", 600, 200, 0 },
-    { "etcd", 2500, 1000, 0 },
-    { "db-lock", 600, 200, 0 },
-    { NULL, 0, 0, 0 },
+static const char SAME_READ[] = "a second holder reads the same units";
+static const char LEASE[] = "a lease runs out inside the critical section";
+
+#define LAST_UNIT_BOUND_MS 2000
+#define SAME_READ_BOUND_MS 2000
+
+static const force_spec FORCED[] = {
+    { SAME_READ, "local", 2, 1, LAST_UNIT_BOUND_MS, 0, 0, FL_FORCE_MET,
+      "2 instances, a mutex each: the last unit read by a second holder" },
+    { SAME_READ, "unsafe-check-then-decr", 1, 1, LAST_UNIT_BOUND_MS, 0, 0, FL_FORCE_MET,
+      "no lock: the last unit read by a second holder" },
+    { SAME_READ, "unsafe-read-write", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
+      "no lock: a second holder reads the same units" },
+    { SAME_READ, "unsafe-unlock-before-write", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
+      "unlocked before the write: a second holder reads the same units" },
+    { SAME_READ, "local", 1, 1, LAST_UNIT_BOUND_MS, 0, 0, FL_FORCE_ALONE,
+      "1 instance: the last unit, a second holder waited for" },
+    { SAME_READ, "lock", 2, 1, LAST_UNIT_BOUND_MS, 10000, 0, FL_FORCE_ALONE,
+      "2 instances: the last unit, a second holder waited for (lease %dms)" },
+    /* EXPIRE takes whole seconds. */
+    { LEASE, "unsafe-setnx-expire", 1, 0, 4000, 1000, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "unsafe-lock-no-fence", 1, 0, 1000, 100, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "unsafe-redlock-no-fence", 1, 0, 2000, 200, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "lock", 1, 0, 1000, 100, 1, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "redlock", 1, 0, 2000, 200, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    /* A ZooKeeper session is kept alive by the client library's own
+     * threads, which a wait of the holding thread does not stop: the wait
+     * outlasts the session timeout (200 ms is the server's minimum here),
+     * never the session. */
+    { LEASE, "zookeeper", 1, 0, 1000, 200, 0, FL_FORCE_ALONE,
+      "held past its session timeout (%dms), the session kept alive" },
+    /* etcd's leases are whole seconds, and it looks for expired ones about
+     * every half second. */
+    { LEASE, "etcd", 1, 0, 4000, 1000, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "db-lock", 1, 0, 2000, 200, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until a second holder came in" },
+    { NULL, NULL, 0, 0, 0, 0, 0, 0, NULL },
 };
 
 /* The Redis failures group: which strategies run under which failure (the
@@ -142,80 +181,46 @@ void fl_compare_opts_default(fl_compare_opts *o) {
 
 /* --------------------------------------------------------------- the matrix */
 
-/* Fills the condition under which a strategy shows what it is. The
- * unsafe lock-based ones are shown only under a pause past their lease;
- * pause (from PAUSES) puts a safe one under it too. */
-static void condition(const fl_compare_opts *o, fl_scene *sc, const pause_spec *pause) {
-    const char *s = sc->strategy;
-    sc->stock = o->stock;
-    sc->duration_s = o->duration_s;
-    if (!strcmp(s, "unsafe-setnx-expire")) {
-        sc->cs_delay_ms = SETNX_PAUSE_MS;
-        sc->lock_ttl_ms = SETNX_TTL_MS;
-    } else if (!strcmp(s, "unsafe-lock-no-fence")) {
-        sc->cs_delay_ms = PAUSE_MS;
-        sc->lock_ttl_ms = PAUSE_TTL_MS;
-    } else if (!strcmp(s, "unsafe-redlock-no-fence")) {
-        sc->cs_delay_ms = REDLOCK_PAUSE_MS;       /* as `redlock`'s own pause scene */
-        sc->lock_ttl_ms = REDLOCK_PAUSE_TTL_MS;
-    } else if (pause) {
-        sc->cs_delay_ms = pause->pause_ms;
-        sc->lock_ttl_ms = pause->ttl_ms;
-    }
-    sc->fault = sc->cs_delay_ms > 0;
-    sc->group = sc->fault ? FL_GROUP_PAUSE : FL_GROUP_CONTENTION;
-    if (!strcmp(s, "unsafe-check-then-decr")) {
-        sc->cs_delay_ms = CHECK_DECR_PAUSE_MS;
-        sc->fault = 1;
-        sc->group = FL_GROUP_PAUSE;
-        sc->stock = o->stock / 10 > 0 ? o->stock / 10 : 1;    /* it must sell out */
-        snprintf(sc->condition, sizeof sc->condition, "contention, pause %dms", sc->cs_delay_ms);
-    } else if (!strcmp(s, "local") && sc->instances > 1) {
-        /* Each instance's mutex is its own, so one holder per instance
-         * reads, checks and writes at once. Their write takes what they
-         * checked (DECRBY: units given back meanwhile are not erased), so
-         * there is no lost update to see: the two oversell when both read
-         * the last units, each during the other's critical section. A
-         * pause inside it makes that the rule rather than luck, and the
-         * stock must sell out. */
-        sc->cs_delay_ms = CHECK_DECR_PAUSE_MS;
-        sc->fault = 1;
-        sc->group = FL_GROUP_PAUSE;
-        sc->stock = o->stock / 200 > 0 ? o->stock / 200 : 1;
-        snprintf(sc->condition, sizeof sc->condition, "%d instances, pause %dms",
-                 sc->instances, sc->cs_delay_ms);
-    } else if (sc->cs_delay_ms) {
-        sc->stock = o->pause_stock;
-        sc->duration_s = o->pause_duration_s;
-        /* A ZooKeeper session is kept alive by the client library's own
-         * threads, which a pause of the holding thread does not stop: the
-         * pause outlasts the session timeout, never the session. */
-        if (!strcmp(s, "zookeeper"))
-            snprintf(sc->condition, sizeof sc->condition,
-                     "pause %dms, session %dms kept alive", sc->cs_delay_ms, sc->lock_ttl_ms);
-        else
-            snprintf(sc->condition, sizeof sc->condition, "pause %dms > lease %dms",
-                     sc->cs_delay_ms, sc->lock_ttl_ms);
-    } else if (sc->instances > 1) {
-        snprintf(sc->condition, sizeof sc->condition, "contention, %d instances", sc->instances);
-    } else {
-        snprintf(sc->condition, sizeof sc->condition, "contention");
-    }
-    /* `local` is only safe inside one process. */
-    sc->unsafe = sc->unsafe || (!strcmp(s, "local") && sc->instances > 1);
-}
-
-static int add_scene(const fl_compare_opts *o, fl_scene *out, int *n, int max, const char *name,
-                     int segments, int instances, int unsafe, const pause_spec *pause) {
-    if (*n == max) return -1;
+static fl_scene *add_scene(fl_scene *out, int *n, int max, const char *name, int segments,
+                           int instances, int unsafe) {
+    if (*n == max) return NULL;
     fl_scene *sc = &out[(*n)++];
     memset(sc, 0, sizeof *sc);
     snprintf(sc->strategy, sizeof sc->strategy, "%s", name);
     sc->segments = segments;
     sc->instances = instances;
     sc->unsafe = unsafe;
-    condition(o, sc, pause);
-    return 0;
+    return sc;
+}
+
+/* A scene of ordinary contention: no fault. */
+static void contention_scene(const fl_compare_opts *o, fl_scene *sc) {
+    sc->stock = o->stock;
+    sc->duration_s = o->duration_s;
+    sc->group = FL_GROUP_CONTENTION;
+    if (sc->instances > 1)
+        snprintf(sc->condition, sizeof sc->condition, "contention, %d instances", sc->instances);
+    else
+        snprintf(sc->condition, sizeof sc->condition, "contention");
+}
+
+/* A scene under the forcing of fs. */
+static void forced_scene(const fl_compare_opts *o, fl_scene *sc, const force_spec *fs) {
+    sc->stock = fs->last_unit ? 1 : o->pause_stock;
+    sc->duration_s = o->pause_duration_s;
+    sc->cs_delay_ms = fs->bound_ms;
+    sc->cs_overlap = 2;
+    sc->lock_ttl_ms = fs->ttl_ms;
+    sc->expect_force = fs->expect;
+    sc->fault_name = fs->fault;
+    sc->fault = 1;
+    sc->group = FL_GROUP_PAUSE;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(sc->condition, sizeof sc->condition, fs->how, fs->ttl_ms);
+#pragma GCC diagnostic pop
+    /* `local` is only safe inside one process. */
+    sc->unsafe = sc->unsafe || (!strcmp(sc->strategy, "local") && sc->instances > 1);
 }
 
 /* Whether strategy is among those asked for (all, when none is named). */
@@ -250,32 +255,38 @@ static void holds_scene(const fl_compare_opts *o, fl_scene *sc, const char *stra
 int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
                       int max) {
     int n = 0;
-    /* First group: ordinary contention (and the unsafe ones' own faults). */
+    fl_scene *sc;
+    /* First group: ordinary contention, the safe strategies. An unsafe
+     * one's flaw under contention alone would be the scheduler's luck: it
+     * is shown under the forcing that breaks it, below. */
     for (int i = 0; i < nst; i++) {
         const fl_strategy *info = &st[i];
-        /* unsafe-trust-redis oversells only when Redis loses writes (a
-         * failover to a stale replica, a lost AOF second): it has its
-         * scene among the Redis failures only. */
-        if (!asked_for(o, info->name) || !strcmp(info->name, "unsafe-trust-redis")) continue;
+        if (!asked_for(o, info->name) || !info->safe) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
-            /* An unsafe one's flaw does not depend on segments: one
-             * segment shows it, and keeps `make demo` short. */
-            if (o->segments[k] > 1 && (!info->segments || !info->safe)) continue;
-            add_scene(o, out, &n, max, info->name, o->segments[k], 1, !info->safe, NULL);
+            if (o->segments[k] > 1 && !info->segments) continue;
+            if ((sc = add_scene(out, &n, max, info->name, o->segments[k], 1, 0)))
+                contention_scene(o, sc);
             did_one = 1;
         }
-        if (!did_one) add_scene(o, out, &n, max, info->name, 1, 1, !info->safe, NULL);
-        if (o->two_instances && (!strcmp(info->name, "local") || !strcmp(info->name, "lua")))
-            add_scene(o, out, &n, max, info->name, 1, 2, !info->safe, NULL);
+        if (!did_one && (sc = add_scene(out, &n, max, info->name, 1, 1, 0)))
+            contention_scene(o, sc);
+        if (o->two_instances && !strcmp(info->name, "lua") &&
+            (sc = add_scene(out, &n, max, info->name, 1, 2, 0)))
+            contention_scene(o, sc);
     }
-    /* Second group: the safe locks under a pause longer than their lease. */
-    for (const pause_spec *ps = PAUSES; ps->strategy; ps++) {
-        const fl_strategy *info = fl_strategy_find(st, nst, ps->strategy);
+    /* Second group: the forced interleavings, the unsafe ones and the safe
+     * ones under the same. unsafe-trust-redis oversells only when Redis
+     * loses writes: it has its scenes among the Redis failures. */
+    for (const force_spec *fs = FORCED; fs->strategy; fs++) {
+        const fl_strategy *info = fl_strategy_find(st, nst, fs->strategy);
         if (!info || !asked_for(o, info->name)) continue;
-        add_scene(o, out, &n, max, info->name, 1, 1, !info->safe, ps);
-        if (ps->eight && has_segments(o, 8))
-            add_scene(o, out, &n, max, info->name, 8, 1, !info->safe, ps);
+        if (fs->instances > 1 && !o->two_instances) continue;
+        if ((sc = add_scene(out, &n, max, info->name, 1, fs->instances, !info->safe)))
+            forced_scene(o, sc, fs);
+        if (fs->eight && has_segments(o, 8) &&
+            (sc = add_scene(out, &n, max, info->name, 8, fs->instances, !info->safe)))
+            forced_scene(o, sc, fs);
     }
     /* Third group: the Redis failures, each strategy's scene of each. */
     for (const failure_spec *fs = FAILURES; o->redis_failures && fs->strategy; fs++) {
@@ -289,6 +300,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         sc->fault = 1;
         sc->group = FL_GROUP_FAILURE;
         sc->failure = fs->kind;
+        sc->fault_name = fl_failure_title(fs->kind);
         snprintf(sc->condition, sizeof sc->condition, "%s", fs->condition);
     }
     /* Fourth group: holds, sold out and sold again. */
@@ -297,7 +309,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         if (!info || !info->safe || !asked_for(o, info->name) || n == max) continue;
         holds_scene(o, &out[n++], info->name);
     }
-    /* Stable: contention first, then the scenes under a pause, then the
+    /* Stable: contention first, then the forced interleavings, then the
      * Redis failures, then holds. */
     static fl_scene tmp[MAX_SCENES];
     int m = 0;
@@ -560,6 +572,7 @@ void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr) {
     res->created = l->ncreated;
     res->transport_errors = l->transport_errors;
     res->fenced = l->fenced;
+    res->sale_gap_us = l->max_sale_gap_us;
     /* Orders per second while there was stock to sell: once a sale is
      * over, the cheap sold-out answers would say nothing about the strategy. */
     double window = (l->ncreated && l->last_created_us > 0 ? l->last_created_us : l->elapsed_us) / 1e6;
@@ -580,6 +593,45 @@ void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr) {
      * offered beyond the stock, or stock below zero. */
     int flaw = rr->verdict.oversold > 0 || rr->verdict.min_stock < 0;
     res->as_expected = res->sc.unsafe ? (!rr->verdict.pass && flaw) : rr->verdict.pass;
+}
+
+/* Reads what the service counted of a forced scene's waits and holds the
+ * scene to it: an interleaving the scene claims but that did not come
+ * makes it UNEXPECTED, whatever its verdict, with what was missing. */
+static void forcing_check(const fl_vantage *v, const char *sku, fl_scene_result *res) {
+    const fl_scene *sc = &res->sc;
+    fl_err e = { "" };
+    res->forced_met = res->forced_alone = -1;
+    fl_redis *r = fl_redis_open(v->redis_url, v->key_prefix, 2000, &e);
+    long long met = 0, alone = 0;
+    if (!r || fl_redis_forcing(r, sku, &met, &alone, &e)) {
+        snprintf(res->forced_why, sizeof res->forced_why,
+                 "the forcing's counts could not be read: %.140s", e.msg);
+        res->as_expected = 0;
+        fl_redis_close(r);
+        return;
+    }
+    fl_redis_close(r);
+    res->forced_met = met;
+    res->forced_alone = alone;
+    if (sc->expect_force == FL_FORCE_MET && met < sc->cs_overlap) {
+        snprintf(res->forced_why, sizeof res->forced_why,
+                 "not forced: no second holder came inside the critical section with the same "
+                 "read (%lld waits ran to their bound alone)", alone);
+        res->as_expected = 0;
+    } else if (sc->expect_force == FL_FORCE_ALONE && met > 0) {
+        snprintf(res->forced_why, sizeof res->forced_why,
+                 "a second holder came inside the critical section with the same read while "
+                 "the lock was held (%lld waits met one)", met);
+        res->as_expected = 0;
+    } else if (sc->expect_force == FL_FORCE_MET && !sc->unsafe && res->fenced == 0) {
+        /* A fenced lock whose lease ran out with a second holder inside
+         * must have refused the first one's write. */
+        snprintf(res->forced_why, sizeof res->forced_why,
+                 "a second holder came in after the lease ran out (%lld waits met one), yet no "
+                 "write was refused by the fence", met);
+        res->as_expected = 0;
+    }
 }
 
 static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, int idx, int total,
@@ -637,6 +689,7 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
     ps->segments = sc->segments;
     ps->cs_delay_ms = sc->cs_delay_ms;
     ps->lock_ttl_ms = sc->lock_ttl_ms;
+    ps->cs_overlap = sc->cs_overlap;
     handoff_hist before, after;
     int timed = sc->instances == 1 && !sc->fault && sc->group == FL_GROUP_CONTENTION;
     if (timed) handoff_read(w, sc->strategy, &before);
@@ -651,6 +704,7 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
     }
     fl_scene_fill(res, &rr);
     fl_run_result_free(&rr);
+    if (sc->cs_overlap) forcing_check(&ro.vantage, ps->sku, res);
 }
 
 /* ------------------------------------------------------------------- table */
@@ -658,7 +712,8 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
 const char *fl_group_title(int group) {
     switch (group) {
     case FL_GROUP_PAUSE:
-        return "under an injected fault (a pause inside the critical section, fault injection)";
+        return "forced interleavings (fault injection: a holder waits inside its critical section "
+               "until a second one is inside with the same read, or a bound)";
     case FL_GROUP_HOLDS:
         return "holds: sold out, paid, cancelled or expired, the returned units sold again";
     case FL_GROUP_FAILURE:
@@ -710,15 +765,18 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
                     s->note, s->sc.fault ? "  [FAULT]" : "");
             continue;
         }
-        char p50[16], p99[16], rate[24];
+        char p50[16], p99[16], rate[24], forced[200];
         fl_fmt_us(s->p50_us, p50, sizeof p50);
         fl_fmt_us(s->p99_us, p99, sizeof p99);
         snprintf(rate, sizeof rate, s->orders_per_s < 10 ? "%.1f" : "%.0f", s->orders_per_s);
-        fprintf(f, "%-27s %8d %9d %9s %8s %8s %6lld %8lld %9lld %5lld  %s%s  [%s%s]\n",
+        fl_forced_brief(s, forced, sizeof forced);
+        fprintf(f, "%-27s %8d %9d %9s %8s %8s %6lld %8lld %9lld %5lld  %s%s%s%s  [%s%s%s]\n",
                 s->sc.strategy, s->sc.segments, s->sc.instances, rate, p50, p99,
                 s->verdict.sold, s->verdict.oversold, s->verdict.min_stock, s->verdict.lost,
                 s->verdict_line, s->as_expected ? "" : "  << UNEXPECTED",
-                s->sc.fault ? "FAULT: " : "", s->sc.condition);
+                s->forced_why[0] ? ": " : "", s->forced_why,
+                s->sc.cs_overlap ? "FORCED: " : s->sc.fault ? "FAULT: " : "", s->sc.condition,
+                forced);
     }
     /* What each Redis failure did, in words: once for the scenes that
      * shared it word for word. */
@@ -741,6 +799,23 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
     holds_table(r, n, f);
 }
 
+void fl_forced_brief(const fl_scene_result *s, char *out, size_t len) {
+    out[0] = '\0';
+    if (!s->ran || !s->sc.cs_overlap || s->forced_met < 0) return;
+    snprintf(out, len, "; waits: %lld met a second holder, %lld alone", s->forced_met,
+             s->forced_alone);
+}
+
+const char *fl_failure_title(fl_failure kind) {
+    switch (kind) {
+    case FL_FAIL_FAILOVER: return "a failover to a replica that missed the last sales";
+    case FL_FAIL_CLOCK: return "a Redlock server's clock jumps";
+    case FL_FAIL_AOF: return "a Redlock server loses its last AOF second";
+    case FL_FAIL_MEMBER: return "a Redlock member fails over to a replica without the lock";
+    default: return NULL;
+    }
+}
+
 const char *fl_failure_name(fl_failure kind) {
     switch (kind) {
     case FL_FAIL_FAILOVER: return "failover";
@@ -749,6 +824,49 @@ const char *fl_failure_name(fl_failure kind) {
     case FL_FAIL_MEMBER: return "member failover";
     default: return "none";
     }
+}
+
+static void fmt_clock(double secs, char *out, size_t len) {
+    long s = secs > 0 && secs < 1e9 ? (long)(secs + 0.5) : 0;
+    snprintf(out, len, "%ld:%02ld", s / 60, s % 60);
+}
+
+void fl_eta_step(fl_eta *e, double weight, char *out, size_t len) {
+    e->done += weight;
+    double elapsed = (clock_mono_ms() - e->t0_ms) / 1000.0, left = e->planned - e->done;
+    char a[48], b[48];
+    fmt_clock(elapsed, a, sizeof a);
+    if (left < 0.5 || e->done <= 0) {
+        snprintf(out, len, "%s elapsed", a);
+        return;
+    }
+    fmt_clock(elapsed / e->done * left, b, sizeof b);
+    snprintf(out, len, "%s elapsed, about %s left", a, b);
+}
+
+/* The seconds a scene is expected to take (measured here: a `make demo`
+ * of 44 scenes and 13 probes in 172 s): its load, then the verifier; a
+ * Redis failure's scenes share one fault. */
+static double scene_weight(const fl_scene *sc) {
+    switch (sc->group) {
+    case FL_GROUP_FAILURE:
+        return sc->failure == FL_FAIL_MEMBER ? 4.5 : sc->failure == FL_FAIL_FAILOVER ? 2 : 1.8;
+    case FL_GROUP_HOLDS: return sc->duration_s + 1;
+    default: return sc->duration_s + 0.3;
+    }
+}
+
+/* The probes fl_lock_rows will run, in expected seconds. */
+static double probes_weight(const fl_compare_opts *o, const fl_world *w, const fl_strategy *st,
+                            int nst) {
+    static const char *const SERVER[] = { "redlock", "zookeeper", "etcd", "lock" };
+    double sum = 0;
+    if (!o->probes || !w->dir[0]) return 0;
+    for (int i = 0; i < 4; i++)
+        if (asked_for(o, SERVER[i]) && fl_strategy_find(st, nst, SERVER[i]))
+            sum += FL_ETA_PROBE_KILL + 2 * FL_ETA_PROBE_SERVER;
+    if (asked_for(o, "db-lock") && fl_strategy_find(st, nst, "db-lock")) sum += FL_ETA_PROBE_KILL;
+    return sum;
 }
 
 static void make_tag(char *tag, size_t len) {
@@ -778,10 +896,13 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
             o->connections, w.targets[0].url, w.dir[0] ? " (our own)" : "");
     int64_t t0 = clock_mono_ms();
     int ran = 0, unexpected = 0, skipped = 0;
+    w.eta = (fl_eta){ t0, probes_weight(o, &w, st, nst), 0 };
     for (int i = 0; i < n; i++) {
         memset(&res[i], 0, sizeof res[i]);
         res[i].sc = scenes[i];
         res[i].recover_ms = -1;
+        res[i].sale_gap_us = -1;
+        w.eta.planned += scene_weight(&scenes[i]);
     }
     for (int i = 0, j; i < n; i = j) {
         /* The scenes of one Redis failure run together, under one fault. */
@@ -804,20 +925,30 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
             scene_run(o, &w, tag, i + 1, n, &res[i], &se);
         }
         for (int k = i; k < j; k++) {
+            char eta[64];
+            fl_eta_step(&w.eta, scene_weight(&scenes[k]), eta, sizeof eta);
             if (!res[k].ran) {
                 skipped++;
-                fprintf(stderr, "[%d/%d] %s x%d x%d: %s\n", k + 1, n, scenes[k].strategy,
-                        scenes[k].segments, scenes[k].instances, res[k].note);
+                fprintf(stderr, "[%d/%d] %s x%d x%d: %s  (%s)\n", k + 1, n, scenes[k].strategy,
+                        scenes[k].segments, scenes[k].instances, res[k].note, eta);
                 continue;
             }
             ran++;
             unexpected += !res[k].as_expected;
-            fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s%s\n", k + 1, n,
+            fprintf(stderr, "[%d/%d] %-27s x%d x%d  %7.0f orders/s  %s%s%s%s%s  (%s)\n", k + 1, n,
                     scenes[k].strategy, scenes[k].segments, scenes[k].instances,
                     res[k].orders_per_s, res[k].verdict_line,
-                    res[k].as_expected ? "" : "  << UNEXPECTED", scenes[k].fault ? "  [fault]" : "");
+                    res[k].as_expected ? "" : "  << UNEXPECTED", res[k].forced_why[0] ? ": " : "",
+                    res[k].forced_why, scenes[k].cs_overlap ? "  [forced]"
+                                       : scenes[k].fault ? "  [fault]" : "", eta);
             if (res[k].detail[0]) fprintf(stderr, "        %s\n", res[k].detail);
         }
+    }
+    if (w.eta.planned - w.eta.done >= 1) {
+        char eta[64];
+        fl_eta_step(&w.eta, 0, eta, sizeof eta);
+        fprintf(stderr, "choosing a lock: the probes (a holder killed with SIGKILL, each lock "
+                        "server restarted, and restarted empty)  (%s)\n", eta);
     }
     nrows = fl_lock_rows(o, &w, tag, st, nst, res, n, rows);
     printf("\n");

@@ -19,6 +19,20 @@ typedef struct fl_lockserver {
 
 enum { FL_LS_REDLOCK, FL_LS_ZOOKEEPER, FL_LS_ETCD, FL_LS_COUNT };
 
+/* The comparison's progress, for the lines a user watches: everything
+ * planned (scenes, probes) weighs the seconds it is expected to take; the
+ * time left is the time so far scaled by the weight still to run, so a
+ * slow machine's estimate slows with it. */
+typedef struct fl_eta {
+    int64_t t0_ms;
+    double planned, done;
+} fl_eta;
+/* Counts weight as done and writes "1:23 elapsed, about 2:05 left" into out. */
+void fl_eta_step(fl_eta *e, double weight, char *out, size_t len);
+/* The expected seconds of a probe of the lock table (probe.c). */
+#define FL_ETA_PROBE_KILL 2.2
+#define FL_ETA_PROBE_SERVER 3.5
+
 /* The Redis failures group's own processes (failures.c). */
 typedef struct fl_failworld fl_failworld;
 
@@ -39,6 +53,7 @@ typedef struct fl_world {
     char token[256];
     char service_bin[400];
     fl_failworld *fail;          /* the Redis failures group's world (NULL: none) */
+    fl_eta eta;
 } fl_world;
 
 /* The lock server strategy needs, or NULL (lock: the service's Redis;

@@ -119,6 +119,9 @@ struct fl_engine {
     atomic_uint_fast64_t issued;
     atomic_int stop;
     atomic_int connected_ever;
+    /* The last 201 of any worker, and the longest time between two 201s
+     * (the sale stalled: a lease running out, a failover). */
+    atomic_int_fast64_t last_201, max_gap_201;
     char get_req[FL_MAX_TARGETS][600];    /* GET mode: the same bytes every time */
     size_t get_len[FL_MAX_TARGETS];
 };
@@ -140,6 +143,17 @@ void fl_key_string(const char *tag, uint64_t k, char *out, size_t len) {
 }
 
 /* ------------------------------------------------------------- recording */
+
+/* A 201 at now: the time since the previous one, of any worker, raises
+ * the longest gap between two sales. */
+static void sale_gap(fl_engine *g, int64_t now) {
+    int64_t prev = atomic_exchange_explicit(&g->last_201, now, memory_order_relaxed);
+    if (prev <= 0 || now <= prev) return;
+    int64_t gap = now - prev, seen = atomic_load_explicit(&g->max_gap_201, memory_order_relaxed);
+    while (gap > seen && !atomic_compare_exchange_weak_explicit(&g->max_gap_201, &seen, gap,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed)) {}
+}
 
 static void *grow(void *arr, size_t *cap, size_t n, size_t elem) {
     if (n < *cap) return arr;
@@ -268,6 +282,7 @@ static void record_answer(worker *w, conn *c, int64_t now) {
         if (st == 201) {
             push_order(w, &r->created, &r->ncreated, &w->cap_created, c, buf);
             w->last_created = now;
+            sale_gap(w->g, now);
             schedule_decision(w, c, buf, now);
         } else push_order(w, &r->replayed, &r->nreplayed, &w->cap_replayed, c, buf);
     } else if (st >= 400) {
@@ -988,6 +1003,7 @@ void fl_engine_join(fl_engine *g, fl_load_result *res) {
     }
     res->elapsed_us = last > g->t0 ? last - g->t0 : 1;
     res->last_created_us = last_created > g->t0 ? last_created - g->t0 : 0;
+    res->max_sale_gap_us = res->ncreated > 1 ? atomic_load(&g->max_gap_201) : -1;
     free(g->w);
     free(g);
 }

@@ -83,6 +83,8 @@ static void usage_run(FILE *f) {
 "  --hold-seconds N       orders are holds of N s, paid, cancelled or expired (0: none)\n"
 "  --cs-delay-ms N        injected pause in the critical section  } the service needs\n"
 "  --lock-ttl-ms N        lease of the lock strategies            } --fault-injection\n"
+"  --cs-overlap N         the critical section waits (--cs-delay-ms at most) until N  }\n"
+"                         holders are inside it with the same read                  }\n"
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
 "verification (on by default)\n"
 "  --redis URL            also read Redis directly: stock keys, empty-segment bitmap,\n"
@@ -121,7 +123,10 @@ static void usage_compare(FILE *f) {
 "Without --target it starts its own redis-server, the lock servers (three\n"
 "redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, in a temp dir\n"
 "under $TMPDIR (default /tmp), and stops them.\n"
-"Scenes run in four groups: ordinary contention, under an injected pause,\n"
+"Scenes run in four groups: ordinary contention (the safe strategies), forced\n"
+"interleavings (each unsafe strategy under the one that breaks it, the safe ones\n"
+"under the same: a holder waits inside its critical section until a second holder\n"
+"is inside with the same read, or a bound; the service counts the meetings),\n"
 "Redis failures (a failover to a stale replica, a Redlock server's clock jumping,\n"
 "a Redlock server losing its last AOF second, a Redlock member failing over; on\n"
 "servers and sentinels of their own), and holds (lua, lock, db sell holds that\n"
@@ -142,12 +147,13 @@ static void usage_compare(FILE *f) {
 "  --etcd-bin PATH        the etcd program (default: etcd from PATH)\n"
 "  --java PATH            the java that runs ZooKeeper (default: java from PATH)\n"
 "  --duration SECS        per scene (%g)\n"
-"  --pause-duration SECS  per scene run under an injected pause (%g)\n"
+"  --pause-duration SECS  per forced scene (%g)\n"
 "  --connections N        keep-alive connections per scene (%d)\n"
 "  --threads N            event-loop threads (%d)\n"
 "  --users N              buyers (%u)\n"
 "  --quantity Q | A-B     units per order (%d)\n"
-"  --stock N              stock of the scenes without a pause (%lld; %lld under a pause)\n"
+"  --stock N              stock of the contention scenes (%lld; forced: %lld, or 1 for\n"
+"                         the last unit)\n"
 "  --out DIR              where report.json and report.html go (%s)\n"
 "  --flashsale PATH       the service binary (default: next to flashload)\n"
 "  --progress | --quiet   a progress line each second during each scene (default: quiet)\n"
@@ -371,6 +377,9 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--cs-delay-ms")) {
             if (inum(a, val(argc, argv, &i), 0, 60000, &n)) return -1;
             o->product.cs_delay_ms = (int)n;
+        } else if (!strcmp(a, "--cs-overlap")) {
+            if (inum(a, val(argc, argv, &i), 0, 64, &n)) return -1;
+            o->product.cs_overlap = (int)n;
         } else if (!strcmp(a, "--lock-ttl-ms")) {
             if (inum(a, val(argc, argv, &i), 0, 600000, &n)) return -1;
             o->product.lock_ttl_ms = (int)n;

@@ -300,6 +300,7 @@ typedef struct fl_code_count {
 typedef struct fl_load_result {
     int64_t elapsed_us;          /* start to the last answer */
     int64_t last_created_us;     /* start to the last 201: the selling window */
+    int64_t max_sale_gap_us;     /* the longest time between two 201s (-1: fewer than two) */
     uint64_t sent;               /* requests written (in part or whole) */
     uint64_t answered;           /* complete answers */
     uint64_t status[600];        /* answers by status code */
@@ -403,6 +404,8 @@ typedef struct fl_product_spec {
     long long per_user_limit;
     int cs_delay_ms;             /* fault injection (0: not sent) */
     int lock_ttl_ms;             /* fault injection (0: not sent) */
+    int cs_overlap;              /* fault injection: holders the critical section waits
+                                    for, cs_delay_ms at most (0: not sent) */
     int hold_seconds;            /* holds (0: not sent) */
 } fl_product_spec;
 
@@ -537,6 +540,12 @@ int fl_redis_lane(const fl_redis *r, int i, fl_lane *out);
 /* Why c is not valid, in words ("its gen names another Redis process",
  * "lane 2's gen names another Redis process", ...) into buf. */
 const char *fl_copy_why(const fl_stock_copy *c, char *buf, size_t len);
+/* What fault injection's forcing of an interleaving counted for sku
+ * (docs/storage.md, "cs"): waits that ended with the holders asked for
+ * inside the critical section with the same read (met), and waits that
+ * ran to their bound (alone). 0 (both 0 when nothing was forced), or -1
+ * with e set. */
+int fl_redis_forcing(fl_redis *r, const char *sku, long long *met, long long *alone, fl_err *e);
 /* Counts sku's pending records and the units they hold out (field "q"),
  * over every lane of a spread one (an order taken in steps has a record
  * in each lane it took from: each counts). A record without a readable
@@ -872,6 +881,12 @@ void fl_rmtree(const char *dir);
 /* The groups of scenes, in the order they run and are shown. */
 enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL_GROUPS };
 
+/* What a forced scene (cs_overlap) must see for its forcing to count:
+ * a second holder inside the critical section with the same read (MET:
+ * the interleaving that breaks an unsafe strategy, or a lease that ran
+ * out), or none ever (ALONE: a lock that holds). */
+enum { FL_FORCE_NONE, FL_FORCE_MET, FL_FORCE_ALONE };
+
 /* The Redis failures of seed 004 (section 4.2) a scene of FL_GROUP_FAILURE
  * runs under (failures.c). */
 typedef enum fl_failure {
@@ -889,13 +904,17 @@ typedef struct fl_scene {
     int segments;
     int instances;
     long long stock;
-    int cs_delay_ms;             /* injected pause (0: none) */
+    int cs_delay_ms;             /* injected pause, or the forcing's longest wait (0: none) */
     int lock_ttl_ms;             /* lease (0: service default) */
+    int cs_overlap;              /* forced: holders the critical section waits for (0: none) */
+    int expect_force;            /* forced: FL_FORCE_MET or FL_FORCE_ALONE */
     int unsafe;                  /* expected to break */
     int fault;                   /* runs under an injected fault (group > 0): shaded, marked */
     int group;                   /* FL_GROUP_* */
     fl_failure failure;          /* FL_GROUP_FAILURE: which */
     char condition[160];         /* for people: "contention", "pause 300ms > ttl 100ms" */
+    const char *fault_name;      /* the fault a faulty scene shows, in a few words, for
+                                    grouping ("a lease runs out"; NULL: none) */
     double duration_s;
     /* FL_GROUP_HOLDS: the product's hold_seconds, and the shares of the
      * holds their buyers pay for and cancel (the rest abandon). */
@@ -926,6 +945,14 @@ typedef struct fl_scene_result {
      * in words. */
     int64_t recover_ms;
     char detail[400];
+    /* A forced scene: the service's count of waits that met a second
+     * holder and that ran to their bound alone (-1: not read), and, when
+     * the forcing did not come as the scene claims, what was missing. */
+    long long forced_met, forced_alone;
+    char forced_why[200];
+    /* The longest time between two 201s of the scene (-1: fewer than
+     * two): how long a fault stalled the sale. */
+    int64_t sale_gap_us;
 } fl_scene_result;
 
 /* One measurement of a lock under a fault, for the "choosing a lock" table. */
@@ -1015,6 +1042,11 @@ const char *fl_group_title(int group);
 /* A holds scene's figures in one line ("412 holds placed: 250 confirmed,
  * ..."); "" for a scene without holds or that did not run. */
 void fl_holds_brief(const fl_scene_result *s, char *out, size_t len);
+/* A forced scene's waits in a few words ("; waits: 20 met a second holder,
+ * 1 alone"); "" for another scene, or one that did not run. */
+void fl_forced_brief(const fl_scene_result *s, char *out, size_t len);
+/* A failure in a few words ("a Redlock server's clock jumps"). */
+const char *fl_failure_title(fl_failure kind);
 /* A failure's short name ("failover", "clock jump", ...), as report.json has it. */
 const char *fl_failure_name(fl_failure kind);
 /* The "choosing a lock" table, as printed. */

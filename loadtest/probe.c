@@ -485,8 +485,11 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                 if (!ls) continue;
                 server_probe(o, w, tag, s, ls->p, ls->n, pass == 2, p);
             }
-            fprintf(stderr, "[%s %s] %s\n", s, pass == 0 ? "kill -9" : pass == 1 ? "restart" : "data lost",
-                    p->note);
+            char eta[64];
+            fl_eta_step(&w->eta, pass == 0 ? FL_ETA_PROBE_KILL : FL_ETA_PROBE_SERVER, eta,
+                        sizeof eta);
+            fprintf(stderr, "[%s %s] %s  (%s)\n", s,
+                    pass == 0 ? "kill -9" : pass == 1 ? "restart" : "data lost", p->note, eta);
         }
     }
     /* lock: its server is the stock's Redis. */
@@ -500,7 +503,9 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                 continue;
             }
             server_probe(o, w, tag, "lock", &w->redis, 1, wipe, p);
-            fprintf(stderr, "[lock %s] %s\n", wipe ? "data lost" : "restart", p->note);
+            char eta[64];
+            fl_eta_step(&w->eta, FL_ETA_PROBE_SERVER, eta, sizeof eta);
+            fprintf(stderr, "[lock %s] %s  (%s)\n", wipe ? "data lost" : "restart", p->note, eta);
         }
     }
     return nr;

@@ -4,18 +4,20 @@
  * The HTML is one self-contained file: inline CSS and inline SVG charts, no
  * script or font fetched from anywhere, so it opens the same from a CI
  * artifact, a mail attachment or a laptop offline. Three charts answer the
- * three questions a reader has: how fast is each strategy (throughput),
- * what does a buyer wait (latency percentiles, on a log scale because a
- * lock pause is a thousand times a Lua script), and which ones oversell
- * (oversold units). Every scene run under an injected fault is shaded and
- * marked, in the charts and the table, and comes after the ordinary ones:
- * first those under a pause, then the Redis failures (with what each did,
- * in words). The holds scenes come last, with how their holds ended. Then the "choosing a lock" table, one row per lock. The page fits 1400
+ * three questions a reader has: how fast is each strategy under ordinary
+ * contention (throughput), what does a buyer wait there (latency
+ * percentiles, on a log scale because a lock is a hundred times a Lua
+ * script), and what each fault does to the unsafe version and to ours
+ * (oversold, fenced, how long the sale stood still). Every scene run under
+ * a fault is shaded and marked in the table, and comes after the ordinary
+ * ones: first the forced interleavings, then the Redis failures (with what
+ * each did, in words). The holds scenes come last, with how their holds ended. Then the "choosing a lock" table, one row per lock. The page fits 1400
  * px without horizontal scrolling: long text wraps, charts scale. A few
  * lines of script at the end only measure the drawn marks and the page's
  * width into data- attributes, for the headless-browser test. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,9 +116,11 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             (json_int_t)s->sc.stock,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
-        static const char *const GROUPS[FL_GROUPS] = { "contention", "pause", "redis-failure",
+        static const char *const GROUPS[FL_GROUPS] = { "contention", "forced", "redis-failure",
                                                        "holds" };
         json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
+        json_object_set_new(j, "fault_name", s->sc.fault_name ? json_string(s->sc.fault_name)
+                                                              : json_null());
         json_object_set_new(j, "failure", s->sc.failure ? json_string(fl_failure_name(s->sc.failure))
                                                         : json_null());
         if (s->sc.failure && s->ran) {
@@ -151,6 +155,17 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                              (json_int_t)s->verdict.lost, "orders_without_201",
                              (json_int_t)s->verdict.orders_without_201, "violations", v));
             json_object_set_new(j, "fenced", json_integer((json_int_t)s->fenced));
+            json_object_set_new(j, "sale_gap_ms", s->sale_gap_us >= 0
+                                                      ? json_real(s->sale_gap_us / 1000.0)
+                                                      : json_null());
+            if (s->sc.cs_overlap)
+                json_object_set_new(j, "forced", json_pack("{s:i, s:s, s:I, s:I, s:s}", "overlap",
+                                                           s->sc.cs_overlap, "expect",
+                                                           s->sc.expect_force == FL_FORCE_MET
+                                                               ? "met" : "alone",
+                                                           "met", (json_int_t)s->forced_met,
+                                                           "alone", (json_int_t)s->forced_alone,
+                                                           "why", s->forced_why));
             if (s->sc.hold_seconds) json_object_set_new(j, "holds", holds_json(s));
             if (s->handoff_n)
                 json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
@@ -332,47 +347,118 @@ static void chart_latency(FILE *f, const fl_scene_result *r, int n) {
     fprintf(f, "</svg></figure>\n");
 }
 
-/* x of a unit count on a log axis 0..max (log10(1 + v): 0 stays at 0). */
-static double units_x(double v, double max) {
-    int plot = W - LABEL_W - RIGHT;
-    return LABEL_W + plot * log10(1 + v) / log10(1 + max);
+/* ------------------------------------------------------------ the faults
+ *
+ * A fault scene's orders/s says nothing (a lease scene sells a unit per
+ * lease on purpose), so the faults get a chart of their own: per fault, the
+ * unsafe version and ours side by side, each by what it shows -- units
+ * oversold, stale writes the fence refused, and the longest the sale
+ * stood still (a Redis failure: from the kill of the primary to the next
+ * 201; a forced scene: the longest time between two 201s). */
+
+#define PANEL_GAP 16
+#define PANELS 3
+
+/* x of v on panel k's log axis 0..max (log10(1 + v): 0 stays at 0). */
+static double panel_x(int k, double v, double max) {
+    double pw = (double)(W - LABEL_W - RIGHT / 4 - (PANELS - 1) * PANEL_GAP) / PANELS;
+    double x0 = LABEL_W + k * (pw + PANEL_GAP);
+    if (v < 0) v = 0;
+    return x0 + pw * log10(1 + v) / log10(1 + max);
 }
 
-static void chart_oversold(FILE *f, const fl_scene_result *r, int n) {
-    double max = 10;
-    for (int i = 0; i < n; i++)
-        while (r[i].ran && (double)r[i].verdict.oversold > max) max *= 10;
-    chart_open(f, "oversold",
-               "Oversold units (log scale): sold or still offered beyond the stock put on sale", n);
-    for (double t = 1; t <= max; t *= 10) {
-        double x = units_x(t, max);
-        fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, TOP - 6,
-                x, TOP + n * ROW_H);
-        fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", x,
-                TOP - 12, t);
-    }
+static int is_fault(const fl_scene_result *s) {
+    return s->sc.group == FL_GROUP_PAUSE || s->sc.group == FL_GROUP_FAILURE;
+}
+
+/* The scene's stall in ms, or -1 when not measured. */
+static double stall_ms(const fl_scene_result *s) {
+    if (s->sc.group == FL_GROUP_FAILURE) return s->recover_ms >= 0 ? (double)s->recover_ms : -1;
+    return s->sale_gap_us >= 0 ? s->sale_gap_us / 1000.0 : -1;
+}
+
+static void fault_bar(FILE *f, int k, int y, double v, double max, const char *fill,
+                      const char *text, const char *title) {
+    double x0 = panel_x(k, 0, max), x = panel_x(k, v, max);
+    double w = x - x0 < 2 ? 2 : x - x0;
+    fprintf(f, "<rect class=\"mark\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\">"
+               "<title>", x0, y, w, ROW_H - 8, fill);
+    esc(f, title);
+    fprintf(f, "</title></rect>\n<text class=\"val\" x=\"%.1f\" y=\"%d\">", x0 + w + 4, y + 12);
+    esc(f, text);
+    fprintf(f, "</text>\n");
+}
+
+static void chart_faults(FILE *f, const fl_scene_result *r, int n) {
+    double max_over = 10, max_fenced = 10, max_ms = 1000;
+    int rows = 0;
+    const char *last = NULL;
     for (int i = 0; i < n; i++) {
-        row_label(f, i, &r[i]);
-        int y = TOP + i * ROW_H + 4;
+        if (!is_fault(&r[i])) continue;
+        const char *name = r[i].sc.fault_name ? r[i].sc.fault_name : r[i].sc.condition;
+        if (!last || strcmp(last, name)) rows++;
+        last = name;
+        rows++;
         if (!r[i].ran) continue;
-        long long ov = r[i].verdict.oversold;
-        if (ov == 0) {
-            fprintf(f, "<rect class=\"mark\" x=\"%d\" y=\"%d\" width=\"2\" height=\"%d\" "
-                       "fill=\"%s\"/>\n<text class=\"val ok\" x=\"%d\" y=\"%d\">0 \xe2\x9c\x93%s</text>\n",
-                    LABEL_W, y, ROW_H - 8, colour(&r[i]), LABEL_W + 8, y + 12,
-                    r[i].as_expected ? "" : "  (expected an oversell)");
+        /* Room past the longest bar for its figure. */
+        while ((double)r[i].verdict.oversold * 2 > max_over) max_over *= 10;
+        while ((double)r[i].fenced * 2 > max_fenced) max_fenced *= 10;
+        while (stall_ms(&r[i]) * 2 > max_ms) max_ms *= 10;
+    }
+    if (!rows) return;
+    chart_open(f, "faults", "The faults, the unsafe version beside ours: units oversold, stale "
+               "writes refused by the fence, and the longest the sale stood still (log scales)",
+               rows);
+    static const char *const HEAD[PANELS] = { "oversold (units)", "fenced (writes)",
+                                              "sale stood still" };
+    for (int k = 0; k < PANELS; k++)
+        fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\">%s</text>\n", panel_x(k, 0, 1),
+                TOP - 12, HEAD[k]);
+    int row = 0;
+    last = NULL;
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (!is_fault(s)) continue;
+        const char *name = s->sc.fault_name ? s->sc.fault_name : s->sc.condition;
+        if (!last || strcmp(last, name)) {
+            fprintf(f, "<text class=\"lbl\" x=\"8\" y=\"%d\" font-weight=\"600\">",
+                    TOP + row * ROW_H + ROW_H / 2 + 4);
+            esc(f, name);
+            fprintf(f, "</text>\n");
+            row++;
+        }
+        last = name;
+        row_label(f, row, s);
+        int y = TOP + row * ROW_H + 4;
+        row++;
+        if (!s->ran) {
+            fprintf(f, "<text class=\"note\" x=\"%d\" y=\"%d\">skipped</text>\n", LABEL_W + 4,
+                    y + 12);
             continue;
         }
-        double w = units_x((double)ov, max) - LABEL_W;
-        if (w < 2) w = 2;
-        char extra[64] = "";
-        if (r[i].verdict.min_stock < 0)
-            snprintf(extra, sizeof extra, ", stock reached %lld", r[i].verdict.min_stock);
-        fprintf(f, "<rect class=\"mark\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
-                   "fill=\"%s\"><title>oversold by %lld units%s</title></rect>\n",
-                LABEL_W, y, w, ROW_H - 8, colour(&r[i]), ov, extra);
-        fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%d\">%lld%s</text>\n", LABEL_W + w + 5,
-                y + 12, ov, extra);
+        char text[64], title[200];
+        long long ov = s->verdict.oversold;
+        snprintf(text, sizeof text, ov ? "%lld" : "0 \xe2\x9c\x93", ov);
+        snprintf(title, sizeof title, "%s: %lld units oversold%s", s->sc.strategy, ov,
+                 s->as_expected ? "" : " (not what was expected)");
+        fault_bar(f, 0, y, (double)ov, max_over, colour(s), text, title);
+        snprintf(text, sizeof text, "%llu", (unsigned long long)s->fenced);
+        snprintf(title, sizeof title, "%s: %llu stale writes refused by the fence (429)",
+                 s->sc.strategy, (unsigned long long)s->fenced);
+        fault_bar(f, 1, y, (double)s->fenced, max_fenced, s->fenced ? "#1565c0" : "#9e9e9e",
+                  text, title);
+        double ms = stall_ms(s);
+        if (ms < 0) {
+            fprintf(f, "<text class=\"note\" x=\"%.1f\" y=\"%d\">-</text>\n",
+                    panel_x(2, 0, max_ms) + 4, y + 12);
+            continue;
+        }
+        fl_fmt_us((uint64_t)(ms * 1000), text, sizeof text);
+        snprintf(title, sizeof title, s->sc.group == FL_GROUP_FAILURE
+                                          ? "%s: the next 201 came %s after the kill"
+                                          : "%s: at most %s between two 201s",
+                 s->sc.strategy, text);
+        fault_bar(f, 2, y, ms, max_ms, "#6d4c41", text, title);
     }
     fprintf(f, "</svg></figure>\n");
 }
@@ -386,8 +472,10 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
         const fl_scene_result *s = &r[i];
         static const char *const HEADS[FL_GROUPS] = {
             "Ordinary contention: no fault injected",
-            "\xe2\x9a\xa1 Under an injected fault: a pause inside the critical section (fault "
-            "injection), to force the interleaving that breaks a lock whose lease runs out",
+            "\xe2\x9a\xa1 Forced interleavings (fault injection): a holder waits inside its "
+            "critical section until a second holder is inside with the same read (or a bound): "
+            "at once without a lock that excludes it, after the lease with one that runs out, "
+            "never with one that holds; the scene checks the service's count of such meetings",
             "\xe2\x9a\xa1 Redis failures (seed 004 \xc2\xa7" "4.2), each forced at the moment "
             "that breaks a lock: a failover to a replica that missed the last writes, a Redlock "
             "server's clock jumping, a Redlock server losing its last AOF second, a Redlock "
@@ -460,8 +548,8 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
                "and transport errors from the fault on. Failover to a replica: the Redis failures "
                "scenes below, for the locks whose server can be a Sentinel-watched Redis "
                "(<code>lock</code>: the stock's Redis; <code>redlock</code>: one member); the time "
-               "is from the kill of the primary to the next 201. Pause &gt; lease: the pause "
-               "scene below.</p>\n");
+               "is from the kill of the primary to the next 201. Past its lease: the forced "
+               "scene below, held past its lease until a second holder came in.</p>\n");
     fprintf(f, "<table class=\"locks\"><colgroup><col style=\"width:9%%\"><col style=\"width:6%%\">"
                "<col style=\"width:6%%\"><col style=\"width:8%%\"><col style=\"width:7%%\">"
                "<col style=\"width:13%%\"><col style=\"width:13%%\"><col style=\"width:13%%\">"
@@ -469,7 +557,7 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
                "<th>lock</th><th>orders/s 1 seg</th>"
                "<th>orders/s 8 segs</th><th>p50 / p99 (1 seg)</th><th>hand-off</th>"
                "<th>holder killed (-9)</th><th>server restarted</th><th>server lost its data</th>"
-               "<th>failover to a replica</th><th>pause &gt; lease</th></tr></thead><tbody>\n");
+               "<th>failover to a replica</th><th>past its lease</th></tr></thead><tbody>\n");
     for (int i = 0; i < nl; i++) {
         const fl_lock_row *r = &l[i];
         char a[24], b[24], p50[16], p99[16], ho[96];
@@ -552,7 +640,7 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
     fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", "lock", "1 seg/s",
             "8 segs/s", "p50", "p99", "hand-off", "holder killed -9", "server restarted",
-            "server lost its data", "failover to a replica", "pause > lease");
+            "server lost its data", "failover to a replica", "past its lease");
     for (int i = 0; i < n; i++) {
         const fl_lock_row *r = &l[i];
         char a[24], b[24], p50[16] = "-", p99[16] = "-", ho[16] = "-", k[160], rs[160], wp[160],
@@ -648,8 +736,8 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
     if (o->qty_max > o->qty_min) snprintf(qty, sizeof qty, "%d-%d", o->qty_min, o->qty_max);
     else snprintf(qty, sizeof qty, "%d", o->qty_min);
     fprintf(f, "<p class=\"sub\">%s &middot; %ld CPUs &middot; the same load in every scene: "
-               "%d connections, %u buyers, quantity %s, %.3g s per scene (%.3g s under a "
-               "pause) &middot; verified from the client, the API, Redis and SQLite</p>\n",
+               "%d connections, %u buyers, quantity %s, %.3g s per scene (%.3g s a forced "
+               "one) &middot; verified from the client, the API, Redis and SQLite</p>\n",
             when, sysconf(_SC_NPROCESSORS_ONLN), o->connections, o->users, qty, o->duration_s,
             o->pause_duration_s);
     fprintf(f, "<div class=\"sum %s\">%d scenes: %s", unexpected || !ran ? "bad" : "ok", ran,
@@ -662,11 +750,20 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
     fprintf(f, "<p class=\"legend\"><span style=\"background:#2e7d32\"></span>invariants held"
                "<span style=\"background:#c62828\"></span>oversold (an unsafe strategy, as "
                "designed)<span style=\"background:#e08a00\"></span>not what was expected"
-               "<span style=\"background:#ffecb3\"></span>\xe2\x9a\xa1 ran under an injected "
-               "fault (a pause inside the critical section, or a Redis failure)</p>\n");
-    chart_throughput(f, r, n);
-    chart_latency(f, r, n);
-    chart_oversold(f, r, n);
+               "<span style=\"background:#ffecb3\"></span>\xe2\x9a\xa1 ran under a fault "
+               "(a forced interleaving, or a Redis failure)</p>\n");
+    /* Orders/s and latency mean something only under ordinary contention:
+     * a fault scene sells slowly on purpose, and is drawn by what it shows. */
+    fl_scene_result *plain = calloc((size_t)n + 1, sizeof *plain);
+    int np = 0;
+    for (int i = 0; plain && i < n; i++)
+        if (r[i].sc.group == FL_GROUP_CONTENTION) plain[np++] = r[i];
+    if (plain && np) {
+        chart_throughput(f, plain, np);
+        chart_latency(f, plain, np);
+    }
+    free(plain);
+    chart_faults(f, r, n);
     if (nl) lock_table(f, l, nl);
     table(f, r, n);
     fprintf(f, "<footer>Orders/s: orders confirmed (201) per second from the start to the "
@@ -674,9 +771,11 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
                "sold-out ones included. Oversold: units sold or still offered beyond the stock put on sale "
                "(sold + max(available, 0) &minus; stock). Min stock: the lowest stock any "
                "vantage point saw, sampled while the load ran and read after it. Lost: units "
-               "neither sold nor available. A pause is injected inside the critical section "
-               "(fault injection) to force the interleaving that breaks a lock whose lease "
-               "runs out. Generated by flashload compare.</footer>\n");
+               "neither sold nor available. Forced: with fault injection, a holder waits inside "
+               "its critical section until a second one is inside with the same read, or a "
+               "bound; the service counts each wait (met, alone) and a scene whose forcing did "
+               "not come as claimed is marked not as expected. Generated by flashload "
+               "compare.</footer>\n");
     fputs(SELF_CHECK, f);
     fprintf(f, "</body></html>\n");
     int bad = ferror(f);

@@ -265,6 +265,25 @@ static int gen_exists(fl_redis *r, const char *tag, fl_err *e) {
     return rc;
 }
 
+int fl_redis_forcing(fl_redis *r, const char *sku, long long *met, long long *alone, fl_err *e) {
+    char *k = sku_key(r, sku, "cs", -1);
+    if (!k) return fl_errf(e, "out of memory");
+    const char *argv[] = { "HMGET", k, "met", "alone" }, *run_id;
+    redisReply *rep = redis_call(r, sku, 4, argv, &run_id, e);
+    int rc = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        *met = rep->element[0]->type == REDIS_REPLY_STRING ? atoll(rep->element[0]->str) : 0;
+        *alone = rep->element[1]->type == REDIS_REPLY_STRING ? atoll(rep->element[1]->str) : 0;
+        rc = 0;
+    } else if (rep) {
+        fl_errf(e, "redis HMGET %s: %s", k,
+                rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    }
+    if (rep) freeReplyObject(rep);
+    free(k);
+    return rc;
+}
+
 int fl_redis_find_lanes(fl_redis *r, const char *sku, int segments, int *lanes, fl_err *e) {
     char tag[96];
     *lanes = 0;

@@ -108,22 +108,30 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
                                   "--stock", 400, "--no-redis-failures", "--no-holds")
     assert rc == 0, so + se
     print("\n".join("    " + l for l in so.splitlines() if l.strip()))
-    # Two groups: ordinary contention first, then every scene under a fault.
+    # Two groups: ordinary contention first, then every scene under a forced
+    # interleaving: each lock held past its lease until a second holder came
+    # in (the service counted the meetings), and the fence refused the first.
     lines = so.splitlines()
     plain = lines.index("-- ordinary contention (no fault)")
-    fault = [i for i, l in enumerate(lines) if l.startswith("-- under an injected fault")][0]
+    fault = [i for i, l in enumerate(lines) if l.startswith("-- forced interleavings")][0]
     assert plain < fault
     for s in ("lock", "redlock", "db-lock"):
         for segs in (1, 8):
             row = [l for l in lines[plain:fault] if re.match(r"%s\s+%d\s+1\s" % (s, segs), l)]
-            assert len(row) == 1 and "PASS" in row[0] and "FAULT" not in row[0], (s, segs, so)
+            assert len(row) == 1 and "PASS" in row[0] and "FORCED" not in row[0], (s, segs, so)
         row = [l for l in lines[fault:] if re.match(r"%s\s+1\s+1\s" % s, l)]
-        assert row and "FAULT: pause" in row[0] and "PASS" in row[0], (s, so)
+        assert row and "FORCED: held past its lease" in row[0] and "PASS" in row[0], (s, so)
+        assert re.search(r"waits: [1-9]\d* met a second holder", row[0]), row[0]
     scenes = j["scenes"]
     assert all(sc["ran"] and sc["pass"] and sc["oversold"] == 0 for sc in scenes), scenes
     assert {sc["fault"] for sc in scenes if sc["cs_delay_ms"]} == {True}
     assert {sc["fault"] for sc in scenes if not sc["cs_delay_ms"]} == {False}
     assert [sc["fault"] for sc in scenes] == sorted(sc["fault"] for sc in scenes)
+    for sc in scenes:
+        if sc["group"] == "forced":
+            f = sc["forced"]
+            assert f["expect"] == "met" and f["met"] >= 2 and f["why"] == "", sc
+            assert sc["fenced"] >= 1 and sc["as_expected"], sc
     # The lock table: a row per lock, every field, measured in this run.
     assert "choosing a lock (measured in this run)" in so
     locks = {l["strategy"]: l for l in j["locks"]}

@@ -496,42 +496,54 @@ static void test_compare_scenes_in_two_groups(void) {
     o.holds = 0;
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 5, sc, 64);
-    /* lua, lock, etcd x1 x8; unsafe-read-write x1; then under a fault:
-     * unsafe-lock-no-fence x1, lock x1 x8, etcd x1. */
+    /* Contention, the safe ones only: lua, lock, etcd x1 x8. Then forced:
+     * unsafe-read-write (a second holder, same read), then the leases:
+     * unsafe-lock-no-fence, lock x1 x8, etcd. */
     CHECK(n == 11);
     int first_fault = -1;
     for (int i = 0; i < n; i++) {
         if (sc[i].fault && first_fault < 0) first_fault = i;
         if (first_fault >= 0) CHECK(sc[i].fault);           /* one group, after the other */
         CHECK(sc[i].fault == (sc[i].cs_delay_ms > 0));
-        if (sc[i].unsafe) CHECK(sc[i].segments == 1);
+        CHECK(sc[i].fault == (sc[i].cs_overlap == 2));      /* every fault here is forced */
+        CHECK(!sc[i].unsafe || sc[i].fault);                /* no unsafe one left to luck */
+        if (sc[i].unsafe) CHECK(sc[i].segments == 1 && sc[i].expect_force == FL_FORCE_MET);
     }
-    CHECK(first_fault == 7);
+    CHECK(first_fault == 6);
     CHECK_STR(sc[0].strategy, "lua");
     CHECK(!strcmp(sc[2].strategy, "lock") && sc[2].segments == 1 && !sc[2].fault);
     CHECK_STR(sc[2].condition, "contention");
-    CHECK(!strcmp(sc[8].strategy, "lock") && sc[8].cs_delay_ms > sc[8].lock_ttl_ms);
+    CHECK(!strcmp(sc[6].strategy, "unsafe-read-write") && sc[6].stock == o.pause_stock);
+    CHECK(!strcmp(sc[7].strategy, "unsafe-lock-no-fence") && sc[7].lock_ttl_ms == 100);
+    /* The safe lock under the very same forcing as its unsafe twin. */
+    CHECK(!strcmp(sc[8].strategy, "lock") && sc[8].lock_ttl_ms == sc[7].lock_ttl_ms &&
+          sc[8].cs_delay_ms == sc[7].cs_delay_ms && sc[8].expect_force == FL_FORCE_MET);
+    CHECK(!strcmp(sc[9].strategy, "lock") && sc[9].segments == 8);
     CHECK(!strcmp(sc[10].strategy, "etcd") && sc[10].lock_ttl_ms == 1000 &&
           sc[10].cs_delay_ms > 2 * sc[10].lock_ttl_ms);
-    CHECK_STR(sc[10].condition, "pause 2500ms > lease 1000ms");
+    CHECK_STR(sc[10].condition, "held past its lease (1000ms) until a second holder came in");
     CHECK(sc[10].stock == o.pause_stock && sc[10].duration_s == o.pause_duration_s);
-    /* --strategies keeps a lock's pause scene only when the lock is asked for. */
+    /* --strategies keeps a lock's forced scene only when the lock is asked for. */
     snprintf(o.strategies[0], sizeof o.strategies[0], "lua");
     o.nstrategies = 1;
     n = fl_compare_scenes(&o, st, 5, sc, 64);
     CHECK(n == 2 && !sc[0].fault && !sc[1].fault);
     /* `local` on two instances oversells only at the sell-out, both
-     * instances' holders reading the last units: under a pause, with a
-     * stock that sells out; on one instance it is an ordinary scene. */
+     * instances' holders reading the last unit: forced, one unit on sale;
+     * on one instance, under the same forcing, no second holder comes. */
     fl_strategy loc[1];
     strategy(&loc[0], "local", 1);
     fl_compare_opts_default(&o);
     o.redis_failures = o.holds = 0;
     n = fl_compare_scenes(&o, loc, 1, sc, 64);
-    CHECK(n == 3);
+    CHECK(n == 4);
     CHECK(!strcmp(sc[2].strategy, "local") && sc[2].instances == 2 && sc[2].unsafe);
-    CHECK(sc[2].fault && sc[2].cs_delay_ms > 0 && sc[2].stock < o.stock / 100);
-    CHECK_STR(sc[2].condition, "2 instances, pause 3ms");
+    CHECK(sc[2].fault && sc[2].cs_overlap == 2 && sc[2].stock == 1 &&
+          sc[2].expect_force == FL_FORCE_MET);
+    CHECK_STR(sc[2].condition, "2 instances, a mutex each: the last unit read by a second holder");
+    CHECK(!strcmp(sc[3].strategy, "local") && sc[3].instances == 1 && !sc[3].unsafe &&
+          sc[3].stock == 1 && sc[3].cs_delay_ms == sc[2].cs_delay_ms &&
+          sc[3].expect_force == FL_FORCE_ALONE);
     CHECK(sc[0].instances == 1 && !sc[0].fault && !sc[0].unsafe);
 }
 
