@@ -2,6 +2,14 @@
 #
 #   make              build bin/flashsale (and the other programs)
 #   make test         install missing Debian packages, build, run every test
+#   make test TESTS="test_holds:: unit/test_db"
+#                     only the tests whose name contains a pattern, building
+#                     only what they need (the programs for an integration
+#                     test, the matching unit-test programs)
+#   make unit T=test_db  or  T=test_db:test_holds
+#                     one unit-test program, or its cases whose name contains
+#                     what follows the colon; builds only that program and
+#                     starts a Redis only if the program reads one
 #   make test-sanitize   the same tests against an AddressSanitizer+UBSan build
 #   make test-tsan    the unit tests and the order-path, lock and fault tests
 #                     against a ThreadSanitizer build (build/tsan/bin)
@@ -182,13 +190,36 @@ $(foreach m,$(MAIN_C),$(eval $(call program_rule,$(BUILD)/$(m:.c=.o),$(BIN)/$(pa
 $(foreach t,$(UNIT_C),$(eval $(call program_rule,$(patsubst %.c,$(BUILD)/%.o,$(t)),$(patsubst \
     tests/unit/%.c,$(BIN)/tests/%,$(t)),$(basename $(notdir $(t))))))
 
+# What a test run builds: everything; with TESTS, the programs (unless
+# every pattern names unit tests) and the unit-test programs a pattern
+# matches (run.py names them unit/<program>, and a pattern matches what
+# contains it).
+ifeq ($(strip $(TESTS)),)
+TEST_BUILD := all
+else
+TEST_UNITS := $(foreach u,$(UNIT_BIN),$(if $(strip $(foreach p,$(TESTS),$(findstring \
+                $(p),unit/$(notdir $(u))))),$(u)))
+TEST_BUILD := $(if $(filter-out unit/%,$(TESTS)),$(PROGRAMS) $(BIN)/libclockjump.so) \
+              $(TEST_UNITS)
+endif
+
 test: deps
 	$(MAKE) test-run
 
-test-run: all
+# The circle check reads every module's objects: on a whole build only.
+test-run: $(TEST_BUILD)
 	$(PYTHON) tools/layering.py
-	$(PYTHON) tools/calls.py $(BUILD)
+	$(if $(strip $(TESTS)),,$(PYTHON) tools/calls.py $(BUILD))
 	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py $(TESTS)
+
+# One unit-test program, or some of its cases: T=test_db, T=test_db:case.
+.PHONY: unit
+unit:
+	@test -n "$(T)" || { echo 'make unit: say which, e.g. T=test_db or T=test_db:test_holds' >&2; exit 2; }
+	@test -f tests/unit/$(firstword $(subst :, ,$(T))).c || { echo \
+	    "make unit: no tests/unit/$(firstword $(subst :, ,$(T))).c" >&2; exit 2; }
+	$(MAKE) $(BIN)/tests/$(firstword $(subst :, ,$(T)))
+	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py --unit $(T)
 
 test-sanitize: deps
 	$(MAKE) VARIANT=san test-run

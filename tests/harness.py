@@ -537,7 +537,9 @@ class Service:
         cmd = [os.path.join(BIN, "flashsale"), "--listen", "127.0.0.1:%d" % self.port,
                "--redis", self.redis_url, "--db", self.db_path, "--key-prefix", self.prefix,
                "--redis-timeout-ms", "500", "--pending-timeout-ms", "3000"] + self.args
-        env = dict(os.environ)
+        # The service reads its flags' FLASHSALE_* twins: a developer's own
+        # (an admin token in the shell) must not change what a test runs.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHSALE_")}
         env.update(self.env or {})
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)

@@ -2,7 +2,9 @@
 """run.py: runs every flashsale test and prints one summary line.
 
 1. The C unit-test programs ($FLASHSALE_BIN/tests/test_*), each given a
-   private Redis in FLASHSALE_TEST_REDIS; each prints "N passed, N failed".
+   private Redis in FLASHSALE_TEST_REDIS when its source reads it (one Redis
+   for them all, started for the first that needs it); each prints "N
+   passed, N failed".
 2. The integration tests: functions named test_* in tests/test_*.py, each
    called with a fresh Ctx (its own temp dir; the Redis servers and services
    it starts are stopped afterwards, even on failure).
@@ -17,6 +19,9 @@ flashlock, lockcheck, `flashsale audit`...) writes them to
 its output, and those files are read when the test ends.
 
 Usage: run.py [PATTERN...]   only tests whose name contains a pattern
+                             (unit/test_db, test_holds::, test_holds::test_x)
+       run.py --unit NAME[:CASE]...   unit-test program NAME (test_db), or
+                             its cases whose name contains CASE
 Last line: "N passed, N failed". Exit status 1 when anything failed.
 """
 import glob
@@ -202,23 +207,57 @@ def wanted(name, patterns):
     return not patterns or any(p in name for p in patterns)
 
 
-def run_unit(patterns):
+def needs_redis(program):
+    """Whether unit-test program reads FLASHSALE_TEST_REDIS: its source (or
+    a header of tests/unit/ it includes) names it."""
+    src = os.path.join(HERE, "unit", os.path.basename(program) + ".c")
+    try:
+        text = open(src).read()
+    except OSError:
+        return True                 # cannot tell: give it one
+    if "FLASHSALE_TEST_REDIS" in text:
+        return True
+    for h in re.findall(r'#include "tests/unit/([\w.]+\.h)"', text):
+        try:
+            if "FLASHSALE_TEST_REDIS" in open(os.path.join(HERE, "unit", h)).read():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def run_unit(patterns, selected=None):
+    """The unit-test programs whose name (unit/<program>) contains a
+    pattern; selected: [(program, case filter)] instead (run.py --unit)."""
     passed = failed = 0
     bins = sorted(glob.glob(os.path.join(harness.BIN, "tests", "test_*")))
-    if not bins:
-        print("FAIL no unit-test programs found in %s/tests" % harness.BIN)
-        return 0, 1
-    redis = harness.Redis()
-    try:
-        for b in bins:
-            name = "unit/" + os.path.basename(b)
-            if not wanted(name, patterns):
+    if selected is not None:
+        runs = []
+        for name, case in selected:
+            b = os.path.join(harness.BIN, "tests", name)
+            if not os.access(b, os.X_OK):
+                print("FAIL no unit-test program %s (make unit T=%s builds it)" % (b, name))
+                failed += 1
                 continue
+            runs.append((b, case))
+    else:
+        if not bins:
+            print("FAIL no unit-test programs found in %s/tests" % harness.BIN)
+            return 0, 1
+        runs = [(b, None) for b in bins if wanted("unit/" + os.path.basename(b), patterns)]
+    redis = None
+    try:
+        for b, case in runs:
+            name = "unit/" + os.path.basename(b) + (":" + case if case else "")
             # ThreadSanitizer reports stay on the program's stderr, read below.
-            env = dict(os.environ, FLASHSALE_TEST_REDIS=redis.url, TSAN_OPTIONS=tsan_options())
+            env = dict(os.environ, TSAN_OPTIONS=tsan_options())
+            if needs_redis(b):
+                if redis is None:
+                    redis = harness.Redis()
+                env["FLASHSALE_TEST_REDIS"] = redis.url
             t0 = time.monotonic()
-            p = subprocess.run([b], env=env, capture_output=True, text=True,
-                               timeout=TEST_TIMEOUT_S)
+            p = subprocess.run([b] + ([case] if case else []), env=env, capture_output=True,
+                               text=True, timeout=TEST_TIMEOUT_S)
             reports = sanitizer_excerpts(p.stderr, name + " stderr") + \
                 sanitizer_excerpts(p.stdout, name + " stdout")
             if reports:
@@ -240,8 +279,12 @@ def run_unit(patterns):
                                                             time.monotonic() - t0))
             if nf or p.returncode:
                 print(p.stdout[-3000:] + p.stderr[-3000:])
+            elif np_ == 0:
+                failed += 1
+                print("FAIL %s: no case ran (no case name contains %r)" % (name, case))
     finally:
-        redis.stop()
+        if redis is not None:
+            redis.stop()
     return passed, failed
 
 
@@ -315,10 +358,21 @@ def run_integration(patterns):
 
 
 def main():
-    patterns = sys.argv[1:]
+    args = sys.argv[1:]
     try:
-        up, uf = run_unit(patterns)
-        ip, if_ = run_integration(patterns)
+        if args[:1] == ["--unit"]:
+            selected = []
+            for a in args[1:]:
+                name, _, case = a.partition(":")
+                selected.append((name, case or None))
+            if not selected:
+                print("usage: run.py --unit NAME[:CASE]...")
+                sys.exit(2)
+            up, uf = run_unit([], selected)
+            ip = if_ = 0
+        else:
+            up, uf = run_unit(args)
+            ip, if_ = run_integration(args)
     finally:
         harness.stop_all()
     print("%d passed, %d failed" % (up + ip, uf + if_))
