@@ -1,9 +1,11 @@
-/* db.c: the SQLite connection, its prepared statements and the queries of
- * products and orders. See db.h.
+/* db.c: products and orders, the statements' table, and the calls every
+ * file of the module makes to run a statement through its connection's
+ * driver. See db.h, and db_int.h for the driver.
  *
- * db_open migrates an older file forward (schema.c) and refuses a newer
- * one. Every statement is prepared once per connection: this file's and
- * the lock table's (locktable.c, through db_int.h). */
+ * db_open picks the driver by the target it is given and lets it open,
+ * migrate and prepare; everything else here is written once, in SQL both
+ * dialects take (or with PostgreSQL's text beside SQLite's where they
+ * part). */
 #include "db/db.h"
 
 #include <assert.h>
@@ -11,27 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-#include <sqlite3.h>
 
 #include "db/db_int.h"
-
-enum {
-    ST_PRODUCT_INSERT, ST_PRODUCT_GET, ST_PRODUCT_ALL, ST_PRODUCT_RESTOCK,
-    ST_PRODUCT_GEN,
-    ST_USER_UNITS,
-    ST_ORDER_INSERT_GEN, ST_ORDER_INSERT_ANY, ST_HOLD_INSERT, ST_ADD_SOLD, ST_ORDER_GET,
-    ST_ORDER_BY_KEY,
-    ST_ORDER_EXISTS, ST_VOID_EXISTS, ST_VOID_INSERT,
-    ST_ORDER_UNITS, ST_HELD_UNITS, ST_PRODUCT_REPAIR,
-    ST_TAKE_CONDITIONAL, ST_TAKE_VERSIONED, ST_USER_ORDERS, ST_USER_SUM, ST_USER_ADD, ST_STOCK_READ,
-    ST_RESTOCK_GET, ST_RESTOCK_INSERT, ST_PROBE, ST_GEN_READ,
-    ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
-    ST_LOCK_FIRST,              /* the lock table's (db_lock_sql), DB_LOCK_ST_* from here */
-    ST_HOLDS_FIRST = ST_LOCK_FIRST + DB_LOCK_ST_COUNT,   /* holds.c's, DB_HOLDS_ST_* */
-    ST_COUNT = ST_HOLDS_FIRST + DB_HOLDS_ST_COUNT
-};
 
 /* An order as read: its row and, for a hold, its hold's (read_order). */
 #define ORDER_COLUMNS                                                                      \
@@ -40,87 +23,119 @@ enum {
     "coalesce(h.decided_ms,0),coalesce(h.payment_ref,'')"                                  \
     " FROM orders o LEFT JOIN holds h ON h.order_id=o.order_id"
 
-static const char *const SQL[ST_LOCK_FIRST] = {
-    [ST_PRODUCT_INSERT] =
+#define PRODUCT_COLUMNS                                                                    \
+    "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"       \
+    "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"        \
+    "cs_overlap FROM products"
+
+/* Now, as db_format_time writes it, in each dialect. */
+#define SQLITE_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
+#define PG_NOW "to_char(clock_timestamp() AT TIME ZONE 'UTC','YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+static const db_sql SQL[DB_ST_LOCK_FIRST] = {
+    [DB_ST_PRODUCT_INSERT] = {
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
         "hold_seconds,held,cs_overlap)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11)",
-    [ST_PRODUCT_GET] =
-        "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"
-        "cs_overlap"
-        " FROM products WHERE sku=?1",
-    [ST_PRODUCT_ALL] =
-        "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"
-        "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"
-        "cs_overlap"
-        " FROM products ORDER BY sku",
-    [ST_PRODUCT_RESTOCK] =
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11)", NULL },
+    [DB_ST_PRODUCT_GET] = { PRODUCT_COLUMNS " WHERE sku=?1", NULL },
+    [DB_ST_PRODUCT_ALL] = { PRODUCT_COLUMNS " ORDER BY sku", NULL },
+    [DB_ST_PRODUCT_RESTOCK] = {
         "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
-        " WHERE sku=?1",
-    [ST_PRODUCT_GEN] =
+        " WHERE sku=?1", NULL },
+    [DB_ST_PRODUCT_GEN] = {
         "UPDATE products SET stock_gen=max(stock_gen,?2)+1 WHERE sku=?1",
-    [ST_USER_UNITS] =
+        "UPDATE products SET stock_gen=greatest(stock_gen,?2)+1 WHERE sku=?1" },
+    [DB_ST_USER_UNITS] = {
         "SELECT o.user_id, sum(o.quantity) FROM orders o WHERE o.sku=?1 AND NOT EXISTS("
         "SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
-        " AND h.state IN ('cancelled','expired')) GROUP BY o.user_id",
+        " AND h.state IN ('cancelled','expired')) GROUP BY o.user_id", NULL },
     /* The generation check and the tombstone check are part of the insert
      * itself, so no window exists between checking and writing. */
-    [ST_ORDER_INSERT_GEN] =
+    [DB_ST_ORDER_INSERT_GEN] = {
         "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
         " SELECT ?1,?2,?3,?4,?5,?6"
         " WHERE EXISTS(SELECT 1 FROM products WHERE sku=?2 AND stock_gen=?7)"
-        " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
-    [ST_ORDER_INSERT_ANY] =
+        " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)", NULL },
+    [DB_ST_ORDER_INSERT_ANY] = {
         "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
         " SELECT ?1,?2,?3,?4,?5,?6"
-        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
-    [ST_HOLD_INSERT] =
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)", NULL },
+    [DB_ST_HOLD_INSERT] = {
         "INSERT INTO holds(order_id,sku,quantity,gen,takes,in_db,expires_ms,state)"
-        " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')",
-    [ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1",
-    [ST_ORDER_GET] = ORDER_COLUMNS " WHERE o.order_id=?1",
-    [ST_ORDER_BY_KEY] = ORDER_COLUMNS " WHERE o.idempotency_key=?1",
-    [ST_ORDER_EXISTS] = "SELECT 1 FROM orders WHERE order_id=?1",
-    [ST_VOID_EXISTS] = "SELECT 1 FROM voided_orders WHERE order_id=?1",
-    [ST_VOID_INSERT] =
+        " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')", NULL },
+    [DB_ST_ADD_SOLD] = { "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1", NULL },
+    [DB_ST_ORDER_GET] = { ORDER_COLUMNS " WHERE o.order_id=?1", NULL },
+    [DB_ST_ORDER_BY_KEY] = { ORDER_COLUMNS " WHERE o.idempotency_key=?1", NULL },
+    [DB_ST_ORDER_EXISTS] = { "SELECT 1 FROM orders WHERE order_id=?1", NULL },
+    [DB_ST_VOID_EXISTS] = { "SELECT 1 FROM voided_orders WHERE order_id=?1", NULL },
+    [DB_ST_VOID_INSERT] = {
         "INSERT OR IGNORE INTO voided_orders(order_id,sku,reason,voided_at)"
-        " VALUES(?1,?2,?3,strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
-    [ST_TAKE_CONDITIONAL] =
+        " VALUES(?1,?2,?3," SQLITE_NOW ")",
+        "INSERT INTO voided_orders(order_id,sku,reason,voided_at)"
+        " VALUES(?1,?2,?3," PG_NOW ") ON CONFLICT DO NOTHING" },
+    [DB_ST_TAKE_CONDITIONAL] = {
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
-        " WHERE sku=?1 AND db_available>=?2",
-    [ST_ORDER_UNITS] =
+        " WHERE sku=?1 AND db_available>=?2", NULL },
+    [DB_ST_ORDER_UNITS] = {
         "SELECT coalesce(sum(o.quantity),0) FROM orders o LEFT JOIN holds h"
         " ON h.order_id=o.order_id WHERE o.sku=?1 AND (h.state IS NULL OR h.state='confirmed')",
-    [ST_HELD_UNITS] =
-        "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'",
-    [ST_PRODUCT_REPAIR] = "UPDATE products SET sold=?2, db_available=?3, held=?4 WHERE sku=?1",
-    [ST_TAKE_VERSIONED] =
+        NULL },
+    [DB_ST_HELD_UNITS] = {
+        "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'", NULL },
+    [DB_ST_PRODUCT_REPAIR] = {
+        "UPDATE products SET sold=?2, db_available=?3, held=?4 WHERE sku=?1", NULL },
+    [DB_ST_TAKE_VERSIONED] = {
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
-        " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
-    [ST_STOCK_READ] = "SELECT db_available, db_version FROM products WHERE sku=?1",
-    [ST_USER_ORDERS] =
+        " WHERE sku=?1 AND db_available>=?2 AND db_version=?3", NULL },
+    [DB_ST_STOCK_READ] = { "SELECT db_available, db_version FROM products WHERE sku=?1", NULL },
+    [DB_ST_USER_ORDERS] = {
         "SELECT coalesce(sum(o.quantity),0) FROM orders o WHERE o.sku=?1 AND o.user_id=?2"
         " AND NOT EXISTS(SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
-        " AND h.state IN ('cancelled','expired'))",
-    [ST_USER_SUM] =
-        "SELECT coalesce((SELECT units FROM user_units WHERE sku=?1 AND user_id=?2),0)",
-    [ST_USER_ADD] =
+        " AND h.state IN ('cancelled','expired'))", NULL },
+    [DB_ST_USER_SUM] = {
+        "SELECT coalesce((SELECT units FROM user_units WHERE sku=?1 AND user_id=?2),0)", NULL },
+    [DB_ST_USER_ADD] = {
         "INSERT INTO user_units(sku,user_id,units) VALUES(?1,?2,?3)"
-        " ON CONFLICT(sku,user_id) DO UPDATE SET units=units+excluded.units",
-    [ST_RESTOCK_GET] = "SELECT sku, quantity FROM restocks WHERE idempotency_key=?1",
-    [ST_RESTOCK_INSERT] =
+        " ON CONFLICT(sku,user_id) DO UPDATE SET units=user_units.units+excluded.units", NULL },
+    [DB_ST_RESTOCK_GET] = { "SELECT sku, quantity FROM restocks WHERE idempotency_key=?1", NULL },
+    [DB_ST_RESTOCK_INSERT] = {
         "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
-        " VALUES(?1,?2,?3,strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
-    [ST_PROBE] =
-        "INSERT OR REPLACE INTO meta(key,value)"
-        " VALUES('health_probe',strftime('%Y-%m-%dT%H:%M:%fZ','now'))",
-    [ST_GEN_READ] = "SELECT stock_gen FROM products WHERE sku=?1",
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
+        " VALUES(?1,?2,?3," SQLITE_NOW ")",
+        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
+        " VALUES(?1,?2,?3," PG_NOW ")" },
+    [DB_ST_PROBE] = {
+        "INSERT OR REPLACE INTO meta(key,value) VALUES('health_probe'," SQLITE_NOW ")",
+        "INSERT INTO meta(key,value) VALUES('health_probe'," PG_NOW ")"
+        " ON CONFLICT(key) DO UPDATE SET value=excluded.value" },
+    [DB_ST_GEN_READ] = { "SELECT stock_gen FROM products WHERE sku=?1", NULL },
+    [DB_ST_PING] = { "SELECT count(*) FROM products", NULL },
+    [DB_ST_BEGIN] = { "BEGIN IMMEDIATE", "BEGIN" },
+    [DB_ST_COMMIT] = { "COMMIT", NULL },
+    [DB_ST_ROLLBACK] = { "ROLLBACK", NULL },
+    [DB_ST_SAVEPOINT] = { "SAVEPOINT o", NULL },
+    [DB_ST_ROLLBACK_TO] = { "ROLLBACK TO o", NULL },
+    [DB_ST_RELEASE] = { "RELEASE o", NULL },
 };
+
+const db_sql *db_sql_of(int id) {
+    assert(id >= 0 && id < DB_ST_COUNT);
+    if (id < DB_ST_LOCK_FIRST) return &SQL[id];
+    if (id < DB_ST_HOLDS_FIRST) return &db_lock_sql[id - DB_ST_LOCK_FIRST];
+    return &db_holds_sql[id - DB_ST_HOLDS_FIRST];
+}
+
+int db_st_reads(int id) {
+    switch (id) {
+    case DB_ST_PRODUCT_GET: case DB_ST_PRODUCT_ALL: case DB_ST_ORDER_GET:
+    case DB_ST_ORDER_BY_KEY: case DB_ST_ORDER_EXISTS: case DB_ST_VOID_EXISTS:
+    case DB_ST_USER_UNITS: case DB_ST_STOCK_READ: case DB_ST_ORDER_UNITS: case DB_ST_HELD_UNITS:
+    case DB_ST_PING: case DB_ST_HOLDS_FIRST + DB_HOLDS_ST_OWED_UNITS:
+        return 1;
+    default:
+        return 0;
+    }
+}
 
 /* What a write transaction owes the products table: the units of the
  * orders it inserted (added at commit, once per SKU), and the generation
@@ -135,305 +150,235 @@ typedef struct sku_tally {
     long long held;
 } sku_tally;
 
-struct db {
-    sqlite3 *conn;
-    sqlite3_stmt *st[ST_COUNT];
-    /* Statements a callback walk is stepping through. Taking one of them
-     * again (stmt() resets it) would restart the outer walk: that is how
-     * `audit --repair` once audited products twice and never ended. */
-    unsigned char walking[ST_COUNT];
-    sku_tally tally[TALLY_MAX];
-    int ntally;
-    char errstr[256];
-};
+typedef struct tallies {
+    int n;
+    sku_tally t[TALLY_MAX];
+} tallies;
 
-db_status db_fail(db *d, const char *what) {
-    int code = sqlite3_extended_errcode(d->conn);
-    snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
-    return (code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED ? DB_BUSY : DB_ERROR;
-}
+static tallies *tallies_of(db *d) { return d->tally; }
 
-const char *db_errstr(const db *d) { return d->errstr; }
-
-long long db_memory_used(void) { return (long long)sqlite3_memory_used(); }
-
-db_status db_ping(db *d) {
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->conn, "SELECT count(*) FROM products", -1, &s, NULL) != SQLITE_OK)
-        return db_fail(d, "ping");
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_ROW ? DB_OK : db_fail(d, "ping");
-}
-
-/* Appends the likely cause when a writable open failed on a read-only file
- * or file system: SQLite's own message ("unable to open database file",
- * "attempt to write a readonly database") does not say it. */
-static void explain_open_failure(const char *path, char *err, size_t errlen) {
-    char dir[1024];
-    struct statvfs vfs;
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    const char *why = NULL;
-    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
-        why = "its file system is mounted read-only";
-    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
-        why = "the file is read-only";
-    else if (access(dir, W_OK) != 0)
-        why = "its directory is not writable (SQLite needs the -wal and -shm files beside it)";
-    size_t used = strlen(err);
-    if (why && used < errlen)
-        snprintf(err + used, errlen - used, " (%s: orders could not be stored)", why);
-}
-
-db *db_open(const char *path, const db_options *opt, char *err, size_t errlen) {
-    db *d = calloc(1, sizeof *d);
-    char pragmas[160];
-    if (!d) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    int flags = opt->readonly ? SQLITE_OPEN_READONLY
-                              : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    if (sqlite3_open_v2(path, &d->conn, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "open %s: %s", path, sqlite3_errmsg(d->conn));
-        goto err;
-    }
-    sqlite3_busy_timeout(d->conn, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : 2000);
-    snprintf(pragmas, sizeof pragmas, "PRAGMA synchronous=%s; PRAGMA foreign_keys=OFF;",
-             opt->synchronous_full ? "FULL" : "NORMAL");
-    if (!opt->readonly) {
-        /* WAL: readers never wait for the writer, and a commit is one
-         * append + fsync of the log. */
-        if (db_exec(d->conn, "PRAGMA journal_mode=WAL", err, errlen)) goto err;
-        if (db_migrate(d->conn, err, errlen)) goto err;
-    } else if (db_user_version(d->conn) != DB_SCHEMA_VERSION) {
-        snprintf(err, errlen, "%s is not a flashsale database (schema version %d)", path,
-                 db_user_version(d->conn));
-        goto err;
-    }
-    if (db_exec(d->conn, pragmas, err, errlen)) goto err;
-    for (int i = 0; i < ST_COUNT; i++) {
-        if (opt->readonly && i != ST_PRODUCT_GET && i != ST_PRODUCT_ALL &&
-            i != ST_ORDER_GET && i != ST_ORDER_BY_KEY && i != ST_ORDER_EXISTS &&
-            i != ST_VOID_EXISTS && i != ST_USER_UNITS && i != ST_STOCK_READ &&
-            i != ST_ORDER_UNITS && i != ST_HELD_UNITS &&
-            i != ST_HOLDS_FIRST + DB_HOLDS_ST_OWED_UNITS)
-            continue;
-        const char *sql = i < ST_LOCK_FIRST    ? SQL[i]
-                        : i < ST_HOLDS_FIRST ? db_lock_sql[i - ST_LOCK_FIRST]
-                                             : db_holds_sql[i - ST_HOLDS_FIRST];
-        if (sqlite3_prepare_v3(d->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
-                               NULL) != SQLITE_OK) {
-            snprintf(err, errlen, "prepare: %s", sqlite3_errmsg(d->conn));
-            goto err;
-        }
-    }
-    return d;
-err:
-    if (!opt->readonly) explain_open_failure(path, err, errlen);
-    db_close(d);
-    return NULL;
-}
-
-void db_close(db *d) {
-    if (!d) return;
-    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(d->st[i]);
-    sqlite3_close(d->conn);
-    free(d);
-}
-
-/* Returns statement i reset and with its bindings cleared. Never one that
- * a walk is still stepping through: no nested walks over one statement. */
-static sqlite3_stmt *stmt(db *d, int i) {
-    sqlite3_stmt *s = d->st[i];
-    assert(s != NULL);
-    assert(!d->walking[i]);
-    sqlite3_reset(s);
-    sqlite3_clear_bindings(s);
-    return s;
-}
-
-sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id) {
-    assert(id >= 0 && id < DB_LOCK_ST_COUNT);
-    return stmt(d, ST_LOCK_FIRST + (int)id);
-}
-
-sqlite3_stmt *db_holds_stmt(db *d, db_holds_st id) {
-    assert(id >= 0 && id < DB_HOLDS_ST_COUNT);
-    return stmt(d, ST_HOLDS_FIRST + (int)id);
-}
-
-sqlite3 *db_conn(db *d) { return d->conn; }
+/* --------------------------------------------------------------- running */
 
 db_status db_error(db *d, const char *msg) {
     snprintf(d->errstr, sizeof d->errstr, "%s", msg);
     return DB_ERROR;
 }
 
-static void bind_text(sqlite3_stmt *s, int i, const char *v) {
-    if (v && *v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(s, i);
+db_status db_set_error(db *d, db_status st, const char *what, const char *msg) {
+    snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, msg);
+    return st;
 }
 
-static void copy_col(char *dst, size_t cap, sqlite3_stmt *s, int col) {
-    const unsigned char *t = sqlite3_column_text(s, col);
-    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+const char *db_errstr(const db *d) { return d->errstr; }
+
+db_status db_run(db *d, db_rows *r, int st, const db_arg *args, int n, const char *what) {
+    d->conflict = DB_CONFLICT_NONE;
+    return d->drv->run(d, r, st, NULL, args, n, what);
 }
 
-db_status db_step_done(db *d, sqlite3_stmt *s, const char *what) {
-    int rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (rc == SQLITE_DONE) return DB_OK;
-    if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-        snprintf(d->errstr, sizeof d->errstr, "%s: %s", what, sqlite3_errmsg(d->conn));
-        return DB_EXISTS;
+db_status db_run_sql(db *d, db_rows *r, const char *sql, const db_arg *args, int n,
+                     const char *what) {
+    d->conflict = DB_CONFLICT_NONE;
+    return d->drv->run(d, r, -1, sql, args, n, what);
+}
+
+int db_next(db_rows *r) { return r->d->drv->next(r); }
+long long db_col_int(db_rows *r, int col) { return r->d->drv->col_int(r, col); }
+const char *db_col_text(db_rows *r, int col) { return r->d->drv->col_text(r, col); }
+long long db_changes(db_rows *r) { return r->d->drv->changes(r); }
+void db_done(db_rows *r) { r->d->drv->done(r); }
+
+db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes) {
+    db_rows r;
+    db_status res = db_run(d, &r, st, args, n, what);
+    if (res != DB_OK) return res;
+    int got;
+    while ((got = db_next(&r)) > 0) {}         /* a RETURNING's rows, unread */
+    if (got < 0) res = d->last;
+    if (changes) *changes = db_changes(&r);
+    db_done(&r);
+    return res;
+}
+
+db_status db_one_int(db *d, int st, const db_arg *args, int n, const char *what,
+                     long long *out) {
+    db_rows r;
+    db_status res = db_run(d, &r, st, args, n, what);
+    if (res != DB_OK) return res;
+    int got = db_next(&r);
+    if (got > 0) *out = db_col_int(&r, 0);
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
+}
+
+/* ------------------------------------------------------------ connection */
+
+db *db_open(const char *target, const db_options *opt, char *err, size_t errlen) {
+    db *d = calloc(1, sizeof *d);
+    if (!d || !(d->tally = calloc(1, sizeof(tallies)))) {
+        free(d);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
     }
-    return db_fail(d, what);
+    d->drv = &db_sqlite_driver;
+    d->readonly = opt->readonly;
+    if (d->drv->open(d, target, opt, err, errlen)) {
+        free(d->tally);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void db_close(db *d) {
+    if (!d) return;
+    d->drv->close(d);
+    free(d->tally);
+    free(d);
+}
+
+db_status db_ping(db *d) {
+    long long n;
+    db_status st = db_one_int(d, DB_ST_PING, NULL, 0, "ping", &n);
+    return st == DB_NOTFOUND ? DB_ERROR : st;
 }
 
 db_status db_begin(db *d) {
-    d->ntally = 0;
-    return db_step_done(d, stmt(d, ST_BEGIN), "begin");
+    tallies_of(d)->n = 0;
+    return db_do(d, DB_ST_BEGIN, NULL, 0, "begin", NULL);
 }
-
-static db_status update_product(db *d, int st_id, const char *sku, long long qty,
-                                const char *what);
 
 static db_status add_units(db *d, const char *sku, long long sold, long long held);
 
 /* Adds the tallied units to products.sold and held, once per SKU. */
 static db_status flush_tally(db *d) {
-    for (int i = 0; i < d->ntally; i++) {
-        if (!d->tally[i].sold && !d->tally[i].held) continue;
-        db_status st = add_units(d, d->tally[i].sku, d->tally[i].sold, d->tally[i].held);
+    tallies *ts = tallies_of(d);
+    for (int i = 0; i < ts->n; i++) {
+        sku_tally *t = &ts->t[i];
+        if (!t->sold && !t->held) continue;
+        db_status st = add_units(d, t->sku, t->sold, t->held);
         if (st != DB_OK) return st == DB_NOTFOUND ? DB_ERROR : st;
-        d->tally[i].sold = d->tally[i].held = 0;
+        t->sold = t->held = 0;
     }
     return DB_OK;
 }
 
 db_status db_commit(db *d) {
     db_status st = flush_tally(d);
-    d->ntally = 0;
+    tallies_of(d)->n = 0;
     if (st != DB_OK) return st;
-    return db_step_done(d, stmt(d, ST_COMMIT), "commit");
+    return db_do(d, DB_ST_COMMIT, NULL, 0, "commit", NULL);
 }
 
 void db_rollback(db *d) {
-    d->ntally = 0;
-    if (!sqlite3_get_autocommit(d->conn)) db_step_done(d, stmt(d, ST_ROLLBACK), "rollback");
+    tallies_of(d)->n = 0;
+    if (d->drv->in_tx(d)) db_do(d, DB_ST_ROLLBACK, NULL, 0, "rollback", NULL);
 }
 
 /* ----------------------------------------------------------------- products */
 
-static void read_product(sqlite3_stmt *s, db_product *p) {
+static void copy_text(char *dst, size_t cap, db_rows *r, int col) {
+    snprintf(dst, cap, "%s", db_col_text(r, col));
+}
+
+static void read_product(db_rows *r, db_product *p) {
     memset(p, 0, sizeof *p);
-    copy_col(p->sku, sizeof p->sku, s, 0);
-    copy_col(p->name, sizeof p->name, s, 1);
-    copy_col(p->strategy, sizeof p->strategy, s, 2);
-    p->segments = sqlite3_column_int(s, 3);
-    p->per_user_limit = sqlite3_column_int64(s, 4);
-    p->stock_initial = sqlite3_column_int64(s, 5);
-    p->sold = sqlite3_column_int64(s, 6);
-    p->stock_gen = sqlite3_column_int64(s, 7);
-    p->db_available = sqlite3_column_int64(s, 8);
-    p->db_version = sqlite3_column_int64(s, 9);
-    p->cs_delay_ms = sqlite3_column_int(s, 10);
-    p->lock_ttl_ms = sqlite3_column_int(s, 11);
-    copy_col(p->created_at, sizeof p->created_at, s, 12);
-    p->hold_seconds = sqlite3_column_int(s, 13);
-    p->held = sqlite3_column_int64(s, 14);
-    p->cs_overlap = sqlite3_column_int(s, 15);
+    copy_text(p->sku, sizeof p->sku, r, 0);
+    copy_text(p->name, sizeof p->name, r, 1);
+    copy_text(p->strategy, sizeof p->strategy, r, 2);
+    p->segments = (int)db_col_int(r, 3);
+    p->per_user_limit = db_col_int(r, 4);
+    p->stock_initial = db_col_int(r, 5);
+    p->sold = db_col_int(r, 6);
+    p->stock_gen = db_col_int(r, 7);
+    p->db_available = db_col_int(r, 8);
+    p->db_version = db_col_int(r, 9);
+    p->cs_delay_ms = (int)db_col_int(r, 10);
+    p->lock_ttl_ms = (int)db_col_int(r, 11);
+    copy_text(p->created_at, sizeof p->created_at, r, 12);
+    p->hold_seconds = (int)db_col_int(r, 13);
+    p->held = db_col_int(r, 14);
+    p->cs_overlap = (int)db_col_int(r, 15);
 }
 
 db_status db_product_insert(db *d, const db_product *p) {
-    sqlite3_stmt *s = stmt(d, ST_PRODUCT_INSERT);
     assert(p->stock_initial >= 0 && p->segments >= 1);
-    sqlite3_bind_text(s, 1, p->sku, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, p->name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, p->strategy, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 4, p->segments);
-    sqlite3_bind_int64(s, 5, p->per_user_limit);
-    sqlite3_bind_int64(s, 6, p->stock_initial);
-    sqlite3_bind_int(s, 7, p->cs_delay_ms);
-    sqlite3_bind_int(s, 8, p->lock_ttl_ms);
-    sqlite3_bind_text(s, 9, p->created_at, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 10, p->hold_seconds);
-    sqlite3_bind_int(s, 11, p->cs_overlap);
-    return db_step_done(d, s, "insert product");
+    const db_arg a[] = { DB_TEXT(p->sku), DB_TEXT(p->name), DB_TEXT(p->strategy),
+                         DB_INT(p->segments), DB_INT(p->per_user_limit),
+                         DB_INT(p->stock_initial), DB_INT(p->cs_delay_ms),
+                         DB_INT(p->lock_ttl_ms), DB_TEXT(p->created_at),
+                         DB_INT(p->hold_seconds), DB_INT(p->cs_overlap) };
+    return db_do(d, DB_ST_PRODUCT_INSERT, a, DB_NARGS(a), "insert product", NULL);
 }
 
 db_status db_product_get(db *d, const char *sku, db_product *out) {
-    sqlite3_stmt *s = stmt(d, ST_PRODUCT_GET);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        read_product(s, out);
-        sqlite3_reset(s);
-        return DB_OK;
-    }
-    sqlite3_reset(s);
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "get product");
+    const db_arg a[] = { DB_TEXT(sku) };
+    db_rows r;
+    db_status st = db_run(d, &r, DB_ST_PRODUCT_GET, a, 1, "get product");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) read_product(&r, out);
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
 db_status db_product_list(db *d, db_product **out, size_t *n) {
-    sqlite3_stmt *s = stmt(d, ST_PRODUCT_ALL);
     db_product *v = NULL;
     size_t cap = 0;
-    int rc;
+    int got;
+    db_rows r;
     *out = NULL;
     *n = 0;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    db_status st = db_run(d, &r, DB_ST_PRODUCT_ALL, NULL, 0, "list products");
+    if (st != DB_OK) return st;
+    while ((got = db_next(&r)) > 0) {
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
             db_product *w = realloc(v, cap * sizeof *w);
             if (!w) {
-                sqlite3_reset(s);
+                db_done(&r);
                 free(v);
-                snprintf(d->errstr, sizeof d->errstr, "list products: out of memory");
-                return DB_ERROR;
+                *n = 0;
+                return db_error(d, "list products: out of memory");
             }
             v = w;
         }
-        read_product(s, &v[(*n)++]);
+        read_product(&r, &v[(*n)++]);
     }
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE) {
+    db_done(&r);
+    if (got < 0) {
         free(v);
         *n = 0;
-        return db_fail(d, "list products");
+        return d->last;
     }
     *out = v;
     return DB_OK;
 }
 
+/* Runs an UPDATE of sku's product row: DB_NOTFOUND when it changed none. */
 static db_status update_product(db *d, int st_id, const char *sku, long long qty,
                                 const char *what) {
-    sqlite3_stmt *s = stmt(d, st_id);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, qty);
-    db_status st = db_step_done(d, s, what);
-    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
-    return st;
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(qty) };
+    long long changed = 0;
+    db_status st = db_do(d, st_id, a, 2, what, &changed);
+    return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
 }
 
 /* Looks up a restock by key: DB_OK (and its sku and quantity), DB_NOTFOUND
  * or an error. */
 static db_status restock_by_key(db *d, const char *key, char *sku, size_t skulen,
                                 long long *qty) {
-    sqlite3_stmt *s = stmt(d, ST_RESTOCK_GET);
-    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        copy_col(sku, skulen, s, 0);
-        *qty = sqlite3_column_int64(s, 1);
+    const db_arg a[] = { DB_TEXT(key) };
+    db_rows r;
+    db_status st = db_run(d, &r, DB_ST_RESTOCK_GET, a, 1, "read restock");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) {
+        copy_text(sku, skulen, &r, 0);
+        *qty = db_col_int(&r, 1);
     }
-    sqlite3_reset(s);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read restock");
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
 db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
@@ -453,14 +398,11 @@ db_status db_product_restock(db *d, const char *sku, long long qty, const char *
             return st;
         }
         if (st == DB_NOTFOUND) {
-            sqlite3_stmt *s = stmt(d, ST_RESTOCK_INSERT);
-            sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
-            sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(s, 3, qty);
-            st = db_step_done(d, s, "record restock");
+            const db_arg a[] = { DB_TEXT(idem_key), DB_TEXT(sku), DB_INT(qty) };
+            st = db_do(d, DB_ST_RESTOCK_INSERT, a, 3, "record restock", NULL);
         }
     }
-    if (st == DB_OK) st = update_product(d, ST_PRODUCT_RESTOCK, sku, qty, "restock");
+    if (st == DB_OK) st = update_product(d, DB_ST_PRODUCT_RESTOCK, sku, qty, "restock");
     if (st == DB_OK) st = db_product_get(d, sku, out);
     if (st != DB_OK) {
         db_rollback(d);
@@ -483,7 +425,7 @@ db_status db_restock_state(db *d, const char *idem_key) {
 db_status db_probe(db *d) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    st = db_step_done(d, stmt(d, ST_PROBE), "probe");
+    st = db_do(d, DB_ST_PROBE, NULL, 0, "probe", NULL);
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) db_rollback(d);
     return st;
@@ -494,7 +436,7 @@ db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_produ
                              void *ud) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    st = update_product(d, ST_PRODUCT_GEN, sku, min_gen, "new generation");
+    st = update_product(d, DB_ST_PRODUCT_GEN, sku, min_gen, "new generation");
     if (st == DB_OK) st = db_product_get(d, sku, out);
     /* In the same transaction: a hold cancelled after it is owed to the new
      * copy, and its return takes its units off the buyer's count there. */
@@ -506,32 +448,32 @@ db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_produ
 
 db_status db_user_units(db *d, const char *sku,
                         int (*fn)(const char *user, long long units, void *ud), void *ud) {
-    sqlite3_stmt *s = stmt(d, ST_USER_UNITS);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    int rc;
-    d->walking[ST_USER_UNITS] = 1;             /* fn must not walk it again */
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        if (fn((const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1), ud)) break;
-    d->walking[ST_USER_UNITS] = 0;
-    sqlite3_reset(s);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : db_fail(d, "user units");
+    const db_arg a[] = { DB_TEXT(sku) };
+    db_rows r;
+    int got;
+    db_status st = db_run(d, &r, DB_ST_USER_UNITS, a, 1, "user units");
+    if (st != DB_OK) return st;
+    while ((got = db_next(&r)) > 0)
+        if (fn(db_col_text(&r, 0), db_col_int(&r, 1), ud)) break;
+    db_done(&r);
+    return got >= 0 ? DB_OK : d->last;
 }
 
 /* ------------------------------------------------------------------- orders */
 
-static void read_order(sqlite3_stmt *s, db_order *o) {
+static void read_order(db_rows *r, db_order *o) {
     memset(o, 0, sizeof *o);
-    copy_col(o->order_id, sizeof o->order_id, s, 0);
-    copy_col(o->sku, sizeof o->sku, s, 1);
-    copy_col(o->user_id, sizeof o->user_id, s, 2);
-    o->quantity = sqlite3_column_int(s, 3);
-    copy_col(o->idem_key, sizeof o->idem_key, s, 4);
-    copy_col(o->created_at, sizeof o->created_at, s, 5);
-    int st = db_order_status_parse((const char *)sqlite3_column_text(s, 6));
+    copy_text(o->order_id, sizeof o->order_id, r, 0);
+    copy_text(o->sku, sizeof o->sku, r, 1);
+    copy_text(o->user_id, sizeof o->user_id, r, 2);
+    o->quantity = (int)db_col_int(r, 3);
+    copy_text(o->idem_key, sizeof o->idem_key, r, 4);
+    copy_text(o->created_at, sizeof o->created_at, r, 5);
+    int st = db_order_status_parse(db_col_text(r, 6));
     o->status = st < 0 ? DB_ORDER_CONFIRMED : (db_order_status)st;
-    o->expires_ms = sqlite3_column_int64(s, 7);
-    o->decided_ms = sqlite3_column_int64(s, 8);
-    copy_col(o->payment_ref, sizeof o->payment_ref, s, 9);
+    o->expires_ms = db_col_int(r, 7);
+    o->decided_ms = db_col_int(r, 8);
+    copy_text(o->payment_ref, sizeof o->payment_ref, r, 9);
 }
 
 static const char *const STATUS_NAMES[] = { "confirmed", "reserved", "cancelled", "expired" };
@@ -548,21 +490,22 @@ int db_order_status_parse(const char *name) {
 }
 
 static db_status get_one_order(db *d, int st_id, const char *arg, db_order *out) {
-    sqlite3_stmt *s = stmt(d, st_id);
-    sqlite3_bind_text(s, 1, arg, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) read_order(s, out);
-    sqlite3_reset(s);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "get order");
+    const db_arg a[] = { DB_TEXT(arg) };
+    db_rows r;
+    db_status st = db_run(d, &r, st_id, a, 1, "get order");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) read_order(&r, out);
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
 db_status db_order_get(db *d, const char *order_id, db_order *out) {
-    return get_one_order(d, ST_ORDER_GET, order_id, out);
+    return get_one_order(d, DB_ST_ORDER_GET, order_id, out);
 }
 
 db_status db_order_by_key(db *d, const char *idem_key, db_order *out) {
-    return get_one_order(d, ST_ORDER_BY_KEY, idem_key, out);
+    return get_one_order(d, DB_ST_ORDER_BY_KEY, idem_key, out);
 }
 
 db_status db_order_list(db *d, const char *sku, const char *user_id, int status,
@@ -570,67 +513,59 @@ db_status db_order_list(db *d, const char *sku, const char *user_id, int status,
                         void *ud, int *more) {
     /* Shapes of one query; each uses an index ending in order_id. */
     char sql[640];
-    snprintf(sql, sizeof sql, ORDER_COLUMNS " WHERE 1%s%s%s%s ORDER BY o.order_id LIMIT ?4",
+    snprintf(sql, sizeof sql, ORDER_COLUMNS " WHERE 1=1%s%s%s%s ORDER BY o.order_id LIMIT ?4",
              sku ? " AND o.sku=?1" : "", user_id ? " AND o.user_id=?2" : "",
              after ? " AND o.order_id>?3" : "",
              status < 0 ? "" : " AND coalesce(h.state,'confirmed')=?5");
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->conn, sql, -1, &s, NULL) != SQLITE_OK)
-        return db_fail(d, "list orders");
-    bind_text(s, 1, sku);
-    bind_text(s, 2, user_id);
-    bind_text(s, 3, after);
-    sqlite3_bind_int(s, 4, limit + 1);
-    if (status >= 0)
-        sqlite3_bind_text(s, 5, db_order_status_name((db_order_status)status), -1, SQLITE_STATIC);
+    const db_arg a[] = {
+        DB_TEXT(sku), DB_TEXT(user_id), DB_TEXT(after), DB_INT(limit + 1),
+        status < 0 ? DB_NULL : DB_TEXT(db_order_status_name((db_order_status)status))
+    };
+    db_rows r;
+    db_status st = db_run_sql(d, &r, sql, a, DB_NARGS(a), "list orders");
+    if (st != DB_OK) return st;
     db_order o;
-    int rc, n = 0;
+    int got, n = 0;
     *more = 0;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((got = db_next(&r)) > 0) {
         if (n == limit) {
             *more = 1;
             break;
         }
-        read_order(s, &o);
+        read_order(&r, &o);
         fn(&o, ud);
         n++;
     }
-    db_status st = rc == SQLITE_ROW || rc == SQLITE_DONE ? DB_OK : db_fail(d, "list orders");
-    sqlite3_finalize(s);
-    return st;
+    db_done(&r);
+    return got >= 0 ? DB_OK : d->last;
 }
 
-static int exists(db *d, int st_id, const char *order_id, int *found) {
-    sqlite3_stmt *s = stmt(d, st_id);
-    sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    *found = rc == SQLITE_ROW;
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+/* Whether a row of statement st_id matches order_id: DB_OK, DB_NOTFOUND,
+ * or an error. */
+static db_status exists(db *d, int st_id, const char *order_id) {
+    const db_arg a[] = { DB_TEXT(order_id) };
+    long long one;
+    return db_one_int(d, st_id, a, 1, "order state", &one);
 }
 
 db_status db_order_state(db *d, const char *order_id) {
-    int found;
-    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) return db_fail(d, "order state");
-    if (found) return DB_OK;
-    if (exists(d, ST_VOID_EXISTS, order_id, &found)) return db_fail(d, "order state");
-    return found ? DB_STALE : DB_NOTFOUND;
+    db_status st = exists(d, DB_ST_ORDER_EXISTS, order_id);
+    if (st != DB_NOTFOUND) return st;
+    st = exists(d, DB_ST_VOID_EXISTS, order_id);
+    return st == DB_OK ? DB_STALE : st;
 }
 
 db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason) {
     db_status st = db_begin(d);
-    int found;
     if (st != DB_OK) return st;
-    if (exists(d, ST_ORDER_EXISTS, order_id, &found)) {
-        st = db_fail(d, "void order");
-    } else if (found) {
+    db_status found = exists(d, DB_ST_ORDER_EXISTS, order_id);
+    if (found == DB_OK) {
         st = DB_EXISTS;
+    } else if (found != DB_NOTFOUND) {
+        st = found;
     } else {
-        sqlite3_stmt *s = stmt(d, ST_VOID_INSERT);
-        sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, sku, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 3, reason, -1, SQLITE_STATIC);
-        st = db_step_done(d, s, "void order");
+        const db_arg a[] = { DB_TEXT(order_id), DB_TEXT(sku), DB_TEXT(reason) };
+        st = db_do(d, DB_ST_VOID_INSERT, a, 3, "void order", NULL);
     }
     if (st != DB_OK) {
         db_rollback(d);
@@ -639,15 +574,10 @@ db_status db_order_void(db *d, const char *order_id, const char *sku, const char
     return db_commit(d);
 }
 
+/* A read of one integer about sku (and user): DB_OK, DB_NOTFOUND or an error. */
 static db_status scalar(db *d, int st_id, const char *sku, const char *user, long long *out) {
-    sqlite3_stmt *s = stmt(d, st_id);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    if (user) sqlite3_bind_text(s, 2, user, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
-    sqlite3_reset(s);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read");
+    const db_arg a[] = { DB_TEXT(sku), DB_TEXT(user) };
+    return db_one_int(d, st_id, a, user ? 2 : 1, "read", out);
 }
 
 /* Takes the stock of a db-strategy order inside the writer's transaction.
@@ -661,100 +591,83 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
     /* A replay is a replay before it is anything else (over the limit, or
      * sold out since): look the key up first. */
     if (o->idem_key[0]) {
-        st = get_one_order(d, ST_ORDER_BY_KEY, o->idem_key, &prior);
+        st = get_one_order(d, DB_ST_ORDER_BY_KEY, o->idem_key, &prior);
         if (st == DB_OK) return DB_DUPKEY;
         if (st != DB_NOTFOUND) return st;
     }
     if (per_user_limit > 0) {
         long long bought = 0;
-        if ((st = scalar(d, ST_USER_SUM, o->sku, o->user_id, &bought)) != DB_OK) return st;
+        if ((st = scalar(d, DB_ST_USER_SUM, o->sku, o->user_id, &bought)) != DB_OK) return st;
         if (bought + o->quantity > per_user_limit) {
             *available = bought;
             return DB_LIMIT;
         }
+        /* Counted before the take: a refusal below rolls back the savepoint. */
+        const db_arg u[] = { DB_TEXT(o->sku), DB_TEXT(o->user_id), DB_INT(o->quantity) };
+        if ((st = db_do(d, DB_ST_USER_ADD, u, 3, "count the buyer's units", NULL)) != DB_OK)
+            return st;
     }
-    /* Counted before the take: a refusal below rolls back the savepoint. */
-    if (per_user_limit > 0) {
-        sqlite3_stmt *u = stmt(d, ST_USER_ADD);
-        sqlite3_bind_text(u, 1, o->sku, -1, SQLITE_STATIC);
-        sqlite3_bind_text(u, 2, o->user_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(u, 3, o->quantity);
-        if ((st = db_step_done(d, u, "count the buyer's units")) != DB_OK) return st;
-    }
-    sqlite3_stmt *s = stmt(d, take == DB_TAKE_OPTIMISTIC ? ST_TAKE_VERSIONED : ST_TAKE_CONDITIONAL);
-    sqlite3_bind_text(s, 1, o->sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, o->quantity);
-    if (take == DB_TAKE_OPTIMISTIC) sqlite3_bind_int64(s, 3, expect_version);
-    st = db_step_done(d, s, "take stock");
+    const db_arg a[] = { DB_TEXT(o->sku), DB_INT(o->quantity), DB_INT(expect_version) };
+    long long changed = 0;
+    st = db_do(d, take == DB_TAKE_OPTIMISTIC ? DB_ST_TAKE_VERSIONED : DB_ST_TAKE_CONDITIONAL, a,
+               take == DB_TAKE_OPTIMISTIC ? 3 : 2, "take stock", &changed);
     if (st != DB_OK) return st;
-    int changed = sqlite3_changes(d->conn) > 0;
     long long version = 0;
-    sqlite3_stmt *r = stmt(d, ST_STOCK_READ);
-    sqlite3_bind_text(r, 1, o->sku, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(r);
-    if (rc == SQLITE_ROW) {
-        *available = sqlite3_column_int64(r, 0);
-        version = sqlite3_column_int64(r, 1);
-    }
-    sqlite3_reset(r);
-    if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read stock");
+    if ((st = db_stock_read(d, o->sku, available, &version)) != DB_OK) return st;
     if (changed) return DB_OK;
     if (*available < o->quantity) return DB_NOSTOCK;
     return take == DB_TAKE_OPTIMISTIC && version != expect_version ? DB_CONFLICT : DB_NOSTOCK;
 }
 
 db_status db_order_units(db *d, const char *sku, long long *sold, long long *held) {
-    db_status st = scalar(d, ST_ORDER_UNITS, sku, NULL, sold);
-    return st == DB_OK ? scalar(d, ST_HELD_UNITS, sku, NULL, held) : st;
+    db_status st = scalar(d, DB_ST_ORDER_UNITS, sku, NULL, sold);
+    return st == DB_OK ? scalar(d, DB_ST_HELD_UNITS, sku, NULL, held) : st;
 }
 
 db_status db_product_repair(db *d, const char *sku, long long sold, long long held,
                             long long db_available) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    sqlite3_stmt *s = stmt(d, ST_PRODUCT_REPAIR);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, sold);
-    sqlite3_bind_int64(s, 3, db_available);
-    sqlite3_bind_int64(s, 4, held);
-    st = db_step_done(d, s, "repair product");
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(db_available), DB_INT(held) };
+    st = db_do(d, DB_ST_PRODUCT_REPAIR, a, 4, "repair product", NULL);
     if (st == DB_OK) return db_commit(d);
     db_rollback(d);
     return st;
 }
 
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version) {
-    sqlite3_stmt *r = stmt(d, ST_STOCK_READ);
-    sqlite3_bind_text(r, 1, sku, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(r);
-    if (rc == SQLITE_ROW) {
-        *available = sqlite3_column_int64(r, 0);
-        *version = sqlite3_column_int64(r, 1);
+    const db_arg a[] = { DB_TEXT(sku) };
+    db_rows r;
+    db_status st = db_run(d, &r, DB_ST_STOCK_READ, a, 1, "read stock");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) {
+        *available = db_col_int(&r, 0);
+        *version = db_col_int(&r, 1);
     }
-    sqlite3_reset(r);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read stock");
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
 /* The tally of sku in this transaction (its generation read on first
  * use), or NULL when full or on error (*st says which). */
 static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
+    tallies *ts = tallies_of(d);
     *st = DB_OK;
-    for (int i = 0; i < d->ntally; i++)
-        if (!strcmp(d->tally[i].sku, sku)) return &d->tally[i];
-    if (d->ntally == TALLY_MAX) return NULL;
-    sqlite3_stmt *s = stmt(d, ST_GEN_READ);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    long long gen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_reset(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        *st = db_fail(d, "read generation");
-        return NULL;
+    for (int i = 0; i < ts->n; i++)
+        if (!strcmp(ts->t[i].sku, sku)) return &ts->t[i];
+    if (ts->n == TALLY_MAX) return NULL;
+    long long gen = -1;
+    const db_arg a[] = { DB_TEXT(sku) };
+    *st = db_one_int(d, DB_ST_GEN_READ, a, 1, "read generation", &gen);
+    if (*st == DB_NOTFOUND) {
+        *st = DB_OK;
+        gen = -1;                              /* no such product: every order stale */
     }
-    sku_tally *t = &d->tally[d->ntally++];
+    if (*st != DB_OK) return NULL;
+    sku_tally *t = &ts->t[ts->n++];
     snprintf(t->sku, sizeof t->sku, "%s", sku);
-    t->gen = gen;                              /* -1: no such product: every order stale */
+    t->gen = gen;
     t->sold = t->held = 0;
     return t;
 }
@@ -762,25 +675,17 @@ static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
 /* The hold row of order o (a reserved hold); in_db: its units came from
  * products.db_available. */
 static db_status insert_hold(db *d, const db_order *o, int in_db) {
-    sqlite3_stmt *s = stmt(d, ST_HOLD_INSERT);
-    sqlite3_bind_text(s, 1, o->order_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, o->sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 3, o->quantity);
-    sqlite3_bind_int64(s, 4, o->gen);
-    sqlite3_bind_text(s, 5, o->takes ? o->takes : "", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 6, o->expires_ms);
-    sqlite3_bind_int(s, 7, in_db);
-    return db_step_done(d, s, "insert hold");
+    const db_arg a[] = { DB_TEXT(o->order_id), DB_TEXT(o->sku), DB_INT(o->quantity),
+                         DB_INT(o->gen), DB_TEXT(o->takes ? o->takes : ""),
+                         DB_INT(o->expires_ms), DB_INT(in_db) };
+    return db_do(d, DB_ST_HOLD_INSERT, a, DB_NARGS(a), "insert hold", NULL);
 }
 
 static db_status add_units(db *d, const char *sku, long long sold, long long held) {
-    sqlite3_stmt *s = stmt(d, ST_ADD_SOLD);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, sold);
-    sqlite3_bind_int64(s, 3, held);
-    db_status st = db_step_done(d, s, "count units");
-    if (st == DB_OK && sqlite3_changes(d->conn) == 0) return DB_NOTFOUND;
-    return st;
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held) };
+    long long changed = 0;
+    db_status st = db_do(d, DB_ST_ADD_SOLD, a, 3, "count units", &changed);
+    return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
 }
 
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
@@ -790,8 +695,7 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
     /* A savepoint lets a per-order refusal undo this order's stock update
      * without ending the group's transaction. */
     if (take != DB_TAKE_NONE) {
-        if (sqlite3_exec(d->conn, "SAVEPOINT o", NULL, NULL, NULL) != SQLITE_OK)
-            return db_fail(d, "savepoint");
+        if ((st = db_do(d, DB_ST_SAVEPOINT, NULL, 0, "savepoint", NULL)) != DB_OK) return st;
         st = take_stock(d, o, take, per_user_limit, expect_version, &available);
         if (available_out) *available_out = available;
         if (st != DB_OK) goto undo;
@@ -805,29 +709,27 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
          * orders (a product spread over a cluster's slots): the limit is
          * checked here, against the committed orders that count. */
         long long bought = 0;
-        if ((st = scalar(d, ST_USER_ORDERS, o->sku, o->user_id, &bought)) != DB_OK) return st;
+        if ((st = scalar(d, DB_ST_USER_ORDERS, o->sku, o->user_id, &bought)) != DB_OK) return st;
         if (bought + o->quantity > per_user_limit) {
             if (available_out) *available_out = bought;
             return DB_LIMIT;
         }
     }
-    if (take == DB_TAKE_NONE && !sqlite3_get_autocommit(d->conn)) {
+    if (take == DB_TAKE_NONE && d->drv->in_tx(d)) {
         t = tally_of(d, o->sku, &st);
         if (st != DB_OK) return st;
         if (t && t->gen != o->gen) return DB_STALE;
     }
-    sqlite3_stmt *s = stmt(d, take == DB_TAKE_NONE && !t ? ST_ORDER_INSERT_GEN : ST_ORDER_INSERT_ANY);
-    sqlite3_bind_text(s, 1, o->order_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, o->sku, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, o->user_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 4, o->quantity);
-    bind_text(s, 5, o->idem_key);
-    sqlite3_bind_text(s, 6, o->created_at, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 7, o->gen);
-    st = db_step_done(d, s, "insert order");
+    const db_arg a[] = { DB_TEXT(o->order_id), DB_TEXT(o->sku), DB_TEXT(o->user_id),
+                         DB_INT(o->quantity), DB_TEXT0(o->idem_key), DB_TEXT(o->created_at),
+                         DB_INT(o->gen) };
+    long long changed = 0;
+    int gen_checked = take == DB_TAKE_NONE && !t;
+    st = db_do(d, gen_checked ? DB_ST_ORDER_INSERT_GEN : DB_ST_ORDER_INSERT_ANY, a,
+               gen_checked ? 7 : 6, "insert order", &changed);
     if (st == DB_EXISTS)
-        st = strstr(d->errstr, "idempotency_key") ? DB_DUPKEY : DB_STALE;
-    else if (st == DB_OK && sqlite3_changes(d->conn) == 0)
+        st = d->conflict == DB_CONFLICT_UNIQUE ? DB_DUPKEY : DB_STALE;
+    else if (st == DB_OK && changed == 0)
         st = DB_STALE;
     /* The row is in; failing to record or count it would break sold ==
      * sum(orders), so that is an error that aborts the whole group. */
@@ -841,12 +743,15 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
         return DB_ERROR;
     }
     if (st != DB_OK) goto undo;
-    if (take != DB_TAKE_NONE && sqlite3_exec(d->conn, "RELEASE o", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(d, "release");
+    if (take != DB_TAKE_NONE && (st = db_do(d, DB_ST_RELEASE, NULL, 0, "release", NULL)) != DB_OK)
+        return st;
     return DB_OK;
 undo:
-    if (take != DB_TAKE_NONE)
-        sqlite3_exec(d->conn, "ROLLBACK TO o; RELEASE o", NULL, NULL, NULL);
+    if (take != DB_TAKE_NONE &&
+        (db_do(d, DB_ST_ROLLBACK_TO, NULL, 0, "rollback to savepoint", NULL) != DB_OK ||
+         db_do(d, DB_ST_RELEASE, NULL, 0, "release", NULL) != DB_OK) &&
+        (st != DB_ERROR && st != DB_BUSY))
+        st = DB_ERROR;                         /* the transaction is no longer usable */
     return st;
 }
 

@@ -1,73 +1,52 @@
 /* db_int.h: the db module's insides, shared by its C files and seen by
- * nothing else (db.h and locktable.h are the public faces).
+ * nothing else (db.h, holds.h and locktable.h are the public faces).
  *
- *   db.c         the connection (opening, prepared statements,
- *                transactions); products and orders
- *   schema.c     the schema, as numbered migrations, and applying them
- *   locktable.c  the `db-lock` strategy's lock table (locktable.h)
+ *   db.c         products and orders; the statements' table; the calls
+ *                every file makes to run a statement (db_run, ...)
  *   holds.c      deciding holds; the scans for the due and the owing (holds.h)
+ *   locktable.c  the `db-lock` strategy's lock table (locktable.h)
  *   writer.c     group commit (db.h only)
+ *   schema.c     the schema, as numbered migrations, in each dialect
+ *   sqlite.c     the SQLite driver
  *
- * A connection prepares every statement once, when it opens (db_open), so
- * a bad statement fails the open and never a call on the hot path. db.c
- * owns the connection and its statement slots; a file with statements of
- * its own lists their SQL in a table here, which db_open prepares with the
- * rest, and reaches them through an accessor that hands them out reset.
- * The schema stays whole in schema.c, the lock table's tables too: the
- * migrations are one ordered list, applied in one transaction. */
+ * The logic is written once, against a driver: a table of functions that
+ * run one statement with typed arguments and hand its rows out (struct
+ * db_driver, below), as lock/ has a backend per lock server. Every
+ * statement has an id and its SQL in SQLite's dialect with ?N parameters;
+ * a driver of another dialect takes the same text (with its own parameter
+ * marks) or the statement's text for it. No driver's type (sqlite3_stmt,
+ * PGresult) leaves its file. */
 #ifndef FLASHSALE_DB_INT_H
 #define FLASHSALE_DB_INT_H
 
-#include <sqlite3.h>
-
 #include "db/db.h"
 
-/* ------------------------------------------------- the connection (db.c) */
+/* ------------------------------------------------------------ statements */
 
-/* d's SQLite connection (for busy timeouts, sqlite3_changes). */
-sqlite3 *db_conn(db *d);
+/* A statement's SQL: SQLite's text (?N parameters), and PostgreSQL's when
+ * it differs by more than the parameter marks (NULL: the same). */
+typedef struct db_sql {
+    const char *sql;
+    const char *pg;
+} db_sql;
 
-/* Records SQLite's last error on d as "what: message" (db_errstr) and
- * returns DB_BUSY when the database was locked, else DB_ERROR. */
-db_status db_fail(db *d, const char *what);
-
-/* Records msg as d's error (db_errstr) and returns DB_ERROR. */
-db_status db_error(db *d, const char *msg);
-
-/* Runs s, a statement that returns no rows, and resets it: DB_OK; DB_EXISTS
- * on a constraint (the message in db_errstr); else as db_fail. */
-db_status db_step_done(db *d, sqlite3_stmt *s, const char *what);
-
-/* --------------------------------------------------- the schema (schema.c) */
-
-/* Runs sql (any number of statements) on c. Returns 0, or -1 with SQLite's
- * message in err. */
-int db_exec(sqlite3 *c, const char *sql, char *err, size_t errlen);
-
-/* The schema version of c's file (PRAGMA user_version; 0: empty), or -1
- * when it cannot be read. */
-int db_user_version(sqlite3 *c);
-
-/* Brings c's file to DB_SCHEMA_VERSION, creating it when empty, in one
- * write transaction. Returns 0, or -1 with a message in err (a file of a
- * newer version is refused; a failed step leaves the file as it was). */
-int db_migrate(sqlite3 *c, char *err, size_t errlen);
-
-/* ------------------------------------ the lock table's statements (locktable.c) */
+/* Every statement, by id: db.c's, then the lock table's, then holds'. */
+enum {
+    DB_ST_PRODUCT_INSERT, DB_ST_PRODUCT_GET, DB_ST_PRODUCT_ALL, DB_ST_PRODUCT_RESTOCK,
+    DB_ST_PRODUCT_GEN, DB_ST_USER_UNITS, DB_ST_ORDER_INSERT_GEN, DB_ST_ORDER_INSERT_ANY,
+    DB_ST_HOLD_INSERT, DB_ST_ADD_SOLD, DB_ST_ORDER_GET, DB_ST_ORDER_BY_KEY, DB_ST_ORDER_EXISTS,
+    DB_ST_VOID_EXISTS, DB_ST_VOID_INSERT, DB_ST_ORDER_UNITS, DB_ST_HELD_UNITS,
+    DB_ST_PRODUCT_REPAIR, DB_ST_TAKE_CONDITIONAL, DB_ST_TAKE_VERSIONED, DB_ST_USER_ORDERS,
+    DB_ST_USER_SUM, DB_ST_USER_ADD, DB_ST_STOCK_READ, DB_ST_RESTOCK_GET, DB_ST_RESTOCK_INSERT,
+    DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
+    DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE,
+    DB_ST_LOCK_FIRST                /* the lock table's: DB_LOCK_ST_* from here */
+};
 
 typedef enum db_lock_st {
     DB_LOCK_ST_EXPIRE, DB_LOCK_ST_INSERT, DB_LOCK_ST_BUMP, DB_LOCK_ST_LEFT, DB_LOCK_ST_DELETE,
     DB_LOCK_ST_COUNT
 } db_lock_st;
-
-/* Their SQL, defined in locktable.c; prepared by db_open on writable
- * connections (a read-only one never takes a lock). */
-extern const char *const db_lock_sql[DB_LOCK_ST_COUNT];
-
-/* Statement id of d, reset and with its bindings cleared. */
-sqlite3_stmt *db_lock_stmt(db *d, db_lock_st id);
-
-/* ---------------------------------------------- holds' statements (holds.c) */
 
 typedef enum db_holds_st {
     DB_HOLDS_ST_READ, DB_HOLDS_ST_MOVE, DB_HOLDS_ST_PRODUCT, DB_HOLDS_ST_USER,
@@ -76,12 +55,134 @@ typedef enum db_holds_st {
     DB_HOLDS_ST_COUNT
 } db_holds_st;
 
-/* Their SQL, defined in holds.c; prepared by db_open on writable
- * connections. */
-extern const char *const db_holds_sql[DB_HOLDS_ST_COUNT];
+#define DB_ST_HOLDS_FIRST (DB_ST_LOCK_FIRST + DB_LOCK_ST_COUNT)
+#define DB_ST_COUNT (DB_ST_HOLDS_FIRST + DB_HOLDS_ST_COUNT)
 
-/* Statement id of d, reset and with its bindings cleared. */
-sqlite3_stmt *db_holds_stmt(db *d, db_holds_st id);
+/* Their SQL: db.c's own table, and those of locktable.c and holds.c. */
+extern const db_sql db_lock_sql[DB_LOCK_ST_COUNT];
+extern const db_sql db_holds_sql[DB_HOLDS_ST_COUNT];
+/* The SQL of statement id (0 <= id < DB_ST_COUNT). */
+const db_sql *db_sql_of(int id);
+/* Whether a read-only connection prepares statement id. */
+int db_st_reads(int id);
+
+/* ------------------------------------------------------------- arguments */
+
+/* One argument of a statement: an integer, a text (NULL: SQL NULL), or
+ * NULL. The caller's text must outlive the run. */
+typedef struct db_arg {
+    char kind;                  /* 'i', 't', 'n' */
+    long long i;
+    const char *s;
+} db_arg;
+
+#define DB_INT(v) ((db_arg){ 'i', (long long)(v), NULL })
+#define DB_TEXT(v) ((db_arg){ (v) ? 't' : 'n', 0, (v) })
+/* A text that is NULL when empty (an absent idempotency key). */
+#define DB_TEXT0(v) ((db_arg){ (v) && *(v) ? 't' : 'n', 0, (v) })
+#define DB_NULL ((db_arg){ 'n', 0, NULL })
+#define DB_NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* --------------------------------------------------------------- a run */
+
+/* A statement being run: its rows, read one at a time (db_next), then
+ * closed (db_done). Lives on the caller's stack. */
+typedef struct db_rows {
+    db *d;
+    int st;                     /* its id, or -1: ad hoc */
+    void *h;                    /* the driver's */
+    long row;                   /* the driver's */
+    int state;                  /* the driver's */
+} db_rows;
+
+/* What a unique constraint that refused a write guarded (d->conflict). */
+typedef enum db_conflict {
+    DB_CONFLICT_NONE, DB_CONFLICT_PRIMARY, DB_CONFLICT_UNIQUE
+} db_conflict;
+
+/* A database engine. Every function runs on the connection's one thread. */
+typedef struct db_driver {
+    const char *name;           /* "sqlite", "postgresql" */
+    /* Opens (and migrates, unless read-only) the database at target into
+     * d->impl. 0, or -1 with err filled. */
+    int (*open)(db *d, const char *target, const db_options *opt, char *err, size_t errlen);
+    void (*close)(db *d);
+    /* Runs statement st (sql: an ad hoc one's SQLite text, st -1) with
+     * args into r, whose rows db_next then hands out. DB_OK; DB_EXISTS
+     * when a unique constraint refused it (d->conflict says which);
+     * DB_BUSY when another holds the lock it waited for; else DB_ERROR,
+     * with d's errstr set ("what: message"). */
+    db_status (*run)(db *d, db_rows *r, int st, const char *sql, const db_arg *args, int n,
+                     const char *what);
+    /* The next row: 1; 0 at the end; -1 on an error (d's errstr and
+     * d->last set). */
+    int (*next)(db_rows *r);
+    long long (*col_int)(db_rows *r, int col);
+    /* A column as text: "" for NULL; valid until the next row. */
+    const char *(*col_text)(db_rows *r, int col);
+    /* Rows the run changed (after its rows are read). */
+    long long (*changes)(db_rows *r);
+    void (*done)(db_rows *r);
+    /* Whether a transaction is open. */
+    int (*in_tx)(db *d);
+    /* How long a statement may wait for a lock another connection holds. */
+    void (*wait_ms)(db *d, int ms);
+} db_driver;
+
+extern const db_driver db_sqlite_driver;
+
+struct db {
+    const db_driver *drv;
+    void *impl;                 /* the driver's connection */
+    db_conflict conflict;       /* the last DB_EXISTS's constraint */
+    db_status last;             /* the last error db_next met */
+    int readonly;
+    /* What a write transaction owes the products table (db.c). */
+    void *tally;
+    char errstr[256];
+};
+
+/* ------------------------------------------------------------ running */
+
+/* Runs statement st into r (see db_driver.run). */
+db_status db_run(db *d, db_rows *r, int st, const db_arg *args, int n, const char *what);
+/* The same for an ad hoc statement (SQLite's text, ?N parameters). */
+db_status db_run_sql(db *d, db_rows *r, const char *sql, const db_arg *args, int n,
+                     const char *what);
+/* The next row: 1, 0 at the end, -1 on an error (its status in d->last). */
+int db_next(db_rows *r);
+long long db_col_int(db_rows *r, int col);
+const char *db_col_text(db_rows *r, int col);
+long long db_changes(db_rows *r);
+void db_done(db_rows *r);
+
+/* Runs st, which returns no rows: DB_OK, with *changes set when given. */
+db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes);
+/* Runs st and reads the first column of its first row into *out:
+ * DB_OK, DB_NOTFOUND when there is no row, or an error. */
+db_status db_one_int(db *d, int st, const db_arg *args, int n, const char *what,
+                     long long *out);
+
+/* Records msg as d's error (db_errstr) and returns DB_ERROR. */
+db_status db_error(db *d, const char *msg);
+/* Sets d's error from a driver: "what: msg", and returns st. */
+db_status db_set_error(db *d, db_status st, const char *what, const char *msg);
+
+/* ---------------------------------------------------- the schema (schema.c) */
+
+/* One step of the schema: the version it brings a database to, and its
+ * statements in each dialect (NULL: the step does nothing there). */
+typedef struct db_migration {
+    int version;
+    const char *sqlite;
+    const char *pg;
+} db_migration;
+
+/* The steps, version 1 first; DB_SCHEMA_VERSION is the last. */
+extern const db_migration db_migrations[];
+extern const int db_nmigrations;
+
+/* --------------------------------------------------------- holds (holds.c) */
 
 /* Runs a holds job (DECIDE, EXPIRE, RETURNED) inside the writer's open
  * transaction; its status as the job's. */

@@ -14,46 +14,50 @@
 
 #include "db/db_int.h"
 
-const char *const db_holds_sql[DB_HOLDS_ST_COUNT] = {
-    [DB_HOLDS_ST_READ] =
+const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
+    [DB_HOLDS_ST_READ] = {
         "SELECT h.state,h.expires_ms,h.quantity,h.sku,o.user_id,h.gen,h.takes"
-        " FROM holds h JOIN orders o ON o.order_id=h.order_id WHERE h.order_id=?1",
+        " FROM holds h JOIN orders o ON o.order_id=h.order_id WHERE h.order_id=?1", NULL },
     /* The condition on state is the decision: of two racing deciders, the
      * second changes no row. */
-    [DB_HOLDS_ST_MOVE] =
-        "UPDATE holds SET state=?2, decided_ms=?3, payment_ref=?4, return_gen=CASE WHEN ?5"
+    [DB_HOLDS_ST_MOVE] = {
+        "UPDATE holds SET state=?2, decided_ms=?3, payment_ref=?4, return_gen=CASE WHEN ?5<>0"
         " THEN (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
-        " WHERE order_id=?1 AND state='reserved'",
-    [DB_HOLDS_ST_PRODUCT] =
+        " WHERE order_id=?1 AND state='reserved'", NULL },
+    [DB_HOLDS_ST_PRODUCT] = {
         "UPDATE products SET held=held-?2, sold=sold+?3, db_available=db_available+?4"
-        " WHERE sku=?1 RETURNING stock_gen",
-    [DB_HOLDS_ST_USER] =
-        "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2",
+        " WHERE sku=?1 RETURNING stock_gen", NULL },
+    [DB_HOLDS_ST_USER] = {
+        "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2", NULL },
     /* A sweep's batch in one statement; the subquery walks holds_due. */
-    [DB_HOLDS_ST_EXPIRE] =
-        "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db THEN NULL"
-        " ELSE (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
+    [DB_HOLDS_ST_EXPIRE] = {
+        "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db<>0"
+        " THEN NULL ELSE (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
         " WHERE order_id IN (SELECT order_id FROM holds WHERE state='reserved'"
         " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2)"
         " RETURNING order_id, sku, quantity, expires_ms, gen, coalesce(return_gen,0), takes, in_db",
-    [DB_HOLDS_ST_ANY_DUE] =
-        "SELECT 1 FROM holds WHERE state='reserved' AND expires_ms<=?1 LIMIT 1",
-    [DB_HOLDS_ST_UNHOLD] =
-        "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1",
-    [DB_HOLDS_ST_USER_OF] =
+        NULL },
+    [DB_HOLDS_ST_ANY_DUE] = {
+        "SELECT 1 FROM holds WHERE state='reserved' AND expires_ms<=?1 LIMIT 1", NULL },
+    [DB_HOLDS_ST_UNHOLD] = {
+        "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1", NULL },
+    [DB_HOLDS_ST_USER_OF] = {
         "UPDATE user_units SET units=units-?2 WHERE sku=?1"
-        " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)",
-    [DB_HOLDS_ST_OWING] =
+        " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)", NULL },
+    [DB_HOLDS_ST_OWING] = {
         "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state"
         " FROM holds h JOIN orders o ON o.order_id=h.order_id"
         " WHERE h.return_gen IS NOT NULL AND h.decided_ms<=?1 ORDER BY h.decided_ms LIMIT ?2",
-    [DB_HOLDS_ST_OWED_UNITS] =
+        NULL },
+    [DB_HOLDS_ST_OWED_UNITS] = {
         "SELECT coalesce(sum(h.quantity),0) FROM holds h JOIN products p ON p.sku=h.sku"
-        " WHERE h.return_gen IS NOT NULL AND h.sku=?1 AND h.return_gen>=p.stock_gen",
-    [DB_HOLDS_ST_HELD] = "SELECT coalesce(sum(held),0) FROM products",
-    [DB_HOLDS_ST_RETURNED] =
-        "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2",
+        " WHERE h.return_gen IS NOT NULL AND h.sku=?1 AND h.return_gen>=p.stock_gen", NULL },
+    [DB_HOLDS_ST_HELD] = { "SELECT coalesce(sum(held),0) FROM products", NULL },
+    [DB_HOLDS_ST_RETURNED] = {
+        "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2", NULL },
 };
+
+#define HOLDS_ST(id) (DB_ST_HOLDS_FIRST + (id))
 
 static const char *const STATE_OF[] = {
     [DB_HOLD_CONFIRM] = "confirmed", [DB_HOLD_CANCEL] = "cancelled", [DB_HOLD_EXPIRE] = "expired"
@@ -65,43 +69,34 @@ static const char *const STATE_OF[] = {
  * products row and the buyer's count in the same transaction. */
 static db_status move(db *d, db_decision *dc, db_hold_to to, int q, const char *sku,
                       const char *user) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_MOVE);
     int back = to != DB_HOLD_CONFIRM;
-    sqlite3_bind_text(s, 1, dc->order_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, STATE_OF[to], -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, dc->now_ms);
-    if (to == DB_HOLD_CONFIRM && dc->payment_ref && dc->payment_ref[0])
-        sqlite3_bind_text(s, 4, dc->payment_ref, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(s, 4);
-    sqlite3_bind_int(s, 5, back && !dc->stock_in_db);
-    db_status st = db_step_done(d, s, "decide hold");
+    const char *ref = to == DB_HOLD_CONFIRM && dc->payment_ref && dc->payment_ref[0]
+                          ? dc->payment_ref : NULL;
+    const db_arg m[] = { DB_TEXT(dc->order_id), DB_TEXT(STATE_OF[to]), DB_INT(dc->now_ms),
+                         DB_TEXT(ref), DB_INT(back && !dc->stock_in_db) };
+    long long changed = 0;
+    db_status st = db_do(d, HOLDS_ST(DB_HOLDS_ST_MOVE), m, 5, "decide hold", &changed);
     if (st != DB_OK) return st == DB_EXISTS ? DB_ERROR : st;
-    if (sqlite3_changes(db_conn(d)) == 0) return DB_OK;   /* decided by another: read again */
+    if (changed == 0) return DB_OK;            /* decided by another: read again */
     dc->changed = 1;
 
-    s = db_holds_stmt(d, DB_HOLDS_ST_PRODUCT);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 2, q);
-    sqlite3_bind_int(s, 3, to == DB_HOLD_CONFIRM ? q : 0);
-    sqlite3_bind_int(s, 4, back && dc->stock_in_db ? q : 0);
-    int rc = sqlite3_step(s);
-    long long gen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-    while (rc == SQLITE_ROW) rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE) return db_fail(d, "count the hold's units");
-    if (gen <= 0) return db_error(d, "hold of an unknown product");
+    const db_arg p[] = { DB_TEXT(sku), DB_INT(q), DB_INT(to == DB_HOLD_CONFIRM ? q : 0),
+                         DB_INT(back && dc->stock_in_db ? q : 0) };
+    long long gen = 0;
+    st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_PRODUCT), p, 4, "count the hold's units", &gen);
+    if (st == DB_NOTFOUND || (st == DB_OK && gen <= 0))
+        return db_error(d, "hold of an unknown product");
+    if (st != DB_OK) return st;
     if (back && dc->stock_in_db) {
         /* A row exists only with a per-user limit: no row, nothing counted. */
-        s = db_holds_stmt(d, DB_HOLDS_ST_USER);
-        sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, user, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, 3, q);
-        if ((st = db_step_done(d, s, "uncount the buyer's units")) != DB_OK) return st;
+        const db_arg u[] = { DB_TEXT(sku), DB_TEXT(user), DB_INT(q) };
+        if ((st = db_do(d, HOLDS_ST(DB_HOLDS_ST_USER), u, 3, "uncount the buyer's units",
+                        NULL)) != DB_OK)
+            return st;
     }
-    /* Owed to the copy of the generation SQLite has now (the MOVE wrote the
-     * same): a rebuild that comes later counts these units itself, as held
-     * went down in this transaction. */
+    /* Owed to the copy of the generation the database has now (the MOVE
+     * wrote the same): a rebuild that comes later counts these units
+     * itself, as held went down in this transaction. */
     if (back && !dc->stock_in_db) dc->return_gen = gen;
     return DB_OK;
 }
@@ -110,23 +105,24 @@ static db_status move(db *d, db_decision *dc, db_hold_to to, int q, const char *
  * where the units came from. DB_NOTFOUND when order_id is not a hold. */
 static db_status read_hold(db *d, db_decision *dc, char *state, size_t cap, int64_t *expires,
                            int *q, char *sku, char *user) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_READ);
-    sqlite3_bind_text(s, 1, dc->order_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        snprintf(state, cap, "%s", (const char *)sqlite3_column_text(s, 0));
-        *expires = sqlite3_column_int64(s, 1);
-        *q = sqlite3_column_int(s, 2);
-        snprintf(sku, DB_SKU_MAX + 1, "%s", (const char *)sqlite3_column_text(s, 3));
-        snprintf(user, DB_USER_MAX * 4 + 1, "%s", (const char *)sqlite3_column_text(s, 4));
-        dc->reserve_gen = sqlite3_column_int64(s, 5);
-        const unsigned char *t = sqlite3_column_text(s, 6);
-        snprintf(dc->takes, sizeof dc->takes, "%s", t ? (const char *)t : "");
-        if (t && strlen((const char *)t) >= sizeof dc->takes) dc->takes[0] = '\0';
+    const db_arg a[] = { DB_TEXT(dc->order_id) };
+    db_rows r;
+    db_status st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_READ), a, 1, "read hold");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) {
+        snprintf(state, cap, "%s", db_col_text(&r, 0));
+        *expires = db_col_int(&r, 1);
+        *q = (int)db_col_int(&r, 2);
+        snprintf(sku, DB_SKU_MAX + 1, "%s", db_col_text(&r, 3));
+        snprintf(user, DB_USER_MAX * 4 + 1, "%s", db_col_text(&r, 4));
+        dc->reserve_gen = db_col_int(&r, 5);
+        const char *t = db_col_text(&r, 6);
+        snprintf(dc->takes, sizeof dc->takes, "%s", t);
+        if (strlen(t) >= sizeof dc->takes) dc->takes[0] = '\0';
     }
-    sqlite3_reset(s);
-    if (rc == SQLITE_ROW) return DB_OK;
-    return rc == SQLITE_DONE ? DB_NOTFOUND : db_fail(d, "read hold");
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
 db_status db_hold_decide_in(db *d, db_decision *dc) {
@@ -171,64 +167,54 @@ db_status db_hold_decide(db *d, db_decision *dc) {
 
 db_status db_hold_owing(db *d, int64_t decided_before_ms, int max,
                         void (*fn)(const db_owed *o, void *ud), void *ud) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_OWING);
-    sqlite3_bind_int64(s, 1, decided_before_ms);
-    sqlite3_bind_int(s, 2, max);
-    int rc;
+    const db_arg a[] = { DB_INT(decided_before_ms), DB_INT(max) };
+    db_rows r;
+    db_status st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_OWING), a, 2, "holds owing units");
+    if (st != DB_OK) return st;
+    int got;
     db_owed o;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while ((got = db_next(&r)) > 0) {
         memset(&o, 0, sizeof o);
-        snprintf(o.order_id, sizeof o.order_id, "%s", (const char *)sqlite3_column_text(s, 0));
-        snprintf(o.sku, sizeof o.sku, "%s", (const char *)sqlite3_column_text(s, 1));
-        snprintf(o.user_id, sizeof o.user_id, "%s", (const char *)sqlite3_column_text(s, 2));
-        o.quantity = sqlite3_column_int(s, 3);
-        o.reserve_gen = sqlite3_column_int64(s, 4);
-        o.return_gen = sqlite3_column_int64(s, 5);
-        o.takes = (const char *)sqlite3_column_text(s, 6);
-        int state = db_order_status_parse((const char *)sqlite3_column_text(s, 7));
+        snprintf(o.order_id, sizeof o.order_id, "%s", db_col_text(&r, 0));
+        snprintf(o.sku, sizeof o.sku, "%s", db_col_text(&r, 1));
+        snprintf(o.user_id, sizeof o.user_id, "%s", db_col_text(&r, 2));
+        o.quantity = (int)db_col_int(&r, 3);
+        o.reserve_gen = db_col_int(&r, 4);
+        o.return_gen = db_col_int(&r, 5);
+        o.takes = db_col_text(&r, 6);
+        int state = db_order_status_parse(db_col_text(&r, 7));
         o.status = state < 0 ? DB_ORDER_EXPIRED : (db_order_status)state;
         fn(&o, ud);
     }
-    sqlite3_reset(s);
-    return rc == SQLITE_DONE ? DB_OK : db_fail(d, "holds owing units");
+    db_done(&r);
+    return got >= 0 ? DB_OK : d->last;
 }
 
 db_status db_hold_owed_units(db *d, const char *sku, long long *units) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_OWED_UNITS);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(s);
-    *units = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-    sqlite3_reset(s);
-    return rc == SQLITE_ROW ? DB_OK : db_fail(d, "owed units");
+    const db_arg a[] = { DB_TEXT(sku) };
+    *units = 0;
+    db_status st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_OWED_UNITS), a, 1, "owed units", units);
+    return st == DB_NOTFOUND ? DB_ERROR : st;
 }
 
 db_status db_hold_units(db *d, long long *held) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_HELD);
-    int rc = sqlite3_step(s);
-    *held = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-    sqlite3_reset(s);
-    return rc == SQLITE_ROW ? DB_OK : db_fail(d, "units held");
+    *held = 0;
+    db_status st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_HELD), NULL, 0, "units held", held);
+    return st == DB_NOTFOUND ? DB_ERROR : st;
 }
 
 db_status db_hold_returned(db *d, const char *order_id, long long gen) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_RETURNED);
-    sqlite3_bind_text(s, 1, order_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, gen);
-    return db_step_done(d, s, "hold's units returned");
+    const db_arg a[] = { DB_TEXT(order_id), DB_INT(gen) };
+    return db_do(d, HOLDS_ST(DB_HOLDS_ST_RETURNED), a, 2, "hold's units returned", NULL);
 }
 
 /* --------------------------------------------------------- expiry sweeps */
 
 int db_hold_any_due(db *d, int64_t now_ms) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_ANY_DUE);
-    sqlite3_bind_int64(s, 1, now_ms);
-    int rc = sqlite3_step(s);
-    sqlite3_reset(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        db_fail(d, "due holds");
-        return -1;
-    }
-    return rc == SQLITE_ROW;
+    const db_arg a[] = { DB_INT(now_ms) };
+    long long one;
+    db_status st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_ANY_DUE), a, 1, "due holds", &one);
+    return st == DB_OK ? 1 : st == DB_NOTFOUND ? 0 : -1;
 }
 
 void db_expired_free(db_expired *e, size_t n) {
@@ -240,42 +226,45 @@ void db_expired_free(db_expired *e, size_t n) {
 
 /* Takes q units of sku out of held (in_db: back into db_available). */
 static db_status unhold(db *d, const char *sku, long long q, long long back) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_UNHOLD);
-    sqlite3_bind_text(s, 1, sku, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, q);
-    sqlite3_bind_int64(s, 3, back);
-    return db_step_done(d, s, "count expired units");
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(q), DB_INT(back) };
+    return db_do(d, HOLDS_ST(DB_HOLDS_ST_UNHOLD), a, 3, "count expired units", NULL);
 }
 
 db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, size_t *n) {
-    sqlite3_stmt *s = db_holds_stmt(d, DB_HOLDS_ST_EXPIRE);
-    int rc;
-    db_status st = DB_OK;
+    db_status st;
+    int got, nomem = 0;
     *n = 0;
-    sqlite3_bind_int64(s, 1, now_ms);
-    sqlite3_bind_int(s, 2, max);
     /* The rows first (RETURNING hands them out as the UPDATE runs), then
-     * the products: a statement may not be stepped under another. */
+     * the products: a statement may not be run under another. */
     unsigned char *in_db = calloc((size_t)max, 1);
     if (!in_db) return db_error(d, "out of memory");
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < (size_t)max) {
-        db_expired *e = &out[*n];
-        snprintf(e->order_id, sizeof e->order_id, "%s", (const char *)sqlite3_column_text(s, 0));
-        snprintf(e->sku, sizeof e->sku, "%s", (const char *)sqlite3_column_text(s, 1));
-        e->quantity = sqlite3_column_int(s, 2);
-        e->expires_ms = sqlite3_column_int64(s, 3);
-        e->reserve_gen = sqlite3_column_int64(s, 4);
-        e->return_gen = sqlite3_column_int64(s, 5);
-        const unsigned char *t = sqlite3_column_text(s, 6);
-        e->takes = strdup(t ? (const char *)t : "");
-        in_db[*n] = (unsigned char)sqlite3_column_int(s, 7);
-        (*n)++;
-        if (!e->takes) rc = SQLITE_NOMEM;
-        if (rc == SQLITE_NOMEM) break;
+    const db_arg a[] = { DB_INT(now_ms), DB_INT(max) };
+    db_rows r;
+    if ((st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_EXPIRE), a, 2, "expire holds")) != DB_OK) {
+        free(in_db);
+        return st;
     }
-    sqlite3_reset(s);
-    if (rc != SQLITE_DONE) {
-        st = rc == SQLITE_NOMEM ? db_error(d, "out of memory") : db_fail(d, "expire holds");
+    while ((got = db_next(&r)) > 0 && *n < (size_t)max) {
+        db_expired *e = &out[*n];
+        snprintf(e->order_id, sizeof e->order_id, "%s", db_col_text(&r, 0));
+        snprintf(e->sku, sizeof e->sku, "%s", db_col_text(&r, 1));
+        e->quantity = (int)db_col_int(&r, 2);
+        e->expires_ms = db_col_int(&r, 3);
+        e->reserve_gen = db_col_int(&r, 4);
+        e->return_gen = db_col_int(&r, 5);
+        e->takes = strdup(db_col_text(&r, 6));
+        in_db[*n] = (unsigned char)db_col_int(&r, 7);
+        (*n)++;
+        if (!e->takes) {
+            nomem = 1;
+            break;
+        }
+    }
+    /* Every row of the UPDATE stepped through, so that it is whole. */
+    while (!nomem && got > 0) got = db_next(&r);
+    db_done(&r);
+    if (nomem || got < 0) {
+        st = nomem ? db_error(d, "out of memory") : d->last;
         goto out;
     }
     /* One update per product of the batch (a wave is mostly one SKU): bit 1
@@ -293,11 +282,9 @@ db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, si
     }
     for (size_t i = 0; i < *n && st == DB_OK; i++) {
         if (!(in_db[i] & 1)) continue;
-        s = db_holds_stmt(d, DB_HOLDS_ST_USER_OF);
-        sqlite3_bind_text(s, 1, out[i].sku, -1, SQLITE_STATIC);
-        sqlite3_bind_int(s, 2, out[i].quantity);
-        sqlite3_bind_text(s, 3, out[i].order_id, -1, SQLITE_STATIC);
-        st = db_step_done(d, s, "uncount the buyer's units");
+        const db_arg u[] = { DB_TEXT(out[i].sku), DB_INT(out[i].quantity),
+                             DB_TEXT(out[i].order_id) };
+        st = db_do(d, HOLDS_ST(DB_HOLDS_ST_USER_OF), u, 3, "uncount the buyer's units", NULL);
     }
 out:
     free(in_db);

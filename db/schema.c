@@ -1,14 +1,13 @@
 /* schema.c: the flashsale database's schema, as the numbered migrations
- * that build it, and db_migrate, which applies those a file lacks. See
- * docs/storage.md for the tables.
+ * that build it, in each dialect. See docs/storage.md for the tables.
  *
  * The whole schema lives here, the lock table's too (version 5; its
- * statements are locktable.c's): the migrations are one ordered list,
- * applied in one transaction, and PRAGMA user_version says how far a file
- * has come. A new version adds a SCHEMA_V<N> and its step in db_migrate,
+ * statements are locktable.c's): the migrations are one ordered list
+ * (db_migrations), which each driver applies in one transaction to a
+ * database that lacks them, and records how far it has come (SQLite:
+ * PRAGMA user_version). A new version adds a step here, in every dialect,
  * and raises DB_SCHEMA_VERSION (db.h). */
-#include <stdio.h>
-#include <string.h>
+#include <stddef.h>
 
 #include "db/db_int.h"
 
@@ -144,61 +143,13 @@ static const char SCHEMA_V6[] =
 static const char SCHEMA_V7[] =
     "ALTER TABLE products ADD COLUMN cs_overlap INTEGER NOT NULL DEFAULT 0;";
 
-int db_exec(sqlite3 *c, const char *sql, char *err, size_t errlen) {
-    char *msg = NULL;
-    if (sqlite3_exec(c, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
-    snprintf(err, errlen, "%s", msg ? msg : sqlite3_errmsg(c));
-    sqlite3_free(msg);
-    return -1;
-}
-
-int db_user_version(sqlite3 *c) {
-    sqlite3_stmt *s;
-    int v = -1;
-    if (sqlite3_prepare_v2(c, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK) return -1;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
-/* One write transaction, so two processes opening a new file at once cannot
- * both create it. */
-int db_migrate(sqlite3 *c, char *err, size_t errlen) {
-    /* Current already (the usual case): no write lock, so a connection
-     * opened while another process holds it can still read. */
-    if (db_user_version(c) == DB_SCHEMA_VERSION) return 0;
-    if (db_exec(c, "BEGIN IMMEDIATE", err, errlen)) return -1;
-    int v = db_user_version(c);
-    if (v < 0 || v > DB_SCHEMA_VERSION) {
-        snprintf(err, errlen, "database schema version %d is not one this build knows (%d)",
-                 v, DB_SCHEMA_VERSION);
-        goto err;
-    }
-    if (v == 0 && (db_exec(c, SCHEMA_V1, err, errlen) ||
-                   db_exec(c, "PRAGMA user_version=1", err, errlen)))
-        goto err;
-    if (v < 2 && (db_exec(c, SCHEMA_V2, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=2", err, errlen)))
-        goto err;
-    if (v < 3 && (db_exec(c, SCHEMA_V3, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=3", err, errlen)))
-        goto err;
-    if (v < 4 && (db_exec(c, SCHEMA_V4, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=4", err, errlen)))
-        goto err;
-    if (v < 5 && (db_exec(c, SCHEMA_V5, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=5", err, errlen)))
-        goto err;
-    if (v < 6 && (db_exec(c, SCHEMA_V6, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=6", err, errlen)))
-        goto err;
-    if (v < 7 && (db_exec(c, SCHEMA_V7, err, errlen) ||
-                  db_exec(c, "PRAGMA user_version=7", err, errlen)))
-        goto err;
-    /* Later versions add "if (v < N) apply step N" here. */
-    if (db_exec(c, "COMMIT", err, errlen)) goto err;
-    return 0;
-err:
-    db_exec(c, "ROLLBACK", err + strlen(err), 0);
-    return -1;
-}
+const db_migration db_migrations[] = {
+    { 1, SCHEMA_V1, NULL },
+    { 2, SCHEMA_V2, NULL },
+    { 3, SCHEMA_V3, NULL },
+    { 4, SCHEMA_V4, NULL },
+    { 5, SCHEMA_V5, NULL },
+    { 6, SCHEMA_V6, NULL },
+    { 7, SCHEMA_V7, NULL },
+};
+const int db_nmigrations = (int)(sizeof db_migrations / sizeof db_migrations[0]);
