@@ -45,7 +45,7 @@ PYTHON  ?= /usr/bin/python3
 CC      ?= cc
 MODULES := common rtopo db stock lock http service loadtest
 CFLAGS_ALL := -std=gnu11 -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
-              -I. -I$(BUILD)/gen $(CFLAGS)
+              -I. -I$(BUILD)/gen -I/usr/include/postgresql $(CFLAGS)
 ifeq ($(VARIANT),san)
 CFLAGS_ALL += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
@@ -62,7 +62,7 @@ else
 CFLAGS_ALL += -O2
 LDFLAGS_ALL := $(LDFLAGS)
 endif
-LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm -pthread
+LIBS    := -lhiredis -lmicrohttpd -ljansson -lsqlite3 -lpq -lzookeeper_mt -lcurl -lm -pthread
 
 ALL_C    := $(wildcard $(addsuffix /*.c,$(MODULES)) $(addsuffix /*/*.c,$(MODULES)))
 MAIN_C   := $(filter %_main.c,$(ALL_C))

@@ -57,10 +57,17 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         " SELECT ?1,?2,?3,?4,?5,?6"
         " WHERE EXISTS(SELECT 1 FROM products WHERE sku=?2 AND stock_gen=?7)"
         " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)", NULL },
+    /* PostgreSQL ends a transaction at its first error: a group's insert
+     * that meets a taken key or order id changes no row instead (the
+     * caller asks which it was), and the group goes on. */
     [DB_ST_ORDER_INSERT_ANY] = {
         "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
         " SELECT ?1,?2,?3,?4,?5,?6"
-        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)", NULL },
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
+        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
+        " SELECT ?1,?2,?3,?4,?5,?6"
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)"
+        " ON CONFLICT DO NOTHING" },
     [DB_ST_HOLD_INSERT] = {
         "INSERT INTO holds(order_id,sku,quantity,gen,takes,in_db,expires_ms,state)"
         " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')", NULL },
@@ -108,7 +115,20 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         "INSERT OR REPLACE INTO meta(key,value) VALUES('health_probe'," SQLITE_NOW ")",
         "INSERT INTO meta(key,value) VALUES('health_probe'," PG_NOW ")"
         " ON CONFLICT(key) DO UPDATE SET value=excluded.value" },
-    [DB_ST_GEN_READ] = { "SELECT stock_gen FROM products WHERE sku=?1", NULL },
+    /* A transaction that counts a SKU's orders reads its generation once.
+     * SQLite's write transaction holds the whole file; PostgreSQL's locks
+     * the row until it ends, so no rebuild (a new generation) and no other
+     * instance's group can count the SKU meanwhile. */
+    [DB_ST_GEN_READ] = {
+        "SELECT stock_gen FROM products WHERE sku=?1",
+        "SELECT stock_gen FROM products WHERE sku=?1 FOR NO KEY UPDATE" },
+    /* The same lock for a transaction that voids an order of the SKU, or
+     * takes its stock: whichever comes second sees what the first wrote. */
+    [DB_ST_PRODUCT_LOCK] = {
+        "SELECT 1 FROM products WHERE sku=?1",
+        "SELECT 1 FROM products WHERE sku=?1 FOR NO KEY UPDATE" },
+    [DB_ST_KEY_OWNER] = { "SELECT 1 FROM orders WHERE idempotency_key=?1 AND order_id<>?2",
+                          NULL },
     [DB_ST_PING] = { "SELECT count(*) FROM products", NULL },
     [DB_ST_BEGIN] = { "BEGIN IMMEDIATE", "BEGIN" },
     [DB_ST_COMMIT] = { "COMMIT", NULL },
@@ -139,10 +159,7 @@ int db_st_reads(int id) {
 
 /* What a write transaction owes the products table: the units of the
  * orders it inserted (added at commit, once per SKU), and the generation
- * each SKU has (read once: the transaction holds the write lock, so it
- * cannot change under it). */
-#define TALLY_MAX 32
-
+ * each SKU has (read once, under the lock DB_ST_GEN_READ says). */
 typedef struct sku_tally {
     char sku[DB_SKU_MAX + 1];
     long long gen;
@@ -151,8 +168,8 @@ typedef struct sku_tally {
 } sku_tally;
 
 typedef struct tallies {
-    int n;
-    sku_tally t[TALLY_MAX];
+    int n, cap;
+    sku_tally *t;
 } tallies;
 
 static tallies *tallies_of(db *d) { return d->tally; }
@@ -172,8 +189,12 @@ db_status db_set_error(db *d, db_status st, const char *what, const char *msg) {
 const char *db_errstr(const db *d) { return d->errstr; }
 
 db_status db_run(db *d, db_rows *r, int st, const db_arg *args, int n, const char *what) {
+    assert(st >= 0 && st < DB_ST_COUNT);
+    assert(!d->walking[st]);                   /* no nested runs of one statement */
     d->conflict = DB_CONFLICT_NONE;
-    return d->drv->run(d, r, st, NULL, args, n, what);
+    db_status res = d->drv->run(d, r, st, NULL, args, n, what);
+    if (res == DB_OK) d->walking[st] = 1;
+    return res;
 }
 
 db_status db_run_sql(db *d, db_rows *r, const char *sql, const db_arg *args, int n,
@@ -186,7 +207,10 @@ int db_next(db_rows *r) { return r->d->drv->next(r); }
 long long db_col_int(db_rows *r, int col) { return r->d->drv->col_int(r, col); }
 const char *db_col_text(db_rows *r, int col) { return r->d->drv->col_text(r, col); }
 long long db_changes(db_rows *r) { return r->d->drv->changes(r); }
-void db_done(db_rows *r) { r->d->drv->done(r); }
+void db_done(db_rows *r) {
+    if (r->st >= 0) r->d->walking[r->st] = 0;
+    r->d->drv->done(r);
+}
 
 db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes) {
     db_rows r;
@@ -213,6 +237,28 @@ db_status db_one_int(db *d, int st, const db_arg *args, int n, const char *what,
 
 /* ------------------------------------------------------------ connection */
 
+/* The driver a target names: a libpq URI, else a SQLite file's path. */
+static const db_driver *driver_of(const char *target) {
+    if (!strncmp(target, "postgresql://", 13) || !strncmp(target, "postgres://", 11))
+        return &db_pg_driver;
+    return &db_sqlite_driver;
+}
+
+const char *db_kind(const db *d) { return d->drv->name; }
+
+void db_target_redact(const char *target, char *out, size_t len) {
+    const char *scheme = strstr(target, "://");
+    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    const char *colon = at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+    if (driver_of(target) != &db_pg_driver || !colon) {
+        snprintf(out, len, "%s", target);
+        return;
+    }
+    snprintf(out, len, "%.*s:***%s", (int)(colon - target), target, at);
+}
+
+int db_target_is_file(const char *target) { return driver_of(target) == &db_sqlite_driver; }
+
 db *db_open(const char *target, const db_options *opt, char *err, size_t errlen) {
     db *d = calloc(1, sizeof *d);
     if (!d || !(d->tally = calloc(1, sizeof(tallies)))) {
@@ -220,7 +266,7 @@ db *db_open(const char *target, const db_options *opt, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    d->drv = &db_sqlite_driver;
+    d->drv = driver_of(target);
     d->readonly = opt->readonly;
     if (d->drv->open(d, target, opt, err, errlen)) {
         free(d->tally);
@@ -233,9 +279,12 @@ db *db_open(const char *target, const db_options *opt, char *err, size_t errlen)
 void db_close(db *d) {
     if (!d) return;
     d->drv->close(d);
+    free(tallies_of(d)->t);
     free(d->tally);
     free(d);
 }
+
+
 
 db_status db_ping(db *d) {
     long long n;
@@ -381,8 +430,8 @@ static db_status restock_by_key(db *d, const char *key, char *sku, size_t skulen
     return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
-db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
-                             db_product *out, int *replayed) {
+static db_status restock(db *d, const char *sku, long long qty, const char *idem_key,
+                         db_product *out, int *replayed, int attempt) {
     char prior_sku[DB_SKU_MAX + 1];
     long long prior_qty = 0;
     *replayed = 0;
@@ -400,6 +449,12 @@ db_status db_product_restock(db *d, const char *sku, long long qty, const char *
         if (st == DB_NOTFOUND) {
             const db_arg a[] = { DB_TEXT(idem_key), DB_TEXT(sku), DB_INT(qty) };
             st = db_do(d, DB_ST_RESTOCK_INSERT, a, 3, "record restock", NULL);
+            if (st == DB_EXISTS && attempt == 0) {
+                /* Another restock with this key committed since the read
+                 * (two instances): a replay of it. */
+                db_rollback(d);
+                return restock(d, sku, qty, idem_key, out, replayed, 1);
+            }
         }
     }
     if (st == DB_OK) st = update_product(d, DB_ST_PRODUCT_RESTOCK, sku, qty, "restock");
@@ -414,6 +469,11 @@ db_status db_product_restock(db *d, const char *sku, long long qty, const char *
         return DB_UNKNOWN;
     }
     return DB_OK;
+}
+
+db_status db_product_restock(db *d, const char *sku, long long qty, const char *idem_key,
+                             db_product *out, int *replayed) {
+    return restock(d, sku, qty, idem_key, out, replayed, 0);
 }
 
 db_status db_restock_state(db *d, const char *idem_key) {
@@ -558,6 +618,15 @@ db_status db_order_state(db *d, const char *order_id) {
 db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
+    /* The SKU's row first (DB_ST_PRODUCT_LOCK): a group that is counting
+     * this order commits before the check below, or waits for the void. */
+    const db_arg l[] = { DB_TEXT(sku) };
+    long long one;
+    st = db_one_int(d, DB_ST_PRODUCT_LOCK, l, 1, "lock the product", &one);
+    if (st != DB_OK && st != DB_NOTFOUND) {
+        db_rollback(d);
+        return st;
+    }
     db_status found = exists(d, DB_ST_ORDER_EXISTS, order_id);
     if (found == DB_OK) {
         st = DB_EXISTS;
@@ -588,6 +657,12 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
                             long long expect_version, long long *available) {
     db_status st;
     db_order prior;
+    long long one;
+    /* The SKU's row first: what is read below (a key, the buyer's units)
+     * cannot change until this transaction ends. */
+    const db_arg l[] = { DB_TEXT(o->sku) };
+    st = db_one_int(d, DB_ST_PRODUCT_LOCK, l, 1, "lock the product", &one);
+    if (st != DB_OK && st != DB_NOTFOUND) return st;
     /* A replay is a replay before it is anything else (over the limit, or
      * sold out since): look the key up first. */
     if (o->idem_key[0]) {
@@ -649,14 +724,23 @@ db_status db_stock_read(db *d, const char *sku, long long *available, long long 
     return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
 }
 
-/* The tally of sku in this transaction (its generation read on first
- * use), or NULL when full or on error (*st says which). */
+/* The tally of sku in this transaction (its generation read, and its row
+ * locked, on first use), or NULL on error (*st says which). */
 static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
     tallies *ts = tallies_of(d);
     *st = DB_OK;
     for (int i = 0; i < ts->n; i++)
         if (!strcmp(ts->t[i].sku, sku)) return &ts->t[i];
-    if (ts->n == TALLY_MAX) return NULL;
+    if (ts->n == ts->cap) {
+        int cap = ts->cap ? ts->cap * 2 : 16;
+        sku_tally *t = realloc(ts->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            *st = db_error(d, "tally: out of memory");
+            return NULL;
+        }
+        ts->t = t;
+        ts->cap = cap;
+    }
     long long gen = -1;
     const db_arg a[] = { DB_TEXT(sku) };
     *st = db_one_int(d, DB_ST_GEN_READ, a, 1, "read generation", &gen);
@@ -701,9 +785,15 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
         if (st != DB_OK) goto undo;
     }
     /* Reserved in Redis: the generation is checked against the tally (one
-     * read per SKU per transaction), and sold added at commit. When the
-     * tally is full, the per-order statement checks it instead. */
+     * read per SKU per transaction, which locks the SKU's row), and sold
+     * added at commit. Outside a transaction, the per-order statement
+     * checks it instead. */
     sku_tally *t = NULL;
+    if (take == DB_TAKE_NONE && d->drv->in_tx(d)) {
+        t = tally_of(d, o->sku, &st);
+        if (st != DB_OK) return st;
+        if (t->gen != o->gen) return DB_STALE;
+    }
     if (take == DB_TAKE_NONE && per_user_limit > 0) {
         /* Reserved in Redis where no one script saw the buyer's other
          * orders (a product spread over a cluster's slots): the limit is
@@ -715,11 +805,6 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
             return DB_LIMIT;
         }
     }
-    if (take == DB_TAKE_NONE && d->drv->in_tx(d)) {
-        t = tally_of(d, o->sku, &st);
-        if (st != DB_OK) return st;
-        if (t && t->gen != o->gen) return DB_STALE;
-    }
     const db_arg a[] = { DB_TEXT(o->order_id), DB_TEXT(o->sku), DB_TEXT(o->user_id),
                          DB_INT(o->quantity), DB_TEXT0(o->idem_key), DB_TEXT(o->created_at),
                          DB_INT(o->gen) };
@@ -727,10 +812,19 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
     int gen_checked = take == DB_TAKE_NONE && !t;
     st = db_do(d, gen_checked ? DB_ST_ORDER_INSERT_GEN : DB_ST_ORDER_INSERT_ANY, a,
                gen_checked ? 7 : 6, "insert order", &changed);
-    if (st == DB_EXISTS)
+    if (st == DB_EXISTS) {
         st = d->conflict == DB_CONFLICT_UNIQUE ? DB_DUPKEY : DB_STALE;
-    else if (st == DB_OK && changed == 0)
+    } else if (st == DB_OK && changed == 0) {
+        /* Refused without an error: voided, of another generation, or
+         * (PostgreSQL) its id or key taken. */
         st = DB_STALE;
+        if (o->idem_key[0]) {
+            long long one;
+            const db_arg k[] = { DB_TEXT(o->idem_key), DB_TEXT(o->order_id) };
+            db_status ks = db_one_int(d, DB_ST_KEY_OWNER, k, 2, "read key", &one);
+            st = ks == DB_OK ? DB_DUPKEY : ks == DB_NOTFOUND ? DB_STALE : ks;
+        }
+    }
     /* The row is in; failing to record or count it would break sold ==
      * sum(orders), so that is an error that aborts the whole group. */
     int hold = o->expires_ms > 0;

@@ -1,6 +1,7 @@
-/* db.h: the durable record of flashsale, in SQLite.
+/* db.h: the durable record of flashsale, in SQLite (a file, the default)
+ * or PostgreSQL (a server, for instances on several hosts).
  *
- * SQLite is the source of truth: products (with stock_initial, the units
+ * The database is the source of truth: products (with stock_initial, the units
  * ever put on sale, and sold, the units of committed orders) and orders.
  * Redis holds only a working copy of the stock that can always be rebuilt
  * as stock_initial - sold (see stock.h).
@@ -16,7 +17,7 @@
  *   that is voided can never be inserted afterwards. Both are write
  *   transactions, so exactly one of "committed" and "voided" wins.
  *
- * A `db` handle is one SQLite connection with its prepared statements; it
+ * A `db` handle is one connection (SQLite or PostgreSQL) with its statements; it
  * belongs to one thread at a time. Errors live in the handle (db_errstr).
  * The group-commit writer (db_writer) runs its own thread and connection.
  * The `db-lock` strategy's lock table, in the same database, has a header
@@ -111,9 +112,16 @@ const char *db_order_status_name(db_order_status s);
 /* The status of that name, or -1 (NULL: -1). */
 int db_order_status_parse(const char *name);
 
-/* Opens (creating or migrating the schema of) the database at path.
- * Returns NULL with a message in err on failure. */
-db *db_open(const char *path, const db_options *opt, char *err, size_t errlen);
+/* Opens (creating or migrating the schema of) the database target names:
+ * a libpq URI (postgresql://... or postgres://...) or a SQLite file's
+ * path. Returns NULL with a message in err on failure. */
+db *db_open(const char *target, const db_options *opt, char *err, size_t errlen);
+/* Whether target names a SQLite file (not a PostgreSQL server). */
+int db_target_is_file(const char *target);
+/* target as a log may show it: a URI's password replaced by "***". */
+void db_target_redact(const char *target, char *out, size_t len);
+/* The engine d runs on: "sqlite" or "postgresql". */
+const char *db_kind(const db *d);
 void db_close(db *d);
 /* The last error of d, for logs and answers. */
 const char *db_errstr(const db *d);

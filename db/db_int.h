@@ -38,7 +38,7 @@ enum {
     DB_ST_VOID_EXISTS, DB_ST_VOID_INSERT, DB_ST_ORDER_UNITS, DB_ST_HELD_UNITS,
     DB_ST_PRODUCT_REPAIR, DB_ST_TAKE_CONDITIONAL, DB_ST_TAKE_VERSIONED, DB_ST_USER_ORDERS,
     DB_ST_USER_SUM, DB_ST_USER_ADD, DB_ST_STOCK_READ, DB_ST_RESTOCK_GET, DB_ST_RESTOCK_INSERT,
-    DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
+    DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PRODUCT_LOCK, DB_ST_KEY_OWNER, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
     DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE,
     DB_ST_LOCK_FIRST                /* the lock table's: DB_LOCK_ST_* from here */
 };
@@ -129,7 +129,7 @@ typedef struct db_driver {
     void (*wait_ms)(db *d, int ms);
 } db_driver;
 
-extern const db_driver db_sqlite_driver;
+extern const db_driver db_sqlite_driver, db_pg_driver;
 
 struct db {
     const db_driver *drv;
@@ -137,6 +137,10 @@ struct db {
     db_conflict conflict;       /* the last DB_EXISTS's constraint */
     db_status last;             /* the last error db_next met */
     int readonly;
+    /* Statements a run is stepping through. Running one of them again
+     * (which, on SQLite, resets it) would restart the outer walk: that is
+     * how `audit --repair` once audited products twice and never ended. */
+    unsigned char walking[DB_ST_COUNT];
     /* What a write transaction owes the products table (db.c). */
     void *tally;
     char errstr[256];

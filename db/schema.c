@@ -143,6 +143,80 @@ static const char SCHEMA_V6[] =
 static const char SCHEMA_V7[] =
     "ALTER TABLE products ADD COLUMN cs_overlap INTEGER NOT NULL DEFAULT 0;";
 
+/* PostgreSQL's schema, whole at version 7: a server database starts at the
+ * version this build knows (its later steps come beside SQLite's). Text
+ * keys sort byte by byte (COLLATE "C"), as SQLite's do, so a listing's
+ * `after` pages the same on both. */
+static const char PG_SCHEMA_V7[] =
+    "CREATE TABLE products("
+    "  sku TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  strategy TEXT NOT NULL,"
+    "  segments INTEGER NOT NULL,"
+    "  per_user_limit BIGINT NOT NULL,"
+    "  stock_initial BIGINT NOT NULL,"
+    "  sold BIGINT NOT NULL,"
+    "  stock_gen BIGINT NOT NULL,"
+    "  db_available BIGINT NOT NULL CHECK(db_available >= 0),"
+    "  db_version BIGINT NOT NULL,"
+    "  cs_delay_ms INTEGER NOT NULL,"
+    "  lock_ttl_ms INTEGER NOT NULL,"
+    "  created_at TEXT NOT NULL,"
+    "  hold_seconds INTEGER NOT NULL DEFAULT 0,"
+    "  held BIGINT NOT NULL DEFAULT 0,"
+    "  cs_overlap INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE orders("
+    "  order_id TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  sku TEXT COLLATE \"C\" NOT NULL,"
+    "  user_id TEXT COLLATE \"C\" NOT NULL,"
+    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
+    "  idempotency_key TEXT COLLATE \"C\","
+    "  created_at TEXT NOT NULL);"
+    "CREATE UNIQUE INDEX orders_by_key ON orders(idempotency_key)"
+    "  WHERE idempotency_key IS NOT NULL;"
+    "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
+    "CREATE INDEX orders_by_user ON orders(user_id, order_id);"
+    "CREATE TABLE voided_orders("
+    "  order_id TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  voided_at TEXT NOT NULL);"
+    "CREATE TABLE user_units("
+    "  sku TEXT COLLATE \"C\" NOT NULL,"
+    "  user_id TEXT COLLATE \"C\" NOT NULL,"
+    "  units BIGINT NOT NULL,"
+    "  PRIMARY KEY(sku, user_id));"
+    "CREATE TABLE restocks("
+    "  idempotency_key TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  sku TEXT NOT NULL,"
+    "  quantity BIGINT NOT NULL CHECK(quantity > 0),"
+    "  created_at TEXT NOT NULL);"
+    "CREATE TABLE meta("
+    "  key TEXT PRIMARY KEY,"
+    "  value TEXT NOT NULL);"
+    "CREATE TABLE locks("
+    "  name TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  owner TEXT NOT NULL,"
+    "  fence BIGINT NOT NULL,"
+    "  expires_ms BIGINT NOT NULL);"
+    "CREATE TABLE lock_fences("
+    "  name TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  fence BIGINT NOT NULL);"
+    "CREATE TABLE holds("
+    "  order_id TEXT COLLATE \"C\" PRIMARY KEY,"
+    "  sku TEXT COLLATE \"C\" NOT NULL,"
+    "  quantity INTEGER NOT NULL CHECK(quantity > 0),"
+    "  gen BIGINT NOT NULL,"
+    "  takes TEXT NOT NULL,"
+    "  in_db INTEGER NOT NULL,"
+    "  expires_ms BIGINT NOT NULL,"
+    "  state TEXT NOT NULL CHECK(state IN ('reserved','confirmed','cancelled','expired')),"
+    "  decided_ms BIGINT,"
+    "  payment_ref TEXT,"
+    "  return_gen BIGINT);"
+    "CREATE INDEX holds_due ON holds(expires_ms) WHERE state='reserved';"
+    "CREATE INDEX holds_returning ON holds(decided_ms) WHERE return_gen IS NOT NULL;";
+
 const db_migration db_migrations[] = {
     { 1, SCHEMA_V1, NULL },
     { 2, SCHEMA_V2, NULL },
@@ -150,6 +224,6 @@ const db_migration db_migrations[] = {
     { 4, SCHEMA_V4, NULL },
     { 5, SCHEMA_V5, NULL },
     { 6, SCHEMA_V6, NULL },
-    { 7, SCHEMA_V7, NULL },
+    { 7, SCHEMA_V7, PG_SCHEMA_V7 },
 };
 const int db_nmigrations = (int)(sizeof db_migrations / sizeof db_migrations[0]);

@@ -19,10 +19,6 @@
 typedef struct sq {
     sqlite3 *conn;
     sqlite3_stmt *st[DB_ST_COUNT];
-    /* Statements a run is stepping through. Running one of them again
-     * (which resets it) would restart the outer walk: that is how
-     * `audit --repair` once audited products twice and never ended. */
-    unsigned char walking[DB_ST_COUNT];
 } sq;
 
 enum { R_END, R_PENDING, R_HANDED };
@@ -189,7 +185,6 @@ static void sq_done(db_rows *r) {
     if (r->st >= 0) {
         sqlite3_reset(s);
         sqlite3_clear_bindings(s);
-        conn_of(r->d)->walking[r->st] = 0;
     } else {
         sqlite3_finalize(s);
     }
@@ -206,9 +201,7 @@ static db_status sq_run(db *d, db_rows *r, int st, const char *sql, const db_arg
     r->st = st;
     if (st >= 0) {
         assert(st < DB_ST_COUNT && q->st[st] != NULL);
-        assert(!q->walking[st]);               /* no nested runs of one statement */
         s = q->st[st];
-        q->walking[st] = 1;
     } else if (sqlite3_prepare_v2(q->conn, sql, -1, &s, NULL) != SQLITE_OK) {
         return fail(d, what);
     }

@@ -38,7 +38,8 @@ static const opt OPTS[] = {
       "redis-sentinel://[:password@]host:port[,host:port...]/<master>[?db=N] (the primary "
       "found and followed through Sentinel)" },
     { "db", "FLASHSALE_DB", T_STR, F(db_path), 0, 0, "flashsale.db",
-      "SQLite database file (created if missing; WAL mode)" },
+      "the orders' database: a SQLite file (created if missing; WAL mode), or "
+      "postgresql://user[:pw]@host[:port][,...]/dbname[?params] (libpq's URI)" },
     { "strategy", "FLASHSALE_STRATEGY", T_STR, F(strategy), 0, 0, "lua",
       "default stock strategy of new products (see below)" },
     { "admin-token", "FLASHSALE_ADMIN_TOKEN", T_STR, F(admin_token), 0, 0, "",

@@ -120,9 +120,11 @@ int main(int argc, char **argv) {
         rtopo_describe(&spec, where, sizeof where);
     else
         snprintf(where, sizeof where, "?");
+    char db_shown[600];
+    db_target_redact(a.cfg.db_path, db_shown, sizeof db_shown);
     svc_log(SVC_LOG_INFO, "listening on %s (port %d), %d HTTP threads, redis %s, db %s, "
             "default strategy %s, instance %s",
-            a.cfg.listen, http_port(a.http), a.cfg.threads, where, a.cfg.db_path, a.cfg.strategy,
+            a.cfg.listen, http_port(a.http), a.cfg.threads, where, db_shown, a.cfg.strategy,
             a.instance_id);
     if (!a.cfg.admin_token[0])
         svc_log(SVC_LOG_WARN, "no --admin-token: the admin endpoints are open to anyone");

@@ -364,7 +364,9 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     db *d = db_open(a->cfg.db_path, &a->db_opt, why, sizeof why);
     if (!d) {
-        snprintf(err, errlen, "database %s: %s", a->cfg.db_path, why);
+        char shown[600];
+        db_target_redact(a->cfg.db_path, shown, sizeof shown);
+        snprintf(err, errlen, "database %s: %s", shown, why);
         goto fail;
     }
     svc_repair_recover(a, d);

@@ -657,9 +657,13 @@ def stop_all():
 
 def __getattr__(name):
     """harness.Sentinels, harness.Cluster, harness.Node: the topologies of
-    tests/topology.py (its own file: this one was full), loaded on first
-    use so either module may be imported first."""
+    tests/topology.py (its own file: this one was full), and
+    harness.Postgres (tests/pgserver.py), loaded on first use so either
+    module may be imported first."""
     if name in ("Sentinels", "Cluster", "Node"):
         import topology
         return getattr(topology, name)
+    if name == "Postgres":
+        import pgserver
+        return pgserver.Postgres
     raise AttributeError("module 'harness' has no attribute %r" % name)

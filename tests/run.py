@@ -2,9 +2,9 @@
 """run.py: runs every flashsale test and prints one summary line.
 
 1. The C unit-test programs ($FLASHSALE_BIN/tests/test_*), each given a
-   private Redis in FLASHSALE_TEST_REDIS when its source reads it (one Redis
-   for them all, started for the first that needs it); each prints "N
-   passed, N failed".
+   private Redis in FLASHSALE_TEST_REDIS, and a PostgreSQL server in
+   FLASHSALE_TEST_PG, when its source reads it (one of each for them all,
+   started for the first that needs it); each prints "N passed, N failed".
 2. The integration tests: functions named test_* in tests/test_*.py, each
    called with a fresh Ctx (its own temp dir; the Redis servers and services
    it starts are stopped afterwards, even on failure).
@@ -128,6 +128,12 @@ class Ctx:
         self._cleanup.append(s.stop)
         return s
 
+    def postgres(self, **kw):
+        """A throwaway PostgreSQL server (harness.Postgres)."""
+        p = harness.Postgres(**kw)
+        self._cleanup.append(p.stop)
+        return p
+
     def cluster(self, **kw):
         """A Redis Cluster, 3 primaries + 3 replicas (harness.Cluster)."""
         c = harness.Cluster(**kw)
@@ -207,19 +213,20 @@ def wanted(name, patterns):
     return not patterns or any(p in name for p in patterns)
 
 
-def needs_redis(program):
-    """Whether unit-test program reads FLASHSALE_TEST_REDIS: its source (or
-    a header of tests/unit/ it includes) names it."""
+def reads_env(program, var):
+    """Whether unit-test program reads var (FLASHSALE_TEST_REDIS,
+    FLASHSALE_TEST_PG): its source (or a header of tests/unit/ it includes)
+    names it."""
     src = os.path.join(HERE, "unit", os.path.basename(program) + ".c")
     try:
         text = open(src).read()
     except OSError:
         return True                 # cannot tell: give it one
-    if "FLASHSALE_TEST_REDIS" in text:
+    if var in text:
         return True
     for h in re.findall(r'#include "tests/unit/([\w.]+\.h)"', text):
         try:
-            if "FLASHSALE_TEST_REDIS" in open(os.path.join(HERE, "unit", h)).read():
+            if var in open(os.path.join(HERE, "unit", h)).read():
                 return True
         except OSError:
             pass
@@ -245,16 +252,20 @@ def run_unit(patterns, selected=None):
             print("FAIL no unit-test programs found in %s/tests" % harness.BIN)
             return 0, 1
         runs = [(b, None) for b in bins if wanted("unit/" + os.path.basename(b), patterns)]
-    redis = None
+    redis = pg = None
     try:
         for b, case in runs:
             name = "unit/" + os.path.basename(b) + (":" + case if case else "")
             # ThreadSanitizer reports stay on the program's stderr, read below.
             env = dict(os.environ, TSAN_OPTIONS=tsan_options())
-            if needs_redis(b):
+            if reads_env(b, "FLASHSALE_TEST_REDIS"):
                 if redis is None:
                     redis = harness.Redis()
                 env["FLASHSALE_TEST_REDIS"] = redis.url
+            if reads_env(b, "FLASHSALE_TEST_PG"):
+                if pg is None:
+                    pg = harness.Postgres()
+                env["FLASHSALE_TEST_PG"] = pg.url()
             t0 = time.monotonic()
             p = subprocess.run([b] + ([case] if case else []), env=env, capture_output=True,
                                text=True, timeout=TEST_TIMEOUT_S)
@@ -285,6 +296,8 @@ def run_unit(patterns, selected=None):
     finally:
         if redis is not None:
             redis.stop()
+        if pg is not None:
+            pg.stop()
     return passed, failed
 
 

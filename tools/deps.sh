@@ -13,6 +13,7 @@ set -eu
 
 PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 curl
+      postgresql libpq-dev
       libzookeeper-mt-dev zookeeper default-jre-headless
       libcurl4-openssl-dev etcd-server etcd-client
       python3 python3-redis python3-yaml python3-jsonschema systemd man-db help2man

@@ -188,7 +188,9 @@ int svc_audit_main(svc_app *a, int repair) {
     a->stock_cfg.instance = a->instance_id;
     a->db_opt.readonly = !repair;
     if (!(au.d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err))) {
-        fprintf(stderr, "flashsale audit: %s: %s\n", a->cfg.db_path, err);
+        char shown[600];
+        db_target_redact(a->cfg.db_path, shown, sizeof shown);
+        fprintf(stderr, "flashsale audit: %s: %s\n", shown, err);
         return 2;
     }
     if (!(au.sc = stock_conn_new(&a->stock_cfg, err, sizeof err)) || stock_ping(au.sc) != 0) {

@@ -36,22 +36,29 @@ typedef struct t_case {
 
 #define T(fn) { #fn, fn }
 
-/* Runs the cases whose name contains argv[1] (all without it). */
-static inline int t_main(int argc, char **argv, const t_case *cases, size_t n) {
-    int passed = 0, failed = 0;
+/* Runs the cases whose name contains filter (NULL: all), their names
+ * printed after prefix; adds to *passed and *failed. */
+static inline void t_run(const char *filter, const char *prefix, const t_case *cases, size_t n,
+                         int *passed, int *failed) {
     for (size_t i = 0; i < n; i++) {
-        if (argc > 1 && !strstr(cases[i].name, argv[1])) continue;
+        if (filter && !strstr(cases[i].name, filter)) continue;
         t_failed_now = 0;
         cases[i].fn();
         if (t_failed_now) {
-            failed++;
-            printf("FAIL %s\n", cases[i].name);
+            (*failed)++;
+            printf("FAIL %s%s\n", prefix, cases[i].name);
         } else {
-            passed++;
-            printf("ok   %s\n", cases[i].name);
+            (*passed)++;
+            printf("ok   %s%s\n", prefix, cases[i].name);
         }
         fflush(stdout);
     }
+}
+
+/* Runs the cases whose name contains argv[1] (all without it). */
+static inline int t_main(int argc, char **argv, const t_case *cases, size_t n) {
+    int passed = 0, failed = 0;
+    t_run(argc > 1 ? argv[1] : NULL, "", cases, n, &passed, &failed);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

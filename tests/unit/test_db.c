@@ -1,11 +1,16 @@
-/* test_db.c: the SQLite module on a real file: schema and migration,
- * products, the generation and tombstone rules, idempotency keys, the db
- * strategies' conditional take, holds (decisions, the expiry sweep, the
- * debts of units), and the group-commit writer. */
+/* test_db.c: the db module on a real SQLite file, and again on a real
+ * PostgreSQL server when the runner gives one (FLASHSALE_TEST_PG, the URL
+ * of a database of a server where databases may be created: each case
+ * gets one of its own): schema and migration, products, the generation and
+ * tombstone rules, idempotency keys, the db strategies' conditional take,
+ * holds (decisions, the expiry sweep, the debts of units), and the
+ * group-commit writer. The same cases, the same expectations. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <libpq-fe.h>
 
 #include "db/db.h"
 #include "db/holds.h"
@@ -13,13 +18,35 @@
 #include "tests/unit/t.h"
 
 static char dir[] = "/tmp/fs-test-db-XXXXXX";
-static char path[256];
+static char path[512];
 static const db_options OPTS = { 1, 2000, 0 };
+/* The PostgreSQL server's URL (FLASHSALE_TEST_PG) while the cases run on
+ * it; NULL: on SQLite files. */
+static const char *pg_url;
 
+/* Runs sql on the server with psql (creating databases, tampering). */
+static int psql(const char *db_url, const char *sql) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "psql -q -v ON_ERROR_STOP=1 '%s' -c \"%s\" >/dev/null", db_url, sql);
+    return system(cmd);
+}
+
+/* A new database for a case: a SQLite file, or a database of the server. */
 static db *fresh(void) {
     static int n;
     char err[256];
-    snprintf(path, sizeof path, "%s/t%d.db", dir, n++);
+    if (pg_url) {
+        char sql[64];
+        const char *slash = strrchr(pg_url, '/');
+        snprintf(sql, sizeof sql, "CREATE DATABASE t%d", n);
+        if (!slash || psql(pg_url, sql) != 0) {
+            fprintf(stderr, "cannot create database t%d on %s\n", n, pg_url);
+            return NULL;
+        }
+        snprintf(path, sizeof path, "%.*st%d", (int)(slash - pg_url + 1), pg_url, n++);
+    } else {
+        snprintf(path, sizeof path, "%s/t%d.db", dir, n++);
+    }
     db *d = db_open(path, &OPTS, err, sizeof err);
     if (!d) fprintf(stderr, "db_open: %s\n", err);
     return d;
@@ -234,6 +261,7 @@ static void test_list_paging(void) {
         CHECK(insert1(d, &o, DB_TAKE_NONE, 0) == DB_OK);
     }
     int more = 0;
+    nseen = 0;
     CHECK(db_order_list(d, "l", NULL, -1, NULL, 2, collect, NULL, &more) == DB_OK);
     CHECK(nseen == 2 && more && !strcmp(seen[1], "01A2"));
     nseen = 0;
@@ -258,10 +286,18 @@ static void test_schema_version(void) {
     d = db_open(path, &ro, err, sizeof err);
     CHECK(d != NULL);
     db_close(d);
+    if (pg_url) {
+        /* A server database starts at this build's version; a newer one is
+         * refused, not damaged. */
+        CHECK(psql(path, "UPDATE flashsale_schema SET version=99") == 0);
+        d = db_open(path, &OPTS, err, sizeof err);
+        CHECK(d == NULL && strstr(err, "99"));
+        return;
+    }
     /* A version 1 file is migrated (through 2 to 7): the buyers' units of the db strategies
      * with a limit are counted from their order rows, no one else's; products gain
      * hold_seconds and held (0), and the holds table appears; then cs_overlap (0). */
-    char cmd[1000];
+    char cmd[1600];
     snprintf(cmd, sizeof cmd, "sqlite3 %s \"DROP TABLE user_units; DROP TABLE restocks; DROP TABLE meta;"
              " DROP TABLE locks; DROP TABLE lock_fences; DROP TABLE holds;"
              " ALTER TABLE products DROP COLUMN cs_overlap;"
@@ -312,11 +348,22 @@ static void test_lock_table(void) {
     usleep(60000);
     CHECK(db_lock_acquire(d, "fs:{a}:lock:0", "me2", 60000, 100, &f3, &left) == DB_OK && f3 == 3);
     CHECK(db_lock_release(e, "fs:{a}:lock:0", "you", 100) == DB_NOTFOUND);
-    /* While another connection holds SQLite's write lock, a take waits at
-     * most its busy time and says so. */
-    CHECK(db_begin(e) == DB_OK);
+    /* While another connection holds the lock a take needs (SQLite's write
+     * lock; on PostgreSQL an uncommitted row of the same name), the take
+     * waits at most its busy time and says so. */
+    PGconn *raw = NULL;
+    if (pg_url) {
+        raw = PQconnectdb(path);
+        PGresult *r = PQexec(raw, "BEGIN; INSERT INTO locks VALUES('fs:{a}:lock:2','x',1,"
+                                  "9000000000000)");
+        CHECK(PQresultStatus(r) == PGRES_COMMAND_OK);
+        PQclear(r);
+    } else {
+        CHECK(db_begin(e) == DB_OK);
+    }
     CHECK(db_lock_acquire(d, "fs:{a}:lock:2", "me", 1000, 20, &f1, &left) == DB_BUSY);
-    db_rollback(e);
+    if (raw) PQfinish(raw);                    /* its transaction rolled back */
+    else db_rollback(e);
     CHECK(db_lock_acquire(d, "fs:{a}:lock:2", "me", 1000, 20, &f1, &left) == DB_OK && f1 == 1);
     db_close(e);
     db_close(d);
@@ -464,7 +511,12 @@ int main(int argc, char **argv) {
         T(test_lock_table), T(test_writer_groups), T(test_no_nested_walks), T(test_holds),
     };
     if (!mkdtemp(dir)) return 2;
-    int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+    int passed = 0, failed = 0;
+    size_t n = sizeof cases / sizeof cases[0];
+    t_run(argc > 1 ? argv[1] : NULL, "", cases, n, &passed, &failed);
+    if ((pg_url = getenv("FLASHSALE_TEST_PG")) != NULL)
+        t_run(argc > 1 ? argv[1] : NULL, "postgresql: ", cases, n, &passed, &failed);
+    printf("%d passed, %d failed\n", passed, failed);
     cleanup();
-    return rc;
+    return failed ? 1 : 0;
 }

@@ -1,0 +1,145 @@
+"""pgserver.py: throwaway PostgreSQL servers for the tests (harness.Postgres).
+
+Each is a real `postgres` of Debian's postgresql package: initdb in a temp
+dir, a free port on 127.0.0.1 and a socket dir of its own, trust
+authentication, started as the `postgres` user when the tests run as root
+(initdb and postgres refuse root), stopped by the postmaster's PID. About a
+second to start here.
+"""
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import harness
+
+
+def pg_bin():
+    """The newest PostgreSQL's bin directory (Debian keeps each version's
+    under /usr/lib/postgresql/<version>/bin)."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    if not found:
+        raise AssertionError("no PostgreSQL server installed (tools/deps.sh installs postgresql)")
+    return os.path.dirname(found[-1])
+
+
+def _as_postgres():
+    """A preexec_fn that drops to the postgres user when we are root."""
+    if os.getuid() != 0:
+        return None
+    pw = pwd.getpwnam("postgres")
+
+    def drop():
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    return drop
+
+
+class Postgres:
+    """A private PostgreSQL server. settings: extra `-c name=value`s."""
+
+    def __init__(self, settings=None, port=None):
+        self.bin = pg_bin()
+        self.dir = tempfile.mkdtemp(prefix="fs-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.port = port or harness.free_port()
+        self.settings = dict(settings or {})
+        self.proc = None
+        if os.getuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        subprocess.run([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
+                        "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "-N"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       preexec_fn=_as_postgres(), cwd=self.dir)
+        self.start()
+
+    def start(self):
+        args = [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
+                "-k", self.dir, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
+                "-c", "logging_collector=off"]
+        for k, v in self.settings.items():
+            args += ["-c", "%s=%s" % (k, v)]
+        self.log = open(os.path.join(self.dir, "postgres.log"), "a")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log,
+                                     preexec_fn=_as_postgres(), cwd=self.dir)
+        harness._live.append(self.proc)
+        harness.wait_until(self._ready, 30, step=0.05, what="postgres to accept connections")
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("postgres exited with %s:\n%s" % (self.proc.returncode,
+                                                                   self.logs()[-3000:]))
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                            "-d", "postgres", "-Atc", "SELECT 1"], capture_output=True, text=True)
+        return r.returncode == 0 and r.stdout.strip() == "1"
+
+    def logs(self):
+        try:
+            with open(os.path.join(self.dir, "postgres.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def url(self, dbname="postgres"):
+        return "postgresql://postgres@127.0.0.1:%d/%s" % (self.port, dbname)
+
+    def psql(self, sql, dbname="postgres"):
+        """Runs sql with psql; returns its rows as lists of strings."""
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                            "-d", dbname, "-v", "ON_ERROR_STOP=1", "-AtF", "\t", "-c", sql],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise AssertionError("psql %r: %s" % (sql, r.stderr))
+        return [line.split("\t") for line in r.stdout.splitlines() if line != ""]
+
+    def database(self, name):
+        """A new empty database; its URL."""
+        self.psql('CREATE DATABASE "%s"' % name)
+        return self.url(name)
+
+    def kill(self):
+        """SIGKILL of the postmaster: a crash (its backends go with it)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self, mode="fast"):
+        """Stops (fast: SIGINT; immediate: SIGQUIT; kill: SIGKILL) and starts
+        again on the same port with the same data."""
+        if self.proc.poll() is None:
+            if mode == "kill":
+                self.kill()
+            else:
+                os.kill(self.proc.pid, signal.SIGINT if mode == "fast" else signal.SIGQUIT)
+                self.proc.wait(30)
+        # A postmaster killed with SIGKILL leaves its backends to notice; the
+        # new one waits until the old shared memory is free.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.start()
+                return
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            os.kill(self.proc.pid, signal.SIGINT)          # fast shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
