@@ -92,7 +92,8 @@ static void usage_run(FILE *f) {
 "                         redis-sentinel://host:port[,...]/<master>, or\n"
 "                         redis-cluster://[[user]:pw@]host[:port][,host[:port]...]\n"
 "  --key-prefix P         the service's --key-prefix (%s)\n"
-"  --db PATH              also read the SQLite file directly (read-only)\n"
+"  --db PATH|URL          also read the orders' database directly (read-only): a SQLite\n"
+"                         file, or postgresql://... (libpq's URI)\n"
 "  --no-verify            skip it\n"
 "  --settle-ms N          after the load, wait up to N ms for a quiet state (%d;\n"
 "                         with holds, up to the hold more for every hold to end)\n"
@@ -159,7 +160,8 @@ static void usage_compare(FILE *f) {
 "  --progress | --quiet   a progress line each second during each scene (default: quiet)\n"
 "running services instead (they need --fault-injection)\n"
 "  --target URL           a service instance, repeatable\n"
-"  --redis URL --db PATH  its Redis and SQLite file, read directly by the verifier\n"
+"  --redis URL --db PATH  its Redis and database (a SQLite file or postgresql://...),\n"
+"                         read directly by the verifier\n"
 "  --admin-token T        bearer token for the admin API (or FLASHSALE_ADMIN_TOKEN)\n"
 "  --key-prefix P         the service's --key-prefix (%s)\n",
             segs, d.hold_seconds, d.holds_duration_s, d.duration_s, d.pause_duration_s,
@@ -184,7 +186,7 @@ static void usage_inspect(FILE *f) {
 "  --redis URL            redis://..., redis-sentinel://host:port[,...]/<master>, or\n"
 "                         redis-cluster://[[user]:pw@]host[:port][,host[:port]...]\n"
 "  --key-prefix P         the service's --key-prefix (fs:)\n"
-"  --db PATH              the SQLite file, read-only\n"
+"  --db PATH|URL          the orders' database (a SQLite file or postgresql://...), read-only\n"
 "  --segments N           stock segments (default: SQLite's, or 1 without --db); on a\n"
 "                         cluster a lua or unsafe-trust-redis product of more than one\n"
 "                         is spread, a lane per segment under {<sku>:<i>} (without --db:\n"

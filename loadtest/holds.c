@@ -163,7 +163,7 @@ int fl_holds_settle(const fl_holds *hx, fl_http *h, fl_product *p, fl_verdict *v
         fl_err ignore;             /* unreadable: check_db says so */
         if (fl_product_get(h, in->sku, p, e)) return -1;
         if (in->v->db_path[0] &&
-            fl_sqlite_holds_open(in->v->db_path, in->sku, &reserved, &owed, &ignore))
+            fl_db_holds_open(in->v->db_path, in->sku, &reserved, &owed, &ignore))
             reserved = owed = 0;
         int64_t now = clock_mono_ms();
         if ((p->held == 0 && reserved == 0 && owed == 0) || now - t0 >= limit) break;
@@ -324,7 +324,7 @@ static long long first_end_after(const fl_holds *hx, long long from_ms) {
  * buyers went on ordering for RESALE_MARGIN_MS, and any of them could take
  * one unit (no per-user limit; quantity from 1; a closed loop or a brisk
  * open one). *end_ms gets that end. */
-static int resale_promised(const fl_holds *hx, const fl_sqlite_sku *dp, long long *end_ms) {
+static int resale_promised(const fl_holds *hx, const fl_db_sku *dp, long long *end_ms) {
     const fl_verify_in *in = hx->in;
     const fl_load_opts *lo = in->lo;
     if (!lo || !in->samples || !in->samples->first_empty_ms || dp->per_user_limit > 0) return 0;
@@ -335,7 +335,7 @@ static int resale_promised(const fl_holds *hx, const fl_sqlite_sku *dp, long lon
 }
 
 /* Units that came back and were ordered again, and the check when promised. */
-static void check_resale(const fl_holds *hx, const fl_hold_rows *hr, const fl_sqlite_sku *dp,
+static void check_resale(const fl_holds *hx, const fl_hold_rows *hr, const fl_db_sku *dp,
                          fl_verdict *vd) {
     long long beyond = hr->units_every - dp->stock_initial, end_ms;
     vd->holds.resold = beyond > 0 ? beyond : 0;
@@ -343,32 +343,32 @@ static void check_resale(const fl_holds *hx, const fl_hold_rows *hr, const fl_sq
     if (!resale_promised(hx, dp, &end_ms)) return;
     vd->holds.resale_checked = 1;
     if (beyond <= 0)
-        fl_violate(vd, "sqlite", 1, "returned units were not sold again: a hold ended %lld ms "
+        fl_violate(vd, dp->vantage, 1, "returned units were not sold again: a hold ended %lld ms "
                    "after the stock ran out and buyers ordered for %.1f s more, yet the orders "
                    "add up to %lld units of %lld", end_ms - hx->in->samples->first_empty_ms,
                    (hx->in->load->start_wall_ms + hx->in->load->elapsed_us / 1000 - end_ms) / 1e3,
                    hr->units_every, dp->stock_initial);
 }
 
-void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_sqlite_sku *dp,
+void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_db_sku *dp,
                        fl_verdict *vd) {
     if (!hx->on) return;
     if (hx->nrows > 1) qsort(hx->rows, hx->nrows, sizeof *hx->rows, cmp_rec);
     count_holds(hx, vd);
     if (hx->late_confirms)
-        fl_violate(vd, "sqlite", hx->late_confirms, "%lld holds confirmed at or after their "
+        fl_violate(vd, dp->vantage, hx->late_confirms, "%lld holds confirmed at or after their "
                    "deadline (first: %s)", hx->late_confirms, hx->late_eg);
     if (hx->early_expiries)
-        fl_violate(vd, "sqlite", hx->early_expiries, "%lld holds expired before their deadline "
+        fl_violate(vd, dp->vantage, hx->early_expiries, "%lld holds expired before their deadline "
                    "(first: %s)", hx->early_expiries, hx->early_eg);
     if (hx->wrong_refs)
-        fl_violate(vd, "sqlite", hx->wrong_refs, "%lld holds confirmed with another payment_ref "
+        fl_violate(vd, dp->vantage, hx->wrong_refs, "%lld holds confirmed with another payment_ref "
                    "than their confirm's (first: %s)", hx->wrong_refs, hx->ref_eg);
     if (hx->owed)
-        fl_violate(vd, "sqlite", hx->owed, "%lld ended holds still owe their units to Redis "
+        fl_violate(vd, dp->vantage, hx->owed, "%lld ended holds still owe their units to Redis "
                    "(return_gen set)", hx->owed);
     if (dp->held)
-        fl_violate(vd, "sqlite", dp->held, "held says %lld units once the holds settled",
+        fl_violate(vd, dp->vantage, dp->held, "held says %lld units once the holds settled",
                    dp->held);
     check_resale(hx, hr, dp, vd);
 }

@@ -23,7 +23,7 @@
 /* One SKU as read. */
 typedef struct seen {
     int db;                      /* 1 product read from SQLite, 0 not asked, -1 absent */
-    fl_sqlite_sku sq;
+    fl_db_sku sq;
     long long orders;            /* its order rows */
     int redis;                   /* 1 Redis read */
     fl_stock_copy copy;
@@ -45,7 +45,7 @@ static int read_sku(const fl_inspect_opts *o, fl_redis *rd, const char *sku, see
                     fl_err *e) {
     memset(s, 0, sizeof *s);
     if (o->db_path[0]) {
-        int found = fl_sqlite_read(o->db_path, sku, &s->sq, NULL, count_row, &s->orders, e);
+        int found = fl_db_read(o->db_path, sku, &s->sq, NULL, count_row, &s->orders, e);
         if (found < 0) return -1;
         s->db = found ? 1 : -1;
     }
@@ -98,21 +98,21 @@ static void judge_redis(const seen *s, fl_verdict *vd) {
 /* SQLite's books, and Redis's units against them (docs/storage.md,
  * "Invariants a reader may check"). */
 static void judge_books(const seen *s, fl_verdict *vd) {
-    const fl_sqlite_sku *q = &s->sq;
+    const fl_db_sku *q = &s->sq;
     long long out = q->sold + q->held;
     if (out > q->stock_initial)
-        fl_violate(vd, "sqlite", out - q->stock_initial, "oversold by %lld units: %lld sold "
+        fl_violate(vd, q->vantage, out - q->stock_initial, "oversold by %lld units: %lld sold "
                    "(%lld held) of %lld", out - q->stock_initial, q->sold, q->held,
                    q->stock_initial);
     if (q->voided_committed)
-        fl_violate(vd, "sqlite", q->voided_committed, "%lld orders are both committed and voided",
+        fl_violate(vd, q->vantage, q->voided_committed, "%lld orders are both committed and voided",
                    q->voided_committed);
     if (!s->redis || s->copy.state != FL_COPY_VALID) return;
     long long left = q->stock_initial - out, shown = s->copy.total > 0 ? s->copy.total : 0;
     long long pending = s->records > 0 ? s->units : 0;
     if (shown > left)
         fl_violate(vd, "redis", shown - left, "oversold by %lld units: sold %lld (%lld held, "
-                   "sqlite) + %lld units in Redis > stock %lld", shown - left, q->sold, q->held,
+                   "database) + %lld units in Redis > stock %lld", shown - left, q->sold, q->held,
                    s->copy.total, q->stock_initial);
     else if (shown + pending < left)
         fl_violate(vd, "redis", left - shown - pending, "%lld units lost: neither sold (%lld, "
@@ -191,13 +191,13 @@ static void print_sku(const char *sku, const seen *s, const fl_verdict *vd, FILE
     fprintf(f, "sku       %s\n", sku);
     if (s->redis) print_redis(s, f);
     if (s->db == 1)
-        fprintf(f, "sqlite    %s, %d segment%s: stock %lld, sold %lld, held %lld; %lld order%s\n",
-                s->sq.strategy, s->sq.segments, s->sq.segments == 1 ? "" : "s",
+        fprintf(f, "%-9s %s, %d segment%s: stock %lld, sold %lld, held %lld; %lld order%s\n",
+                s->sq.vantage, s->sq.strategy, s->sq.segments, s->sq.segments == 1 ? "" : "s",
                 s->sq.stock_initial, s->sq.sold, s->sq.held, s->orders, s->orders == 1 ? "" : "s");
     else if (s->db < 0)
-        fprintf(f, "sqlite    no product %s\n", sku);
+        fprintf(f, "%-9s no product %s\n", s->sq.vantage ? s->sq.vantage : "db", sku);
     snprintf(checked, sizeof checked, "%s%s%s", s->redis ? "redis" : "",
-             s->redis && s->db ? ", " : "", s->db ? "sqlite" : "");
+             s->redis && s->db ? ", " : "", s->db ? s->sq.vantage : "");
     if (vd->pass) {
         fprintf(f, "verdict   PASS (checked: %s)\n", checked);
         return;
@@ -226,7 +226,7 @@ int fl_inspect(const fl_inspect_opts *o, FILE *f, fl_err *e) {
         }
         memset(vd, 0, sizeof *vd);
         vd->pass = 1;
-        if (s->db < 0) fl_violate(vd, "sqlite", 0, "no product %s in %s", o->skus[i], o->db_path);
+        if (s->db < 0) fl_violate(vd, fl_db_vantage(o->db_path), 0, "no product %s in %s", o->skus[i], o->db_path);
         if (s->redis) judge_redis(s, vd);
         if (s->db == 1) judge_books(s, vd);
         if (i) fputc('\n', f);

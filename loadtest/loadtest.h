@@ -560,8 +560,15 @@ int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records
 int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27], size_t *n,
                       fl_err *e);
 
-/* What SQLite holds for one SKU, read in one read transaction. */
-typedef struct fl_sqlite_sku {
+/* The orders' database a --db names: a libpq URI (postgresql://... or
+ * postgres://...), else a SQLite file. */
+int fl_db_is_server(const char *path);
+/* The vantage point's name in verdicts: "postgresql" or "sqlite". */
+const char *fl_db_vantage(const char *path);
+
+/* What the orders' database holds for one SKU, read in one read
+ * transaction (dbread.c). */
+typedef struct fl_db_sku {
     char strategy[32];
     int segments;
     long long per_user_limit;
@@ -569,12 +576,13 @@ typedef struct fl_sqlite_sku {
     long long stock_gen;
     long long db_available;      /* the db strategies' stock */
     long long voided_committed;  /* orders both committed and voided */
-    int schema_version;          /* PRAGMA user_version */
+    int schema_version;          /* SQLite's PRAGMA user_version; PostgreSQL's flashsale_schema */
     int hold_seconds;            /* schema 6 on; 0 before */
     long long held;
-} fl_sqlite_sku;
+    const char *vantage;         /* fl_db_vantage of where it was read */
+} fl_db_sku;
 
-/* A row of `holds` (schema 6), as fl_sqlite_read hands it over. */
+/* A row of `holds` (schema 6), as fl_db_read hands it over. */
 typedef struct fl_hold_row {
     const char *order_id;
     int quantity;
@@ -588,18 +596,19 @@ typedef struct fl_hold_row {
 
 #define FL_KEY_MAX 128           /* longest idempotency key (the API's limit) */
 
-/* Opens path read-only and, in one snapshot, reads sku's product row,
+/* Opens path (a file or a server) read-only and, in one snapshot, reads
+ * sku's product row,
  * calls hold (unless NULL; schema 6 on) for each of its holds, then fn for
  * each of its orders in order_id order. Returns 1 when read, 0 when the
  * file has no such SKU, -1 with e set (no such file, not the documented
  * schema, I/O). */
-int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
+int fl_db_read(const char *path, const char *sku, fl_db_sku *out,
                    void (*hold)(const fl_hold_row *h, void *ud), fl_row_fn fn, void *ud,
                    fl_err *e);
 /* The holds of sku still reserved, and those owing their units to Redis
  * (return_gen set), read-only in one snapshot: how far the holds are from
  * settled. Both 0 before schema 6. Returns 0, or -1 with e set. */
-int fl_sqlite_holds_open(const char *path, const char *sku, long long *reserved, long long *owed,
+int fl_db_holds_open(const char *path, const char *sku, long long *reserved, long long *owed,
                          fl_err *e);
 
 /* ------------------------------------------------------------ verification */
@@ -687,6 +696,7 @@ typedef struct fl_verdict {
     long long orders_without_201, created_without_order;
     long long explained_by_errors;  /* rows matched to a transport error */
     int api_checked, redis_checked, db_checked;
+    const char *db_vantage;      /* db_checked: "sqlite" or "postgresql" */
     fl_holds_verdict holds;      /* a product with hold_seconds > 0; all 0 otherwise */
     char notes[512];             /* what could not be checked, and why */
 } fl_verdict;

@@ -1,4 +1,4 @@
-/* stores.c: the verifier's own reads of Redis and SQLite.
+/* stores.c: the verifier's own reads of Redis.
  *
  * flashload is the oracle that judges the service, so it must not look at
  * the service's data through the service's eyes: a wrong key name, a wrong
@@ -22,17 +22,13 @@
  *           lane by lane: <prefix>{sku:i}:gen, :empty and :stock:0 in one
  *           MGET per lane on the node serving lane i, each lane's gen
  *           judged by that node's run_id, the lanes' units summed, their
- *           generations compared; :pending and :returned of every lane;
- *   SQLite  the products row, the holds rows, the orders rows (with their
- *           hold's state) and the orders that are also voided, in one read
- *           transaction (one snapshot); and, while the holds settle, how
- *           many are still reserved or owe their units to Redis. */
+ *           generations compared; :pending and :returned of every lane.
+ * The orders' database is read by dbread.c, by the same rule. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <hiredis/hiredis.h>
 #include <jansson.h>
-#include <sqlite3.h>
 
 #include "common/rconn.h"
 #include "loadtest/cluster_int.h"
@@ -650,192 +646,4 @@ int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27],
         if (strcmp((*ids)[i], (*ids)[k - 1])) memcpy((*ids)[k++], (*ids)[i], sizeof **ids);
     *n = k;
     return 0;
-}
-
-/* ------------------------------------------------------------------ SQLite */
-
-/* The documented schema, as this reader needs it: nothing else is read.
- * Holds came with schema 6 (their columns and table are read from then). */
-static const char SQL_PRODUCT[] =
-    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available,"
-    " 0, 0 FROM products WHERE sku = ?1";
-static const char SQL_PRODUCT6[] =
-    "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available,"
-    " hold_seconds, held FROM products WHERE sku = ?1";
-static const char SQL_ORDERS[] =
-    "SELECT order_id, user_id, quantity, coalesce(idempotency_key, ''), ''"
-    " FROM orders WHERE sku = ?1 ORDER BY order_id";
-static const char SQL_ORDERS6[] =
-    "SELECT o.order_id, o.user_id, o.quantity, coalesce(o.idempotency_key, ''),"
-    " coalesce(h.state, '') FROM orders o LEFT JOIN holds h ON h.order_id = o.order_id"
-    " WHERE o.sku = ?1 ORDER BY o.order_id";
-/* Through orders_by_sku, then each hold by its key: no scan of every hold. */
-static const char SQL_HOLDS[] =
-    "SELECT h.order_id, h.quantity, h.gen, h.expires_ms, h.state, coalesce(h.decided_ms, -1),"
-    " coalesce(h.payment_ref, ''), h.return_gen IS NOT NULL"
-    " FROM orders o JOIN holds h ON h.order_id = o.order_id WHERE o.sku = ?1";
-/* Each through its partial index (holds_due, holds_returning). */
-static const char SQL_HOLDS_RESERVED[] =
-    "SELECT count(*) FROM holds WHERE state = 'reserved' AND sku = ?1";
-static const char SQL_HOLDS_OWED[] =
-    "SELECT count(*) FROM holds WHERE return_gen IS NOT NULL AND sku = ?1";
-static const char SQL_VOIDED_COMMITTED[] =
-    "SELECT count(*) FROM orders o JOIN voided_orders v ON v.order_id = o.order_id"
-    " WHERE o.sku = ?1";
-
-static int sql_fail(sqlite3 *c, const char *path, const char *what, fl_err *e) {
-    return fl_errf(e, "sqlite %s: %s: %s", path, what, c ? sqlite3_errmsg(c) : "out of memory");
-}
-
-static const char *col_text(sqlite3_stmt *s, int i) {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    return t ? (const char *)t : "";
-}
-
-/* Prepares sql, with sku (unless NULL) bound to ?1. NULL on failure. */
-static sqlite3_stmt *prepare(sqlite3 *c, const char *sql, const char *sku) {
-    sqlite3_stmt *s = NULL;
-    if (sqlite3_prepare_v2(c, sql, -1, &s, NULL) != SQLITE_OK) {
-        sqlite3_finalize(s);
-        return NULL;
-    }
-    if (sku) sqlite3_bind_text(s, 1, sku, -1, SQLITE_TRANSIENT);
-    return s;
-}
-
-/* Reads the product row; 1 found, 0 not, -1 error. */
-static int read_product(sqlite3 *c, const char *path, const char *sku, fl_sqlite_sku *out,
-                        fl_err *e) {
-    sqlite3_stmt *s = prepare(c, out->schema_version >= 6 ? SQL_PRODUCT6 : SQL_PRODUCT, sku);
-    if (!s) return sql_fail(c, path, "products (not the documented schema?)", e);
-    int rc = sqlite3_step(s), found = rc == SQLITE_ROW;
-    if (found) {
-        snprintf(out->strategy, sizeof out->strategy, "%s", col_text(s, 0));
-        out->segments = sqlite3_column_int(s, 1);
-        out->per_user_limit = sqlite3_column_int64(s, 2);
-        out->stock_initial = sqlite3_column_int64(s, 3);
-        out->sold = sqlite3_column_int64(s, 4);
-        out->stock_gen = sqlite3_column_int64(s, 5);
-        out->db_available = sqlite3_column_int64(s, 6);
-        out->hold_seconds = sqlite3_column_int(s, 7);
-        out->held = sqlite3_column_int64(s, 8);
-    }
-    sqlite3_finalize(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_fail(c, path, "products", e);
-    return found;
-}
-
-static int read_orders(sqlite3 *c, const char *path, const char *sku, int version, fl_row_fn fn,
-                       void *ud, fl_err *e) {
-    sqlite3_stmt *s = prepare(c, version >= 6 ? SQL_ORDERS6 : SQL_ORDERS, sku);
-    if (!s) return sql_fail(c, path, "orders (not the documented schema?)", e);
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        fn(col_text(s, 0), col_text(s, 1), sqlite3_column_int(s, 2), col_text(s, 3),
-           col_text(s, 4), ud);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : sql_fail(c, path, "orders", e);
-}
-
-static int read_holds(sqlite3 *c, const char *path, const char *sku,
-                      void (*fn)(const fl_hold_row *, void *), void *ud, fl_err *e) {
-    sqlite3_stmt *s = prepare(c, SQL_HOLDS, sku);
-    if (!s) return sql_fail(c, path, "holds (not the documented schema?)", e);
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        fl_hold_row h = { col_text(s, 0), sqlite3_column_int(s, 1), sqlite3_column_int64(s, 2),
-                          sqlite3_column_int64(s, 3), col_text(s, 4), sqlite3_column_int64(s, 5),
-                          col_text(s, 6), sqlite3_column_int(s, 7) };
-        fn(&h, ud);
-    }
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : sql_fail(c, path, "holds", e);
-}
-
-/* A query of one number (sku bound to ?1 unless NULL). */
-static int read_scalar(sqlite3 *c, const char *path, const char *what, const char *sql,
-                       const char *sku, long long *out, fl_err *e) {
-    sqlite3_stmt *s = prepare(c, sql, sku);
-    if (!s) return sql_fail(c, path, what, e);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return rc == SQLITE_ROW ? 0 : sql_fail(c, path, what, e);
-}
-
-/* Opens path read-only (the judge must not be able to change what it
- * judges) and reads its schema version. Returns the connection, or NULL
- * with e set. */
-static sqlite3 *open_db(const char *path, long long *version, fl_err *e) {
-    sqlite3 *c = NULL;
-    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        sql_fail(c, path, "open", e);
-        sqlite3_close(c);
-        return NULL;
-    }
-    sqlite3_busy_timeout(c, 5000);
-    if (read_scalar(c, path, "schema version", "PRAGMA user_version", NULL, version, e)) {
-        sqlite3_close(c);
-        return NULL;
-    }
-    if (*version < 1) {
-        fl_errf(e, "sqlite %s: not a flashsale database (schema version %lld)", path, *version);
-        sqlite3_close(c);
-        return NULL;
-    }
-    return c;
-}
-
-int fl_sqlite_read(const char *path, const char *sku, fl_sqlite_sku *out,
-                   void (*hold)(const fl_hold_row *h, void *ud), fl_row_fn fn, void *ud,
-                   fl_err *e) {
-    long long version = 0;
-    int rc = -1, in_tx = 0;
-    memset(out, 0, sizeof *out);
-    sqlite3 *c = open_db(path, &version, e);
-    if (!c) return -1;
-    out->schema_version = (int)version;
-    /* One transaction: the product row, the holds and the order rows are
-     * one snapshot, however many orders there are and whoever writes
-     * meanwhile. */
-    if (sqlite3_exec(c, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        sql_fail(c, path, "begin", e);
-        goto out;
-    }
-    in_tx = 1;
-    int found = read_product(c, path, sku, out, e);
-    if (found <= 0) {
-        rc = found;
-        goto out;
-    }
-    if (hold && version >= 6 && read_holds(c, path, sku, hold, ud, e)) goto out;
-    if (read_orders(c, path, sku, (int)version, fn, ud, e)) goto out;
-    if (read_scalar(c, path, "voided_orders (not the documented schema?)",
-                    SQL_VOIDED_COMMITTED, sku, &out->voided_committed, e)) goto out;
-    rc = 1;
-out:
-    if (in_tx) sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
-    sqlite3_close(c);
-    return rc;
-}
-
-int fl_sqlite_holds_open(const char *path, const char *sku, long long *reserved, long long *owed,
-                         fl_err *e) {
-    long long version = 0;
-    int rc = -1;
-    *reserved = *owed = 0;
-    sqlite3 *c = open_db(path, &version, e);
-    if (!c) return -1;
-    if (version < 6) {
-        rc = 0;
-    } else if (sqlite3_exec(c, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-        sql_fail(c, path, "begin", e);
-    } else {
-        if (!read_scalar(c, path, "holds", SQL_HOLDS_RESERVED, sku, reserved, e) &&
-            !read_scalar(c, path, "holds", SQL_HOLDS_OWED, sku, owed, e))
-            rc = 0;
-        sqlite3_exec(c, "COMMIT", NULL, NULL, NULL);
-    }
-    sqlite3_close(c);
-    return rc;
 }

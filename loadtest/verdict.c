@@ -50,7 +50,10 @@ int fl_baseline_has(const fl_baseline *b, const char *id) {
 void fl_verdict_print(const fl_verdict *vd, FILE *f) {
     char seen[64] = "client, api";
     if (vd->redis_checked) strcat(seen, ", redis");
-    if (vd->db_checked) strcat(seen, ", sqlite");
+    if (vd->db_checked) {
+        strcat(seen, ", ");
+        strcat(seen, vd->db_vantage ? vd->db_vantage : "sqlite");
+    }
     if (vd->pass) {
         fprintf(f, "verdict    PASS (checked: %s)\n", seen);
     } else {

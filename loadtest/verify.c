@@ -651,7 +651,7 @@ static void check_redis_books(const fl_stock_copy *c, const pend *pd, long long 
 /* Redis, read by its documented format. The books (stock_initial, sold)
  * are SQLite's as read by us when we read it (db), else the API's (p). */
 static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *p,
-                        const fl_sqlite_sku *db, const pend *pd, const fl_holds *hx,
+                        const fl_db_sku *db, const pend *pd, const fl_holds *hx,
                         fl_verdict *vd) {
     int segments = p->segments > 0 ? p->segments : 1;
     fl_stock_copy c;
@@ -670,7 +670,7 @@ static void check_redis(const fl_verify_in *in, fl_redis *rd, const fl_product *
         if (c.low < 0)
             fl_violate(vd, "redis", c.low, "stock key %s%d reached %lld", c.lanes ? "of lane " : "",
                        c.low_seg, c.low);
-        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, db->held, "sqlite", vd);
+        if (db) check_redis_books(&c, pd, db->stock_initial, db->sold, db->held, db->vantage, vd);
         else check_redis_books(&c, pd, p->stock_initial, p->sold, p->held, "api", vd);
         fl_holds_check_returned(hx, rd, &c, vd);
         vd->stranded = c.stranded_units;
@@ -713,17 +713,18 @@ static void on_hold(const fl_hold_row *h, void *ud) {
 
 /* The SQLite file, read-only, by its documented schema. home: where the
  * service says the product's stock lives (0: SQLite, the db strategies). */
-static void check_db(const fl_verify_in *in, known *k, fl_holds *hx, int home, fl_sqlite_sku *out,
+static void check_db(const fl_verify_in *in, known *k, fl_holds *hx, int home, fl_db_sku *out,
                      fl_verdict *vd) {
     rows_ctx x = { .k = k, .base = in->base, .tag = in->load->key_tag, .hx = hx };
-    fl_sqlite_sku dp;
+    fl_db_sku dp;
     fl_err e;
     known_reset_matches(k);
-    int found = fl_sqlite_read(in->v->db_path, in->sku, &dp, hx->on ? on_hold : NULL, on_row, &x,
+    int found = fl_db_read(in->v->db_path, in->sku, &dp, hx->on ? on_hold : NULL, on_row, &x,
                                &e);
     if (found <= 0) {
-        if (found < 0) fl_note(vd, "sqlite not checked: %s", e.msg);
-        else fl_note(vd, "sqlite not checked: no product %s in %s", in->sku, in->v->db_path);
+        if (found < 0) fl_note(vd, "%s not checked: %s", dp.vantage, e.msg);
+        else fl_note(vd, "%s not checked: no product %s in %s", dp.vantage, in->sku,
+                     in->v->db_path);
         rows_free(&x);
         return;
     }
@@ -731,26 +732,27 @@ static void check_db(const fl_verify_in *in, known *k, fl_holds *hx, int home, f
     const char *ht = held_text(dp.held, hb, sizeof hb);
     long long out_of_stock = dp.sold + dp.held;
     if (out_of_stock > dp.stock_initial)
-        fl_violate(vd, "sqlite", out_of_stock - dp.stock_initial, "oversold by %lld units: %lld "
+        fl_violate(vd, dp.vantage, out_of_stock - dp.stock_initial, "oversold by %lld units: %lld "
                    "sold%s of %lld", out_of_stock - dp.stock_initial, dp.sold, ht,
                    dp.stock_initial);
     if (home == 0) {
         fl_see_stock(vd, dp.db_available);
         if (dp.db_available < 0)
-            fl_violate(vd, "sqlite", dp.db_available, "stock reached %lld", dp.db_available);
+            fl_violate(vd, dp.vantage, dp.db_available, "stock reached %lld", dp.db_available);
         if (out_of_stock + dp.db_available != dp.stock_initial && dp.db_available >= 0)
-            fl_violate(vd, "sqlite", out_of_stock + dp.db_available - dp.stock_initial,
+            fl_violate(vd, dp.vantage, out_of_stock + dp.db_available - dp.stock_initial,
                     "sold %lld%s + available %lld != stock %lld", dp.sold, ht, dp.db_available,
                     dp.stock_initial);
     }
     if (dp.voided_committed)
-        fl_violate(vd, "sqlite", dp.voided_committed,
+        fl_violate(vd, dp.vantage, dp.voided_committed,
                 "%lld orders are both committed and voided", dp.voided_committed);
-    check_rows(&x, "sqlite", in, dp.sold, dp.per_user_limit, vd);
+    check_rows(&x, dp.vantage, in, dp.sold, dp.per_user_limit, vd);
     fl_holds_check_db(hx, &x.hr, &dp, vd);
     rows_free(&x);
     *out = dp;
     vd->db_checked = 1;
+    vd->db_vantage = dp.vantage;
 }
 
 int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
@@ -797,7 +799,7 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     check_client_limit(in, &hx, p.per_user_limit, vd);
     check_api_stock(in, &p, &pd, vd);
     if (check_api_rows(in, &h, &p, &k, &hx, vd, e)) goto out;
-    fl_sqlite_sku dp;
+    fl_db_sku dp;
     if (in->v->db_path[0]) check_db(in, &k, &hx, home, &dp, vd);
     if (rd) check_redis(in, rd, &p, vd->db_checked ? &dp : NULL, &pd, &hx, vd);
     else if (in->v->redis_url[0] && home == 0)

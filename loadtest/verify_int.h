@@ -93,7 +93,7 @@ void fl_holds_check_rows(const fl_holds *hx, const fl_hold_rows *hr, const char 
 void fl_holds_on_hold(fl_holds *hx, const fl_hold_row *h, int this_run);
 /* SQLite's holds, once read: deadlines, owed returns, the expiry lag, and
  * the units sold again (hr: SQLite's rows). */
-void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_sqlite_sku *dp,
+void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_db_sku *dp,
                        fl_verdict *vd);
 /* Redis's `returned` against SQLite's holds: only ended holds given back,
  * and every ended hold of this copy's generation given back (c: the copy
