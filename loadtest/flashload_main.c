@@ -37,8 +37,9 @@ static void on_signal(int sig) {
 }
 
 static void usage_exit_codes(FILE *f) {
-    fprintf(f, "\nExit: 0 PASS (compare: every scene as expected), 1 an invariant broken "
-               "(compare: a scene\nnot as expected), 2 setup error, 64 usage error.\n");
+    fprintf(f, "\nExit: 0 PASS (compare: every scene ran and came out as expected), 1 an "
+               "invariant broken\n(compare: a scene not as expected, or one that could not "
+               "run), 2 setup error, 64 usage error.\n");
 }
 
 /* The help of `run`, with the defaults the code uses. */

@@ -43,17 +43,50 @@ static const char *const ZK_JARS[] = { "/usr/share/java/zookeeper.jar",
                                        "/usr/share/java/slf4j-log4j12.jar",
                                        "/usr/share/java/log4j-1.2.jar", NULL };
 
-int fl_free_port(void) {
+/* The lowest port the kernel gives outgoing connections (32768 when it
+ * cannot be read). */
+static int ephemeral_low(void) {
+    int low = 32768, high;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+        fclose(f);
+    }
+    return low;
+}
+
+/* Whether port is free on 127.0.0.1 now. */
+static int port_free(int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
+    if (fd < 0) return 0;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+/* A port for a server to listen on, chosen below the kernel's ephemeral
+ * range: bind(0) picks from that range, where every outgoing connection
+ * of the comparison (its buyers, its Redis clients) takes its local port
+ * too, so one of them could hold the port by the time the server binds it
+ * (a sentinel of `make demo` once exited at start so). Never the same
+ * port twice in a process, so a server that is down for a restart keeps
+ * its own. */
+int fl_free_port(void) {
+    static int given[512], ngiven;
+    static unsigned seed;
+    int low = ephemeral_low();
+    if (!seed) seed = (unsigned)getpid() ^ (unsigned)clock_mono_us();
+    for (int tries = 0; tries < 400 && low > 11000; tries++) {
+        int port = 10000 + (int)(rand_r(&seed) % (unsigned)(low - 10000));
+        int taken = 0;
+        for (int i = 0; i < ngiven && !taken; i++) taken = given[i] == port;
+        if (taken || !port_free(port)) continue;
+        if (ngiven < (int)(sizeof given / sizeof given[0])) given[ngiven++] = port;
+        return port;
+    }
+    return -1;
 }
 
 extern char **environ;

@@ -175,13 +175,15 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
                                   "--no-two-instances", "--quick", "--connections", 16,
                                   "--stock", 300, "--etcd-bin", "/bin/false",
                                   "--no-redis-failures", "--no-holds")
-    assert rc == 0, so + se                   # lua ran and passed
+    assert rc == 1, so + se                   # lua ran and passed, etcd could not run
     etcd_rows = [l for l in so.splitlines() if re.match(r"etcd\s+\d+\s+\d+\s", l)]
     assert len(etcd_rows) == 3, so            # x1, x8 and the pause scene
     for l in etcd_rows:
         assert "skipped: etcd's lock server could not start" in l, l
         assert "PASS" not in l, l
-    assert re.search(r"\d+ scenes in \d+ s; 3 skipped \(not run, not passed\)", so), so
+    assert re.search(r"\d+ scenes in \d+ s; 3 skipped \(not run, not passed\): every safe "
+                     r"strategy that ran PASSed and every unsafe one oversold, but not every "
+                     r"scene ran", so), so
     etcd = [sc for sc in j["scenes"] if sc["strategy"] == "etcd"]
     assert len(etcd) == 3 and not any(sc["ran"] for sc in etcd), etcd
     for sc in etcd:
