@@ -772,6 +772,10 @@ static db_status add_units(db *d, const char *sku, long long sold, long long hel
     return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
 }
 
+int db_plain_insert(const db_job *job) {
+    return job->kind == DB_JOB_INSERT && job->take == DB_TAKE_NONE && job->per_user_limit <= 0;
+}
+
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out) {
     db_status st;

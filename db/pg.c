@@ -328,6 +328,232 @@ static void pg_wait_ms(db *d, int ms) {
     p->lock_timeout_ms = exec(p->conn, sql, err, sizeof err) ? -1 : ms;
 }
 
+/* ------------------------------------------------- a group's plain inserts
+ *
+ * The orders a group commits that were reserved in Redis are inserted by
+ * one statement, their arguments as arrays (unnest), and three statements
+ * go to the server in one pipeline -- one round trip, however many orders:
+ *
+ *   1. the SKUs' products rows locked FOR NO KEY UPDATE, in SKU order (two
+ *      instances' groups never wait on each other in a circle): no rebuild
+ *      and no void of theirs can commit until this transaction does;
+ *   2. the orders inserted whose generation is the row's and that are not
+ *      voided (a statement of its own, so that its snapshot is taken with
+ *      the locks held and sees a void that committed while it waited), a
+ *      hold's row beside each hold, and each SKU's sold and held raised
+ *      once by its orders' units; the ids inserted come back;
+ *   3. the orders whose idempotency key another order holds (DB_DUPKEY,
+ *      where db_order_insert would say so; any other refusal is DB_STALE). */
+
+static const char PLAIN_LOCK[] =
+    "SELECT sku FROM products WHERE sku = ANY($1::text[]) ORDER BY sku FOR NO KEY UPDATE";
+
+static const char PLAIN_INSERT[] =
+    "WITH o AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+    " $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) WITH ORDINALITY"
+    " AS o(order_id, sku, user_id, quantity, idempotency_key, created_at, gen, expires_ms,"
+    " takes, n)),"
+    " ins AS (INSERT INTO orders(order_id, sku, user_id, quantity, idempotency_key, created_at)"
+    " SELECT o.order_id, o.sku, o.user_id, o.quantity, o.idempotency_key, o.created_at"
+    " FROM o JOIN products p ON p.sku = o.sku AND p.stock_gen = o.gen"
+    " WHERE NOT EXISTS (SELECT 1 FROM voided_orders v WHERE v.order_id = o.order_id)"
+    " ON CONFLICT DO NOTHING RETURNING order_id),"
+    " h AS (INSERT INTO holds(order_id, sku, quantity, gen, takes, in_db, expires_ms, state)"
+    " SELECT o.order_id, o.sku, o.quantity, o.gen, o.takes, 0, o.expires_ms, 'reserved'"
+    " FROM o JOIN ins USING (order_id) WHERE o.expires_ms > 0),"
+    " u AS (UPDATE products p SET sold = p.sold + t.sold, held = p.held + t.held"
+    " FROM (SELECT o.sku, sum(CASE WHEN o.expires_ms > 0 THEN 0 ELSE o.quantity END) AS sold,"
+    " sum(CASE WHEN o.expires_ms > 0 THEN o.quantity ELSE 0 END) AS held"
+    " FROM o JOIN ins USING (order_id) GROUP BY o.sku) t WHERE p.sku = t.sku)"
+    " SELECT o.n FROM o JOIN ins USING (order_id)";
+
+static const char PLAIN_KEYS[] =
+    "SELECT o.n FROM unnest($1::text[], $2::text[]) WITH ORDINALITY"
+    " AS o(order_id, idempotency_key, n)"
+    " JOIN orders x ON x.idempotency_key = o.idempotency_key AND x.order_id <> o.order_id";
+
+/* A growing text: an array literal being written. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} buf;
+
+static void put(buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Appends one element of an array literal: a text quoted (NULL: NULL). */
+static void put_text(buf *b, const char *s) {
+    put(b, b->len > 1 ? "," : "", b->len > 1);
+    if (!s) {
+        put(b, "NULL", 4);
+        return;
+    }
+    put(b, "\"", 1);
+    for (const char *c = s; *c; c++) {
+        if (*c == '"' || *c == '\\') put(b, "\\", 1);
+        put(b, c, 1);
+    }
+    put(b, "\"", 1);
+}
+
+static void put_int(buf *b, long long v) {
+    char num[24];
+    int n = snprintf(num, sizeof num, "%lld", v);
+    put(b, b->len > 1 ? "," : "", b->len > 1);
+    put(b, num, (size_t)n);
+}
+
+enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS };
+
+/* Reads the pipeline's next result of a statement (then its NULL): 0 with
+ * *res owned by the caller, or -1 with d's error set. */
+static int pipe_result(db *d, PGresult **res, ExecStatusType want, const char *what) {
+    pg *p = conn_of(d);
+    *res = PQgetResult(p->conn);
+    PGresult *extra;
+    while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
+    if (*res && PQresultStatus(*res) == want) return 0;
+    fail(d, *res, what);
+    return -1;
+}
+
+static db_status pg_insert_plain(db *d, db_job **jobs, size_t n) {
+    pg *p = conn_of(d);
+    buf a[A_NARRAYS], skus = { 0 }, keys[2];
+    size_t nplain = 0, nkeyed = 0;
+    db_status st = DB_ERROR;
+    /* The jobs by their place in the arrays (1-based, as WITH ORDINALITY
+     * counts): plain[k - 1], and keyed[k - 1] for the keys' array. */
+    db_job **plain = calloc(n ? n : 1, sizeof *plain), **keyed = calloc(n ? n : 1, sizeof *keyed);
+    memset(a, 0, sizeof a);
+    memset(keys, 0, sizeof keys);
+    if (!plain || !keyed) {
+        st = db_error(d, "insert orders: out of memory");
+        goto out;
+    }
+    memset(a, 0, sizeof a);
+    memset(keys, 0, sizeof keys);
+    for (int k = 0; k < A_NARRAYS; k++) put(&a[k], "{", 1);
+    put(&keys[0], "{", 1);
+    put(&keys[1], "{", 1);
+    put(&skus, "{", 1);
+    for (size_t i = 0; i < n; i++) {
+        db_job *j = jobs[i];
+        if (!db_plain_insert(j)) continue;
+        const db_order *o = &j->order;
+        j->status = DB_STALE;
+        plain[nplain++] = j;
+        put_text(&a[A_ID], o->order_id);
+        put_text(&a[A_SKU], o->sku);
+        put_text(&a[A_USER], o->user_id);
+        put_int(&a[A_QTY], o->quantity);
+        put_text(&a[A_KEY], o->idem_key[0] ? o->idem_key : NULL);
+        put_text(&a[A_AT], o->created_at);
+        put_int(&a[A_GEN], o->gen);
+        put_int(&a[A_EXP], o->expires_ms > 0 ? o->expires_ms : 0);
+        put_text(&a[A_TAKES], o->takes ? o->takes : "");
+        if (o->idem_key[0]) {
+            put_text(&keys[0], o->order_id);
+            put_text(&keys[1], o->idem_key);
+            keyed[nkeyed++] = j;
+        }
+        put_text(&skus, o->sku);               /* = ANY() takes a SKU twice as once */
+    }
+    if (nplain == 0) {
+        st = DB_OK;
+        goto out;
+    }
+    for (int k = 0; k < A_NARRAYS; k++) put(&a[k], "}", 1);
+    put(&keys[0], "}", 1);
+    put(&keys[1], "}", 1);
+    put(&skus, "}", 1);
+    int oom = skus.oom || keys[0].oom || keys[1].oom;
+    for (int k = 0; k < A_NARRAYS; k++) oom |= a[k].oom;
+    if (oom) {
+        st = db_error(d, "insert orders: out of memory");
+        goto out;
+    }
+    const char *lock_args[1] = { skus.p };
+    const char *ins_args[A_NARRAYS];
+    for (int k = 0; k < A_NARRAYS; k++) ins_args[k] = a[k].p;
+    const char *key_args[2] = { keys[0].p, keys[1].p };
+    if (PQenterPipelineMode(p->conn) != 1) {
+        st = fail(d, NULL, "insert orders: pipeline");
+        goto out;
+    }
+    int sent = PQsendQueryParams(p->conn, PLAIN_LOCK, 1, NULL, lock_args, NULL, NULL, 0) &&
+               PQsendQueryParams(p->conn, PLAIN_INSERT, A_NARRAYS, NULL, ins_args, NULL, NULL,
+                                 0) &&
+               (!nkeyed ||
+                PQsendQueryParams(p->conn, PLAIN_KEYS, 2, NULL, key_args, NULL, NULL, 0)) &&
+               PQpipelineSync(p->conn);
+    PGresult *lock = NULL, *ins = NULL, *dup = NULL, *sync = NULL;
+    int bad = !sent;
+    if (sent) {
+        bad = pipe_result(d, &lock, PGRES_TUPLES_OK, "lock the products") ||
+              pipe_result(d, &ins, PGRES_TUPLES_OK, "insert orders") ||
+              (nkeyed && pipe_result(d, &dup, PGRES_TUPLES_OK, "read keys"));
+        /* Whatever failed, read on to the sync so the connection is usable. */
+        while ((sync = PQgetResult(p->conn)) != NULL &&
+               PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+            PQclear(sync);
+        if (sync) PQclear(sync);
+    } else {
+        fail(d, NULL, "insert orders: send");
+    }
+    PQexitPipelineMode(p->conn);
+    if (!bad) {
+        /* A job is inserted when its id came back; else a key another
+         * order holds makes it a replay's refusal; else stale. */
+        for (int r = 0; r < PQntuples(ins); r++) {
+            long long k = atoll(PQgetvalue(ins, r, 0));
+            if (k >= 1 && (size_t)k <= nplain) plain[k - 1]->status = DB_OK;
+        }
+        for (int r = 0; dup && r < PQntuples(dup); r++) {
+            long long k = atoll(PQgetvalue(dup, r, 0));
+            if (k >= 1 && (size_t)k <= nkeyed && keyed[k - 1]->status != DB_OK)
+                keyed[k - 1]->status = DB_DUPKEY;
+        }
+        st = DB_OK;
+    } else {
+        const char *state = NULL;
+        PGresult *f = !lock || PQresultStatus(lock) != PGRES_TUPLES_OK ? lock
+                      : !ins || PQresultStatus(ins) != PGRES_TUPLES_OK   ? ins : dup;
+        if (f) state = PQresultErrorField(f, PG_DIAG_SQLSTATE);
+        st = state && (!strcmp(state, "55P03") || !strcmp(state, "40P01") ||
+                       !strcmp(state, "40001"))
+                 ? DB_BUSY
+                 : DB_ERROR;
+    }
+    PQclear(lock);
+    PQclear(ins);
+    PQclear(dup);
+out:
+    for (int k = 0; k < A_NARRAYS; k++) free(a[k].p);
+    free(keys[0].p);
+    free(keys[1].p);
+    free(skus.p);
+    free(plain);
+    free(keyed);
+    return st;
+}
+
 const db_driver db_pg_driver = {
     .name = "postgresql",
     .open = pg_open,
@@ -340,4 +566,5 @@ const db_driver db_pg_driver = {
     .done = pg_done,
     .in_tx = pg_in_tx,
     .wait_ms = pg_wait_ms,
+    .insert_plain = pg_insert_plain,
 };

@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -519,17 +520,22 @@ class Client:
 
 
 class Service:
-    """bin/flashsale against a Redis URL and a SQLite file."""
+    """bin/flashsale against a Redis URL and a SQLite file or a PostgreSQL
+    URL; its log beside the file, or in log_dir."""
 
     def __init__(self, redis_url, db_path, args=(), env=None, port=None, prefix="fs:",
-                 wait=True):
+                 wait=True, log_dir=None):
         self.port = port or free_port()
         self.db_path = db_path
         self.redis_url = redis_url
         self.prefix = prefix
         self.args = list(args)
         self.env = env
-        self.log_path = db_path + ".%d.log" % self.port
+        if "://" in db_path:
+            self.log_path = os.path.join(log_dir or tempfile.gettempdir(),
+                                         "flashsale.%d.log" % self.port)
+        else:
+            self.log_path = db_path + ".%d.log" % self.port
         self.proc = None
         self.start(wait)
 
@@ -615,12 +621,43 @@ class Service:
 
 
 def db_rows(path, sql, args=()):
-    """Reads the service's SQLite file directly (a second vantage point)."""
+    """Reads the service's database directly (a second vantage point): a
+    SQLite file, or a PostgreSQL server's database by its URL (with psql;
+    ? parameters, numbers come back as int)."""
+    if path.startswith("postgresql://") or path.startswith("postgres://"):
+        return _pg_rows(path, sql, args)
     con = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
     try:
         return con.execute(sql, args).fetchall()
     finally:
         con.close()
+
+
+def _pg_literal(v):
+    if v is None:
+        return "NULL"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+def _pg_rows(url, sql, args):
+    parts = sql.split("?")
+    if len(parts) != len(args) + 1:
+        raise AssertionError("db_rows: %d ? for %d arguments" % (len(parts) - 1, len(args)))
+    text = parts[0] + "".join(_pg_literal(a) + p for a, p in zip(args, parts[1:]))
+    r = subprocess.run(["psql", url, "-X", "-v", "ON_ERROR_STOP=1", "-AtF", "\t", "-c",
+                        "SET default_transaction_read_only=on; " + text],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise AssertionError("psql: %s" % r.stderr)
+    rows = []
+    for line in r.stdout.splitlines():
+        if line == "SET":
+            continue
+        rows.append(tuple(int(c) if re.fullmatch(r"-?\d+", c) else (None if c == "" else c)
+                          for c in line.split("\t")))
+    return rows
 
 
 def parallel(n, fn):

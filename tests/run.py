@@ -156,7 +156,7 @@ class Ctx:
 
     def service(self, redis, db=None, **kw):
         s = harness.Service(redis.url if hasattr(redis, "url") else redis,
-                            db or self.path("orders.db"), **kw)
+                            db or self.path("orders.db"), log_dir=self.tmp, **kw)
         self._cleanup.append(lambda: s.proc.poll() is None and s.kill())
         self.last_service = s
         self.services.append(s)

@@ -22,6 +22,8 @@ class Load:
     as a transport error (its order may or may not exist)."""
 
     def __init__(self, services, sku, buyers=16, qty=1, keys=False, pause=0.0):
+        """keys: each order with an Idempotency-Key (keys=True: "b<buyer>-<n>";
+        a string: that prefix instead of "b")."""
         self.services = services
         self.sku = sku
         self.qty = qty
@@ -47,7 +49,8 @@ class Load:
                     c.close()
                 c = Client(s.port, timeout=10)
             try:
-                hdrs = {"Idempotency-Key": "b%d-%d" % (i, n)} if self.keys else None
+                prefix = self.keys if isinstance(self.keys, str) else "b"
+                hdrs = {"Idempotency-Key": "%s%d-%d" % (prefix, i, n)} if self.keys else None
                 r = c.post("/v1/orders", {"sku": self.sku, "user_id": "u%d" % i,
                                           "quantity": self.qty}, headers=hdrs)
                 with self.lock:
