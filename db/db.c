@@ -136,6 +136,13 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
     [DB_ST_SAVEPOINT] = { "SAVEPOINT o", NULL },
     [DB_ST_ROLLBACK_TO] = { "ROLLBACK TO o", NULL },
     [DB_ST_RELEASE] = { "RELEASE o", NULL },
+    /* db-for-update: the row locked and read in one statement (SQLite's
+     * text only prepares: the strategy needs PostgreSQL). */
+    [DB_ST_STOCK_FOR_UPDATE] = {
+        "SELECT db_available, db_version FROM products WHERE sku=?1",
+        "SELECT db_available, db_version FROM products WHERE sku=?1 FOR UPDATE" },
+    [DB_ST_TAKE_SET] = {
+        "UPDATE products SET db_available=?2, db_version=db_version+1 WHERE sku=?1", NULL },
 };
 
 const db_sql *db_sql_of(int id) {
@@ -649,6 +656,46 @@ static db_status scalar(db *d, int st_id, const char *sku, const char *user, lon
     return db_one_int(d, st_id, a, user ? 2 : 1, "read", out);
 }
 
+void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud) {
+    d->critical = fn;
+    d->critical_ud = ud;
+}
+
+int db_row_locks(const db *d) { return d->drv == &db_pg_driver; }
+
+/* db-for-update's lock: SELECT ... FOR UPDATE of the product's row, which
+ * reads what is left: DB_OK with *left, DB_NOTFOUND, or an error. */
+static db_status lock_for_update(db *d, const char *sku, long long *left) {
+    const db_arg a[] = { DB_TEXT(sku) };
+    db_rows r;
+    db_status st = db_run(d, &r, DB_ST_STOCK_FOR_UPDATE, a, 1, "lock the product row");
+    if (st != DB_OK) return st;
+    int got = db_next(&r);
+    if (got > 0) *left = db_col_int(&r, 0);
+    db_done(&r);
+    return got > 0 ? DB_OK : got == 0 ? DB_NOTFOUND : d->last;
+}
+
+/* db-for-update's take, under its lock: what was left (read with the
+ * lock) checked here -- or, for its unsafe twin, the caller's earlier read
+ * trusted -- then set. */
+static db_status take_for_update(db *d, const db_order *o, db_take take, long long left,
+                                 long long read_before, long long *available) {
+    db_status st;
+    *available = left;
+    if (take == DB_TAKE_FOR_UPDATE) {
+        if (left < o->quantity) return DB_NOSTOCK;
+        if (d->critical) d->critical(d->critical_ud, left);
+    } else {
+        left = read_before;                   /* the stale read: its flaw */
+    }
+    const db_arg w[] = { DB_TEXT(o->sku), DB_INT(left - o->quantity) };
+    st = db_do(d, DB_ST_TAKE_SET, w, 2, "write stock", NULL);
+    if (st == DB_EXISTS) return DB_NOSTOCK;   /* CHECK(db_available >= 0): refused */
+    if (st == DB_OK) *available = left - o->quantity;
+    return st;
+}
+
 /* Takes the stock of a db-strategy order inside the writer's transaction.
  * The conditional UPDATE is the whole check: it changes no row when fewer
  * than qty units are left (or, optimistic, when the version moved since the
@@ -657,12 +704,23 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
                             long long expect_version, long long *available) {
     db_status st;
     db_order prior;
-    long long one;
+    long long one, left = 0;
+    int for_update = take == DB_TAKE_FOR_UPDATE || take == DB_TAKE_READ_BEFORE;
     /* The SKU's row first: what is read below (a key, the buyer's units)
-     * cannot change until this transaction ends. */
-    const db_arg l[] = { DB_TEXT(o->sku) };
-    st = db_one_int(d, DB_ST_PRODUCT_LOCK, l, 1, "lock the product", &one);
-    if (st != DB_OK && st != DB_NOTFOUND) return st;
+     * cannot change until this transaction ends. db-for-update's lock is
+     * the seed's own, which reads what is left. */
+    if (for_update) {
+        st = lock_for_update(d, o->sku, &left);
+        if (st == DB_NOTFOUND) {
+            *available = 0;
+            return DB_NOSTOCK;
+        }
+    } else {
+        const db_arg l[] = { DB_TEXT(o->sku) };
+        st = db_one_int(d, DB_ST_PRODUCT_LOCK, l, 1, "lock the product", &one);
+        if (st == DB_NOTFOUND) st = DB_OK;
+    }
+    if (st != DB_OK) return st;
     /* A replay is a replay before it is anything else (over the limit, or
      * sold out since): look the key up first. */
     if (o->idem_key[0]) {
@@ -682,6 +740,7 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
         if ((st = db_do(d, DB_ST_USER_ADD, u, 3, "count the buyer's units", NULL)) != DB_OK)
             return st;
     }
+    if (for_update) return take_for_update(d, o, take, left, expect_version, available);
     const db_arg a[] = { DB_TEXT(o->sku), DB_INT(o->quantity), DB_INT(expect_version) };
     long long changed = 0;
     st = db_do(d, take == DB_TAKE_OPTIMISTIC ? DB_ST_TAKE_VERSIONED : DB_ST_TAKE_CONDITIONAL, a,
@@ -851,6 +910,26 @@ undo:
         (st != DB_ERROR && st != DB_BUSY))
         st = DB_ERROR;                         /* the transaction is no longer usable */
     return st;
+}
+
+db_status db_order_for_update(db *d, const db_order *o, db_take take, long long per_user_limit,
+                              long long read_before, long long *available_out) {
+    assert(take == DB_TAKE_FOR_UPDATE || take == DB_TAKE_READ_BEFORE);
+    if (!db_row_locks(d)) return db_error(d, "db-for-update needs PostgreSQL's row locks");
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    st = db_order_insert(d, o, take, per_user_limit, read_before, available_out);
+    if (st != DB_OK) {
+        db_rollback(d);
+        return st;
+    }
+    if ((st = db_commit(d)) != DB_OK) {
+        db_rollback(d);
+        /* The order's row tells whether the COMMIT landed. */
+        db_status now = db_order_state(d, o->order_id);
+        return now == DB_OK ? DB_OK : now == DB_NOTFOUND || now == DB_STALE ? st : DB_UNKNOWN;
+    }
+    return DB_OK;
 }
 
 void db_format_time(int64_t wall_ms, char out[DB_TIME_LEN + 1]) {

@@ -202,7 +202,11 @@ void db_rollback(db *d);
 typedef enum db_take {
     DB_TAKE_NONE = 0,       /* stock was reserved elsewhere (Redis) */
     DB_TAKE_CONDITIONAL,    /* `db`: UPDATE ... WHERE available >= qty */
-    DB_TAKE_OPTIMISTIC      /* `db-optimistic`: read version, UPDATE ... WHERE version = v */
+    DB_TAKE_OPTIMISTIC,     /* `db-optimistic`: read version, UPDATE ... WHERE version = v */
+    DB_TAKE_FOR_UPDATE,     /* `db-for-update`: SELECT ... FOR UPDATE, check, write */
+    DB_TAKE_READ_BEFORE     /* `unsafe-check-outside-tx`: the row locked, and written as
+                               the units read before the transaction (expect_version)
+                               less the order's: a lost update when two read alike */
 } db_take;
 
 /* Inserts o inside the open transaction: a confirmed order, or with
@@ -216,6 +220,24 @@ typedef enum db_take {
  * expect_version to DB_TAKE_OPTIMISTIC (the version the caller read). */
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out);
+
+/* `db-for-update` and its unsafe twin (seed 004, section 3.2.1): the order
+ * in a transaction of its own, which locks the product's row (SELECT ...
+ * FOR UPDATE), reads what is left, checks it (take DB_TAKE_FOR_UPDATE; or,
+ * DB_TAKE_READ_BEFORE, trusts read_before, the units its caller read and
+ * checked before the transaction), writes, inserts the order and commits:
+ * the lock is the row's, held until the commit. On PostgreSQL only (SQLite
+ * has no row locks: DB_ERROR). Results as db_order_insert's; *available_out
+ * the units left (or, refused, found). DB_UNKNOWN: the COMMIT failed and
+ * may have landed. */
+db_status db_order_for_update(db *d, const db_order *o, db_take take, long long per_user_limit,
+                              long long read_before, long long *available_out);
+/* Fault injection: fn(ud, units) is called inside the locked critical
+ * section of db_order_for_update, after the check and before the write
+ * (NULL: none). */
+void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud);
+/* Whether d's engine has row locks (PostgreSQL). */
+int db_row_locks(const db *d);
 
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and

@@ -39,7 +39,7 @@ enum {
     DB_ST_PRODUCT_REPAIR, DB_ST_TAKE_CONDITIONAL, DB_ST_TAKE_VERSIONED, DB_ST_USER_ORDERS,
     DB_ST_USER_SUM, DB_ST_USER_ADD, DB_ST_STOCK_READ, DB_ST_RESTOCK_GET, DB_ST_RESTOCK_INSERT,
     DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PRODUCT_LOCK, DB_ST_KEY_OWNER, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
-    DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE,
+    DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE, DB_ST_STOCK_FOR_UPDATE, DB_ST_TAKE_SET,
     DB_ST_LOCK_FIRST                /* the lock table's: DB_LOCK_ST_* from here */
 };
 
@@ -153,6 +153,9 @@ struct db {
      * (which, on SQLite, resets it) would restart the outer walk: that is
      * how `audit --repair` once audited products twice and never ended. */
     unsigned char walking[DB_ST_COUNT];
+    /* Fault injection: called in db_order_for_update's critical section. */
+    void (*critical)(void *ud, long long units);
+    void *critical_ud;
     /* What a write transaction owes the products table (db.c). */
     void *tally;
     char errstr[256];

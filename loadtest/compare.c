@@ -90,8 +90,15 @@ static const force_spec FORCED[] = {
       "no lock: a second holder reads the same units" },
     { SAME_READ, "unsafe-unlock-before-write", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
       "unlocked before the write: a second holder reads the same units" },
+    /* Seed 004's pessimistic lock and its mistake (on PostgreSQL): the
+     * check before the transaction that locks, then the value computed. */
+    { SAME_READ, "unsafe-check-outside-tx", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
+      "checked before the transaction that locks the row: a second holder reads the same "
+      "units" },
     { SAME_READ, "local", 1, 1, LAST_UNIT_BOUND_MS, 0, 0, FL_FORCE_ALONE,
       "1 instance: the last unit, a second holder waited for" },
+    { SAME_READ, "db-for-update", 1, 0, SAME_READ_BOUND_MS / 4, 0, 0, FL_FORCE_ALONE,
+      "SELECT ... FOR UPDATE: a second holder waited for, inside the locked transaction" },
     { SAME_READ, "lock", 2, 1, LAST_UNIT_BOUND_MS, 10000, 0, FL_FORCE_ALONE,
       "2 instances: the last unit, a second holder waited for (lease %dms)" },
     /* EXPIRE takes whole seconds. */
@@ -223,11 +230,23 @@ static void forced_scene(const fl_compare_opts *o, fl_scene *sc, const force_spe
     sc->unsafe = sc->unsafe || (!strcmp(sc->strategy, "local") && sc->instances > 1);
 }
 
+/* Whether strategy is named by --strategies. */
+static int named(const fl_compare_opts *o, const char *strategy) {
+    for (int k = 0; k < o->nstrategies; k++)
+        if (!strcmp(o->strategies[k], strategy)) return 1;
+    return 0;
+}
+
 /* Whether strategy is among those asked for (all, when none is named). */
 static int asked_for(const fl_compare_opts *o, const char *strategy) {
-    int wanted = o->nstrategies == 0;
-    for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], strategy);
-    return wanted;
+    return o->nstrategies == 0 || named(o, strategy);
+}
+
+/* Whether a scene of info is wanted: asked for, and, unless named, one
+ * the service can run (db-for-update needs PostgreSQL: a comparison on
+ * SQLite leaves it out rather than skip it). */
+static int wanted(const fl_compare_opts *o, const fl_strategy *info) {
+    return asked_for(o, info->name) && (info->available || named(o, info->name));
 }
 
 static int has_segments(const fl_compare_opts *o, int segs) {
@@ -261,7 +280,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
      * is shown under the forcing that breaks it, below. */
     for (int i = 0; i < nst; i++) {
         const fl_strategy *info = &st[i];
-        if (!asked_for(o, info->name) || !info->safe) continue;
+        if (!wanted(o, info) || !info->safe) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
             if (o->segments[k] > 1 && !info->segments) continue;
@@ -280,7 +299,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
      * loses writes: it has its scenes among the Redis failures. */
     for (const force_spec *fs = FORCED; fs->strategy; fs++) {
         const fl_strategy *info = fl_strategy_find(st, nst, fs->strategy);
-        if (!info || !asked_for(o, info->name)) continue;
+        if (!info || !wanted(o, info)) continue;
         if (fs->instances > 1 && !o->two_instances) continue;
         if ((sc = add_scene(out, &n, max, info->name, 1, fs->instances, !info->safe)))
             forced_scene(o, sc, fs);
@@ -291,7 +310,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
     /* Third group: the Redis failures, each strategy's scene of each. */
     for (const failure_spec *fs = FAILURES; o->redis_failures && fs->strategy; fs++) {
         const fl_strategy *info = fl_strategy_find(st, nst, fs->strategy);
-        if (!info || !asked_for(o, info->name) || n == max) continue;
+        if (!info || !wanted(o, info) || n == max) continue;
         fl_scene *sc = &out[n++];
         memset(sc, 0, sizeof *sc);
         snprintf(sc->strategy, sizeof sc->strategy, "%s", info->name);
@@ -306,7 +325,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
     /* Fourth group: holds, sold out and sold again. */
     for (const char *const *h = HOLDS; o->holds && *h; h++) {
         const fl_strategy *info = fl_strategy_find(st, nst, *h);
-        if (!info || !info->safe || !asked_for(o, info->name) || n == max) continue;
+        if (!info || !info->safe || !wanted(o, info) || n == max) continue;
         holds_scene(o, &out[n++], info->name);
     }
     /* Stable: contention first, then the forced interleavings, then the
@@ -471,7 +490,10 @@ static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
                        strerror(err));
     }
     snprintf(w->key_prefix, sizeof w->key_prefix, "fs:");
-    snprintf(w->db_path, sizeof w->db_path, "%s/orders.db", w->dir);
+    /* Its own SQLite file, or the database --db names (a PostgreSQL
+     * server's: every scene's orders on it). */
+    if (o->db_path[0]) snprintf(w->db_path, sizeof w->db_path, "%s", o->db_path);
+    else snprintf(w->db_path, sizeof w->db_path, "%s/orders.db", w->dir);
     w->lock_servers = wants_lock_servers(o);
     if (w->lock_servers) lock_servers_spawn(o, w);
     else {
@@ -483,7 +505,7 @@ static int world_up(const fl_compare_opts *o, fl_world *w, fl_err *e) {
     snprintf(w->redis_url, sizeof w->redis_url, "%s", w->redis.url);
     /* Started now, used last: their sentinels learn of each other
      * meanwhile. */
-    if (wants_failures(o) && !(w->fail = fl_failures_spawn(w->dir, o->service_bin)))
+    if (wants_failures(o) && !(w->fail = fl_failures_spawn(w->dir, o->service_bin, o->db_path)))
         return fl_errf(e, "out of memory");
     return fl_world_add_instance(w, e);
 }

@@ -81,9 +81,10 @@ void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr);
  * (the sentinels take seconds to learn of each other): two primaries with
  * a replica each and three sentinels watching both, Redlock's two plain
  * servers (one under bin/libclockjump.so when it is there); the service starts
- * when the group first runs. NULL: out of memory. A failure to start is
+ * when the group first runs, on db (a PostgreSQL URL; NULL or "": a SQLite
+ * file of its own). NULL: out of memory. A failure to start is
  * kept and said when the group runs. */
-fl_failworld *fl_failures_spawn(const char *dir, const char *service_bin);
+fl_failworld *fl_failures_spawn(const char *dir, const char *service_bin, const char *db);
 /* Stops every process of f (NULL: nothing). Frees f. */
 void fl_failures_down(fl_failworld *f);
 /* Waits (once) until f serves; 0, or -1 with why filled. */

@@ -164,14 +164,15 @@ static int spawn_all(fl_failworld *f, fl_err *e) {
     snprintf(f->redlock, sizeof f->redlock,
              "redis-sentinel://127.0.0.1:%d/%s,redis://127.0.0.1:%d/0,redis://127.0.0.1:%d/0",
              f->sent[0].port, LOCK_NAME, f->rl[0].port, f->rl[1].port);
-    snprintf(f->db, sizeof f->db, "%s/orders.db", f->dir);
+    if (!f->db[0]) snprintf(f->db, sizeof f->db, "%s/orders.db", f->dir);
     return 0;
 }
 
-fl_failworld *fl_failures_spawn(const char *dir, const char *service_bin) {
+fl_failworld *fl_failures_spawn(const char *dir, const char *service_bin, const char *db) {
     fl_failworld *f = calloc(1, sizeof *f);
     if (!f) return NULL;
     fl_err e = { "" };
+    if (db && db[0]) snprintf(f->db, sizeof f->db, "%s", db);
     snprintf(f->dir, sizeof f->dir, "%.200s/failures", dir);
     snprintf(f->svc_bin, sizeof f->svc_bin, "%s", service_bin);
     mkdir(f->dir, 0755);

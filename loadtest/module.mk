@@ -12,6 +12,8 @@
 #                table, and where report.html is. DEMO_ARGS adds flashload
 #                compare options (e.g. --quick, --strategies, --no-probes,
 #                --no-redis-failures, --no-holds).
+#   make demo-pg the same with every order on a throwaway PostgreSQL server,
+#                where db-for-update and unsafe-check-outside-tx run too.
 #   make bench   the service's `lua` and `lock` x1/x8 order paths side by
 #                side with the reference gateway (loadtest/gateway/: nginx +
 #                Lua module + lua-resty-redis, one EVALSHA per order, nothing
@@ -56,6 +58,13 @@ demo: deps
 
 demo-run: $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
 	$(BIN)/flashload compare $(DEMO_ARGS)
+
+# The same comparison with the orders on a throwaway PostgreSQL server
+# (tools/with_postgres.py), where db-for-update and its unsafe twin run too.
+.PHONY: demo-pg
+demo-pg: deps
+	$(MAKE) $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
+	$(PYTHON) tools/with_postgres.py $(BIN)/flashload compare --db '{url}' $(DEMO_ARGS)
 
 # What bench.py needs beyond the service's packages: wrk and the reference
 # gateway (nginx with the Lua module, lua-resty-redis, cjson). The tests

@@ -722,23 +722,18 @@ static long long force_arrivals(stock_conn *c, const stock_product *p, long long
     return n;
 }
 
-/* Waits as cs_overlap asks (above); without it, the plain pause. Redis
- * failing ends the wait: the write that follows meets the same failure. */
-static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, const seen *sn) {
-    const stock_product *p = r->product;
+void stock_force_wait(stock_conn *c, const stock_product *p, long long gen, int seg,
+                      long long units) {
     if (p->cs_overlap <= 0) {
         injected_pause(p);
         return;
     }
-    int i = 0;
-    while (i + 1 < pk->n && pk->take[i] == 0) i++;      /* the first segment written */
-    int seg = pk->seg[i];
-    long long units = pk->value[i];
+    if (sk_route(c, p->sku) || stock_conn_ensure(c)) return;
     char id[24];
     random_hex(id, 8);
     rconn_cmd_evalsha(&c->cmd, &sk_force_enter, 2);
-    force_key(c, p, sn->gen, seg, units, "in");
-    force_key(c, p, sn->gen, seg, units, "n");
+    force_key(c, p, gen, seg, units, "in");
+    force_key(c, p, gen, seg, units, "n");
     rconn_cmd_adds(&c->cmd, id);
     rconn_cmd_addll(&c->cmd, p->cs_delay_ms + FORCE_KEY_TTL_MS);
     redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_force_enter);
@@ -753,7 +748,7 @@ static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, con
     long long together = inside;
     while (together < p->cs_overlap && clock_mono_ms() < deadline) {
         clock_sleep_ms(FORCE_POLL_MS);
-        long long n = force_arrivals(c, p, sn->gen, seg, units);
+        long long n = force_arrivals(c, p, gen, seg, units);
         if (n < 0) {
             sk_drop(c, "force");
             return;
@@ -763,7 +758,7 @@ static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, con
     /* Out of the critical section's set, and the outcome counted. */
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_adds(&c->cmd, "SREM");
-    force_key(c, p, sn->gen, seg, units, "in");
+    force_key(c, p, gen, seg, units, "in");
     rconn_cmd_adds(&c->cmd, id);
     int bad = rconn_cmd_append(c->ctx, &c->cmd);
     rconn_cmd_reset(&c->cmd);
@@ -778,6 +773,14 @@ static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, con
         if (done) freeReplyObject(done);
     }
     if (bad) sk_drop(c, "force");
+}
+
+/* Waits as cs_overlap asks (stock_force_wait), holding the first segment
+ * the order writes and the units it read there. */
+static void injected_wait(stock_conn *c, const stock_req *r, const pick *pk, const seen *sn) {
+    int i = 0;
+    while (i + 1 < pk->n && pk->take[i] == 0) i++;      /* the first segment written */
+    stock_force_wait(c, r->product, sn->gen, pk->seg[i], pk->value[i]);
 }
 
 /* One attempt under the locks of pk. */

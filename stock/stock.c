@@ -131,6 +131,16 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                    "trusted, whoever built it, so a replica promoted without "
                                    "the last decrements, or a Redis that lost its last second of "
                                    "AOF, sells those units again", STOCK_LOCKS_NONE, NULL, 1 },
+    [STOCK_DB_FOR_UPDATE] = { "db-for-update", STOCK_KIND_DB_FOR_UPDATE, 0, 0, 0,
+                              "PostgreSQL: a transaction per order locks the product row "
+                              "(SELECT .. FOR UPDATE), checks, writes and commits (seed 004's "
+                              "pessimistic lock)", STOCK_LOCKS_NONE, NULL, 0, 1 },
+    [STOCK_UNSAFE_CHECK_OUTSIDE_TX] = { "unsafe-check-outside-tx", STOCK_KIND_DB_FOR_UPDATE,
+                                        0, 1, 0,
+                                        "PostgreSQL: reads and checks the stock before the "
+                                        "transaction that locks the row, then writes what it "
+                                        "computed: two buyers of one read both sell",
+                                        STOCK_LOCKS_NONE, NULL, 0, 1 },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {

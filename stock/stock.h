@@ -48,6 +48,8 @@ typedef enum stock_strategy {
     STOCK_UNSAFE_UNLOCK_BEFORE_WRITE,
     STOCK_UNSAFE_REDLOCK_NO_FENCE,
     STOCK_UNSAFE_TRUST_REDIS,
+    STOCK_DB_FOR_UPDATE,
+    STOCK_UNSAFE_CHECK_OUTSIDE_TX,
     STOCK_STRATEGY_COUNT
 } stock_strategy;
 
@@ -65,6 +67,9 @@ typedef enum stock_kind {
                                  (the db module's DB_TAKE_CONDITIONAL: no code here) */
     STOCK_KIND_DB_OPTIMISTIC, /* read the version, then a versioned UPDATE there
                                  (db_stock_read, DB_TAKE_OPTIMISTIC) */
+    STOCK_KIND_DB_FOR_UPDATE, /* a transaction of the order's own that locks the
+                                 product row (SELECT ... FOR UPDATE), checks, writes
+                                 and commits (db_order_for_update) */
     STOCK_KIND_COUNT
 } stock_kind;
 
@@ -95,6 +100,7 @@ typedef struct stock_strategy_info {
                                         a segment (stock/rcw.c's; NULL: no lock) */
     int trusts_copy;    /* takes any stock copy as valid, whoever built it: no check of
                            its generation's run_id (unsafe: Redis as the truth) */
+    int row_locks;      /* needs the database's row locks: PostgreSQL, not SQLite */
 } stock_strategy_info;
 
 /* Looks a strategy up by name; returns 0, or -1 if there is none. */
@@ -257,6 +263,17 @@ typedef struct stock_req {
  * one round trip. Returns 0 when Redis answered every request, -1 when some
  * ended STOCK_UNAVAILABLE. */
 int stock_reserve(stock_conn *c, stock_req **reqs, size_t n);
+
+/* Fault injection (a product's cs_delay_ms and cs_overlap): inside a
+ * critical section, after the read and the check, waits as the product
+ * asks -- a pause, or until cs_overlap holders have been inside with the
+ * same read (gen, segment seg, units read), cs_delay_ms at most, the wait
+ * counted in <prefix>{<sku>}:cs (docs/storage.md, "Forced
+ * interleavings"). The read-check-write strategies call it themselves; a
+ * strategy whose critical section is elsewhere (db-for-update's, in a
+ * database transaction) calls it there. Redis failing ends the wait. */
+void stock_force_wait(stock_conn *c, const stock_product *p, long long gen, int seg,
+                      long long units);
 
 /* Reserves one order of a STOCK_KIND_RCW strategy: read, check, write, with
  * the strategy's lock (if any) held around them as the strategy does it.

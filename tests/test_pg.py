@@ -24,7 +24,7 @@ from test_flashload import flashload, vantage
 from test_strategies import FORCE, assert_exact, forced, hammer, oversold
 
 SAFE_PG = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("db", 1), ("db-optimistic", 1),
-           ("db-lock", 1), ("local", 1)]
+           ("db-lock", 1), ("db-for-update", 1), ("local", 1)]
 
 
 def pg_db(ctx, name="orders"):
@@ -78,6 +78,29 @@ def test_pg_forced_flaws_still_oversell(ctx):
     a.create_product("loc1", 1, strategy="local", cs_overlap=2, cs_delay_ms=1000)
     over, p = oversold(a, "loc1", 1, hammer([a], "loc1", conns=10, per_conn=1))
     assert over == 0 and p["sold"] == 1, p
+
+
+def test_pg_for_update_and_its_unsafe_twin(ctx):
+    """Seed 004's pessimistic lock: db-for-update locks the product's row
+    with SELECT ... FOR UPDATE in the order's own transaction, so a second
+    buyer can never be inside with the same read (the forcing waits for
+    one in vain); unsafe-check-outside-tx reads and checks before the
+    transaction that locks, and two buyers of one read both sell."""
+    redis = ctx.redis()
+    pg, url = pg_db(ctx)
+    args = ["--fault-injection", "--lock-wait-ms", "10000"]
+    a = ctx.service(redis, db=url, args=args)
+    b = ctx.service(redis, db=url, args=args)
+    a.create_product("fu", 5, strategy="db-for-update", cs_overlap=2, cs_delay_ms=300)
+    over, p = oversold(a, "fu", 5, hammer([a, b], "fu", conns=10, per_conn=1))
+    met, alone = forced(redis, "fu")
+    assert met == 0 and alone == 5 and over == 0 and p["sold"] == 5, (met, alone, p)
+    assert db_rows(url, "SELECT db_available, sold FROM products WHERE sku='fu'") == [(0, 5)]
+    a.create_product("late", 5, strategy="unsafe-check-outside-tx", **FORCE)
+    over, p = oversold(a, "late", 5, hammer([a, b], "late", conns=10, per_conn=1))
+    met, alone = forced(redis, "late")
+    assert met >= 2 and over > 0, (met, alone, over, p)
+    assert p["warning"].startswith("UNSAFE: unsafe-check-outside-tx oversells"), p
 
 
 def test_pg_verifier_and_idempotency_on_two_instances(ctx):

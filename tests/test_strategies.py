@@ -149,6 +149,19 @@ def test_fault_injection_fields_need_the_flag(ctx):
         assert "--fault-injection" in r.json["message"], r
 
 
+def test_row_lock_strategies_need_postgresql(ctx):
+    """db-for-update and its unsafe twin lock a row with SELECT ... FOR
+    UPDATE: on SQLite they are listed unavailable, with the reason, and a
+    product of theirs is refused."""
+    s = ctx.service(ctx.redis())
+    by_name = {x["name"]: x for x in s.get("/v1/strategies").json["strategies"]}
+    for name in ("db-for-update", "unsafe-check-outside-tx"):
+        st = by_name[name]
+        assert not st["available"] and "postgresql://" in st["unavailable_reason"], st
+        r = s.post("/v1/products", {"sku": "fu", "stock": 5, "strategy": name})
+        assert r.status == 400 and r.json["error"] == "strategy_unavailable", r
+
+
 def test_cs_overlap_is_checked(ctx):
     """cs_overlap is a count of holders (2 or more), needs its bound
     (cs_delay_ms), and is for strategies with a critical section in the

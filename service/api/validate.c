@@ -255,8 +255,9 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
         return fail(e, 400, "invalid_field",
                     "'cs_overlap' is the number of holders to wait for, 2 or more, and needs "
                     "'cs_delay_ms', the longest wait.");
-    if (in->cs_overlap > 1 && stock_strategy_about(s)->kind != STOCK_KIND_RCW &&
-        stock_strategy_about(s)->kind != STOCK_KIND_LOCK)
+    stock_kind kind = stock_strategy_about(s)->kind;
+    if (in->cs_overlap > 1 && kind != STOCK_KIND_RCW && kind != STOCK_KIND_LOCK &&
+        kind != STOCK_KIND_DB_FOR_UPDATE)
         return fail(e, 400, "invalid_field",
                     "'cs_overlap' is for the strategies with a critical section in the service "
                     "(a lock, or none: read, check, write); '%s' has none.", in->strategy);

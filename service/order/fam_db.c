@@ -1,5 +1,5 @@
-/* fam_db.c: the db family: `db` and `db-optimistic`, whose stock lives in
- * SQLite.
+/* fam_db.c: the db family: `db`, `db-optimistic` and `db-for-update`,
+ * whose stock lives in the database.
  *
  *   db             the order goes straight to the committer, whose
  *                  transaction takes the stock with a conditional UPDATE
@@ -11,6 +11,11 @@
  *                  committer then tries UPDATE ... WHERE version = v, and a
  *                  moved version sends the order back to read again (at
  *                  most OPTIMISTIC_TRIES times)
+ *   db-for-update  a blocking thread runs the order's own transaction on
+ *                  its connection: the product's row locked (SELECT ...
+ *                  FOR UPDATE), checked, written, the order inserted,
+ *                  committed (PostgreSQL); its unsafe twin reads and checks
+ *                  before that transaction, and writes what it computed
  *
  * The SQL is the db module's (db_stock_read, and the DB_TAKE_* of an
  * insert in db/db.c); this file is the service's side of both. Nothing is
@@ -43,9 +48,60 @@ static void read_version(svc_order *op) {
     svc_commit_send(op);
 }
 
+static void refused(svc_order *op);
+
+/* db-for-update's critical section (fault injection): the forcing of an
+ * interleaving waits here, inside the locked transaction. */
+static void in_critical_section(void *ud, long long units) {
+    svc_order *op = ud;
+    stock_conn *sc = svc_thread_stock(op->a);
+    if (sc) stock_force_wait(sc, &op->p->sp, 0, 0, units);
+}
+
+/* db-for-update and its twin, on a blocking thread: the order's own
+ * transaction on this thread's connection, then the answer. */
+static void for_update(svc_order *op) {
+    db *d = svc_thread_db(op->a);
+    long long read = 0, version = 0, available = 0;
+    int unsafe = op->p->strategy == STOCK_UNSAFE_CHECK_OUTSIDE_TX;
+    if (!d) {
+        svc_health_poke_db(op->a->health);
+        svc_order_refuse(op, RF_DB_DOWN, 0);
+        return;
+    }
+    if (unsafe) {
+        /* The seed's mistake: the check before the transaction that locks. */
+        if (db_stock_read(d, op->p->sku, &read, &version) != DB_OK) {
+            svc_health_poke_db(op->a->health);
+            svc_order_refuse(op, RF_DB_DOWN, 0);
+            return;
+        }
+        if (read < op->quantity) {
+            svc_order_refuse(op, read > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, read);
+            return;
+        }
+        if (op->p->sp.cs_delay_ms > 0) in_critical_section(op, read);
+    }
+    svc_commit_prepare_insert(op, unsafe ? DB_TAKE_READ_BEFORE : DB_TAKE_FOR_UPDATE, read);
+    if (!unsafe && op->p->sp.cs_delay_ms > 0) db_set_critical(d, in_critical_section, op);
+    db_job *j = &op->job;
+    j->status = db_order_for_update(d, &j->order, j->take, j->per_user_limit, read, &available);
+    db_set_critical(d, NULL, NULL);
+    j->available = available;
+    if (j->status != DB_OK) {
+        refused(op);
+        return;
+    }
+    svc_order_answer(op, &j->order, 0);
+}
+
 static void submit(svc_order *op) {
     if (op->p->strategy == STOCK_DB_OPTIMISTIC) {
         svc_pipeline_run_blocking(op, read_version);
+        return;
+    }
+    if (stock_strategy_about(op->p->strategy)->kind == STOCK_KIND_DB_FOR_UPDATE) {
+        svc_pipeline_run_blocking(op, for_update);
         return;
     }
     svc_commit_prepare_insert(op, DB_TAKE_CONDITIONAL, 0);

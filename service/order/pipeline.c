@@ -44,6 +44,7 @@ static const svc_family *const FAMILIES[STOCK_KIND_COUNT] = {
     [STOCK_KIND_RCW] = &svc_family_blocking,
     [STOCK_KIND_DB] = &svc_family_db,
     [STOCK_KIND_DB_OPTIMISTIC] = &svc_family_db,
+    [STOCK_KIND_DB_FOR_UPDATE] = &svc_family_db,
 };
 
 /* The families with per-loop state, in the order they flush each turn. */
@@ -208,6 +209,9 @@ const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
         [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
     };
     stock_lock_server srv = stock_strategy_about(s)->locks;
+    if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
+        return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
+               "does not have: start flashsale with --db postgresql://...";
     if (srv == STOCK_LOCKS_REDIS && a->cluster)
         return "this strategy's lock lives on the service's own Redis, which is a Redis "
                "Cluster here: not supported on a cluster yet (use lua, or start flashsale "
