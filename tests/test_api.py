@@ -393,7 +393,9 @@ def test_strategies_list(ctx):
         else:
             assert created.status == 400, created
             assert created.json["error"] == "strategy_unavailable", created
-            assert "--" + x["needs"][-1] in created.json["message"], created
+            need = x["needs"][-1]
+            flag = "--db postgresql://" if need == "postgresql" else "--" + need
+            assert flag in created.json["message"], created
             assert s.get("/v1/products/s-" + name).status == 404
 
 

@@ -375,6 +375,7 @@ static void strategy_list(http_req *r, const char *const *params, void *ud) {
         json_t *needs = json_array();
         if (si->uses_redis) json_array_append_new(needs, json_string("redis"));
         if (SERVER[si->locks]) json_array_append_new(needs, json_string(SERVER[si->locks]));
+        if (si->row_locks) json_array_append_new(needs, json_string("postgresql"));
         json_t *o = json_pack("{s:s, s:b, s:b, s:o, s:b, s:s}", "name", si->name, "safe",
                               !si->unsafe, "segments", si->segments_ok, "needs", needs,
                               "available", why == NULL, "description", si->about);
