@@ -213,6 +213,7 @@ db_status db_run_sql(db *d, db_rows *r, const char *sql, const db_arg *args, int
 int db_next(db_rows *r) { return r->d->drv->next(r); }
 long long db_col_int(db_rows *r, int col) { return r->d->drv->col_int(r, col); }
 const char *db_col_text(db_rows *r, int col) { return r->d->drv->col_text(r, col); }
+int db_col_null(db_rows *r, int col) { return r->d->drv->col_null(r, col); }
 long long db_changes(db_rows *r) { return r->d->drv->changes(r); }
 void db_done(db_rows *r) {
     if (r->st >= 0) r->d->walking[r->st] = 0;

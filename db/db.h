@@ -239,6 +239,18 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud);
 /* Whether d's engine has row locks (PostgreSQL). */
 int db_row_locks(const db *d);
 
+/* Copies a sale's books -- products, orders, holds, voided orders, the
+ * buyers' units, restocks by key, the db-lock fences -- from src into dst,
+ * which must be empty (DB_EXISTS, with the reason in dst's error, when it
+ * is not), in one transaction of dst: a copy that fails leaves dst as it
+ * was. progress (NULL: none) is called every 100,000 rows of a table
+ * (done 0) and when a table is copied (done 1). Errors are dst's
+ * (db_errstr); one of src's is told as "source: ...". (`flashsale
+ * migrate`: copy.c.) */
+db_status db_copy_into(db *src, db *dst,
+                       void (*progress)(const char *table, long long rows, int done, void *ud),
+                       void *ud);
+
 /* Group commit. One thread, one connection: jobs submitted from any thread
  * are committed together in one transaction (one fsync for the group), and
  * then handed back in one call of the done callback, on the writer thread. */

@@ -120,6 +120,8 @@ typedef struct db_driver {
     long long (*col_int)(db_rows *r, int col);
     /* A column as text: "" for NULL; valid until the next row. */
     const char *(*col_text)(db_rows *r, int col);
+    /* Whether a column is NULL. */
+    int (*col_null)(db_rows *r, int col);
     /* Rows the run changed (after its rows are read). */
     long long (*changes)(db_rows *r);
     void (*done)(db_rows *r);
@@ -172,6 +174,7 @@ db_status db_run_sql(db *d, db_rows *r, const char *sql, const db_arg *args, int
 int db_next(db_rows *r);
 long long db_col_int(db_rows *r, int col);
 const char *db_col_text(db_rows *r, int col);
+int db_col_null(db_rows *r, int col);
 long long db_changes(db_rows *r);
 void db_done(db_rows *r);
 

@@ -55,6 +55,14 @@ static char *to_dollars(const char *sql) {
     return out;
 }
 
+/* Marks in used[0..n) the parameters sql (in $N form) uses: one pass. */
+static void params_used(const char *sql, unsigned char *used, int n) {
+    for (const char *c = sql; (c = strchr(c, '$')) != NULL; c++) {
+        int k = atoi(c + 1);
+        if (c[1] >= '0' && c[1] <= '9' && k >= 1 && k <= n) used[k - 1] = 1;
+    }
+}
+
 /* ----------------------------------------------------------- errors */
 
 /* Sets d's error from res (or the connection's), and returns its status:
@@ -240,17 +248,36 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
     r->d = d;
     r->st = st;
     r->row = -1;
-    assert(n <= MAX_ARGS);
+    assert(st < 0 || n <= MAX_ARGS);
     if (ensure(d, what) != DB_OK) return DB_ERROR;
-    char nums[MAX_ARGS][24];
-    const char *values[MAX_ARGS];
-    unsigned int types[MAX_ARGS];
+    /* A statement of the module's has a few arguments; an ad hoc one (a
+     * migration's batch of rows) may have thousands. */
+    char small_nums[MAX_ARGS][24];
+    const char *small_values[MAX_ARGS];
+    unsigned int small_types[MAX_ARGS];
+    char (*nums)[24] = small_nums;
+    const char **values = small_values;
+    unsigned int *types = small_types;
+    if (n > MAX_ARGS) {
+        nums = malloc((size_t)n * sizeof *nums);
+        values = malloc((size_t)n * sizeof *values);
+        types = malloc((size_t)n * sizeof *types);
+        if (!nums || !values || !types) {
+            free(nums);
+            free(values);
+            free(types);
+            return db_error(d, "out of memory");
+        }
+    }
+    char *text = st < 0 ? to_dollars(sql) : NULL;
+    unsigned char *used = text ? calloc((size_t)n + 1, 1) : NULL;
+    if (used) params_used(text, used, n);
     for (int i = 0; i < n; i++) {
         /* A NULL's type is the server's to infer where the statement uses
          * it; an ad hoc statement may not use every argument (the order
          * listing's filters), and an unused one needs a type: text. */
         types[i] = args[i].kind == 'i' ? INT8OID
-                   : args[i].kind == 't' || st < 0 ? TEXTOID : 0;
+                   : args[i].kind == 't' || (used && !used[i]) ? TEXTOID : 0;
         if (args[i].kind == 'i') {
             snprintf(nums[i], sizeof nums[i], "%lld", args[i].i);
             values[i] = nums[i];
@@ -274,11 +301,16 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
         }
         res = PQexecPrepared(p->conn, name, n, values, NULL, NULL, 0);
     } else {
-        char *text = to_dollars(sql);
-        if (!text) return db_error(d, "out of memory");
-        res = PQexecParams(p->conn, text, n, types, values, NULL, NULL, 0);
-        free(text);
+        res = text ? PQexecParams(p->conn, text, n, types, values, NULL, NULL, 0) : NULL;
     }
+    free(text);
+    free(used);
+    if (n > MAX_ARGS) {
+        free(nums);
+        free(values);
+        free(types);
+    }
+    if (!res) return db_error(d, "out of memory");
     ExecStatusType rs = PQresultStatus(res);
     if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK) {
         db_status e = fail(d, res, what);
@@ -306,6 +338,8 @@ static long long pg_col_int(db_rows *r, int col) {
 static const char *pg_col_text(db_rows *r, int col) {
     return PQgetvalue(r->h, (int)r->row, col);     /* "" for NULL */
 }
+
+static int pg_col_null(db_rows *r, int col) { return PQgetisnull(r->h, (int)r->row, col); }
 
 static long long pg_changes(db_rows *r) { return r->h ? atoll(PQcmdTuples(r->h)) : 0; }
 
@@ -562,6 +596,7 @@ const db_driver db_pg_driver = {
     .next = pg_next,
     .col_int = pg_col_int,
     .col_text = pg_col_text,
+    .col_null = pg_col_null,
     .changes = pg_changes,
     .done = pg_done,
     .in_tx = pg_in_tx,

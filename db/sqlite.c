@@ -242,6 +242,8 @@ static const char *sq_col_text(db_rows *r, int col) {
     return t ? (const char *)t : "";
 }
 
+static int sq_col_null(db_rows *r, int col) { return sqlite3_column_type(r->h, col) == SQLITE_NULL; }
+
 static long long sq_changes(db_rows *r) { return sqlite3_changes(conn_of(r->d)->conn); }
 
 static int sq_in_tx(db *d) { return !sqlite3_get_autocommit(conn_of(d)->conn); }
@@ -256,6 +258,7 @@ const db_driver db_sqlite_driver = {
     .next = sq_next,
     .col_int = sq_col_int,
     .col_text = sq_col_text,
+    .col_null = sq_col_null,
     .changes = sq_changes,
     .done = sq_done,
     .in_tx = sq_in_tx,

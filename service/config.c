@@ -145,11 +145,19 @@ static void usage(FILE *f, const char *prog) {
     }
     fprintf(f, "\nSignals: SIGTERM or SIGINT stop accepting, finish the requests in flight,\n"
                "commit, and exit 0.\n\n"
-               "Audit: %s audit [--repair] --redis URL --db PATH [--key-prefix P]\n"
-               "  compares Redis and SQLite for every SKU and prints each discrepancy\n"
+               "Audit: %s audit [--repair] --redis URL --db PATH|URL [--key-prefix P]\n"
+               "  compares Redis and the database for every SKU and prints each discrepancy\n"
                "  (orphan pending reservations, stock that disagrees with stock_initial - sold);\n"
-               "  --repair settles orphans and rebuilds disagreeing Redis copies from SQLite,\n"
-               "  saying what it did. Exit 0 when consistent, 1 when not, 2 on errors.\n", prog);
+               "  --repair settles orphans and rebuilds disagreeing Redis copies from the\n"
+               "  database, saying what it did. Exit 0 when consistent, 1 when not, 2 on errors.\n"
+               "\n"
+               "Migrate: %s migrate --from PATH --to postgresql://... [--redis URL] [--no-audit]\n"
+               "  copies a sale's books (products, orders, holds, voided orders, keys, the\n"
+               "  buyers' units, restocks, db-lock fences) from one database into an empty one,\n"
+               "  in one transaction of the target (run it again after a failure), then audits\n"
+               "  the target against Redis (--redis, --key-prefix as the service's). Stop the\n"
+               "  service first. Exit 0 when copied and consistent, 1 when the audit is not,\n"
+               "  2 on errors (a target that is not empty among them).\n", prog, prog);
 }
 
 static int set(svc_config *c, const opt *o, const char *v, const char *from) {

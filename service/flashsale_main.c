@@ -82,10 +82,73 @@ static int audit_command(svc_app *a, int argc, char **argv) {
     return rc;
 }
 
+static void copy_progress(const char *table, long long rows, int done, void *ud) {
+    (void)ud;
+    fprintf(stderr, "flashsale migrate: %s: %lld rows%s\n", table, rows, done ? " copied" : "...");
+}
+
+/* flashsale migrate --from SOURCE --to TARGET [--no-audit] [OPTIONS]: the
+ * books copied into an empty database (db_copy_into), then the target
+ * audited against Redis as `flashsale audit` would. */
+static int migrate_command(svc_app *a, int argc, char **argv) {
+    const char *from = NULL, *to = NULL;
+    int audit = 1, n = 1;
+    char *args[argc + 1], err[512], shown[2][600];
+    args[0] = argv[0];
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--from") && i + 1 < argc) from = argv[++i];
+        else if (!strcmp(argv[i], "--to") && i + 1 < argc) to = argv[++i];
+        else if (!strcmp(argv[i], "--no-audit")) audit = 0;
+        else args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    if (!from || !to) {
+        fprintf(stderr, "flashsale: migrate needs --from and --to (see flashsale --help)\n");
+        return 2;
+    }
+    int rc = svc_config_load(&a->cfg, n, args);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    db_target_redact(from, shown[0], sizeof shown[0]);
+    db_target_redact(to, shown[1], sizeof shown[1]);
+    db_options ro = { 1, a->cfg.db_busy_timeout_ms, 1 }, rw = { 1, a->cfg.db_busy_timeout_ms, 0 };
+    db *src = db_open(from, &ro, err, sizeof err), *dst = NULL;
+    if (!src) {
+        fprintf(stderr, "flashsale migrate: %s: %s\n", shown[0], err);
+        return 2;
+    }
+    if (!(dst = db_open(to, &rw, err, sizeof err))) {
+        fprintf(stderr, "flashsale migrate: %s: %s\n", shown[1], err);
+        db_close(src);
+        return 2;
+    }
+    db_status st = db_copy_into(src, dst, copy_progress, NULL);
+    if (st != DB_OK) fprintf(stderr, "flashsale migrate: %s\n", db_errstr(dst));
+    db_close(src);
+    db_close(dst);
+    if (st != DB_OK) return 2;
+    printf("migrate: copied %s into %s\n", shown[0], shown[1]);
+    if (!audit) {
+        printf("migrate: not audited (--no-audit): run flashsale audit --db ... before selling\n");
+        return 0;
+    }
+    snprintf(a->cfg.db_path, sizeof a->cfg.db_path, "%s", to);
+    a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
+                                   .timeout_ms = a->cfg.redis_timeout_ms };
+    a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
+    if (svc_redis_open(a, err, sizeof err) != 0) {
+        fprintf(stderr, "flashsale migrate: copied, but the audit could not run: %s\n", err);
+        return 2;
+    }
+    rc = svc_audit_main(a, 0);
+    svc_redis_close(a);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     static svc_app a;
     char err[512], where[300];
     if (argc > 1 && !strcmp(argv[1], "audit")) return audit_command(&a, argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "migrate")) return migrate_command(&a, argc, argv);
     int rc = svc_config_load(&a.cfg, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     if (a.cfg.verbose) svc_log_set_level(SVC_LOG_DEBUG);

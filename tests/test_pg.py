@@ -14,6 +14,7 @@ free port, stopped by PID).
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -205,3 +206,79 @@ def test_pg_restarted_mid_sale_fast_shutdown(ctx):
 
 def test_pg_postmaster_killed_mid_sale(ctx):
     restarted_mid_sale(ctx, "kill")
+
+
+def test_migrate_from_sqlite(ctx):
+    """`flashsale migrate --from orders.db --to postgresql://...` copies a
+    sale's books into an empty database in one transaction: a copy that
+    fails leaves the target empty and runs again; the target's audit
+    passes; the service on the server goes on where SQLite stopped (the
+    stock, the holds, a replayed key's original order); a second copy into
+    the now non-empty target is refused."""
+    redis = ctx.redis()
+    lite = ctx.path("orders.db")
+    token = ["--admin-token", "t0ken"]
+    s = ctx.service(redis, db=lite, args=token)
+    auth = {"Authorization": "Bearer t0ken"}
+    for sku, strategy in (("m-lua", "lua"), ("m-db", "db"), ("m-lock", "lock")):
+        r = s.post("/v1/products", {"sku": sku, "stock": 50, "strategy": strategy,
+                                    "per_user_limit": 5}, headers=auth)
+        assert r.status == 201, r
+        hammer([s], sku, conns=8, per_conn=4)
+    r = s.post("/v1/products", {"sku": "m-hold", "stock": 20, "strategy": "lua",
+                                "hold_seconds": 600}, headers=auth)
+    assert r.status == 201, r
+    held = [s.order("m-hold", user="h%d" % i).json["order_id"] for i in range(4)]
+    assert s.post("/v1/orders/%s/confirm" % held[0], {}, headers=auth).status == 200
+    assert s.post("/v1/orders/%s/cancel" % held[1], {"user_id": "h1"}).status == 200
+    first = s.order("m-lua", user="k", key="key-1")
+    assert first.status == 201, first
+    r = s.post("/v1/products/m-db/restock", {"quantity": 7}, headers=dict(auth, **{
+        "Idempotency-Key": "restock-1"}))
+    assert r.status == 200, r
+    before = {p: s.product(p) for p in ("m-lua", "m-db", "m-lock", "m-hold")}
+    s.stop()
+    pg, url = pg_db(ctx)
+    exe = os.path.join(harness.BIN, "flashsale")
+
+    def migrate():
+        return subprocess.run([exe, "migrate", "--from", lite, "--to", url, "--redis", redis.url,
+                               "--pending-timeout-ms", "3000"], capture_output=True, text=True,
+                              timeout=120)
+    # A copy that fails half way (a restock key the target already has)
+    # leaves nothing of the sale behind.
+    db_open = subprocess.run([exe, "migrate", "--from", lite, "--to", url, "--no-audit"],
+                             capture_output=True, text=True, timeout=60)
+    assert db_open.returncode == 0, db_open.stderr          # creates and fills the schema
+    pg.psql("TRUNCATE products, orders, holds, voided_orders, user_units, restocks, lock_fences;"
+            " INSERT INTO restocks VALUES('restock-1','x',1,'t')", dbname="orders")
+    bad = migrate()
+    assert bad.returncode == 2 and "restocks" in bad.stderr + bad.stdout, bad
+    assert pg.psql("SELECT count(*) FROM products", dbname="orders") == [["0"]]
+    assert pg.psql("SELECT count(*) FROM orders", dbname="orders") == [["0"]]
+    pg.psql("DELETE FROM restocks", dbname="orders")
+    ok = migrate()
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "audit: consistent" in ok.stdout, ok.stdout
+    for table in ("products", "orders", "holds", "user_units", "restocks"):
+        assert "%s: " % table in ok.stderr, ok.stderr
+    again = migrate()
+    assert again.returncode == 2 and "not empty" in again.stderr, again
+    # The service goes on, on the server, where it stopped.
+    t = ctx.service(redis, db=url, args=token)
+    for sku, p in before.items():
+        q = t.product(sku)
+        for k in ("stock_initial", "sold", "held", "stock_available"):
+            assert q[k] == p[k], (sku, k, p, q)
+    replay = t.order("m-lua", user="k", key="key-1")
+    assert replay.status == 200 and replay.json["order_id"] == first.json["order_id"], replay
+    assert t.post("/v1/orders/%s/confirm" % held[2], {}, headers=auth).status == 200
+    assert t.post("/v1/orders/%s/confirm" % held[1], {}, headers=auth).status == 409
+    hammer([t], "m-db", conns=8, per_conn=10)
+    p = t.product("m-db")
+    assert p["sold"] + p["stock_available"] == before["m-db"]["stock_initial"], p
+    rows = db_rows(url, "SELECT count(*), coalesce(sum(quantity),0) FROM orders WHERE sku=?",
+                   ("m-db",))[0]
+    assert rows[1] == p["sold"], (rows, p)
+    rc, out = audit(redis, url)
+    assert rc == 0, out
