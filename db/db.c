@@ -836,6 +836,12 @@ int db_plain_insert(const db_job *job) {
     return job->kind == DB_JOB_INSERT && job->take == DB_TAKE_NONE && job->per_user_limit <= 0;
 }
 
+int db_group_insert(const db_job *job) {
+    return db_plain_insert(job) ||
+           (job->kind == DB_JOB_INSERT &&
+            (job->take == DB_TAKE_CONDITIONAL || job->take == DB_TAKE_OPTIMISTIC));
+}
+
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out) {
     db_status st;

@@ -130,18 +130,21 @@ typedef struct db_driver {
     /* How long a statement may wait for a lock another connection holds. */
     void (*wait_ms)(db *d, int ms);
     /* Optional (NULL: none). Inside the open transaction, inserts the
-     * orders of jobs[0..n) that were reserved in Redis (db_plain_insert)
-     * in one exchange with the server, by the same rule as
-     * db_order_insert: each gets DB_OK, DB_STALE or DB_DUPKEY; its units
-     * are counted in products (sold or held) before this returns. DB_OK,
-     * or an error that fails the whole group. */
-    db_status (*insert_plain)(db *d, db_job **jobs, size_t n);
+     * orders of jobs[0..n) that db_group_insert names -- those reserved in
+     * Redis, and the db strategies' takes -- in a few exchanges with the
+     * server, by the same rules as db_order_insert: each gets the status
+     * db_order_insert would give it (and its available), its units are
+     * counted in products before this returns. DB_OK, or an error that
+     * fails the whole group. */
+    db_status (*insert_group)(db *d, db_job **jobs, size_t n);
 } db_driver;
 
 /* Whether job is an order reserved in Redis whose insert needs nothing
- * but the rule (no stock taken here, no per-user limit to count): what a
- * driver's insert_plain takes. */
+ * but the rule (no stock taken here, no per-user limit to count). */
 int db_plain_insert(const db_job *job);
+/* Whether a driver's insert_group takes job: a plain insert, or a take of
+ * `db` or `db-optimistic`. */
+int db_group_insert(const db_job *job);
 
 extern const db_driver db_sqlite_driver, db_pg_driver;
 

@@ -453,40 +453,89 @@ static void put_int(buf *b, long long v) {
     put(b, num, (size_t)n);
 }
 
-enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS };
-
-/* Reads the pipeline's next result of a statement (then its NULL): 0 with
- * *res owned by the caller, or -1 with d's error set. */
-static int pipe_result(db *d, PGresult **res, ExecStatusType want, const char *what) {
-    pg *p = conn_of(d);
-    *res = PQgetResult(p->conn);
-    PGresult *extra;
-    while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
-    if (*res && PQresultStatus(*res) == want) return 0;
-    fail(d, *res, what);
-    return -1;
+/* Array literals being written: each opened with "{" and closed with "}". */
+static void arrays_open(buf *a, int n) {
+    memset(a, 0, (size_t)n * sizeof *a);
+    for (int k = 0; k < n; k++) put(&a[k], "{", 1);
 }
 
-static db_status pg_insert_plain(db *d, db_job **jobs, size_t n) {
+/* Closes them; 0, or -1 when one ran out of memory. */
+static int arrays_close(buf *a, int n) {
+    int oom = 0;
+    for (int k = 0; k < n; k++) {
+        put(&a[k], "}", 1);
+        oom |= a[k].oom;
+    }
+    return oom ? -1 : 0;
+}
+
+static void arrays_free(buf *a, int n) {
+    for (int k = 0; k < n; k++) free(a[k].p);
+}
+
+/* A statement of a pipeline: its SQL and its arguments (array literals). */
+typedef struct piped {
+    const char *sql;
+    int n;
+    const char *args[12];
+    PGresult *res;              /* out: its result (the caller clears it) */
+} piped;
+
+/* Sends q[0..nq) in one pipeline (one round trip) and reads their results.
+ * DB_OK; else the first failure's status (DB_BUSY for a lock not granted
+ * in time, a deadlock, a serialization failure), d's error set, every
+ * result cleared. The connection is out of pipeline mode either way. */
+static db_status pipeline(db *d, piped *q, int nq, const char *what) {
     pg *p = conn_of(d);
-    buf a[A_NARRAYS], skus = { 0 }, keys[2];
+    db_status st = DB_OK;
+    for (int i = 0; i < nq; i++) q[i].res = NULL;
+    if (PQenterPipelineMode(p->conn) != 1) return fail(d, NULL, what);
+    int sent = 1;
+    for (int i = 0; sent && i < nq; i++)
+        sent = PQsendQueryParams(p->conn, q[i].sql, q[i].n, NULL, q[i].args, NULL, NULL, 0);
+    sent = sent && PQpipelineSync(p->conn);
+    if (!sent) st = fail(d, NULL, what);
+    for (int i = 0; sent && i < nq; i++) {
+        q[i].res = PQgetResult(p->conn);
+        PGresult *extra;
+        while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
+        ExecStatusType rs = q[i].res ? PQresultStatus(q[i].res) : PGRES_FATAL_ERROR;
+        if (st == DB_OK && rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK)
+            st = fail(d, q[i].res, what);
+    }
+    /* Whatever failed, read on to the sync so the connection is usable. */
+    PGresult *sync;
+    while (sent && (sync = PQgetResult(p->conn)) != NULL) {
+        int end = PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+        PQclear(sync);
+        if (end) break;
+    }
+    PQexitPipelineMode(p->conn);
+    if (st != DB_OK)
+        for (int i = 0; i < nq; i++) {
+            PQclear(q[i].res);
+            q[i].res = NULL;
+        }
+    return st;
+}
+
+enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS };
+
+/* The orders reserved in Redis (above). */
+static db_status insert_plain(db *d, db_job **jobs, size_t n) {
+    buf a[A_NARRAYS], skus[1], keys[2];
     size_t nplain = 0, nkeyed = 0;
-    db_status st = DB_ERROR;
+    db_status st = DB_OK;
     /* The jobs by their place in the arrays (1-based, as WITH ORDINALITY
      * counts): plain[k - 1], and keyed[k - 1] for the keys' array. */
     db_job **plain = calloc(n ? n : 1, sizeof *plain), **keyed = calloc(n ? n : 1, sizeof *keyed);
-    memset(a, 0, sizeof a);
-    memset(keys, 0, sizeof keys);
+    arrays_open(a, A_NARRAYS);
+    arrays_open(skus, 1);
+    arrays_open(keys, 2);
     if (!plain || !keyed) {
         st = db_error(d, "insert orders: out of memory");
         goto out;
     }
-    memset(a, 0, sizeof a);
-    memset(keys, 0, sizeof keys);
-    for (int k = 0; k < A_NARRAYS; k++) put(&a[k], "{", 1);
-    put(&keys[0], "{", 1);
-    put(&keys[1], "{", 1);
-    put(&skus, "{", 1);
     for (size_t i = 0; i < n; i++) {
         db_job *j = jobs[i];
         if (!db_plain_insert(j)) continue;
@@ -507,85 +556,286 @@ static db_status pg_insert_plain(db *d, db_job **jobs, size_t n) {
             put_text(&keys[1], o->idem_key);
             keyed[nkeyed++] = j;
         }
-        put_text(&skus, o->sku);               /* = ANY() takes a SKU twice as once */
+        put_text(&skus[0], o->sku);            /* = ANY() takes a SKU twice as once */
     }
-    if (nplain == 0) {
-        st = DB_OK;
-        goto out;
-    }
-    for (int k = 0; k < A_NARRAYS; k++) put(&a[k], "}", 1);
-    put(&keys[0], "}", 1);
-    put(&keys[1], "}", 1);
-    put(&skus, "}", 1);
-    int oom = skus.oom || keys[0].oom || keys[1].oom;
-    for (int k = 0; k < A_NARRAYS; k++) oom |= a[k].oom;
-    if (oom) {
+    if (nplain == 0) goto out;
+    if (arrays_close(a, A_NARRAYS) || arrays_close(skus, 1) || arrays_close(keys, 2)) {
         st = db_error(d, "insert orders: out of memory");
         goto out;
     }
-    const char *lock_args[1] = { skus.p };
-    const char *ins_args[A_NARRAYS];
-    for (int k = 0; k < A_NARRAYS; k++) ins_args[k] = a[k].p;
-    const char *key_args[2] = { keys[0].p, keys[1].p };
-    if (PQenterPipelineMode(p->conn) != 1) {
-        st = fail(d, NULL, "insert orders: pipeline");
-        goto out;
+    piped q[3] = { { PLAIN_LOCK, 1, { skus[0].p }, NULL },
+                   { PLAIN_INSERT, A_NARRAYS, { 0 }, NULL },
+                   { PLAIN_KEYS, 2, { keys[0].p, keys[1].p }, NULL } };
+    for (int k = 0; k < A_NARRAYS; k++) q[1].args[k] = a[k].p;
+    if ((st = pipeline(d, q, nkeyed ? 3 : 2, "insert orders")) != DB_OK) goto out;
+    /* A job is inserted when its place came back; else a key another
+     * order holds makes it a replay's refusal; else stale. */
+    for (int r = 0; r < PQntuples(q[1].res); r++) {
+        long long k = atoll(PQgetvalue(q[1].res, r, 0));
+        if (k >= 1 && (size_t)k <= nplain) plain[k - 1]->status = DB_OK;
     }
-    int sent = PQsendQueryParams(p->conn, PLAIN_LOCK, 1, NULL, lock_args, NULL, NULL, 0) &&
-               PQsendQueryParams(p->conn, PLAIN_INSERT, A_NARRAYS, NULL, ins_args, NULL, NULL,
-                                 0) &&
-               (!nkeyed ||
-                PQsendQueryParams(p->conn, PLAIN_KEYS, 2, NULL, key_args, NULL, NULL, 0)) &&
-               PQpipelineSync(p->conn);
-    PGresult *lock = NULL, *ins = NULL, *dup = NULL, *sync = NULL;
-    int bad = !sent;
-    if (sent) {
-        bad = pipe_result(d, &lock, PGRES_TUPLES_OK, "lock the products") ||
-              pipe_result(d, &ins, PGRES_TUPLES_OK, "insert orders") ||
-              (nkeyed && pipe_result(d, &dup, PGRES_TUPLES_OK, "read keys"));
-        /* Whatever failed, read on to the sync so the connection is usable. */
-        while ((sync = PQgetResult(p->conn)) != NULL &&
-               PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
-            PQclear(sync);
-        if (sync) PQclear(sync);
-    } else {
-        fail(d, NULL, "insert orders: send");
+    for (int r = 0; nkeyed && r < PQntuples(q[2].res); r++) {
+        long long k = atoll(PQgetvalue(q[2].res, r, 0));
+        if (k >= 1 && (size_t)k <= nkeyed && keyed[k - 1]->status != DB_OK)
+            keyed[k - 1]->status = DB_DUPKEY;
     }
-    PQexitPipelineMode(p->conn);
-    if (!bad) {
-        /* A job is inserted when its id came back; else a key another
-         * order holds makes it a replay's refusal; else stale. */
-        for (int r = 0; r < PQntuples(ins); r++) {
-            long long k = atoll(PQgetvalue(ins, r, 0));
-            if (k >= 1 && (size_t)k <= nplain) plain[k - 1]->status = DB_OK;
-        }
-        for (int r = 0; dup && r < PQntuples(dup); r++) {
-            long long k = atoll(PQgetvalue(dup, r, 0));
-            if (k >= 1 && (size_t)k <= nkeyed && keyed[k - 1]->status != DB_OK)
-                keyed[k - 1]->status = DB_DUPKEY;
-        }
-        st = DB_OK;
-    } else {
-        const char *state = NULL;
-        PGresult *f = !lock || PQresultStatus(lock) != PGRES_TUPLES_OK ? lock
-                      : !ins || PQresultStatus(ins) != PGRES_TUPLES_OK   ? ins : dup;
-        if (f) state = PQresultErrorField(f, PG_DIAG_SQLSTATE);
-        st = state && (!strcmp(state, "55P03") || !strcmp(state, "40P01") ||
-                       !strcmp(state, "40001"))
-                 ? DB_BUSY
-                 : DB_ERROR;
-    }
-    PQclear(lock);
-    PQclear(ins);
-    PQclear(dup);
+    for (int k = 0; k < 3; k++) PQclear(q[k].res);
 out:
-    for (int k = 0; k < A_NARRAYS; k++) free(a[k].p);
-    free(keys[0].p);
-    free(keys[1].p);
-    free(skus.p);
+    arrays_free(a, A_NARRAYS);
+    arrays_free(skus, 1);
+    arrays_free(keys, 2);
     free(plain);
     free(keyed);
     return st;
+}
+
+/* ------------------------------------------------- a group's db takes
+ *
+ * The `db` and `db-optimistic` orders of a group, by the same rules as
+ * db_order_insert's take (a replay first, then the buyer's limit, then the
+ * conditional take -- for db-optimistic the version too), decided here in
+ * arrival order from one read of what they depend on, and written once:
+ *
+ *   1. one pipeline: the SKUs' rows locked and read (FOR NO KEY UPDATE,
+ *      SKU order), the buyers' units, the keys that orders hold already;
+ *   2. the decisions, order by order, against those figures as each take
+ *      leaves them (what a statement per order would have seen);
+ *   3. one pipeline: the orders taken inserted (and their holds' rows), each
+ *      SKU's row updated once (units, versions, sold, held), the buyers'
+ *      units added.
+ *
+ * A hot SKU's row is written once per group, not once per order, and the
+ * group waits two round trips, not eight per order. */
+
+static const char TAKE_LOCK[] =
+    "SELECT sku, db_available, db_version FROM products WHERE sku = ANY($1::text[])"
+    " ORDER BY sku FOR NO KEY UPDATE";
+static const char TAKE_UNITS[] =
+    "SELECT u.sku, u.user_id, u.units FROM user_units u"
+    " JOIN unnest($1::text[], $2::text[]) AS x(sku, user_id)"
+    " ON u.sku = x.sku AND u.user_id = x.user_id";
+static const char TAKE_KEYS[] =
+    "SELECT idempotency_key FROM orders WHERE idempotency_key = ANY($1::text[])";
+static const char TAKE_INSERT[] =
+    "WITH o AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+    " $5::text[], $6::text[], $7::bigint[])"
+    " AS o(order_id, sku, user_id, quantity, idempotency_key, created_at, expires_ms)),"
+    " ins AS (INSERT INTO orders(order_id, sku, user_id, quantity, idempotency_key, created_at)"
+    " SELECT order_id, sku, user_id, quantity, idempotency_key, created_at FROM o"
+    " ON CONFLICT DO NOTHING RETURNING order_id),"
+    " h AS (INSERT INTO holds(order_id, sku, quantity, gen, takes, in_db, expires_ms, state)"
+    " SELECT o.order_id, o.sku, o.quantity, 0, '', 1, o.expires_ms, 'reserved'"
+    " FROM o JOIN ins USING (order_id) WHERE o.expires_ms > 0)"
+    " SELECT count(*) FROM ins";
+static const char TAKE_PRODUCTS[] =
+    "UPDATE products p SET db_available = p.db_available - t.q, db_version = p.db_version + t.v,"
+    " sold = p.sold + t.sold, held = p.held + t.held"
+    " FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])"
+    " AS t(sku, q, v, sold, held) WHERE p.sku = t.sku";
+static const char TAKE_USERS[] =
+    "INSERT INTO user_units(sku, user_id, units)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])"
+    " ON CONFLICT (sku, user_id) DO UPDATE SET units = user_units.units + excluded.units";
+
+/* One SKU of the group's takes, as read and as the takes leave it. */
+typedef struct take_sku {
+    const char *sku;
+    int found;
+    long long available, version;
+    long long q, v, sold, held;         /* what this group takes */
+} take_sku;
+
+/* A buyer's units of a SKU, as read and as the takes leave them. */
+typedef struct take_user {
+    const char *sku, *user;
+    long long units, added;
+} take_user;
+
+static int is_take(const db_job *j) {
+    return j->kind == DB_JOB_INSERT &&
+           (j->take == DB_TAKE_CONDITIONAL || j->take == DB_TAKE_OPTIMISTIC);
+}
+
+static take_sku *sku_of(take_sku *s, size_t ns, const char *sku) {
+    for (size_t i = 0; i < ns; i++)
+        if (!strcmp(s[i].sku, sku)) return &s[i];
+    return NULL;
+}
+
+static take_user *user_of(take_user *u, size_t nu, const char *sku, const char *user) {
+    for (size_t i = 0; i < nu; i++)
+        if (!strcmp(u[i].sku, sku) && !strcmp(u[i].user, user)) return &u[i];
+    return NULL;
+}
+
+/* Decides job j against the figures (step 2); keys[0..*nkeys) are those
+ * taken already, to which an order taken adds its own. */
+static void decide_take(db_job *j, take_sku *s, take_user *u, const char **keys, size_t *nkeys) {
+    const db_order *o = &j->order;
+    if (o->idem_key[0])
+        for (size_t k = 0; k < *nkeys; k++)
+            if (!strcmp(keys[k], o->idem_key)) {
+                j->status = DB_DUPKEY;         /* a replay is a replay before anything else */
+                return;
+            }
+    if (!s || !s->found) {
+        j->status = DB_NOTFOUND;
+        return;
+    }
+    if (j->per_user_limit > 0 && u && u->units + u->added + o->quantity > j->per_user_limit) {
+        j->available = u->units + u->added;
+        j->status = DB_LIMIT;
+        return;
+    }
+    if (s->available < o->quantity) {
+        j->available = s->available;
+        j->status = DB_NOSTOCK;
+        return;
+    }
+    if (j->take == DB_TAKE_OPTIMISTIC && s->version != j->expect_version) {
+        j->available = s->available;
+        j->status = DB_CONFLICT;
+        return;
+    }
+    s->available -= o->quantity;
+    s->version++;
+    s->q += o->quantity;
+    s->v++;
+    if (o->expires_ms > 0) s->held += o->quantity;
+    else s->sold += o->quantity;
+    if (j->per_user_limit > 0 && u) u->added += o->quantity;
+    if (o->idem_key[0]) keys[(*nkeys)++] = o->idem_key;
+    j->available = s->available;
+    j->status = DB_OK;
+}
+
+enum { T_ID, T_SKU, T_USER, T_QTY, T_KEY, T_AT, T_EXP, T_NARRAYS };
+
+static db_status insert_takes(db *d, db_job **jobs, size_t n) {
+    db_job **tj = calloc(n ? n : 1, sizeof *tj);
+    take_sku *s = calloc(n ? n : 1, sizeof *s);
+    take_user *u = calloc(n ? n : 1, sizeof *u);
+    const char **keys = NULL;
+    size_t nt = 0, ns = 0, nu = 0, nkeys = 0, nkeyed = 0, taken = 0, nadd = 0;
+    buf rd[4], wr[T_NARRAYS], prod[5], users[3];
+    db_status st = DB_OK;
+    piped r1[3], q[3];
+    memset(r1, 0, sizeof r1);
+    memset(q, 0, sizeof q);
+    arrays_open(rd, 4);
+    arrays_open(wr, T_NARRAYS);
+    arrays_open(prod, 5);
+    arrays_open(users, 3);
+    if (!tj || !s || !u) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        db_job *j = jobs[i];
+        if (!is_take(j)) continue;
+        tj[nt++] = j;
+        const db_order *o = &j->order;
+        if (!sku_of(s, ns, o->sku)) {
+            s[ns++].sku = o->sku;
+            put_text(&rd[0], o->sku);
+        }
+        if (o->idem_key[0]) {
+            nkeyed++;
+            put_text(&rd[3], o->idem_key);
+        }
+        if (j->per_user_limit > 0 && !user_of(u, nu, o->sku, o->user_id)) {
+            u[nu].sku = o->sku;
+            u[nu++].user = o->user_id;
+            put_text(&rd[1], o->sku);
+            put_text(&rd[2], o->user_id);
+        }
+    }
+    if (nt == 0) goto out;
+    if (arrays_close(rd, 4)) goto oom;
+    /* 1. The figures, under the rows' locks. */
+    r1[0] = (piped){ TAKE_LOCK, 1, { rd[0].p }, NULL };
+    r1[1] = (piped){ TAKE_UNITS, 2, { rd[1].p, rd[2].p }, NULL };
+    r1[2] = (piped){ TAKE_KEYS, 1, { rd[3].p }, NULL };
+    if ((st = pipeline(d, r1, nkeyed ? 3 : 2, "read the takes' figures")) != DB_OK) goto out;
+    for (int r = 0; r < PQntuples(r1[0].res); r++) {
+        take_sku *t = sku_of(s, ns, PQgetvalue(r1[0].res, r, 0));
+        if (!t) continue;
+        t->found = 1;
+        t->available = atoll(PQgetvalue(r1[0].res, r, 1));
+        t->version = atoll(PQgetvalue(r1[0].res, r, 2));
+    }
+    for (int r = 0; r < PQntuples(r1[1].res); r++) {
+        take_user *t = user_of(u, nu, PQgetvalue(r1[1].res, r, 0), PQgetvalue(r1[1].res, r, 1));
+        if (t) t->units = atoll(PQgetvalue(r1[1].res, r, 2));
+    }
+    size_t nread = nkeyed ? (size_t)PQntuples(r1[2].res) : 0;
+    if (!(keys = calloc(nread + nt + 1, sizeof *keys))) goto oom;
+    for (size_t r = 0; r < nread; r++) keys[nkeys++] = PQgetvalue(r1[2].res, (int)r, 0);
+    /* 2. The decisions, in arrival order. */
+    for (size_t i = 0; i < nt; i++) {
+        db_job *j = tj[i];
+        decide_take(j, sku_of(s, ns, j->order.sku),
+                    user_of(u, nu, j->order.sku, j->order.user_id), keys, &nkeys);
+        if (j->status != DB_OK) continue;
+        const db_order *o = &j->order;
+        taken++;
+        put_text(&wr[T_ID], o->order_id);
+        put_text(&wr[T_SKU], o->sku);
+        put_text(&wr[T_USER], o->user_id);
+        put_int(&wr[T_QTY], o->quantity);
+        put_text(&wr[T_KEY], o->idem_key[0] ? o->idem_key : NULL);
+        put_text(&wr[T_AT], o->created_at);
+        put_int(&wr[T_EXP], o->expires_ms > 0 ? o->expires_ms : 0);
+    }
+    if (taken == 0) goto out;
+    for (size_t i = 0; i < ns; i++) {
+        if (!s[i].q) continue;
+        put_text(&prod[0], s[i].sku);
+        put_int(&prod[1], s[i].q);
+        put_int(&prod[2], s[i].v);
+        put_int(&prod[3], s[i].sold);
+        put_int(&prod[4], s[i].held);
+    }
+    for (size_t i = 0; i < nu; i++) {
+        if (!u[i].added) continue;
+        nadd++;
+        put_text(&users[0], u[i].sku);
+        put_text(&users[1], u[i].user);
+        put_int(&users[2], u[i].added);
+    }
+    if (arrays_close(wr, T_NARRAYS) || arrays_close(prod, 5) || arrays_close(users, 3)) goto oom;
+    /* 3. The writes, once per row. */
+    q[0] = (piped){ TAKE_INSERT, T_NARRAYS, { 0 }, NULL };
+    for (int k = 0; k < T_NARRAYS; k++) q[0].args[k] = wr[k].p;
+    q[1] = (piped){ TAKE_PRODUCTS, 5, { prod[0].p, prod[1].p, prod[2].p, prod[3].p, prod[4].p },
+                    NULL };
+    q[2] = (piped){ TAKE_USERS, 3, { users[0].p, users[1].p, users[2].p }, NULL };
+    if ((st = pipeline(d, q, nadd ? 3 : 2, "write the takes")) != DB_OK) goto out;
+    /* Every order taken is in, or the group fails: units taken without
+     * their order would leak. */
+    if (atoll(PQgetvalue(q[0].res, 0, 0)) != (long long)taken)
+        st = db_error(d, "write the takes: an order id was taken already");
+    goto out;
+oom:
+    st = db_error(d, "db takes: out of memory");
+out:
+    for (int k = 0; k < 3; k++) {
+        PQclear(r1[k].res);                    /* keys[] pointed into it: done with */
+        PQclear(q[k].res);
+    }
+    arrays_free(rd, 4);
+    arrays_free(wr, T_NARRAYS);
+    arrays_free(prod, 5);
+    arrays_free(users, 3);
+    free(keys);
+    free(tj);
+    free(s);
+    free(u);
+    return st;
+}
+
+/* The group's orders a server takes at once: those reserved in Redis,
+ * then the db strategies' takes. */
+static db_status pg_insert_group(db *d, db_job **jobs, size_t n) {
+    db_status st = insert_plain(d, jobs, n);
+    return st == DB_OK ? insert_takes(d, jobs, n) : st;
 }
 
 const db_driver db_pg_driver = {
@@ -601,5 +851,5 @@ const db_driver db_pg_driver = {
     .done = pg_done,
     .in_tx = pg_in_tx,
     .wait_ms = pg_wait_ms,
-    .insert_plain = pg_insert_plain,
+    .insert_group = pg_insert_group,
 };

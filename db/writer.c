@@ -116,6 +116,48 @@ static size_t take_batch(db_writer *w) {
     return n;
 }
 
+/* How long a failed COMMIT's outcome is asked for before an order is left
+ * DB_UNKNOWN: a server that went away in the middle of it (a restart, a
+ * broken connection) is usually back within this, and then says. */
+#define LEARN_WAIT_MS 5000
+#define LEARN_RETRY_MS 50
+
+/* A group failed with st. A failed COMMIT (an fsync error, a connection
+ * that broke during it) may still have reached the log: ask the database
+ * what it holds rather than assume -- giving back the units of an order
+ * that did commit would oversell, and a 503 for it would lose a sale.
+ * While the database cannot say, ask again (the connection reopened), for
+ * LEARN_WAIT_MS at most; an order still unknown then is DB_UNKNOWN. */
+static void learn_outcomes(db_writer *w, db_job **jobs, size_t n, db_status st, int commit_failed) {
+    if (!commit_failed) {
+        /* No COMMIT was sent: the transaction is undone, whatever the
+         * connection does now. */
+        for (size_t i = 0; i < n; i++)
+            if (jobs[i]->kind == DB_JOB_INSERT) jobs[i]->status = st;
+        return;
+    }
+    int64_t deadline = clock_mono_ms() + LEARN_WAIT_MS;
+    unsigned char *known = calloc(n ? n : 1, 1);   /* NULL: one pass */
+    for (;;) {
+        size_t unknown = 0;
+        for (size_t i = 0; i < n; i++) {
+            db_job *j = jobs[i];
+            if (j->kind != DB_JOB_INSERT || (known && known[i])) continue;
+            db_status now = db_order_state(w->conn, j->order.order_id);
+            if (now == DB_OK || now == DB_NOTFOUND || now == DB_STALE) {
+                j->status = now == DB_OK ? DB_OK : st;
+                if (known) known[i] = 1;
+            } else {
+                j->status = DB_UNKNOWN;
+                unknown++;
+            }
+        }
+        if (!unknown || !known || clock_mono_ms() >= deadline) break;
+        clock_sleep_ms(LEARN_RETRY_MS);
+    }
+    free(known);
+}
+
 /* Inserts the group's orders and decides its holds in one transaction. A
  * refusal of one order (stale generation, reused key, no stock) leaves the
  * others alone; an error of the database fails them all and rolls back. */
@@ -124,13 +166,14 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     size_t i, orders = 0;
     for (i = 0; i < n; i++) orders += jobs[i]->kind == DB_JOB_INSERT;
     db_status st = db_begin(w->conn);
-    /* A server's driver takes the orders reserved in Redis in one exchange
-     * (a round trip per order would cap a group); the rest go one by one. */
-    int many = st == DB_OK && w->conn->drv->insert_plain;
-    if (many) st = w->conn->drv->insert_plain(w->conn, jobs, n);
+    /* A server's driver takes the orders reserved in Redis, and the db
+     * strategies' takes, in a few exchanges (a round trip per order would
+     * cap a group); the rest go one by one. */
+    int many = st == DB_OK && w->conn->drv->insert_group;
+    if (many) st = w->conn->drv->insert_group(w->conn, jobs, n);
     for (i = 0; st == DB_OK && i < n; i++) {
         db_job *j = jobs[i];
-        if (many && db_plain_insert(j)) {
+        if (many && db_group_insert(j)) {
             if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
             continue;
         }
@@ -151,15 +194,7 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     if (w->observe && orders) w->observe(orders, clock_mono_us() - t0, st == DB_OK, w->observe_ud);
     if (st != DB_OK) {
         atomic_fetch_add(&w->failures, 1);
-        /* A failed COMMIT (an fsync error, say) may still have reached the
-         * log. Ask the database what it holds rather than assume: giving
-         * back the units of an order that did commit would oversell. */
-        for (i = 0; i < n; i++) {
-            db_job *j = jobs[i];
-            if (j->kind != DB_JOB_INSERT) continue;
-            db_status now = db_order_state(w->conn, j->order.order_id);
-            j->status = now == DB_OK ? DB_OK : now == DB_NOTFOUND || now == DB_STALE ? st : DB_UNKNOWN;
-        }
+        learn_outcomes(w, jobs, n, st, commit_failed);
     }
     /* Lookups after the commit, so they see this group's rows. */
     for (i = 0; i < n; i++) {
