@@ -135,8 +135,11 @@ typedef struct db_driver {
      * server, by the same rules as db_order_insert: each gets the status
      * db_order_insert would give it (and its available), its units are
      * counted in products before this returns. DB_OK, or an error that
-     * fails the whole group. */
-    db_status (*insert_group)(db *d, db_job **jobs, size_t n);
+     * fails the whole group. With commit (every job of the group is one of
+     * those, or a lookup), it also commits the transaction, in the same
+     * exchange, and on a failure sets *commit_unknown when the COMMIT was
+     * sent and whether it ran cannot be told. */
+    db_status (*insert_group)(db *d, db_job **jobs, size_t n, int commit, int *commit_unknown);
 } db_driver;
 
 /* Whether job is an order reserved in Redis whose insert needs nothing

@@ -34,6 +34,9 @@ typedef struct pg {
     int lock_timeout_ms;          /* what the session has now (-1: unknown) */
     char *sql[DB_ST_COUNT];       /* each statement in PostgreSQL's dialect */
     unsigned char prepared[DB_ST_COUNT];
+    /* A BEGIN asked for and not sent yet: it goes with the transaction's
+     * first statement (in a pipeline, in the same round trip). */
+    int begin_pending;
 } pg;
 
 static pg *conn_of(db *d) { return d->impl; }
@@ -241,6 +244,17 @@ static db_status ensure(db *d, const char *what) {
 
 /* ------------------------------------------------------------------- runs */
 
+/* Sends the BEGIN a transaction's first statement carries (begin_pending). */
+static db_status send_begin(db *d, const char *what) {
+    pg *p = conn_of(d);
+    if (!p->begin_pending) return DB_OK;
+    p->begin_pending = 0;
+    PGresult *res = PQexec(p->conn, "BEGIN");
+    db_status st = PQresultStatus(res) == PGRES_COMMAND_OK ? DB_OK : fail(d, res, what);
+    PQclear(res);
+    return st;
+}
+
 static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg *args, int n,
                         const char *what) {
     pg *p = conn_of(d);
@@ -249,7 +263,20 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
     r->st = st;
     r->row = -1;
     assert(st < 0 || n <= MAX_ARGS);
+    /* BEGIN waits for the transaction's first statement; a transaction that
+     * ends before one has nothing to send. */
+    if (st == DB_ST_BEGIN) {
+        if (ensure(d, what) != DB_OK) return DB_ERROR;
+        p->begin_pending = 1;
+        return DB_OK;
+    }
+    if ((st == DB_ST_COMMIT || st == DB_ST_ROLLBACK) && p->begin_pending) {
+        p->begin_pending = 0;
+        return DB_OK;
+    }
     if (ensure(d, what) != DB_OK) return DB_ERROR;
+    db_status begun = send_begin(d, what);
+    if (begun != DB_OK) return begun;
     /* A statement of the module's has a few arguments; an ad hoc one (a
      * migration's batch of rows) may have thousands. */
     char small_nums[MAX_ARGS][24];
@@ -349,6 +376,7 @@ static void pg_done(db_rows *r) {
 }
 
 static int pg_in_tx(db *d) {
+    if (conn_of(d)->begin_pending) return 1;
     PGTransactionStatusType t = PQtransactionStatus(conn_of(d)->conn);
     return t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
@@ -481,28 +509,45 @@ typedef struct piped {
     PGresult *res;              /* out: its result (the caller clears it) */
 } piped;
 
-/* Sends q[0..nq) in one pipeline (one round trip) and reads their results.
- * DB_OK; else the first failure's status (DB_BUSY for a lock not granted
- * in time, a deadlock, a serialization failure), d's error set, every
- * result cleared. The connection is out of pipeline mode either way. */
-static db_status pipeline(db *d, piped *q, int nq, const char *what) {
+/* Sends q[0..nq) in one pipeline (one round trip) and reads their results
+ * -- behind the transaction's pending BEGIN, and with commit, followed by
+ * its COMMIT. DB_OK; else the first failure's status (DB_BUSY for a lock
+ * not granted in time, a deadlock, a serialization failure), d's error
+ * set, every result cleared, and *commit_unknown (when commit) set if the
+ * COMMIT was sent and whether it ran cannot be told (it failed itself, or
+ * the connection broke). The connection is out of pipeline mode either
+ * way. */
+static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commit_unknown,
+                                 const char *what) {
     pg *p = conn_of(d);
     db_status st = DB_OK;
+    int begin = p->begin_pending;
+    if (commit_unknown) *commit_unknown = 0;
     for (int i = 0; i < nq; i++) q[i].res = NULL;
     if (PQenterPipelineMode(p->conn) != 1) return fail(d, NULL, what);
-    int sent = 1;
+    p->begin_pending = 0;
+    int sent = !begin || PQsendQueryParams(p->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
     for (int i = 0; sent && i < nq; i++)
         sent = PQsendQueryParams(p->conn, q[i].sql, q[i].n, NULL, q[i].args, NULL, NULL, 0);
+    sent = sent && (!commit || PQsendQueryParams(p->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0));
     sent = sent && PQpipelineSync(p->conn);
-    if (!sent) st = fail(d, NULL, what);
-    for (int i = 0; sent && i < nq; i++) {
-        q[i].res = PQgetResult(p->conn);
-        PGresult *extra;
-        while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
-        ExecStatusType rs = q[i].res ? PQresultStatus(q[i].res) : PGRES_FATAL_ERROR;
-        if (st == DB_OK && rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK)
-            st = fail(d, q[i].res, what);
+    if (!sent) {
+        st = fail(d, NULL, what);
+        if (commit && commit_unknown) *commit_unknown = 1;   /* it may have gone out */
     }
+    PGresult *extra;
+    for (int i = -begin; sent && i < nq + commit; i++) {
+        PGresult *res = PQgetResult(p->conn);
+        while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
+        ExecStatusType rs = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+        int bad = rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK;
+        if (i == nq && bad && st == DB_OK && commit_unknown) *commit_unknown = 1;
+        if (st == DB_OK && bad) st = fail(d, res, what);
+        if (i >= 0 && i < nq) q[i].res = res;
+        else PQclear(res);
+    }
+    if (st != DB_OK && PQstatus(p->conn) != CONNECTION_OK && commit && commit_unknown)
+        *commit_unknown = 1;                   /* the COMMIT went out; its answer did not come */
     /* Whatever failed, read on to the sync so the connection is usable. */
     PGresult *sync;
     while (sent && (sync = PQgetResult(p->conn)) != NULL) {
@@ -519,10 +564,15 @@ static db_status pipeline(db *d, piped *q, int nq, const char *what) {
     return st;
 }
 
+static db_status pipeline(db *d, piped *q, int nq, const char *what) {
+    return pipeline_commit(d, q, nq, 0, NULL, what);
+}
+
 enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS };
 
 /* The orders reserved in Redis (above). */
-static db_status insert_plain(db *d, db_job **jobs, size_t n) {
+static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *committed,
+                              int *commit_unknown) {
     buf a[A_NARRAYS], skus[1], keys[2];
     size_t nplain = 0, nkeyed = 0;
     db_status st = DB_OK;
@@ -567,7 +617,10 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n) {
                    { PLAIN_INSERT, A_NARRAYS, { 0 }, NULL },
                    { PLAIN_KEYS, 2, { keys[0].p, keys[1].p }, NULL } };
     for (int k = 0; k < A_NARRAYS; k++) q[1].args[k] = a[k].p;
-    if ((st = pipeline(d, q, nkeyed ? 3 : 2, "insert orders")) != DB_OK) goto out;
+    *committed = commit;
+    if ((st = pipeline_commit(d, q, nkeyed ? 3 : 2, commit, commit_unknown, "insert orders")) !=
+        DB_OK)
+        goto out;
     /* A job is inserted when its place came back; else a key another
      * order holds makes it a replay's refusal; else stale. */
     for (int r = 0; r < PQntuples(q[1].res); r++) {
@@ -711,7 +764,8 @@ static void decide_take(db_job *j, take_sku *s, take_user *u, const char **keys,
 
 enum { T_ID, T_SKU, T_USER, T_QTY, T_KEY, T_AT, T_EXP, T_NARRAYS };
 
-static db_status insert_takes(db *d, db_job **jobs, size_t n) {
+static db_status insert_takes(db *d, db_job **jobs, size_t n, int commit, int *committed,
+                              int *commit_unknown) {
     db_job **tj = calloc(n ? n : 1, sizeof *tj);
     take_sku *s = calloc(n ? n : 1, sizeof *s);
     take_user *u = calloc(n ? n : 1, sizeof *u);
@@ -807,7 +861,10 @@ static db_status insert_takes(db *d, db_job **jobs, size_t n) {
     q[1] = (piped){ TAKE_PRODUCTS, 5, { prod[0].p, prod[1].p, prod[2].p, prod[3].p, prod[4].p },
                     NULL };
     q[2] = (piped){ TAKE_USERS, 3, { users[0].p, users[1].p, users[2].p }, NULL };
-    if ((st = pipeline(d, q, nadd ? 3 : 2, "write the takes")) != DB_OK) goto out;
+    *committed = commit;
+    if ((st = pipeline_commit(d, q, nadd ? 3 : 2, commit, commit_unknown, "write the takes")) !=
+        DB_OK)
+        goto out;
     /* Every order taken is in, or the group fails: units taken without
      * their order would leak. */
     if (atoll(PQgetvalue(q[0].res, 0, 0)) != (long long)taken)
@@ -832,10 +889,18 @@ out:
 }
 
 /* The group's orders a server takes at once: those reserved in Redis,
- * then the db strategies' takes. */
-static db_status pg_insert_group(db *d, db_job **jobs, size_t n) {
-    db_status st = insert_plain(d, jobs, n);
-    return st == DB_OK ? insert_takes(d, jobs, n) : st;
+ * then the db strategies' takes; with commit, the COMMIT goes in the last
+ * pipeline (a group of orders reserved in Redis: one round trip). */
+static db_status pg_insert_group(db *d, db_job **jobs, size_t n, int commit,
+                                 int *commit_unknown) {
+    int takes = 0, committed = 0;
+    *commit_unknown = 0;
+    for (size_t i = 0; i < n && !takes; i++) takes = is_take(jobs[i]);
+    db_status st = insert_plain(d, jobs, n, commit && !takes, &committed, commit_unknown);
+    if (st == DB_OK && takes) st = insert_takes(d, jobs, n, commit, &committed, commit_unknown);
+    if (st == DB_OK && commit && !committed)
+        st = pipeline_commit(d, NULL, 0, 1, commit_unknown, "commit");
+    return st;
 }
 
 const db_driver db_pg_driver = {

@@ -168,10 +168,17 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     db_status st = db_begin(w->conn);
     /* A server's driver takes the orders reserved in Redis, and the db
      * strategies' takes, in a few exchanges (a round trip per order would
-     * cap a group); the rest go one by one. */
-    int many = st == DB_OK && w->conn->drv->insert_group;
-    if (many) st = w->conn->drv->insert_group(w->conn, jobs, n);
-    for (i = 0; st == DB_OK && i < n; i++) {
+     * cap a group), with the COMMIT when that is all the group holds; the
+     * rest go one by one. */
+    int many = st == DB_OK && w->conn->drv->insert_group != NULL, commit_failed = 0, committed = 0;
+    if (many) {
+        int all = 1;
+        for (i = 0; i < n && all; i++)
+            all = db_group_insert(jobs[i]) || jobs[i]->kind == DB_JOB_LOOKUP;
+        st = w->conn->drv->insert_group(w->conn, jobs, n, all, &commit_failed);
+        committed = all && st == DB_OK;
+    }
+    for (i = 0; st == DB_OK && !committed && i < n; i++) {
         db_job *j = jobs[i];
         if (many && db_group_insert(j)) {
             if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
@@ -185,8 +192,7 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
         else continue;
         if (j->status == DB_ERROR || j->status == DB_BUSY) st = j->status;
     }
-    int commit_failed = 0;
-    if (st == DB_OK && (st = db_commit(w->conn)) != DB_OK) commit_failed = 1;
+    if (st == DB_OK && !committed && (st = db_commit(w->conn)) != DB_OK) commit_failed = 1;
     if (st != DB_OK) db_rollback(w->conn);
     for (i = 0; st != DB_OK && i < n; i++)     /* a holds job's outcome, if the group failed */
         if (jobs[i]->kind != DB_JOB_INSERT && jobs[i]->kind != DB_JOB_LOOKUP)

@@ -78,6 +78,14 @@ test test-sanitize: bench-deps
 bench: bench-deps
 	$(MAKE) bench-run
 
+# The orders on PostgreSQL (issue 30): the service beside pgbench's hot-row
+# and insert-only transactions, lua beside SQLite, two instances beside one,
+# on a throwaway server; BENCH_PG_ARGS adds loadtest/bench_pg.py options
+# (--seconds, --rounds, --connections, --quick).
+.PHONY: bench-pg
+bench-pg: deps $(BIN)/flashload $(BIN)/flashsale
+	$(PYTHON) loadtest/bench_pg.py $(BIN) $(BENCH_PG_ARGS)
+
 # One hot SKU on a Redis Cluster: 8 lanes on 1 primary vs over 3 (issue 21).
 .PHONY: bench-cluster
 bench-cluster: deps $(BIN)/flashload $(BIN)/flashsale

@@ -282,3 +282,20 @@ def test_migrate_from_sqlite(ctx):
     assert rows[1] == p["sold"], (rows, p)
     rc, out = audit(redis, url)
     assert rc == 0, out
+
+
+def test_bench_pg_runs_and_reports_its_goals(ctx):
+    """make bench-pg's script, in its quick mode: every figure measured
+    (pgbench and the service, verified by flashload), every goal printed
+    with met or NOT met. What it reaches is the benchmark's to say."""
+    r = subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "..",
+                                                          "loadtest", "bench_pg.py"),
+                        harness.BIN, "--quick"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("pgbench hot row c=64", "pgbench insert c=64", "lua on postgresql c=64",
+                 "lua on sqlite c=64", "db on postgresql c=64",
+                 "lua on postgresql, 2 instances c=64"):
+        m = re.search(r"^  %s\s+(\d+)" % re.escape(name), r.stdout, re.M)
+        assert m and int(m.group(1)) > 0, (name, r.stdout)
+    assert len(re.findall(r"\(>= [\d.]+\) (met|NOT met)$", r.stdout, re.M)) == 4, r.stdout
+    print("\n".join("    " + l for l in r.stdout.splitlines() if l.strip()))

@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""bench_pg.py: the orders on PostgreSQL, measured (make bench-pg).
+
+On a throwaway PostgreSQL server (tests/pgserver.py) and Redis, in one run,
+round after round (the machines are shared and noisy: medians of rounds,
+ratios of figures from the same round):
+
+  pgbench hot row   a transaction per order, as seckill articles write it:
+                    UPDATE products SET available = available - 1, sold =
+                    sold + 1 WHERE sku = 'hot' AND available >= 1; INSERT
+                    the order (the hot-row convoy)
+  pgbench insert    the INSERT of the order alone
+  service           flashsale on the server: lua (stock in Redis, the
+                    orders group-committed) and db (stock in the products
+                    row, taken in the group's transaction) at each
+                    concurrency; lua on two instances sharing the server;
+                    and lua on SQLite, the default, for the ratio
+
+every run closed-loop (pgbench -c N; flashload --connections N), the
+service's runs verified by flashload (every 201 a row, nothing oversold).
+Prints the table and the goals of issue 30 with met / NOT met.
+
+Usage: bench_pg.py BIN [--seconds S] [--rounds R] [--connections 64,256]
+       [--quick]"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import harness  # noqa: E402
+import pgserver  # noqa: E402
+
+PGBENCH_SCHEMA = """
+CREATE TABLE products(sku TEXT PRIMARY KEY, available BIGINT NOT NULL, sold BIGINT NOT NULL);
+INSERT INTO products VALUES ('hot', 1000000000, 0);
+CREATE TABLE orders(order_id TEXT PRIMARY KEY, sku TEXT NOT NULL, user_id TEXT NOT NULL,
+  quantity INTEGER NOT NULL, created_at TEXT NOT NULL);
+"""
+HOT_ROW = """\\set u random(1, 1000)
+BEGIN;
+UPDATE products SET available = available - 1, sold = sold + 1 WHERE sku = 'hot' AND available >= 1;
+INSERT INTO orders VALUES (gen_random_uuid()::text, 'hot', 'u' || :u, 1, now()::text);
+END;
+"""
+INSERT_ONLY = """\\set u random(1, 1000)
+INSERT INTO orders VALUES (gen_random_uuid()::text, 'hot', 'u' || :u, 1, now()::text);
+"""
+
+
+def pgbench(pg, dbname, script, conns, seconds, tmp):
+    path = os.path.join(tmp, "script.sql")
+    with open(path, "w") as f:
+        f.write(script)
+    r = subprocess.run([os.path.join(pg.bin, "pgbench"), "-h", "127.0.0.1", "-p", str(pg.port),
+                        "-U", "postgres", "-n", "-c", str(conns), "-j", "2", "-T", str(seconds),
+                        "-f", path, dbname], capture_output=True, text=True, timeout=seconds + 120)
+    m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError("pgbench failed: %s %s" % (r.stdout[-500:], r.stderr[-500:]))
+    return float(m.group(1))
+
+
+def flashload(binary, targets, redis, db, strategy, conns, seconds, sku):
+    args = [os.path.join(binary, "flashload")]
+    for t in targets:
+        args += ["--target", "http://127.0.0.1:%d" % t.port]
+    args += ["--redis", redis.url, "--db", db, "--sku", sku, "--strategy", strategy,
+             "--stock", "100000000", "--duration", str(seconds), "--connections", str(conns)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 180)
+    m = re.search(r"stock\s+\d+ for sale, (\d+) sold", r.stdout)
+    w = re.search(r"^requests\s+(\d+) answered in ([\d.]+) s", r.stdout, re.M)
+    if r.returncode != 0 or not m or not w:
+        raise RuntimeError("flashload %s on %s failed (%d):\n%s%s" % (strategy, db, r.returncode,
+                                                                    r.stdout[-1500:], r.stderr[-500:]))
+    return int(m.group(1)) / float(w.group(2))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", default="64,256")
+    ap.add_argument("--quick", action="store_true", help="1 s, 1 round, 64 connections")
+    o = ap.parse_args()
+    if o.quick:
+        o.seconds, o.rounds, o.connections = 1, 1, "64"
+    conns = [int(c) for c in o.connections.split(",")]
+    binary = os.path.abspath(o.bin)
+    os.environ["FLASHSALE_BIN"] = binary
+    harness.BIN = binary
+    tmp = tempfile.mkdtemp(prefix="fs-bench-pg-")
+    redis = harness.Redis()
+    pg = pgserver.Postgres(settings={"max_connections": "600"})
+    services = []
+    try:
+        pg.psql("CREATE DATABASE pgb")
+        pg.psql(PGBENCH_SCHEMA, dbname="pgb")
+        url = pg.database("flashsale")
+        lite = os.path.join(tmp, "orders.db")
+        # The admission limit off: what is measured is the store's path.
+        args = ["--max-inflight", "1000000"]
+        a = harness.Service(redis.url, url, log_dir=tmp, args=args)
+        b = harness.Service(redis.url, url, log_dir=tmp, args=args)
+        s = harness.Service(redis.url, lite, log_dir=tmp, args=args)
+        services = [a, b, s]
+        rows = {}
+
+        def add(name, v):
+            rows.setdefault(name, []).append(v)
+
+        for rnd in range(o.rounds):
+            for c in conns:
+                tag = "r%d-c%d" % (rnd, c)
+                add("pgbench hot row c=%d" % c, pgbench(pg, "pgb", HOT_ROW, c, o.seconds, tmp))
+                add("pgbench insert c=%d" % c, pgbench(pg, "pgb", INSERT_ONLY, c, o.seconds, tmp))
+                add("lua on postgresql c=%d" % c,
+                    flashload(binary, [a], redis, url, "lua", c, o.seconds, "lp-" + tag))
+                add("lua on sqlite c=%d" % c,
+                    flashload(binary, [s], redis, lite, "lua", c, o.seconds, "ls-" + tag))
+                add("db on postgresql c=%d" % c,
+                    flashload(binary, [a], redis, url, "db", c, o.seconds, "dp-" + tag))
+                add("lua on postgresql, 2 instances c=%d" % c,
+                    flashload(binary, [a, b], redis, url, "lua", c, o.seconds, "l2-" + tag))
+            print("round %d of %d done" % (rnd + 1, o.rounds), file=sys.stderr, flush=True)
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        print("\norders/s, medians of %d round(s) of %g s (closed loop)" % (o.rounds, o.seconds))
+        for k, v in rows.items():
+            print("  %-40s %9.0f   (%s)" % (k, med[k], ", ".join("%.0f" % x for x in v)))
+
+        def ratio(x, y):
+            # Per round, then the median: figures of one round share the machine's mood.
+            return statistics.median(a / b for a, b in zip(rows[x], rows[y]))
+        print("\ngoals (issue 30), ratios of the same round's figures, medians:")
+        goals = []
+        for c in conns:
+            goals += [("lua on postgresql / lua on sqlite, c=%d" % c,
+                       ratio("lua on postgresql c=%d" % c, "lua on sqlite c=%d" % c), 0.7),
+                      ("lua on postgresql / pgbench insert, c=%d" % c,
+                       ratio("lua on postgresql c=%d" % c, "pgbench insert c=%d" % c), 1.0),
+                      ("db on postgresql / pgbench hot row, c=%d" % c,
+                       ratio("db on postgresql c=%d" % c, "pgbench hot row c=%d" % c), 10.0),
+                      ("2 instances / 1 on postgresql (lua), c=%d" % c,
+                       ratio("lua on postgresql, 2 instances c=%d" % c,
+                             "lua on postgresql c=%d" % c), 1.0)]
+        for name, r, want in goals:
+            print("  %-44s %6.2f  (>= %.1f) %s" % (name, r, want, "met" if r >= want else "NOT met"))
+    finally:
+        for s_ in services:
+            if s_.proc.poll() is None:
+                s_.stop()
+        pg.stop()
+        redis.stop()
+        harness.stop_all()
+
+
+if __name__ == "__main__":
+    main()
