@@ -7,8 +7,8 @@
  * What moves: products (with their generations, sold, held, db stock and
  * versions), orders (with their idempotency keys), holds (and their debts
  * to Redis), the tombstones of voided orders, the buyers' units of the db
- * strategies, restocks by key, and the db-lock fences (a token must never
- * go back). Not the held db-lock rows (a lock held across a migration is
+ * strategies, restocks by key, the db-lock fences (a token must never
+ * go back), and the tallies of several writers' groups (version 8). Not the held db-lock rows (a lock held across a migration is
  * a lock of the old database's holders) nor the health probe's row. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,7 @@ static const table TABLES[] = {
     { "user_units", "sku,user_id,units", "tti" },
     { "restocks", "idempotency_key,sku,quantity,created_at", "ttit" },
     { "lock_fences", "name,fence", "ti" },
+    { "product_tallies", "sku,slot,sold,held", "tiii" },
 };
 
 #define BATCH_ROWS 500

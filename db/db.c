@@ -23,10 +23,15 @@
     "coalesce(h.decided_ms,0),coalesce(h.payment_ref,'')"                                  \
     " FROM orders o LEFT JOIN holds h ON h.order_id=o.order_id"
 
+/* A product's sold and held are its row's and its tallies' (schema.c,
+ * version 8). */
+#define TALLIED(col)                                                                       \
+    "p." col "+coalesce((SELECT sum(t." col ") FROM product_tallies t WHERE t.sku=p.sku),0)"
 #define PRODUCT_COLUMNS                                                                    \
-    "SELECT sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,"       \
-    "db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,"        \
-    "cs_overlap FROM products"
+    "SELECT p.sku,p.name,p.strategy,p.segments,p.per_user_limit,p.stock_initial,"          \
+    TALLIED("sold") ",p.stock_gen,p.db_available,p.db_version,p.cs_delay_ms,"             \
+    "p.lock_ttl_ms,p.created_at,p.hold_seconds," TALLIED("held") ",p.cs_overlap"           \
+    " FROM products p"
 
 /* Now, as db_format_time writes it, in each dialect. */
 #define SQLITE_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
@@ -38,8 +43,8 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
         "hold_seconds,held,cs_overlap)"
         " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11)", NULL },
-    [DB_ST_PRODUCT_GET] = { PRODUCT_COLUMNS " WHERE sku=?1", NULL },
-    [DB_ST_PRODUCT_ALL] = { PRODUCT_COLUMNS " ORDER BY sku", NULL },
+    [DB_ST_PRODUCT_GET] = { PRODUCT_COLUMNS " WHERE p.sku=?1", NULL },
+    [DB_ST_PRODUCT_ALL] = { PRODUCT_COLUMNS " ORDER BY p.sku", NULL },
     [DB_ST_PRODUCT_RESTOCK] = {
         "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
         " WHERE sku=?1", NULL },
@@ -92,6 +97,25 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'", NULL },
     [DB_ST_PRODUCT_REPAIR] = {
         "UPDATE products SET sold=?2, db_available=?3, held=?4 WHERE sku=?1", NULL },
+    [DB_ST_TALLY_CLEAR] = { "DELETE FROM product_tallies WHERE sku=?1", NULL },
+    [DB_ST_TALLY_ADD] = {
+        "INSERT INTO product_tallies(sku,slot,sold,held) VALUES(?1,?4,?2,?3)"
+        " ON CONFLICT(sku,slot) DO UPDATE SET sold=product_tallies.sold+excluded.sold,"
+        " held=product_tallies.held+excluded.held", NULL },
+    /* The tallies folded into their products' rows, every product's row
+     * first (the order every group locks in), so no group waits on a
+     * tally this holds while it waits on that group's products row. */
+    [DB_ST_FOLD_LOCK] = {
+        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)",
+        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)"
+        " ORDER BY sku FOR NO KEY UPDATE" },
+    [DB_ST_FOLD] = {
+        "UPDATE products SET"
+        " sold=sold+(SELECT coalesce(sum(t.sold),0) FROM product_tallies t WHERE t.sku=products.sku),"
+        " held=held+(SELECT coalesce(sum(t.held),0) FROM product_tallies t WHERE t.sku=products.sku)"
+        " WHERE sku IN (SELECT sku FROM product_tallies)",
+        NULL },
+    [DB_ST_FOLD_CLEAR] = { "DELETE FROM product_tallies", NULL },
     [DB_ST_TAKE_VERSIONED] = {
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2 AND db_version=?3", NULL },
@@ -115,15 +139,27 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         "INSERT OR REPLACE INTO meta(key,value) VALUES('health_probe'," SQLITE_NOW ")",
         "INSERT INTO meta(key,value) VALUES('health_probe'," PG_NOW ")"
         " ON CONFLICT(key) DO UPDATE SET value=excluded.value" },
-    /* A transaction that counts a SKU's orders reads its generation once.
-     * SQLite's write transaction holds the whole file; PostgreSQL's locks
-     * the row until it ends, so no rebuild (a new generation) and no other
-     * instance's group can count the SKU meanwhile. */
-    [DB_ST_GEN_READ] = {
-        "SELECT stock_gen FROM products WHERE sku=?1",
-        "SELECT stock_gen FROM products WHERE sku=?1 FOR NO KEY UPDATE" },
-    /* The same lock for a transaction that voids an order of the SKU, or
-     * takes its stock: whichever comes second sees what the first wrote. */
+    /* A transaction that counts a SKU's orders reads its generation once,
+     * holding the SKU's shared lock (db_sku_shared): SQLite's write
+     * transaction holds the whole file; on PostgreSQL no rebuild (a new
+     * generation) and no void can commit until it ends -- while other
+     * instances' groups, which count in tally rows of their own, go on
+     * beside it. */
+    [DB_ST_GEN_READ] = { "SELECT stock_gen FROM products WHERE sku=?1", NULL },
+    /* A SKU's lock (db_sku_shared, db_sku_exclusive): on PostgreSQL an
+     * advisory lock of the transaction keyed by the SKU, in the lock
+     * manager -- no row is written, as a row's share lock would be by every
+     * group of every instance. */
+    [DB_ST_SKU_SHARED] = { "SELECT ?1", "SELECT pg_advisory_xact_lock_shared(hashtextextended(?1,0))" },
+    [DB_ST_SKU_EXCLUSIVE] = { "SELECT ?1", "SELECT pg_advisory_xact_lock(hashtextextended(?1,0))" },
+    /* The shared locks of the SKUs an expiry sweep will end holds of, in
+     * SKU order, before it ends them. */
+    [DB_ST_DUE_SKUS_SHARED] = {
+        "SELECT ?1",
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended(sku,0)) FROM (SELECT DISTINCT sku"
+        " FROM holds WHERE state='reserved' AND expires_ms<=?1 ORDER BY sku) x" },
+    /* A db strategy's take locks the SKU's row (its stock) first: what it
+     * reads then (a key, the buyer's units) cannot change under it. */
     [DB_ST_PRODUCT_LOCK] = {
         "SELECT 1 FROM products WHERE sku=?1",
         "SELECT 1 FROM products WHERE sku=?1 FOR NO KEY UPDATE" },
@@ -305,7 +341,7 @@ db_status db_begin(db *d) {
     return db_do(d, DB_ST_BEGIN, NULL, 0, "begin", NULL);
 }
 
-static db_status add_units(db *d, const char *sku, long long sold, long long held);
+static db_status add_units(db *d, const char *sku, long long sold, long long held, int in_db);
 
 /* Adds the tallied units to products.sold and held, once per SKU. */
 static db_status flush_tally(db *d) {
@@ -313,7 +349,7 @@ static db_status flush_tally(db *d) {
     for (int i = 0; i < ts->n; i++) {
         sku_tally *t = &ts->t[i];
         if (!t->sold && !t->held) continue;
-        db_status st = add_units(d, t->sku, t->sold, t->held);
+        db_status st = add_units(d, t->sku, t->sold, t->held, 0);
         if (st != DB_OK) return st == DB_NOTFOUND ? DB_ERROR : st;
         t->sold = t->held = 0;
     }
@@ -504,7 +540,10 @@ db_status db_product_new_gen(db *d, const char *sku, long long min_gen, db_produ
                              void *ud) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    st = update_product(d, DB_ST_PRODUCT_GEN, sku, min_gen, "new generation");
+    /* Every group counting the SKU commits first, and none starts until
+     * this does: the counts read below are whole. */
+    st = db_sku_exclusive(d, sku);
+    if (st == DB_OK) st = update_product(d, DB_ST_PRODUCT_GEN, sku, min_gen, "new generation");
     if (st == DB_OK) st = db_product_get(d, sku, out);
     /* In the same transaction: a hold cancelled after it is owed to the new
      * copy, and its return takes its units off the buyer's count there. */
@@ -626,12 +665,10 @@ db_status db_order_state(db *d, const char *order_id) {
 db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason) {
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    /* The SKU's row first (DB_ST_PRODUCT_LOCK): a group that is counting
-     * this order commits before the check below, or waits for the void. */
-    const db_arg l[] = { DB_TEXT(sku) };
-    long long one;
-    st = db_one_int(d, DB_ST_PRODUCT_LOCK, l, 1, "lock the product", &one);
-    if (st != DB_OK && st != DB_NOTFOUND) {
+    /* The SKU's lock first, exclusive (db_sku_exclusive): a group that is
+     * counting this order commits before the check below, or waits for
+     * the void. */
+    if ((st = db_sku_exclusive(d, sku)) != DB_OK) {
         db_rollback(d);
         return st;
     }
@@ -765,6 +802,7 @@ db_status db_product_repair(db *d, const char *sku, long long sold, long long he
     if (st != DB_OK) return st;
     const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(db_available), DB_INT(held) };
     st = db_do(d, DB_ST_PRODUCT_REPAIR, a, 4, "repair product", NULL);
+    if (st == DB_OK) st = db_do(d, DB_ST_TALLY_CLEAR, a, 1, "repair product", NULL);
     if (st == DB_OK) return db_commit(d);
     db_rollback(d);
     return st;
@@ -803,6 +841,7 @@ static sku_tally *tally_of(db *d, const char *sku, db_status *st) {
     }
     long long gen = -1;
     const db_arg a[] = { DB_TEXT(sku) };
+    if ((*st = db_sku_shared(d, sku)) != DB_OK) return NULL;
     *st = db_one_int(d, DB_ST_GEN_READ, a, 1, "read generation", &gen);
     if (*st == DB_NOTFOUND) {
         *st = DB_OK;
@@ -825,7 +864,33 @@ static db_status insert_hold(db *d, const db_order *o, int in_db) {
     return db_do(d, DB_ST_HOLD_INSERT, a, DB_NARGS(a), "insert hold", NULL);
 }
 
-static db_status add_units(db *d, const char *sku, long long sold, long long held) {
+/* Adds units to sku's counts: in its products row where the stock is
+ * (in_db: a db strategy's, whose row its take locked), else as
+ * db_count_units. */
+static db_status add_units(db *d, const char *sku, long long sold, long long held, int in_db) {
+    if (!in_db) return db_count_units(d, sku, sold, held);
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held) };
+    long long changed = 0;
+    db_status st = db_do(d, DB_ST_ADD_SOLD, a, 3, "count units", &changed);
+    return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
+}
+
+db_status db_sku_shared(db *d, const char *sku) {
+    const db_arg a[] = { DB_TEXT(sku) };
+    return db_do(d, DB_ST_SKU_SHARED, a, 1, "lock the product", NULL);
+}
+
+db_status db_sku_exclusive(db *d, const char *sku) {
+    const db_arg a[] = { DB_TEXT(sku) };
+    return db_do(d, DB_ST_SKU_EXCLUSIVE, a, 1, "lock the product", NULL);
+}
+
+db_status db_count_units(db *d, const char *sku, long long sold, long long held) {
+    const char *slot = d->drv->tally_slot ? d->drv->tally_slot(d) : NULL;
+    if (slot) {
+        const db_arg t[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held), DB_INT(atoll(slot)) };
+        return db_do(d, DB_ST_TALLY_ADD, t, 4, "count units", NULL);
+    }
     const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held) };
     long long changed = 0;
     db_status st = db_do(d, DB_ST_ADD_SOLD, a, 3, "count units", &changed);
@@ -903,7 +968,8 @@ db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_
         if (hold) t->held += o->quantity;
         else t->sold += o->quantity;
     } else if (st == DB_OK &&
-               add_units(d, o->sku, hold ? 0 : o->quantity, hold ? o->quantity : 0) != DB_OK) {
+               add_units(d, o->sku, hold ? 0 : o->quantity, hold ? o->quantity : 0,
+                         take != DB_TAKE_NONE) != DB_OK) {
         return DB_ERROR;
     }
     if (st != DB_OK) goto undo;
@@ -936,6 +1002,29 @@ db_status db_order_for_update(db *d, const db_order *o, db_take take, long long 
         db_status now = db_order_state(d, o->order_id);
         return now == DB_OK ? DB_OK : now == DB_NOTFOUND || now == DB_STALE ? st : DB_UNKNOWN;
     }
+    return DB_OK;
+}
+
+db_status db_fold_tallies(db *d, long long *folded) {
+    long long n = 0;
+    *folded = 0;
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    db_rows r;
+    if ((st = db_run(d, &r, DB_ST_FOLD_LOCK, NULL, 0, "fold tallies")) == DB_OK) {
+        int got;
+        while ((got = db_next(&r)) > 0) n++;
+        db_done(&r);
+        if (got < 0) st = d->last;
+    }
+    if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD, NULL, 0, "fold tallies", NULL);
+    if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
+    if (st == DB_OK) st = db_commit(d);
+    if (st != DB_OK) {
+        db_rollback(d);
+        return st;
+    }
+    *folded = n;
     return DB_OK;
 }
 

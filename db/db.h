@@ -34,7 +34,7 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 7
+#define DB_SCHEMA_VERSION 8
 #define DB_REF_MAX 128         /* a hold's payment_ref */
 
 typedef enum db_status {
@@ -236,6 +236,11 @@ db_status db_order_for_update(db *d, const db_order *o, db_take take, long long 
  * section of db_order_for_update, after the check and before the write
  * (NULL: none). */
 void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud);
+/* Folds the tallies of several writers' groups (schema version 8) into
+ * their products' rows, in one transaction: a product's sold and held do
+ * not change, the tallies' table empties. *folded: the products folded.
+ * Maintenance runs it now and then on PostgreSQL. */
+db_status db_fold_tallies(db *d, long long *folded);
 /* Whether d's engine has row locks (PostgreSQL). */
 int db_row_locks(const db *d);
 

@@ -36,9 +36,10 @@ enum {
     DB_ST_PRODUCT_GEN, DB_ST_USER_UNITS, DB_ST_ORDER_INSERT_GEN, DB_ST_ORDER_INSERT_ANY,
     DB_ST_HOLD_INSERT, DB_ST_ADD_SOLD, DB_ST_ORDER_GET, DB_ST_ORDER_BY_KEY, DB_ST_ORDER_EXISTS,
     DB_ST_VOID_EXISTS, DB_ST_VOID_INSERT, DB_ST_ORDER_UNITS, DB_ST_HELD_UNITS,
-    DB_ST_PRODUCT_REPAIR, DB_ST_TAKE_CONDITIONAL, DB_ST_TAKE_VERSIONED, DB_ST_USER_ORDERS,
+    DB_ST_PRODUCT_REPAIR, DB_ST_TALLY_CLEAR, DB_ST_TALLY_ADD, DB_ST_FOLD_LOCK, DB_ST_FOLD, DB_ST_FOLD_CLEAR, DB_ST_TAKE_CONDITIONAL, DB_ST_TAKE_VERSIONED, DB_ST_USER_ORDERS,
     DB_ST_USER_SUM, DB_ST_USER_ADD, DB_ST_STOCK_READ, DB_ST_RESTOCK_GET, DB_ST_RESTOCK_INSERT,
-    DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PRODUCT_LOCK, DB_ST_KEY_OWNER, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
+    DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PRODUCT_LOCK, DB_ST_SKU_SHARED, DB_ST_SKU_EXCLUSIVE,
+    DB_ST_DUE_SKUS_SHARED, DB_ST_KEY_OWNER, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
     DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE, DB_ST_STOCK_FOR_UPDATE, DB_ST_TAKE_SET,
     DB_ST_LOCK_FIRST                /* the lock table's: DB_LOCK_ST_* from here */
 };
@@ -140,6 +141,10 @@ typedef struct db_driver {
      * exchange, and on a failure sets *commit_unknown when the COMMIT was
      * sent and whether it ran cannot be told. */
     db_status (*insert_group)(db *d, db_job **jobs, size_t n, int commit, int *commit_unknown);
+    /* Optional (NULL: none): this connection's row of product_tallies,
+     * where its units go instead of the products row (schema.c, version
+     * 8), as text. */
+    const char *(*tally_slot)(db *d);
 } db_driver;
 
 /* Whether job is an order reserved in Redis whose insert needs nothing
@@ -183,6 +188,20 @@ const char *db_col_text(db_rows *r, int col);
 int db_col_null(db_rows *r, int col);
 long long db_changes(db_rows *r);
 void db_done(db_rows *r);
+
+/* Adds sold and held units to the counts of sku, whose stock is a Redis
+ * copy's: to this connection's tally row where the driver has one
+ * (PostgreSQL: no wait for another instance's COMMIT), else to the
+ * products row (DB_NOTFOUND when there is none). The caller holds the
+ * SKU's shared lock (db_sku_shared). */
+db_status db_count_units(db *d, const char *sku, long long sold, long long held);
+/* The SKU's lock, until the transaction ends: shared by every transaction
+ * that counts units of a Redis copy's SKU or decides one of its holds,
+ * exclusive for one that starts a new generation of the copy or voids an
+ * order of it. On SQLite the write transaction holds the file: nothing to
+ * take. DB_OK or an error. */
+db_status db_sku_shared(db *d, const char *sku);
+db_status db_sku_exclusive(db *d, const char *sku);
 
 /* Runs st, which returns no rows: DB_OK, with *changes set when given. */
 db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes);

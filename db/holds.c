@@ -52,7 +52,9 @@ const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
     [DB_HOLDS_ST_OWED_UNITS] = {
         "SELECT coalesce(sum(h.quantity),0) FROM holds h JOIN products p ON p.sku=h.sku"
         " WHERE h.return_gen IS NOT NULL AND h.sku=?1 AND h.return_gen>=p.stock_gen", NULL },
-    [DB_HOLDS_ST_HELD] = { "SELECT coalesce(sum(held),0) FROM products", NULL },
+    [DB_HOLDS_ST_HELD] = {
+        "SELECT coalesce((SELECT sum(held) FROM products),0)"
+        "+coalesce((SELECT sum(held) FROM product_tallies),0)", NULL },
     [DB_HOLDS_ST_RETURNED] = {
         "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2", NULL },
 };
@@ -80,10 +82,23 @@ static db_status move(db *d, db_decision *dc, db_hold_to to, int q, const char *
     if (changed == 0) return DB_OK;            /* decided by another: read again */
     dc->changed = 1;
 
-    const db_arg p[] = { DB_TEXT(sku), DB_INT(q), DB_INT(to == DB_HOLD_CONFIRM ? q : 0),
-                         DB_INT(back && dc->stock_in_db ? q : 0) };
     long long gen = 0;
-    st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_PRODUCT), p, 4, "count the hold's units", &gen);
+    if (dc->stock_in_db) {
+        /* Its units back in the products row: written there. */
+        const db_arg p[] = { DB_TEXT(sku), DB_INT(q), DB_INT(to == DB_HOLD_CONFIRM ? q : 0),
+                             DB_INT(back ? q : 0) };
+        st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_PRODUCT), p, 4, "count the hold's units", &gen);
+    } else {
+        /* The stock is a Redis copy's: only the counts move, where the
+         * connection counts (db_count_units), and the generation is read,
+         * under the SKU's shared lock: no rebuild counts the hold's units
+         * until this decision is committed or undone. */
+        const db_arg g[] = { DB_TEXT(sku) };
+        st = db_sku_shared(d, sku);
+        if (st == DB_OK) st = db_one_int(d, DB_ST_GEN_READ, g, 1, "count the hold's units", &gen);
+        if (st == DB_OK && gen > 0)
+            st = db_count_units(d, sku, to == DB_HOLD_CONFIRM ? q : 0, -(long long)q);
+    }
     if (st == DB_NOTFOUND || (st == DB_OK && gen <= 0))
         return db_error(d, "hold of an unknown product");
     if (st != DB_OK) return st;
@@ -224,10 +239,17 @@ void db_expired_free(db_expired *e, size_t n) {
     }
 }
 
-/* Takes q units of sku out of held (in_db: back into db_available). */
+/* Takes q units of sku out of held, back of them (a db strategy's) into
+ * db_available in the products row, the others where the connection
+ * counts (db_count_units). */
 static db_status unhold(db *d, const char *sku, long long q, long long back) {
-    const db_arg a[] = { DB_TEXT(sku), DB_INT(q), DB_INT(back) };
-    return db_do(d, HOLDS_ST(DB_HOLDS_ST_UNHOLD), a, 3, "count expired units", NULL);
+    db_status st = DB_OK;
+    if (back) {
+        const db_arg a[] = { DB_TEXT(sku), DB_INT(back), DB_INT(back) };
+        st = db_do(d, HOLDS_ST(DB_HOLDS_ST_UNHOLD), a, 3, "count expired units", NULL);
+    }
+    if (st == DB_OK && q > back) st = db_count_units(d, sku, 0, -(q - back));
+    return st;
 }
 
 db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, size_t *n) {
@@ -240,7 +262,11 @@ db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, si
     if (!in_db) return db_error(d, "out of memory");
     const db_arg a[] = { DB_INT(now_ms), DB_INT(max) };
     db_rows r;
-    if ((st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_EXPIRE), a, 2, "expire holds")) != DB_OK) {
+    /* The shared locks of the SKUs first (db_sku_shared): the generation
+     * the statement records as owed stays the SKU's until this commits. */
+    st = db_do(d, DB_ST_DUE_SKUS_SHARED, a, 1, "expire holds", NULL);
+    if (st != DB_OK || (st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_EXPIRE), a, 2, "expire holds")) !=
+                           DB_OK) {
         free(in_db);
         return st;
     }

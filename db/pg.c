@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <libpq-fe.h>
 
 #include "db/db_int.h"
@@ -37,6 +39,8 @@ typedef struct pg {
     /* A BEGIN asked for and not sent yet: it goes with the transaction's
      * first statement (in a pipeline, in the same round trip). */
     int begin_pending;
+    /* This connection's tally row (product_tallies.slot), and its text. */
+    char slot[24];
 } pg;
 
 static pg *conn_of(db *d) { return d->impl; }
@@ -210,6 +214,9 @@ static int pg_open(db *d, const char *target, const db_options *opt, char *err, 
     }
     d->impl = p;
     p->opt = *opt;
+    unsigned long long rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = (unsigned long long)getpid();
+    snprintf(p->slot, sizeof p->slot, "%llu", rnd % 1000000000000ULL + 1);
     for (int i = 0; i < DB_ST_COUNT; i++) {
         const db_sql *s = db_sql_of(i);
         if (!(p->sql[i] = to_dollars(s->pg ? s->pg : s->sql))) {
@@ -396,19 +403,25 @@ static void pg_wait_ms(db *d, int ms) {
  * one statement, their arguments as arrays (unnest), and three statements
  * go to the server in one pipeline -- one round trip, however many orders:
  *
- *   1. the SKUs' products rows locked FOR NO KEY UPDATE, in SKU order (two
- *      instances' groups never wait on each other in a circle): no rebuild
- *      and no void of theirs can commit until this transaction does;
+ *   1. the SKUs' shared locks (db_sku_shared: advisory locks of the
+ *      transaction, in SKU order): no rebuild and no void, which take it
+ *      exclusive, can commit until this transaction does, while another
+ *      instance's group of the same SKU goes on beside it (a row's share
+ *      lock would do the same, but writes the row, a multixact per group);
  *   2. the orders inserted whose generation is the row's and that are not
  *      voided (a statement of its own, so that its snapshot is taken with
  *      the locks held and sees a void that committed while it waited), a
- *      hold's row beside each hold, and each SKU's sold and held raised
- *      once by its orders' units; the ids inserted come back;
+ *      hold's row beside each hold, and each SKU's sold and held raised by
+ *      its orders' units in this connection's own tally row (schema
+ *      version 8: the products row is not written, so two instances'
+ *      groups of one hot SKU do not wait for each other's COMMIT); the ids
+ *      inserted come back;
  *   3. the orders whose idempotency key another order holds (DB_DUPKEY,
  *      where db_order_insert would say so; any other refusal is DB_STALE). */
 
 static const char PLAIN_LOCK[] =
-    "SELECT sku FROM products WHERE sku = ANY($1::text[]) ORDER BY sku FOR NO KEY UPDATE";
+    "SELECT pg_advisory_xact_lock_shared(hashtextextended(s, 0))"
+    " FROM (SELECT DISTINCT unnest($1::text[]) AS s ORDER BY 1) x";
 
 static const char PLAIN_INSERT[] =
     "WITH o AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
@@ -423,10 +436,12 @@ static const char PLAIN_INSERT[] =
     " h AS (INSERT INTO holds(order_id, sku, quantity, gen, takes, in_db, expires_ms, state)"
     " SELECT o.order_id, o.sku, o.quantity, o.gen, o.takes, 0, o.expires_ms, 'reserved'"
     " FROM o JOIN ins USING (order_id) WHERE o.expires_ms > 0),"
-    " u AS (UPDATE products p SET sold = p.sold + t.sold, held = p.held + t.held"
-    " FROM (SELECT o.sku, sum(CASE WHEN o.expires_ms > 0 THEN 0 ELSE o.quantity END) AS sold,"
-    " sum(CASE WHEN o.expires_ms > 0 THEN o.quantity ELSE 0 END) AS held"
-    " FROM o JOIN ins USING (order_id) GROUP BY o.sku) t WHERE p.sku = t.sku)"
+    " u AS (INSERT INTO product_tallies(sku, slot, sold, held)"
+    " SELECT o.sku, $10::bigint, sum(CASE WHEN o.expires_ms > 0 THEN 0 ELSE o.quantity END),"
+    " sum(CASE WHEN o.expires_ms > 0 THEN o.quantity ELSE 0 END)"
+    " FROM o JOIN ins USING (order_id) GROUP BY o.sku"
+    " ON CONFLICT (sku, slot) DO UPDATE SET sold = product_tallies.sold + excluded.sold,"
+    " held = product_tallies.held + excluded.held)"
     " SELECT o.n FROM o JOIN ins USING (order_id)";
 
 static const char PLAIN_KEYS[] =
@@ -569,6 +584,7 @@ static db_status pipeline(db *d, piped *q, int nq, const char *what) {
 }
 
 enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS };
+#define A_NPARAMS (A_NARRAYS + 1)       /* and the tally's slot */
 
 /* The orders reserved in Redis (above). */
 static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *committed,
@@ -614,9 +630,10 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
         goto out;
     }
     piped q[3] = { { PLAIN_LOCK, 1, { skus[0].p }, NULL },
-                   { PLAIN_INSERT, A_NARRAYS, { 0 }, NULL },
+                   { PLAIN_INSERT, A_NPARAMS, { 0 }, NULL },
                    { PLAIN_KEYS, 2, { keys[0].p, keys[1].p }, NULL } };
     for (int k = 0; k < A_NARRAYS; k++) q[1].args[k] = a[k].p;
+    q[1].args[A_NARRAYS] = conn_of(d)->slot;
     *committed = commit;
     if ((st = pipeline_commit(d, q, nkeyed ? 3 : 2, commit, commit_unknown, "insert orders")) !=
         DB_OK)
@@ -903,6 +920,8 @@ static db_status pg_insert_group(db *d, db_job **jobs, size_t n, int commit,
     return st;
 }
 
+static const char *pg_tally_slot(db *d) { return conn_of(d)->slot; }
+
 const db_driver db_pg_driver = {
     .name = "postgresql",
     .open = pg_open,
@@ -917,4 +936,5 @@ const db_driver db_pg_driver = {
     .in_tx = pg_in_tx,
     .wait_ms = pg_wait_ms,
     .insert_group = pg_insert_group,
+    .tally_slot = pg_tally_slot,
 };

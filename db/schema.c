@@ -217,6 +217,28 @@ static const char PG_SCHEMA_V7[] =
     "CREATE INDEX holds_due ON holds(expires_ms) WHERE state='reserved';"
     "CREATE INDEX holds_returning ON holds(decided_ms) WHERE return_gen IS NOT NULL;";
 
+/* Version 8: the tallies of the groups of several writers. On PostgreSQL,
+ * a group of one instance adds its orders' units to a row of its own here
+ * (its connection's slot) rather than to the SKU's products row, so that
+ * two instances' groups of one hot SKU do not wait for each other's
+ * COMMIT; a product's sold and held are its row's plus its tallies', and
+ * maintenance folds the tallies into the row now and then. SQLite's one
+ * writer adds to the products row and leaves this table empty. */
+static const char SCHEMA_V8[] =
+    "CREATE TABLE product_tallies("
+    "  sku TEXT NOT NULL,"
+    "  slot INTEGER NOT NULL,"
+    "  sold INTEGER NOT NULL,"
+    "  held INTEGER NOT NULL,"
+    "  PRIMARY KEY(sku, slot)) WITHOUT ROWID;";
+static const char PG_SCHEMA_V8[] =
+    "CREATE TABLE product_tallies("
+    "  sku TEXT COLLATE \"C\" NOT NULL,"
+    "  slot BIGINT NOT NULL,"
+    "  sold BIGINT NOT NULL,"
+    "  held BIGINT NOT NULL,"
+    "  PRIMARY KEY(sku, slot));";
+
 const db_migration db_migrations[] = {
     { 1, SCHEMA_V1, NULL },
     { 2, SCHEMA_V2, NULL },
@@ -225,5 +247,6 @@ const db_migration db_migrations[] = {
     { 5, SCHEMA_V5, NULL },
     { 6, SCHEMA_V6, NULL },
     { 7, SCHEMA_V7, PG_SCHEMA_V7 },
+    { 8, SCHEMA_V8, PG_SCHEMA_V8 },
 };
 const int db_nmigrations = (int)(sizeof db_migrations / sizeof db_migrations[0]);

@@ -26,6 +26,13 @@ static const char SQL_PRODUCT[] =
 static const char SQL_PRODUCT6[] =
     "SELECT strategy, segments, per_user_limit, stock_initial, sold, stock_gen, db_available,"
     " hold_seconds, held FROM products WHERE sku = ?1";
+/* Schema 8: a product's sold and held are its row's plus its tallies'. */
+static const char SQL_PRODUCT8[] =
+    "SELECT strategy, segments, per_user_limit, stock_initial,"
+    " sold + coalesce((SELECT sum(t.sold) FROM product_tallies t WHERE t.sku = p.sku), 0),"
+    " stock_gen, db_available, hold_seconds,"
+    " held + coalesce((SELECT sum(t.held) FROM product_tallies t WHERE t.sku = p.sku), 0)"
+    " FROM products p WHERE sku = ?1";
 static const char SQL_ORDERS[] =
     "SELECT order_id, user_id, quantity, coalesce(idempotency_key, ''), ''"
     " FROM orders WHERE sku = ?1 ORDER BY order_id";
@@ -214,8 +221,10 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
 static int read_product(src *s, const char *sku, fl_db_sku *out, fl_err *e) {
     qry q;
     const char *what = "products (not the documented schema?)";
-    if (q_open(s, &q, out->schema_version >= 6 ? SQL_PRODUCT6 : SQL_PRODUCT, sku, what, e))
-        return -1;
+    const char *sql = out->schema_version >= 8   ? SQL_PRODUCT8
+                      : out->schema_version >= 6 ? SQL_PRODUCT6
+                                                 : SQL_PRODUCT;
+    if (q_open(s, &q, sql, sku, what, e)) return -1;
     int found = q_next(&q, what, e);
     if (found > 0) {
         snprintf(out->strategy, sizeof out->strategy, "%s", q_text(&q, 0));

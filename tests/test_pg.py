@@ -24,6 +24,11 @@ from test_faults import Load, assert_books_balance, audit, figures, settle
 from test_flashload import flashload, vantage
 from test_strategies import FORCE, assert_exact, forced, hammer, oversold
 
+# A product's sold and held on the server: its row's and its tallies'
+# (docs/storage.md, "PostgreSQL").
+SOLD = "p.sold+coalesce((SELECT sum(t.sold) FROM product_tallies t WHERE t.sku=p.sku),0)"
+HELD = "p.held+coalesce((SELECT sum(t.held) FROM product_tallies t WHERE t.sku=p.sku),0)"
+
 SAFE_PG = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("db", 1), ("db-optimistic", 1),
            ("db-lock", 1), ("db-for-update", 1), ("local", 1)]
 
@@ -51,8 +56,9 @@ def run_safe_pg(ctx, instances):
             raise AssertionError("%s x %d segments, %d instance(s) on PostgreSQL: %s"
                                  % (strategy, segments, instances, e))
     # The server holds what the service says: sold == the orders' units.
-    for sku, sold, units in db_rows(url, "SELECT p.sku, p.sold, (SELECT coalesce(sum(quantity),0)"
-                                    " FROM orders o WHERE o.sku=p.sku) FROM products p"):
+    for sku, sold, units in db_rows(url, "SELECT p.sku, " + SOLD + ", (SELECT coalesce("
+                                    "sum(quantity),0) FROM orders o WHERE o.sku=p.sku)"
+                                    " FROM products p"):
         assert sold == units == 100, (sku, sold, units)
 
 
@@ -96,7 +102,8 @@ def test_pg_for_update_and_its_unsafe_twin(ctx):
     over, p = oversold(a, "fu", 5, hammer([a, b], "fu", conns=10, per_conn=1))
     met, alone = forced(redis, "fu")
     assert met == 0 and alone == 5 and over == 0 and p["sold"] == 5, (met, alone, p)
-    assert db_rows(url, "SELECT db_available, sold FROM products WHERE sku='fu'") == [(0, 5)]
+    assert db_rows(url, "SELECT db_available, " + SOLD + " FROM products p WHERE sku='fu'") == \
+        [(0, 5)]
     a.create_product("late", 5, strategy="unsafe-check-outside-tx", **FORCE)
     over, p = oversold(a, "late", 5, hammer([a, b], "late", conns=10, per_conn=1))
     met, alone = forced(redis, "late")
@@ -141,8 +148,8 @@ def test_pg_holds_and_the_books_balance(ctx):
         assert "reserved" not in states and h["owed"] == 0, (states, h)
         assert states.get("confirmed", 0) == h["confirmed"], (states, h)
         assert h["resold"] > 0 and h["resale_checked"], h
-        sold, held, initial = db_rows(url, "SELECT sold, held, stock_initial FROM products "
-                                      "WHERE sku=?", (sku,))[0]
+        sold, held, initial = db_rows(url, "SELECT " + SOLD + ", " + HELD + ", stock_initial "
+                                      "FROM products p WHERE sku=?", (sku,))[0]
         assert held == 0 and sold == h["confirmed_units"], (sold, held, h)
     rc, out = audit(redis, url)
     assert rc == 0, out

@@ -6,7 +6,10 @@
  *   are asked for; a sweep of every product's pending records every two
  *   seconds, settling those of dead owners.
  * - Memory: after an outage, or after a burst of connections has closed,
- *   the memory freed is given back. */
+ *   the memory freed is given back.
+ * - Tallies (PostgreSQL): every FOLD_EVERY_MS, the units the groups counted
+ *   in their tally rows are folded into the products rows (db_fold_tallies),
+ *   so the tallies' table stays small however long the sale. */
 #include <assert.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -22,6 +25,7 @@
 
 #define HEARTBEAT_TTL_MS 5000
 #define SWEEP_EVERY_MS 2000
+#define FOLD_EVERY_MS 10000
 #define WAKE_EVERY_MS 200
 #define TRIM_CHECK_MS 2000         /* connection churn: looked at this often */
 #define TRIM_AFTER_CLOSED 256      /* ...and trimmed after this many closes */
@@ -105,6 +109,7 @@ static void *maint_main(void *arg) {
     db *d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err);
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
     int64_t next_beat = 0, next_sweep = clock_mono_ms() + SWEEP_EVERY_MS;
+    int64_t next_fold = clock_mono_ms() + FOLD_EVERY_MS;
     assert(sc != NULL);   /* the configuration was checked at start */
     if (!d) svc_log(SVC_LOG_ERROR, "maintenance: %s", err);
     while (!atomic_load(&m->stopping)) {
@@ -123,6 +128,13 @@ static void *maint_main(void *arg) {
             svc_reconcile(a, d, sc, 1);
             next_sweep = now + SWEEP_EVERY_MS;
             trim_after_errors(m);
+        }
+        if (d && db_row_locks(d) && now >= next_fold) {
+            long long folded = 0;
+            db_status st = db_fold_tallies(d, &folded);
+            if (st != DB_OK && st != DB_BUSY)
+                svc_log(SVC_LOG_WARN, "maintenance: folding the tallies: %s", db_errstr(d));
+            next_fold = now + FOLD_EVERY_MS;
         }
     }
     svc_repair_run(a->repair, NULL, sc);   /* a last try for undos that failed at shutdown */
