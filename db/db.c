@@ -96,25 +96,36 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
     [DB_ST_HELD_UNITS] = {
         "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'", NULL },
     [DB_ST_PRODUCT_REPAIR] = {
-        "UPDATE products SET sold=?2, db_available=?3, held=?4 WHERE sku=?1", NULL },
+        "UPDATE products SET sold=?2, held=?3,"
+        " db_available=CASE WHEN ?4<>0 THEN stock_initial-?2-?3 ELSE db_available END"
+        " WHERE sku=?1", NULL },
     [DB_ST_TALLY_CLEAR] = { "DELETE FROM product_tallies WHERE sku=?1", NULL },
     [DB_ST_TALLY_ADD] = {
         "INSERT INTO product_tallies(sku,slot,sold,held) VALUES(?1,?4,?2,?3)"
         " ON CONFLICT(sku,slot) DO UPDATE SET sold=product_tallies.sold+excluded.sold,"
         " held=product_tallies.held+excluded.held", NULL },
-    /* The tallies folded into their products' rows, every product's row
-     * first (the order every group locks in), so no group waits on a
-     * tally this holds while it waits on that group's products row. */
+    /* The tallies folded into their products' rows. The rows of the
+     * products first, in SKU order: a db take (the only other locker of a
+     * products row, and never of a SKU with tallies) or a repair cannot
+     * wait on this in a circle. */
     [DB_ST_FOLD_LOCK] = {
         "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)",
         "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)"
         " ORDER BY sku FOR NO KEY UPDATE" },
+    /* On PostgreSQL one statement: what it adds to a products row is what
+     * its DELETE took out, row version by row version. A group may commit
+     * units to a tally between two statements (its transaction does not
+     * wait for the products row); a DELETE after an UPDATE would then take
+     * out units the UPDATE never added. SQLite's one writer needs no such
+     * care: the UPDATE, then FOLD_CLEAR. */
     [DB_ST_FOLD] = {
         "UPDATE products SET"
         " sold=sold+(SELECT coalesce(sum(t.sold),0) FROM product_tallies t WHERE t.sku=products.sku),"
         " held=held+(SELECT coalesce(sum(t.held),0) FROM product_tallies t WHERE t.sku=products.sku)"
         " WHERE sku IN (SELECT sku FROM product_tallies)",
-        NULL },
+        "WITH gone AS (DELETE FROM product_tallies RETURNING sku, sold, held),"
+        " s AS (SELECT sku, sum(sold) AS sold, sum(held) AS held FROM gone GROUP BY sku)"
+        " UPDATE products p SET sold=p.sold+s.sold, held=p.held+s.held FROM s WHERE p.sku=s.sku" },
     [DB_ST_FOLD_CLEAR] = { "DELETE FROM product_tallies", NULL },
     [DB_ST_TAKE_VERSIONED] = {
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
@@ -796,14 +807,22 @@ db_status db_order_units(db *d, const char *sku, long long *sold, long long *hel
     return st == DB_OK ? scalar(d, DB_ST_HELD_UNITS, sku, NULL, held) : st;
 }
 
-db_status db_product_repair(db *d, const char *sku, long long sold, long long held,
-                            long long db_available) {
+db_status db_product_repair(db *d, const char *sku, int in_db, long long *sold, long long *held) {
+    long long one;
+    const db_arg k[] = { DB_TEXT(sku) };
     db_status st = db_begin(d);
     if (st != DB_OK) return st;
-    const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(db_available), DB_INT(held) };
-    st = db_do(d, DB_ST_PRODUCT_REPAIR, a, 4, "repair product", NULL);
-    if (st == DB_OK) st = db_do(d, DB_ST_TALLY_CLEAR, a, 1, "repair product", NULL);
-    if (st == DB_OK) return db_commit(d);
+    /* The SKU's lock, exclusive, then its row: every group counting it (in
+     * a tally or in the row) has committed, and none starts until this
+     * does; the locks in the order the groups take them. */
+    if ((st = db_sku_exclusive(d, sku)) != DB_OK) goto err;
+    if ((st = db_one_int(d, DB_ST_PRODUCT_LOCK, k, 1, "lock the product", &one)) != DB_OK) goto err;
+    if ((st = db_order_units(d, sku, sold, held)) != DB_OK) goto err;
+    const db_arg a[] = { DB_TEXT(sku), DB_INT(*sold), DB_INT(*held), DB_INT(in_db != 0) };
+    if ((st = db_do(d, DB_ST_PRODUCT_REPAIR, a, 4, "repair product", NULL)) != DB_OK) goto err;
+    if ((st = db_do(d, DB_ST_TALLY_CLEAR, a, 1, "repair product", NULL)) != DB_OK) goto err;
+    return db_commit(d);
+err:
     db_rollback(d);
     return st;
 }
@@ -1018,7 +1037,8 @@ db_status db_fold_tallies(db *d, long long *folded) {
         if (got < 0) st = d->last;
     }
     if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD, NULL, 0, "fold tallies", NULL);
-    if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
+    if (st == DB_OK && n && !db_row_locks(d))
+        st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) {
         db_rollback(d);

@@ -168,10 +168,12 @@ db_status db_user_units(db *d, const char *sku,
 /* Units of the confirmed orders of sku and of its reserved holds, summed
  * from the rows (the audit's check of products.sold and held). */
 db_status db_order_units(db *d, const char *sku, long long *sold, long long *held);
-/* Sets sold, held and db_available of sku (the audit's repair), in one
- * transaction. */
-db_status db_product_repair(db *d, const char *sku, long long sold, long long held,
-                            long long db_available);
+/* The audit's repair of sku: sets its sold and held to the units of its
+ * orders' rows, counted in the same transaction under the SKU's locks (no
+ * group can count units between the count and the write), and, when
+ * in_db (a db strategy's stock), db_available to stock_initial - sold -
+ * held. The counts set go to *sold and *held. */
+db_status db_product_repair(db *d, const char *sku, int in_db, long long *sold, long long *held);
 
 /* The db strategies' stock: units left and row version. */
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version);

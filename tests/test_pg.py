@@ -155,6 +155,40 @@ def test_pg_holds_and_the_books_balance(ctx):
     assert rc == 0, out
 
 
+def test_pg_audit_repairs_the_counts(ctx):
+    """Counts that disagree with the order rows (a products row and a tally
+    row tampered with, a db product's available too) are found by `flashsale
+    audit` and set from the rows by `--repair`; then the audit passes and
+    the service sells the rest exactly."""
+    redis = ctx.redis()
+    pg, url = pg_db(ctx)
+    services = [ctx.service(redis, db=url) for _ in range(2)]
+    s = services[0]
+    for sku, strategy in (("r-lua", "lua"), ("r-db", "db")):
+        s.create_product(sku, 100, strategy=strategy)
+        hammer(services, sku, conns=8, per_conn=5)
+    for t in services:
+        t.stop()
+    pg.psql("UPDATE products SET sold=sold+7 WHERE sku='r-lua';"
+            " INSERT INTO product_tallies VALUES('r-lua', 424242, 3, 2);"
+            " UPDATE products SET db_available=db_available-5, held=held+1 WHERE sku='r-db'",
+            dbname="orders")
+    rc, out = audit(redis, url)
+    assert rc == 1 and out.count("DISCREPANCY") >= 2, out
+    rc, out = audit(redis, url, repair=True)
+    assert "repaired: sold and held set to 40 and 0" in out, out
+    rc, out = audit(redis, url)
+    assert rc == 0, out
+    for sku, sold, held in db_rows(url, "SELECT p.sku, " + SOLD + ", " + HELD +
+                                   " FROM products p ORDER BY sku"):
+        assert (sold, held) == (40, 0), (sku, sold, held)
+    t = ctx.service(redis, db=url)
+    for sku in ("r-lua", "r-db"):
+        answers = hammer([t], sku, conns=8, per_conn=12)
+        assert sum(1 for st, _ in answers if st == 201) == 60, answers
+        p = t.product(sku)
+        assert (p["sold"], p["held"], p["stock_available"]) == (100, 0, 0), p
+
 def test_pg_kill9_of_an_instance_mid_sale(ctx):
     redis = ctx.redis()
     pg, url = pg_db(ctx)

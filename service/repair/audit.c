@@ -98,15 +98,14 @@ static int audit_product(audit *au, const db_product *dp) {
     if (units != dp->sold || held_rows != dp->held) {
         problem(au, "sold is %lld and held %lld, but the order rows hold %lld and %lld units",
                 dp->sold, dp->held, units, held_rows);
+        long long now_sold = 0, now_held = 0;
         if (au->repair &&
-            db_product_repair(au->d, dp->sku, units, held_rows,
-                              si->uses_redis ? dp->db_available
-                                             : dp->stock_initial - units - held_rows) == DB_OK) {
-            printf("  repaired: sold and held set to %lld and %lld from the order rows\n", units,
-                   held_rows);
+            db_product_repair(au->d, dp->sku, !si->uses_redis, &now_sold, &now_held) == DB_OK) {
+            printf("  repaired: sold and held set to %lld and %lld from the order rows\n",
+                   now_sold, now_held);
             au->fixed++;
-            sold = units;
-            held = held_rows;
+            sold = now_sold;
+            held = now_held;
         }
     }
     /* Units out of the stock: sold, held, and those of ended holds whose
@@ -116,10 +115,11 @@ static int audit_product(audit *au, const db_product *dp) {
         if (dp->db_available != dp->stock_initial - sold - held) {
             problem(au, "available %lld != stock_initial - sold - held = %lld", dp->db_available,
                     dp->stock_initial - sold - held);
+            long long now_sold = 0, now_held = 0;
             if (au->repair &&
-                db_product_repair(au->d, dp->sku, sold, held, dp->stock_initial - sold - held) ==
-                    DB_OK) {
-                printf("  repaired: available set to %lld\n", dp->stock_initial - sold - held);
+                db_product_repair(au->d, dp->sku, 1, &now_sold, &now_held) == DB_OK) {
+                printf("  repaired: available set to %lld\n",
+                       dp->stock_initial - now_sold - now_held);
                 au->fixed++;
             }
         }

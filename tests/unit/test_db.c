@@ -6,6 +6,7 @@
  * holds (decisions, the expiry sweep, the debts of units), and the
  * group-commit writer. The same cases, the same expectations. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -422,6 +423,85 @@ static void test_writer_groups(void) {
 }
 
 
+/* The fold of the tallies (PostgreSQL's groups count in rows of their own,
+ * db.h) beside a writer committing groups all the while: every unit is
+ * counted once, whichever side of a fold its group commits on. */
+typedef struct folder {
+    atomic_int stop;
+    long long folds, folded;
+    db_status failed;
+} folder;
+
+static void *fold_loop(void *arg) {
+    folder *f = arg;
+    char err[256];
+    db *d = db_open(path, &OPTS, err, sizeof err);
+    if (!d) {
+        f->failed = DB_ERROR;
+        return NULL;
+    }
+    while (!atomic_load(&f->stop)) {
+        long long n = 0;
+        db_status st = db_fold_tallies(d, &n);
+        if (st != DB_OK && st != DB_BUSY) {
+            fprintf(stderr, "fold: %s\n", db_errstr(d));
+            f->failed = st;
+            break;
+        }
+        f->folds++;
+        f->folded += n;
+    }
+    db_close(d);
+    return NULL;
+}
+
+static void test_fold_beside_writer(void) {
+    db *d = fresh();
+    db_product p = product("f", 100000), got;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    char err[256];
+    batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    CHECK(w != NULL);
+    folder f = { 0 };
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, fold_loop, &f) == 0);
+    enum { N = 2000, WAVE = 5 };
+    static db_job jobs[N];
+    for (int i = 0; i < N; i += WAVE) {
+        for (int j = i; j < i + WAVE; j++) {
+            char id[27];
+            snprintf(id, sizeof id, "01F%07d", j);
+            jobs[j] = (db_job){ .kind = DB_JOB_INSERT, .take = DB_TAKE_NONE };
+            jobs[j].order = order(id, "f", "u", 1 + j % 3, NULL, 1);
+            db_writer_submit(w, &jobs[j]);
+        }
+        pthread_mutex_lock(&b.mu);
+        while (b.jobs < (size_t)(i + WAVE)) pthread_cond_wait(&b.cv, &b.mu);
+        pthread_mutex_unlock(&b.mu);
+    }
+    atomic_store(&f.stop, 1);
+    pthread_join(th, NULL);
+    db_writer_stop(w);
+    long long units = 0;
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        ok += jobs[i].status == DB_OK;
+        units += 1 + i % 3;
+    }
+    CHECK(ok == N);
+    CHECK(f.failed == DB_OK);
+    CHECK(f.folds > 0);
+    if (pg_url) CHECK(f.folded > 0);   /* SQLite's writer leaves no tallies */
+    long long sold = 0, held = 0;
+    CHECK(db_order_units(d, "f", &sold, &held) == DB_OK && sold == units);
+    CHECK(db_product_get(d, "f", &got) == DB_OK);
+    if (got.sold != units) fprintf(stderr, "sold %lld, the orders %lld units (%lld folds)\n",
+                                   got.sold, units, f.folds);
+    CHECK(got.sold == units && got.held == 0);
+    db_close(d);
+}
+
 /* A hold per order: decided once, by whichever comes first; its units move
  * from held to sold or out, and a Redis product's are owed once. */
 static void test_holds(void) {
@@ -508,7 +588,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_lock_table), T(test_writer_groups), T(test_no_nested_walks), T(test_holds),
+        T(test_lock_table), T(test_writer_groups), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
     };
     if (!mkdtemp(dir)) return 2;
     int passed = 0, failed = 0;
