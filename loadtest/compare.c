@@ -887,7 +887,11 @@ static double probes_weight(const fl_compare_opts *o, const fl_world *w, const f
     for (int i = 0; i < 4; i++)
         if (asked_for(o, SERVER[i]) && fl_strategy_find(st, nst, SERVER[i]))
             sum += FL_ETA_PROBE_KILL + 2 * FL_ETA_PROBE_SERVER;
-    if (asked_for(o, "db-lock") && fl_strategy_find(st, nst, "db-lock")) sum += FL_ETA_PROBE_KILL;
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "db-for-update" : "db-lock";
+        const fl_strategy *info = fl_strategy_find(st, nst, name);
+        if (info && info->available && asked_for(o, name)) sum += FL_ETA_PROBE_KILL;
+    }
     return sum;
 }
 

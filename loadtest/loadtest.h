@@ -980,11 +980,11 @@ typedef struct fl_probe {
     int pass;                    /* the verifier's verdict */
 } fl_probe;
 
-#define FL_LOCK_ROWS 6
+#define FL_LOCK_ROWS 9
 
 /* A row of the "choosing a lock" table: one lock, measured in this run. */
 typedef struct fl_lock_row {
-    char strategy[32];           /* lock, redlock, zookeeper, etcd, db-lock, local */
+    char strategy[32];           /* a name of LOCKS (probe.c): lock ... local */
     char server[200];            /* what its lock server is, in words */
     int have1, have8;            /* its contention scenes ran */
     double ops1, ops8;           /* orders/s with 1 and 8 segments */

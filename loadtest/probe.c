@@ -1,5 +1,7 @@
 /* probe.c: the "choosing a lock" table of `flashload compare`: one row per
- * lock, from the comparison's own scenes (throughput, latency, the lock
+ * lock, and per way the database guards the stock without a lock server
+ * (db-for-update's row lock; db and db-optimistic, which hold no lock
+ * between statements), from the comparison's own scenes (throughput, latency, the lock
  * hand-off, the pause past the lease) and from three probes, each on a
  * fresh SKU and verified like any run:
  *
@@ -41,26 +43,46 @@
 
 typedef struct lock_about {
     const char *strategy;
-    const char *server;
+    const char *server;          /* %s: the orders' database, in words */
 } lock_about;
 
+/* The locks, then the database's own ways to guard the stock, which a
+ * user choosing weighs against them: db-for-update (seed 004's row lock,
+ * PostgreSQL only) and the two that hold no lock between statements. */
 static const lock_about LOCKS[FL_LOCK_ROWS] = {
     { "lock", "the service's own Redis, which also holds the stock: its restart is a stock "
               "outage too" },
     { "redlock", "3 independent redis-servers (append-only file), restarted together" },
     { "zookeeper", "1 standalone ZooKeeper" },
     { "etcd", "1 single-member etcd" },
-    { "db-lock", "a table in the service's SQLite file, the orders' own database" },
+    { "db-lock", "a table in %s" },
+    { "db-for-update", "the product's row in %s, locked by SELECT ... FOR UPDATE until the "
+                       "order's transaction ends" },
+    { "db", "none: one conditional UPDATE (WHERE available >= q) of the product's row in %s, "
+            "in the order's commit" },
+    { "db-optimistic", "none: a read, then UPDATE ... WHERE version = v of the product's row in "
+                       "%s, read again when it moved" },
     { "local", "none: a mutex inside each process" },
 };
 
-static const char DB_NA[] = "n/a: the lock table is in the orders' SQLite file; there is no lock "
-                            "server apart from the database itself, and losing it loses the orders";
+static const char DB_NA[] = "n/a: it is kept in %s: there is no server apart from the orders' "
+                            "own, and losing it loses the orders";
 static const char LOCAL_NA[] = "n/a: no lock server (the mutex lives and dies with its process)";
 static const char QUORUM_NA[] = "n/a: no Redis replica to fail over to: its servers replicate by "
                                 "quorum (%s), and a new leader has every acknowledged write";
-static const char DB_FAILOVER_NA[] = "n/a: the lock table is in the orders' SQLite file, not in "
-                                     "Redis: there is no replica to fail over to";
+static const char DB_FAILOVER_NA[] = "n/a: it is kept in %s, not in Redis: there is no Redis "
+                                     "replica to fail over to";
+static const char NO_HOLDER_NA[] = "n/a: no lock is held between statements: the take is one "
+                                   "UPDATE inside the order's commit";
+
+/* Whether strategy keeps its lock (or its stock) in the orders' database. */
+static int in_database(const char *strategy) { return !strncmp(strategy, "db", 2); }
+
+/* The orders' database of w, in words. */
+static const char *database_words(const fl_world *w) {
+    return !strncmp(w->db_path, "postgres", 8) ? "the orders' PostgreSQL database"
+                                               : "the orders' SQLite file";
+}
 
 /* ------------------------------------------------------- restart and wipe */
 
@@ -258,6 +280,11 @@ static void kill_probe(fl_world *w, const char *tag, const char *strategy, fl_pr
         fl_http_close(&h);
         return;
     }
+    char lease[80];
+    if (!strcmp(strategy, "db-for-update"))
+        snprintf(lease, sizeof lease, "no lease: the server ends a dead client's transaction");
+    else
+        snprintf(lease, sizeof lease, "lease %d ms", KILL_TTL_MS);
     int fd = order_in_flight(&w->targets[1], ps.sku);
     clock_sleep_ms(KILL_AFTER_MS);
     int64_t t_kill = clock_mono_ms();
@@ -306,9 +333,10 @@ static void kill_probe(fl_world *w, const char *tag, const char *strategy, fl_pr
                  KILL_WAIT_MS / 1000);
     else
         snprintf(out->note, sizeof out->note,
-                 "holder killed %d ms into a %d ms pause (lease %d ms); the other instance's "
-                 "next 201 %.2f s after the kill, %llu refused before it; sold %lld, left %lld%s",
-                 KILL_AFTER_MS, KILL_PAUSE_MS, KILL_TTL_MS, out->recover_ms / 1000.0,
+                 "holder killed %d ms into a %d ms pause (%s); the other instance's "
+                 "next 201 (its own pause in it) %.2f s after the kill, %llu refused before it; "
+                 "sold %lld, left %lld%s",
+                 KILL_AFTER_MS, KILL_PAUSE_MS, lease, out->recover_ms / 1000.0,
                  (unsigned long long)refused, p.sold, p.stock_available,
                  back ? "" : "; the killed instance could not be restarted");
 }
@@ -333,8 +361,8 @@ static void not_measured(fl_probe *p, const char *why) {
 
 /* The "failover to a replica" cell: lock's from the stock's failover,
  * redlock's from a member's; n/a for the locks without a Redis. */
-static void failover_cell(const fl_compare_opts *o, fl_lock_row *row, const fl_scene_result *r,
-                          int n) {
+static void failover_cell(const fl_compare_opts *o, const fl_world *w, fl_lock_row *row,
+                          const fl_scene_result *r, int n) {
     fl_probe *p = &row->failover;
     const char *s = row->strategy;
     char why[300];
@@ -343,8 +371,13 @@ static void failover_cell(const fl_compare_opts *o, fl_lock_row *row, const fl_s
         not_measured(p, why);
         return;
     }
-    if (!strcmp(s, "db-lock") || !strcmp(s, "local")) {
-        not_measured(p, !strcmp(s, "local") ? LOCAL_NA : DB_FAILOVER_NA);
+    if (!strcmp(s, "local")) {
+        not_measured(p, LOCAL_NA);
+        return;
+    }
+    if (in_database(s)) {
+        snprintf(why, sizeof why, DB_FAILOVER_NA, database_words(w));
+        not_measured(p, why);
         return;
     }
     int redlock = !strcmp(s, "redlock");
@@ -404,6 +437,20 @@ static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
     fl_probe *f = &row->fence;
     if (!strcmp(row->strategy, "local")) {
         not_measured(f, "n/a: no lease (a mutex is held until released)");
+    } else if (!strcmp(row->strategy, "db-for-update")) {
+        /* No lease to outlive: the forced scene, where a holder pauses
+         * for a second one, says whether any came in. */
+        char why[300];
+        int k = snprintf(why, sizeof why, "n/a: no lease: the row lock is held until the "
+                         "transaction ends, however long the holder pauses");
+        if (pause && pause->ran)
+            snprintf(why + k, sizeof why - (size_t)k, "; in the forced scene (each holder waits "
+                     "in its transaction for a second): %lld sold, %lld oversold, %lld of %lld "
+                     "waits met a second holder", pause->verdict.sold, pause->verdict.oversold,
+                     pause->forced_met, pause->forced_met + pause->forced_alone);
+        not_measured(f, why);
+    } else if (in_database(row->strategy) && strcmp(row->strategy, "db-lock")) {
+        not_measured(f, "n/a: no lease, and no lock held between statements");
     } else if (!pause) {
         not_measured(f, "not measured: no pause scene (left out by --strategies)");
     } else if (!pause->ran) {
@@ -429,15 +476,18 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
     int nr = 0;
     for (int i = 0; i < FL_LOCK_ROWS; i++) {
         const char *s = LOCKS[i].strategy;
-        int wanted = o->nstrategies == 0;
-        for (int k = 0; k < o->nstrategies; k++) wanted |= !strcmp(o->strategies[k], s);
-        if (!wanted || !fl_strategy_find(st, nst, s)) continue;
+        int named = 0;
+        for (int k = 0; k < o->nstrategies; k++) named |= !strcmp(o->strategies[k], s);
+        const fl_strategy *info = fl_strategy_find(st, nst, s);
+        /* One the service cannot run here (db-for-update on SQLite) is left
+         * out unless named, as its scenes are. */
+        if (!(o->nstrategies == 0 || named) || !info || (!info->available && !named)) continue;
         fl_lock_row *row = &rows[nr++];
         memset(row, 0, sizeof *row);
         snprintf(row->strategy, sizeof row->strategy, "%s", s);
-        snprintf(row->server, sizeof row->server, "%s", LOCKS[i].server);
+        snprintf(row->server, sizeof row->server, LOCKS[i].server, database_words(w));
         from_scenes(row, r, n);
-        failover_cell(o, row, r, n);
+        failover_cell(o, w, row, r, n);
     }
     /* The probes, in an order that disturbs the least: kills, restarts,
      * data lost, and the stock Redis (lock) last of all. */
@@ -447,7 +497,7 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
             fl_lock_row *row = &rows[i];
             const char *s = row->strategy;
             fl_probe *p = pass == 0 ? &row->kill : pass == 1 ? &row->restart : &row->wipe;
-            int is_lock = !strcmp(s, "lock"), is_db = !strcmp(s, "db-lock"),
+            int is_lock = !strcmp(s, "lock"), is_db = in_database(s),
                 is_local = !strcmp(s, "local");
             if (is_local) {
                 not_measured(p, pass == 0 ? "n/a: the mutex dies with its process, and never "
@@ -457,7 +507,12 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
             }
             if (pass > 0 && is_lock) continue;        /* below */
             if (pass > 0 && is_db) {
-                not_measured(p, DB_NA);
+                snprintf(why, sizeof why, DB_NA, database_words(w));
+                not_measured(p, why);
+                continue;
+            }
+            if (is_db && strcmp(s, "db-lock") && strcmp(s, "db-for-update")) {
+                not_measured(p, NO_HOLDER_NA);
                 continue;
             }
             if (!o->probes) {

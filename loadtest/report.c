@@ -638,7 +638,7 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
 }
 
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
-    fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", "lock", "1 seg/s",
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", "lock", "1 seg/s",
             "8 segs/s", "p50", "p99", "hand-off", "holder killed -9", "server restarted",
             "server lost its data", "failover to a replica", "past its lease");
     for (int i = 0; i < n; i++) {
@@ -657,7 +657,7 @@ void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
         fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
         fl_probe_fmt(&r->failover, FL_PROBE_FAILOVER, fo, sizeof fo);
         fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
-        fprintf(f, "%-10s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", r->strategy, a, b,
+        fprintf(f, "%-13s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", r->strategy, a, b,
                 p50, p99, ho, k, rs, wp, fo, fe);
     }
     fprintf(f, "hand-off: mean release -> next acquire in one process "

@@ -111,6 +111,51 @@ def test_pg_for_update_and_its_unsafe_twin(ctx):
     assert p["warning"].startswith("UNSAFE: unsafe-check-outside-tx oversells"), p
 
 
+def test_pg_compare_and_the_database_rows_of_the_lock_table(ctx):
+    """`flashload compare --db postgresql://...` (what `make demo-pg` runs)
+    on the database's own strategies: each safe one passes, the unsafe twin
+    oversells under its forcing, and the "choosing a lock" table has a row
+    for each -- db-for-update's holder killed with SIGKILL is measured (the
+    server ends the dead client's transaction: nothing taken), the others'
+    n/a with the reason -- in report.json and report.html, fitting 1400 px."""
+    from test_compare_locks import LOCK_FIELDS, compare, fits_1400, nothing_left_behind
+    pg, url = pg_db(ctx)
+    rc, so, se, j, html = compare(ctx, "--db", url, "--strategies",
+                                  "db,db-optimistic,db-lock,db-for-update,unsafe-check-outside-tx",
+                                  "--segments", "1", "--no-two-instances", "--quick",
+                                  "--connections", 16, "--stock", 300, "--no-redis-failures",
+                                  "--no-holds", timeout=240)
+    print("\n".join("    " + l for l in so.splitlines() if l.strip()))
+    assert rc == 0, so + se
+    for sc in j["scenes"]:
+        what = (sc["strategy"], sc["group"], sc.get("verdict"))
+        assert sc["ran"] and sc["as_expected"], what
+        assert (sc["oversold"] > 0) == (sc["strategy"] == "unsafe-check-outside-tx"), what
+    locks = {l["strategy"]: l for l in j["locks"]}
+    assert set(locks) == {"db", "db-optimistic", "db-lock", "db-for-update"}, locks.keys()
+    for name, l in locks.items():
+        assert set(l) == LOCK_FIELDS, (name, set(l) ^ LOCK_FIELDS)
+        assert l["orders_per_s_1seg"] > 0 and 0 < l["p50_us"] <= l["p99_us"], l
+        assert "PostgreSQL" in l["lock_server"], l
+        for k in ("server_restart", "server_data_lost", "failover_to_replica"):
+            assert not l[k]["measured"] and l[k]["note"].startswith("n/a: "), (name, k, l[k])
+            assert "PostgreSQL" in l[k]["note"], (name, k, l[k])
+    for name in ("db-lock", "db-for-update"):
+        kill = locks[name]["kill_holder"]
+        assert kill["measured"] and kill["pass"] and kill["oversold"] == 0, (name, kill)
+        assert "sold 1, left 4" in kill["note"], (name, kill)
+    assert "no lease" in locks["db-for-update"]["kill_holder"]["note"]
+    fu = locks["db-for-update"]["pause_past_lease"]
+    assert not fu["measured"] and re.search(r"0 oversold, 0 of \d+ waits met", fu["note"]), fu
+    for name in ("db", "db-optimistic"):
+        assert locks[name]["kill_holder"]["note"].startswith("n/a: no lock is held"), locks[name]
+    table = so.splitlines()
+    table = table[table.index("choosing a lock (measured in this run)") + 1:]
+    for name in locks:
+        assert any(re.match(r"%s\s+\d+\s" % re.escape(name), l) for l in table), (name, table)
+    fits_1400(html)
+    nothing_left_behind(ctx)
+
 def test_pg_verifier_and_idempotency_on_two_instances(ctx):
     """flashload's run over two instances on one server, with idempotency
     keys replayed and a per-user limit: the verifier, reading the server
