@@ -58,12 +58,47 @@ def ours(ctx):
     return [l for l in ps.splitlines() if mine in l and not l.startswith("ps ")]
 
 
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def descendants(root):
+    """{pid: cmdline} of root's live descendants, from /proc. A
+    redis-server renames itself (its title drops the temp dir), and a
+    service on PostgreSQL names no file there: they are found by their
+    parent instead."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = {}, [root]
+    while todo:
+        p = todo.pop()
+        for c, pp in parent.items():
+            if pp == p and c not in out:
+                cl = _cmdline(c)
+                if cl is not None:
+                    out[c] = cl
+                    todo.append(c)
+    return out
+
+
 def compare(ctx, *args, timeout=170):
-    """flashload compare, its temp dir under the test's; its servers are
-    seen there while it runs (so that nothing_left_behind can fail)."""
+    """flashload compare, its temp dir under the test's; the processes it
+    starts are seen while it runs (so that nothing_left_behind can fail)."""
     out, tmp = ctx.path("report"), ctx.path("tmp")
     os.makedirs(out, exist_ok=True)
     os.makedirs(tmp, exist_ok=True)
+    children = {}
     with open(ctx.path("compare.out"), "w+") as so, open(ctx.path("compare.err"), "w+") as se:
         p = subprocess.Popen([FLASHLOAD, "compare", "--out", out] + [str(a) for a in args],
                              stdout=so, stderr=se, text=True, env=dict(os.environ, TMPDIR=tmp))
@@ -74,18 +109,25 @@ def compare(ctx, *args, timeout=170):
                 p.wait()
                 raise AssertionError("flashload compare ran past %d s" % timeout)
             seen = seen or bool(ours(ctx))
+            children.update(descendants(p.pid))
             time.sleep(0.2)
         so.seek(0)
         se.seek(0)
         rc, so, se = p.returncode, so.read(), se.read()
-    assert seen, "no server of compare's under its TMPDIR " + tmp
+    ctx.compare_children = children
+    assert seen or children, "no process of compare's seen (TMPDIR %s)" % tmp
     j = json.load(open(os.path.join(out, "report.json"))) if rc in (0, 1) else None
     return rc, so, se, j, os.path.join(out, "report.html")
 
 
 def nothing_left_behind(ctx):
-    """No process compare started runs on."""
+    """No process compare started runs on: none naming its temp dir, and
+    none of those seen under it while it ran (the same pid with the same
+    command line)."""
     assert ours(ctx) == [], ours(ctx)
+    alive = [cl for pid, cl in getattr(ctx, "compare_children", {}).items()
+             if _cmdline(pid) == cl]
+    assert alive == [], alive
 
 
 def fits_1400(html):
