@@ -57,12 +57,35 @@ def pgbench(pg, dbname, script, conns, seconds, tmp):
     with open(path, "w") as f:
         f.write(script)
     r = subprocess.run([os.path.join(pg.bin, "pgbench"), "-h", "127.0.0.1", "-p", str(pg.port),
-                        "-U", "postgres", "-n", "-c", str(conns), "-j", "2", "-T", str(seconds),
+                        "-U", "postgres", "-n", "-c", str(conns), "-j", "2", "-T", "%d" % max(1, round(seconds)),
                         "-f", path, dbname], capture_output=True, text=True, timeout=seconds + 120)
     m = re.search(r"tps = ([\d.]+) \(without initial connection time\)", r.stdout)
     if r.returncode != 0 or not m:
         raise RuntimeError("pgbench failed: %s %s" % (r.stdout[-500:], r.stderr[-500:]))
     return float(m.group(1))
+
+
+def cpu_jiffies():
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]                  # idle + iowait
+    return sum(v) - idle, sum(v)
+
+
+CPU = {}                                # row name -> [(busy fraction, CPU us per order)]
+
+
+def measured(name, fn):
+    """Runs fn (which returns (orders/s, orders)), and keeps how busy the
+    machine was and its CPU time per order over the run beside the rate."""
+    b0, t0 = cpu_jiffies()
+    rate, orders = fn()
+    b1, t1 = cpu_jiffies()
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = (b1 - b0) / max(1, t1 - t0)
+    CPU.setdefault(name, []).append((busy, (b1 - b0) / hz * 1e6 / max(1, orders)))
+    return rate
 
 
 def flashload(binary, targets, redis, db, strategy, conns, seconds, sku):
@@ -77,7 +100,7 @@ def flashload(binary, targets, redis, db, strategy, conns, seconds, sku):
     if r.returncode != 0 or not m or not w:
         raise RuntimeError("flashload %s on %s failed (%d):\n%s%s" % (strategy, db, r.returncode,
                                                                     r.stdout[-1500:], r.stderr[-500:]))
-    return int(m.group(1)) / float(w.group(2))
+    return int(m.group(1)) / float(w.group(2)), int(m.group(1))
 
 
 def main():
@@ -119,19 +142,26 @@ def main():
                 tag = "r%d-c%d" % (rnd, c)
                 add("pgbench hot row c=%d" % c, pgbench(pg, "pgb", HOT_ROW, c, o.seconds, tmp))
                 add("pgbench insert c=%d" % c, pgbench(pg, "pgb", INSERT_ONLY, c, o.seconds, tmp))
-                add("lua on postgresql c=%d" % c,
-                    flashload(binary, [a], redis, url, "lua", c, o.seconds, "lp-" + tag))
-                add("lua on sqlite c=%d" % c,
-                    flashload(binary, [s], redis, lite, "lua", c, o.seconds, "ls-" + tag))
-                add("db on postgresql c=%d" % c,
-                    flashload(binary, [a], redis, url, "db", c, o.seconds, "dp-" + tag))
-                add("lua on postgresql, 2 instances c=%d" % c,
-                    flashload(binary, [a, b], redis, url, "lua", c, o.seconds, "l2-" + tag))
+                for name, targets, db, strategy, sku in (
+                        ("lua on postgresql", [a], url, "lua", "lp-"),
+                        ("lua on sqlite", [s], lite, "lua", "ls-"),
+                        ("db on postgresql", [a], url, "db", "dp-"),
+                        ("lua on postgresql, 2 instances", [a, b], url, "lua", "l2-")):
+                    name = "%s c=%d" % (name, c)
+                    add(name, measured(name, lambda: flashload(
+                        binary, targets, redis, db, strategy, c, o.seconds, sku + tag)))
             print("round %d of %d done" % (rnd + 1, o.rounds), file=sys.stderr, flush=True)
         med = {k: statistics.median(v) for k, v in rows.items()}
-        print("\norders/s, medians of %d round(s) of %g s (closed loop)" % (o.rounds, o.seconds))
+        print("\norders/s, medians of %d round(s) of %g s (closed loop); for the service's "
+              "runs, how busy the machine's CPUs were and its CPU time per order (load generator,"
+              " service, Redis and PostgreSQL together), medians" % (o.rounds, o.seconds))
         for k, v in rows.items():
-            print("  %-40s %9.0f   (%s)" % (k, med[k], ", ".join("%.0f" % x for x in v)))
+            cpu = ""
+            if k in CPU:
+                cpu = "  busy %3.0f%%, %4.0f us CPU/order" % (
+                    100 * statistics.median(b for b, _ in CPU[k]),
+                    statistics.median(u for _, u in CPU[k]))
+            print("  %-40s %9.0f   (%s)%s" % (k, med[k], ", ".join("%.0f" % x for x in v), cpu))
 
         def ratio(x, y):
             # Per round, then the median: figures of one round share the machine's mood.
