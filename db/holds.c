@@ -29,12 +29,16 @@ const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
         " WHERE sku=?1 RETURNING stock_gen", NULL },
     [DB_HOLDS_ST_USER] = {
         "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2", NULL },
-    /* A sweep's batch in one statement; the subquery walks holds_due. */
+    /* A sweep's batch in one statement; the subquery walks holds_due. The
+     * condition on state is the outer statement's too: on PostgreSQL a row
+     * a decision changed while the sweep waited for its lock is checked
+     * again against the UPDATE's own conditions only, not the subquery's,
+     * and without it a hold paid meanwhile would end twice. */
     [DB_HOLDS_ST_EXPIRE] = {
         "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db<>0"
         " THEN NULL ELSE (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
         " WHERE order_id IN (SELECT order_id FROM holds WHERE state='reserved'"
-        " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2)"
+        " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2) AND state='reserved'"
         " RETURNING order_id, sku, quantity, expires_ms, gen, coalesce(return_gen,0), takes, in_db",
         NULL },
     [DB_HOLDS_ST_ANY_DUE] = {

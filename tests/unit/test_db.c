@@ -578,6 +578,59 @@ static void test_holds(void) {
     db_close(d);
 }
 
+/* A sweep that meets a hold being decided (its row locked by the
+ * decision's transaction) waits for it, then leaves it: a hold ends once,
+ * whichever comes first. */
+typedef struct sweeper {
+    size_t n;
+    db_status st;
+} sweeper;
+
+static void *sweep_once(void *arg) {
+    sweeper *w = arg;
+    char err[256];
+    db *d = db_open(path, &OPTS, err, sizeof err);
+    db_expired ex[8];
+    w->st = DB_ERROR;
+    if (!d) return NULL;
+    if ((w->st = db_begin(d)) == DB_OK && (w->st = db_hold_expire_due(d, 5000, 8, ex, &w->n)) == DB_OK)
+        w->st = db_commit(d);
+    else
+        db_rollback(d);
+    if (w->st == DB_OK) db_expired_free(ex, w->n);
+    db_close(d);
+    return NULL;
+}
+
+static void test_hold_decided_while_swept(void) {
+    db *d = fresh();
+    db_product p = product("r", 10), got;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order o = order("01R0", "r", "u", 2, NULL, 1);
+    o.expires_ms = 1000;
+    o.takes = "0:2";
+    CHECK(insert1(d, &o, DB_TAKE_NONE, 0) == DB_OK);
+    /* Paid just before the deadline; the sweep runs after it, while the
+     * payment's transaction is still open. */
+    db_decision dc = { .order_id = "01R0", .to = DB_HOLD_CONFIRM, .now_ms = 999 };
+    CHECK(db_begin(d) == DB_OK);
+    CHECK(db_hold_decide_in(d, &dc) == DB_OK && dc.changed);
+    sweeper w = { 0, DB_OK };
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, sweep_once, &w) == 0);
+    usleep(300 * 1000);                     /* the sweep waits on the row (or the file) */
+    CHECK(db_commit(d) == DB_OK);
+    pthread_join(th, NULL);
+    CHECK(w.st == DB_OK);
+    if (w.n != 0) fprintf(stderr, "the sweep expired %zu hold(s) already confirmed\n", w.n);
+    CHECK(w.n == 0);
+    CHECK(db_order_get(d, "01R0", &o) == DB_OK && o.status == DB_ORDER_CONFIRMED);
+    CHECK(db_product_get(d, "r", &got) == DB_OK && got.held == 0 && got.sold == 2);
+    long long owed = -1;
+    CHECK(db_hold_owed_units(d, "r", &owed) == DB_OK && owed == 0);
+    db_close(d);
+}
+
 static void cleanup(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -589,6 +642,7 @@ int main(int argc, char **argv) {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
         T(test_lock_table), T(test_writer_groups), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
+        T(test_hold_decided_while_swept),
     };
     if (!mkdtemp(dir)) return 2;
     int passed = 0, failed = 0;
