@@ -43,6 +43,11 @@ TSAN = os.path.basename(os.path.dirname(os.path.abspath(BIN))) == "tsan"
 _live = []          # processes to stop at exit, whatever happens
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run here; its text says why. The
+    runner reports it as skipped, with the reason: never as passed."""
+
+
 _ports_given = set()
 _port_rng = random.Random(os.getpid() ^ time.time_ns())
 
@@ -477,8 +482,9 @@ class Response:
 class Client:
     """One keep-alive HTTP/1.1 connection (not thread-safe: one per thread)."""
 
-    def __init__(self, port, timeout=30):
+    def __init__(self, port, timeout=30, host="127.0.0.1"):
         self.port = port
+        self.host = host
         self.timeout = timeout
         self.conn = None
 
@@ -489,7 +495,7 @@ class Client:
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         for attempt in range(2):
             if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             try:
                 self.conn.request(method, path, body=data, headers=hdrs)
                 r = self.conn.getresponse()
@@ -521,11 +527,14 @@ class Client:
 
 class Service:
     """bin/flashsale against a Redis URL and a SQLite file or a PostgreSQL
-    URL; its log beside the file, or in log_dir."""
+    URL; its log beside the file, or in log_dir. host: a hosts.Host to run
+    on (listening on its address, port 8080); None: 127.0.0.1."""
 
     def __init__(self, redis_url, db_path, args=(), env=None, port=None, prefix="fs:",
-                 wait=True, log_dir=None):
-        self.port = port or free_port()
+                 wait=True, log_dir=None, host=None):
+        self.host = host
+        self.ip = host.addr if host else "127.0.0.1"
+        self.port = port or (8080 if host else free_port())
         self.db_path = db_path
         self.redis_url = redis_url
         self.prefix = prefix
@@ -533,14 +542,14 @@ class Service:
         self.env = env
         if "://" in db_path:
             self.log_path = os.path.join(log_dir or tempfile.gettempdir(),
-                                         "flashsale.%d.log" % self.port)
+                                         "flashsale.%s.%d.log" % (self.ip, self.port))
         else:
             self.log_path = db_path + ".%d.log" % self.port
         self.proc = None
         self.start(wait)
 
     def start(self, wait=True):
-        cmd = [os.path.join(BIN, "flashsale"), "--listen", "127.0.0.1:%d" % self.port,
+        cmd = [os.path.join(BIN, "flashsale"), "--listen", "%s:%d" % (self.ip, self.port),
                "--redis", self.redis_url, "--db", self.db_path, "--key-prefix", self.prefix,
                "--redis-timeout-ms", "500", "--pending-timeout-ms", "3000"] + self.args
         # The service reads its flags' FLASHSALE_* twins: a developer's own
@@ -548,9 +557,12 @@ class Service:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHSALE_")}
         env.update(self.env or {})
         self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
-        _live.append(self.proc)
-        self.client = Client(self.port)
+        if self.host:
+            self.proc = self.host.popen(cmd, stdout=self.log, stderr=self.log, env=env)
+        else:
+            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
+            _live.append(self.proc)
+        self.client = Client(self.port, host=self.ip)
         if wait:
             wait_until(self._up, 20, what="flashsale to listen")
 
@@ -559,7 +571,7 @@ class Service:
             raise AssertionError("flashsale exited with %s:\n%s" % (self.proc.returncode,
                                                                     self.logs()))
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            with socket.create_connection((self.ip, self.port), timeout=1):
                 return True
         except OSError:
             return False

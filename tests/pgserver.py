@@ -41,43 +41,96 @@ def _as_postgres():
 
 
 class Postgres:
-    """A private PostgreSQL server. settings: extra `-c name=value`s."""
+    """A private PostgreSQL server. settings: extra `-c name=value`s.
 
-    def __init__(self, settings=None, port=None):
+    host: a hosts.Host to run on (listening on its address, port 5432),
+    reachable by every host of the run (pg_hba trusts 10.0.0.0/8, for
+    connections and replication); None: 127.0.0.1 and a free port.
+    standby_of: a Postgres to copy (pg_basebackup from it, over the
+    network) and follow as a streaming standby named `name`; make it
+    synchronous with primary.set_sync(name)."""
+
+    def __init__(self, settings=None, port=None, host=None, standby_of=None, name="standby"):
         self.bin = pg_bin()
+        self.host = host
+        self.ip = host.addr if host else "127.0.0.1"
+        self.name = name
         self.dir = tempfile.mkdtemp(prefix="fs-pg-")
         self.data = os.path.join(self.dir, "data")
-        self.port = port or harness.free_port()
+        self.port = port or (5432 if host else harness.free_port())
         self.settings = dict(settings or {})
         self.proc = None
         if os.getuid() == 0:
             pw = pwd.getpwnam("postgres")
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-        subprocess.run([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
-                        "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "-N"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       preexec_fn=_as_postgres(), cwd=self.dir)
+        if standby_of:
+            self._as_user([os.path.join(self.bin, "pg_basebackup"), "-h", standby_of.ip, "-p",
+                           str(standby_of.port), "-U", "postgres", "-D", self.data, "-c", "fast",
+                           "-X", "stream"])
+            with open(os.path.join(self.data, "postgresql.auto.conf"), "a") as f:
+                f.write("primary_conninfo = 'host=%s port=%d user=postgres application_name=%s'\n"
+                        % (standby_of.ip, standby_of.port, name))
+            open(os.path.join(self.data, "standby.signal"), "w").close()
+            if os.getuid() == 0:
+                pw = pwd.getpwnam("postgres")
+                for f in ("postgresql.auto.conf", "standby.signal"):
+                    os.chown(os.path.join(self.data, f), pw.pw_uid, pw.pw_gid)
+        else:
+            self._as_user([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
+                           "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "-N"])
+            if host:
+                with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
+                    f.write("host all all 10.0.0.0/8 trust\n"
+                            "host replication all 10.0.0.0/8 trust\n")
         self.start()
+
+    def _as_user(self, argv):
+        """Runs argv as the postgres user (on this server's host)."""
+        drop = _as_postgres()
+        pre = self.host.preexec(drop) if self.host else drop
+        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=pre, cwd=self.dir, timeout=120)
+        if r.returncode != 0:
+            raise AssertionError("%s: %s" % (os.path.basename(argv[0]), r.stderr[-2000:]))
 
     def start(self):
         args = [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
-                "-k", self.dir, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-                "-c", "logging_collector=off"]
+                "-k", self.dir, "-c", "listen_addresses=%s" % self.ip, "-c",
+                "max_connections=200", "-c", "logging_collector=off"]
         for k, v in self.settings.items():
             args += ["-c", "%s=%s" % (k, v)]
         self.log = open(os.path.join(self.dir, "postgres.log"), "a")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log,
-                                     preexec_fn=_as_postgres(), cwd=self.dir)
-        harness._live.append(self.proc)
+        if self.host:
+            self.proc = self.host.popen(args, stdout=self.log, stderr=self.log,
+                                        preexec_fn=_as_postgres(), cwd=self.dir)
+        else:
+            self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log,
+                                         preexec_fn=_as_postgres(), cwd=self.dir)
+            harness._live.append(self.proc)
         harness.wait_until(self._ready, 30, step=0.05, what="postgres to accept connections")
 
     def _ready(self):
         if self.proc.poll() is not None:
             raise AssertionError("postgres exited with %s:\n%s" % (self.proc.returncode,
                                                                    self.logs()[-3000:]))
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+        r = subprocess.run(["psql", "-h", self.ip, "-p", str(self.port), "-U", "postgres",
                             "-d", "postgres", "-Atc", "SELECT 1"], capture_output=True, text=True)
         return r.returncode == 0 and r.stdout.strip() == "1"
+
+    def set_sync(self, names):
+        """Makes the standbys named (application_name) synchronous: a
+        COMMIT returns once one of them has it (synchronous_commit on)."""
+        self.psql("ALTER SYSTEM SET synchronous_standby_names = '%s'" % names)
+        self.psql("SELECT pg_reload_conf()")
+
+    def promote(self):
+        """A standby becomes a primary (pg_promote waits until it is)."""
+        assert self.psql("SELECT pg_promote(true, 30)") == [["t"]]
+
+    def replicating(self):
+        """{application_name: (state, sync_state)} of its standbys."""
+        return {r[0]: (r[1], r[2]) for r in
+                self.psql("SELECT application_name, state, sync_state FROM pg_stat_replication")}
 
     def logs(self):
         try:
@@ -87,13 +140,13 @@ class Postgres:
             return ""
 
     def url(self, dbname="postgres"):
-        return "postgresql://postgres@127.0.0.1:%d/%s" % (self.port, dbname)
+        return "postgresql://postgres@%s:%d/%s" % (self.ip, self.port, dbname)
 
     def psql(self, sql, dbname="postgres"):
         """Runs sql with psql; returns its rows as lists of strings."""
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+        r = subprocess.run(["psql", "-h", self.ip, "-p", str(self.port), "-U", "postgres",
                             "-d", dbname, "-v", "ON_ERROR_STOP=1", "-AtF", "\t", "-c", sql],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise AssertionError("psql %r: %s" % (sql, r.stderr))
         return [line.split("\t") for line in r.stdout.splitlines() if line != ""]

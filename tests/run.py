@@ -301,6 +301,9 @@ def run_unit(patterns, selected=None):
     return passed, failed
 
 
+SKIPPED = []        # (test, why): tests that could not run here (harness.Skip)
+
+
 def run_integration(patterns):
     passed = failed = 0
     signal.signal(signal.SIGALRM, _alarm)
@@ -323,7 +326,12 @@ def run_integration(patterns):
             ok = False
             signal.alarm(TEST_TIMEOUT_S)
             try:
-                fn(ctx)
+                try:
+                    fn(ctx)
+                except harness.Skip as e:
+                    SKIPPED.append((full, str(e)))
+                    print("skip %s: %s" % (full, e))
+                    continue
                 for s in ctx.services:            # let sanitizers report at exit
                     if s.proc.poll() is None:
                         s.stop()
@@ -388,7 +396,9 @@ def main():
             ip, if_ = run_integration(args)
     finally:
         harness.stop_all()
-    print("%d passed, %d failed" % (up + ip, uf + if_))
+    skipped = "; %d skipped, not passed: %s" % (len(SKIPPED), "; ".join(
+        "%s (%s)" % t for t in SKIPPED)) if SKIPPED else ""
+    print("%d passed, %d failed%s" % (up + ip, uf + if_, skipped))
     sys.exit(1 if uf + if_ else 0)
 
 

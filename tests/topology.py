@@ -65,16 +65,22 @@ from harness import _Server, free_port, wait_until
 class Node(_Server):
     """One redis-server, or a sentinel, from a config file of its own."""
 
-    def __init__(self, options=(), sentinel=False, port=None):
+    def __init__(self, options=(), sentinel=False, port=None, host=None):
+        """host: a hosts.Host to run on (its address, a port of its own:
+        6379, or 26379 for a sentinel); None: loopback, a free port."""
         import redis  # Debian's python3-redis
         self._redis = redis
         self.sentinel = sentinel
+        self.host = host
+        self.ip = host.addr if host else "127.0.0.1"
         self.dir = tempfile.mkdtemp(prefix="fs-sentinel-" if sentinel else "fs-node-")
-        self.port = port or free_port()
+        self.port = port or ((26379 if sentinel else 6379) if host else free_port())
         self.log_path = os.path.join(self.dir, "redis.log")
         self.conf = os.path.join(self.dir, "redis.conf")
-        lines = ["port %d" % self.port, "bind 127.0.0.1", 'dir "%s"' % self.dir,
+        lines = ["port %d" % self.port, "bind %s" % self.ip, 'dir "%s"' % self.dir,
                  'logfile "%s"' % self.log_path]
+        if host:   # served to the run's own hosts only (no route leaves them)
+            lines.append("protected-mode no")
         if not sentinel:   # no persistence; a full sync without Redis 7's 5 s delay
             lines += ['save ""', "appendonly no", "repl-diskless-sync-delay 0"]
         with open(self.conf, "w") as f:
@@ -85,8 +91,12 @@ class Node(_Server):
 
     def start(self):
         cmd = ["redis-server", self.conf] + (["--sentinel"] if self.sentinel else [])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        harness._live.append(self.proc)
+        if self.host:
+            self.proc = self.host.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+            harness._live.append(self.proc)
         self._client = None
         wait_until(self._ready, 10, what="redis-server on port %d to answer" % self.port)
 
@@ -112,7 +122,7 @@ class Node(_Server):
     def client(self):
         """A client of this node (one per node, kept)."""
         if self._client is None:
-            self._client = self._redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
+            self._client = self._redis.Redis(host=self.ip, port=self.port, socket_timeout=5,
                                              decode_responses=True)
         return self._client
 
@@ -141,10 +151,10 @@ class Node(_Server):
 
     @property
     def addr(self):
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.ip, self.port)
 
     def __repr__(self):
-        return "<Node %d%s>" % (self.port, " sentinel" if self.sentinel else "")
+        return "<Node %s%s>" % (self.addr, " sentinel" if self.sentinel else "")
 
 
 def _stop_nodes(nodes):

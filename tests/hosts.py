@@ -1,0 +1,340 @@
+"""hosts.py: a small network of hosts on this machine, for the faults that
+happen between machines (issue 31).
+
+Net() makes one network namespace per host and one for a router between
+them; each host has one veth link to the router, its own address
+(10.N.i.2 on link i) and a route to the run's 10.N.0.0/16 through the
+router, and no other route: nothing it sends can leave the namespaces
+this run made. The test process itself (the observer: it creates
+products, reads the databases, checks) reaches the hosts over a link of
+its own (10.N.0.2), which is never cut.
+
+A partition is cut in the router, where the packets pass: a policy rule
+per direction (`ip rule add blackhole from A to B`) drops what A sends B
+silently, as a broken network does -- no error comes back, a connection
+waits for its timeouts. cut() checks that it cut: a TCP connection from
+one side to a port listening on the other must not get through
+(`assert_cut`), so a rule that cut nothing fails the test.
+
+A process runs on a host by entering its namespace between fork and exec
+(setns(2) in a preexec function), so the PID the test holds is the
+process's own and is what it stops. Needs root (`ip netns`); `Net.why_not()`
+says why not when the tests cannot run here.
+"""
+import ctypes
+import ipaddress
+import os
+import random
+import socket
+import subprocess
+import time
+
+import harness
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _ip(*args, ns=None, check=True):
+    cmd = ["ip"] + (["-n", ns] if ns else []) + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("%s: %s" % (" ".join(cmd), r.stderr.strip()))
+    return r
+
+
+def _enter(ns):
+    """A preexec function: the child joins network namespace ns."""
+    path = "/run/netns/" + ns
+
+    def enter():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _libc.setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns " + path)
+        finally:
+            os.close(fd)
+    return enter
+
+
+class Host:
+    """One host of a Net: its namespace and its address."""
+
+    def __init__(self, net, name, index):
+        self.net = net
+        self.name = name
+        self.ns = "%s-%s" % (net.tag, name)
+        self.addr = str(net.base + (index << 8) + 2)
+
+    def preexec(self, then=None):
+        """A preexec function that enters this host, then runs then()."""
+        enter = _enter(self.ns)
+
+        def both():
+            enter()
+            if then:
+                then()
+        return both
+
+    def popen(self, argv, **kw):
+        """Starts argv on this host (stopped at exit like every process of
+        the harness)."""
+        p = subprocess.Popen(argv, preexec_fn=self.preexec(kw.pop("preexec_fn", None)), **kw)
+        harness._live.append(p)
+        return p
+
+    def run(self, argv, timeout=60, **kw):
+        """Runs argv on this host to the end; its CompletedProcess."""
+        return subprocess.run(argv, preexec_fn=self.preexec(), capture_output=True, text=True,
+                              timeout=timeout, **kw)
+
+    def can_connect(self, addr, port, timeout=1.0):
+        """Whether a TCP connection from this host to addr:port gets
+        through within timeout."""
+        r = self.run(["timeout", "%.1f" % timeout, "bash", "-c",
+                      "exec 3<>/dev/tcp/%s/%d" % (addr, port)], timeout=timeout + 10)
+        return r.returncode == 0
+
+    def __repr__(self):
+        return "<host %s %s>" % (self.name, self.addr)
+
+
+class Net:
+    """Hosts named by names, joined by a router; see the module's text."""
+
+    @staticmethod
+    def why_not():
+        """Why hosts cannot be made here (None: they can)."""
+        if os.geteuid() != 0:
+            return "needs root (network namespaces): run as root, as CI does"
+        if subprocess.run(["ip", "-V"], capture_output=True).returncode != 0:
+            return "needs iproute2's ip (tools/deps.sh installs it)"
+        return None
+
+    def __init__(self, names):
+        why = Net.why_not()
+        if why:
+            raise AssertionError(why)
+        self.tag = "fs%x" % random.Random(os.getpid() ^ time.time_ns()).randrange(1 << 20)
+        self.base = self._free_net()
+        self.router = self.tag + "-r"
+        self.hosts = {}
+        self.links = []                   # router-side link names, to delete
+        self.cuts = {}                    # (a, b) -> rule preference
+        self._pref = 1000
+        self._made = []                   # namespaces made, to delete
+        self._observer_link = None
+        try:
+            self._make_ns(self.router)
+            _ip("netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            self._link(0, None)           # the observer's
+            for i, name in enumerate(names, start=1):
+                h = Host(self, name, i)
+                self._make_ns(h.ns)
+                self._link(i, h)
+                self.hosts[name] = h
+        except BaseException:
+            self.close()
+            raise
+
+    def __getitem__(self, name):
+        return self.hosts[name]
+
+    def _free_net(self):
+        """A 10.N.0.0/16 that no route of this machine's overlaps."""
+        routes = _ip("-4", "route", "show", "table", "all").stdout.split("\n")
+        taken = []
+        for line in routes:
+            word = line.split(" ", 1)[0]
+            if word and word[0].isdigit():
+                try:
+                    taken.append(ipaddress.ip_network(word, strict=False))
+                except ValueError:
+                    pass
+        rng = random.Random(os.getpid() ^ time.time_ns())
+        for _ in range(100):
+            net = ipaddress.ip_network("10.%d.0.0/16" % rng.randrange(100, 250))
+            if not any(net.overlaps(t) for t in taken):
+                return net.network_address
+        raise AssertionError("no free 10.N.0.0/16 for the hosts")
+
+    def _make_ns(self, ns):
+        _ip("netns", "add", ns)
+        self._made.append(ns)
+        _ip("link", "set", "lo", "up", ns=ns)
+
+    def _link(self, i, host):
+        """Link i: the router's end 10.N.i.1, the host's (or the
+        observer's, in our own namespace) 10.N.i.2."""
+        r_end, h_end = "%sr%d" % (self.tag, i), "%sh%d" % (self.tag, i)
+        _ip("link", "add", r_end, "type", "veth", "peer", "name", h_end)
+        self.links.append(r_end)
+        _ip("link", "set", r_end, "netns", self.router)
+        _ip("addr", "add", "%s/24" % (self.base + (i << 8) + 1), "dev", r_end, ns=self.router)
+        _ip("link", "set", r_end, "up", ns=self.router)
+        ns = host.ns if host else None
+        if host:
+            _ip("link", "set", h_end, "netns", ns)
+        else:
+            self._observer_link = h_end
+        _ip("addr", "add", "%s/24" % (self.base + (i << 8) + 2), "dev", h_end, ns=ns)
+        _ip("link", "set", h_end, "up", ns=ns)
+        _ip("route", "add", "%s/16" % self.base, "via", str(self.base + (i << 8) + 1), ns=ns)
+
+    # ------------------------------------------------------------ partitions
+
+    def cut(self, a, b, port=None, check=True):
+        """Cuts host a from host b, both ways. port: one that listens on
+        b, to check that a can no longer reach it (and the other way round
+        when b's listener is a's: pass check=False to skip)."""
+        for x, y in ((a, b), (b, a)):
+            if (x.name, y.name) in self.cuts:
+                continue
+            self._pref += 1
+            _ip("rule", "add", "blackhole", "from", x.addr, "to", y.addr, "pref",
+                str(self._pref), ns=self.router)
+            self.cuts[(x.name, y.name)] = self._pref
+        if check and port:
+            self.assert_cut(a, b, port)
+
+    def heal(self, a=None, b=None):
+        """Heals the cut between a and b (both ways), or every cut."""
+        for key in list(self.cuts):
+            if a is None or set(key) == {a.name, b.name}:
+                _ip("rule", "del", "pref", str(self.cuts.pop(key)), ns=self.router)
+
+    def assert_cut(self, a, b, port):
+        if a.can_connect(b.addr, port, timeout=1.0):
+            raise AssertionError("%s still reaches %s:%d after the cut" % (a, b, port))
+
+    def close(self):
+        """Deletes what was made (processes on the hosts are the caller's
+        to stop first: a namespace lives on while a process is in it)."""
+        for r_end in self.links:
+            _ip("link", "del", r_end, ns=self.router, check=False)
+        if self._observer_link:
+            _ip("link", "del", self._observer_link, check=False)
+        for ns in reversed(self._made):
+            _ip("netns", "del", ns, check=False)
+        self._made = []
+        self.links = []
+
+
+def listening(addr, port, timeout=20):
+    """Waits until addr:port accepts connections (from the observer)."""
+    def up():
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+    harness.wait_until(up, timeout, step=0.05, what="%s:%d to listen" % (addr, port))
+
+
+# --------------------------------------------------------------- a deployment
+
+TOKEN = "hosts-t0ken"       # the instances listen on addresses other hosts reach
+HOSTS = ("redis1", "redis2", "sent1", "sent2", "sent3", "pg1", "pg2", "app1", "app2", "app3",
+         "load")
+
+
+class World:
+    """The deployment the tests fault, each part on a host of its own:
+
+        redis1, redis2     the Redis primary and its replica
+        sent1..sent3       three sentinels (quorum 2, down-after 1 s)
+        pg1, pg2           the PostgreSQL primary and, when asked, a
+                           standby (sync=True: synchronous)
+        app1..app3         flashsale instances (`apps` of them)
+        load               where flashload runs
+
+    The instances reach the stock through the sentinels and the orders
+    through a multi-host URL naming pg1 then pg2 (target_session_attrs=
+    read-write: whichever is the primary)."""
+
+    def __init__(self, ctx, apps=3, standby=None, service_args=(), redis_opts=()):
+        self.ctx = ctx
+        self.net = Net(HOSTS)
+        ctx.on_cleanup(self.net.close)           # after every process (cleanups run in reverse)
+        self.redis = []
+        self.sentinels = []
+        self.apps = []
+        self.pg_standby = None
+        import topology
+        n = self.net
+        self.redis.append(self._node(topology.Node(list(redis_opts), host=n["redis1"])))
+        self.redis.append(self._node(topology.Node(
+            ["replicaof %s 6379" % n["redis1"].addr] + list(redis_opts), host=n["redis2"])))
+        harness.wait_until(lambda: self.redis[1].info("replication").get("master_link_status")
+                           == "up", 10, what="the replica to sync")
+        for name in ("sent1", "sent2", "sent3"):
+            self.sentinels.append(self._node(topology.Node([
+                "sentinel monitor mymaster %s 6379 2" % n["redis1"].addr,
+                "sentinel down-after-milliseconds mymaster 1000",
+                "sentinel failover-timeout mymaster 10000"], sentinel=True, host=n[name])))
+        harness.wait_until(self._sentinels_know, 20, step=0.1,
+                           what="the sentinels to know each other and the replica")
+        self.pg = pgserver_postgres(host=n["pg1"])
+        ctx.on_cleanup(self.pg.stop)
+        if standby:
+            self.pg_standby = pgserver_postgres(host=n["pg2"], standby_of=self.pg, name="pg2")
+            ctx.on_cleanup(self.pg_standby.stop)
+            if standby == "sync":
+                self.pg.set_sync("pg2")
+                harness.wait_until(lambda: self.pg.replicating().get("pg2", ("", ""))[1] ==
+                                   "sync", 20, what="pg2 to be a synchronous standby")
+        self.pg.psql("CREATE DATABASE flashsale")
+        self.db_url = "postgresql://postgres@%s:5432,%s:5432/flashsale?target_session_attrs=" \
+                      "read-write" % (n["pg1"].addr, n["pg2"].addr)
+        self.redis_url = "redis-sentinel://%s/mymaster" % ",".join(s.addr for s in self.sentinels)
+        for i in range(apps):
+            self.apps.append(ctx_service(ctx, self.redis_url, self.db_url,
+                                         host=n["app%d" % (i + 1)],
+                                         args=["--admin-token", TOKEN] + list(service_args)))
+
+    def _node(self, node):
+        self.ctx.on_cleanup(node.stop)
+        return node
+
+    def _sentinels_know(self):
+        for s in self.sentinels:
+            if len(s.cmd("SENTINEL", "SENTINELS", "mymaster")) != 2:
+                return False
+            reps = s.cmd("SENTINEL", "REPLICAS", "mymaster")
+            if len(reps) != 1 or "s_down" in str(reps):
+                return False
+        return True
+
+    def primary_addr(self):
+        """The Redis primary every live sentinel names, or None."""
+        seen = set()
+        for s in self.sentinels:
+            try:
+                seen.add(tuple(s.cmd("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")))
+            except Exception:  # noqa: BLE001 - a sentinel we cannot reach does not vote here
+                pass
+        return seen.pop()[0] if len(seen) == 1 else None
+
+    def flashload(self, *args, timeout=180):
+        """bin/flashload on the load host against every instance, the
+        verifier reading the sentinels and the database itself."""
+        argv = [os.path.join(harness.BIN, "flashload")]
+        for a in self.apps:
+            argv += ["--target", "http://%s:%d" % (a.ip, a.port)]
+        argv += ["--redis", self.redis_url, "--db", self.db_url, "--admin-token", TOKEN] + \
+            [str(a) for a in args]
+        r = self.net["load"].run(argv, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
+
+
+def pgserver_postgres(**kw):
+    import pgserver
+    return pgserver.Postgres(**kw)
+
+
+def ctx_service(ctx, redis_url, db_url, host, args=()):
+    s = harness.Service(redis_url, db_url, log_dir=ctx.tmp, host=host, args=args)
+    ctx.on_cleanup(lambda: s.proc.poll() is None and s.kill())
+    ctx.last_service = s
+    ctx.services.append(s)
+    return s
