@@ -232,7 +232,17 @@ static int pg_open(db *d, const char *target, const db_options *opt, char *err, 
             goto err;
         }
     }
-    p->conn = PQconnectdb(target);
+    /* Bounds on a network that stops answering, before the target's own
+     * parameters (which override them): a connect gives up after 5 s; a
+     * statement sent and not acknowledged for 5 s, or a silent peer
+     * probed 3 times a second apart after 5 s idle, breaks the
+     * connection -- without them a partitioned server holds a query for
+     * as long as TCP retransmits (15 minutes), and the writer with it. */
+    static const char *const keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
+                                         "keepalives_interval", "keepalives_count",
+                                         "tcp_user_timeout", "dbname", NULL };
+    const char *values[] = { "5", "1", "5", "1", "3", "5000", target, NULL };
+    p->conn = PQconnectdbParams(keys, values, 1);
     if (!p->conn) {
         snprintf(err, errlen, "out of memory");
         goto err;
@@ -250,6 +260,15 @@ err:
  * prepared statements went with it. */
 static db_status ensure(db *d, const char *what) {
     pg *p = conn_of(d);
+    /* Between transactions, a look at the socket first (a recv that does
+     * not wait): a connection that died while idle -- its keepalives
+     * unanswered through a partition, the server restarted -- is opened
+     * again here, not found dead by the statement, whose failure the
+     * caller could not tell from the server's. Inside a transaction a
+     * broken connection is the transaction's failure, told as such. */
+    if (PQstatus(p->conn) == CONNECTION_OK && PQtransactionStatus(p->conn) == PQTRANS_IDLE &&
+        !PQconsumeInput(p->conn) && PQstatus(p->conn) == CONNECTION_OK)
+        return DB_OK;                  /* a read error that left it usable: let it run */
     if (PQstatus(p->conn) == CONNECTION_OK) return DB_OK;
     char err[300];
     PQreset(p->conn);

@@ -166,7 +166,13 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
     memset(s, 0, sizeof *s);
     s->path = path;
     if (fl_db_is_server(path)) {
-        s->pg = PQconnectdb(path);
+        /* A server that stops answering fails the read in seconds, not
+         * after TCP's 15 minutes (the target's own parameters win). */
+        static const char *const keys[] = { "connect_timeout", "keepalives_idle",
+                                             "keepalives_interval", "keepalives_count",
+                                             "tcp_user_timeout", "dbname", NULL };
+        const char *values[] = { "5", "5", "1", "3", "5000", path, NULL };
+        s->pg = PQconnectdbParams(keys, values, 1);
         if (!s->pg || PQstatus(s->pg) != CONNECTION_OK) {
             fail(s, "connect", e);
             src_close(s);

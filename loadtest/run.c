@@ -298,6 +298,10 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
         (json_int_t)fl_hist_percentile(&l->hist, 99.9), "max", (json_int_t)l->hist.max, "mean",
         (json_int_t)fl_hist_mean(&l->hist));
     json_object_set_new(j, "shed", json_integer((json_int_t)l->shed));
+    /* The longest stretch without a 201 (a fault's cost to the sale). */
+    json_object_set_new(j, "max_sale_gap_ms", l->max_sale_gap_us >= 0
+                                                  ? json_real(l->max_sale_gap_us / 1000.0)
+                                                  : json_null());
     json_object_set_new(j, "goodput", json_pack("{s:I, s:f, s:I}", "created", (json_int_t)l->good,
                                                 "per_second", secs > 0 ? l->good / secs : 0.0,
                                                 "within_us", (json_int_t)o->load.goodput_us));

@@ -315,15 +315,32 @@ class World:
                 pass
         return seen.pop()[0] if len(seen) == 1 else None
 
-    def flashload(self, *args, timeout=180):
-        """bin/flashload on the load host against every instance, the
-        verifier reading the sentinels and the database itself."""
+    def flashload_bg(self, *args, json_path=None):
+        """flashload started on the load host (as flashload() runs it);
+        returns (Popen, json path). finish() waits for it."""
+        argv = self._flashload_argv(args)
+        if json_path:
+            argv += ["--json", json_path]
+        p = self.net["load"].popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        return p
+
+    @staticmethod
+    def finish(p, timeout=180):
+        so, se = p.communicate(timeout=timeout)
+        return p.returncode, so, se
+
+    def _flashload_argv(self, args):
         argv = [os.path.join(harness.BIN, "flashload")]
         for a in self.apps:
             argv += ["--target", "http://%s:%d" % (a.ip, a.port)]
-        argv += ["--redis", self.redis_url, "--db", self.db_url, "--admin-token", TOKEN] + \
-            [str(a) for a in args]
-        r = self.net["load"].run(argv, timeout=timeout)
+        return argv + ["--redis", self.redis_url, "--db", self.db_url, "--admin-token",
+                       TOKEN] + [str(a) for a in args]
+
+    def flashload(self, *args, timeout=180):
+        """bin/flashload on the load host against every instance, the
+        verifier reading the sentinels and the database itself."""
+        r = self.net["load"].run(self._flashload_argv(args), timeout=timeout)
         return r.returncode, r.stdout, r.stderr
 
 
