@@ -13,6 +13,7 @@
  * by row locks: a transaction that counts orders of a SKU, or voids one,
  * first locks the SKU's products row (docs/storage.md, "PostgreSQL"). */
 #include <assert.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,16 +261,21 @@ err:
  * prepared statements went with it. */
 static db_status ensure(db *d, const char *what) {
     pg *p = conn_of(d);
-    /* Between transactions, a look at the socket first (a recv that does
-     * not wait): a connection that died while idle -- its keepalives
-     * unanswered through a partition, the server restarted -- is opened
-     * again here, not found dead by the statement, whose failure the
-     * caller could not tell from the server's. Inside a transaction a
-     * broken connection is the transaction's failure, told as such. */
-    if (PQstatus(p->conn) == CONNECTION_OK && PQtransactionStatus(p->conn) == PQTRANS_IDLE &&
-        !PQconsumeInput(p->conn) && PQstatus(p->conn) == CONNECTION_OK)
-        return DB_OK;                  /* a read error that left it usable: let it run */
-    if (PQstatus(p->conn) == CONNECTION_OK) return DB_OK;
+    /* Between transactions, a look at the socket first (a poll that does
+     * not wait). The service never LISTENs, so an idle connection has
+     * nothing to read unless the server is going away -- it sent FATAL
+     * and hung up (shut down, crashed, promoted elsewhere) -- or the
+     * socket failed (keepalives unanswered through a partition). Such a
+     * connection is opened again here rather than found dead by the
+     * statement, whose failure the caller could not tell from a refusal.
+     * Inside a transaction a broken connection is the transaction's
+     * failure, told as such. */
+    if (PQstatus(p->conn) == CONNECTION_OK && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
+        struct pollfd pfd = { .fd = PQsocket(p->conn), .events = POLLIN };
+        if (pfd.fd < 0 || poll(&pfd, 1, 0) == 0) return DB_OK;
+    } else if (PQstatus(p->conn) == CONNECTION_OK) {
+        return DB_OK;
+    }
     char err[300];
     PQreset(p->conn);
     if (session(p, err, sizeof err)) return db_set_error(d, DB_ERROR, what, err);

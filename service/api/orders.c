@@ -9,6 +9,7 @@
 #include "common/utf8.h"
 #include "service/api/api_int.h"
 #include "service/holds/holds.h"
+#include "service/log.h"
 #include "service/order/order.h"
 #include "service/products.h"
 
@@ -310,6 +311,7 @@ static void order_list_job(api_job *j) {
                       j->has_after ? j->after : NULL, (int)j->limit, append_order, orders,
                       &more) != DB_OK) {
         json_decref(orders);
+        svc_log(SVC_LOG_WARN, "listing orders: %s", d ? db_errstr(d) : "no database connection");
         api_reply_db_down(j->r, j->a, "listing orders");
         return;
     }
