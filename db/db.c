@@ -190,6 +190,12 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
         "SELECT db_available, db_version FROM products WHERE sku=?1 FOR UPDATE" },
     [DB_ST_TAKE_SET] = {
         "UPDATE products SET db_available=?2, db_version=db_version+1 WHERE sku=?1", NULL },
+    /* An order revoked (db_order_revoke). */
+    [DB_ST_ORDER_DELETE] = { "DELETE FROM orders WHERE order_id=?1 RETURNING user_id, quantity",
+                             NULL },
+    [DB_ST_HOLD_DELETE] = { "DELETE FROM holds WHERE order_id=?1", NULL },
+    [DB_ST_USER_SUB] = {
+        "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2", NULL },
 };
 
 const db_sql *db_sql_of(int id) {
@@ -323,6 +329,7 @@ db *db_open(const char *target, const db_options *opt, char *err, size_t errlen)
     }
     d->drv = driver_of(target);
     d->readonly = opt->readonly;
+    d->commit_timeout_ms = opt->commit_timeout_ms > 0 ? opt->commit_timeout_ms : DB_COMMIT_TIMEOUT_MS;
     if (d->drv->open(d, target, opt, err, errlen)) {
         free(d->tally);
         free(d);
@@ -372,6 +379,11 @@ db_status db_commit(db *d) {
     tallies_of(d)->n = 0;
     if (st != DB_OK) return st;
     return db_do(d, DB_ST_COMMIT, NULL, 0, "commit", NULL);
+}
+
+db_status db_barrier(db *d, int timeout_ms) {
+    d->unconfirmed = 0;
+    return d->drv->barrier ? d->drv->barrier(d, timeout_ms) : DB_OK;
 }
 
 void db_rollback(db *d) {
@@ -827,6 +839,56 @@ err:
     return st;
 }
 
+db_status db_order_revoke(db *d, const char *order_id, const char *sku, int in_db, int per_user,
+                          int *removed) {
+    long long one, sold, held;
+    const db_arg k[] = { DB_TEXT(order_id) };
+    char user[DB_USER_MAX * 4 + 1] = "";
+    long long qty = 0;
+    db_rows r;
+    *removed = 0;
+    db_status st = db_begin(d);
+    if (st != DB_OK) return st;
+    /* As a repair: the SKU's exclusive lock, then its row. A transaction
+     * inserting the order holds the SKU's lock shared until it ends, so
+     * past this point it has ended, one way or the other. */
+    if ((st = db_sku_exclusive(d, sku)) != DB_OK) goto err;
+    const db_arg s[] = { DB_TEXT(sku) };
+    if ((st = db_one_int(d, DB_ST_PRODUCT_LOCK, s, 1, "lock the product", &one)) != DB_OK &&
+        st != DB_NOTFOUND)
+        goto err;
+    if ((st = db_run(d, &r, DB_ST_ORDER_DELETE, k, 1, "revoke order")) != DB_OK) goto err;
+    int got = db_next(&r);
+    if (got > 0) {
+        snprintf(user, sizeof user, "%s", db_col_text(&r, 0));
+        qty = db_col_int(&r, 1);
+    }
+    db_done(&r);
+    if (got < 0) {
+        st = d->last;
+        goto err;
+    }
+    if (got > 0) {
+        *removed = 1;
+        if ((st = db_do(d, DB_ST_HOLD_DELETE, k, 1, "revoke order", NULL)) != DB_OK) goto err;
+        const char *buyer = user;
+        const db_arg u[] = { DB_TEXT(sku), DB_TEXT(buyer), DB_INT(qty) };
+        if (per_user && (st = db_do(d, DB_ST_USER_SUB, u, 3, "revoke order", NULL)) != DB_OK)
+            goto err;
+        /* The counts again from the rows (the tallies folded in). */
+        if ((st = db_order_units(d, sku, &sold, &held)) != DB_OK) goto err;
+        const db_arg a[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held), DB_INT(in_db != 0) };
+        if ((st = db_do(d, DB_ST_PRODUCT_REPAIR, a, 4, "revoke order", NULL)) != DB_OK) goto err;
+        if ((st = db_do(d, DB_ST_TALLY_CLEAR, a, 1, "revoke order", NULL)) != DB_OK) goto err;
+    }
+    const db_arg v[] = { DB_TEXT(order_id), DB_TEXT(sku), DB_TEXT("revoked: answered 503") };
+    if ((st = db_do(d, DB_ST_VOID_INSERT, v, 3, "revoke order", NULL)) != DB_OK) goto err;
+    return db_commit(d);
+err:
+    db_rollback(d);
+    return st;
+}
+
 db_status db_stock_read(db *d, const char *sku, long long *available, long long *version) {
     const db_arg a[] = { DB_TEXT(sku) };
     db_rows r;
@@ -1017,7 +1079,10 @@ db_status db_order_for_update(db *d, const db_order *o, db_take take, long long 
     }
     if ((st = db_commit(d)) != DB_OK) {
         db_rollback(d);
-        /* The order's row tells whether the COMMIT landed. */
+        /* A COMMIT that had to be canceled is here and perhaps not on the
+         * synchronous standby: its row proves nothing. */
+        if (d->unconfirmed) return DB_UNKNOWN;
+        /* Else the order's row tells whether the COMMIT landed. */
         db_status now = db_order_state(d, o->order_id);
         return now == DB_OK ? DB_OK : now == DB_NOTFOUND || now == DB_STALE ? st : DB_UNKNOWN;
     }

@@ -58,7 +58,14 @@ typedef struct db_options {
     int synchronous_full;     /* 1: synchronous=FULL (default), 0: NORMAL */
     int busy_timeout_ms;      /* wait this long for another writer's lock */
     int readonly;             /* open read-only (audit, verifier) */
+    /* PostgreSQL: a COMMIT not answered in this long (it waits for a
+     * synchronous standby that does not answer) is canceled, and its
+     * outcome called unconfirmed rather than waited for without end.
+     * 0: DB_COMMIT_TIMEOUT_MS. */
+    int commit_timeout_ms;
 } db_options;
+
+#define DB_COMMIT_TIMEOUT_MS 3000
 
 typedef struct db_product {
     char sku[DB_SKU_MAX + 1];
@@ -128,6 +135,11 @@ const char *db_errstr(const db *d);
 /* Bytes SQLite holds in this process now (page caches of every connection,
  * prepared statements), for the metrics. */
 long long db_memory_used(void);
+/* A write committed and confirmed within timeout_ms as an order's COMMIT
+ * is (PostgreSQL: by the synchronous standby; SQLite: at once, nothing is
+ * written): DB_OK, and every commit before it is as durable; else an
+ * error (a COMMIT not confirmed in time is canceled). */
+db_status db_barrier(db *d, int timeout_ms);
 /* A cheap read that fails when the file is unreadable. */
 db_status db_ping(db *d);
 
@@ -191,6 +203,14 @@ db_status db_order_list(db *d, const char *sku, const char *user_id, int status,
 /* Records order_id as voided unless it is already committed: DB_OK when
  * voided (now or before), DB_EXISTS when the order is committed. */
 db_status db_order_void(db *d, const char *order_id, const char *sku, const char *reason);
+/* Makes sure order_id does not stand: its row deleted if it is there
+ * (with its hold, its buyer's units when per_user, and the product's
+ * counts -- db_available too when in_db), and the order voided so it can
+ * never commit after. For an order whose buyer was answered 503 while its
+ * COMMIT's outcome was unknown: a 5xx leaves nothing taken. DB_OK
+ * (*removed: whether a row was deleted), or an error, nothing changed. */
+db_status db_order_revoke(db *d, const char *order_id, const char *sku, int in_db, int per_user,
+                          int *removed);
 /* Whether order_id is committed (DB_OK), voided (DB_STALE) or neither
  * (DB_NOTFOUND). */
 db_status db_order_state(db *d, const char *order_id);

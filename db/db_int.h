@@ -41,6 +41,7 @@ enum {
     DB_ST_PROBE, DB_ST_GEN_READ, DB_ST_PRODUCT_LOCK, DB_ST_SKU_SHARED, DB_ST_SKU_EXCLUSIVE,
     DB_ST_DUE_SKUS_SHARED, DB_ST_KEY_OWNER, DB_ST_PING, DB_ST_BEGIN, DB_ST_COMMIT, DB_ST_ROLLBACK,
     DB_ST_SAVEPOINT, DB_ST_ROLLBACK_TO, DB_ST_RELEASE, DB_ST_STOCK_FOR_UPDATE, DB_ST_TAKE_SET,
+    DB_ST_ORDER_DELETE, DB_ST_HOLD_DELETE, DB_ST_USER_SUB,
     DB_ST_LOCK_FIRST                /* the lock table's: DB_LOCK_ST_* from here */
 };
 
@@ -145,7 +146,15 @@ typedef struct db_driver {
      * where its units go instead of the products row (schema.c, version
      * 8), as text. */
     const char *(*tally_slot)(db *d);
+    /* Optional (NULL: every COMMIT is durable when it returns). Outside a
+     * transaction, commits a write and waits up to timeout_ms for it to
+     * be confirmed as a COMMIT is (PostgreSQL: by the synchronous
+     * standby), which confirms every commit before it too. DB_OK, or an
+     * error (d->unconfirmed set when it was canceled). */
+    db_status (*barrier)(db *d, int timeout_ms);
 } db_driver;
+
+enum { DB_UNCONFIRMED_CANCELED = 1, DB_UNCONFIRMED_DROPPED = 2 };
 
 /* Whether job is an order reserved in Redis whose insert needs nothing
  * but the rule (no stock taken here, no per-user limit to count). */
@@ -162,6 +171,7 @@ struct db {
     db_conflict conflict;       /* the last DB_EXISTS's constraint */
     db_status last;             /* the last error db_next met */
     int readonly;
+    int commit_timeout_ms;      /* db_options.commit_timeout_ms, its default applied */
     /* Statements a run is stepping through. Running one of them again
      * (which, on SQLite, resets it) would restart the outer walk: that is
      * how `audit --repair` once audited products twice and never ended. */
@@ -169,6 +179,14 @@ struct db {
     /* Fault injection: called in db_order_for_update's critical section. */
     void (*critical)(void *ud, long long units);
     void *critical_ud;
+    /* How the driver's last COMMIT ended when it did not say: 0 (it
+     * answered), DB_UNCONFIRMED_CANCELED (not answered within the
+     * commit timeout and canceled -- on PostgreSQL a COMMIT waiting for
+     * its synchronous standby is then committed here, but perhaps not on
+     * the standby) or DB_UNCONFIRMED_DROPPED (the cancel went unanswered
+     * too: the connection was dropped, and the server may still be
+     * committing it). Set by every COMMIT; read by the writer. */
+    int unconfirmed;
     /* What a write transaction owes the products table (db.c). */
     void *tally;
     char errstr[256];

@@ -13,14 +13,18 @@
  * by row locks: a transaction that counts orders of a SKU, or voids one,
  * first locks the SKU's products row (docs/storage.md, "PostgreSQL"). */
 #include <assert.h>
+#include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <libpq-fe.h>
 
+#include "common/clock.h"
 #include "db/db_int.h"
 
 #define INT8OID 20
@@ -43,6 +47,9 @@ typedef struct pg {
     int begin_pending;
     /* This connection's tally row (product_tallies.slot), and its text. */
     char slot[24];
+    /* The connection was dropped with a statement unanswered: opened
+     * again before the next one (ensure). */
+    int dropped;
 } pg;
 
 static pg *conn_of(db *d) { return d->impl; }
@@ -261,6 +268,10 @@ err:
  * prepared statements went with it. */
 static db_status ensure(db *d, const char *what) {
     pg *p = conn_of(d);
+    if (p->dropped) {
+        p->dropped = 0;
+        goto reopen;
+    }
     /* Between transactions, a look at the socket first (a poll that does
      * not wait). The service never LISTENs, so an idle connection has
      * nothing to read unless the server is going away -- it sent FATAL
@@ -276,10 +287,145 @@ static db_status ensure(db *d, const char *what) {
     } else if (PQstatus(p->conn) == CONNECTION_OK) {
         return DB_OK;
     }
+reopen:;
     char err[300];
     PQreset(p->conn);
     if (session(p, err, sizeof err)) return db_set_error(d, DB_ERROR, what, err);
     return DB_OK;
+}
+
+/* ------------------------------------------------- a COMMIT's deadline
+ *
+ * A COMMIT on a primary with a synchronous standby returns when the
+ * standby has its record: while the standby cannot be reached it does
+ * not return at all, and a writer waiting for it would hold every order
+ * behind it (and the requests with them) for as long as the partition
+ * lasts. So a COMMIT waits commit_timeout_ms, then is canceled. The
+ * server's answer to that cancel is a WARNING and "COMMIT": the
+ * transaction is committed here and perhaps not on the standby -- the
+ * caller is told it is unconfirmed (d->unconfirmed), never that it
+ * committed, for a failover to the standby would lose it. A cancel
+ * that is not answered either (the server itself unreachable) drops the
+ * connection; whatever the server does with the transaction then is for
+ * a later look (db_order_void) to learn. */
+
+#define CANCEL_GRACE_MS 2000
+
+static void *cancel_main(void *arg) {
+    PGcancel *c = arg;
+    char err[256];
+    PQcancel(c, err, sizeof err);      /* the answer comes on the connection */
+    PQfreeCancel(c);
+    return NULL;
+}
+
+/* Sends a cancel of the connection's running statement from a thread of
+ * its own: PQcancel connects to the server, and a connect to a server
+ * that does not answer blocks. 0, or -1 when it could not be sent. */
+static int send_cancel(pg *p) {
+    PGcancel *c = PQgetCancel(p->conn);
+    pthread_t t;
+    pthread_attr_t at;
+    if (!c) return -1;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &at, cancel_main, c);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
+        PQfreeCancel(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Drops a connection whose statement goes unanswered. The socket is
+ * reset, not closed gracefully: bytes still queued for the server are
+ * discarded rather than delivered later, when the caller may already
+ * have acted on the statement's failure. */
+static void drop(db *d) {
+    pg *p = conn_of(d);
+    struct linger lg = { 1, 0 };
+    int fd = PQsocket(p->conn);
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    p->dropped = 1;
+    p->begin_pending = 0;
+    d->unconfirmed = DB_UNCONFIRMED_DROPPED;
+}
+
+/* A statement's wait for its answer, with a deadline (0: none). */
+typedef struct waiter {
+    int timeout_ms;
+    int64_t deadline;
+    int canceled;           /* a cancel was sent */
+    int dropped;            /* the connection was dropped */
+} waiter;
+
+static void waiter_start(waiter *w, int timeout_ms) {
+    w->timeout_ms = timeout_ms;
+    w->deadline = timeout_ms > 0 ? clock_mono_ms() + timeout_ms : 0;
+    w->canceled = w->dropped = 0;
+}
+
+/* Waits until the connection's next result can be read without blocking:
+ * 0; -1 when the deadline passed, the cancel was sent and unanswered too,
+ * and the connection was dropped (then no result is to be read). */
+static int await_result(db *d, waiter *w) {
+    pg *p = conn_of(d);
+    if (w->dropped) return -1;
+    while (w->deadline && PQisBusy(p->conn)) {
+        int64_t left = w->deadline - clock_mono_ms();
+        if (left <= 0) {
+            if (w->canceled || send_cancel(p)) {
+                drop(d);
+                w->dropped = 1;
+                return -1;
+            }
+            w->canceled = 1;
+            w->deadline = clock_mono_ms() + CANCEL_GRACE_MS;
+            continue;
+        }
+        struct pollfd pfd = { .fd = PQsocket(p->conn), .events = POLLIN };
+        if (pfd.fd < 0) break;
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno != EINTR) break;
+        if (n > 0 && !PQconsumeInput(p->conn)) break;    /* PQgetResult tells */
+    }
+    return 0;
+}
+
+/* A COMMIT waited for by w, whose answer was st: st, unless it had to
+ * be canceled -- then an error, and d->unconfirmed says how it ended. */
+static db_status unconfirmed(db *d, const waiter *w, db_status st, const char *what) {
+    char msg[200];
+    if (!w->canceled) return st;
+    d->unconfirmed = w->dropped ? DB_UNCONFIRMED_DROPPED : DB_UNCONFIRMED_CANCELED;
+    snprintf(msg, sizeof msg,
+             "no answer in %d ms (a synchronous standby out of reach?): %s", w->timeout_ms,
+             w->dropped ? "the cancel went unanswered too; connection dropped"
+                        : "canceled; committed here, perhaps not on the standby");
+    return db_set_error(d, DB_ERROR, what, msg);
+}
+
+
+/* Runs sql (a COMMIT, or statements ending with one) with the commit
+ * deadline of timeout_ms. DB_OK when every statement succeeded and no
+ * cancel was needed; else an error, d->unconfirmed saying why. */
+static db_status commit_with_deadline(db *d, const char *sql, int timeout_ms, const char *what) {
+    pg *p = conn_of(d);
+    waiter w;
+    db_status st = DB_OK;
+    d->unconfirmed = 0;
+    if (!PQsendQuery(p->conn, sql)) return fail(d, NULL, what);
+    waiter_start(&w, timeout_ms);
+    for (;;) {
+        if (await_result(d, &w)) break;
+        PGresult *res = PQgetResult(p->conn);
+        if (!res) break;
+        ExecStatusType rs = PQresultStatus(res);
+        if (st == DB_OK && rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK) st = fail(d, res, what);
+        PQclear(res);
+    }
+    return unconfirmed(d, &w, st, what);
 }
 
 /* ------------------------------------------------------------------- runs */
@@ -317,6 +463,7 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
     if (ensure(d, what) != DB_OK) return DB_ERROR;
     db_status begun = send_begin(d, what);
     if (begun != DB_OK) return begun;
+    if (st == DB_ST_COMMIT) return commit_with_deadline(d, "COMMIT", d->commit_timeout_ms, what);
     /* A statement of the module's has a few arguments; an ad hoc one (a
      * migration's batch of rows) may have thousands. */
     char small_nums[MAX_ARGS][24];
@@ -597,7 +744,9 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
     pg *p = conn_of(d);
     db_status st = DB_OK;
     int begin = p->begin_pending;
+    waiter w;
     if (commit_unknown) *commit_unknown = 0;
+    if (commit) d->unconfirmed = 0;
     for (int i = 0; i < nq; i++) q[i].res = NULL;
     if ((st = prepare_piped(d, q, nq, what)) != DB_OK) return st;
     if (PQenterPipelineMode(p->conn) != 1) return fail(d, NULL, what);
@@ -614,8 +763,14 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
         st = fail(d, NULL, what);
         if (commit && commit_unknown) *commit_unknown = 1;   /* it may have gone out */
     }
+    /* With the COMMIT in it, the pipeline has the COMMIT's deadline. */
+    waiter_start(&w, commit ? d->commit_timeout_ms : 0);
     PGresult *extra;
     for (int i = -begin; sent && i < nq + commit; i++) {
+        if (await_result(d, &w)) {
+            if (st == DB_OK) st = db_set_error(d, DB_ERROR, what, "no answer");
+            break;
+        }
         PGresult *res = PQgetResult(p->conn);
         while ((extra = PQgetResult(p->conn)) != NULL) PQclear(extra);
         ExecStatusType rs = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
@@ -625,16 +780,18 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
         if (i >= 0 && i < nq) q[i].res = res;
         else PQclear(res);
     }
-    if (st != DB_OK && PQstatus(p->conn) != CONNECTION_OK && commit && commit_unknown)
-        *commit_unknown = 1;                   /* the COMMIT went out; its answer did not come */
+    if (commit) st = unconfirmed(d, &w, st, what);
+    if (st != DB_OK && commit && commit_unknown &&
+        (w.canceled || PQstatus(p->conn) != CONNECTION_OK))
+        *commit_unknown = 1;     /* the COMMIT went out; its answer did not come, or was forced */
     /* Whatever failed, read on to the sync so the connection is usable. */
     PGresult *sync;
-    while (sent && (sync = PQgetResult(p->conn)) != NULL) {
+    while (sent && !w.dropped && (sync = PQgetResult(p->conn)) != NULL) {
         int end = PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
         PQclear(sync);
         if (end) break;
     }
-    PQexitPipelineMode(p->conn);
+    if (!w.dropped) PQexitPipelineMode(p->conn);
     if (st != DB_OK)
         for (int i = 0; i < nq; i++) {
             PQclear(q[i].res);
@@ -998,6 +1155,22 @@ static db_status pg_insert_group(db *d, db_job **jobs, size_t n, int commit,
 
 static const char *pg_tally_slot(db *d) { return conn_of(d)->slot; }
 
+/* The barrier: a transaction that writes (a row of its own in meta, put
+ * and taken away, so the table ends as it was), whose COMMIT waits for the
+ * synchronous standby as an order's does; the standby confirming it has
+ * every record before it. (A transaction that only takes an id, such as
+ * SELECT txid_current(), writes its commit record without waiting for
+ * the standby: PostgreSQL waits only for transactions that wrote.) */
+static db_status pg_barrier(db *d, int timeout_ms) {
+    assert(!pg_in_tx(d));
+    if (ensure(d, "barrier") != DB_OK) return DB_ERROR;
+    return commit_with_deadline(d,
+                                "BEGIN; INSERT INTO meta(key,value)"
+                                " VALUES('barrier.'||pg_backend_pid(),'');"
+                                " DELETE FROM meta WHERE key='barrier.'||pg_backend_pid(); COMMIT",
+                                timeout_ms, "barrier");
+}
+
 const db_driver db_pg_driver = {
     .name = "postgresql",
     .open = pg_open,
@@ -1013,4 +1186,5 @@ const db_driver db_pg_driver = {
     .wait_ms = pg_wait_ms,
     .insert_group = pg_insert_group,
     .tally_slot = pg_tally_slot,
+    .barrier = pg_barrier,
 };

@@ -41,6 +41,9 @@ struct db_writer {
     void *observe_ud;
     atomic_uint_fast64_t groups, jobs, failures;
     atomic_int last_failed;
+    /* The writer's own: the last COMMIT went unconfirmed (d->unconfirmed),
+     * so the next group is sent only once a barrier is confirmed. */
+    int unconfirmed;
 };
 
 void db_writer_submit(db_writer *w, db_job *job) { db_writer_submit_many(w, &job, 1); }
@@ -121,12 +124,39 @@ static size_t take_batch(db_writer *w) {
  * broken connection) is usually back within this, and then says. */
 #define LEARN_WAIT_MS 5000
 #define LEARN_RETRY_MS 50
+/* After an unconfirmed COMMIT, how long the barrier before each group may
+ * take: a standby that answers again answers in a few ms, and while it
+ * does not, a group is refused at once instead of waiting the whole
+ * commit timeout to be canceled in turn. */
+#define PROBE_MS 250
+
+/* Decides one order whose COMMIT's outcome is unknown and whose row was
+ * not found: on a server of many connections, a transaction that inserts
+ * it may still be running (its COMMIT waiting for a standby on a
+ * connection we dropped), its row invisible until it ends. Voiding the
+ * order waits for it -- the void takes the SKU's exclusive lock, which
+ * every inserting transaction holds shared -- and then either finds the
+ * row or makes sure it never comes. A single-writer file has no such
+ * transaction: not found there is not committed. DB_STALE (it never
+ * commits), DB_OK (it did) or DB_UNKNOWN. */
+static db_status decide_absent(db_writer *w, const db_job *j) {
+    if (!db_row_locks(w->conn)) return DB_STALE;
+    db_status v = db_order_void(w->conn, j->order.order_id, j->order.sku,
+                                "its group's COMMIT failed");
+    return v == DB_OK ? DB_STALE : v == DB_EXISTS ? DB_OK : DB_UNKNOWN;
+}
 
 /* A group failed with st. A failed COMMIT (an fsync error, a connection
  * that broke during it) may still have reached the log: ask the database
  * what it holds rather than assume -- giving back the units of an order
  * that did commit would oversell, and a 503 for it would lose a sale.
- * While the database cannot say, ask again (the connection reopened), for
+ * The asking starts with a barrier, so that a row found is also where a
+ * COMMIT's durability is (a synchronous standby), not only here. A
+ * COMMIT that went unconfirmed (canceled after the commit timeout, or its
+ * connection dropped) is not asked about: its orders are DB_UNKNOWN --
+ * answered 503, and revoked once the database confirms again
+ * (db_order_revoke, asked by the service). While the
+ * database cannot say, ask again (the connection reopened), for
  * LEARN_WAIT_MS at most; an order still unknown then is DB_UNKNOWN. */
 static void learn_outcomes(db_writer *w, db_job **jobs, size_t n, db_status st, int commit_failed) {
     if (!commit_failed) {
@@ -136,15 +166,24 @@ static void learn_outcomes(db_writer *w, db_job **jobs, size_t n, db_status st, 
             if (jobs[i]->kind == DB_JOB_INSERT) jobs[i]->status = st;
         return;
     }
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i]->kind == DB_JOB_INSERT) jobs[i]->status = DB_UNKNOWN;
+    if (w->conn->unconfirmed) return;
     int64_t deadline = clock_mono_ms() + LEARN_WAIT_MS;
     unsigned char *known = calloc(n ? n : 1, 1);   /* NULL: one pass */
     for (;;) {
         size_t unknown = 0;
+        int confirmed = db_barrier(w->conn, w->conn->commit_timeout_ms) == DB_OK;
+        if (!confirmed && w->conn->unconfirmed) {
+            w->unconfirmed = 1;               /* the next group probes first */
+            break;
+        }
         for (size_t i = 0; i < n; i++) {
             db_job *j = jobs[i];
             if (j->kind != DB_JOB_INSERT || (known && known[i])) continue;
-            db_status now = db_order_state(w->conn, j->order.order_id);
-            if (now == DB_OK || now == DB_NOTFOUND || now == DB_STALE) {
+            db_status now = confirmed ? db_order_state(w->conn, j->order.order_id) : DB_ERROR;
+            if (now == DB_NOTFOUND) now = decide_absent(w, j);
+            if (now == DB_OK || now == DB_STALE) {      /* committed; voided */
                 j->status = now == DB_OK ? DB_OK : st;
                 if (known) known[i] = 1;
             } else {
@@ -158,6 +197,34 @@ static void learn_outcomes(db_writer *w, db_job **jobs, size_t n, db_status st, 
     free(known);
 }
 
+/* Answers the group's lookups (after its commit, so they see its rows). */
+static void run_lookups(db_writer *w, db_job **jobs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        db_job *j = jobs[i];
+        if (j->kind != DB_JOB_LOOKUP) continue;
+        j->status = j->order.idem_key[0] && !j->order.order_id[0]
+                        ? db_order_by_key(w->conn, j->order.idem_key, &j->order)
+                        : db_order_get(w->conn, j->order.order_id, &j->order);
+    }
+}
+
+/* After an unconfirmed COMMIT: whether the database confirms a commit
+ * again (a barrier within PROBE_MS). If it does not, the group is refused
+ * without being sent -- nothing of it reached the database, so each job
+ * fails plainly and its units go back -- rather than committed here
+ * and left unconfirmed in turn. */
+static int confirms_again(db_writer *w, db_job **jobs, size_t n) {
+    if (!w->unconfirmed) return 1;
+    if (db_barrier(w->conn, PROBE_MS) == DB_OK) {
+        w->unconfirmed = 0;
+        return 1;
+    }
+    db_error(w->conn, "the database confirms no COMMIT (its synchronous standby out of reach?)");
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i]->kind != DB_JOB_LOOKUP) jobs[i]->status = DB_ERROR;
+    return 0;
+}
+
 /* Inserts the group's orders and decides its holds in one transaction. A
  * refusal of one order (stale generation, reused key, no stock) leaves the
  * others alone; an error of the database fails them all and rolls back. */
@@ -165,6 +232,13 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     int64_t t0 = w->observe ? clock_mono_us() : 0;
     size_t i, orders = 0;
     for (i = 0; i < n; i++) orders += jobs[i]->kind == DB_JOB_INSERT;
+    if (!confirms_again(w, jobs, n)) {
+        if (w->observe && orders) w->observe(orders, clock_mono_us() - t0, 0, w->observe_ud);
+        atomic_fetch_add(&w->failures, 1);
+        run_lookups(w, jobs, n);
+        atomic_store(&w->last_failed, 1);
+        goto done;
+    }
     db_status st = db_begin(w->conn);
     /* A server's driver takes the orders reserved in Redis, and the db
      * strategies' takes, in a few exchanges (a round trip per order would
@@ -200,17 +274,12 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
     if (w->observe && orders) w->observe(orders, clock_mono_us() - t0, st == DB_OK, w->observe_ud);
     if (st != DB_OK) {
         atomic_fetch_add(&w->failures, 1);
+        if (commit_failed && w->conn->unconfirmed) w->unconfirmed = 1;
         learn_outcomes(w, jobs, n, st, commit_failed);
     }
-    /* Lookups after the commit, so they see this group's rows. */
-    for (i = 0; i < n; i++) {
-        db_job *j = jobs[i];
-        if (j->kind != DB_JOB_LOOKUP) continue;
-        j->status = j->order.idem_key[0] && !j->order.order_id[0]
-                        ? db_order_by_key(w->conn, j->order.idem_key, &j->order)
-                        : db_order_get(w->conn, j->order.order_id, &j->order);
-    }
+    run_lookups(w, jobs, n);
     atomic_store(&w->last_failed, st != DB_OK);
+done:
     atomic_fetch_add(&w->groups, 1);
     atomic_fetch_add(&w->jobs, n);
 }

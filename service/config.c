@@ -64,6 +64,10 @@ static const opt OPTS[] = {
       "1000", "Redis connect and command timeout" },
     { "db-busy-timeout-ms", "FLASHSALE_DB_BUSY_TIMEOUT_MS", T_INT, F(db_busy_timeout_ms), 1,
       60000, "2000", "how long a write waits for another process's SQLite lock" },
+    { "db-commit-timeout-ms", "FLASHSALE_DB_COMMIT_TIMEOUT_MS", T_INT, F(db_commit_timeout_ms),
+      100, 600000, "3000",
+      "PostgreSQL: how long a COMMIT may wait (for a synchronous standby) before it is "
+      "canceled and its orders answered 503 as unconfirmed" },
     { "synchronous", "FLASHSALE_SYNCHRONOUS", T_SYNC, F(synchronous_full), 0, 0, "FULL",
       "SQLite synchronous mode: FULL (an answered order survives power loss) or NORMAL" },
     { "max-connections", "FLASHSALE_MAX_CONNECTIONS", T_UINT, F(max_connections), 1, 1000000,

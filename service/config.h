@@ -15,6 +15,7 @@ typedef struct svc_config {
     int threads;              /* HTTP event-loop threads */
     int redis_timeout_ms;
     int db_busy_timeout_ms;
+    int db_commit_timeout_ms;
     int synchronous_full;
     unsigned max_connections;
     unsigned max_per_client;  /* connections one client address may hold (0: no cap) */

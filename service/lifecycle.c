@@ -347,7 +347,8 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                                    .lock_ttl_ms = a->cfg.lock_ttl_ms,
                                    .lock_wait_ms = a->cfg.lock_wait_ms,
                                    .observe = svc_metrics_redis_call, .observe_ud = a };
-    a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0 };
+    a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0,
+                                a->cfg.db_commit_timeout_ms };
     a->stock_cfg.db_path = a->cfg.db_path;
     a->stock_cfg.db_opt = &a->db_opt;
     if (svc_redis_open(a, err, errlen) != 0 || locks_open(a, err, errlen) != 0) goto usage;

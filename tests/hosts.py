@@ -43,9 +43,16 @@ def _ip(*args, ns=None, check=True):
     return r
 
 
-def _enter(ns):
-    """A preexec function: the child joins network namespace ns."""
+CLONE_NEWUTS = 0x04000000
+
+
+def _enter(ns, hostname):
+    """A preexec function: the child joins network namespace ns, and gets
+    a UTS namespace of its own named hostname -- two instances on two hosts
+    must not share a host name, which names an instance (its pending
+    records, and whether a record is its own previous run's)."""
     path = "/run/netns/" + ns
+    name = hostname.encode()
 
     def enter():
         fd = os.open(path, os.O_RDONLY)
@@ -54,6 +61,8 @@ def _enter(ns):
                 raise OSError(ctypes.get_errno(), "setns " + path)
         finally:
             os.close(fd)
+        if _libc.unshare(CLONE_NEWUTS) != 0 or _libc.sethostname(name, len(name)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare/sethostname " + hostname)
     return enter
 
 
@@ -68,7 +77,7 @@ class Host:
 
     def preexec(self, then=None):
         """A preexec function that enters this host, then runs then()."""
-        enter = _enter(self.ns)
+        enter = _enter(self.ns, self.ns)
 
         def both():
             enter()

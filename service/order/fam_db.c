@@ -26,6 +26,7 @@
 #include "service/order/commit.h"
 #include "service/order/fam_db.h"
 #include "service/order/pipeline.h"
+#include "service/repair/repair.h"
 
 #define OPTIMISTIC_TRIES 20
 
@@ -133,6 +134,10 @@ static void refused(svc_order *op) {
         return;
     default:
         svc_health_poke_db(op->a->health);
+        /* Answered 503 with its COMMIT's outcome unknown: revoked once
+         * the database answers (its units are the database's). */
+        if (j->status == DB_UNKNOWN)
+            svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 1);
         svc_order_refuse(op, j->status == DB_UNKNOWN ? RF_DB_UNKNOWN : RF_DB_DOWN, 0);
         return;
     }

@@ -127,9 +127,11 @@ void svc_reservation_committed(svc_order *op) {
         undo_then(op, RF_LOOKUP);
         return;
     case DB_UNKNOWN:
-        /* Whether it committed is unknown: the pending record stays, and
-         * reconciliation settles it against the database later. */
+        /* Whether it committed is unknown, and the buyer is told 503: the
+         * order is revoked once the database answers, and only then are
+         * its units (the pending record stays until) given back. */
         svc_health_poke_db(op->a->health);
+        svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 0);
         svc_order_refuse(op, RF_DB_UNKNOWN, 0);
         return;
     case DB_STALE:

@@ -7,6 +7,12 @@
  * - Undo retries: reservations whose undo failed (Redis down) or whose
  *   script's outcome is unknown are retried until Redis answers; an undo is
  *   a no-op when the reservation was never made or already given back.
+ * - Revokes: orders answered 503 while their COMMIT's outcome was unknown
+ *   (a COMMIT canceled after the commit timeout: committed on the primary,
+ *   perhaps not on its standby). A 5xx leaves nothing taken, so each is
+ *   revoked in the database once it answers (db_order_revoke: the row
+ *   deleted if it is there, the order voided) and only then are its units
+ *   given back. Reconciliation leaves their pending records alone.
  *
  * Asking never waits (the order path asks from its loops); the work runs
  * on the thread that calls svc_repair_run, on its own connections. */
@@ -25,6 +31,7 @@ typedef struct orphan {
     svc_product *p;
     char order_id[DB_ORDER_ID_LEN + 1];
     char idem_key[DB_KEY_MAX + 1];
+    int in_db;                   /* a revoke's: the stock is the database's */
     struct orphan *next;
 } orphan;
 
@@ -36,6 +43,7 @@ struct svc_repair {
     svc_product **rebuild;             /* queued rebuilds */
     size_t nrebuild, caprebuild;
     orphan *orphans;
+    orphan *revokes;                   /* orders to revoke, then give back */
 };
 
 svc_repair *svc_repair_new(svc_app *a) {
@@ -49,6 +57,13 @@ svc_repair *svc_repair_new(svc_app *a) {
 
 void svc_repair_free(svc_repair *r) {
     if (!r) return;
+    while (r->revokes) {
+        orphan *o = r->revokes;
+        r->revokes = o->next;
+        svc_log(SVC_LOG_ERROR, "order %s of %s answered 503 and not revoked (the database did "
+                "not confirm): it may stand; left to `flashsale audit`", o->order_id, o->p->sku);
+        free(o);
+    }
     while (r->orphans) {
         orphan *o = r->orphans;
         r->orphans = o->next;
@@ -99,6 +114,31 @@ void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
     o->next = r->orphans;
     r->orphans = o;
     pthread_mutex_unlock(&r->mu);
+}
+
+void svc_repair_revoke(svc_repair *r, svc_product *p, const char *order_id,
+                       const char *idem_key, int in_db) {
+    orphan *o = calloc(1, sizeof *o);
+    if (!o) {
+        svc_log(SVC_LOG_ERROR, "order %s: out of memory queueing its revoke", order_id);
+        return;
+    }
+    o->p = p;
+    o->in_db = in_db;
+    snprintf(o->order_id, sizeof o->order_id, "%s", order_id);
+    snprintf(o->idem_key, sizeof o->idem_key, "%s", idem_key ? idem_key : "");
+    pthread_mutex_lock(&r->mu);
+    o->next = r->revokes;
+    r->revokes = o;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int svc_repair_revoking(svc_repair *r, const char *order_id) {
+    int found = 0;
+    pthread_mutex_lock(&r->mu);
+    for (orphan *o = r->revokes; o && !found; o = o->next) found = !strcmp(o->order_id, order_id);
+    pthread_mutex_unlock(&r->mu);
+    return found;
 }
 
 /* --------------------------------------------------------------- waiting */
@@ -183,7 +223,63 @@ static void run_undos(svc_repair *r, stock_conn *sc) {
     }
 }
 
+#define REVOKE_PROBE_MS 250
+
+/* Revokes the queued orders; each revoked has its units given back (a
+ * Redis copy's: by an undo, retried as the others are). One that the
+ * database does not revoke yet (still unconfirmed, or the transaction
+ * that inserted it still running) stays queued, and so do the rest. */
+static void run_revokes(svc_repair *r, db *d) {
+    pthread_mutex_lock(&r->mu);
+    orphan *list = r->revokes;
+    r->revokes = NULL;
+    pthread_mutex_unlock(&r->mu);
+    /* First a barrier, briefly: while the database confirms no commit (its
+     * standby out of reach), a revoke's COMMIT would wait its whole
+     * timeout, and this thread also beats the instance's heartbeat. */
+    if (list && db_barrier(d, REVOKE_PROBE_MS) != DB_OK) {
+        pthread_mutex_lock(&r->mu);
+        orphan *last = list;
+        while (last->next) last = last->next;
+        last->next = r->revokes;
+        r->revokes = list;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    while (list) {
+        orphan *o = list;
+        int removed = 0;
+        const svc_product *p = o->p;
+        db_status st = db_order_revoke(d, o->order_id, p->sku, o->in_db, p->per_user_limit > 0,
+                                       &removed);
+        if (st != DB_OK) {
+            svc_log(SVC_LOG_WARN, "revoking order %s of %s: %s (tried again later)", o->order_id,
+                    p->sku, db_errstr(d));
+            pthread_mutex_lock(&r->mu);
+            orphan *last = list;
+            while (last->next) last = last->next;
+            last->next = r->revokes;
+            r->revokes = list;
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        list = o->next;
+        svc_log(SVC_LOG_INFO, "revoked order %s of %s (answered 503; %s)", o->order_id, p->sku,
+                removed ? "its row had committed on the primary" : "it had not committed");
+        /* Not committed: its pending record still holds its units, and an
+         * undo gives them back (a no-op if another instance's sweep voided
+         * it and did). Committed: the record may be gone already -- another
+         * instance's sweep found the row and confirmed the units sold --
+         * so the copy is loaded again from the database, which no longer
+         * counts them. */
+        if (!o->in_db && removed) svc_repair_request_forced_rebuild(r, o->p);
+        else if (!o->in_db) svc_repair_retry_undo(r, o->p, o->order_id, o->idem_key);
+        free(o);
+    }
+}
+
 void svc_repair_run(svc_repair *r, db *d, stock_conn *sc) {
     if (d) run_rebuilds(r, d, sc);
+    if (d) run_revokes(r, d);
     run_undos(r, sc);
 }

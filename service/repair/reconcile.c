@@ -61,6 +61,7 @@ static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend 
     snprintf(lane, sizeof lane, "%d:0", r->lane);    /* a spread product: that lane only */
     stock_ref ref = { &p->sp, r->order_id, r->idem_key, r->lane >= 0 ? lane : NULL };
     int done = 0;
+    if (a->repair && svc_repair_revoking(a->repair, r->order_id)) return 0;   /* its revoke does */
     db_status st = db_order_void(d, r->order_id, p->sku, "reservation not committed in time");
     if (st == DB_EXISTS) {
         if (stock_confirm(sc, &ref, 1) != 0) return 0;

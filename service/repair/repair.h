@@ -40,6 +40,14 @@ void svc_repair_request_forced_rebuild(svc_repair *r, svc_product *p);
  * unknown), to retry until it succeeds. Any thread; never waits. */
 void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
                            const char *idem_key);
+/* Hands over an order answered 503 while its COMMIT's outcome was unknown:
+ * revoked in the database as soon as it answers (db_order_revoke), then
+ * its units given back (in_db: the stock is the database's, nothing to
+ * give back in Redis). Any thread; never waits. */
+void svc_repair_revoke(svc_repair *r, svc_product *p, const char *order_id,
+                       const char *idem_key, int in_db);
+/* Whether order_id waits to be revoked (reconciliation leaves it). */
+int svc_repair_revoking(svc_repair *r, const char *order_id);
 /* Waits up to ms for repair work to be queued, or for svc_repair_interrupt. */
 void svc_repair_wait(svc_repair *r, int ms);
 void svc_repair_interrupt(svc_repair *r);

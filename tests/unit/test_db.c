@@ -20,7 +20,7 @@
 
 static char dir[] = "/tmp/fs-test-db-XXXXXX";
 static char path[512];
-static const db_options OPTS = { 1, 2000, 0 };
+static const db_options OPTS = { 1, 2000, 0, 0 };
 /* The PostgreSQL server's URL (FLASHSALE_TEST_PG) while the cases run on
  * it; NULL: on SQLite files. */
 static const char *pg_url;
@@ -157,6 +157,34 @@ static void test_tombstones(void) {
     CHECK(db_order_state(d, "01X") == DB_NOTFOUND);
     db_product got;
     CHECK(db_product_get(d, "t", &got) == DB_OK && got.sold == 1);
+    db_close(d);
+}
+
+/* An order answered 503 while its COMMIT's outcome was unknown is revoked:
+ * its row gone with its units and its key, the order voided so it never
+ * commits after; repeating a revoke changes nothing. The barrier commits
+ * and leaves no row behind. */
+static void test_revoke(void) {
+    db *d = fresh();
+    db_product p = product("r", 10);
+    int removed = -1;
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    db_order a = order("01R", "r", "u", 2, "key-r", 1), b = order("01S", "r", "u", 1, NULL, 1);
+    CHECK(insert1(d, &a, DB_TAKE_NONE, 0) == DB_OK);
+    CHECK(insert1(d, &b, DB_TAKE_NONE, 0) == DB_OK);
+    CHECK(db_order_revoke(d, "01R", "r", 0, 0, &removed) == DB_OK && removed == 1);
+    CHECK(db_order_state(d, "01R") == DB_STALE);
+    db_order got;
+    CHECK(db_order_by_key(d, "key-r", &got) == DB_NOTFOUND);
+    db_product pr;
+    CHECK(db_product_get(d, "r", &pr) == DB_OK && pr.sold == 1);
+    CHECK(insert1(d, &a, DB_TAKE_NONE, 0) == DB_STALE);           /* never commits after */
+    CHECK(db_order_revoke(d, "01R", "r", 0, 0, &removed) == DB_OK && removed == 0);
+    CHECK(db_order_revoke(d, "01T", "r", 0, 0, &removed) == DB_OK && removed == 0);
+    CHECK(db_order_state(d, "01T") == DB_STALE);
+    CHECK(db_order_state(d, "01S") == DB_OK);
+    CHECK(db_barrier(d, 2000) == DB_OK);
+    CHECK(db_product_get(d, "r", &pr) == DB_OK && pr.sold == 1);
     db_close(d);
 }
 
@@ -639,7 +667,7 @@ static void cleanup(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_idempotency_keys),
+        T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
         T(test_lock_table), T(test_writer_groups), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
         T(test_hold_decided_while_swept),
