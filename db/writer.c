@@ -197,11 +197,19 @@ static void learn_outcomes(db_writer *w, db_job **jobs, size_t n, db_status st, 
     free(known);
 }
 
-/* Answers the group's lookups (after its commit, so they see its rows). */
+/* Answers the group's lookups (after its commit, so they see its rows) --
+ * unless the last COMMIT went unconfirmed: a row read then may be on the
+ * primary alone (the canceled COMMIT's, answered 503 and to be revoked),
+ * and a replay answered from it would be a 200 that a failover takes
+ * back. They fail instead, until a barrier is confirmed. */
 static void run_lookups(db_writer *w, db_job **jobs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         db_job *j = jobs[i];
         if (j->kind != DB_JOB_LOOKUP) continue;
+        if (w->unconfirmed) {
+            j->status = DB_ERROR;
+            continue;
+        }
         j->status = j->order.idem_key[0] && !j->order.order_id[0]
                         ? db_order_by_key(w->conn, j->order.idem_key, &j->order)
                         : db_order_get(w->conn, j->order.order_id, &j->order);

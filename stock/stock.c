@@ -815,6 +815,44 @@ stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *ge
     return res;
 }
 
+/* ------------------------------------------------------------ revoke marks */
+
+/* Runs verb (HSET, HEXISTS, HDEL) on p's revoke marks for order_id: the
+ * reply's integer, or -1 when Redis failed. */
+static long long revoke_at(stock_conn *c, const stock_product *p, const char *verb,
+                           const char *order_id) {
+    rconn_cmd_reset(&c->cmd);
+    rconn_cmd_adds(&c->cmd, verb);
+    sk_add_key(c, p->sku, "revoke");
+    rconn_cmd_adds(&c->cmd, order_id);
+    if (!strcmp(verb, "HSET")) rconn_cmd_adds(&c->cmd, "1");
+    redisReply *rep = sk_run_idempotent(c, "revoke mark");  /* each verb may be repeated */
+    if (!rep) return -1;
+    long long v = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+    freeReplyObject(rep);
+    return v;
+}
+
+static long long revoke_cmd(stock_conn *c, const stock_product *p, const char *verb,
+                            const char *order_id) {
+    long long v = -1;
+    for (int a = 0; sk_again(c, p->sku, a); a++) v = revoke_at(c, p, verb, order_id);
+    return v;
+}
+
+int stock_revoke_mark(stock_conn *c, const stock_product *p, const char *order_id) {
+    return revoke_cmd(c, p, "HSET", order_id) < 0 ? -1 : 0;
+}
+
+int stock_revoke_marked(stock_conn *c, const stock_product *p, const char *order_id) {
+    long long v = revoke_cmd(c, p, "HEXISTS", order_id);
+    return v < 0 ? -1 : v > 0;
+}
+
+int stock_revoke_unmark(stock_conn *c, const stock_product *p, const char *order_id) {
+    return revoke_cmd(c, p, "HDEL", order_id) < 0 ? -1 : 0;
+}
+
 /* --------------------------------------------------------------------- writes */
 
 static int load_at(stock_conn *c, const stock_product *p, long long gen, long long available,

@@ -9,6 +9,7 @@
  *   <prefix>{<sku>}:pending      order_id -> JSON of a reserved, uncommitted order
  *   <prefix>{<sku>}:users        user_id -> units bought (when a limit applies)
  *   <prefix>{<sku>}:idem:<key>   "<generation>|<order_id>|<fingerprint>"
+ *   <prefix>{<sku>}:revoke       order_id -> "1": answered 503, to be revoked
  *   <prefix>instance:<id>        heartbeat of a live service instance
  *
  * A copy is valid only for the generation SQLite has for the SKU and only
@@ -350,6 +351,16 @@ int stock_load(stock_conn *c, const stock_product *p, long long gen, long long a
 /* Adds qty units, spread over the segments. STOCK_RESERVED (= ok),
  * STOCK_MISSING (rebuild; SQLite already counts them) or STOCK_UNAVAILABLE. */
 stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty);
+
+/* Revoke marks: an order answered 503 while its COMMIT's outcome was
+ * unknown must not stand (db_order_revoke). The mark says so to every
+ * instance, so that the sweep of another -- the owner having died before
+ * revoking it -- revokes the order rather than confirm a row it finds.
+ * Each returns 0 (stock_revoke_marked: 1 marked, 0 not) or -1 when Redis
+ * failed. */
+int stock_revoke_mark(stock_conn *c, const stock_product *p, const char *order_id);
+int stock_revoke_marked(stock_conn *c, const stock_product *p, const char *order_id);
+int stock_revoke_unmark(stock_conn *c, const stock_product *p, const char *order_id);
 
 /* A pending record, as found by stock_pending_scan. */
 typedef struct stock_pending {

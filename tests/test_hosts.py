@@ -314,3 +314,32 @@ def test_flapping_partitions_for_a_minute(ctx):
     # After the last heal the sale goes on: a new one on every instance.
     passed(*w.flashload("--sku", "flap-after", "--strategy", "lua", "--stock", 2000,
                         "--requests", 3000, "--connections", 24, "--users", 500))
+
+
+def test_an_instance_killed_before_it_revokes_its_503s(ctx):
+    """The primary cut from its synchronous standby: app3 cancels COMMITs,
+    answers their orders 503 and marks them to be revoked -- then dies
+    (SIGKILL) before the database confirms again. Its marks in Redis tell
+    the other instances' sweeps to revoke those orders rather than keep
+    the rows they find on the primary: no order stands beside a 503.
+    (app3: flashload's verifier asks the first instance.)"""
+    import time
+    w = world(ctx, standby="sync", service_args=("--db-commit-timeout-ms", "1500"))
+    n = w.net
+    app3 = w.apps[2]
+
+    def fault(w):
+        n.cut(n["pg1"], n["pg2"], port=5432)
+        time.sleep(5)
+        app3.kill()
+        time.sleep(1)
+        n.heal()
+    j, so = under_load(ctx, w, "pgsync-kill", "lua", fault, seconds=24, fault_at=3.0)
+    # The sweeps name the owner of what they revoke: app3's host.
+    revoked = sum(len(re.findall(r"owner \S*app3\S* gone; it was answered 503",
+                                 open(a.log_path).read())) for a in w.apps[:2])
+    print("    app3 killed mid-cut: %d answered, %d created, codes %s, transport errors %d; "
+          "the others revoked %d of its orders answered 503; orders without a 201 %d"
+          % (j["answered"], j["created"], j["codes"], j["transport_errors"], revoked,
+             j["verdict"]["orders_without_201"]))
+    assert revoked > 0, "no other instance revoked an order app3 answered 503"

@@ -132,8 +132,8 @@ static const struct {
                      "The database could not commit the order; nothing was taken. Retry "
                      "shortly." },
     [RF_DB_UNKNOWN] = { 503, "db_unavailable", OUT_DB_UNAVAILABLE,
-                        "The database failed while committing the order; check it with "
-                        "GET /v1/orders?user_id= before retrying without an Idempotency-Key." },
+                        "The database did not confirm the order's commit in time; the order "
+                        "is revoked once it answers, and nothing is taken. Retry shortly." },
     [RF_LOCK_DOWN] = { 503, "lock_unavailable", OUT_LOCK_UNAVAILABLE,
                        "The lock server of %1$s's strategy is unavailable (or not configured on "
                        "this instance); nothing was taken. Retry shortly." },

@@ -32,6 +32,7 @@ typedef struct orphan {
     char order_id[DB_ORDER_ID_LEN + 1];
     char idem_key[DB_KEY_MAX + 1];
     int in_db;                   /* a revoke's: the stock is the database's */
+    int marked;                  /* a revoke's: marked in Redis (stock_revoke_mark) */
     struct orphan *next;
 } orphan;
 
@@ -229,11 +230,16 @@ static void run_undos(svc_repair *r, stock_conn *sc) {
  * Redis copy's: by an undo, retried as the others are). One that the
  * database does not revoke yet (still unconfirmed, or the transaction
  * that inserted it still running) stays queued, and so do the rest. */
-static void run_revokes(svc_repair *r, db *d) {
+static void run_revokes(svc_repair *r, db *d, stock_conn *sc) {
     pthread_mutex_lock(&r->mu);
     orphan *list = r->revokes;
     r->revokes = NULL;
     pthread_mutex_unlock(&r->mu);
+    /* Marked in Redis first, whatever the database does: should this
+     * instance die before the revoke, another's sweep reads the mark and
+     * revokes the order instead of keeping the row it finds. */
+    for (orphan *o = list; o; o = o->next)
+        if (!o->in_db && !o->marked) o->marked = stock_revoke_mark(sc, &o->p->sp, o->order_id) == 0;
     /* First a barrier, briefly: while the database confirms no commit (its
      * standby out of reach), a revoke's COMMIT would wait its whole
      * timeout, and this thread also beats the instance's heartbeat. */
@@ -274,12 +280,13 @@ static void run_revokes(svc_repair *r, db *d) {
          * counts them. */
         if (!o->in_db && removed) svc_repair_request_forced_rebuild(r, o->p);
         else if (!o->in_db) svc_repair_retry_undo(r, o->p, o->order_id, o->idem_key);
+        if (o->marked) stock_revoke_unmark(sc, &o->p->sp, o->order_id);   /* or left, unread */
         free(o);
     }
 }
 
 void svc_repair_run(svc_repair *r, db *d, stock_conn *sc) {
     if (d) run_rebuilds(r, d, sc);
-    if (d) run_revokes(r, d);
+    if (d) run_revokes(r, d, sc);
     run_undos(r, sc);
 }

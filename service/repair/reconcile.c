@@ -15,6 +15,10 @@
 #include "service/products.h"
 #include "service/repair/repair.h"
 
+/* How long a sweep waits for the database to confirm a commit before it
+ * revokes an order (db_barrier). */
+#define REVOKE_PROBE_MS 250
+
 typedef struct pend {
     char order_id[DB_ORDER_ID_LEN + 1];
     char instance[112];
@@ -55,6 +59,30 @@ static int settleable(svc_app *a, stock_conn *sc, const pend *r, int only_dead) 
     return stock_instance_alive(sc, r->instance) == 0;      /* its owner is gone */
 }
 
+/* Settles the record of an order marked to be revoked (stock_revoke_mark)
+ * by an owner that did not get to it: the order was answered 503, so it
+ * is revoked in the database (never confirmed, though its row be there),
+ * and then its units come back -- by the copy loaded again when a row was
+ * deleted (the database no longer counts them), else by the undo. Returns
+ * 1 if settled. */
+static int settle_revoked(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *r,
+                          const stock_ref *ref) {
+    int removed = 0, done = 0;
+    if (db_barrier(d, REVOKE_PROBE_MS) != DB_OK ||
+        db_order_revoke(d, r->order_id, p->sku, 0, p->per_user_limit > 0, &removed) != DB_OK)
+        return 0;
+    svc_log(SVC_LOG_INFO, "revoked %s's order %s (owner %s gone; it was answered 503%s)", p->sku,
+            r->order_id, r->instance, removed ? " and its row had committed" : "");
+    if (removed) {
+        if (a->repair) svc_repair_request_forced_rebuild(a->repair, p);
+        else if (svc_rebuild(a, d, sc, p, 1) != 0) return 0;
+    } else if (stock_undo(sc, ref, 1, &done) != 0 || !done) {
+        return 0;
+    }
+    stock_revoke_unmark(sc, &p->sp, r->order_id);
+    return 1;
+}
+
 /* Settles one record: returns 1 if settled. */
 static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *r) {
     char lane[16];
@@ -62,7 +90,15 @@ static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend 
     stock_ref ref = { &p->sp, r->order_id, r->idem_key, r->lane >= 0 ? lane : NULL };
     int done = 0;
     if (a->repair && svc_repair_revoking(a->repair, r->order_id)) return 0;   /* its revoke does */
+    int marked = stock_revoke_marked(sc, &p->sp, r->order_id);
+    if (marked < 0) return 0;
+    if (marked) return settle_revoked(a, d, sc, p, r, &ref);
     db_status st = db_order_void(d, r->order_id, p->sku, "reservation not committed in time");
+    /* A row found is kept only once it is durable: a COMMIT canceled while
+     * it waited for the synchronous standby left it on the primary alone,
+     * and a failover would take it away with its units counted sold. The
+     * barrier, confirmed, confirms it too. */
+    if (st == DB_EXISTS && db_barrier(d, REVOKE_PROBE_MS) != DB_OK) return 0;
     if (st == DB_EXISTS) {
         if (stock_confirm(sc, &ref, 1) != 0) return 0;
         atomic_fetch_add(&a->m.settled_commit, 1);
