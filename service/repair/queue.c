@@ -226,6 +226,16 @@ static void run_undos(svc_repair *r, stock_conn *sc) {
 
 #define REVOKE_PROBE_MS 250
 
+/* Puts the revokes of list (not empty) back in the queue, for later. */
+static void requeue_revokes(svc_repair *r, orphan *list) {
+    orphan *last = list;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&r->mu);
+    last->next = r->revokes;
+    r->revokes = list;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* Revokes the queued orders; each revoked has its units given back (a
  * Redis copy's: by an undo, retried as the others are). One that the
  * database does not revoke yet (still unconfirmed, or the transaction
@@ -244,12 +254,7 @@ static void run_revokes(svc_repair *r, db *d, stock_conn *sc) {
      * standby out of reach), a revoke's COMMIT would wait its whole
      * timeout, and this thread also beats the instance's heartbeat. */
     if (list && db_barrier(d, REVOKE_PROBE_MS) != DB_OK) {
-        pthread_mutex_lock(&r->mu);
-        orphan *last = list;
-        while (last->next) last = last->next;
-        last->next = r->revokes;
-        r->revokes = list;
-        pthread_mutex_unlock(&r->mu);
+        requeue_revokes(r, list);
         return;
     }
     while (list) {
@@ -261,12 +266,7 @@ static void run_revokes(svc_repair *r, db *d, stock_conn *sc) {
         if (st != DB_OK) {
             svc_log(SVC_LOG_WARN, "revoking order %s of %s: %s (tried again later)", o->order_id,
                     p->sku, db_errstr(d));
-            pthread_mutex_lock(&r->mu);
-            orphan *last = list;
-            while (last->next) last = last->next;
-            last->next = r->revokes;
-            r->revokes = list;
-            pthread_mutex_unlock(&r->mu);
+            requeue_revokes(r, list);
             return;
         }
         list = o->next;
