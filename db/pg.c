@@ -430,6 +430,16 @@ static db_status commit_with_deadline(db *d, const char *sql, int timeout_ms, co
 
 /* ------------------------------------------------------------------- runs */
 
+/* Prepares sql as statement name on d's connection: DB_OK, or the failure
+ * (d's error set). */
+static db_status prepare(db *d, const char *name, const char *sql, int n,
+                         const unsigned int *types, const char *what) {
+    PGresult *res = PQprepare(conn_of(d)->conn, name, sql, n, types);
+    db_status st = PQresultStatus(res) == PGRES_COMMAND_OK ? DB_OK : fail(d, res, what);
+    PQclear(res);
+    return st;
+}
+
 /* Sends the BEGIN a transaction's first statement carries (begin_pending). */
 static db_status send_begin(db *d, const char *what) {
     pg *p = conn_of(d);
@@ -504,13 +514,8 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
         char name[16];
         snprintf(name, sizeof name, "s%d", st);
         if (!p->prepared[st]) {
-            res = PQprepare(p->conn, name, p->sql[st], n, n ? types : NULL);
-            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                db_status e = fail(d, res, what);
-                PQclear(res);
-                return e;
-            }
-            PQclear(res);
+            db_status e = prepare(d, name, p->sql[st], n, n ? types : NULL, what);
+            if (e != DB_OK) return e;
             p->prepared[st] = 1;
         }
         res = PQexecPrepared(p->conn, name, n, values, NULL, NULL, 0);
@@ -719,13 +724,8 @@ static db_status prepare_piped(db *d, const piped *q, int nq, const char *what) 
         if (p->piped_prepared[k]) continue;
         char name[16];
         snprintf(name, sizeof name, "g%d", k);
-        PGresult *res = PQprepare(p->conn, name, q[i].sql, 0, NULL);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            db_status e = fail(d, res, what);
-            PQclear(res);
-            return e;
-        }
-        PQclear(res);
+        db_status e = prepare(d, name, q[i].sql, 0, NULL, what);
+        if (e != DB_OK) return e;
         p->piped_prepared[k] = 1;
     }
     return DB_OK;

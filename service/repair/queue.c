@@ -104,13 +104,20 @@ void svc_repair_request_rebuild(svc_repair *r, svc_product *p) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
-                           const char *idem_key) {
+/* A reservation of p to queue, or NULL when out of memory. */
+static orphan *orphan_new(svc_product *p, const char *order_id, const char *idem_key) {
     orphan *o = calloc(1, sizeof *o);
-    if (!o) return;   /* the sweeps settle it after the pending timeout */
+    if (!o) return NULL;
     o->p = p;
     snprintf(o->order_id, sizeof o->order_id, "%s", order_id);
     snprintf(o->idem_key, sizeof o->idem_key, "%s", idem_key ? idem_key : "");
+    return o;
+}
+
+void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
+                           const char *idem_key) {
+    orphan *o = orphan_new(p, order_id, idem_key);
+    if (!o) return;   /* the sweeps settle it after the pending timeout */
     pthread_mutex_lock(&r->mu);
     o->next = r->orphans;
     r->orphans = o;
@@ -119,15 +126,12 @@ void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
 
 void svc_repair_revoke(svc_repair *r, svc_product *p, const char *order_id,
                        const char *idem_key, int in_db) {
-    orphan *o = calloc(1, sizeof *o);
+    orphan *o = orphan_new(p, order_id, idem_key);
     if (!o) {
         svc_log(SVC_LOG_ERROR, "order %s: out of memory queueing its revoke", order_id);
         return;
     }
-    o->p = p;
     o->in_db = in_db;
-    snprintf(o->order_id, sizeof o->order_id, "%s", order_id);
-    snprintf(o->idem_key, sizeof o->idem_key, "%s", idem_key ? idem_key : "");
     pthread_mutex_lock(&r->mu);
     o->next = r->revokes;
     r->revokes = o;
