@@ -172,6 +172,7 @@ void fl_compare_opts_default(fl_compare_opts *o) {
     o->qty_min = o->qty_max = 1;
     o->stock = 20000;
     o->pause_stock = 10;           /* a few units: a pause scene sells a few per second */
+    o->contention = o->forced = 1;
     o->probes = 1;
     o->lock_servers = 1;
     o->redis_failures = 1;
@@ -271,6 +272,32 @@ static void holds_scene(const fl_compare_opts *o, fl_scene *sc, const char *stra
              (1 - sc->pay - sc->cancel) * 100);
 }
 
+/* The between-hosts group: the unsafe version first, then ours (hosts.c;
+ * tools/hosts_scene.py runs each). unsafe-trust-redis trusts whichever
+ * copy it reaches, so the old primary of a split brain sells again what
+ * the promoted one sells; lua commits an order only under the generation
+ * it was reserved in. An asynchronous standby promoted lacks what the
+ * primary acknowledged last; a synchronous one has every COMMIT that
+ * returned. */
+typedef struct between_spec {
+    const char *strategy;
+    fl_between kind;
+    int unsafe;
+    double seconds;
+    const char *condition;
+} between_spec;
+
+static const between_spec BETWEEN[] = {
+    { "unsafe-trust-redis", FL_HOSTS_SPLIT, 1, 14,
+      "split brain: the Redis primary cut off with 1 of 3 instances, its replica promoted" },
+    { "lua", FL_HOSTS_SPLIT, 0, 14,
+      "split brain: the Redis primary cut off with 1 of 3 instances, its replica promoted" },
+    { "lua", FL_HOSTS_ASYNC, 1, 12,
+      "PostgreSQL primary killed, its asynchronous standby promoted" },
+    { "lua", FL_HOSTS_SYNC, 0, 12, "PostgreSQL primary killed, its synchronous standby promoted" },
+    { NULL, FL_HOSTS_NONE, 0, 0, NULL },
+};
+
 int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
                       int max) {
     int n = 0;
@@ -280,7 +307,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
      * is shown under the forcing that breaks it, below. */
     for (int i = 0; i < nst; i++) {
         const fl_strategy *info = &st[i];
-        if (!wanted(o, info) || !info->safe) continue;
+        if (!o->contention || !wanted(o, info) || !info->safe) continue;
         int did_one = 0;
         for (int k = 0; k < o->nsegments; k++) {
             if (o->segments[k] > 1 && !info->segments) continue;
@@ -297,7 +324,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
     /* Second group: the forced interleavings, the unsafe ones and the safe
      * ones under the same. unsafe-trust-redis oversells only when Redis
      * loses writes: it has its scenes among the Redis failures. */
-    for (const force_spec *fs = FORCED; fs->strategy; fs++) {
+    for (const force_spec *fs = FORCED; o->forced && fs->strategy; fs++) {
         const fl_strategy *info = fl_strategy_find(st, nst, fs->strategy);
         if (!info || !wanted(o, info)) continue;
         if (fs->instances > 1 && !o->two_instances) continue;
@@ -328,8 +355,21 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         if (!info || !info->safe || !wanted(o, info) || n == max) continue;
         holds_scene(o, &out[n++], info->name);
     }
+    /* Fifth group: between hosts, each scene on a deployment of its own
+     * (3 instances, PostgreSQL, Sentinel), whatever this run's service. */
+    for (const between_spec *b = BETWEEN; o->between_hosts && b->strategy; b++) {
+        if (!asked_for(o, b->strategy) || !fl_strategy_find(st, nst, b->strategy)) continue;
+        if (!(sc = add_scene(out, &n, max, b->strategy, 1, 3, b->unsafe))) break;
+        sc->stock = 1000000;
+        sc->duration_s = b->seconds;
+        sc->fault = 1;
+        sc->group = FL_GROUP_HOSTS;
+        sc->between = b->kind;
+        sc->fault_name = fl_between_title(b->kind);
+        snprintf(sc->condition, sizeof sc->condition, "%s", b->condition);
+    }
     /* Stable: contention first, then the forced interleavings, then the
-     * Redis failures, then holds. */
+     * Redis failures, then holds, then between hosts. */
     static fl_scene tmp[MAX_SCENES];
     int m = 0;
     for (int g = 0; g < FL_GROUPS; g++)
@@ -741,6 +781,9 @@ const char *fl_group_title(int group) {
     case FL_GROUP_FAILURE:
         return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
                "second, each forced mid-hold";
+    case FL_GROUP_HOSTS:
+        return "between hosts (a network namespace per host, PostgreSQL, Sentinel): a split "
+               "brain, a database primary lost to an async vs a sync standby";
     default: return "ordinary contention (no fault)";
     }
 }
@@ -818,6 +861,14 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
                 s->sc.duration_s, s->detail);
         i = j - 1;
     }
+    said = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_HOSTS || !s->ran || !s->detail[0]) continue;
+        if (!said++) fprintf(f, "between hosts, as done and seen:\n");
+        fprintf(f, "  %s (%s%s; %.0f s of load): %s\n", fl_between_name(s->sc.between),
+                s->sc.strategy, s->sc.unsafe ? ", unsafe" : "", s->sc.duration_s, s->detail);
+    }
     holds_table(r, n, f);
 }
 
@@ -874,6 +925,8 @@ static double scene_weight(const fl_scene *sc) {
     case FL_GROUP_FAILURE:
         return sc->failure == FL_FAIL_MEMBER ? 4.5 : sc->failure == FL_FAIL_FAILOVER ? 2 : 1.8;
     case FL_GROUP_HOLDS: return sc->duration_s + 1;
+    /* The deployment (~4 s), the load, the split brain's heal, the verifier. */
+    case FL_GROUP_HOSTS: return sc->duration_s + (sc->between == FL_HOSTS_SPLIT ? 13 : 8);
     default: return sc->duration_s + 0.3;
     }
 }
@@ -883,7 +936,7 @@ static double probes_weight(const fl_compare_opts *o, const fl_world *w, const f
                             int nst) {
     static const char *const SERVER[] = { "redlock", "zookeeper", "etcd", "lock" };
     double sum = 0;
-    if (!o->probes || !w->dir[0]) return 0;
+    if (!o->probes || !o->contention || !w->dir[0]) return 0;
     for (int i = 0; i < 4; i++)
         if (asked_for(o, SERVER[i]) && fl_strategy_find(st, nst, SERVER[i]))
             sum += FL_ETA_PROBE_KILL + 2 * FL_ETA_PROBE_SERVER;
@@ -944,6 +997,9 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
         } else if (sc->group == FL_GROUP_FAILURE) {
             /* Its own service, whose lock servers are always there. */
             fl_failures_run(w.fail, o, tag, &res[i], j - i);
+        } else if (sc->group == FL_GROUP_HOSTS) {
+            /* Its own deployment, on its own hosts. */
+            fl_hosts_run(o, &res[i]);
         } else if (info && !info->available) {
             snprintf(res[i].note, sizeof res[i].note, "skipped: the service cannot run it%s%.150s",
                      info->reason[0] ? ": " : "", info->reason);
@@ -976,7 +1032,8 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
         fprintf(stderr, "choosing a lock: the probes (a holder killed with SIGKILL, each lock "
                         "server restarted, and restarted empty)  (%s)\n", eta);
     }
-    nrows = fl_lock_rows(o, &w, tag, st, nst, res, n, rows);
+    /* The lock table stands on the contention scenes. */
+    if (o->contention) nrows = fl_lock_rows(o, &w, tag, st, nst, res, n, rows);
     printf("\n");
     fl_compare_table(res, n, stdout);
     char skip_note[64] = "";
@@ -984,9 +1041,9 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
     printf("\n%d scenes in %.0f s%s: %s\n", ran, (clock_mono_ms() - t0) / 1000.0, skip_note,
            !ran ? "none ran"
            : unexpected ? "some did not come out as expected (marked above)"
-           : skipped    ? "every safe strategy that ran PASSed and every unsafe one oversold, "
+           : skipped    ? "every safe strategy that ran PASSed and every unsafe one broke, "
                           "but not every scene ran"
-                        : "every safe strategy that ran PASSed and every unsafe one oversold, as "
+                        : "every safe strategy that ran PASSed and every unsafe one broke, as "
                           "expected");
     if (nrows) {
         printf("\nchoosing a lock (measured in this run)\n");

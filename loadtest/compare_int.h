@@ -95,6 +95,13 @@ int fl_failures_ready(fl_failworld *f, const fl_compare_opts *o, char *why, size
 void fl_failures_run(fl_failworld *f, const fl_compare_opts *o, const char *tag,
                      fl_scene_result *res, int n);
 
+/* ------------------------------------------------ between hosts (hosts.c) */
+
+/* Runs res's scene (FL_GROUP_HOSTS) on a deployment of its own, through
+ * o->hosts_script (tools/hosts_scene.py beside bin/ by default), and fills
+ * res: ran, or a skip note (not root, no script, no result). */
+void fl_hosts_run(const fl_compare_opts *o, fl_scene_result *res);
+
 /* ------------------------------------------------- Redis, asked (topo.c) */
 
 struct redisReply;

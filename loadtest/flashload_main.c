@@ -134,6 +134,17 @@ static void usage_compare(FILE *f) {
 "servers and sentinels of their own), and holds (lua, lock, db sell holds that\n"
 "buyers pay for, cancel or abandon; sold out, then the returned units resold);\n"
 "then the \"choosing a lock\" table, one row per lock, measured in the same run.\n"
+"A fifth group, between hosts, is opt-in (it needs root): each scene on a\n"
+"deployment of its own, a network namespace per host (Redis primary and replica,\n"
+"3 sentinels, PostgreSQL primary and standby, 3 instances, the load), the fault\n"
+"cut between them: a Redis split brain under unsafe-trust-redis, then lua; the\n"
+"PostgreSQL primary killed and an asynchronous standby promoted (unsafe), then a\n"
+"synchronous one (about 2 minutes; tools/hosts_scene.py runs each scene).\n"
+"  --groups LIST          the groups to run, of contention,forced,redis-failures,\n"
+"                         holds,between-hosts (default: all but between-hosts);\n"
+"                         without contention, no lock table\n"
+"  --between-hosts        add the between-hosts group\n"
+"  --hosts-script PATH    its scene runner (default: tools/hosts_scene.py beside bin/)\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
@@ -486,6 +497,27 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
                 if (inum(a, items[k], 1, 1024, &n)) return -1;
                 o->segments[k] = (int)n;
             }
+        } else if (!strcmp(a, "--groups")) {
+            char items[5][24];
+            int ng;
+            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 5, &ng)) return -1;
+            o->contention = o->forced = o->redis_failures = o->holds = o->between_hosts = 0;
+            for (int k = 0; k < ng; k++) {
+                int *flag = !strcmp(items[k], "contention")      ? &o->contention
+                            : !strcmp(items[k], "forced")        ? &o->forced
+                            : !strcmp(items[k], "redis-failures") ? &o->redis_failures
+                            : !strcmp(items[k], "holds")         ? &o->holds
+                            : !strcmp(items[k], "between-hosts") ? &o->between_hosts
+                                                                 : NULL;
+                if (!flag)
+                    return bad("--groups: '%s' is none of contention, forced, redis-failures, "
+                               "holds, between-hosts", items[k]);
+                *flag = 1;
+            }
+        } else if (!strcmp(a, "--between-hosts")) {
+            o->between_hosts = 1;
+        } else if (!strcmp(a, "--hosts-script")) {
+            if (copy(a, val(argc, argv, &i), o->hosts_script, sizeof o->hosts_script)) return -1;
         } else if (!strcmp(a, "--no-two-instances")) {
             o->two_instances = 0;
         } else if (!strcmp(a, "--no-probes")) {

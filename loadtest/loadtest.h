@@ -889,7 +889,17 @@ void fl_rmtree(const char *dir);
 /* ------------------------------------------------------------- comparison */
 
 /* The groups of scenes, in the order they run and are shown. */
-enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL_GROUPS };
+enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL_GROUP_HOSTS,
+       FL_GROUPS };
+
+/* The faults between hosts a scene of FL_GROUP_HOSTS runs under (hosts.c):
+ * each on a deployment of network namespaces of its own (tests/hosts.py). */
+typedef enum fl_between {
+    FL_HOSTS_NONE = 0,
+    FL_HOSTS_SPLIT,              /* the Redis primary cut off with one instance, a replica promoted */
+    FL_HOSTS_ASYNC,              /* the PostgreSQL primary dies, an asynchronous standby promoted */
+    FL_HOSTS_SYNC,               /* the same with a synchronous standby */
+} fl_between;
 
 /* What a forced scene (cs_overlap) must see for its forcing to count:
  * a second holder inside the critical section with the same read (MET:
@@ -922,6 +932,7 @@ typedef struct fl_scene {
     int fault;                   /* runs under an injected fault (group > 0): shaded, marked */
     int group;                   /* FL_GROUP_* */
     fl_failure failure;          /* FL_GROUP_FAILURE: which */
+    fl_between between;          /* FL_GROUP_HOSTS: which */
     char condition[160];         /* for people: "contention", "pause 300ms > ttl 100ms" */
     const char *fault_name;      /* the fault a faulty scene shows, in a few words, for
                                     grouping ("a lease runs out"; NULL: none) */
@@ -1013,6 +1024,10 @@ typedef struct fl_compare_opts {
     int qty_min, qty_max;
     long long stock;             /* of the scenes without a pause */
     long long pause_stock;       /* of the scenes under an injected pause */
+    int contention;              /* the ordinary contention group */
+    int forced;                  /* the forced interleavings group */
+    int between_hosts;           /* the between-hosts group (root; off by default) */
+    char hosts_script[400];      /* "" : tools/hosts_scene.py beside bin/ */
     int probes;                  /* measure the lock table's fault columns */
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
     int redis_failures;          /* the Redis failures group (own services only) */
@@ -1059,6 +1074,10 @@ void fl_forced_brief(const fl_scene_result *s, char *out, size_t len);
 const char *fl_failure_title(fl_failure kind);
 /* A failure's short name ("failover", "clock jump", ...), as report.json has it. */
 const char *fl_failure_name(fl_failure kind);
+/* A fault between hosts in a few words ("a Redis split brain"), and its
+ * short name as report.json has it ("split-brain"). */
+const char *fl_between_title(fl_between b);
+const char *fl_between_name(fl_between b);
 /* The "choosing a lock" table, as printed. */
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f);
 /* Formats a probe's outcome in one short line ("n/a: ..." when not run). */

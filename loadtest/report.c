@@ -117,12 +117,18 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
         static const char *const GROUPS[FL_GROUPS] = { "contention", "forced", "redis-failure",
-                                                       "holds" };
+                                                       "holds", "between-hosts" };
         json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
         json_object_set_new(j, "fault_name", s->sc.fault_name ? json_string(s->sc.fault_name)
                                                               : json_null());
         json_object_set_new(j, "failure", s->sc.failure ? json_string(fl_failure_name(s->sc.failure))
                                                         : json_null());
+        json_object_set_new(j, "between", s->sc.between ? json_string(fl_between_name(s->sc.between))
+                                                        : json_null());
+        if (s->sc.between && s->ran) {
+            json_object_set_new(j, "detail", json_string(s->detail));
+            json_object_set_new(j, "as_expected_why", json_string(s->forced_why));
+        }
         if (s->sc.failure && s->ran) {
             json_object_set_new(j, "detail", json_string(s->detail));
             json_object_set_new(j, "recover_ms", s->recover_ms >= 0
@@ -155,6 +161,8 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                              (json_int_t)s->verdict.lost, "orders_without_201",
                              (json_int_t)s->verdict.orders_without_201, "violations", v));
             json_object_set_new(j, "fenced", json_integer((json_int_t)s->fenced));
+            json_object_set_new(j, "created_without_order",
+                                json_integer((json_int_t)s->verdict.created_without_order));
             json_object_set_new(j, "sale_gap_ms", s->sale_gap_us >= 0
                                                       ? json_real(s->sale_gap_us / 1000.0)
                                                       : json_null());
@@ -368,7 +376,8 @@ static double panel_x(int k, double v, double max) {
 }
 
 static int is_fault(const fl_scene_result *s) {
-    return s->sc.group == FL_GROUP_PAUSE || s->sc.group == FL_GROUP_FAILURE;
+    return s->sc.group == FL_GROUP_PAUSE || s->sc.group == FL_GROUP_FAILURE ||
+           s->sc.group == FL_GROUP_HOSTS;
 }
 
 /* The scene's stall in ms, or -1 when not measured. */
@@ -481,7 +490,13 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "server's clock jumping, a Redlock server losing its last AOF second, a Redlock "
             "member failing over; the unsafe version, then ours",
             "Holds: each order holds its units until paid, cancelled or expired; the stock "
-            "sells out and the units that come back are sold again within the scene" };
+            "sells out and the units that come back are sold again within the scene",
+            "\xe2\x9a\xa1 Between hosts: each scene on a deployment of its own, a network "
+            "namespace per host (Redis primary and replica, 3 sentinels, PostgreSQL primary and "
+            "standby, 3 instances, the load), the fault cut in the router between them: a Redis "
+            "split brain (the unsafe version, then ours), the PostgreSQL primary killed and an "
+            "asynchronous standby promoted (unsafe: it lacks acknowledged orders), then a "
+            "synchronous one (ours)" };
         if (i == 0 || s->sc.group != r[i - 1].sc.group)
             fprintf(f, "<tr class=\"group\"><td colspan=\"12\">%s</td></tr>\n",
                     HEADS[s->sc.group]);
@@ -742,7 +757,7 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
             o->pause_duration_s);
     fprintf(f, "<div class=\"sum %s\">%d scenes: %s", unexpected || !ran ? "bad" : "ok", ran,
             unexpected ? "some did not come out as expected (amber)"
-                       : "every safe strategy that ran passed, every unsafe one oversold, as "
+                       : "every safe strategy that ran passed, every unsafe one broke, as "
                          "expected");
     if (skipped)
         fprintf(f, ". %d skipped, neither run nor passed (the table says why)", skipped);

@@ -317,6 +317,9 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
                                       (json_int_t)vd->oversold, "lost", (json_int_t)vd->lost,
                                       "min_stock", (json_int_t)vd->min_stock, "orders_without_201",
                                       (json_int_t)vd->orders_without_201, "violations", viol));
+        /* 201s the books have no order for: what a lost commit leaves. */
+        json_object_set_new(json_object_get(j, "verdict"), "created_without_order",
+                            json_integer((json_int_t)vd->created_without_order));
         if (vd->holds.hold_seconds) json_object_set_new(j, "holds", holds_json(l, &vd->holds));
     } else {
         json_decref(viol);

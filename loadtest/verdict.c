@@ -96,6 +96,7 @@ void fl_verdict_line(const fl_verdict *vd, char *out, size_t len) {
         if (colon) *colon = '\0';
         char *paren = strstr(what, " (");
         if (paren) *paren = '\0';
+        if (strstr(out, what)) continue;       /* one violation matched by two kinds */
         n += (size_t)snprintf(out + n, len - n, "%s %s", n == 4 ? ":" : ";", what);
     }
 }

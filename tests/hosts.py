@@ -364,3 +364,102 @@ def ctx_service(ctx, redis_url, db_url, host, args=()):
     ctx.last_service = s
     ctx.services.append(s)
     return s
+
+
+# ------------------------------------------------------------ the scenes
+# Shared by tests/test_hosts.py and tools/hosts_scene.py (which `flashload
+# compare --groups between-hosts` runs, one scene per call).
+
+LOAD = ("--stock", 1000000, "--connections", 24, "--users", 2000, "--quantity", "1-2",
+        "--timeout", 30)
+
+
+def load_under_fault(w, out, sku, strategy, fault, seconds=10, fault_at=2.0, load=LOAD):
+    """flashload on the load host for `seconds` on sku while fault(w) runs
+    `fault_at` s in (on this thread; it heals what it cut before it
+    returns). The run's JSON goes to out. Returns (rc, stdout, stderr);
+    what fault(w) raised is raised once the load has ended."""
+    p = w.flashload_bg("--sku", sku, "--strategy", strategy, "--duration", seconds, *load,
+                       json_path=out)
+    try:
+        time.sleep(fault_at)
+        fault(w)
+    finally:
+        rc, so, se = w.finish(p)
+    return rc, so, se
+
+
+def commands_run(node):
+    """How many commands the node has run, but the observer's own (INFO,
+    ROLE, PING) and replication's: what clients asked of it."""
+    stats = node.info("commandstats")
+    ours = ("cmdstat_info", "cmdstat_role", "cmdstat_ping", "cmdstat_replconf", "cmdstat_psync")
+    return sum(v["calls"] for k, v in stats.items() if k not in ours)
+
+
+def split_brain(w, out, sku, strategy, seconds=14):
+    """The split brain in which Jepsen saw Redis lose acknowledged writes:
+    the Redis primary (redis1) is cut from the sentinels, the replica and
+    every instance but app1, which is cut from the rest instead; the
+    sentinels promote redis2 and app2, app3 sell from it while app1 goes on
+    selling from the old primary for 4 s (the buyers reach every instance). Then the network heals and the
+    old primary is made a replica (its writes since the cut thrown away).
+
+    Returns (rc, stdout, stderr, seen): seen has promoted (s from the cut),
+    old_commands (what app1 ran on the old primary meanwhile: more than 0,
+    or there was no split brain) and healed (s from the cut to the old
+    primary a replica). Raises AssertionError when a cut did not cut or
+    the sentinels did not promote."""
+    n = w.net
+    minority = [n["redis1"], n["app1"]]
+    majority = [n[h] for h in ("redis2", "sent1", "sent2", "sent3", "app2", "app3")]
+    seen = {}
+
+    def fault(w):
+        t = time.monotonic()
+        for a in minority:
+            for b in majority:
+                n.cut(a, b, check=False)
+        # The buyers (the load host) still reach every instance, app1 too,
+        # as buyers on the internet would; only the old primary is out of
+        # their verifier's reach.
+        n.cut(n["load"], n["redis1"], check=False)
+        for a, b, port in (("app1", "redis2", 6379), ("app1", "sent1", 26379),
+                           ("app2", "redis1", 6379), ("load", "redis1", 6379)):
+            n.assert_cut(n[a], n[b], port)
+        harness.wait_until(lambda: w.primary_addr() == n["redis2"].addr, 20, step=0.1,
+                           what="the sentinels to promote redis2")
+        seen["promoted"] = time.monotonic() - t
+        # app1 still reaches the old primary, which still takes writes: the
+        # split brain, seen as app1's commands still run there.
+        assert w.redis[0].role() == "master", "the old primary is no longer a primary"
+        before = commands_run(w.redis[0])
+        time.sleep(4)                      # both sides sell
+        seen["old_commands"] = commands_run(w.redis[0]) - before
+        n.heal()
+        harness.wait_until(lambda: w.redis[0].role() == "slave", 30, step=0.1,
+                           what="the old primary to be made a replica")
+        seen["healed"] = time.monotonic() - t
+    rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds)
+    return rc, so, se, seen
+
+
+def pg_failover(w, out, sku, seconds=12):
+    """Under load: the PostgreSQL primary cut from its standby for 2 s (so
+    that the standby misses what the primary commits meanwhile, unless it
+    is synchronous: then nothing commits), killed with SIGKILL, the standby
+    promoted, the network healed. w was made with a standby. Returns
+    (rc, stdout, stderr, seen): seen has promoted (s pg_ctl promote took)."""
+    n = w.net
+    seen = {}
+
+    def fault(w):
+        n.cut(n["pg1"], n["pg2"], port=5432)
+        time.sleep(2)
+        w.pg.kill()
+        t = time.monotonic()
+        w.pg_standby.promote()
+        seen["promoted"] = time.monotonic() - t
+        n.heal()
+    rc, so, se = load_under_fault(w, out, sku, "lua", fault, seconds=seconds, fault_at=3.0)
+    return rc, so, se, seen

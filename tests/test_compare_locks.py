@@ -224,7 +224,7 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
         assert "skipped: etcd's lock server could not start" in l, l
         assert "PASS" not in l, l
     assert re.search(r"\d+ scenes in \d+ s; 3 skipped \(not run, not passed\): every safe "
-                     r"strategy that ran PASSed and every unsafe one oversold, but not every "
+                     r"strategy that ran PASSed and every unsafe one broke, but not every "
                      r"scene ran", so), so
     etcd = [sc for sc in j["scenes"] if sc["strategy"] == "etcd"]
     assert len(etcd) == 3 and not any(sc["ran"] for sc in etcd), etcd

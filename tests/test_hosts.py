@@ -10,7 +10,7 @@ and is skipped, never passed."""
 import re
 
 import harness
-from hosts import Net, World
+from hosts import Net, World, load_under_fault, pg_failover, split_brain
 
 
 def world(ctx, **kw):
@@ -36,24 +36,14 @@ def test_three_instances_on_three_hosts_sell_exactly(ctx):
                             "--quantity", "1-2"))
 
 
-LOAD = ("--stock", 1000000, "--connections", 24, "--users", 2000, "--quantity", "1-2",
-        "--timeout", 30)
-
-
 def under_load(ctx, w, sku, strategy, fault, seconds=10, fault_at=2.0):
     """flashload for `seconds` on sku while fault(w) runs `fault_at` s in
-    (on this thread; it heals what it cut before it returns). Returns the
-    run's JSON, after checking the verifier's PASS."""
+    (hosts.load_under_fault). Returns the run's JSON and its text, after
+    checking the verifier's PASS."""
     import json
-    import time
     out = ctx.path(sku + ".json")
-    p = w.flashload_bg("--sku", sku, "--strategy", strategy, "--duration", seconds, *LOAD,
-                       json_path=out)
-    try:
-        time.sleep(fault_at)
-        fault(w)
-    finally:
-        rc, so, se = w.finish(p)
+    rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds,
+                                  fault_at=fault_at)
     passed(rc, so, se)
     return json.load(open(out)), so
 
@@ -106,14 +96,6 @@ def test_an_instance_cut_from_postgresql_mid_sale(ctx):
     assert any(c.startswith("db_") for c in codes), codes
 
 
-def commands_run(node):
-    """How many commands the node has run, but the observer's own (INFO,
-    ROLE, PING) and replication's: what clients asked of it."""
-    stats = node.info("commandstats")
-    ours = ("cmdstat_info", "cmdstat_role", "cmdstat_ping", "cmdstat_replconf", "cmdstat_psync")
-    return sum(v["calls"] for k, v in stats.items() if k not in ours)
-
-
 def test_split_brain_the_old_primary_sells_nothing_twice(ctx):
     """The split brain in which Jepsen saw Redis lose acknowledged writes:
     the Redis primary (redis1) is cut from the sentinels, the replica and
@@ -124,38 +106,14 @@ def test_split_brain_the_old_primary_sells_nothing_twice(ctx):
     Nothing is oversold and every 201 has its row: an order reserved in
     the old copy commits only under the generation it was reserved in,
     and the promoted copy is a new generation, rebuilt from the orders."""
-    import time
+    import json
     for strategy in ("lua", "lock"):
         w = world(ctx)
-        n = w.net
-        minority = [n["redis1"], n["app1"]]
-        majority = [n[h] for h in ("redis2", "sent1", "sent2", "sent3", "app2", "app3", "load")]
-        seen = {}
-
         sku = "split-" + strategy
-
-        def fault(w):
-            t = time.monotonic()
-            for a in minority:
-                for b in majority:
-                    n.cut(a, b, check=False)
-            for a, b, port in (("app1", "redis2", 6379), ("app1", "sent1", 26379),
-                               ("app2", "redis1", 6379), ("load", "redis1", 6379)):
-                n.assert_cut(n[a], n[b], port)
-            harness.wait_until(lambda: w.primary_addr() == n["redis2"].addr, 20, step=0.1,
-                               what="the sentinels to promote redis2")
-            seen["promoted"] = time.monotonic() - t
-            # app1 still reaches the old primary, which still takes writes:
-            # the split brain, seen as app1's commands still run there.
-            assert w.redis[0].role() == "master"
-            before = commands_run(w.redis[0])
-            time.sleep(4)                      # both sides sell
-            seen["old_commands"] = commands_run(w.redis[0]) - before
-            n.heal()
-            harness.wait_until(lambda: w.redis[0].role() == "slave", 30, step=0.1,
-                               what="the old primary to be made a replica")
-            seen["healed"] = time.monotonic() - t
-        j, so = under_load(ctx, w, sku, strategy, fault, seconds=14)
+        out = ctx.path(sku + ".json")
+        rc, so, se, seen = split_brain(w, out, sku, strategy)
+        passed(rc, so, se)
+        j = json.load(open(out))
         gen = w.pg.psql("SELECT stock_gen FROM products WHERE sku='%s'" % sku,
                         dbname="flashsale")[0][0]
         print("    %s: redis2 promoted %.1f s after the cut; app1 ran %d commands on the old "
@@ -168,34 +126,12 @@ def test_split_brain_the_old_primary_sells_nothing_twice(ctx):
         assert j["verdict"]["oversold"] == 0 and j["verdict"]["lost"] == 0, j["verdict"]
 
 
-def pg_failover(ctx, standby):
-    """Under load: the PostgreSQL primary cut from its standby for 2 s
-    (so that the standby misses what the primary commits meanwhile),
-    then killed with SIGKILL, the standby promoted, the network healed.
-    Returns (the run's JSON, its text, figures)."""
-    import time
-    w = world(ctx, standby=standby)
-    n = w.net
-    seen = {}
-
-    def fault(w):
-        n.cut(n["pg1"], n["pg2"], port=5432)
-        time.sleep(2)
-        w.pg.kill()
-        t = time.monotonic()
-        w.pg_standby.promote()
-        seen["promoted"] = time.monotonic() - t
-        n.heal()
-    j, so = None, None
-    out = ctx.path("failover.json")
-    p = w.flashload_bg("--sku", "pgfo-" + standby, "--strategy", "lua", "--duration", 12, *LOAD,
-                       json_path=out)
-    try:
-        time.sleep(3)
-        fault(w)
-    finally:
-        rc, so, se = w.finish(p)
+def failover(ctx, standby):
+    """hosts.pg_failover on a world with a standby; (JSON, text, stderr, figures)."""
     import json
+    w = world(ctx, standby=standby)
+    out = ctx.path("failover.json")
+    rc, so, se, seen = pg_failover(w, out, "pgfo-" + standby)
     j = json.load(open(out)) if rc in (0, 1) else None
     assert j is not None, so + se
     return j, so, se, seen
@@ -206,7 +142,7 @@ def test_postgresql_failover_to_a_synchronous_standby_loses_nothing(ctx):
     cut from it, then killed, and the standby promoted, every 201 has its
     row on the new primary and nothing is oversold; the instances follow
     the multi-host URL to it by themselves."""
-    j, so, se, seen = pg_failover(ctx, "sync")
+    j, so, se, seen = failover(ctx, "sync")
     v = j["verdict"]
     print("    sync standby: promoted in %.1f s; %d answered, %d created, codes %s, longest "
           "without a 201 %.0f ms; verdict lost %d, oversold %d"
@@ -220,7 +156,7 @@ def test_postgresql_failover_to_an_asynchronous_standby_loses_201s(ctx):
     """The unsafe twin: the same faults with an asynchronous standby. The
     primary acknowledged orders the standby never received; promoted, it
     does not have them, and the verifier finds 201s without a row."""
-    j, so, se, seen = pg_failover(ctx, "async")
+    j, so, se, seen = failover(ctx, "async")
     v = j["verdict"]
     no_row = [x for x in v["violations"] if "201" in x["what"]]
     print("    async standby: promoted in %.1f s; %d answered, %d created; verdict %s, "
@@ -348,3 +284,43 @@ def scenario_an_instance_killed_before_it_revokes_its_503s(ctx):
           % (j["answered"], j["created"], j["codes"], j["transport_errors"], revoked,
              j["verdict"]["orders_without_201"]))
     assert revoked > 0, "no other instance revoked an order app3 answered 503"
+
+
+def test_flashload_compare_between_hosts_group(ctx):
+    """`flashload compare --groups between-hosts` (issue 31): the split
+    brain under unsafe-trust-redis then lua, and the PostgreSQL primary
+    lost to an asynchronous then a synchronous standby, each on a
+    deployment of its own made by tools/hosts_scene.py; in the table,
+    report.json and report.html, each unsafe scene showing its flaw (units
+    oversold; 201s the promoted database does not have) and ours PASS."""
+    import json
+    import os
+    import subprocess
+    if Net.why_not():
+        raise harness.Skip(Net.why_not())
+    out = ctx.path("cmp")
+    os.makedirs(out)
+    r = subprocess.run([os.path.join(harness.BIN, "flashload"), "compare", "--groups",
+                        "between-hosts", "--strategies", "lua,unsafe-trust-redis", "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    print("\n".join("    " + line for line in r.stdout.strip().split("\n")[:12]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-- between hosts" in r.stdout and "between hosts, as done and seen:" in r.stdout
+    rep = json.load(open(os.path.join(out, "report.json")))
+    scenes = {(s["between"], s["strategy"]): s for s in rep["scenes"]}
+    assert sorted(scenes) == [("async-standby", "lua"), ("split-brain", "lua"),
+                              ("split-brain", "unsafe-trust-redis"), ("sync-standby", "lua")], \
+        sorted(scenes)
+    for s in scenes.values():
+        assert s["group"] == "between-hosts" and s["ran"] and s["as_expected"], s
+    unsafe_split = scenes[("split-brain", "unsafe-trust-redis")]
+    assert unsafe_split["unsafe"] and unsafe_split["oversold"] > 0, unsafe_split
+    assert "app1 ran" in unsafe_split["detail"], unsafe_split
+    async_ = scenes[("async-standby", "lua")]
+    assert async_["unsafe"] and async_["created_without_order"] > 0, async_
+    for key in (("split-brain", "lua"), ("sync-standby", "lua")):
+        s = scenes[key]
+        assert not s["unsafe"] and s["pass"] and s["oversold"] == 0 and s["lost"] == 0 \
+            and s["created_without_order"] == 0, s
+    html = open(os.path.join(out, "report.html")).read()
+    assert "Between hosts" in html and "asynchronous standby promoted" in html
