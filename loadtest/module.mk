@@ -14,6 +14,12 @@
 #                --no-redis-failures, --no-holds).
 #   make demo-pg the same with every order on a throwaway PostgreSQL server,
 #                where db-for-update and unsafe-check-outside-tx run too.
+#   make demo-hosts  the between-hosts group alone (root): a Redis split
+#                brain under unsafe-trust-redis then lua, a PostgreSQL
+#                primary lost to an async then a sync standby, each on a
+#                deployment of network namespaces of its own; about 2
+#                minutes. `make demo DEMO_ARGS=--between-hosts` adds it to
+#                the whole comparison.
 #   make bench   the service's `lua` and `lock` x1/x8 order paths side by
 #                side with the reference gateway (loadtest/gateway/: nginx +
 #                Lua module + lua-resty-redis, one EVALSHA per order, nothing
@@ -65,6 +71,13 @@ demo-run: $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
 demo-pg: deps
 	$(MAKE) $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
 	$(PYTHON) tools/with_postgres.py $(BIN)/flashload compare --db '{url}' $(DEMO_ARGS)
+
+# The faults between hosts (issue 31): tools/hosts_scene.py makes each
+# scene's hosts with the tests' harness (tests/hosts.py).
+.PHONY: demo-hosts
+demo-hosts: deps
+	$(MAKE) $(BIN)/flashload $(BIN)/flashsale
+	$(BIN)/flashload compare --groups between-hosts $(DEMO_ARGS)
 
 # What bench.py needs beyond the service's packages: wrk and the reference
 # gateway (nginx with the Lua module, lua-resty-redis, cjson). The tests
