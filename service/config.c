@@ -48,7 +48,8 @@ static const opt OPTS[] = {
       "start even when the admin endpoints would be open (no --admin-token) on a "
       "non-loopback --listen, which is refused otherwise" },
     { "threads", "FLASHSALE_THREADS", T_INT, F(threads), 0, 256, "0",
-      "HTTP event-loop threads (0: one per CPU)" },
+      "HTTP event-loop threads (0: one per CPU it may use: its affinity, bounded by a "
+      "cgroup CPU quota, v1 or v2, rounded up)" },
     { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
       "prefix of every Redis key the service uses" },
     { "redlock", "FLASHSALE_REDLOCK", T_STR, F(redlock), 0, 0, "",
@@ -259,9 +260,9 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
     }
     c->request_timeout_ms = c->request_timeout_s * 1000u;
     if (c->max_per_client == 0) c->max_per_client = c->max_connections / 4 ? c->max_connections / 4 : 1;
-    if (c->threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->threads = n > 0 ? (int)n : 2;
-    }
+    /* One loop per CPU it may use: under a container's quota of half a
+     * core, one, not one per CPU of the machine. */
+    cpus_probe("", &c->cpus);
+    if (c->threads == 0) c->threads = c->cpus.usable;
     return 0;
 }

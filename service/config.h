@@ -2,6 +2,8 @@
 #ifndef FLASHSALE_SERVICE_CONFIG_H
 #define FLASHSALE_SERVICE_CONFIG_H
 
+#include "common/cpus.h"
+
 typedef struct svc_config {
     char listen[128];
     char redis_url[512];
@@ -13,6 +15,7 @@ typedef struct svc_config {
     char zookeeper[1024];     /* zk://host:port[/base] ("": none) */
     char etcd[1024];          /* etcd://host:port[/prefix] ("": none) */
     int threads;              /* HTTP event-loop threads */
+    cpus_info cpus;           /* the CPUs it may use (a container's quota): threads 0 */
     int redis_timeout_ms;
     int db_busy_timeout_ms;
     int db_commit_timeout_ms;

@@ -192,6 +192,10 @@ int main(int argc, char **argv) {
             "default strategy %s, instance %s",
             a.cfg.listen, http_port(a.http), a.cfg.threads, where, db_shown, a.cfg.strategy,
             a.instance_id);
+    char cpus[400];
+    cpus_describe(&a.cfg.cpus, cpus, sizeof cpus);
+    svc_log(SVC_LOG_INFO, "CPUs it may use: %s; HTTP threads %d%s", cpus, a.cfg.threads,
+            a.cfg.threads == a.cfg.cpus.usable ? "" : " (as set)");
     if (!a.cfg.admin_token[0])
         svc_log(SVC_LOG_WARN, "no --admin-token: the admin endpoints are open to anyone");
 
