@@ -437,6 +437,7 @@ typedef struct rows_ctx {
     long long units_run;
     long long rows_run;
     long long without_201, explained;
+    char without_ids[3][27];     /* the first few rows without a 201, to name them */
     char last[27];               /* the last row's id: rows come in id order */
 } rows_ctx;
 
@@ -476,8 +477,12 @@ static void on_row(const char *id, const char *user, int qty, const char *key,
         snprintf(x->seen[x->nseen++], 27, "%s", id);
     }
     if (known_find(x->k, id)) return;
-    if (explain(x->k, x->tag, user, qty, key)) x->explained++;
-    else x->without_201++;
+    if (explain(x->k, x->tag, user, qty, key)) {
+        x->explained++;
+        return;
+    }
+    if (x->without_201 < 3) snprintf(x->without_ids[x->without_201], 27, "%s", id);
+    x->without_201++;
 }
 
 static void rows_free(rows_ctx *x) {
@@ -492,8 +497,12 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
     const fl_load_result *r = in->load;
     if (x->without_201 > vd->orders_without_201) vd->orders_without_201 = x->without_201;
     if (x->without_201)
-        fl_violate(vd, vantage, x->without_201, "%lld orders without a 201%s", x->without_201,
-                x->explained ? " (beyond those explained by transport errors)" : "");
+        fl_violate(vd, vantage, x->without_201, "%lld orders without a 201%s: %s%s%s%s%s%s",
+                   x->without_201,
+                   x->explained ? " (beyond those explained by transport errors)" : "",
+                   x->without_ids[0], x->without_201 > 1 ? ", " : "", x->without_ids[1],
+                   x->without_201 > 2 ? ", " : "", x->without_ids[2],
+                   x->without_201 > 3 ? ", ..." : "");
     sort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
     size_t missing = 0;
     for (size_t i = 0; i < r->ncreated; i++)

@@ -28,7 +28,7 @@
 #define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
                                    about 3 s at most, the length of a failover */
 
-typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO } job_kind;
+typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO, J_MARK } job_kind;
 
 /* Work for the connection: sent at once when it is ready, else held. */
 typedef struct job {
@@ -38,7 +38,7 @@ typedef struct job {
     size_t n;
     char **ids;                  /* order ids to clear (copies) */
     size_t nids;
-    stock_ref ref;               /* J_UNDO */
+    stock_ref ref;               /* J_UNDO, J_MARK (ref_id) */
     char ref_id[STOCK_ORDER_ID_MAX + 1], ref_key[160];
     stock_batch_fn *batch_fn;
     stock_undo_fn *undo_fn;
@@ -133,6 +133,15 @@ static void build_undo(stock_async *sa, const job *j) {
     rconn_cmd_adds(&sa->cmd, j->ref_id);
 }
 
+/* HSET {sku}:revoke <order id> 1 (stock_revoke_mark's command). */
+static void build_mark(stock_async *sa, const job *j) {
+    rconn_cmd_reset(&sa->cmd);
+    rconn_cmd_adds(&sa->cmd, "HSET");
+    add_key(sa, j->p->sku, "revoke");
+    rconn_cmd_adds(&sa->cmd, j->ref_id);
+    rconn_cmd_addf(&sa->cmd, "%lld:%s", (long long)clock_wall_ms(), sa->instance);
+}
+
 /* ---------------------------------------------------------------- replies */
 
 static long long elem_int(const redisReply *r, size_t i) {
@@ -199,7 +208,7 @@ static void job_fail(stock_async *sa, job *j, int sent) {
             j->reqs[i]->outcome_unknown = sent;
         }
         j->batch_fn(j->ud, j->reqs, j->n);
-    } else if (j->kind == J_UNDO) {
+    } else if (j->kind == J_UNDO || j->kind == J_MARK) {
         j->undo_fn(j->ud, 0);
     }
     (void)sa;
@@ -209,6 +218,7 @@ static void job_fail(stock_async *sa, job *j, int sent) {
 /* The stock call each kind of job is, for the observer. */
 static const stock_call CALL_OF[] = {
     [J_RESERVE] = STOCK_CALL_RESERVE_BATCH, [J_CLEAR] = STOCK_CALL_CLEAR, [J_UNDO] = STOCK_CALL_UNDO,
+    [J_MARK] = STOCK_CALL_OTHER,
 };
 
 static void submit(stock_async *sa, job *j);
@@ -258,7 +268,7 @@ static void on_reply(void *ud, redisReply *r) {
             }
         }
         j->batch_fn(j->ud, j->reqs, j->n);
-    } else if (j->kind == J_UNDO) {
+    } else if (j->kind == J_UNDO || j->kind == J_MARK) {
         j->undo_fn(j->ud, r->type == REDIS_REPLY_INTEGER);
     }
     job_free(j);
@@ -271,6 +281,7 @@ static void send_job(stock_async *sa, job *j) {
     case J_RESERVE: build_reserve(sa, j); break;
     case J_CLEAR: build_clear(sa, j); break;
     case J_UNDO: build_undo(sa, j); break;
+    case J_MARK: build_mark(sa, j); break;
     }
     j->sa = sa;
     j->t0_us = sk_t0(sa->observe);
@@ -851,5 +862,19 @@ void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, 
     *j = (job){ .kind = J_UNDO, .p = ref->product, .undo_fn = fn, .ud = ud };
     snprintf(j->ref_id, sizeof j->ref_id, "%s", ref->order_id);
     snprintf(j->ref_key, sizeof j->ref_key, "%s", ref->idem_key ? ref->idem_key : "");
+    submit(sa, j);
+}
+
+void stock_async_revoke_mark(stock_async *sa, const stock_product *p, const char *order_id,
+                             stock_undo_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
+    sk_async_follow(sa);
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        fn(ud, 0);
+        return;
+    }
+    *j = (job){ .kind = J_MARK, .p = p, .undo_fn = fn, .ud = ud };
+    snprintf(j->ref_id, sizeof j->ref_id, "%s", order_id);
     submit(sa, j);
 }

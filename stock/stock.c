@@ -825,7 +825,8 @@ static long long revoke_at(stock_conn *c, const stock_product *p, const char *ve
     rconn_cmd_adds(&c->cmd, verb);
     sk_add_key(c, p->sku, "revoke");
     rconn_cmd_adds(&c->cmd, order_id);
-    if (!strcmp(verb, "HSET")) rconn_cmd_adds(&c->cmd, "1");
+    if (!strcmp(verb, "HSET"))
+        rconn_cmd_addf(&c->cmd, "%lld:%s", (long long)clock_wall_ms(), c->instance);
     redisReply *rep = sk_run_idempotent(c, "revoke mark");  /* each verb may be repeated */
     if (!rep) return -1;
     long long v = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
@@ -996,6 +997,53 @@ static int visit_pending(const redisReply *field, const redisReply *value, long 
                           .quantity = q, .age_ms = now - t };
     fn(&rec, ud);
     return 0;
+}
+
+/* One mark's value, "<wall ms>:<instance>" (an old "1": time 0, no owner). */
+static void visit_mark(const redisReply *field, const redisReply *value, long long now,
+                       stock_mark_fn *fn, void *ud) {
+    if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING) return;
+    char *end = NULL;
+    long long t = strtoll(value->str, &end, 10);
+    const char *instance = end && *end == ':' ? end + 1 : "";
+    fn(field->str, instance, t > 0 ? now - t : now, ud);
+}
+
+static int mark_scan_at(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
+    char cursor[32] = "0";
+    char key[STOCK_SKU_MAX + 96];
+    long long now = clock_wall_ms();
+    stock_key(key, sizeof key, c->prefix, p->sku, "revoke");
+    if (stock_conn_ensure(c)) return -1;
+    do {
+        redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
+        if (!rep) {
+            sk_drop(c, "scan revoke marks");
+            return -1;
+        }
+        if (sk_redirected(c, rep) && strcmp(cursor, "0") == 0) {
+            freeReplyObject(rep);
+            return -1;
+        }
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(rep);
+            snprintf(c->errstr, sizeof c->errstr, "scan revoke marks: unexpected reply");
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        const redisReply *kv = rep->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2)
+            visit_mark(kv->element[i], kv->element[i + 1], now, fn, ud);
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+int stock_revoke_scan(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
+    int rc = -1;
+    for (int a = 0; sk_again(c, p->sku, a); a++) rc = mark_scan_at(c, p, fn, ud);
+    return rc;
 }
 
 static int pending_scan_at(stock_conn *c, const stock_product *p,

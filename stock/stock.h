@@ -9,7 +9,7 @@
  *   <prefix>{<sku>}:pending      order_id -> JSON of a reserved, uncommitted order
  *   <prefix>{<sku>}:users        user_id -> units bought (when a limit applies)
  *   <prefix>{<sku>}:idem:<key>   "<generation>|<order_id>|<fingerprint>"
- *   <prefix>{<sku>}:revoke       order_id -> "1": answered 503, to be revoked
+ *   <prefix>{<sku>}:revoke       order_id -> "<ms>:<instance>": answered 503, to be revoked
  *   <prefix>instance:<id>        heartbeat of a live service instance
  *
  * A copy is valid only for the generation SQLite has for the SKU and only
@@ -361,6 +361,14 @@ stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty)
 int stock_revoke_mark(stock_conn *c, const stock_product *p, const char *order_id);
 int stock_revoke_marked(stock_conn *c, const stock_product *p, const char *order_id);
 int stock_revoke_unmark(stock_conn *c, const stock_product *p, const char *order_id);
+/* A mark, as found by stock_revoke_scan: who marked it ("" : not said) and
+ * how long ago by that instance's wall clock. A rebuild drops pending
+ * records, not marks: a mark without its record is an order still to be
+ * revoked whose units the rebuild already counted. */
+typedef void stock_mark_fn(const char *order_id, const char *instance, long long age_ms,
+                           void *ud);
+/* Calls fn for each revoke mark of p. Returns 0 or -1 on error. */
+int stock_revoke_scan(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud);
 
 /* A pending record, as found by stock_pending_scan. */
 typedef struct stock_pending {
@@ -424,6 +432,10 @@ void stock_async_clear_spread(stock_async *sa, const stock_product *p, const cha
 typedef void stock_undo_fn(void *ud, int done);
 /* Gives back the reservation of an order that will never commit (undo.lua). */
 void stock_async_undo(stock_async *sa, const stock_ref *ref, stock_undo_fn *fn, void *ud);
+/* stock_revoke_mark on a loop: fn(ud, 1) once the mark is written, (ud, 0)
+ * when Redis did not answer that it was. */
+void stock_async_revoke_mark(stock_async *sa, const stock_product *p, const char *order_id,
+                             stock_undo_fn *fn, void *ud);
 
 /* The `lock` strategy on a loop (lockasync.c): one order holds a segment's
  * lock for two round trips, lock_read (take, raise the fence, read) and

@@ -137,7 +137,7 @@ static void refused(svc_order *op) {
         /* Answered 503 with its COMMIT's outcome unknown: revoked once
          * the database answers (its units are the database's). */
         if (j->status == DB_UNKNOWN)
-            svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 1);
+            svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 1, 0);
         svc_order_refuse(op, j->status == DB_UNKNOWN ? RF_DB_UNKNOWN : RF_DB_DOWN, 0);
         return;
     }

@@ -25,9 +25,11 @@ static const unsigned ALLOWED[SVC_ORDER_STATES] = {
     [SVC_ORDER_RESERVING] = TO(SVC_ORDER_RESERVING) | TO(SVC_ORDER_COMMITTING) |
                             TO(SVC_ORDER_LOOKING_UP) | TO(SVC_ORDER_ANSWERED),
     [SVC_ORDER_COMMITTING] = TO(SVC_ORDER_ANSWERED) | TO(SVC_ORDER_UNDOING) |
-                             TO(SVC_ORDER_LOOKING_UP) | TO(SVC_ORDER_RESERVING),
+                             TO(SVC_ORDER_LOOKING_UP) | TO(SVC_ORDER_RESERVING) |
+                             TO(SVC_ORDER_MARKING),
     [SVC_ORDER_UNDOING] = TO(SVC_ORDER_ANSWERED) | TO(SVC_ORDER_LOOKING_UP),
     [SVC_ORDER_LOOKING_UP] = TO(SVC_ORDER_ANSWERED),
+    [SVC_ORDER_MARKING] = TO(SVC_ORDER_ANSWERED),
     [SVC_ORDER_ANSWERED] = 0,
 };
 
@@ -37,7 +39,7 @@ int svc_order_may(svc_order_state from, svc_order_state to) {
 
 const char *svc_order_state_name(svc_order_state s) {
     static const char *const NAMES[SVC_ORDER_STATES] = {
-        "new", "reserving", "committing", "looking-up", "undoing", "answered",
+        "new", "reserving", "committing", "looking-up", "undoing", "marking", "answered",
     };
     return s < SVC_ORDER_STATES ? NAMES[s] : "?";
 }

@@ -16,10 +16,13 @@
  *                UNDOING             the commit failed: units go back first
  *                LOOKING_UP          the key is in SQLite already (db family)
  *                RESERVING           db-optimistic: the version moved, read again
+ *                MARKING             the COMMIT's outcome unknown: the order is
+ *                                    marked to be revoked before its 503
  *   UNDOING      ANSWERED            units back: the refusal is answered
  *                LOOKING_UP          units back: answered as a replay of the
  *                                    order the key names
  *   LOOKING_UP   ANSWERED            the replay (200) or the refusal
+ *   MARKING      ANSWERED            the mark written (or not): 503
  *
  * One owner at a time: the thread that moved it last, until it hands the
  * order on (to a family's queue, the committer, a loop's inbox). One free:
@@ -45,6 +48,7 @@ typedef enum svc_order_state {
     SVC_ORDER_COMMITTING,
     SVC_ORDER_LOOKING_UP,
     SVC_ORDER_UNDOING,
+    SVC_ORDER_MARKING,
     SVC_ORDER_ANSWERED,
     SVC_ORDER_STATES
 } svc_order_state;

@@ -14,6 +14,7 @@
 #include "service/ops/health.h"
 #include "service/order/commit.h"
 #include "service/order/reservation.h"
+#include "service/log.h"
 #include "service/repair/repair.h"
 
 /* ------------------------------------------------------------------ results */
@@ -97,6 +98,18 @@ static void undone(void *ud, int done) {
     svc_order_refuse(op, op->undo_then, op->undo_avail);
 }
 
+/* The revoke mark of an order whose COMMIT's outcome is unknown is written
+ * (done), or Redis did not say so (the repair queue writes it first). */
+static void marked(void *ud, int done) {
+    svc_order *op = ud;
+    assert(op->state == SVC_ORDER_MARKING);
+    if (!done)
+        svc_log(SVC_LOG_WARN, "order %s of %s: its revoke mark not written (Redis did not say "
+                "so); the repair queue writes it", op->order_id, op->p->sku);
+    svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 0, done);
+    svc_order_refuse(op, RF_DB_UNKNOWN, 0);
+}
+
 /* Gives op's units back, then answers `then` (a refusal, or RF_LOOKUP). */
 static void undo_then(svc_order *op, svc_refusal then) {
     stock_ref ref = { &op->p->sp, op->order_id, op->idem_key, op->sreq.takes };
@@ -129,10 +142,15 @@ void svc_reservation_committed(svc_order *op) {
     case DB_UNKNOWN:
         /* Whether it committed is unknown, and the buyer is told 503: the
          * order is revoked once the database answers, and only then are
-         * its units (the pending record stays until) given back. */
+         * its units (the pending record stays until) given back. The mark
+         * goes to Redis before the 503: should this instance die before
+         * the revoke, another's sweep finds the mark and revokes the order
+         * rather than keep its row. Marked later, by the repair thread, a
+         * kill in between left rows beside 503s. */
         svc_health_poke_db(op->a->health);
-        svc_repair_revoke(op->a->repair, op->p, op->order_id, op->idem_key, 0);
-        svc_order_refuse(op, RF_DB_UNKNOWN, 0);
+        svc_order_to(op, SVC_ORDER_MARKING);
+        stock_async_revoke_mark(svc_order_loop_stock(op->home), &op->p->sp, op->order_id,
+                                marked, op);
         return;
     case DB_STALE:
         /* Reserved from a copy of an older generation: usually a rebuild

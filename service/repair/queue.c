@@ -125,13 +125,14 @@ void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
 }
 
 void svc_repair_revoke(svc_repair *r, svc_product *p, const char *order_id,
-                       const char *idem_key, int in_db) {
+                       const char *idem_key, int in_db, int marked) {
     orphan *o = orphan_new(p, order_id, idem_key);
     if (!o) {
         svc_log(SVC_LOG_ERROR, "order %s: out of memory queueing its revoke", order_id);
         return;
     }
     o->in_db = in_db;
+    o->marked = marked;
     pthread_mutex_lock(&r->mu);
     o->next = r->revokes;
     r->revokes = o;

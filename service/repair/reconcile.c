@@ -5,7 +5,10 @@
  * the pending timeout) it is settled against SQLite: if the order is
  * there the record is cleared; otherwise the order is voided in SQLite
  * first (so it can never commit afterwards) and then its units are given
- * back. Run by maintenance, at start, and by audit --repair. */
+ * back. An order marked to be revoked (answered 503 while its COMMIT's
+ * outcome was unknown) is revoked instead -- with its record, or, once a
+ * rebuild has dropped the record, by its mark alone. Run by maintenance,
+ * at start, and by audit --repair. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +74,8 @@ static int settle_revoked(svc_app *a, db *d, stock_conn *sc, svc_product *p, con
     if (db_barrier(d, REVOKE_PROBE_MS) != DB_OK ||
         db_order_revoke(d, r->order_id, p->sku, 0, p->per_user_limit > 0, &removed) != DB_OK)
         return 0;
-    svc_log(SVC_LOG_INFO, "revoked %s's order %s (owner %s gone; it was answered 503%s)", p->sku,
+    svc_log(SVC_LOG_INFO, "revoked %s's order %s (owner %s gone or late; it was answered 503%s)",
+            p->sku,
             r->order_id, r->instance, removed ? " and its row had committed" : "");
     if (removed) {
         if (a->repair) svc_repair_request_forced_rebuild(a->repair, p);
@@ -81,6 +85,56 @@ static int settle_revoked(svc_app *a, db *d, stock_conn *sc, svc_product *p, con
     }
     stock_revoke_unmark(sc, &p->sp, r->order_id);
     return 1;
+}
+
+/* Revokes an order by its mark alone: a rebuild dropped its pending
+ * record (load.lua), counting the order sold if its row was there then.
+ * The revoke deletes the row; the copy is loaded again without it. Returns
+ * 1 if done. */
+static int settle_mark(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend *m) {
+    int removed = 0;
+    if (db_barrier(d, REVOKE_PROBE_MS) != DB_OK ||
+        db_order_revoke(d, m->order_id, p->sku, 0, p->per_user_limit > 0, &removed) != DB_OK)
+        return 0;
+    svc_log(SVC_LOG_INFO, "revoked %s's order %s by its mark (owner %s gone or late; it was "
+            "answered 503%s)", p->sku, m->order_id, m->instance[0] ? m->instance : "?",
+            removed ? " and its row had committed" : "");
+    if (removed) {
+        if (a->repair) svc_repair_request_forced_rebuild(a->repair, p);
+        else if (svc_rebuild(a, d, sc, p, 1) != 0) return 0;
+    }
+    return stock_revoke_unmark(sc, &p->sp, m->order_id) == 0;
+}
+
+static void collect_mark(const char *order_id, const char *instance, long long age_ms, void *ud) {
+    stock_pending rec = { .lane = -1, .order_id = order_id, .instance = instance,
+                          .idem_key = "", .age_ms = age_ms };
+    collect_pending(&rec, ud);
+}
+
+static int by_id(const void *x, const void *y) {
+    return strcmp(((const pend *)x)->order_id, ((const pend *)y)->order_id);
+}
+
+/* The marks of p without a pending record (those with one are settled
+ * with it): settles those that may be, as their records would be. */
+static int settle_marks(svc_app *a, db *d, stock_conn *sc, svc_product *p, int only_dead,
+                        pend_acc *records) {
+    pend_acc marks = { 0 };
+    int settled = 0;
+    if (stock_revoke_scan(sc, &p->sp, collect_mark, &marks) != 0) {
+        free(marks.v);
+        return 0;
+    }
+    if (records->n) qsort(records->v, records->n, sizeof *records->v, by_id);
+    for (size_t k = 0; k < marks.n; k++) {
+        const pend *m = &marks.v[k];
+        if (records->n && bsearch(m, records->v, records->n, sizeof *records->v, by_id)) continue;
+        if (a->repair && svc_repair_revoking(a->repair, m->order_id)) continue;  /* ours, queued */
+        if (settleable(a, sc, m, only_dead) && settle_mark(a, d, sc, p, m)) settled++;
+    }
+    free(marks.v);
+    return settled;
 }
 
 /* Settles one record: returns 1 if settled. */
@@ -102,6 +156,8 @@ static int settle(svc_app *a, db *d, stock_conn *sc, svc_product *p, const pend 
     if (st == DB_EXISTS) {
         if (stock_confirm(sc, &ref, 1) != 0) return 0;
         atomic_fetch_add(&a->m.settled_commit, 1);
+        svc_log(SVC_LOG_INFO, "kept %s's order %s (owner %s, %lld ms old: its row committed)",
+                p->sku, r->order_id, r->instance, r->age_ms);
         return 1;
     }
     if (st != DB_OK) return 0;
@@ -138,6 +194,7 @@ static int reconcile_product(svc_app *a, db *d, stock_conn *sc, svc_product *p, 
             if (acc.v[k].age_ms > bl->oldest_ms) bl->oldest_ms = acc.v[k].age_ms;
         }
     }
+    settled += settle_marks(a, d, sc, p, only_dead, &acc);
     free(acc.v);
     return settled;
 }

@@ -43,9 +43,10 @@ void svc_repair_retry_undo(svc_repair *r, svc_product *p, const char *order_id,
 /* Hands over an order answered 503 while its COMMIT's outcome was unknown:
  * revoked in the database as soon as it answers (db_order_revoke), then
  * its units given back (in_db: the stock is the database's, nothing to
- * give back in Redis). Any thread; never waits. */
+ * give back in Redis). marked: its revoke mark is in Redis already (else
+ * the queue writes it first). Any thread; never waits. */
 void svc_repair_revoke(svc_repair *r, svc_product *p, const char *order_id,
-                       const char *idem_key, int in_db);
+                       const char *idem_key, int in_db, int marked);
 /* Whether order_id waits to be revoked (reconciliation leaves it). */
 int svc_repair_revoking(svc_repair *r, const char *order_id);
 /* Waits up to ms for repair work to be queued, or for svc_repair_interrupt. */

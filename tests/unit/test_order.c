@@ -202,10 +202,11 @@ static void sale(const char *sku, const char *strategy, int segments, long long 
 
 static void test_state_moves(void) {
     enum { N = SVC_ORDER_NEW, R = SVC_ORDER_RESERVING, C = SVC_ORDER_COMMITTING,
-           L = SVC_ORDER_LOOKING_UP, U = SVC_ORDER_UNDOING, A = SVC_ORDER_ANSWERED };
+           L = SVC_ORDER_LOOKING_UP, U = SVC_ORDER_UNDOING, M = SVC_ORDER_MARKING,
+           A = SVC_ORDER_ANSWERED };
     static const int allowed[][2] = {
         { N, R }, { R, R }, { R, C }, { R, L }, { R, A }, { C, A }, { C, U }, { C, L }, { C, R },
-        { U, A }, { U, L }, { L, A },
+        { U, A }, { U, L }, { L, A }, { C, M }, { M, A },
     };
     int n = 0;
     for (int from = 0; from < SVC_ORDER_STATES; from++) {
@@ -221,7 +222,7 @@ static void test_state_moves(void) {
             n += want;
         }
     }
-    CHECK(n == 12);
+    CHECK(n == 14);
     /* Nothing leaves ANSWERED; nothing skips the reservation. */
     CHECK(!svc_order_may(SVC_ORDER_ANSWERED, SVC_ORDER_RESERVING));
     CHECK(!svc_order_may(SVC_ORDER_NEW, SVC_ORDER_ANSWERED));
