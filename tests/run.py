@@ -353,13 +353,18 @@ def run_integration(patterns):
                     if other is s:
                         continue
                     try:
-                        bad = [line for line in other.logs().splitlines()
-                               if " warn: " in line or " error: " in line]
+                        lines = other.logs().splitlines()
                     except OSError:
                         continue
+                    bad = [line for line in lines if " warn: " in line or " error: " in line]
                     if bad:
                         print("---- %s: warnings and errors (last 20) ----" % other.log_path)
                         print("\n".join(bad[-20:]))
+                    rc = other.proc.poll() if other.proc else None
+                    if rc is not None:       # it ended: how (a signal is negative)
+                        print("---- %s: the process ended (status %s); its last lines ----"
+                              % (other.log_path, rc))
+                        print("\n".join(lines[-8:]))
                 if s:
                     print("---- service log (last 40 lines) ----")
                     try:
