@@ -50,19 +50,11 @@ const char *fl_between_name(fl_between b) {
     }
 }
 
-/* tools/hosts_scene.py of the tree this flashload was built in
- * (bin/flashload -> bin/../tools/hosts_scene.py). */
-static void default_script(char *out, size_t len) {
-    char self[360];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        snprintf(out, len, "tools/hosts_scene.py");
-        return;
-    }
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = '\0';
-    snprintf(out, len, "%s/../tools/hosts_scene.py", self);
+/* tools/hosts_scene.py of the tree the service was built in: beside its
+ * bin/ (bin/flashsale), or three up (build/<variant>/bin/flashsale). */
+static void default_script(const char *bindir, char *out, size_t len) {
+    snprintf(out, len, "%s/../tools/hosts_scene.py", bindir);
+    if (access(out, R_OK)) snprintf(out, len, "%s/../../../tools/hosts_scene.py", bindir);
 }
 
 /* Runs argv to its end (SIGINT after the timeout or an interrupt, SIGKILL
@@ -202,19 +194,19 @@ void fl_hosts_run(const fl_compare_opts *o, fl_scene_result *res) {
                  "skipped: needs root (a network namespace per host): run as root, as CI does");
         return;
     }
-    char script[420], bindir[420], out[460], secs[16];
-    if (o->hosts_script[0]) snprintf(script, sizeof script, "%s", o->hosts_script);
-    else default_script(script, sizeof script);
-    if (access(script, R_OK)) {
-        snprintf(res->note, sizeof res->note, "skipped: %.200s: %.50s (--hosts-script)", script,
-                 strerror(errno));
-        return;
-    }
+    char script[460], bindir[420], out[460], secs[16];
     /* The programs the deployment runs: the service's directory. */
     snprintf(bindir, sizeof bindir, "%s", o->service_bin);
     char *slash = strrchr(bindir, '/');
     if (slash) *slash = '\0';
     else snprintf(bindir, sizeof bindir, ".");
+    if (o->hosts_script[0]) snprintf(script, sizeof script, "%s", o->hosts_script);
+    else default_script(bindir, script, sizeof script);
+    if (access(script, R_OK)) {
+        snprintf(res->note, sizeof res->note, "skipped: %.200s: %.50s (--hosts-script)", script,
+                 strerror(errno));
+        return;
+    }
     snprintf(out, sizeof out, "%s/hosts-%s-%s.json", o->out_dir, fl_between_name(sc->between),
              sc->strategy);
     snprintf(secs, sizeof secs, "%.0f", sc->duration_s);

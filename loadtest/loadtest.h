@@ -1027,7 +1027,7 @@ typedef struct fl_compare_opts {
     int contention;              /* the ordinary contention group */
     int forced;                  /* the forced interleavings group */
     int between_hosts;           /* the between-hosts group (root; off by default) */
-    char hosts_script[400];      /* "" : tools/hosts_scene.py beside bin/ */
+    char hosts_script[400];      /* "" : tools/hosts_scene.py of the service's tree */
     int probes;                  /* measure the lock table's fault columns */
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
     int redis_failures;          /* the Redis failures group (own services only) */

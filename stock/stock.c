@@ -999,64 +999,16 @@ static int visit_pending(const redisReply *field, const redisReply *value, long 
     return 0;
 }
 
-/* One mark's value, "<wall ms>:<instance>" (an old "1": time 0, no owner). */
-static void visit_mark(const redisReply *field, const redisReply *value, long long now,
-                       stock_mark_fn *fn, void *ud) {
-    if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING) return;
-    char *end = NULL;
-    long long t = strtoll(value->str, &end, 10);
-    const char *instance = end && *end == ':' ? end + 1 : "";
-    fn(field->str, instance, t > 0 ? now - t : now, ud);
-}
-
-static int mark_scan_at(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
+/* Calls each(field, value, ud) for every field of the hash at key (HSCAN).
+ * 0, or -1 with c->errstr set (what names the scan). */
+typedef void hscan_fn(const redisReply *field, const redisReply *value, void *ud);
+static int hscan_at(stock_conn *c, const char *key, const char *what, hscan_fn *each,
+                    void *ud) {
     char cursor[32] = "0";
-    char key[STOCK_SKU_MAX + 96];
-    long long now = clock_wall_ms();
-    stock_key(key, sizeof key, c->prefix, p->sku, "revoke");
-    if (stock_conn_ensure(c)) return -1;
     do {
         redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
         if (!rep) {
-            sk_drop(c, "scan revoke marks");
-            return -1;
-        }
-        if (sk_redirected(c, rep) && strcmp(cursor, "0") == 0) {
-            freeReplyObject(rep);
-            return -1;
-        }
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-            rep->element[1]->type != REDIS_REPLY_ARRAY) {
-            freeReplyObject(rep);
-            snprintf(c->errstr, sizeof c->errstr, "scan revoke marks: unexpected reply");
-            return -1;
-        }
-        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
-        const redisReply *kv = rep->element[1];
-        for (size_t i = 0; i + 1 < kv->elements; i += 2)
-            visit_mark(kv->element[i], kv->element[i + 1], now, fn, ud);
-        freeReplyObject(rep);
-    } while (strcmp(cursor, "0") != 0);
-    return 0;
-}
-
-int stock_revoke_scan(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
-    int rc = -1;
-    for (int a = 0; sk_again(c, p->sku, a); a++) rc = mark_scan_at(c, p, fn, ud);
-    return rc;
-}
-
-static int pending_scan_at(stock_conn *c, const stock_product *p,
-                           void (*fn)(const stock_pending *rec, void *ud), void *ud) {
-    char cursor[32] = "0";
-    char key[STOCK_SKU_MAX + 96];
-    long long now = redis_now_ms(c);
-    if (now < 0) return -1;
-    stock_key(key, sizeof key, c->prefix, p->sku, "pending");
-    do {
-        redisReply *rep = redisCommand(c->ctx, "HSCAN %s %s COUNT 500", key, cursor);
-        if (!rep) {
-            sk_drop(c, "scan pending");
+            sk_drop(c, what);
             return -1;
         }
         if (sk_redirected(c, rep) && strcmp(cursor, "0") == 0) {
@@ -1066,16 +1018,65 @@ static int pending_scan_at(stock_conn *c, const stock_product *p,
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[1]->type != REDIS_REPLY_ARRAY) {
             freeReplyObject(rep);
-            snprintf(c->errstr, sizeof c->errstr, "scan pending: unexpected reply");
+            snprintf(c->errstr, sizeof c->errstr, "%s: unexpected reply", what);
             return -1;
         }
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
         const redisReply *kv = rep->element[1];
-        for (size_t i = 0; i + 1 < kv->elements; i += 2)
-            visit_pending(kv->element[i], kv->element[i + 1], now, fn, ud);
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) each(kv->element[i], kv->element[i + 1], ud);
         freeReplyObject(rep);
     } while (strcmp(cursor, "0") != 0);
     return 0;
+}
+
+typedef struct mark_visit {
+    long long now;
+    stock_mark_fn *fn;
+    void *ud;
+} mark_visit;
+
+/* One mark's value, "<wall ms>:<instance>" (an old "1": time 0, no owner). */
+static void visit_mark(const redisReply *field, const redisReply *value, void *ud) {
+    const mark_visit *v = ud;
+    if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING) return;
+    char *end = NULL;
+    long long t = strtoll(value->str, &end, 10);
+    const char *instance = end && *end == ':' ? end + 1 : "";
+    v->fn(field->str, instance, t > 0 ? v->now - t : v->now, v->ud);
+}
+
+static int mark_scan_at(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
+    char key[STOCK_SKU_MAX + 96];
+    mark_visit v = { clock_wall_ms(), fn, ud };
+    stock_key(key, sizeof key, c->prefix, p->sku, "revoke");
+    if (stock_conn_ensure(c)) return -1;
+    return hscan_at(c, key, "scan revoke marks", visit_mark, &v);
+}
+
+int stock_revoke_scan(stock_conn *c, const stock_product *p, stock_mark_fn *fn, void *ud) {
+    int rc = -1;
+    for (int a = 0; sk_again(c, p->sku, a); a++) rc = mark_scan_at(c, p, fn, ud);
+    return rc;
+}
+
+typedef struct pending_visit {
+    long long now;
+    void (*fn)(const stock_pending *rec, void *ud);
+    void *ud;
+} pending_visit;
+
+static void visit_pending_of(const redisReply *field, const redisReply *value, void *ud) {
+    const pending_visit *v = ud;
+    visit_pending(field, value, v->now, v->fn, v->ud);
+}
+
+static int pending_scan_at(stock_conn *c, const stock_product *p,
+                           void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    char key[STOCK_SKU_MAX + 96];
+    pending_visit v = { redis_now_ms(c), fn, ud };
+    if (v.now < 0) return -1;
+    stock_key(key, sizeof key, c->prefix, p->sku, "pending");
+    return hscan_at(c, key, "scan pending", visit_pending_of, &v);
 }
 
 int stock_pending_scan(stock_conn *c, const stock_product *p,
