@@ -123,6 +123,8 @@ static void tightest(const char *root, int v1, cpus_info *out) {
             out->quota = q;
             snprintf(out->where, sizeof out->where, "%s/%s", dir + strlen(root),
                      v1 ? "cpu.cfs_quota_us" : "cpu.max");
+            snprintf(out->stat, sizeof out->stat, "%s/cpu.stat", dir);
+            out->stat_v1 = v1;
         }
         char *slash = strrchr(dir, '/');
         if (!slash || (size_t)(slash - dir) < floor_len) break;
@@ -147,6 +149,22 @@ void cpus_probe(const char *root, cpus_info *out) {
         if (q < usable) usable = q;
     }
     out->usable = usable > 0 ? usable : 1;
+}
+
+long long cpus_throttled_us(const cpus_info *c) {
+    if (!c->stat[0]) return -1;
+    FILE *f = fopen(c->stat, "r");
+    if (!f) return -1;
+    const char *want = c->stat_v1 ? "throttled_time" : "throttled_usec";
+    char name[64];
+    long long v, found = -1;
+    while (fscanf(f, "%63s %lld", name, &v) == 2)
+        if (!strcmp(name, want)) {
+            found = c->stat_v1 ? v / 1000 : v;
+            break;
+        }
+    fclose(f);
+    return found;
 }
 
 void cpus_describe(const cpus_info *c, char *out, size_t len) {

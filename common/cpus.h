@@ -20,12 +20,22 @@ typedef struct cpus_info {
     double quota;                /* CPUs the tightest quota allows; 0: no quota */
     char where[300];             /* the file that quota was read from ("" : none) */
     int usable;                  /* min(affinity, quota rounded up), at least 1 */
+    /* That group's cpu.stat, where the kernel counts the time it kept the
+     * group frozen (cpus_throttled_us); "": no quota. */
+    char stat[2600];
+    int stat_v1;                 /* v1 (throttled_time, ns) or v2 (throttled_usec) */
 } cpus_info;
 
 /* Fills out for this process. root: "" to read the real /proc and cgroup
  * files, or a directory that stands for / (the tests' copies of other
  * machines' files). Never fails: what it cannot read counts as no limit. */
 void cpus_probe(const char *root, cpus_info *out);
+
+/* The time, in microseconds, the kernel has kept the quota's group frozen
+ * since the group was made (summed over the CPUs it was frozen on), or -1
+ * when there is no quota or its cpu.stat cannot be read. A read of one
+ * small file: a few microseconds, for a caller that asks now and then. */
+long long cpus_throttled_us(const cpus_info *c);
 
 /* out in words: "2 (quota 1.50 CPUs in /sys/fs/cgroup/...; 4 online)". */
 void cpus_describe(const cpus_info *c, char *out, size_t len);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "db/db_int.h"
@@ -39,6 +40,7 @@ struct db_writer {
     void *ud;
     db_commit_observer *observe;   /* set before the first job: read by the writer */
     void *observe_ud;
+    int gap_us;                    /* db_writer_pace: likewise */
     atomic_uint_fast64_t groups, jobs, failures;
     atomic_int last_failed;
     /* The writer's own: the last COMMIT went unconfirmed (d->unconfirmed),
@@ -110,6 +112,25 @@ static size_t take_batch(db_writer *w) {
     size_t n = 0;
     pthread_mutex_lock(&w->mu);
     while (!w->head && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+    while (w->head && n < w->max_batch) {
+        w->batch[n++] = w->head;
+        w->head = w->head->next;
+    }
+    if (!w->head) w->tail = NULL;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+/* Paced (db_writer_pace): the group in w->batch (n jobs) waits until
+ * gap_us after the previous group began (last_us), then takes what queued
+ * meanwhile, up to max_batch. Returns the group's size. */
+static size_t pace(db_writer *w, size_t n, int64_t last_us) {
+    int64_t wait = last_us + w->gap_us - clock_mono_us();
+    if (wait <= 0 || n >= w->max_batch) return n;
+    struct timespec ts = { 0, (long)wait * 1000 };
+    assert(wait < 1000000);
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&w->mu);
     while (w->head && n < w->max_batch) {
         w->batch[n++] = w->head;
         w->head = w->head->next;
@@ -301,13 +322,25 @@ void db_writer_observe(db_writer *w, db_commit_observer *fn, void *ud) {
     pthread_mutex_unlock(&w->mu);
 }
 
+void db_writer_pace(db_writer *w, int gap_us) {
+    assert(gap_us >= 0 && gap_us < 1000000);
+    pthread_mutex_lock(&w->mu);          /* published as db_writer_observe's */
+    w->gap_us = gap_us;
+    pthread_mutex_unlock(&w->mu);
+}
+
 int db_writer_on_thread(const db_writer *w) { return pthread_equal(pthread_self(), w->thread); }
 
 static void *writer_main(void *arg) {
     db_writer *w = arg;
     pthread_setname_np(pthread_self(), "db-writer");
     size_t n;
+    int64_t last_us = 0;
     while ((n = take_batch(w)) > 0) {
+        if (w->gap_us > 0) {
+            n = pace(w, n, last_us);
+            last_us = clock_mono_us();
+        }
         commit_group(w, w->batch, n);
         if ((n = release_decisions(w->batch, n)) > 0) w->done(w->batch, n, w->ud);
     }

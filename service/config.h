@@ -19,6 +19,7 @@ typedef struct svc_config {
     int redis_timeout_ms;
     int db_busy_timeout_ms;
     int db_commit_timeout_ms;
+    int commit_gap_us;        /* the committer's pacing (db_writer_pace) */
     int synchronous_full;
     unsigned max_connections;
     unsigned max_per_client;  /* connections one client address may hold (0: no cap) */

@@ -194,8 +194,9 @@ int main(int argc, char **argv) {
             a.instance_id);
     char cpus[400];
     cpus_describe(&a.cfg.cpus, cpus, sizeof cpus);
-    svc_log(SVC_LOG_INFO, "CPUs it may use: %s; HTTP threads %d%s", cpus, a.cfg.threads,
-            a.cfg.threads == a.cfg.cpus.usable ? "" : " (as set)");
+    svc_log(SVC_LOG_INFO, "CPUs it may use: %s; HTTP threads %d%s; commit gap %d us", cpus,
+            a.cfg.threads, a.cfg.threads == a.cfg.cpus.usable ? "" : " (as set)",
+            a.cfg.commit_gap_us);
     if (!a.cfg.admin_token[0])
         svc_log(SVC_LOG_WARN, "no --admin-token: the admin endpoints are open to anyone");
 

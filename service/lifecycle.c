@@ -301,8 +301,10 @@ static void quiesce(svc_app *a) {
 static int start_parts(svc_app *a, char *err, size_t errlen) {
     char why[256];
     if ((a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_orders_committed, a,
-                                     why, sizeof why)))
+                                     why, sizeof why))) {
         db_writer_observe(a->writer, svc_metrics_commit, a);
+        db_writer_pace(a->writer, a->cfg.commit_gap_us);
+    }
     if (!a->writer ||
         !(a->maint = svc_maint_start(a, why, sizeof why)) ||
         !(a->holds = svc_holds_start(a, why, sizeof why)) ||
@@ -341,6 +343,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     atomic_store(&a->shutting_down, 0);
     svc_admit_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
                        a->cfg.latency_target_ms);
+    svc_admit_quota(&a->adm, &a->cfg.cpus);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,

@@ -4,11 +4,14 @@ A real cgroup CPU quota, made here (root): a group of its own under this
 machine's cgroup v1 cpu hierarchy (or v2's, where that is what is
 mounted) with a quota, the service started inside it. Where no group can
 be made, the tests say why and are skipped, never passed."""
+import json
 import os
 import re
+import subprocess
 import time
 
 import harness
+from test_overload import metrics
 
 
 def _cpu_hierarchy():
@@ -104,6 +107,7 @@ def test_threads_follow_the_cpu_quota(ctx):
     print("    0.5 CPU: " + line)
     assert line.startswith("1 (CPU quota 0.50 in ") and g.dir in line, line
     assert "HTTP threads 1" in line and "(as set)" not in line, line
+    assert "commit gap 1000 us" in line, line        # paced: CPU runs out first here
     assert " 1 HTTP threads" in s.logs()
     s.create_product("q-half", 50)
     assert s.order("q-half", "u1").status == 201
@@ -118,3 +122,41 @@ def test_threads_follow_the_cpu_quota(ctx):
     s3, _ = service_in(ctx, r, 0.5, args=["--threads", "3"])
     line = cpu_line(s3)
     assert "HTTP threads 3 (as set)" in line and " 3 HTTP threads" in s3.logs(), line
+
+
+def test_the_quotas_freezes_are_not_read_as_a_slow_path(ctx):
+    """Under half a core, loaded past what it can do: the kernel freezes
+    the process for part of each period, and the service reads how long
+    from the quota's own cpu.stat (flashsale_cpu_throttled_ratio, the share
+    of the latest admission window it spent frozen); a window's p90 is
+    what the path took less that share. The verifier passes."""
+    r = ctx.redis()
+    s, g = service_in(ctx, r, 0.5)
+    assert "commit gap 1000 us" in cpu_line(s)
+    out = ctx.path("load.json")
+    seen = []
+
+    def sample():
+        m = metrics(s)
+        seen.append(m["flashsale_cpu_throttled_ratio"])
+
+    p = subprocess.Popen([os.path.join(harness.BIN, "flashload"),
+                          "--target", "http://127.0.0.1:%d" % s.port, "--redis", r.url,
+                          "--db", s.db_path, "--sku", "frozen", "--stock", "100000000",
+                          "--connections", "256", "--duration", "3", "--users", "50000",
+                          "--quiet", "--json", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.5)
+    while p.poll() is None:
+        sample()
+        time.sleep(0.3)
+    text = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, text                          # the verifier's PASS
+    res = json.load(open(out))
+    assert res["created"] > 0 and res["verdict"]["lost"] == 0, res["verdict"]
+    print("    throttled share of the windows seen under load: %s" % seen)
+    # Closed loop past half a core: frozen a good part of most periods.
+    assert seen and max(seen) > 0.1, seen
+    with open(os.path.join(g.dir, "cpu.stat")) as f:
+        stat = f.read()
+    assert re.search(r"^(throttled_time|throttled_usec) [1-9]", stat, re.M), stat

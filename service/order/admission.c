@@ -10,6 +10,7 @@
 
 #define STEP_UP 1.1                /* the most one window may scale the limit by: */
 #define STEP_DOWN 0.8              /* gently up, faster down */
+#define STEP_UP_FAR 1.5            /* ...and up, while the p90 is under half the target */
 
 void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) {
     ad->fixed = fixed > 0 ? fixed : 0;
@@ -26,6 +27,14 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_flag_clear(&ad->updating);
     atomic_store(&ad->last_p90_us, 0);
     atomic_store(&ad->last_in_us, 0);
+    ad->quota = NULL;
+    ad->win_frozen_us = -1;
+    atomic_store(&ad->last_frozen_pm, 0);
+}
+
+void svc_admission_quota(svc_admission *ad, const cpus_info *quota) {
+    ad->quota = quota && quota->stat[0] ? quota : NULL;
+    ad->win_frozen_us = ad->quota ? cpus_throttled_us(ad->quota) : -1;
 }
 
 /* ---------------------------------------------------------------- the rule */
@@ -41,13 +50,26 @@ long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us
      * is seen before the next big step, and a burst of slow commits
      * cannot empty it at once. */
     double f = (1.0 + g) / 2.0;
-    if (f > STEP_UP) f = STEP_UP;
+    /* Far under the target (a sale's first second, the limit still at its
+     * start): the path has room for twice the orders at least, and x1.1
+     * a window would take two seconds to get from 256 to 2,000 while the
+     * spike is shed at the door. */
+    if (f > STEP_UP) f = g >= 2.0 ? (f < STEP_UP_FAR ? f : STEP_UP_FAR) : STEP_UP;
     if (f < STEP_DOWN) f = STEP_DOWN;
     long n = (long)((double)limit * f);
     if (g > 1.0 && n <= limit) n = limit + 1;  /* small limits still grow */
     if (n < SVC_ADMISSION_MIN) n = SVC_ADMISSION_MIN;
     if (n > max) n = max;
     return n;
+}
+
+int64_t svc_admission_unfrozen(int64_t p90_us, long long frozen_us, int64_t wall_us, int cpus,
+                               double *share) {
+    double f = 0;
+    if (frozen_us > 0 && wall_us > 0 && cpus > 0) f = (double)frozen_us / ((double)wall_us * cpus);
+    if (f > 0.9) f = 0.9;
+    *share = f;
+    return (int64_t)((double)p90_us * (1.0 - f) + 0.5);
 }
 
 /* --------------------------------------------------------- the window's p90 */
@@ -108,7 +130,18 @@ static void close_window(svc_admission *ad, int64_t now) {
     uint64_t n = atomic_exchange(&ad->win_n, 0);
     int64_t p90 = take_p90(ad, n);
     long peak = atomic_exchange(&ad->win_peak, atomic_load(&ad->inflight));
+    int64_t wall = now - atomic_load(&ad->win_start_us);
     atomic_store(&ad->win_start_us, now);
+    if (ad->quota) {
+        /* The freezes of this window: the kernel's count then and now. */
+        long long fz = cpus_throttled_us(ad->quota);
+        double share = 0;
+        if (fz >= 0 && ad->win_frozen_us >= 0)
+            p90 = svc_admission_unfrozen(p90, fz - ad->win_frozen_us, wall, ad->quota->usable,
+                                         &share);
+        ad->win_frozen_us = fz;
+        atomic_store(&ad->last_frozen_pm, (int)(share * 1000));
+    }
     if (!p90) return;
     atomic_store(&ad->last_p90_us, p90);
     if (ad->fixed) return;
@@ -143,6 +176,19 @@ void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms) {
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++)
         svc_admission_init(&am->by_strategy[s], fixed, max, target_ms);
     atomic_store(&am->door_shed, 0);
+}
+
+void svc_admit_quota(svc_admit *am, const cpus_info *quota) {
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) svc_admission_quota(&am->by_strategy[s], quota);
+}
+
+double svc_admit_frozen(svc_admit *am) {
+    int pm = 0;
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        int v = atomic_load(&am->by_strategy[s].last_frozen_pm);
+        if (v > pm) pm = v;
+    }
+    return pm / 1000.0;
 }
 
 /* In use: orders in flight (inflight, read by the caller), or one in the

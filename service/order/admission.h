@@ -34,6 +34,18 @@
  * door, unparsed; under a mix, a saturated strategy's excess is shed
  * after parsing while the others' orders go on.
  *
+ * Inside a CPU quota (a container's limit) the kernel freezes the whole
+ * process for the rest of each period once it has used its share: every
+ * order in the path then waits out the freeze (up to half of a 100 ms
+ * period at half a CPU), which no limit shortens and which says nothing
+ * of the orders in flight. Read as a slow path it drove the limit down
+ * and shed buyers the service could serve. So each window's p90 is first
+ * scaled by the share of the window the process was not frozen (the
+ * kernel counts the frozen time in the quota's cpu.stat,
+ * cpus_throttled_us): what the path itself took. A freeze still counts
+ * where it matters, in what the buyer sees, and in a busy loop's longer
+ * turns.
+ *
  * Lock-free: the counters are atomics; the window's update is taken by
  * whichever thread finishes an order after the window ends (one at a
  * time, by a flag). */
@@ -43,6 +55,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/cpus.h"
 #include "stock/stock.h"
 
 #define SVC_ADMISSION_WINDOW_US 100000   /* the controller's window, at least... */
@@ -69,6 +82,12 @@ typedef struct svc_admission {
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
     int64_t target_us;             /* the adaptive target: p90 of the time in the path */
+    /* The CPU quota whose freezes are taken out of each window (NULL:
+     * none), and its frozen time when the window began (-1: unknown).
+     * Read and written by the thread closing a window only. */
+    const cpus_info *quota;
+    long long win_frozen_us;
+    atomic_int last_frozen_pm;     /* the latest window's frozen share, per mille (metrics) */
 } svc_admission;
 
 /* Sets ad up: a fixed limit when fixed > 0, else adaptive between
@@ -87,6 +106,9 @@ int svc_admission_shed(svc_admission *ad);
 void svc_admission_enter(svc_admission *ad, int64_t now_us);
 /* ...and leaves it, answered, after micros in it: feeds the controller. */
 void svc_admission_leave(svc_admission *ad, int64_t micros);
+
+/* Takes quota's freezes out of ad's windows from now on (svc_admit_quota). */
+void svc_admission_quota(svc_admission *ad, const cpus_info *quota);
 
 /* The figures /metrics shows (of one strategy, with svc_admit). */
 long svc_admission_limit(const svc_admission *ad);
@@ -120,6 +142,12 @@ void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros);
 long svc_admit_door_limit(svc_admit *am);
 long svc_admit_inflight(svc_admit *am);
 uint64_t svc_admit_shed_count(svc_admit *am);
+/* Takes the freezes of the CPU quota quota describes out of every
+ * strategy's windows (no quota: nothing to take). quota must outlive am. */
+void svc_admit_quota(svc_admit *am, const cpus_info *quota);
+/* The share of the latest window the process spent frozen by its CPU
+ * quota, 0..1 (the largest of the strategies' latest windows). */
+double svc_admit_frozen(svc_admit *am);
 /* Whether strategy s had an order in the path in the last second. */
 int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
 
@@ -127,5 +155,13 @@ int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
  * current one, a window's p90 of the time in the path, its peak in
  * flight, and the target; bounded by [SVC_ADMISSION_MIN, max]. */
 long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max);
+
+/* The part of a window's p90 the path itself took, pure, for the unit
+ * tests: p90_us less the window's frozen share, frozen_us of wall_us
+ * times the CPUs the frozen time was summed over (at most 9 in 10 taken
+ * out: a window frozen throughout still says something). Sets *share to
+ * that share. */
+int64_t svc_admission_unfrozen(int64_t p90_us, long long frozen_us, int64_t wall_us, int cpus,
+                               double *share);
 
 #endif

@@ -3,15 +3,21 @@
  * - a fixed limit: orders pass until it is held, then each is shed and
  *   counted; one leaving lets the next in; the limit never moves;
  * - the adaptive rule: a p90 under the target grows the limit only when
- *   it was in use, by at most x1.1 a window; one over it shrinks it half
+ *   it was in use, by at most x1.1 a window (x1.5 while the p90 is under
+ *   half the target); one over it shrinks it half
  *   the way, by at most x0.8; the floor and the ceiling hold; a p90 never
  *   seen (0) leaves it;
  * - windows: the p90 of a window (within its bucket's width) reaches the
  *   metrics, and a window closes only after 100 ms and 16 orders;
+ * - a CPU quota's freezes: the share of a window the kernel kept the
+ *   process frozen (its cpu.stat, here a file the test writes) is taken
+ *   out of the window's p90, at most 9 in 10; without a quota nothing is;
  * - per strategy (svc_admit): the door admits up to the limits of the
  *   strategies in use plus SVC_ADMISSION_MIN; a strategy at its own limit
  *   is shed while another is not; with --max-inflight one limit holds
  *   for all, at the door. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -35,8 +41,10 @@ static void fixed_limit_sheds_past_it(void) {
 }
 
 static void rule_grows_only_a_limit_in_use(void) {
-    /* 10 ms against a target of 50: faster than aimed. */
-    CHECK(svc_admission_next(200, 10000, 190, 50000, 10000) == 220);     /* x1.1 at most */
+    /* Faster than aimed (a target of 50 ms). */
+    CHECK(svc_admission_next(200, 40000, 190, 50000, 10000) == 220);     /* x1.1 at most */
+    CHECK(svc_admission_next(200, 10000, 190, 50000, 10000) == 300);     /* far under: x1.5 */
+    CHECK(svc_admission_next(200, 20000, 190, 50000, 10000) == 300);
     CHECK(svc_admission_next(200, 10000, 90, 50000, 10000) == 200);      /* not in use */
     CHECK(svc_admission_next(9990, 10000, 9990, 50000, 10000) == 10000); /* ceiling */
     /* Just under the target: a small step, but a step. */
@@ -66,6 +74,54 @@ static void window_p90_reaches_the_metrics(void) {
     CHECK(svc_admission_inflight(&ad) == 0);
     /* Fast, but the limit was not in use (a peak of 20 of 256): it stays. */
     CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
+}
+
+static void unfrozen_takes_out_the_freezes(void) {
+    double share;
+    CHECK(svc_admission_unfrozen(100000, 0, 100000, 1, &share) == 100000 && share == 0);
+    CHECK(svc_admission_unfrozen(100000, 50000, 100000, 1, &share) == 50000);   /* half frozen */
+    CHECK(share > 0.49 && share < 0.51);
+    CHECK(svc_admission_unfrozen(100000, 100000, 100000, 2, &share) == 50000);  /* 2 CPUs' sum */
+    CHECK(svc_admission_unfrozen(100000, 500000, 100000, 1, &share) == 10000);  /* 9 in 10 */
+    CHECK(share > 0.89 && share < 0.91);
+    CHECK(svc_admission_unfrozen(100000, -5, 100000, 1, &share) == 100000);     /* reset: none */
+}
+
+static void write_stat(const char *path, long long ns) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "nr_periods 10\nnr_throttled 5\nthrottled_time %lld\n", ns);
+    fclose(f);
+}
+
+static void window_under_a_quota(void) {
+    static cpus_info q;                        /* a v1 quota of 0.5 CPU, its cpu.stat ours */
+    char dir[] = "/tmp/fs-adm-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    memset(&q, 0, sizeof q);
+    q.quota = 0.5, q.usable = 1, q.stat_v1 = 1;
+    snprintf(q.stat, sizeof q.stat, "%s/cpu.stat", dir);
+    write_stat(q.stat, 1000000000);
+    svc_admission ad;
+    svc_admission_init(&ad, 0, 100000, 50);
+    svc_admission_quota(&ad, &q);
+    CHECK(ad.win_frozen_us == 1000000);
+    usleep(SVC_ADMISSION_WINDOW_US + 20000);
+    /* The whole window frozen (10 s counted): 9 in 10 of its 3 ms taken. */
+    write_stat(q.stat, 11000000000LL);
+    for (int i = 0; i < 20; i++) svc_admission_leave(&ad, 3000);
+    int64_t m = svc_admission_p90_us(&ad);
+    CHECK(m >= 250 && m <= 360);
+    CHECK(atomic_load(&ad.last_frozen_pm) == 900);
+    /* Not frozen in the next: the whole time counts again. */
+    usleep(SVC_ADMISSION_WINDOW_US + 20000);
+    for (int i = 0; i < 20; i++) svc_admission_leave(&ad, 3000);
+    m = svc_admission_p90_us(&ad);
+    CHECK(m >= 2500 && m <= 3600);
+    CHECK(atomic_load(&ad.last_frozen_pm) == 0);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
 }
 
 static void strategies_are_limited_apart(void) {
@@ -108,4 +164,5 @@ static void fixed_limit_is_one_for_all(void) {
 
 TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
           T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics),
+          T(unfrozen_takes_out_the_freezes), T(window_under_a_quota),
           T(strategies_are_limited_apart), T(fixed_limit_is_one_for_all))

@@ -68,6 +68,11 @@ static void test_v1_quota(void) {
     char text[400];
     cpus_describe(&c, text, sizeof text);
     CHECK(strstr(text, "CPU quota 1.50") != NULL);
+    /* The frozen time, from that group's cpu.stat (v1: nanoseconds). */
+    CHECK(cpus_throttled_us(&c) == -1);                      /* no cpu.stat yet */
+    put("sys/fs/cgroup/cpu,cpuacct/system.slice/shop.service/cpu.stat",
+        "nr_periods 40\nnr_throttled 31\nthrottled_time 2500000000\n");
+    CHECK(cpus_throttled_us(&c) == 2500000);
 }
 
 static void test_v1_inside_a_container(void) {
@@ -98,6 +103,11 @@ static void test_v2_parent_tighter(void) {
     CHECK(c.quota > 0.99 && c.quota < 1.01);
     CHECK_STR(c.where, "/sys/fs/cgroup/shop/cpu.max");
     CHECK(c.usable == 1);
+    /* The quota's group counts the freezes (v2: microseconds), not ours. */
+    put("sys/fs/cgroup/shop/api/cpu.stat", "usage_usec 9\nthrottled_usec 77\n");
+    put("sys/fs/cgroup/shop/cpu.stat", "usage_usec 10\nuser_usec 5\nsystem_usec 5\n"
+                                       "nr_periods 3\nnr_throttled 2\nthrottled_usec 1234\n");
+    CHECK(cpus_throttled_us(&c) == 1234);
 }
 
 static void test_v2_max_is_no_quota(void) {
@@ -119,6 +129,7 @@ static void test_nothing_readable(void) {
     char text[400];
     cpus_describe(&c, text, sizeof text);
     CHECK(strstr(text, "no CPU quota") != NULL);
+    CHECK(cpus_throttled_us(&c) == -1);
 }
 
 int main(int argc, char **argv) {
