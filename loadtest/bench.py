@@ -39,6 +39,14 @@ overload  the closed-loop capacity of the service and of the gateway
           `overloaded` counted as shed, other errors, answers later than 1 s,
           no answer within --overload-timeout, never sent). The service's
           runs are verified by flashload (nothing lost).
+quota     the same overload inside a container's CPU limit (issue 32):
+          loadtest/overload.sh --cpu-quota (--quota-cpus, 0.5) puts the
+          service alone in a cgroup with that quota on the last CPU, Redis
+          and flashload on the others, and measures the capacity and then
+          --quota-factors (0.5,0.8,1,1.5,2) times it, --quota-reps times
+          (3; --quick: 1); the table has each factor's medians, and so for
+          the peer of ../shared/peers where it is there. Root only (a cgroup
+          of its own); elsewhere the group says why it did not run.
 
 Every target of a group runs ROUNDS times, the targets alternating, and each
 figure is the median of its rounds: the machine is shared and noisy, and a
@@ -74,7 +82,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HZ = os.sysconf("SC_CLK_TCK")
-GROUPS = ("orders", "spike", "idle", "overload")
+GROUPS = ("orders", "spike", "idle", "overload", "quota")
 
 
 def free_port():
@@ -371,6 +379,12 @@ def parse_args(argv):
                     help="seconds per open-loop run (10; --quick: 4)")
     ap.add_argument("--overload-timeout", type=float, default=3,
                     help="seconds after which flashload gives an answer up (%(default)s)")
+    ap.add_argument("--quota-cpus", type=float, default=0.5,
+                    help="the quota group's CPU quota, in CPUs (%(default)s)")
+    ap.add_argument("--quota-factors", default="0.5,0.8,1,1.5,2",
+                    help="the quota group's offered loads, times its capacity (%(default)s)")
+    ap.add_argument("--quota-reps", type=int, default=None,
+                    help="runs of each quota factor; medians are shown (3; --quick: 1)")
     ap.add_argument("--out", default=".", help="where bench.html and bench.json go (.)")
     a = ap.parse_args(argv)
     if os.environ.get("LOAD_BENCH_QUICK", "") not in ("", "0"):
@@ -381,6 +395,10 @@ def parse_args(argv):
         a.rounds = 1 if a.quick else 3
     if a.overload_seconds is None:
         a.overload_seconds = 4 if a.quick else 10
+    if a.quota_reps is None:
+        a.quota_reps = 1 if a.quick else 3
+    if a.quota_reps < 1 or not 0 < a.quota_cpus <= 64:
+        ap.error("--quota-reps must be positive, --quota-cpus in (0, 64]")
     a.conn_list = [int(c) for c in (a.connections or a.connections_pos or "64,256").split(",")]
     a.groups = [g for g in a.groups.split(",") if g]
     for g in a.groups:
@@ -404,7 +422,7 @@ def main():
     log = open(os.path.join(tmp, "bench.log"), "w")
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
-    res = {"targets": [], "verified": [], "overload": None}
+    res = {"targets": [], "verified": [], "overload": None, "quota": None}
     try:
         rport = free_port()
         redis_p = procs.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
@@ -449,6 +467,8 @@ def main():
             res["targets"] += group_idle(a, env)
         if "overload" in a.groups:
             res["overload"] = group_overload(a, env)
+        if "quota" in a.groups:
+            res["quota"] = group_quota(a, bin_dir)
     finally:
         procs.stop_all()
         log.close()
@@ -462,6 +482,9 @@ def main():
     if res["overload"]:
         failed += ["overload %s x%g" % (o["target"], o["factor"]) for o in res["overload"]["runs"]
                    if o["verified"] is False]
+    if res["quota"]:
+        failed += ["quota %s x%g" % (q["target"], q["factor"]) for q in res["quota"]["rows"]
+                   if q["verified"] is False]
     failed += ["spike %s c=%d" % (t.name, t.conns) for t in res["targets"]
                if t.kind == "spike" and any(x["oversold"] for x in t.runs)]
     if failed:
@@ -656,6 +679,65 @@ def group_overload(a, env):
             "timeout": a.overload_timeout, "runs": runs}
 
 
+QUOTA_LINE = re.compile(
+    r"^ovl-(svc|peer)-(\d+)-(\S+)\s+capacity\s+(\d+)/s\s+offered\s+(\d+)/s \(x[\d.]+\)\s+"
+    r"goodput\s+(\d+)/s = [\d.]+ of capacity\s+201 (\d+)\s+shed (\d+)\s+late>1s (\d+)\s+"
+    r"p99 (\d+) ms\s+backlog (\d+)\s+transport errors (\d+)\s+(.*)$", re.M)
+
+
+def group_quota(a, bin_dir):
+    """overload.sh --cpu-quota: each factor's runs, and their medians per target; or
+    {"skipped": why}."""
+    factors = [float(x) for x in a.quota_factors.split(",") if x]
+    if os.geteuid() != 0:
+        out("quota: not run: needs root (a cgroup of its own)")
+        return {"skipped": "needs root"}
+    cmd = [os.path.join(HERE, "overload.sh"), "--cpu-quota", "%g" % a.quota_cpus,
+           "--reps", str(a.quota_reps), "--factors", " ".join("%g" % f for f in factors),
+           "--dur", "%g" % a.overload_seconds, "--cap-dur", str(a.seconds),
+           "--flashsale", os.path.join(bin_dir, "flashsale")]
+    out("quota: %s (each factor %d time(s), medians)" % (" ".join(cmd[1:]), a.quota_reps))
+    bound = (a.overload_seconds + a.seconds + 30) * len(factors) * a.quota_reps * 2 + 120
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=bound)
+    except subprocess.TimeoutExpired:
+        out("quota: overload.sh did not end within %d s" % bound)
+        return {"skipped": "timed out"}
+    if p.returncode != 0 and not QUOTA_LINE.search(p.stdout):
+        why = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+        out("quota: not run: %s" % why)
+        return {"skipped": why}
+    runs = []
+    for m in QUOTA_LINE.finditer(p.stdout):
+        who, rep, f, cap, offered, good, c201, shed, late, p99, backlog, terr, verdict = m.groups()
+        runs.append({"target": "flashsale lua" if who == "svc" else "peer", "rep": int(rep),
+                     "factor": float(f), "capacity": int(cap), "offered": int(offered),
+                     "goodput": int(good), "201": int(c201), "shed": int(shed),
+                     "late": int(late), "p99_ms": int(p99), "unsent": int(backlog),
+                     "transport_errors": int(terr),
+                     "verified": True if "PASS" in verdict else False if "FAIL" in verdict
+                     else None})
+    rows = []
+    for target in ("flashsale lua", "peer"):
+        for f in factors:
+            rs = [r for r in runs if r["target"] == target and r["factor"] == f]
+            if not rs:
+                continue
+            med = lambda k: statistics.median(r[k] for r in rs)
+            rows.append({"target": target, "factor": f, "runs": len(rs),
+                         "capacity": med("capacity"), "offered": med("offered"),
+                         "goodput_of_cap": statistics.median(r["goodput"] / r["capacity"]
+                                                             for r in rs),
+                         "shed_share": statistics.median(r["shed"] / max(1, r["offered"] *
+                                                         a.overload_seconds) for r in rs),
+                         "shed": med("shed"), "late": max(r["late"] for r in rs),
+                         "unsent": max(r["unsent"] for r in rs), "p99_ms": med("p99_ms"),
+                         "verified": None if all(r["verified"] is None for r in rs)
+                         else all(r["verified"] for r in rs)})
+    return {"cpus": a.quota_cpus, "seconds": a.overload_seconds, "reps": a.quota_reps,
+            "runs": runs, "rows": rows}
+
+
 def find(targets, group, name, c):
     """The target of group named name at c connections, or None."""
     for t in targets:
@@ -810,6 +892,43 @@ def report(a, res):
                                      "every one" if o["within_1s"] else
                                      "%d late, %d no answer, %d unsent"
                                      % (o["late"], o["no_answer"], o["unsent"])))
+    q = res.get("quota")
+    if q and "rows" in q:
+        out()
+        out("quota: inside a CPU quota of %g CPUs (overload.sh --cpu-quota), open loop at "
+            "multiples of the capacity measured in the same quota, %g s per run, medians of %d"
+            % (q["cpus"], q["seconds"], q["reps"]))
+        out("%-14s %5s %9s %9s %8s %7s %8s %9s %7s %7s  %s" % (
+            "target", "x cap", "capacity", "offered/s", "shed", "shed %", "goodput",
+            "p99", "late", "unsent", "verdict"))
+        for r in q["rows"]:
+            out("%-14s %5g %9.0f %9.0f %8.0f %6.1f%% %8.2f %7.0fms %7d %7d  %s" % (
+                r["target"], r["factor"], r["capacity"], r["offered"], r["shed"],
+                100 * r["shed_share"], r["goodput_of_cap"], r["p99_ms"], r["late"], r["unsent"],
+                {True: "PASS", False: "FAIL", None: "-"}[r["verified"]]))
+        out("(goodput: 201s within 250 ms of their scheduled time as a share of the capacity; "
+            "late: answers after 1 s, the most of the runs)")
+        out("goals of issue 32 (the service)")
+        for r in q["rows"]:
+            if r["target"] != "flashsale lua":
+                continue
+            if r["factor"] == 0.8:
+                met = r["shed_share"] <= 0.01
+                goals.append(("quota x0.8: service shed", "%.1f%%" % (100 * r["shed_share"]),
+                              "<= 1%", met))
+                out("  %-44s %8s   [<= 1%%: %s]" % ("quota x0.8: shed", "%.1f%%" %
+                                                   (100 * r["shed_share"]),
+                                                   "met" if met else "NOT met"))
+            if r["factor"] == 1.0:
+                goal("quota x1: service goodput / capacity", r["goodput_of_cap"], 0.9)
+            if r["factor"] == 2.0:
+                goal("quota x2: service goodput / capacity", r["goodput_of_cap"], 0.6)
+                ok = r["late"] == 0
+                goals.append(("quota x2: service answers all within 1 s",
+                              "every one" if ok else "%d late" % r["late"], "all", ok))
+                out("  %-44s %8s   [all: %s]" % ("quota x2: answered within 1 s",
+                                                 "every one" if ok else "%d late" % r["late"],
+                                                 "met" if ok else "NOT met"))
     out("\nbench: %d s wall" % res["wall_s"])
     return goals
 
@@ -909,7 +1028,7 @@ def write_report(a, res, goals):
                                                          "calls")},
                         "runs": t.runs} for t in targets],
            "verified": [{"name": n, "per_second": p, "pass": ok} for n, p, ok in res["verified"]],
-           "overload": ov,
+           "overload": ov, "quota": res.get("quota"),
            "goals": [{"what": g[0], "value": g[1], "goal": g[2], "met": g[3]} for g in goals]}
     with open(os.path.join(a.out, "bench.json"), "w") as f:
         json.dump(doc, f, indent=2)

@@ -31,10 +31,12 @@
 #                10,000 units per run), the answers that touch no shared
 #                state, and the overload run (flashload's open loop at
 #                multiples of the closed-loop capacity over 2,000
-#                connections). Prints the ratios the performance goals name,
-#                with met / NOT met, and writes bench.html (with the
-#                goodput chart) and bench.json. About 7 minutes;
-#                LOAD_BENCH_QUICK=1: about 2. LOAD_BENCH_ARGS adds bench.py
+#                connections), and issue 32's: the same inside a CPU quota
+#                of half a core (overload.sh --cpu-quota; root), with the
+#                peer beside it where ../shared/peers is. Prints the ratios
+#                the performance goals name, with met / NOT met, and writes
+#                bench.html (with the goodput chart) and bench.json. About 12
+#                minutes; LOAD_BENCH_QUICK=1: about 3. LOAD_BENCH_ARGS adds bench.py
 #                options (loadtest/bench.py --help: --groups, --spike-stock,
 #                --overload-rates, --overload-connections, ...).
 
