@@ -1162,8 +1162,24 @@ static const char *pg_tally_slot(db *d) { return conn_of(d)->slot; }
  * SELECT txid_current(), writes its commit record without waiting for
  * the standby: PostgreSQL waits only for transactions that wrote.) */
 static db_status pg_barrier(db *d, int timeout_ms) {
-    assert(!pg_in_tx(d));
+    pg *p = conn_of(d);
     if (ensure(d, "barrier") != DB_OK) return DB_ERROR;
+    /* A statement that failed or was canceled inside a transaction -- a
+     * barrier of its own whose INSERT waited on a lock past its deadline,
+     * one string of statements cut short -- leaves the session in an
+     * aborted block (or a BEGIN not sent yet): the server's doing, so it is
+     * ended here, not asserted away. An end that is not answered either
+     * drops the connection, and the barrier fails for its caller to retry. */
+    p->begin_pending = 0;
+    if (pg_in_tx(d)) {
+        db_status st = commit_with_deadline(d, "ROLLBACK", timeout_ms, "barrier: end an aborted "
+                                            "transaction");
+        d->unconfirmed = 0;                    /* a ROLLBACK confirms nothing either way */
+        if (st != DB_OK || pg_in_tx(d)) {
+            if (!p->dropped) drop(d);
+            return db_set_error(d, DB_ERROR, "barrier", "a transaction left open could not be ended");
+        }
+    }
     return commit_with_deadline(d,
                                 "BEGIN; INSERT INTO meta(key,value)"
                                 " VALUES('barrier.'||pg_backend_pid(),'');"

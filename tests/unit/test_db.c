@@ -188,6 +188,33 @@ static void test_revoke(void) {
     db_close(d);
 }
 
+/* A barrier canceled mid-transaction (its INSERT waiting on a lock past
+ * the deadline) leaves the session in an aborted block; the next barrier
+ * must end that block and run, not trip over it (it once hit an
+ * assert(!in_tx) and aborted two instances of test_hosts' partition). */
+static void test_barrier_after_a_canceled_one(void) {
+    db *d = fresh();
+    if (!pg_url) {                              /* SQLite: no server, nothing to wait for */
+        CHECK(db_barrier(d, 500) == DB_OK && db_barrier(d, 500) == DB_OK);
+        db_close(d);
+        return;
+    }
+    PGconn *other = PQconnectdb(path);
+    CHECK(PQstatus(other) == CONNECTION_OK);
+    PGresult *r = PQexec(other, "BEGIN; LOCK TABLE meta IN ACCESS EXCLUSIVE MODE");
+    CHECK(PQresultStatus(r) == PGRES_COMMAND_OK);
+    PQclear(r);
+    CHECK(db_barrier(d, 300) != DB_OK);         /* waits on the lock, canceled */
+    r = PQexec(other, "ROLLBACK");
+    PQclear(r);
+    PQfinish(other);
+    CHECK(db_barrier(d, 2000) == DB_OK);        /* the aborted block ended first */
+    CHECK(db_barrier(d, 2000) == DB_OK);
+    db_product p = product("b", 3);
+    CHECK(db_product_insert(d, &p) == DB_OK);   /* and the session works as before */
+    db_close(d);
+}
+
 static void test_idempotency_keys(void) {
     db *d = fresh();
     db_product p = product("k", 10);
@@ -667,7 +694,7 @@ static void cleanup(void) {
 
 int main(int argc, char **argv) {
     static const t_case cases[] = {
-        T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_idempotency_keys),
+        T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_barrier_after_a_canceled_one), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
         T(test_lock_table), T(test_writer_groups), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
         T(test_hold_decided_while_swept),
