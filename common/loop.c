@@ -69,11 +69,13 @@ struct loop {
     uint64_t seq;
     void *data;
     atomic_int running;               /* loop_run is between its first and last turn */
+    int64_t turn_us;                  /* the last whole turn's length (loop_turn_us) */
 };
 
 static __thread loop *current;
 
 loop *loop_current(void) { return current; }
+int64_t loop_turn_us(const loop *l) { return l->turn_us; }
 int loop_owned(const loop *l) { return current == l || !atomic_load(&l->running); }
 
 void loop_set_data(loop *l, void *data) {
@@ -335,6 +337,7 @@ void loop_run(loop *l) {
         if (l->again) wait = 0;
         l->again = 0;
         int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
+        int64_t woke = clock_mono_us();
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
             if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
@@ -348,6 +351,7 @@ void loop_run(loop *l) {
         }
         for (int i = 0; i < l->nflush; i++)
             if (l->flush[i].fn) l->flush[i].fn(l, l->flush[i].ud);
+        l->turn_us = clock_mono_us() - woke;
     }
     atomic_store(&l->running, 0);
     current = NULL;

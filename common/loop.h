@@ -74,6 +74,12 @@ void loop_run(loop *l);
 /* Makes loop_run return after its current iteration. Thread-safe. */
 void loop_stop(loop *l);
 
+/* How long l's last whole turn took, in microseconds: from its epoll_wait's
+ * return through its events and flush hooks (the wait not counted). A
+ * request read in this turn came in at the latest while the last one ran:
+ * under load, about how long it waited to be read. On l's thread. */
+int64_t loop_turn_us(const loop *l);
+
 /* The loop running on the calling thread, or NULL. */
 loop *loop_current(void);
 /* Whether the calling thread may touch l: it runs l, or no thread does

@@ -46,6 +46,15 @@
  * where it matters, in what the buyer sees, and in a busy loop's longer
  * turns.
  *
+ * The wait to be read. An order's time counts from when its request
+ * probably arrived, not from when it was read: a loop past what its CPU
+ * can do reads, each turn, every request that came during the turn
+ * before, so under overload a request waits a whole turn (40-100 ms at
+ * half a CPU and 2,000 connections) before the door even sees it -- time
+ * its buyer spends, which the path's own time did not show while the
+ * limit let the turns grow. So each order adds its loop's last turn
+ * (loop_turn_us) to its time in the path.
+ *
  * Lock-free: the counters are atomics; the window's update is taken by
  * whichever thread finishes an order after the window ends (one at a
  * time, by a flag). */

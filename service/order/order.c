@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/loop.h"
 #include "service/order/order_int.h"
 
 /* ------------------------------------------------------------------ states */
@@ -62,6 +63,10 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->reply_ctx = ctx;
     op->quantity = in->quantity;
     op->t_in_us = clock_mono_us();
+    /* What its buyer waited before it was read: the loop's last turn, as
+     * far as it knows (admission.h, "the wait to be read"). */
+    loop *l = loop_current();
+    op->door_us = l ? loop_turn_us(l) : 0;
     op->adm_strategy = p->strategy;
     svc_admit_enter(&a->adm, op->adm_strategy, op->t_in_us);
     op->undo_then = RF_COUNT;
@@ -170,7 +175,7 @@ static void sold_out_body(svc_reply *r, const svc_product *p, char *buf, size_t 
 /* The one free of an order, and of what its reservation kept; its place
  * in the order path is given back (admission.h). */
 static void order_free(svc_order *op) {
-    svc_admit_leave(&op->a->adm, op->adm_strategy, clock_mono_us() - op->t_in_us);
+    svc_admit_leave(&op->a->adm, op->adm_strategy, clock_mono_us() - op->t_in_us + op->door_us);
     free(op->sreq.takes);
     free(op);
 }

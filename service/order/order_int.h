@@ -74,6 +74,7 @@ struct svc_order {
     void *reply_ctx;
     int quantity;
     int64_t t_in_us;               /* when it was admitted (admission.h)... */
+    int64_t door_us;               /* ...how long it may have waited to be read before... */
     stock_strategy adm_strategy;   /* ...under which strategy's limit */
     char order_id[DB_ORDER_ID_LEN + 1];
     char created_at[DB_TIME_LEN + 1];

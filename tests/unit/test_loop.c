@@ -12,7 +12,9 @@
  * - loop_post from many threads: every task exactly once, on the loop's
  *   thread (loop_current), a task may re-post or free itself;
  * - loop_stop from another thread; loop_free running tasks not yet run;
- *   loop_data / loop_set_data.
+ *   loop_data / loop_set_data;
+ * - loop_turn_us: the last whole turn's length, its events and hooks, the
+ *   wait in epoll_wait not counted.
  * Most cases run the loop on a thread of its own (tests/unit/tloop.h). */
 #include <errno.h>
 #include <stdatomic.h>
@@ -387,6 +389,32 @@ static void test_flush_order(void) {
     for (int i = 0; i < 2; i++) close(pq[i][0]), close(pq[i][1]);
 }
 
+/* A turn whose hook sleeps 30 ms is told as at least that long; the idle
+ * wait after it (the loop blocks in epoll_wait) is not counted. */
+static int slow_left;
+static void slow_hook(loop *l, void *ud) {
+    (void)l, (void)ud;
+    if (slow_left > 0 && slow_left--) usleep(30000);
+}
+static void set_slow(void *ud) {
+    (void)ud;
+    slow_left = 1;
+    CHECK(loop_on_flush(TL.l, slow_hook, NULL) == 0);
+}
+static void read_turn(void *ud) { *(int64_t *)ud = loop_turn_us(TL.l); }
+
+static void test_turn_length(void) {
+    int64_t turn = -1;
+    CHECK(tl_start(&TL) == 0);
+    tl_call(&TL, set_slow, NULL);              /* its own turn: the hook sleeps there */
+    tl_call(&TL, read_turn, &turn);            /* read in the next, of the one before */
+    CHECK(turn >= 30000);
+    usleep(100000);                            /* idle: the loop waits, no turn runs */
+    tl_call(&TL, read_turn, &turn);
+    CHECK(turn >= 0 && turn < 30000);          /* the last turn: short, the wait not in it */
+    tl_end(&TL);
+}
+
 /* Work a timer callback gathers goes out in that iteration's flush, not
  * once some later event wakes the loop. */
 static int64_t work_at, flushed_at;
@@ -631,6 +659,6 @@ static void test_free_runs_pending_and_data(void) {
 }
 
 TEST_MAIN(T(test_watch_pipe), T(test_watch_eventfd_and_errors), T(test_unwatch_during_dispatch),
-          T(test_after), T(test_after_zero_is_next_iteration), T(test_every), T(test_flush_order),
+          T(test_after), T(test_after_zero_is_next_iteration), T(test_every), T(test_flush_order), T(test_turn_length),
           T(test_flush_after_timer), T(test_again), T(test_forget), T(test_post_from_threads),
           T(test_stop_from_another_thread), T(test_free_runs_pending_and_data))
