@@ -49,8 +49,8 @@ const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
         "UPDATE user_units SET units=units-?2 WHERE sku=?1"
         " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)", NULL },
     [DB_HOLDS_ST_OWING] = {
-        "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state"
-        " FROM holds h JOIN orders o ON o.order_id=h.order_id"
+        "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state,"
+        "h.decided_ms FROM holds h JOIN orders o ON o.order_id=h.order_id"
         " WHERE h.return_gen IS NOT NULL AND h.decided_ms<=?1 ORDER BY h.decided_ms LIMIT ?2",
         NULL },
     [DB_HOLDS_ST_OWED_UNITS] = {
@@ -59,6 +59,12 @@ const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
     [DB_HOLDS_ST_HELD] = {
         "SELECT coalesce((SELECT sum(held) FROM products),0)"
         "+coalesce((SELECT sum(held) FROM product_tallies),0)", NULL },
+    /* The forgetting of return markers waits for this (service/holds):
+     * by the holds_returning index, whose rows are the few debts not yet
+     * cleared. -1: none. */
+    [DB_HOLDS_ST_OLDEST_OWED] = {
+        "SELECT coalesce(min(decided_ms),-1) FROM holds WHERE sku=?1 AND return_gen IS NOT NULL",
+        NULL },
     [DB_HOLDS_ST_RETURNED] = {
         "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2", NULL },
 };
@@ -203,6 +209,7 @@ db_status db_hold_owing(db *d, int64_t decided_before_ms, int max,
         o.takes = db_col_text(&r, 6);
         int state = db_order_status_parse(db_col_text(&r, 7));
         o.status = state < 0 ? DB_ORDER_EXPIRED : (db_order_status)state;
+        o.decided_ms = db_col_int(&r, 8);
         fn(&o, ud);
     }
     db_done(&r);
@@ -213,6 +220,14 @@ db_status db_hold_owed_units(db *d, const char *sku, long long *units) {
     const db_arg a[] = { DB_TEXT(sku) };
     *units = 0;
     db_status st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_OWED_UNITS), a, 1, "owed units", units);
+    return st == DB_NOTFOUND ? DB_ERROR : st;
+}
+
+db_status db_hold_oldest_owed(db *d, const char *sku, int64_t *decided_ms) {
+    const db_arg a[] = { DB_TEXT(sku) };
+    long long v = -1;
+    db_status st = db_one_int(d, HOLDS_ST(DB_HOLDS_ST_OLDEST_OWED), a, 1, "oldest owed hold", &v);
+    *decided_ms = st == DB_OK ? v : -1;
     return st == DB_NOTFOUND ? DB_ERROR : st;
 }
 

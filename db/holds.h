@@ -110,12 +110,19 @@ typedef struct db_owed {
     long long reserve_gen, return_gen;
     const char *takes;          /* valid during the callback */
     db_order_status status;     /* CANCELLED or EXPIRED */
+    int64_t decided_ms;         /* the deciding clock (db_decision.now_ms, or the
+                                   expiry sweep's now_ms) */
 } db_owed;
 
 /* Calls fn for up to max holds still owing units whose decision is at or
  * before decided_before_ms (by the holds_returning index). */
 db_status db_hold_owing(db *d, int64_t decided_before_ms, int max,
                         void (*fn)(const db_owed *o, void *ud), void *ud);
+
+/* The decision time of sku's oldest hold still owing units, in
+ * *decided_ms; -1 when none owes any. (Return markers older than it may
+ * be forgotten: stock_returned_forget.) */
+db_status db_hold_oldest_owed(db *d, const char *sku, int64_t *decided_ms);
 
 /* Units of reserved holds, over every product. */
 db_status db_hold_units(db *d, long long *held);

@@ -60,7 +60,7 @@ static int read_sku(const fl_inspect_opts *o, fl_redis *rd, const char *sku, see
     if (lanes) segments = lanes;
     if (fl_redis_stock(rd, sku, segments, lanes, &s->copy, e) ||
         fl_redis_pending(rd, sku, lanes, &s->records, &s->units, &s->unreadable, e) ||
-        fl_redis_returned(rd, sku, lanes, &ids, &s->returned, e))
+        fl_redis_returned(rd, sku, lanes, &ids, &s->returned, NULL, e))
         return -1;
     free(ids);
     if (lanes) {

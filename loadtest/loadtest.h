@@ -553,12 +553,15 @@ int fl_redis_forcing(fl_redis *r, const char *sku, long long *met, long long *al
  * with e set. */
 int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records,
                      long long *units, long long *unreadable, fl_err *e);
-/* The order ids of sku's `returned` hash (ended holds whose units were
- * given back to this copy; of a spread one, the union over its lanes),
- * sorted and distinct, into *ids (the caller frees). Returns 0, or -1 with
- * e set. */
+/* The order ids of sku's return markers (ended holds whose units were
+ * given back to this copy: the legacy `returned` hash and the time buckets
+ * `returned:<b>`; of a spread one, the union over its lanes), sorted and
+ * distinct, into *ids (the caller frees); and in *before_ms (may be NULL)
+ * the forgetting watermark `returned:before` (the lowest of the lanes'; 0:
+ * none): the markers of holds decided before it may be gone. Returns 0, or
+ * -1 with e set. */
 int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27], size_t *n,
-                      fl_err *e);
+                      long long *before_ms, fl_err *e);
 
 /* The orders' database a --db names: a libpq URI (postgresql://... or
  * postgres://...), else a SQLite file. */

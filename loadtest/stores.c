@@ -607,31 +607,89 @@ static int returned_page(fl_redis *r, const char *tag, const char *key, char *cu
     return rc;
 }
 
-/* The returned hash under tag, appended to *ids. Returns 0, or -1 with e
- * set. */
-static int returned_of(fl_redis *r, const char *tag, char (**ids)[27], size_t *n, size_t *cap,
-                       fl_err *e) {
+/* The fields of the hash key (under tag), appended to *ids. Returns 0, or
+ * -1 with e set. */
+static int hash_ids(fl_redis *r, const char *tag, const char *key, char (**ids)[27], size_t *n,
+                    size_t *cap, fl_err *e) {
     char cursor[32] = "0";
-    char *key = tag_key(r, tag, "returned", -1);
-    if (!key) return fl_errf(e, "out of memory");
     int rc = 0;
     for (long page = 0; page < 10000000; page++) {      /* HSCAN ends: a bound all the same */
         rc = returned_page(r, tag, key, cursor, sizeof cursor, ids, n, cap, e);
         if (rc || !strcmp(cursor, "0")) break;
     }
+    return rc;
+}
+
+/* One key a SCAN for "<prefix>{tag}:returned:*" found: a bucket of markers
+ * (read into *ids) or the watermark (into *before). */
+static int returned_key(fl_redis *r, const char *tag, const redisReply *k, char (**ids)[27],
+                        size_t *n, size_t *cap, long long *before, fl_err *e) {
+    if (k->type != REDIS_REPLY_STRING) return 0;
+    const char *last = strrchr(k->str, ':');
+    if (!last) return 0;
+    if (!strcmp(last, ":before")) {
+        const char *argv[] = { "GET", k->str }, *run_id;
+        redisReply *rep = redis_call(r, tag, 2, argv, &run_id, e);
+        if (!rep) return -1;
+        if (rep->type == REDIS_REPLY_STRING) *before = strtoll(rep->str, NULL, 10);
+        freeReplyObject(rep);
+        return 0;
+    }
+    if (!last[1] || strspn(last + 1, "0123456789") != strlen(last + 1)) return 0;
+    return hash_ids(r, tag, k->str, ids, n, cap, e);
+}
+
+/* The markers under tag -- the legacy `returned` hash and the time
+ * buckets `returned:<b>` (the service's stock/lua/return.lua) -- appended
+ * to *ids, and the forgetting watermark `returned:before` in *before (0:
+ * none). The buckets are found by SCAN (their names follow the decisions'
+ * times). Returns 0, or -1 with e set. */
+static int returned_of(fl_redis *r, const char *tag, char (**ids)[27], size_t *n, size_t *cap,
+                       long long *before, fl_err *e) {
+    char *key = tag_key(r, tag, "returned", -1), pattern[600], cursor[32] = "0";
+    if (!key) return fl_errf(e, "out of memory");
+    int rc = hash_ids(r, tag, key, ids, n, cap, e), k = 0;
+    /* The pattern: the legacy key's text, glob characters escaped, + ":*". */
+    for (const char *c = key; *c && k < (int)sizeof pattern - 4; c++) {
+        if (strchr("*?[]\\", *c)) pattern[k++] = '\\';
+        pattern[k++] = *c;
+    }
+    memcpy(pattern + k, ":*", 3);
     free(key);
+    *before = 0;
+    for (long page = 0; !rc && page < 10000000; page++) {
+        const char *argv[] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000" }, *run_id;
+        redisReply *rep = redis_call(r, tag, 6, argv, &run_id, e);
+        if (!rep) return -1;
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            rc = fl_errf(e, "redis SCAN %s: %s", pattern,
+                         rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        } else {
+            snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+            for (size_t i = 0; !rc && i < rep->element[1]->elements; i++)
+                rc = returned_key(r, tag, rep->element[1]->element[i], ids, n, cap, before, e);
+        }
+        freeReplyObject(rep);
+        if (!strcmp(cursor, "0")) break;
+    }
     return rc;
 }
 
 int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[27], size_t *n,
-                      fl_err *e) {
+                      long long *before_ms, fl_err *e) {
     char tag[96];
     size_t cap = 0;
     *ids = NULL;
     *n = 0;
+    if (before_ms) *before_ms = -1;
     for (int i = lanes ? 0 : -1; i < lanes; i++) {
+        long long before = 0;
         tag_of(sku, i, tag, sizeof tag);
-        if (returned_of(r, tag, ids, n, &cap, e)) {
+        int rc = returned_of(r, tag, ids, n, &cap, &before, e);
+        if (before_ms && (*before_ms < 0 || before < *before_ms)) *before_ms = before;
+        if (rc) {
             free(*ids);
             *ids = NULL;
             *n = 0;

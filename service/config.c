@@ -106,6 +106,11 @@ static const opt OPTS[] = {
       "Redis never holds up order lookups" },
     { "pending-timeout-ms", "FLASHSALE_PENDING_TIMEOUT_MS", T_LL, F(pending_timeout_ms), 100,
       86400000, "10000", "a reservation not committed after this long is settled by the sweeper" },
+    { "returned-keep-ms", "FLASHSALE_RETURNED_KEEP_MS", T_LL, F(returned_keep_ms), 1000,
+      30LL * 86400000, "60000",
+      "how long Redis keeps the marker that makes an ended hold's return exactly-once, past "
+      "its debt being cleared: it must exceed the time from a decision's clock read to its "
+      "commit (seconds at most) plus the clock skew between instances" },
     { "soldout-cache-ms", "FLASHSALE_SOLDOUT_CACHE_MS", T_INT, F(soldout_cache_ms), 0, 10000,
       "50", "how long this instance remembers that a product sold out: meanwhile an order "
       "without an Idempotency-Key, of a product without a per-user limit, is answered 409 "

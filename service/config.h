@@ -32,6 +32,7 @@ typedef struct svc_config {
     int latency_target_ms;    /* the adaptive limit's target: p90 of the time in the path */
     int api_workers;          /* threads in each API pool (Redis work; SQLite-only work) */
     long long pending_timeout_ms;   /* a reservation older than this is settled */
+    long long returned_keep_ms;     /* return markers are kept this long (see holds.c) */
     int soldout_cache_ms;           /* a "sold out" is remembered this long (0: never) */
     int product_cache_ms;           /* a product read is answered again this long */
     long long idem_ttl_ms;

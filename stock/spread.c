@@ -250,6 +250,7 @@ int sk_spread_return(stock_conn *c, stock_return_req *r) {
     int units, rc = 0, any = 0;
     r->result = STOCK_RESERVED;
     r->given = 0;
+    r->forgotten = 0;
     for (int lane; (lane = sk_lane_parse(p, &t, &units)) >= 0;) {
         if (!r->takes || !r->takes[0]) units = r->quantity;   /* no record: all to lane 0 */
         snprintf(part, sizeof part, "0:%d", units);
@@ -260,6 +261,7 @@ int sk_spread_return(stock_conn *c, stock_return_req *r) {
         any = 1;
         if (stock_return(c, &one, 1) != 0) rc = -1;
         if (one.given) r->given = 1;
+        if (one.forgotten) r->forgotten = 1;   /* the whole debt stays owed */
         if (one.result == STOCK_UNAVAILABLE) r->result = STOCK_UNAVAILABLE;
         else if (one.result == STOCK_MISSING && r->result != STOCK_UNAVAILABLE)
             r->result = STOCK_MISSING;

@@ -313,18 +313,64 @@ typedef struct stock_return_req {
     int quantity;
     long long reserve_gen;        /* the generation the hold was reserved under */
     long long return_gen;         /* the generation its end was decided under */
+    long long decided_ms;         /* when it was decided (holds.decided_ms: the deciding
+                                     clock, wall, Unix ms): names its marker's bucket */
     /* out */
     stock_result result;          /* STOCK_RESERVED: settled (given back now, or before,
                                      or counted by a rebuild); STOCK_MISSING: no copy of
                                      that generation yet (rebuild, then retry);
-                                     STOCK_UNAVAILABLE: Redis failed (retry) */
+                                     STOCK_UNAVAILABLE: Redis failed (retry), or
+                                     forgotten (below) */
     int given;                    /* given back by this call */
+    int forgotten;                /* decided before the copy's forgetting mark (result
+                                     STOCK_UNAVAILABLE): a repeat of a return done and
+                                     forgotten, or a decision stamped by a clock behind
+                                     the others' by more than the keep margin; nothing
+                                     was given, and the debt must stay owed */
 } stock_return_req;
 
 /* Gives back the units of ended holds, pipelined (return.lua): exactly once
- * per order however often it is repeated. Returns 0, or -1 when Redis
- * failed for some. */
+ * per order however often it is repeated, as long as its marker is kept
+ * (stock_returned_forget). Returns 0, or -1 when Redis failed for some. */
 int stock_return(stock_conn *c, stock_return_req *reqs, size_t n);
+
+/* The markers that make a return exactly-once are kept per time bucket:
+ * the marker of an order decided at decided_ms is in the hash
+ * "{sku}:returned:<decided_ms / STOCK_RETURNED_BUCKET_MS>", so that they
+ * can be forgotten a bucket at a time. Every instance must name the same
+ * key for an order: a protocol constant, not an option. */
+#define STOCK_RETURNED_BUCKET_MS 10000LL
+/* How far back of the watermark found (none: of the new one) a forget
+ * looks for buckets: one day, in buckets. */
+#define STOCK_RETURNED_LOOKBACK 8640LL
+
+/* The buckets that a raise of the watermark from w_old (0: none yet) to w
+ * may delete: those wholly before w, [*first, *end); none when *first >=
+ * *end. Pure arithmetic, for stock_returned_forget and its tests. */
+void stock_returned_span(long long w_old, long long w, long long *first, long long *end);
+
+/* The watermark that may be set at now_ms: min(now_ms - keep_ms, the
+ * decision time of the SKU's oldest debt still owed (oldest_owed_ms; -1:
+ * none)), 0 when that is not a time. A marker may go only once its debt is
+ * cleared, hence the oldest debt; keep_ms covers a decision stamped before
+ * now - keep_ms and committed after the debts were read (its clock read to
+ * its commit, and the clock skew between instances). Pure arithmetic. */
+long long stock_returned_watermark(long long now_ms, long long keep_ms, long long oldest_owed_ms);
+
+/* The watermark of p's copy (the smallest of its lanes'), 0 when none, in
+ * *before_ms. Returns 0, or -1 when Redis failed. */
+int stock_returned_mark(stock_conn *c, const stock_product *p, long long *before_ms);
+
+/* Forgets the return markers of p's orders decided before before_ms: raises
+ * the watermark "{sku}:returned:before" to before_ms (never lowers it) and
+ * deletes the buckets wholly before it, atomically (forget.lua), so that a
+ * repeat of a forgotten return is answered `forgotten`, never given again.
+ * The caller vouches that every order of p decided before before_ms was
+ * given back and its debt cleared, and that no decision still to commit is
+ * stamped before it. *forgot_buckets (may be NULL): buckets deleted (or
+ * found gone). Returns 0, or -1 when Redis failed (try again later). */
+int stock_returned_forget(stock_conn *c, const stock_product *p, long long before_ms,
+                          long long *forgot_buckets);
 
 /* Reads the units left, in total and per segment (seg may be NULL; else it
  * has room for product->segments values). Returns STOCK_RESERVED (= ok),

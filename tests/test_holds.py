@@ -476,3 +476,99 @@ def test_sold_out_memory_learns_that_units_came_back(ctx):
     orders = {m for m in s1.get("/metrics").raw.splitlines()
               if m.startswith('flashsale_orders_total{strategy="lua",outcome="sold_out"}')}
     assert orders, "sold_out answers from memory are counted like the others"
+
+
+BUCKET_MS = 10000          # stock.h STOCK_RETURNED_BUCKET_MS: a protocol constant
+
+
+def marker_buckets(r, sku):
+    """{bucket number: {order_id: decided_ms}} of sku's return markers."""
+    out = {}
+    for k in r.scan_iter("fs:{%s}:returned:*" % sku):
+        m = re.fullmatch(r"fs:\{%s\}:returned:(\d+)" % re.escape(sku), k)
+        if m:
+            out[int(m.group(1))] = {o: int(v) for o, v in r.hgetall(k).items()}
+    return out
+
+
+def forgotten_total(s):
+    m = re.search(r"^flashsale_hold_returns_forgotten_total (\d+)$", s.get("/metrics").raw, re.M)
+    return int(m.group(1))
+
+
+def test_return_markers_are_forgotten_and_a_late_repeat_adds_nothing(ctx):
+    """issue 32, item 4: the marker that makes a return exactly-once lives
+    in the time bucket of its decision and is forgotten once its debt is
+    cleared and --returned-keep-ms has passed, so a long sale's ended holds
+    do not stay in Redis. A repeat after that (here: the debt set owing
+    again, as a decider's clock far behind the others would make it) is
+    refused, counted and left owed, never given twice."""
+    redis, (s,) = start(ctx, extra=["--returned-keep-ms", "1000"])
+    n = 200
+    create(s, "fg", n, hold_seconds=600)
+    made = [s.order("fg", user="u%d" % i).json for i in range(n)]
+    assert all(o["status"] == "reserved" for o in made)
+    for o in made:
+        assert cancel(s, o["order_id"], user=o["user_id"]).status == 200
+    r = redis.client()
+    decided = dict(db_rows(s.db_path, "SELECT order_id, decided_ms FROM holds WHERE sku='fg'"))
+    buckets = marker_buckets(r, "fg")
+    marked = {o: t for b in buckets.values() for o, t in b.items()}
+    # Each marker in its decision's bucket, holding its decision time (the
+    # forgetting may already have taken a bucket: keep is 1 s).
+    before = int(r.get("fs:{fg}:returned:before") or 0)
+    assert all(marked[o] == t and t // BUCKET_MS in buckets
+               for o, t in decided.items() if o in marked), (marked, decided)
+    assert all(o in marked or t < before for o, t in decided.items())
+    p = books(s, redis, "fg")
+    assert (p["held"], p["stock_available"]) == (0, n), p
+    last = max(decided.values())
+
+    t0 = time.time()
+    def forgotten():
+        left = [b for b in marker_buckets(r, "fg") if b <= last // BUCKET_MS]
+        w = int(r.get("fs:{fg}:returned:before") or 0)
+        return not left and w > last
+    harness.wait_until(forgotten, 30, step=0.2, what="the markers to be forgotten")
+    print("    %d markers forgotten %.1f s after the last cancel (bucket %d s, keep 1 s, every 5 s)"
+          % (n, time.time() - t0, BUCKET_MS // 1000))
+    p = books(s, redis, "fg")
+    assert (p["held"], p["sold"], p["stock_available"]) == (0, 0, n), p
+
+    # A late repeat: one of those debts owed again. The owing scan gives
+    # it to return.lua, which finds it decided before the watermark.
+    was = forgotten_total(s)
+    oid = made[0]["order_id"]
+    c = sqlite3.connect(s.db_path, timeout=10)
+    with c:
+        c.execute("UPDATE holds SET return_gen=(SELECT stock_gen FROM products WHERE sku='fg')"
+                  " WHERE order_id=?", (oid,))
+    harness.wait_until(lambda: forgotten_total(s) > was, 10, step=0.2,
+                       what="the repeat to be refused as forgotten")
+    assert redis_available(redis, "fg", 1) == n
+    assert db_rows(s.db_path, "SELECT count(*) FROM holds WHERE return_gen IS NOT NULL")[0][0] == 1
+    assert re.search(r"before the forgetting mark \d+: this instance's clock is behind", s.logs())
+    # While it is owed, the watermark does not pass it... it was already
+    # past: it stays where it was (never lowered), and nothing else moves.
+    with c:
+        c.execute("UPDATE holds SET return_gen=NULL WHERE order_id=?", (oid,))
+    c.close()
+    p = books(s, redis, "fg")
+    assert (p["held"], p["sold"], p["stock_available"]) == (0, 0, n), p
+
+
+def test_a_legacy_marker_still_stops_a_return(ctx):
+    """Markers written before the time buckets (`returned`, value "1", no
+    decision time) are still read: an order found there is not given back
+    again into a bucket."""
+    redis, (s,) = start(ctx)
+    create(s, "lg", 3, hold_seconds=600)
+    o = s.order("lg", user="a").json
+    r = redis.client()
+    r.hset("fs:{lg}:returned", o["order_id"], 1)         # as if given back before the upgrade
+    assert cancel(s, o["order_id"], user="a").status == 200
+    harness.wait_until(lambda: db_rows(s.db_path, "SELECT count(*) FROM holds WHERE"
+                                                  " return_gen IS NOT NULL")[0][0] == 0, 5,
+                       what="the debt to be settled")
+    assert redis_available(redis, "lg", 1) == 2           # not given a second time
+    assert not marker_buckets(r, "lg")

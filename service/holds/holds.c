@@ -9,7 +9,21 @@
  * return, or Redis failed). Both give units back the same way: SQLite has
  * decided and recorded the debt; stock_return gives the units to the copy
  * of the debt's generation, exactly once whoever repeats it; then the
- * debt is cleared. */
+ * debt is cleared.
+ *
+ * And every FORGET_EVERY_MS the same thread forgets the markers that make
+ * those returns exactly-once, so that they do not fill Redis in a long
+ * sale (stock_returned_forget): for each of this instance's hold products
+ * whose stock is a Redis copy, those of orders decided before
+ *   W = min(now - --returned-keep-ms, the oldest debt of the SKU still owed).
+ * Why both bounds: a marker may go only once its debt is cleared (a return
+ * still owed must find its marker, or the watermark's answer would leave
+ * it owed for ever), hence the oldest debt; and a decision read its clock
+ * before it committed, so one not yet committed when the oldest debt was
+ * read may be stamped before it: keep_ms covers that time (seconds at
+ * most) and the clock skew between instances. A return stamped before W
+ * anyway is refused (`forgotten`): it stays owed and is logged, never
+ * given twice. */
 #include "service/holds/holds.h"
 
 #include <pthread.h>
@@ -30,6 +44,7 @@
                                      this long, and the order path's commits wait */
 #define OWING_EVERY_MS 1000
 #define OWING_GRACE_MS 2000       /* a decider's own return gets this long first */
+#define FORGET_EVERY_MS 5000      /* return markers are forgotten this often */
 
 struct svc_holds {
     svc_app *a;
@@ -46,6 +61,7 @@ typedef struct owed {
     char *user_id, *takes;        /* owned */
     int quantity;
     long long reserve_gen, return_gen;
+    long long decided_ms;         /* as SQLite recorded it: names the marker's bucket */
     int cause;                    /* SVC_RETURN_CANCEL / _EXPIRY */
 } owed;
 
@@ -58,6 +74,12 @@ static void owed_free(owed *o, size_t n) {
         free(o[i].user_id);
         free(o[i].takes);
     }
+}
+
+/* The forgetting mark of p's copy, for a log line (-1: not read). */
+static long long forget_mark(stock_conn *sc, const svc_product *p) {
+    long long w = -1;
+    return stock_returned_mark(sc, &p->sp, &w) == 0 ? w : -1;
 }
 
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
@@ -73,13 +95,25 @@ static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
         req[i] = (stock_return_req){ .product = &o[i].p->sp, .order_id = o[i].order_id,
                                      .user_id = o[i].user_id, .takes = o[i].takes,
                                      .quantity = o[i].quantity, .reserve_gen = o[i].reserve_gen,
-                                     .return_gen = o[i].return_gen };
+                                     .return_gen = o[i].return_gen,
+                                     .decided_ms = o[i].decided_ms };
     }
     if (stock_return(sc, req, n) != 0)
         svc_log(SVC_LOG_WARN, "holds: giving units back: %s (retried)", stock_conn_errstr(sc));
     db_debt *debts = calloc(n, sizeof *debts);
     size_t nd = 0;
+    int told = 0;
     for (size_t i = 0; i < n; i++) {
+        if (req[i].forgotten) {
+            /* Not settled: the debt stays (never dropped silently, never
+             * given twice), and loud, once per call (a scan's batch). */
+            atomic_fetch_add(&a->m.hold_forgotten, 1);
+            if (!told++)
+                svc_log(SVC_LOG_ERROR, "holds: %s (order %s): a hold decided at %lld ms, before "
+                        "the forgetting mark %lld: this instance's clock is behind the others' "
+                        "by more than --returned-keep-ms? (left owed)", o[i].p->sku,
+                        o[i].order_id, o[i].decided_ms, forget_mark(sc, o[i].p));
+        }
         if (req[i].given) {
             atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
             svc_product_changed(o[i].p);
@@ -118,6 +152,7 @@ static int owed_of(owed *o, svc_product *p, const db_decision *dc) {
     o->quantity = dc->order.quantity;
     o->reserve_gen = dc->reserve_gen;
     o->return_gen = dc->return_gen;
+    o->decided_ms = dc->now_ms;                 /* what the decision stored as decided_ms */
     o->cause = dc->order.status == DB_ORDER_CANCELLED ? SVC_RETURN_CANCEL : SVC_RETURN_EXPIRY;
     if (o->user_id && o->takes) return 0;
     owed_free(o, 1);
@@ -186,6 +221,7 @@ static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed 
         o->quantity = ex[i].quantity;
         o->reserve_gen = ex[i].reserve_gen;
         o->return_gen = ex[i].return_gen;
+        o->decided_ms = now;                    /* the sweep stores its now_ms as decided_ms */
         o->cause = SVC_RETURN_EXPIRY;
         if (o->user_id) nback++;
         else owed_free(o, 1);
@@ -216,6 +252,7 @@ static void add_owing(const db_owed *w, void *ud) {
     o->quantity = w->quantity;
     o->reserve_gen = w->reserve_gen;
     o->return_gen = w->return_gen;
+    o->decided_ms = w->decided_ms;
     o->cause = w->status == DB_ORDER_CANCELLED ? SVC_RETURN_CANCEL : SVC_RETURN_EXPIRY;
     if (o->user_id && o->takes) l->n++;
     else owed_free(o, 1);
@@ -230,6 +267,59 @@ static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
     owed_free(l.v, l.n);
 }
 
+/* ------------------------------------------------------------ forgetting */
+
+typedef struct product_list {
+    svc_product **v;
+    size_t n, cap;
+    int nomem;
+} product_list;
+
+/* Collects the products whose holds' returns go to a Redis copy (the
+ * products never go away: the pointers stay valid outside the cache's
+ * lock, which the Redis and SQLite calls must not be made under). */
+static void add_hold_product(svc_product *p, void *ud) {
+    product_list *l = ud;
+    if (p->hold_seconds <= 0 || stock_in_db(p)) return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        svc_product **v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->nomem = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = p;
+}
+
+/* Forgets the return markers of this instance's hold products that no
+ * return can need any more. A failure leaves them to the next round. */
+static void forget_returned(svc_app *a, db *d, stock_conn *sc) {
+    product_list l = { 0 };
+    if (!sc) return;
+    svc_product_cache_each(a->products, add_hold_product, &l);
+    for (size_t i = 0; i < l.n; i++) {
+        svc_product *p = l.v[i];
+        /* The clock first, the debts after: a decision stamped before the
+         * clock read here and committed after the debts' read is the one
+         * keep_ms must cover. */
+        long long now = clock_wall_ms(), forgot = 0;
+        int64_t oldest = -1;
+        if (db_hold_oldest_owed(d, p->sku, &oldest) != DB_OK) {
+            svc_log(SVC_LOG_WARN, "holds: reading %s's oldest debt: %s", p->sku, db_errstr(d));
+            continue;
+        }
+        long long w = stock_returned_watermark(now, a->cfg.returned_keep_ms, oldest);
+        if (stock_returned_forget(sc, &p->sp, w, &forgot) != 0)
+            svc_log(SVC_LOG_WARN, "holds: forgetting %s's return markers: %s (retried)", p->sku,
+                    stock_conn_errstr(sc));
+    }
+    if (l.nomem) svc_log(SVC_LOG_WARN, "holds: out of memory listing products to forget");
+    free(l.v);
+}
+
 static void *holds_main(void *arg) {
     svc_holds *h = arg;
     svc_app *a = h->a;
@@ -239,6 +329,7 @@ static void *holds_main(void *arg) {
     db_expired *ex = calloc(EXPIRE_BATCH, sizeof *ex);
     owed *back = calloc(EXPIRE_BATCH, sizeof *back);
     int64_t next_owing = clock_mono_ms() + OWING_EVERY_MS;
+    int64_t next_forget = clock_mono_ms() + FORGET_EVERY_MS;
     if (!ex || !back) svc_log(SVC_LOG_ERROR, "holds: out of memory: no expiry");
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
@@ -253,6 +344,10 @@ static void *holds_main(void *arg) {
                 long long held = 0;
                 if (db_hold_units(d, &held) == DB_OK) atomic_store(&a->m.units_held, held);
                 next_owing = clock_mono_ms() + OWING_EVERY_MS;
+            }
+            if (clock_mono_ms() >= next_forget) {
+                forget_returned(a, d, sc);
+                next_forget = clock_mono_ms() + FORGET_EVERY_MS;
             }
         }
         pthread_mutex_lock(&h->mu);

@@ -416,6 +416,10 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
            "flashsale_hold_units_returned_total{cause=\"expiry\"} %llu\n",
         (unsigned long long)atomic_load(&m->hold_returned[SVC_RETURN_CANCEL]),
         (unsigned long long)atomic_load(&m->hold_returned[SVC_RETURN_EXPIRY]));
+    family(b, "flashsale_hold_returns_forgotten_total", "counter",
+           "Returns of ended holds decided before the forgetting mark (not given; left owed).");
+    put(b, "flashsale_hold_returns_forgotten_total %llu\n",
+        (unsigned long long)atomic_load(&m->hold_forgotten));
     family(b, "flashsale_units_held", "gauge",
            "Units of reserved holds over every product (SQLite, read each second).");
     put(b, "flashsale_units_held %lld\n", atomic_load(&m->units_held));

@@ -64,6 +64,7 @@ typedef struct svc_metrics {
     atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;
     atomic_uint_fast64_t holds_ended[3];             /* confirmed, cancelled, expired */
     atomic_uint_fast64_t hold_returned[SVC_RETURN_CAUSES];   /* units given back */
+    atomic_uint_fast64_t hold_forgotten;             /* returns refused as forgotten */
     atomic_llong units_held;                         /* of reserved holds (holds thread) */
     svc_histogram expiry_lag;                        /* deadline to expiry, microseconds */
     svc_histogram lock_acquire;

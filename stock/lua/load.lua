@@ -2,7 +2,7 @@
 -- numbers, atomically, under a new generation.
 --
 -- KEYS[1] gen   KEYS[2] pending   KEYS[3] users   KEYS[4] empty-segment bitmap
--- KEYS[5] returned (return.lua's markers)   KEYS[6..] segments 0 .. n-1
+-- KEYS[5] returned (return.lua's legacy markers)   KEYS[6..] segments 0 .. n-1
 -- ARGV[1] generation   ARGV[2] run_id   ARGV[3] "1" to overwrite any copy
 -- ARGV[4 .. 3+n] units per segment, then user_id, units pairs
 -- Returns 1 when loaded, 0 when a copy of this or a newer generation built
@@ -18,7 +18,10 @@ end
 -- Pending records belong to older generations now: their orders cannot
 -- commit (SQLite refuses the old generation), and their units are already
 -- in the numbers loaded here. So are the units of holds ended before this
--- rebuild read SQLite: their markers go with the copy they were made in.
+-- rebuild read SQLite: the legacy markers go with the copy they were made
+-- in. The time buckets of markers (returned:<b>) and their watermark
+-- (returned:before) stay: a return of an older generation answers 0 before
+-- return.lua looks at either, and forget.lua drops the buckets by age.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 for i = 1, n do
     redis.call('SET', KEYS[5 + i], ARGV[3 + i])

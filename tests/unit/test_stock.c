@@ -411,6 +411,79 @@ static void test_lock_module_and_loop_path_exclude(void) {
     lock_client_free(lc);
 }
 
+/* The arithmetic of forgetting: which buckets a raise may delete, and
+ * the watermark's two bounds. */
+static void test_returned_arithmetic(void) {
+    const long long B = STOCK_RETURNED_BUCKET_MS;
+    long long first, end;
+    stock_returned_span(0, 100 * B + 5, &first, &end);     /* none yet: a day back */
+    CHECK(end == 100 && first == 0);
+    stock_returned_span(0, 10000 * B, &first, &end);
+    CHECK(end == 10000 && first == 10000 - STOCK_RETURNED_LOOKBACK);
+    stock_returned_span(40 * B + 1, 43 * B, &first, &end); /* bucket 40 not whole before */
+    CHECK(first == 40 && end == 43);                        /* 40, 41, 42: (b+1)*B <= W */
+    stock_returned_span(40 * B, 40 * B + B - 1, &first, &end);
+    CHECK(first >= end);                                    /* within one bucket: none */
+    stock_returned_span(50 * B, 45 * B, &first, &end);      /* W below the old one: none */
+    CHECK(first >= end);
+    CHECK(stock_returned_watermark(100000, 60000, -1) == 40000);     /* no debt owed */
+    CHECK(stock_returned_watermark(100000, 60000, 30000) == 30000);  /* the oldest debt */
+    CHECK(stock_returned_watermark(100000, 60000, 50000) == 40000);  /* the keep margin */
+    CHECK(stock_returned_watermark(1000, 60000, -1) == 0);
+}
+
+/* A return's marker goes to its decision's bucket; forgetting raises the
+ * watermark and drops the buckets wholly before it; a repeat of a
+ * forgotten return is answered `forgotten` and gives nothing; the legacy
+ * hash still stops a repeat. */
+static void test_returned_markers_forgotten(void) {
+    const long long B = STOCK_RETURNED_BUCKET_MS;
+    stock_product p = { .sku = "t-fgt", .strategy = STOCK_LUA, .segments = 1 };
+    cmd("DEL %s", "fs:{t-fgt}:returned:before");
+    cmd("DEL %s", "fs:{t-fgt}:returned:1000");
+    cmd("DEL %s", "fs:{t-fgt}:returned:1001");
+    CHECK(stock_load(sc, &p, 1, 0, NULL, 0, 1) == 0);
+    long long t1 = 1000 * B + 7, t2 = 1001 * B + 3;
+    stock_return_req r = { .product = &p, .order_id = "r1", .user_id = "u", .takes = "",
+                           .quantity = 2, .reserve_gen = 1, .return_gen = 1, .decided_ms = t1 };
+    CHECK(stock_return(sc, &r, 1) == 0 && r.given && r.result == STOCK_RESERVED);
+    stock_return_req r2 = r;
+    r2.order_id = "r2";
+    r2.decided_ms = t2;
+    CHECK(stock_return(sc, &r2, 1) == 0 && r2.given);
+    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
+    redisReply *h = redisCommand(raw, "HGET fs:{t-fgt}:returned:1000 r1");
+    CHECK(h && h->type == REDIS_REPLY_STRING && atoll(h->str) == t1);
+    if (h) freeReplyObject(h);
+    CHECK(stock_return(sc, &r, 1) == 0 && !r.given && r.result == STOCK_RESERVED);
+
+    long long forgot = -1;
+    CHECK(stock_returned_forget(sc, &p, 1001 * B + 5, &forgot) == 0 && forgot == 1);
+    CHECK(get_ll("fs:{t-fgt}:returned:before") == 1001 * B + 5);
+    h = redisCommand(raw, "EXISTS fs:{t-fgt}:returned:1000 fs:{t-fgt}:returned:1001");
+    CHECK(h && h->type == REDIS_REPLY_INTEGER && h->integer == 1);   /* 1001 is not whole */
+    if (h) freeReplyObject(h);
+    long long w = 0;
+    CHECK(stock_returned_mark(sc, &p, &w) == 0 && w == 1001 * B + 5);
+    CHECK(stock_returned_forget(sc, &p, 5, &forgot) == 0 && forgot == 0);   /* never lowers */
+    CHECK(get_ll("fs:{t-fgt}:returned:before") == 1001 * B + 5);
+
+    /* A repeat of r1, its marker forgotten: nothing given, and said so. */
+    CHECK(stock_return(sc, &r, 1) == 0 && !r.given && r.forgotten && r.result != STOCK_RESERVED);
+    /* r2 is decided before the watermark too. */
+    CHECK(stock_return(sc, &r2, 1) == 0 && !r2.given && r2.forgotten);
+    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
+
+    /* A legacy marker ("1" in `returned`) stops a return decided later. */
+    cmd("HSET fs:{t-fgt}:returned %s 1", "r3");
+    stock_return_req r3 = r;
+    r3.order_id = "r3";
+    r3.decided_ms = 1002 * B;
+    CHECK(stock_return(sc, &r3, 1) == 0 && !r3.given && !r3.forgotten &&
+          r3.result == STOCK_RESERVED);
+    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
+}
+
 static void test_unreachable(void) {
     stock_config cfg = { .redis_url = "redis://127.0.0.1:1/0", .prefix = "fs:", .timeout_ms = 200,
                          .instance = "test" };
@@ -433,7 +506,7 @@ int main(int argc, char **argv) {
         T(test_reserve_answers), T(test_pending_confirm_undo), T(test_replays),
         T(test_limit_counts), T(test_generation_and_run_id), T(test_segments),
         T(test_noscript_fallback), T(test_fenced_write), T(test_lock_module_and_loop_path_exclude),
-        T(test_unreachable),
+        T(test_returned_arithmetic), T(test_returned_markers_forgotten), T(test_unreachable),
     };
     char err[200];
     rconn_addr a;
