@@ -16,9 +16,11 @@
  *           (decided_ms - expires_ms) is measured; the units ordered beyond
  *           the stock (units that came back and sold again) are counted,
  *           and must be above 0 when the run's shape promised a resale;
- *   redis   `returned` names only cancelled or expired holds, and every
- *           such hold taken from this copy (its generation) is in it: the
- *           units went back exactly once (the books check counts them).
+ *   redis   the return markers (`returned` and its time buckets) name only
+ *           cancelled or expired holds, and every such hold taken from this
+ *           copy (its generation) is in them, or decided before the
+ *           forgetting watermark (`returned:before`): the units went back
+ *           exactly once (the books check counts them).
  *
  * Nothing here runs for a product without holds: its checks are exactly
  * what they were before holds existed. SQLite and Redis are read by

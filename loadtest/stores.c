@@ -13,7 +13,9 @@
  *   Redis   <prefix>{sku}:gen, :empty and :stock:0..n-1 in one MGET (the
  *           copy's validity, its units, and the bitmap of segments marked
  *           empty), the :pending hash (records, and their "q" units) and
- *           the :returned hash (the ended holds given back to this copy);
+ *           the return markers (the ended holds given back to this copy:
+ *           the legacy :returned hash, the :returned:<b> time buckets found
+ *           by SCAN, and the :returned:before watermark);
  *           from one server, the primary Sentinel names, or the Redis
  *           Cluster node serving the SKU's hash tag (cluster.c follows the
  *           cluster's redirections, again sharing nothing with rtopo/); the
@@ -643,24 +645,30 @@ static int returned_key(fl_redis *r, const char *tag, const redisReply *k, char 
  * buckets `returned:<b>` (the service's stock/lua/return.lua) -- appended
  * to *ids, and the forgetting watermark `returned:before` in *before (0:
  * none). The buckets are found by SCAN (their names follow the decisions'
- * times). Returns 0, or -1 with e set. */
+ * times), on the node serving tag's slot. SCAN names no key, so it follows
+ * no ASK: while the slot migrates, buckets already moved are not seen (a
+ * reader may then count markers missing). It runs first, so that the node
+ * said to serve the copy is the one the legacy hash's HSCAN, a key's
+ * command, was answered by. Returns 0, or -1 with e set. */
 static int returned_of(fl_redis *r, const char *tag, char (**ids)[27], size_t *n, size_t *cap,
                        long long *before, fl_err *e) {
     char *key = tag_key(r, tag, "returned", -1), pattern[600], cursor[32] = "0";
     if (!key) return fl_errf(e, "out of memory");
-    int rc = hash_ids(r, tag, key, ids, n, cap, e), k = 0;
+    int rc = 0, k = 0;
     /* The pattern: the legacy key's text, glob characters escaped, + ":*". */
     for (const char *c = key; *c && k < (int)sizeof pattern - 4; c++) {
         if (strchr("*?[]\\", *c)) pattern[k++] = '\\';
         pattern[k++] = *c;
     }
     memcpy(pattern + k, ":*", 3);
-    free(key);
     *before = 0;
     for (long page = 0; !rc && page < 10000000; page++) {
         const char *argv[] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000" }, *run_id;
         redisReply *rep = redis_call(r, tag, 6, argv, &run_id, e);
-        if (!rep) return -1;
+        if (!rep) {
+            rc = -1;
+            break;
+        }
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
             rep->element[0]->type != REDIS_REPLY_STRING ||
             rep->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -674,6 +682,8 @@ static int returned_of(fl_redis *r, const char *tag, char (**ids)[27], size_t *n
         freeReplyObject(rep);
         if (!strcmp(cursor, "0")) break;
     }
+    if (!rc) rc = hash_ids(r, tag, key, ids, n, cap, e);
+    free(key);
     return rc;
 }
 

@@ -95,9 +95,10 @@ void fl_holds_on_hold(fl_holds *hx, const fl_hold_row *h, int this_run);
  * the units sold again (hr: SQLite's rows). */
 void fl_holds_check_db(fl_holds *hx, const fl_hold_rows *hr, const fl_db_sku *dp,
                        fl_verdict *vd);
-/* Redis's `returned` against SQLite's holds: only ended holds given back,
- * and every ended hold of this copy's generation given back (c: the copy
- * as read; of a spread one, `returned` is the union over its lanes). */
+/* Redis's return markers against SQLite's holds: only ended holds given
+ * back, and every ended hold of this copy's generation given back, or
+ * decided before the forgetting watermark (c: the copy as read; of a
+ * spread one, the markers are the union over its lanes). */
 void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, const fl_stock_copy *c,
                              fl_verdict *vd);
 

@@ -247,7 +247,7 @@ def test_cluster_reads_follow_the_slots(ctx):
     assert rc == 0, out + err
     asked = blocks(out)[0]
     assert asked["redis"] == ("served by 127.0.0.1:%d (run_id %s); followed 0 MOVED, 3 ASK, "
-                              "0 TRYAGAIN/CLUSTERDOWN; 0 reconnects" % (p3.port, rid[p3.port]))
+                              "0 TRYAGAIN/CLUSTERDOWN; 0 reconnects" % (p3.port, rid[p3.port])), out
     assert asked["copy"].startswith("valid, generation %d: 90 units" % GEN), out
 
     # 4. d half migrated from p3 to p1 (gen moved, its stock keys not):
