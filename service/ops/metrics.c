@@ -289,8 +289,8 @@ static void render_admission(svc_app *a, buf *b) {
     put(b, "flashsale_orders_inflight %ld\n", svc_admit_inflight(am));
     family(b, "flashsale_cpu_throttled_ratio", "gauge",
            "The share of the latest admission window the process spent frozen by its CPU "
-           "quota (a container's limit), taken out of the window's time in the path; 0 "
-           "without a quota.");
+           "quota (a container's limit; read from the quota's cpu.stat); 0 without a quota. "
+           "Near 1 - quota/CPUs busy under load: the quota is used up.");
     put(b, "flashsale_cpu_throttled_ratio %.3f\n", svc_admit_frozen(am));
     family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
            "--order-latency-target-ms: the p90 of the time in the order path each "
@@ -309,9 +309,9 @@ static void render_admission(svc_app *a, buf *b) {
           "Orders of this strategy shed at its own limit (503 overloaded), after parsing." },
         { "flashsale_strategy_admission_latency_seconds", "gauge",
           "90th percentile of the time this strategy's admitted orders spent in the path "
-          "in its latest window (100 ms, 16 orders at least), less the share of the window "
-          "the process was frozen by its CPU quota: what its adaptive limit compares with "
-          "--order-latency-target-ms." },
+          "in its latest window (100 ms, 16 orders at least), counted from before the "
+          "request was read (plus its loop's last turn): what its adaptive limit compares "
+          "with --order-latency-target-ms." },
     };
     int64_t now = clock_mono_us();
     for (size_t f = 0; f < sizeof F / sizeof F[0]; f++) {

@@ -63,13 +63,10 @@ long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us
     return n;
 }
 
-int64_t svc_admission_unfrozen(int64_t p90_us, long long frozen_us, int64_t wall_us, int cpus,
-                               double *share) {
+double svc_admission_frozen_share(long long frozen_us, int64_t wall_us, int cpus) {
     double f = 0;
     if (frozen_us > 0 && wall_us > 0 && cpus > 0) f = (double)frozen_us / ((double)wall_us * cpus);
-    if (f > 0.9) f = 0.9;
-    *share = f;
-    return (int64_t)((double)p90_us * (1.0 - f) + 0.5);
+    return f > 1 ? 1 : f;
 }
 
 /* --------------------------------------------------------- the window's p90 */
@@ -133,12 +130,12 @@ static void close_window(svc_admission *ad, int64_t now) {
     int64_t wall = now - atomic_load(&ad->win_start_us);
     atomic_store(&ad->win_start_us, now);
     if (ad->quota) {
-        /* The freezes of this window: the kernel's count then and now. */
+        /* The freezes of this window, for the metrics: the kernel's count
+         * then and now. */
         long long fz = cpus_throttled_us(ad->quota);
-        double share = 0;
-        if (fz >= 0 && ad->win_frozen_us >= 0)
-            p90 = svc_admission_unfrozen(p90, fz - ad->win_frozen_us, wall, ad->quota->usable,
-                                         &share);
+        double share = fz >= 0 && ad->win_frozen_us >= 0
+                           ? svc_admission_frozen_share(fz - ad->win_frozen_us, wall, ad->quota->usable)
+                           : 0;
         ad->win_frozen_us = fz;
         atomic_store(&ad->last_frozen_pm, (int)(share * 1000));
     }
