@@ -106,17 +106,23 @@ void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n) {
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Takes up to max_batch queued jobs into w->batch; blocks while the queue is
- * empty. Returns 0 when stopping with nothing left. */
-static size_t take_batch(db_writer *w) {
-    size_t n = 0;
-    pthread_mutex_lock(&w->mu);
-    while (!w->head && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+/* Moves queued jobs into w->batch after its first n, up to max_batch;
+ * w->mu held. Returns the batch's size. */
+static size_t take_queued(db_writer *w, size_t n) {
     while (w->head && n < w->max_batch) {
         w->batch[n++] = w->head;
         w->head = w->head->next;
     }
     if (!w->head) w->tail = NULL;
+    return n;
+}
+
+/* Takes up to max_batch queued jobs into w->batch; blocks while the queue is
+ * empty. Returns 0 when stopping with nothing left. */
+static size_t take_batch(db_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->head && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+    size_t n = take_queued(w, 0);
     pthread_mutex_unlock(&w->mu);
     return n;
 }
@@ -131,11 +137,7 @@ static size_t pace(db_writer *w, size_t n, int64_t last_us) {
     assert(wait < 1000000);
     nanosleep(&ts, NULL);
     pthread_mutex_lock(&w->mu);
-    while (w->head && n < w->max_batch) {
-        w->batch[n++] = w->head;
-        w->head = w->head->next;
-    }
-    if (!w->head) w->tail = NULL;
+    n = take_queued(w, n);
     pthread_mutex_unlock(&w->mu);
     return n;
 }

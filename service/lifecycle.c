@@ -343,7 +343,6 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     atomic_store(&a->shutting_down, 0);
     svc_admit_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
                        a->cfg.latency_target_ms);
-    svc_admit_quota(&a->adm, &a->cfg.cpus);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,

@@ -287,11 +287,15 @@ static void render_admission(svc_app *a, buf *b) {
     family(b, "flashsale_orders_inflight", "gauge",
            "Orders admitted into the order path and not yet answered.");
     put(b, "flashsale_orders_inflight %ld\n", svc_admit_inflight(am));
-    family(b, "flashsale_cpu_throttled_ratio", "gauge",
-           "The share of the latest admission window the process spent frozen by its CPU "
-           "quota (a container's limit; read from the quota's cpu.stat); 0 without a quota. "
-           "Near 1 - quota/CPUs busy under load: the quota is used up.");
-    put(b, "flashsale_cpu_throttled_ratio %.3f\n", svc_admit_frozen(am));
+    /* Read at the scrape, from the quota's own cpu.stat: nothing on the
+     * order path, and rate() over it is the frozen share. */
+    long long frozen_us = cpus_throttled_us(&a->cfg.cpus);
+    family(b, "flashsale_cpu_throttled_seconds_total", "counter",
+           "Time the kernel has kept this process's CPU-quota group (a container's limit) "
+           "frozen, summed over its CPUs (the quota's cpu.stat); 0 without a quota. rate() "
+           "over it, divided by the CPUs busy, is the share of the time frozen.");
+    put(b, "flashsale_cpu_throttled_seconds_total %.6f\n",
+        frozen_us > 0 ? (double)frozen_us / 1e6 : 0.0);
     family(b, "flashsale_order_admission_latency_target_seconds", "gauge",
            "--order-latency-target-ms: the p90 of the time in the order path each "
            "strategy's adaptive limit aims at (shown with a fixed limit too).");

@@ -27,14 +27,6 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_flag_clear(&ad->updating);
     atomic_store(&ad->last_p90_us, 0);
     atomic_store(&ad->last_in_us, 0);
-    ad->quota = NULL;
-    ad->win_frozen_us = -1;
-    atomic_store(&ad->last_frozen_pm, 0);
-}
-
-void svc_admission_quota(svc_admission *ad, const cpus_info *quota) {
-    ad->quota = quota && quota->stat[0] ? quota : NULL;
-    ad->win_frozen_us = ad->quota ? cpus_throttled_us(ad->quota) : -1;
 }
 
 /* ---------------------------------------------------------------- the rule */
@@ -61,12 +53,6 @@ long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us
     if (n < SVC_ADMISSION_MIN) n = SVC_ADMISSION_MIN;
     if (n > max) n = max;
     return n;
-}
-
-double svc_admission_frozen_share(long long frozen_us, int64_t wall_us, int cpus) {
-    double f = 0;
-    if (frozen_us > 0 && wall_us > 0 && cpus > 0) f = (double)frozen_us / ((double)wall_us * cpus);
-    return f > 1 ? 1 : f;
 }
 
 /* --------------------------------------------------------- the window's p90 */
@@ -127,18 +113,7 @@ static void close_window(svc_admission *ad, int64_t now) {
     uint64_t n = atomic_exchange(&ad->win_n, 0);
     int64_t p90 = take_p90(ad, n);
     long peak = atomic_exchange(&ad->win_peak, atomic_load(&ad->inflight));
-    int64_t wall = now - atomic_load(&ad->win_start_us);
     atomic_store(&ad->win_start_us, now);
-    if (ad->quota) {
-        /* The freezes of this window, for the metrics: the kernel's count
-         * then and now. */
-        long long fz = cpus_throttled_us(ad->quota);
-        double share = fz >= 0 && ad->win_frozen_us >= 0
-                           ? svc_admission_frozen_share(fz - ad->win_frozen_us, wall, ad->quota->usable)
-                           : 0;
-        ad->win_frozen_us = fz;
-        atomic_store(&ad->last_frozen_pm, (int)(share * 1000));
-    }
     if (!p90) return;
     atomic_store(&ad->last_p90_us, p90);
     if (ad->fixed) return;
@@ -173,19 +148,6 @@ void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms) {
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++)
         svc_admission_init(&am->by_strategy[s], fixed, max, target_ms);
     atomic_store(&am->door_shed, 0);
-}
-
-void svc_admit_quota(svc_admit *am, const cpus_info *quota) {
-    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) svc_admission_quota(&am->by_strategy[s], quota);
-}
-
-double svc_admit_frozen(svc_admit *am) {
-    int pm = 0;
-    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
-        int v = atomic_load(&am->by_strategy[s].last_frozen_pm);
-        if (v > pm) pm = v;
-    }
-    return pm / 1000.0;
 }
 
 /* In use: orders in flight (inflight, read by the caller), or one in the

@@ -44,9 +44,8 @@
  * waits out the freeze too, and a limit that forgives it lets the queue
  * grow. What kept the freezes from shedding buyers at 0.8x (the issue
  * 32 measurement: 20%) is the fast growth far under the target and the
- * wait to be read below; the frozen share is measured and shown
- * (flashsale_cpu_throttled_ratio, from the quota's cpu.stat,
- * cpus_throttled_us) for the operator, whose cure is more CPU.
+ * wait to be read below. The frozen time is the operator's to see
+ * (flashsale_cpu_throttled_seconds_total); the cure is more CPU.
  *
  * The wait to be read. An order's time counts from when its request
  * probably arrived, not from when it was read: a loop past what its CPU
@@ -66,7 +65,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "common/cpus.h"
 #include "stock/stock.h"
 
 #define SVC_ADMISSION_WINDOW_US 100000   /* the controller's window, at least... */
@@ -93,12 +91,6 @@ typedef struct svc_admission {
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
     int64_t target_us;             /* the adaptive target: p90 of the time in the path */
-    /* The CPU quota whose freezes each window measures (NULL: none), and
-     * its frozen time when the window began (-1: unknown). Read and
-     * written by the thread closing a window only. */
-    const cpus_info *quota;
-    long long win_frozen_us;
-    atomic_int last_frozen_pm;     /* the latest window's frozen share, per mille (metrics) */
 } svc_admission;
 
 /* Sets ad up: a fixed limit when fixed > 0, else adaptive between
@@ -117,9 +109,6 @@ int svc_admission_shed(svc_admission *ad);
 void svc_admission_enter(svc_admission *ad, int64_t now_us);
 /* ...and leaves it, answered, after micros in it: feeds the controller. */
 void svc_admission_leave(svc_admission *ad, int64_t micros);
-
-/* Measures quota's freezes in ad's windows from now on (svc_admit_quota). */
-void svc_admission_quota(svc_admission *ad, const cpus_info *quota);
 
 /* The figures /metrics shows (of one strategy, with svc_admit). */
 long svc_admission_limit(const svc_admission *ad);
@@ -153,12 +142,6 @@ void svc_admit_leave(svc_admit *am, stock_strategy s, int64_t micros);
 long svc_admit_door_limit(svc_admit *am);
 long svc_admit_inflight(svc_admit *am);
 uint64_t svc_admit_shed_count(svc_admit *am);
-/* Measures the freezes of the CPU quota quota describes in every
- * strategy's windows (no quota: nothing to measure). quota must outlive am. */
-void svc_admit_quota(svc_admit *am, const cpus_info *quota);
-/* The share of the latest window the process spent frozen by its CPU
- * quota, 0..1 (the largest of the strategies' latest windows). */
-double svc_admit_frozen(svc_admit *am);
 /* Whether strategy s had an order in the path in the last second. */
 int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
 
@@ -166,10 +149,5 @@ int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
  * current one, a window's p90 of the time in the path, its peak in
  * flight, and the target; bounded by [SVC_ADMISSION_MIN, max]. */
 long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max);
-
-/* The share of a window the process spent frozen, pure, for the unit
- * tests: frozen_us of wall_us times the CPUs the frozen time was summed
- * over, within [0, 1]. */
-double svc_admission_frozen_share(long long frozen_us, int64_t wall_us, int cpus);
 
 #endif

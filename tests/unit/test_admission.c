@@ -9,16 +9,10 @@
  *   seen (0) leaves it;
  * - windows: the p90 of a window (within its bucket's width) reaches the
  *   metrics, and a window closes only after 100 ms and 16 orders;
- * - a CPU quota's freezes: the share of a window the kernel kept the
- *   process frozen (its cpu.stat, here a file the test writes) is measured
- *   for the metrics, and the window's p90 is left whole (the buyer waited
- *   the freeze out too);
  * - per strategy (svc_admit): the door admits up to the limits of the
  *   strategies in use plus SVC_ADMISSION_MIN; a strategy at its own limit
  *   is shed while another is not; with --max-inflight one limit holds
  *   for all, at the door. */
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -77,53 +71,6 @@ static void window_p90_reaches_the_metrics(void) {
     CHECK(svc_admission_limit(&ad) == SVC_ADMISSION_INITIAL);
 }
 
-static void frozen_share(void) {
-    CHECK(svc_admission_frozen_share(0, 100000, 1) == 0);
-    double f = svc_admission_frozen_share(50000, 100000, 1);                  /* half frozen */
-    CHECK(f > 0.49 && f < 0.51);
-    f = svc_admission_frozen_share(100000, 100000, 2);                        /* 2 CPUs' sum */
-    CHECK(f > 0.49 && f < 0.51);
-    CHECK(svc_admission_frozen_share(500000, 100000, 1) == 1);                /* at most all */
-    CHECK(svc_admission_frozen_share(-5, 100000, 1) == 0);                    /* reset: none */
-}
-
-static void write_stat(const char *path, long long ns) {
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    fprintf(f, "nr_periods 10\nnr_throttled 5\nthrottled_time %lld\n", ns);
-    fclose(f);
-}
-
-static void window_under_a_quota(void) {
-    static cpus_info q;                        /* a v1 quota of 0.5 CPU, its cpu.stat ours */
-    char dir[] = "/tmp/fs-adm-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    memset(&q, 0, sizeof q);
-    q.quota = 0.5, q.usable = 1, q.stat_v1 = 1;
-    snprintf(q.stat, sizeof q.stat, "%s/cpu.stat", dir);
-    write_stat(q.stat, 1000000000);
-    svc_admission ad;
-    svc_admission_init(&ad, 0, 100000, 50);
-    svc_admission_quota(&ad, &q);
-    CHECK(ad.win_frozen_us == 1000000);
-    usleep(SVC_ADMISSION_WINDOW_US + 20000);
-    /* The whole window frozen (10 s counted): measured, the 3 ms kept. */
-    write_stat(q.stat, 11000000000LL);
-    for (int i = 0; i < 20; i++) svc_admission_leave(&ad, 3000);
-    int64_t m = svc_admission_p90_us(&ad);
-    CHECK(m >= 2500 && m <= 3600);
-    CHECK(atomic_load(&ad.last_frozen_pm) == 1000);
-    /* Not frozen in the next. */
-    usleep(SVC_ADMISSION_WINDOW_US + 20000);
-    for (int i = 0; i < 20; i++) svc_admission_leave(&ad, 3000);
-    m = svc_admission_p90_us(&ad);
-    CHECK(m >= 2500 && m <= 3600);
-    CHECK(atomic_load(&ad.last_frozen_pm) == 0);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
 static void strategies_are_limited_apart(void) {
     static svc_admit am;                       /* large: not on the stack */
     svc_admit_init(&am, 0, 100000, 100);
@@ -164,5 +111,4 @@ static void fixed_limit_is_one_for_all(void) {
 
 TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
           T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics),
-          T(frozen_share), T(window_under_a_quota),
           T(strategies_are_limited_apart), T(fixed_limit_is_one_for_all))

@@ -13,6 +13,7 @@
 
 #include <libpq-fe.h>
 
+#include "common/clock.h"
 #include "db/db.h"
 #include "db/holds.h"
 #include "db/locktable.h"
@@ -477,6 +478,43 @@ static void test_writer_groups(void) {
     db_close(d);
 }
 
+/* A paced writer (db_writer_pace): a job after a quiet spell commits at
+ * once; the next group waits out the gap after the one before, taking
+ * what was submitted meanwhile, one job at a time, into one group. */
+static void test_writer_paced(void) {
+    db *d = fresh();
+    db_product p = product("wp", 100);
+    CHECK(db_product_insert(d, &p) == DB_OK);
+    char err[256];
+    batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    CHECK(w != NULL);
+    db_writer_pace(w, 400000);                         /* 400 ms */
+    static db_job jobs[6];
+    for (int i = 0; i < 6; i++) {
+        char id[27];
+        snprintf(id, sizeof id, "01P%07d", i);
+        jobs[i] = (db_job){ .kind = DB_JOB_INSERT, .take = DB_TAKE_NONE };
+        jobs[i].order = order(id, "wp", "u", 1, NULL, 1);
+    }
+    int64_t t0 = clock_mono_us();
+    db_writer_submit(w, &jobs[0]);                     /* quiet before: at once */
+    pthread_mutex_lock(&b.mu);
+    while (b.jobs < 1) pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    CHECK(clock_mono_us() - t0 < 300000);
+    for (int i = 1; i < 6; i++) {                      /* one by one, 20 ms apart */
+        db_writer_submit(w, &jobs[i]);
+        usleep(20000);
+    }
+    pthread_mutex_lock(&b.mu);
+    while (b.jobs < 6) pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    CHECK(b.groups == 2);                              /* the first, then the other five */
+    for (int i = 0; i < 6; i++) CHECK(jobs[i].status == DB_OK);
+    db_writer_stop(w);
+    db_close(d);
+}
 
 /* The fold of the tallies (PostgreSQL's groups count in rows of their own,
  * db.h) beside a writer committing groups all the while: every unit is
@@ -696,7 +734,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_barrier_after_a_canceled_one), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_lock_table), T(test_writer_groups), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
+        T(test_lock_table), T(test_writer_groups), T(test_writer_paced), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
         T(test_hold_decided_while_swept),
     };
     if (!mkdtemp(dir)) return 2;
