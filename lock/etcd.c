@@ -67,7 +67,6 @@ typedef struct etcd_hold {
     char key[];                   /* <prefix><name>/<lease hex> */
 } etcd_hold;
 
-static const lock_backend etcd_backend_ops;
 
 /* ----------------------------------------------------------------- base64 */
 
@@ -195,21 +194,21 @@ static void handle_setup(etcd_backend *b, CURL *h, const char *url, const char *
 }
 
 static CURL *handle_get(etcd_backend *b) {
-    pthread_mutex_lock(&b->mu);
+    lock_mu_take(&b->mu, LOCK_RANK_BACKEND);
     CURL *h = b->nidle > 0 ? b->idle[--b->nidle] : NULL;
-    pthread_mutex_unlock(&b->mu);
+    lock_mu_drop(&b->mu, LOCK_RANK_BACKEND);
     if (h) curl_easy_reset(h);    /* keeps its connection */
     else h = curl_easy_init();
     return h;
 }
 
 static void handle_put(etcd_backend *b, CURL *h) {
-    pthread_mutex_lock(&b->mu);
+    lock_mu_take(&b->mu, LOCK_RANK_BACKEND);
     if (b->nidle < ETCD_POOL_MAX) {
         b->idle[b->nidle++] = h;
         h = NULL;
     }
-    pthread_mutex_unlock(&b->mu);
+    lock_mu_drop(&b->mu, LOCK_RANK_BACKEND);
     if (h) curl_easy_cleanup(h);
 }
 
@@ -573,7 +572,7 @@ static etcd_hold *hold_new(etcd_backend *b, const char *name, int64_t lease) {
     size_t n = strlen(b->prefix) + strlen(name) + 1 + 16 + 1;
     etcd_hold *h = calloc(1, sizeof *h + n);
     if (!h) return NULL;
-    h->base.be = &etcd_backend_ops;
+    h->base.be = &lock_backend_etcd;
     h->lease = lease;
     snprintf(h->key, n, "%s%s/%" PRIx64, b->prefix, name, (uint64_t)lease);
     return h;
@@ -623,6 +622,7 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
     etcd_backend *b = c->bstate;
     int64_t lease, granted;
     *code = LOCK_ERR_IO;
+    atomic_fetch_add(&c->st.attempts, 1);
     int64_t start = clock_mono_us();
     if (lease_grant(b, (ttl_ms + 999) / 1000, &lease, &granted, err, errlen)) return LOCK_ERROR;
     etcd_hold *h = hold_new(b, name, lease);
@@ -660,9 +660,8 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
 }
 
 /* Renewal and reentry: keep the lease alive, then check the key is ours. */
-static lock_check etcd_check(lock_client *c, lock_hold *base, int64_t *start_us, char *err,
-                             size_t errlen) {
-    etcd_backend *b = c->bstate;
+static lock_check check_one(etcd_backend *b, lock_hold *base, int64_t *start_us, char *err,
+                            size_t errlen) {
     etcd_hold *h = (etcd_hold *)base;
     int64_t sent = clock_mono_us();
     int alive = lease_keepalive(b, h->lease, err, errlen);
@@ -676,11 +675,21 @@ static lock_check etcd_check(lock_client *c, lock_hold *base, int64_t *start_us,
     int ours = kv && jint(kv, "create_revision") == h->rev;
     json_decref(r);
     if (!ours) {
-        snprintf(err, errlen, "%s: our key %s is gone", b->desc, h->key);
+        snprintf(err, errlen, "%.150s: our key %.200s is gone", b->desc, h->key);
         return LOCK_CHECK_GONE;
     }
     *start_us = sent;
     return LOCK_CHECK_OURS;
+}
+
+static void etcd_check(lock_client *c, lock_checking *each, int n) {
+    for (int i = 0; i < n; i++) {
+        each[i].why[0] = '\0';
+        each[i].start_us = -1;
+        each[i].code = LOCK_ERR_IO;
+        each[i].outcome = check_one(c->bstate, each[i].hold, &each[i].start_us, each[i].why,
+                                    sizeof each[i].why);
+    }
 }
 
 static lock_release_result etcd_release(lock_client *c, lock_hold *base, char *err,
@@ -721,14 +730,23 @@ static void etcd_destroy(lock_client *c) {
     c->bstate = NULL;
 }
 
-static const lock_backend etcd_backend_ops = {
+static int etcd_open(lock_client *c, const lock_options *o, char *err, size_t errlen);
+
+const lock_backend lock_backend_etcd = {
     .name = "etcd",
+    .kind = "etcd (etcd://)",
+    .scheme = "etcd://",
+    .max_urls = 1,
+    .urls_hint = "",
     .watchdog_renews = 1,
+    .rearms = 0,
+    .open = etcd_open,
     .acquire = etcd_acquire,
     .check = etcd_check,
     .release = etcd_release,
     .held = NULL,
     .hold_free = etcd_hold_free,
+    .stats = NULL,
     .stop = etcd_stop,
     .destroy = etcd_destroy,
 };
@@ -775,7 +793,9 @@ static int parse_url(etcd_backend *b, const char *url, char *err, size_t errlen)
     return 0;
 }
 
-int lock_etcd_open(lock_client *c, const char *url, char *err, size_t errlen) {
+/* One etcd:// URL: the cluster's endpoints and a key prefix. */
+static int etcd_open(lock_client *c, const lock_options *o, char *err, size_t errlen) {
+    const char *url = o->urls[0];
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK) {
         snprintf(err, errlen, "lock: libcurl: %s", curl_easy_strerror(curl_init_rc));
@@ -811,8 +831,6 @@ int lock_etcd_open(lock_client *c, const char *url, char *err, size_t errlen) {
     b->timeout_ms = c->timeout_ms;
     atomic_init(&b->current, 0);
     pthread_mutex_init(&b->mu, NULL);
-    c->kind = LOCK_KIND_ETCD;
-    c->be = &etcd_backend_ops;
     c->bstate = b;
     return 0;
 }

@@ -2,7 +2,7 @@
  * a stale lock holder (one whose lease ran out while it was paused) cannot
  * make, because a newer holder's larger token -- or a token of a newer
  * incarnation of the lock service -- has been recorded. */
-#include "lock/lock_int.h"
+#include "lock/redis_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,7 +19,7 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
         snprintf(err, errlen, "lock_fenced_set: need a client, two keys and a value");
         return -1;
     }
-    if (c->kind != LOCK_KIND_REDIS) {
+    if (c->be != &lock_backend_redis) {
         /* The protected resource is in Redis; the token may come from any
          * kind of lock, the write needs a Redis client of its own. */
         snprintf(err, errlen, "lock_fenced_set: this is a %s lock client; write through a "
@@ -37,7 +37,8 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
     rconn_cmd_add(&call.cmd, value ? value : "", value_len);
     lock_incarnation_hex(incarnation, inc);
     rconn_cmd_adds(&call.cmd, inc);
-    int rc = lock_run(c, &call, 1, 1u, &rs);
+    lock_redis *rd = c->bstate;
+    int rc = lock_run(rd, &call, 1, 1u, &rs);
     rconn_cmd_free(&call.cmd);
     if (rc) {
         snprintf(err, errlen, "out of memory");
@@ -50,7 +51,7 @@ int lock_fenced_set(lock_client *c, const char *fence_key, const char *key, uint
         rc = r->element[0]->integer == 1;
         if (!rc && highest) *highest = (uint64_t)r->element[1]->integer;
     } else {
-        lock_replies_why(c, &rs, 1u, err, errlen);
+        lock_replies_why(rd, &rs, 1u, err, errlen);
         lock_set_error(c, r ? LOCK_ERR_REDIS : LOCK_ERR_IO, err);
     }
     lock_replies_free(&rs);

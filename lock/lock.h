@@ -216,7 +216,7 @@
  * again; ZooKeeper reads it once per session, and a session lives in one
  * server's data only (a server that lost its data does not know it: it
  * expires). Redlock: the servers' own incarnations when a quorum agrees,
- * else a new one (lock.c, settle, has the proof that no two acquires get
+ * else a new one (redis.c, settle, has the proof that no two acquires get
  * the same incarnation and token). A server restored from a backup is a
  * rollback the incarnation cannot see (same id, tokens going back):
  * delete its incarnation record when restoring, making it a new one.

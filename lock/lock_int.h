@@ -1,28 +1,46 @@
 /* lock_int.h: the lock module's insides, shared by its C files and seen by
  * nothing else (lock.h is the public face).
  *
- *   client.c    the client: servers, pooled connections, scripts, running
- *               one script on every server at once, errors and counters
- *   lock.c      acquire (try, wait, Redlock quorum), reentry, release
- *   waker.c     the subscriber thread that turns release notices (and
- *               keyspace notifications of other clients' releases) into
- *               wake-ups of waiting threads
- *   watchdog.c  the renewal thread
- *   fence.c     lock_fenced_set
- *   zk.c        the ZooKeeper backend (zk:// URLs): the lock recipe
- *   zksession.c its sessions (the leases), bounded requests, keeper thread
- *               (zk_int.h: what the two share)
+ * A client serves one kind of lock server, chosen by the URL scheme from a
+ * table (client.c). Every kind is a backend (struct lock_backend below);
+ * the generic part keeps what is the same for all of them -- the held
+ * table, reentry counts, handles, lost callbacks, renewal, counters -- and
+ * asks the backend to take, check and free the lock on its server. The
+ * files, each calling only the ones listed above it:
+ *
+ *   util.c      helpers every file uses: monotonic condition variables,
+ *               threads with signals blocked, SIGPIPE guards, randomness,
+ *               incarnation ids, lease drift, the client's last error, and
+ *               the lock-order check (lock_mu_take)
+ *   held.c      the held table: entries, pins, marking a hold lost and
+ *               running its callbacks (lock_holds_lost, for backends)
+ *   watchdog.c  the renewal thread: renews every renewable hold through
+ *               its backend's check, in batches
+ *   rserver.c   Redis: the servers (one, or a Sentinel-watched primary),
+ *               pooled connections, the embedded scripts, running one
+ *               script on every server at once      (redis_int.h)
+ *   waker.c     Redis: the subscriber thread that turns release notices
+ *               into wake-ups of waiting threads      (redis_int.h)
+ *   zksession.c ZooKeeper: sessions (the leases), bounded requests, the
+ *               keeper thread                         (zk_int.h)
  *   etcd.c      the etcd backend (etcd:// URLs)
+ *   redis.c     the Redis backend (redis://, redis-sentinel:// URLs): try,
+ *               wait for a wake-up, Redlock quorum, extend, release
+ *   zk.c        the ZooKeeper backend (zk:// URLs): the lock recipe
+ *   fence.c     lock_fenced_set (on a Redis client)
+ *   lock.c      the public calls: acquire (reentry, then the backend),
+ *               the handles, release
+ *   client.c    the client: the table of backends by URL scheme, new,
+ *               free, counters
  *
- * A client serves one kind of server, chosen by the URL scheme. Redis is
- * built into lock.c and the files above; the other kinds are backends
- * (struct lock_backend): lock.c keeps the generic parts (the held table,
- * reentry counts, handles, lost callbacks, counters) and asks the backend
- * to take, check and free the lock on its server.
+ * Background threads (the watchdog, ZooKeeper's keeper, the waker) report
+ * a loss down into held.c, never up into lock.c or client.c.
  *
- * Locking order: client.mu, then waker.mu, a server's pool_mu or a
- * backend's own mutex; never the other way round. No server I/O happens
- * under client.mu. */
+ * LOCKING ORDER. client.mu (rank 1), then a backend's mutexes: the waker's
+ * (2), a Redis server's pool_mu (3), a ZooKeeper or etcd backend's own mutex
+ * (2); never the other way round. No server I/O happens under client.mu.
+ * Every take goes through lock_mu_take, which asserts the order (in builds
+ * with assertions: every build but one with NDEBUG). */
 #ifndef FLASHSALE_LOCK_INT_H
 #define FLASHSALE_LOCK_INT_H
 
@@ -30,140 +48,30 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <hiredis/hiredis.h>
 
-#include "common/rconn.h"
 #include "lock/lock.h"
 
-#define LOCK_KEY_MAX (LOCK_NAME_MAX + 64)   /* a derived key or channel */
-#define LOCK_WAKE_COUNT 1                   /* live waiters one release wakes */
-#define LOCK_DOWN_MS 250                    /* a server that refused: skip it this long */
-#define LOCK_WAITER_BUCKETS 256
+/* --------------------------------------------------------------- the order */
 
-/* ------------------------------------------------------------------ scripts */
+/* A mutex's place in the locking order: a thread may take a mutex only of a
+ * rank above every one it holds. */
+typedef enum lock_rank {
+    LOCK_RANK_CLIENT = 1,         /* lock_client.mu */
+    LOCK_RANK_BACKEND = 2,        /* the waker's mu, a ZooKeeper or etcd backend's mu */
+    LOCK_RANK_POOL = 3,           /* a Redis server's pool_mu */
+    LOCK_RANK_COUNT
+} lock_rank;
 
-typedef enum lock_script_id {
-    LOCK_S_ACQUIRE, LOCK_S_RELEASE, LOCK_S_EXTEND, LOCK_S_SETTLE, LOCK_S_FENCE,
-    LOCK_S_COUNT
-} lock_script_id;
-
-/* The embedded scripts, initialised once per process. */
-const rconn_script *lock_script(lock_script_id id);
-
-/* ---------------------------------------------------------------- the names */
-
-/* The keys and channels a lock name derives (see lock.h, THE FORMAT). */
-typedef struct lock_keys {
-    const char *name;
-    char fence[LOCK_KEY_MAX];
-    char queue[LOCK_KEY_MAX];
-    char wake[LOCK_KEY_MAX];      /* channel prefix: wake + waiter id */
-    char incarnation[LOCK_KEY_MAX];   /* B:incarnation (lock.h, INCARNATIONS) */
-} lock_keys;
-
-/* Fills k for name. Returns 0, or -1 with a message in err. */
-int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen);
-
-/* ----------------------------------------------------------------- servers */
-
-typedef struct lock_server {
-    int index;
-    rconn_addr addr;              /* guarded by pool_mu when primary is set */
-    struct rtopo_primary *primary;   /* a Sentinel-watched server: where addr comes
-                                     from (NULL: one fixed server) */
-    unsigned version;             /* primary's version addr and idle are of */
-    char desc[300];
-    pthread_mutex_t pool_mu;      /* guards addr, version, idle, nidle, down_until_us,
-                                     down_err */
-    redisContext **idle;
-    int nidle, cap;
-    int64_t down_until_us;        /* connect failed: fail fast until then */
-    char down_err[200];
-    /* The subscriber connection, guarded by waker.mu; only the waker thread
-     * connects or frees it (so it never polls a closed fd). */
-    redisContext *sub;
-    int sub_broken;               /* a write failed: the waker thread drops it */
-    int64_t sub_retry_us;
-    unsigned sub_version;         /* primary's version the subscriber connected to */
-    int keyspace;                 /* notify-keyspace-events at the subscriber's last
-                                     connect: 1 has K and g, -1 not, 0 unknown */
-    struct lock_topic *released;  /* our release marker just came: the next message,
-                                     if a del of this topic's key, is that release */
-} lock_server;
-
-/* --------------------------------------------------------------- the waker */
-
-typedef struct lock_topic lock_topic;
-
-typedef struct lock_waiter {
-    char chan[LOCK_KEY_MAX + 48];
-    char id[48];                  /* member of the waiter queue */
-    size_t chanlen;
-    const char *name;             /* the lock name (caller's), for keyspace events */
-    unsigned confirmed;           /* servers that confirmed the SUBSCRIBE (bits) */
-    int woken;                    /* since last cleared: 1 a release notice came,
-                                     2 a keyspace event of a foreign release */
-    pthread_cond_t cv;
-    struct lock_waiter *next;     /* hash chain */
-    lock_topic *topic;            /* the waiters of the same name in this client */
-    struct lock_waiter *tnext;    /* ...oldest first */
-} lock_waiter;
-
-/* The local waiters of one lock name. A client that does not publish
- * (node-redlock, redis-py) frees a lock with a plain DEL or lets it expire;
- * with Redis keyspace notifications on, that shows as a del/expired event
- * on __keyspace@<db>__:<name>, and the waker wakes the oldest local waiter
- * of the name. Our own releases publish on the marker channel (B:wake:)
- * just before their DEL, so their event is told apart and ignored: their
- * queue already wakes exactly one waiter. */
-struct lock_topic {
-    char name[LOCK_NAME_MAX + 1];
-    char marker[LOCK_KEY_MAX];
-    size_t namelen, markerlen;
-    lock_waiter *first, *last;
-    lock_topic *next;             /* hash chain by name */
-    lock_topic *mnext;            /* hash chain by marker */
-};
-
-typedef struct lock_waker {
-    pthread_mutex_t mu;
-    pthread_t thread;
-    int started, stop;
-    int efd;                      /* eventfd that wakes the thread */
-    pthread_cond_t state_cv;      /* a confirmation came or a connection changed */
-    lock_waiter *buckets[LOCK_WAITER_BUCKETS];
-    lock_topic *topics[LOCK_WAITER_BUCKETS];    /* by name */
-    lock_topic *markers[LOCK_WAITER_BUCKETS];   /* by marker channel */
-    int nwaiters;
-} lock_waker;
-
-/* Adds w (chan, id and name set by the caller) and subscribes it on every
- * server -- and, for the first local waiter of the name, the name's keyspace
- * and marker channels, before w's own, so w's confirmation covers them --
- * starting the waker thread on first use. Then waits (until deadline_us at
- * most) for the servers to confirm. Returns 0, or -1 if the thread could not
- * start (the caller then waits by backoff alone). */
-int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us);
-
-/* Waits until a release notice arrives or until_us. Returns 1 if woken (and
- * clears the flag), 0 on timeout. */
-int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us);
-
-/* Clears the woken flag before a retry: a notice arriving from here on counts. */
-void lock_waiter_clear(lock_client *c, lock_waiter *w);
-
-/* Unsubscribes and removes w. */
-void lock_waiter_remove(lock_client *c, lock_waiter *w);
-
-/* Stops the waker thread and drops the subscriber connections. */
-void lock_waker_stop(lock_client *c);
-
-/* Fills the keyspace fields of o. */
-void lock_waker_stats(lock_client *c, lock_stats *o);
+/* pthread_mutex_lock(mu), asserting first that the calling thread holds no
+ * mutex of this rank or a higher one (the order above), and recording it;
+ * lock_mu_drop unlocks. pthread_cond_wait on a taken mutex keeps the
+ * record right (the mutex is held again when it returns). */
+void lock_mu_take(pthread_mutex_t *mu, lock_rank rank);
+void lock_mu_drop(pthread_mutex_t *mu, lock_rank rank);
+/* Whether the calling thread holds a mutex of this rank (for assertions). */
+int lock_mu_holds(lock_rank rank);
 
 /* ------------------------------------------------------------- backends */
-
-typedef enum lock_kind { LOCK_KIND_REDIS, LOCK_KIND_ZK, LOCK_KIND_ETCD } lock_kind;
 
 typedef struct lock_backend lock_backend;
 
@@ -190,22 +98,44 @@ typedef struct lock_took {
 /* Whether a hold is still ours, as a check (reentry, renewal) found it. */
 typedef enum lock_check { LOCK_CHECK_OURS, LOCK_CHECK_GONE, LOCK_CHECK_UNKNOWN } lock_check;
 
+/* One hold to check, and what the check found. */
+typedef struct lock_checking {
+    lock_hold *hold;              /* in */
+    int64_t ttl_ms;               /* in: the lease to renew to (lock_backend.rearms) */
+    lock_check outcome;           /* out */
+    /* out, on OURS: the renewed lease began after this (monotonic); left at
+     * -1 when the check renews nothing (the backend keeps the lease). */
+    int64_t start_us;
+    lock_errcode code;            /* out, on UNKNOWN: LOCK_ERR_IO or LOCK_ERR_QUORUM */
+    char why[400];                /* out, on GONE or UNKNOWN */
+} lock_checking;
+
 struct lock_backend {
-    const char *name;             /* "zookeeper", "etcd": in messages */
-    /* 1: the watchdog renews holds through check() (etcd leases); 0: the
-     * backend keeps its leases alive itself (ZooKeeper sessions). */
+    const char *name;             /* "redis", "zookeeper", "etcd": in messages */
+    const char *kind;             /* "Redis", "ZooKeeper (zk://)": in URL errors */
+    const char *scheme;           /* the URL prefix that picks it; NULL: the default */
+    int max_urls;                 /* URLs one client takes (Redlock: several servers) */
+    const char *urls_hint;        /* appended to "give ... one URL" */
+    /* 1: the watchdog renews holds through check() (Redis, etcd leases); 0:
+     * the backend keeps its leases alive itself (ZooKeeper sessions). */
     int watchdog_renews;
+    /* 1: a check renews the lease to the ttl it is given (a reentry may
+     * re-arm the hold to another length); 0: to the length the server
+     * granted at acquire, whatever is asked. */
+    int rearms;
+    /* Sets the backend up on c from the client's URLs (o->urls, all of this
+     * kind, at most max_urls): c->bstate. Returns 0, or -1 with err. */
+    int (*open)(lock_client *c, const lock_options *o, char *err, size_t errlen);
     /* Takes the lock `name` for ttl_ms, waiting until deadline_us
      * (monotonic; INT64_MAX: no deadline; already past: try once). Every
-     * server call is bounded by the client's timeout_ms. Returns LOCK_OK
-     * (*out filled), LOCK_BUSY (nothing left behind on the server), or
-     * LOCK_ERROR (*code, err). */
+     * server call is bounded by the client's timeout_ms. Counts its tries
+     * in c->st.attempts. Returns LOCK_OK (*out filled), LOCK_BUSY (nothing
+     * left behind on the server), or LOCK_ERROR (*code, err). */
     lock_status (*acquire)(lock_client *c, const char *name, int64_t ttl_ms, int64_t deadline_us,
                            lock_took *out, lock_errcode *code, char *err, size_t errlen);
-    /* Is h still ours on the server? On OURS with a renewable lease,
-     * *start_us is when the renewed lease began (else left alone). */
-    lock_check (*check)(lock_client *c, lock_hold *h, int64_t *start_us, char *err,
-                        size_t errlen);
+    /* Is each hold still ours on the server? Renews the leases it can
+     * (each[i].ttl_ms); n >= 1. Fills every out field of each[i]. */
+    void (*check)(lock_client *c, lock_checking *each, int n);
     /* Frees the lock on the server (never one that is not h's). Does not
      * free h. */
     lock_release_result (*release)(lock_client *c, lock_hold *h, char *err, size_t errlen);
@@ -214,17 +144,16 @@ struct lock_backend {
     void (*held)(lock_client *c, lock_hold *h);
     /* Frees h (called with client.mu held: no I/O, no client.mu). */
     void (*hold_free)(lock_hold *h);
-    /* Stops the backend's threads that may call into lock.c (before the
-     * held locks are dropped); the backend still serves release(). */
+    /* Optional: adds the backend's own figures to *o. */
+    void (*stats)(lock_client *c, lock_stats *o);
+    /* Stops the backend's threads that may report losses (before the held
+     * locks are dropped); the backend still serves release(). */
     void (*stop)(lock_client *c);
     /* Frees the backend's state, once every hold is freed. */
     void (*destroy)(lock_client *c);
 };
 
-/* Opens the backend for url on c (c->kind, c->be and c->bstate are set on
- * success). Returns 0, or -1 with a message in err. */
-int lock_zk_open(lock_client *c, const char *url, char *err, size_t errlen);
-int lock_etcd_open(lock_client *c, const char *url, char *err, size_t errlen);
+extern const lock_backend lock_backend_redis, lock_backend_zk, lock_backend_etcd;
 
 /* Marks lost every held entry whose hold matches, running the callbacks
  * (on the calling thread, which must not hold client.mu or any backend
@@ -253,14 +182,12 @@ struct lock_handle {
 struct lock_entry {
     char name[LOCK_NAME_MAX + 1];
     char owner[LOCK_OWNER_MAX + 1];
-    lock_keys keys;
-    char id[33];
     uint64_t fence;
     uint64_t incarnation;
     int64_t ttl_ms;
     atomic_int_fast64_t lease_end_us;   /* monotonic */
     const atomic_int_fast64_t *lease_src;   /* backend-kept lease (lock_took), or NULL */
-    lock_hold *hold;              /* a backend's record; NULL for Redis */
+    lock_hold *hold;              /* the backend's record */
     atomic_int lost;
     int64_t next_renew_us;
     int count;                    /* handles */
@@ -273,19 +200,38 @@ struct lock_entry {
     lock_entry *prev, *next;      /* all entries, for the watchdog */
 };
 
+/* The hold of name by owner still in the table, or NULL (c->mu held). */
+lock_entry *lock_table_find(lock_client *c, const char *name, const char *owner);
+/* Puts e into the table (c->mu held). */
+void lock_table_insert(lock_client *c, lock_entry *e);
+/* Takes e out of the table (c->mu held); it is then released: no renewal,
+ * no loss reported. */
+void lock_table_remove(lock_client *c, lock_entry *e);
+
+/* Marks e lost with a reason and calls its handles' on_lost callbacks, one
+ * at a time, without c->mu held while they run. Called with c->mu held; e
+ * must be pinned by the caller. */
+void lock_entry_mark_lost(lock_client *c, lock_entry *e, lock_errcode code, const char *why);
+
+/* Calls h's on_lost on this thread, without c->mu (held on entry and on
+ * return). lock_release(h) from inside fn is allowed: h is freed after fn. */
+void lock_handle_notify(lock_client *c, lock_handle *h);
+
+/* Drops one reference to e (c->mu held); frees it (and its hold) at zero. */
+void lock_entry_unref(lock_entry *e);
+
+/* Releases every lock still held (best effort) and frees entries and
+ * handles; the client's threads must be stopped. */
+void lock_entries_drop_all(lock_client *c);
+
 /* ------------------------------------------------------------ the client */
 
 #define LOCK_ENTRY_BUCKETS 1024
 
 struct lock_client {
-    lock_kind kind;
-    const lock_backend *be;       /* NULL for Redis */
+    const lock_backend *be;
     void *bstate;                 /* the backend's own state */
-    lock_server servers[LOCK_MAX_SERVERS];   /* Redis only: nservers is 0 otherwise */
-    int nservers, quorum;
-    int timeout_ms, watchdog, max_backoff_ms;
-    char cid[17];                 /* random client id, in waiter ids */
-    atomic_uint_fast64_t waiter_seq;
+    int timeout_ms, watchdog;
 
     pthread_mutex_t mu;           /* the held table, handles, watchdog schedule, error */
     lock_entry *buckets[LOCK_ENTRY_BUCKETS];
@@ -294,8 +240,6 @@ struct lock_client {
     pthread_cond_t cb_cv;         /* a lost callback returned */
     pthread_t wd_thread;
     int wd_started, stopping;
-
-    lock_waker waker;
 
     lock_errcode err;
     char errstr[256];
@@ -307,24 +251,19 @@ struct lock_client {
     } st;
 };
 
-/* Frees what lock_client_new made, once its threads and locks are gone. */
-void lock_client_destroy(lock_client *c);
-/* s's address now into *out, and its version (primary moved: another one;
- * 0 for a Sentinel that has named no primary yet). Thread-safe. */
-unsigned lock_server_addr(lock_server *s, rconn_addr *out);
-/* s's connection of version just said it is not the primary (READONLY, a
- * failure): look for the primary again. */
-void lock_server_suspect(lock_server *s, unsigned version);
-
-/* Releases every lock still held (best effort) and frees entries and
- * handles; the client's threads must be stopped. */
-void lock_entries_drop_all(lock_client *c);
-
-/* Sets FD_CLOEXEC on a connection's socket. */
-void lock_set_cloexec(redisContext *ctx);
-
 /* Records the client's last error (thread-safe). Returns code. */
 lock_errcode lock_set_error(lock_client *c, lock_errcode code, const char *msg);
+
+/* -------------------------------------------------------- the watchdog */
+
+/* Starts the watchdog thread if not yet running. Called with c->mu held.
+ * Returns 0, or -1 (the caller's lock then simply is not renewed). */
+int lock_watchdog_ensure(lock_client *c);
+
+/* Stops it (c->mu not held). */
+void lock_watchdog_stop(lock_client *c);
+
+/* ---------------------------------------------------------------- helpers */
 
 /* drift = ttl * 0.01 + 2 ms, in microseconds. */
 int64_t lock_drift_us(int64_t ttl_ms);
@@ -340,8 +279,8 @@ void lock_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until
 int lock_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Suppresses SIGPIPE on the calling (application) thread around writes to
- * Redis, the way libraries that cannot change process-wide signal state do
- * it: block, write, then swallow a SIGPIPE this thread caused. */
+ * a server, the way libraries that cannot change process-wide signal state
+ * do it: block, write, then swallow a SIGPIPE this thread caused. */
 typedef struct lock_pipe_guard {
     sigset_t old;
     int active;                   /* 0: SIGPIPE is ignored anyway, nothing done */
@@ -361,65 +300,5 @@ uint64_t lock_incarnation_new(void);
 uint64_t lock_incarnation_parse(const char *s, size_t len);
 /* Writes id as 16 lowercase hex digits and a NUL into out[17]. */
 void lock_incarnation_hex(uint64_t id, char out[17]);
-
-/* ------------------------------------------------------------ script calls */
-
-/* One script call, to be run on every server. */
-typedef struct lock_call {
-    rconn_cmd cmd;
-    lock_script_id script;
-} lock_call;
-
-/* Starts a call: EVALSHA of script with nkeys keys; add keys and arguments
- * to call->cmd afterwards. */
-void lock_call_start(lock_call *call, lock_script_id script, int nkeys);
-
-/* The replies of ncalls calls on each server: reply(r, call, server). */
-typedef struct lock_replies {
-    redisReply **r;               /* [ncalls * nservers]; NULL: no reply (I/O) */
-    int ncalls, nservers;
-    char err[LOCK_MAX_SERVERS][400];   /* per server: why its replies are missing */
-    unsigned stale;               /* servers that said they are not the primary (now) */
-} lock_replies;
-
-#define LOCK_REPLY(rs, call, server) ((rs)->r[(call) * (rs)->nservers + (server)])
-
-/* Runs the calls pipelined on the servers in mask (bit i = server i), all
- * servers at once: everything is sent first, then the replies are read, so
- * the time is that of the slowest server, not the sum. Replies of servers
- * that could not be reached are NULL with a reason in rs->err. Returns 0, or
- * -1 when out of memory. Free with lock_replies_free. */
-int lock_run(lock_client *c, lock_call *calls, int ncalls, unsigned mask, lock_replies *rs);
-void lock_replies_free(lock_replies *rs);
-
-/* Joins the per-server reasons of rs (servers in mask) into buf. */
-void lock_replies_why(const lock_client *c, const lock_replies *rs, unsigned mask, char *buf,
-                      size_t len);
-
-/* -------------------------------------------------------- the watchdog */
-
-/* Starts the watchdog thread if not yet running. Called with c->mu held.
- * Returns 0, or -1 (the caller's lock then simply is not renewed). */
-int lock_watchdog_ensure(lock_client *c);
-
-/* Stops it (c->mu not held). */
-void lock_watchdog_stop(lock_client *c);
-
-/* Marks e lost with a reason and calls its handles' on_lost callbacks, one
- * at a time, without c->mu held while they run. Called with c->mu held; e
- * must be pinned by the caller. */
-void lock_entry_mark_lost(lock_client *c, lock_entry *e, lock_errcode code, const char *why);
-
-/* Drops one reference to e (c->mu held); frees it at zero. */
-void lock_entry_unref(lock_entry *e);
-
-/* Outcome of one script on all servers, counted. */
-typedef struct lock_tally {
-    int ok, no, io;               /* said yes, said no, no answer */
-} lock_tally;
-
-/* Interprets integer replies of call `call` (1 = yes, 0 = no, anything else
- * = no answer) over the servers in mask. */
-lock_tally lock_tally_int(const lock_replies *rs, int call, unsigned mask);
 
 #endif

@@ -17,7 +17,7 @@
  * socket that another thread closed. hiredis 0.14 cannot wait on a socket
  * with a timeout and keep the context usable, hence poll() on the fd and
  * then redisBufferRead + redisGetReplyFromReader. */
-#include "lock/lock_int.h"
+#include "lock/redis_int.h"
 #include "rtopo/rtopo.h"
 
 #include <errno.h>
@@ -112,8 +112,8 @@ static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
 
 /* Takes w out of its topic; returns the topic if it is now empty (out of
  * the tables, to be unsubscribed and freed by the caller). waker.mu held. */
-static lock_topic *topic_leave(lock_client *c, lock_waiter *w) {
-    lock_waker *wk = &c->waker;
+static lock_topic *topic_leave(lock_redis *r, lock_waiter *w) {
+    lock_waker *wk = &r->waker;
     lock_topic *t = w->topic;
     if (!t) return NULL;
     lock_waiter **pp = &t->first, *prev = NULL;
@@ -131,8 +131,8 @@ static lock_topic *topic_leave(lock_client *c, lock_waiter *w) {
     tp = &wk->markers[chan_hash(t->marker, t->markerlen)];
     while (*tp != t) tp = &(*tp)->mnext;
     *tp = t->mnext;
-    for (int i = 0; i < c->nservers; i++)
-        if (c->servers[i].released == t) c->servers[i].released = NULL;
+    for (int i = 0; i < r->nservers; i++)
+        if (r->servers[i].released == t) r->servers[i].released = NULL;
     return t;
 }
 
@@ -178,8 +178,8 @@ static void sub_append(lock_server *s, const char *verb, const lock_waiter *w) {
 /* ------------------------------------------------------------ the thread */
 
 /* A message from a subscriber connection (waker.mu held). */
-static void dispatch(lock_client *c, lock_server *s, const redisReply *r) {
-    lock_waker *wk = &c->waker;
+static void dispatch(lock_redis *rd, lock_server *s, const redisReply *r) {
+    lock_waker *wk = &rd->waker;
     /* A marker speaks for the very next message only: the script that
      * published it ran its DEL right after, atomically. */
     lock_topic *ours = s->released;
@@ -207,20 +207,20 @@ static void dispatch(lock_client *c, lock_server *s, const redisReply *r) {
     }
 }
 
-static void read_sub(lock_client *c, lock_server *s) {
+static void read_sub(lock_redis *r, lock_server *s) {
     if (redisBufferRead(s->sub) != REDIS_OK) {
         s->sub_broken = 1;
         return;
     }
     for (;;) {
-        redisReply *r = NULL;
-        if (redisGetReplyFromReader(s->sub, (void **)&r) != REDIS_OK) {
+        redisReply *m = NULL;
+        if (redisGetReplyFromReader(s->sub, (void **)&m) != REDIS_OK) {
             s->sub_broken = 1;
             return;
         }
-        if (!r) return;
-        dispatch(c, s, r);
-        freeReplyObject(r);
+        if (!m) return;
+        dispatch(r, s, m);
+        freeReplyObject(m);
     }
 }
 
@@ -255,20 +255,20 @@ static int keyspace_config(redisContext *ctx, int *broken) {
 
 /* Connects s's subscriber and subscribes every current topic and waiter.
  * Called with waker.mu held; drops it while connecting. */
-static void connect_sub(lock_client *c, lock_server *s) {
-    lock_waker *wk = &c->waker;
+static void connect_sub(lock_redis *r, lock_server *s) {
+    lock_waker *wk = &r->waker;
     char err[200];
     int keyspace = 0, broken = 0;
-    pthread_mutex_unlock(&wk->mu);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
     rconn_addr addr;
     unsigned version = lock_server_addr(s, &addr);
-    redisContext *ctx = version ? rconn_connect(&addr, c->timeout_ms, err, sizeof err) : NULL;
+    redisContext *ctx = version ? rconn_connect(&addr, r->timeout_ms, err, sizeof err) : NULL;
     if (ctx) lock_set_cloexec(ctx);
     if (ctx && (keyspace = keyspace_config(ctx, &broken), broken)) {
         redisFree(ctx);
         ctx = NULL;
     }
-    pthread_mutex_lock(&wk->mu);
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
     if (!ctx) {
         s->sub_retry_us = clock_mono_us() + LOCK_DOWN_MS * 1000;
         pthread_cond_broadcast(&wk->state_cv);
@@ -292,48 +292,48 @@ static void connect_sub(lock_client *c, lock_server *s) {
 /* How often the waker looks whether a watched primary moved. */
 #define FOLLOW_EVERY_MS 200
 
-static int poll_timeout_ms(lock_client *c, int64_t now) {
+static int poll_timeout_ms(lock_redis *r, int64_t now) {
     int64_t next = INT64_MAX;
-    if (c->waker.nwaiters == 0) return -1;
-    for (int i = 0; i < c->nservers; i++) {
-        const lock_server *s = &c->servers[i];
+    if (r->waker.nwaiters == 0) return -1;
+    for (int i = 0; i < r->nservers; i++) {
+        const lock_server *s = &r->servers[i];
         if (!s->sub && s->sub_retry_us < next) next = s->sub_retry_us;
     }
     /* A Sentinel-watched server: look again soon whether its primary moved. */
-    for (int i = 0; i < c->nservers; i++)
-        if (c->servers[i].primary && now + FOLLOW_EVERY_MS * 1000 < next)
+    for (int i = 0; i < r->nservers; i++)
+        if (r->servers[i].primary && now + FOLLOW_EVERY_MS * 1000 < next)
             next = now + FOLLOW_EVERY_MS * 1000;
     if (next == INT64_MAX) return -1;
     return next <= now ? 0 : (int)((next - now + 999) / 1000);
 }
 
 static void *waker_main(void *arg) {
-    lock_client *c = arg;
-    lock_waker *wk = &c->waker;
+    lock_redis *r = arg;
+    lock_waker *wk = &r->waker;
     struct pollfd pfd[LOCK_MAX_SERVERS + 1];
     int who[LOCK_MAX_SERVERS + 1];
-    pthread_mutex_lock(&wk->mu);
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
     while (!wk->stop) {
-        for (int i = 0; i < c->nservers; i++) {
-            lock_server *s = &c->servers[i];
+        for (int i = 0; i < r->nservers; i++) {
+            lock_server *s = &r->servers[i];
             /* A subscriber to a primary that has moved hears nothing more. */
             if (s->sub && (s->sub_broken || s->sub->err ||
                            (s->primary && rtopo_primary_version(s->primary) != s->sub_version)))
                 drop_sub(wk, s);
             if (!s->sub && wk->nwaiters > 0 && clock_mono_us() >= s->sub_retry_us && !wk->stop)
-                connect_sub(c, s);
+                connect_sub(r, s);
         }
         int n = 1;
         pfd[0] = (struct pollfd){ wk->efd, POLLIN, 0 };
-        for (int i = 0; i < c->nservers; i++) {
-            if (!c->servers[i].sub) continue;
-            pfd[n] = (struct pollfd){ c->servers[i].sub->fd, POLLIN, 0 };
+        for (int i = 0; i < r->nservers; i++) {
+            if (!r->servers[i].sub) continue;
+            pfd[n] = (struct pollfd){ r->servers[i].sub->fd, POLLIN, 0 };
             who[n++] = i;
         }
-        int timeout = poll_timeout_ms(c, clock_mono_us());
-        pthread_mutex_unlock(&wk->mu);
+        int timeout = poll_timeout_ms(r, clock_mono_us());
+        lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
         int rc = poll(pfd, (nfds_t)n, timeout);
-        pthread_mutex_lock(&wk->mu);
+        lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
         if (rc < 0 && errno != EINTR) break;
         if (rc <= 0) continue;
         if (pfd[0].revents) {
@@ -341,22 +341,22 @@ static void *waker_main(void *arg) {
             if (read(wk->efd, &v, sizeof v) < 0) { /* nothing pending */ }
         }
         for (int k = 1; k < n; k++) {
-            lock_server *s = &c->servers[who[k]];
-            if (pfd[k].revents && s->sub && !s->sub_broken) read_sub(c, s);
+            lock_server *s = &r->servers[who[k]];
+            if (pfd[k].revents && s->sub && !s->sub_broken) read_sub(r, s);
         }
     }
-    pthread_mutex_unlock(&wk->mu);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
     return NULL;
 }
 
 /* Starts the thread on first use (waker.mu held). */
-static int waker_start(lock_client *c) {
-    lock_waker *wk = &c->waker;
+static int waker_start(lock_redis *r) {
+    lock_waker *wk = &r->waker;
     if (wk->started) return 0;
     if (wk->stop) return -1;
     wk->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wk->efd < 0) return -1;
-    if (lock_thread_start(&wk->thread, waker_main, c)) {
+    if (lock_thread_start(&wk->thread, waker_main, r)) {
         close(wk->efd);
         wk->efd = -1;
         return -1;
@@ -369,20 +369,20 @@ static int waker_start(lock_client *c) {
 
 /* Done waiting for confirmations: every server has confirmed, or has no
  * subscriber and none is about to be connected. */
-static int settled(const lock_client *c, const lock_waiter *w, int64_t now) {
-    for (int i = 0; i < c->nservers; i++) {
-        const lock_server *s = &c->servers[i];
+static int settled(const lock_redis *r, const lock_waiter *w, int64_t now) {
+    for (int i = 0; i < r->nservers; i++) {
+        const lock_server *s = &r->servers[i];
         if (w->confirmed & (1u << i)) continue;
         if (sub_up(s) || now >= s->sub_retry_us) return 0;
     }
     return 1;
 }
 
-int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us) {
-    lock_waker *wk = &c->waker;
-    pthread_mutex_lock(&wk->mu);
-    if (waker_start(c)) {
-        pthread_mutex_unlock(&wk->mu);
+int lock_waiter_add(lock_redis *r, lock_waiter *w, int64_t deadline_us) {
+    lock_waker *wk = &r->waker;
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
+    if (waker_start(r)) {
+        lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
         return -1;
     }
     unsigned b = chan_hash(w->chan, w->chanlen);
@@ -391,8 +391,8 @@ int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us) {
     wk->nwaiters++;
     lock_topic *fresh = topic_join(wk, w);
     int need_thread = 0;
-    for (int i = 0; i < c->nservers; i++) {
-        lock_server *s = &c->servers[i];
+    for (int i = 0; i < r->nservers; i++) {
+        lock_server *s = &r->servers[i];
         if (sub_up(s)) {
             if (fresh) topic_append(s, "SUBSCRIBE", fresh);
             sub_append(s, "SUBSCRIBE", w);
@@ -401,43 +401,43 @@ int lock_waiter_add(lock_client *c, lock_waiter *w, int64_t deadline_us) {
         if (!sub_up(s)) need_thread = 1;
     }
     if (need_thread) kick(wk);
-    while (!settled(c, w, clock_mono_us()) && clock_mono_us() < deadline_us)
+    while (!settled(r, w, clock_mono_us()) && clock_mono_us() < deadline_us)
         lock_cond_wait_until(&wk->state_cv, &wk->mu, deadline_us);
-    pthread_mutex_unlock(&wk->mu);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
     return 0;
 }
 
-int lock_waiter_wait(lock_client *c, lock_waiter *w, int64_t until_us) {
-    lock_waker *wk = &c->waker;
-    pthread_mutex_lock(&wk->mu);
+int lock_waiter_wait(lock_redis *r, lock_waiter *w, int64_t until_us) {
+    lock_waker *wk = &r->waker;
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
     while (!w->woken && clock_mono_us() < until_us)
         lock_cond_wait_until(&w->cv, &wk->mu, until_us);
     int woken = w->woken;
     w->woken = 0;
-    pthread_mutex_unlock(&wk->mu);
-    if (woken == 2) atomic_fetch_add(&c->st.keyspace_wakeups, 1);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
+    if (woken == 2) atomic_fetch_add(&r->c->st.keyspace_wakeups, 1);
     return woken != 0;
 }
 
-void lock_waiter_clear(lock_client *c, lock_waiter *w) {
-    pthread_mutex_lock(&c->waker.mu);
+void lock_waiter_clear(lock_redis *r, lock_waiter *w) {
+    lock_mu_take(&r->waker.mu, LOCK_RANK_BACKEND);
     w->woken = 0;
-    pthread_mutex_unlock(&c->waker.mu);
+    lock_mu_drop(&r->waker.mu, LOCK_RANK_BACKEND);
 }
 
-void lock_waiter_remove(lock_client *c, lock_waiter *w) {
-    lock_waker *wk = &c->waker;
-    pthread_mutex_lock(&wk->mu);
+void lock_waiter_remove(lock_redis *r, lock_waiter *w) {
+    lock_waker *wk = &r->waker;
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
     lock_waiter **pp = &wk->buckets[chan_hash(w->chan, w->chanlen)];
     while (*pp && *pp != w) pp = &(*pp)->next;
     if (*pp) {
         *pp = w->next;
         wk->nwaiters--;
     }
-    lock_topic *empty = topic_leave(c, w);
+    lock_topic *empty = topic_leave(r, w);
     int need_thread = 0;
-    for (int i = 0; i < c->nservers; i++) {
-        lock_server *s = &c->servers[i];
+    for (int i = 0; i < r->nservers; i++) {
+        lock_server *s = &r->servers[i];
         if (!sub_up(s)) continue;
         sub_append(s, "UNSUBSCRIBE", w);
         if (empty) topic_append(s, "UNSUBSCRIBE", empty);
@@ -445,31 +445,31 @@ void lock_waiter_remove(lock_client *c, lock_waiter *w) {
         if (s->sub_broken) need_thread = 1;
     }
     if (need_thread) kick(wk);
-    pthread_mutex_unlock(&wk->mu);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
     free(empty);
 }
 
-void lock_waker_stats(lock_client *c, lock_stats *o) {
+void lock_waker_stats(lock_redis *r, lock_stats *o) {
     o->keyspace_on = o->keyspace_off = 0;
-    pthread_mutex_lock(&c->waker.mu);
-    for (int i = 0; i < c->nservers; i++) {
-        o->keyspace_on += c->servers[i].keyspace > 0;
-        o->keyspace_off += c->servers[i].keyspace < 0;
+    lock_mu_take(&r->waker.mu, LOCK_RANK_BACKEND);
+    for (int i = 0; i < r->nservers; i++) {
+        o->keyspace_on += r->servers[i].keyspace > 0;
+        o->keyspace_off += r->servers[i].keyspace < 0;
     }
-    pthread_mutex_unlock(&c->waker.mu);
+    lock_mu_drop(&r->waker.mu, LOCK_RANK_BACKEND);
 }
 
-void lock_waker_stop(lock_client *c) {
-    lock_waker *wk = &c->waker;
-    pthread_mutex_lock(&wk->mu);
+void lock_waker_stop(lock_redis *r) {
+    lock_waker *wk = &r->waker;
+    lock_mu_take(&wk->mu, LOCK_RANK_BACKEND);
     int started = wk->started;
     wk->stop = 1;
     if (started) kick(wk);
-    pthread_mutex_unlock(&wk->mu);
+    lock_mu_drop(&wk->mu, LOCK_RANK_BACKEND);
     if (started) pthread_join(wk->thread, NULL);
-    for (int i = 0; i < c->nservers; i++) {
-        if (c->servers[i].sub) redisFree(c->servers[i].sub);
-        c->servers[i].sub = NULL;
+    for (int i = 0; i < r->nservers; i++) {
+        if (r->servers[i].sub) redisFree(r->servers[i].sub);
+        r->servers[i].sub = NULL;
     }
     if (wk->efd >= 0) close(wk->efd);
     wk->efd = -1;

@@ -1,11 +1,12 @@
 /* watchdog.c: one background thread per client renews every held lock at
  * ttl/3, in pipelined batches (all servers at once), and reports a lock it
  * finds gone -- or whose lease ran out while Redis could not be reached --
- * through lock_lost() and the handles' on_lost callbacks. A renewal that
+ * through lock_lost() and the handles' on_lost callbacks. A renewal is the
+ * backend's check, given a batch of holds at once (Redis: one pipelined
+ * round of extend.lua on every server; etcd: a lease keepalive and a look at
+ * the key per hold); ZooKeeper sessions keep themselves. A renewal that
  * merely failed (I/O) is retried soon; only a definite "not ours" or the
- * end of the lease by the monotonic clock counts as lost. For an etcd
- * client a renewal is the backend's check (a lease keepalive and a look at
- * the key), one hold at a time; ZooKeeper sessions keep themselves. */
+ * end of the lease by the monotonic clock counts as lost. */
 #include "lock/lock_int.h"
 
 #include <stdio.h>
@@ -79,80 +80,42 @@ static void apply(lock_client *c, const due *d, lock_check outcome, int64_t star
     e->next_renew_us = now + (retry < RETRY_MAX_US ? retry : RETRY_MAX_US);
 }
 
-/* The Redis outcome of call i: a quorum renewed, enough said no, or unknown. */
-static lock_check redis_outcome(lock_client *c, const lock_replies *rs, int i, unsigned all) {
-    lock_tally t = lock_tally_int(rs, i, all);
-    if (t.ok >= c->quorum) return LOCK_CHECK_OURS;
-    if (t.no > c->nservers - c->quorum) return LOCK_CHECK_GONE;
-    return LOCK_CHECK_UNKNOWN;
-}
-
-/* Renews the n pinned entries of a backend client, one check each. */
-static void renew_backend(lock_client *c, due *d, int n) {
+/* Renews the n pinned entries through the backend's check, in one batch
+ * (c->mu not held), and applies the results. */
+static void renew(lock_client *c, due *d, lock_checking *k, int n) {
+    for (int i = 0; i < n; i++)
+        k[i] = (lock_checking){ .hold = d[i].e->hold, .ttl_ms = d[i].ttl_ms, .start_us = -1 };
+    int64_t asked = clock_mono_us();
+    c->be->check(c, k, n);
+    lock_mu_take(&c->mu, LOCK_RANK_CLIENT);
     for (int i = 0; i < n; i++) {
-        char why[600] = "";
-        int64_t start = clock_mono_us();
-        lock_check r = c->be->check(c, d[i].e->hold, &start, why, sizeof why);
-        pthread_mutex_lock(&c->mu);
-        apply(c, &d[i], r, start, why);
-        lock_entry_unref(d[i].e);
-        pthread_mutex_unlock(&c->mu);
-    }
-}
-
-/* Renews the n pinned entries (c->mu not held) and applies the results. */
-static void renew(lock_client *c, due *d, int n) {
-    if (c->be) {
-        renew_backend(c, d, n);
-        return;
-    }
-    lock_call *calls = calloc((size_t)n, sizeof *calls);
-    lock_replies rs = { 0 };
-    unsigned all = (1u << c->nservers) - 1;
-    int64_t start = clock_mono_us();
-    for (int i = 0; calls && i < n; i++) {
-        rconn_cmd_init(&calls[i].cmd);
-        lock_call_start(&calls[i], LOCK_S_EXTEND, 1);
-        rconn_cmd_adds(&calls[i].cmd, d[i].e->name);
-        rconn_cmd_adds(&calls[i].cmd, d[i].e->id);
-        rconn_cmd_addll(&calls[i].cmd, d[i].ttl_ms);
-    }
-    int ran = calls && lock_run(c, calls, n, all, &rs) == 0;
-    pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < n; i++) {
-        if (ran) {
-            lock_check r = redis_outcome(c, &rs, i, all);
-            char why[600] = "";
-            if (r == LOCK_CHECK_UNKNOWN) lock_replies_why(c, &rs, all, why, sizeof why);
-            apply(c, &d[i], r, start, why);
-        } else {
-            d[i].e->next_renew_us = clock_mono_us() + RETRY_MAX_US;   /* out of memory */
-        }
+        apply(c, &d[i], k[i].outcome, k[i].start_us >= 0 ? k[i].start_us : asked, k[i].why);
         lock_entry_unref(d[i].e);
     }
-    pthread_mutex_unlock(&c->mu);
-    if (ran) lock_replies_free(&rs);
-    for (int i = 0; calls && i < n; i++) rconn_cmd_free(&calls[i].cmd);
-    free(calls);
+    lock_mu_drop(&c->mu, LOCK_RANK_CLIENT);
 }
 
 static void *watchdog_main(void *arg) {
     lock_client *c = arg;
     due *d = calloc(RENEW_BATCH, sizeof *d);
-    pthread_mutex_lock(&c->mu);
+    lock_checking *k = calloc(RENEW_BATCH, sizeof *k);
+    lock_mu_take(&c->mu, LOCK_RANK_CLIENT);
     while (!c->stopping) {
-        int64_t next;
-        int n = d ? collect(c, d, clock_mono_us(), &next) : 0;
+        int64_t next = INT64_MAX;
+        int n = d && k ? collect(c, d, clock_mono_us(), &next) : 0;
         if (n == 0) {
-            lock_cond_wait_until(&c->wd_cv, &c->mu, d ? next : clock_mono_us() + RETRY_MAX_US);
+            lock_cond_wait_until(&c->wd_cv, &c->mu,
+                                 d && k ? next : clock_mono_us() + RETRY_MAX_US);
             if (!d) d = calloc(RENEW_BATCH, sizeof *d);
+            if (!k) k = calloc(RENEW_BATCH, sizeof *k);
             continue;
         }
-        pthread_mutex_unlock(&c->mu);
-        renew(c, d, n);
-        pthread_mutex_lock(&c->mu);
+        lock_mu_drop(&c->mu, LOCK_RANK_CLIENT);
+        renew(c, d, k, n);
+        lock_mu_take(&c->mu, LOCK_RANK_CLIENT);
     }
-    pthread_mutex_unlock(&c->mu);
+    lock_mu_drop(&c->mu, LOCK_RANK_CLIENT);
+    free(k);
     free(d);
     return NULL;
 }
@@ -165,10 +128,10 @@ int lock_watchdog_ensure(lock_client *c) {
 }
 
 void lock_watchdog_stop(lock_client *c) {
-    pthread_mutex_lock(&c->mu);
+    lock_mu_take(&c->mu, LOCK_RANK_CLIENT);
     c->stopping = 1;
     int started = c->wd_started;
     pthread_cond_broadcast(&c->wd_cv);
-    pthread_mutex_unlock(&c->mu);
+    lock_mu_drop(&c->mu, LOCK_RANK_CLIENT);
     if (started) pthread_join(c->wd_thread, NULL);
 }

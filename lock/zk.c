@@ -15,7 +15,6 @@
 
 #include "common/clock.h"
 
-static const lock_backend zk_backend_ops;
 
 /* ------------------------------------------------------------------ names */
 
@@ -101,7 +100,7 @@ void lock_zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, 
     zk_session *s = (zk_session *)zoo_get_context(zh);
     if (!s) return;
     zk_backend *z = s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     zk_hold *h = watch_find(z, (uint64_t)(uintptr_t)ctx);
     if (h) {
         if (type == ZOO_DELETED_EVENT && path && !strcmp(path, h->path) && !h->deleting) {
@@ -112,7 +111,7 @@ void lock_zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, 
         h->woken = 1;
         pthread_cond_signal(&h->cv);
     }
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static zk_hold *hold_new(zk_backend *z, const char *name) {
@@ -123,26 +122,26 @@ static zk_hold *hold_new(zk_backend *z, const char *name) {
         free(h);
         return NULL;
     }
-    h->base.be = &zk_backend_ops;
+    h->base.be = &lock_backend_zk;
     h->z = z;
     for (int i = 0; i < 16; i++) sprintf(h->guid + 2 * i, "%02x", rnd[i]);
     snprintf(h->parent, sizeof h->parent, "%s/", z->base);
     escape_name(name, h->parent, sizeof h->parent);
     atomic_init(&h->gone, 0);
     lock_cond_init(&h->cv);
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     watch_add(z, h);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return h;
 }
 
 /* Frees h and drops its session reference (z->mu not held). */
 static void hold_drop(zk_hold *h) {
     zk_backend *z = h->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     watch_del(z, h);
     if (h->s && --h->s->refs == 0 && h->s->dead) pthread_cond_signal(&z->keeper_cv);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     pthread_cond_destroy(&h->cv);
     free(h);
 }
@@ -188,9 +187,9 @@ static int make_parents(zk_session *s, const char *parent, char *err, size_t err
 static uint64_t incarnation(zk_session *s, char *err, size_t errlen) {
     zk_backend *z = s->z;
     char path[ZK_BASE_MAX + sizeof ZK_INCARNATION];
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     uint64_t inc = s->incarnation;
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     if (inc) return inc;
     snprintf(path, sizeof path, "%s%s", z->base, ZK_INCARNATION);
     for (int tries = 0; !inc && tries < ZK_CREATE_TRIES; tries++) {
@@ -223,9 +222,9 @@ static uint64_t incarnation(zk_session *s, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: %s keeps vanishing", z->desc, path);
         return 0;
     }
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     s->incarnation = inc;
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return inc;
 }
 
@@ -258,9 +257,9 @@ static int create_node(zk_session *s, zk_hold *h, char *err, size_t errlen) {
         /* Broken off mid-request: the node may exist. (Unanswered ones are
          * swept by their completion.) */
         if (answered && (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT)) {
-            pthread_mutex_lock(&s->z->mu);
+            lock_mu_take(&s->z->mu, LOCK_RANK_BACKEND);
             if (!s->dead) lock_zk_sweep_add(s, h->parent, h->guid);
-            pthread_mutex_unlock(&s->z->mu);
+            lock_mu_drop(&s->z->mu, LOCK_RANK_BACKEND);
         }
         return -1;
     }
@@ -270,9 +269,9 @@ static int create_node(zk_session *s, zk_hold *h, char *err, size_t errlen) {
 
 /* Marks h's node as being deleted by us, so its watch firing is no loss. */
 static void deleting(zk_hold *h) {
-    pthread_mutex_lock(&h->z->mu);
+    lock_mu_take(&h->z->mu, LOCK_RANK_BACKEND);
     h->deleting = 1;
-    pthread_mutex_unlock(&h->z->mu);
+    lock_mu_drop(&h->z->mu, LOCK_RANK_BACKEND);
 }
 
 /* Deletes h's node now (bounded) or, failing that, by a sweep. */
@@ -281,9 +280,9 @@ static void delete_node(zk_session *s, zk_hold *h) {
     deleting(h);
     int rc = lock_zk_call(s, REQ_DELETE, h->path, 0, NULL, NULL, NULL, ignored, sizeof ignored);
     if (rc == ZOK || rc == ZNONODE) return;
-    pthread_mutex_lock(&s->z->mu);
+    lock_mu_take(&s->z->mu, LOCK_RANK_BACKEND);
     if (!s->dead) lock_zk_sweep_add(s, h->path, NULL);
-    pthread_mutex_unlock(&s->z->mu);
+    lock_mu_drop(&s->z->mu, LOCK_RANK_BACKEND);
 }
 
 /* Waits for h's turn: the lowest node holds the lock; else watch the node
@@ -304,9 +303,9 @@ static lock_status wait_turn(zk_session *s, zk_hold *h, int64_t deadline_us, cha
             snprintf(err, errlen, "%s: our node %s was deleted while waiting", z->desc, h->path);
             return LOCK_ERROR;
         }
-        pthread_mutex_lock(&z->mu);
+        lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
         h->woken = 0;
-        pthread_mutex_unlock(&z->mu);
+        lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         if (lock_zk_call(s, REQ_KIDS, h->parent, 0, NULL, NULL, &op, err, errlen) != ZOK) {
             lock_zk_op_release(op);
             return LOCK_ERROR;
@@ -328,12 +327,12 @@ static lock_status wait_turn(zk_session *s, zk_hold *h, int64_t deadline_us, cha
         int rc = lock_zk_call(s, REQ_GET_WATCH, pred, 0, NULL, h, NULL, err, errlen);
         if (rc == ZNONODE) continue;
         if (rc != ZOK) return LOCK_ERROR;
-        pthread_mutex_lock(&z->mu);
+        lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
         while (!h->woken && !s->dead && clock_mono_us() < deadline_us)
             lock_cond_wait_until(&h->cv, &z->mu, deadline_us);
         int dead = s->dead;
         if (dead) snprintf(err, errlen, "%s: %s while waiting", z->desc, s->why);
-        pthread_mutex_unlock(&z->mu);
+        lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         if (dead) return LOCK_ERROR;
     }
 }
@@ -343,6 +342,7 @@ static lock_status zk_acquire(lock_client *c, const char *name, int64_t ttl_ms,
                               size_t errlen) {
     zk_backend *z = c->bstate;
     *code = LOCK_ERR_IO;
+    atomic_fetch_add(&c->st.attempts, 1);
     zk_hold *h = hold_new(z, name);
     if (!h) {
         *code = LOCK_ERR_NOMEM;
@@ -367,9 +367,9 @@ static lock_status zk_acquire(lock_client *c, const char *name, int64_t ttl_ms,
         hold_drop(h);
         return st;
     }
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     out->ttl_ms = s->timeout_ms;
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     out->hold = &h->base;
     out->fence = h->czxid;
     out->incarnation = inc;
@@ -378,17 +378,16 @@ static lock_status zk_acquire(lock_client *c, const char *name, int64_t ttl_ms,
     return LOCK_OK;
 }
 
-static lock_check zk_check(lock_client *c, lock_hold *base, int64_t *start_us, char *err,
-                           size_t errlen) {
-    (void)c;
-    (void)start_us;               /* the session's lease is its own */
+/* Whether h's node is still there and of its session (the session's lease
+ * is its own: a check renews nothing). */
+static lock_check check_one(lock_hold *base, char *err, size_t errlen) {
     zk_hold *h = (zk_hold *)base;
     zk_session *s = h->s;
     zk_op *op;
-    pthread_mutex_lock(&s->z->mu);
+    lock_mu_take(&s->z->mu, LOCK_RANK_BACKEND);
     int dead = s->dead;
     int64_t sid = s->id;
-    pthread_mutex_unlock(&s->z->mu);
+    lock_mu_drop(&s->z->mu, LOCK_RANK_BACKEND);
     if (dead || atomic_load(&h->gone)) return LOCK_CHECK_GONE;
     int rc = lock_zk_call(s, REQ_EXISTS, h->path, 0, NULL, NULL, &op, err, errlen);
     lock_check r = LOCK_CHECK_UNKNOWN;
@@ -398,15 +397,25 @@ static lock_check zk_check(lock_client *c, lock_hold *base, int64_t *start_us, c
     return r;
 }
 
+static void zk_check(lock_client *c, lock_checking *each, int n) {
+    (void)c;
+    for (int i = 0; i < n; i++) {
+        each[i].why[0] = '\0';
+        each[i].start_us = -1;
+        each[i].code = LOCK_ERR_IO;
+        each[i].outcome = check_one(each[i].hold, each[i].why, sizeof each[i].why);
+    }
+}
+
 static lock_release_result zk_release(lock_client *c, lock_hold *base, char *err,
                                       size_t errlen) {
     (void)c;
     zk_hold *h = (zk_hold *)base;
     zk_session *s = h->s;
-    pthread_mutex_lock(&s->z->mu);
+    lock_mu_take(&s->z->mu, LOCK_RANK_BACKEND);
     int dead = s->dead;
     if (dead) snprintf(err, errlen, "%s: %s", s->z->desc, s->why);
-    pthread_mutex_unlock(&s->z->mu);
+    lock_mu_drop(&s->z->mu, LOCK_RANK_BACKEND);
     /* A dead session's nodes go with it (the keeper closes it). */
     if (dead) return LOCK_NOT_OWNER;
     if (atomic_load(&h->gone)) {
@@ -420,9 +429,9 @@ static lock_release_result zk_release(lock_client *c, lock_hold *base, char *err
         snprintf(err, errlen, "%s: our node %s is gone", s->z->desc, h->path);
         return LOCK_NOT_OWNER;
     }
-    pthread_mutex_lock(&s->z->mu);
+    lock_mu_take(&s->z->mu, LOCK_RANK_BACKEND);
     if (!s->dead) lock_zk_sweep_add(s, h->path, NULL);   /* deleted once the server answers */
-    pthread_mutex_unlock(&s->z->mu);
+    lock_mu_drop(&s->z->mu, LOCK_RANK_BACKEND);
     return LOCK_UNKNOWN;
 }
 
@@ -431,7 +440,7 @@ static lock_release_result zk_release(lock_client *c, lock_hold *base, char *err
 static void zk_held(lock_client *c, lock_hold *base) {
     zk_backend *z = c->bstate;
     zk_hold *h = (zk_hold *)base;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (h->s->dead) {
         h->s->lost_reported = 0;
         pthread_cond_signal(&z->keeper_cv);
@@ -440,7 +449,7 @@ static void zk_held(lock_client *c, lock_hold *base) {
         z->gone_pending = 1;
         pthread_cond_signal(&z->keeper_cv);
     }
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 /* ------------------------------------------------------------ the backend */
@@ -459,14 +468,23 @@ static void zk_destroy(lock_client *c) {
     c->bstate = NULL;
 }
 
-static const lock_backend zk_backend_ops = {
+static int zk_open(lock_client *c, const lock_options *o, char *err, size_t errlen);
+
+const lock_backend lock_backend_zk = {
     .name = "zookeeper",
+    .kind = "ZooKeeper (zk://)",
+    .scheme = "zk://",
+    .max_urls = 1,
+    .urls_hint = " (list an ensemble's servers inside it: zk://h1:p1,h2:p2/path)",
     .watchdog_renews = 0,
+    .rearms = 0,
+    .open = zk_open,
     .acquire = zk_acquire,
     .check = zk_check,
     .release = zk_release,
     .held = zk_held,
     .hold_free = zk_hold_free,
+    .stats = NULL,
     .stop = zk_stop,
     .destroy = zk_destroy,
 };
@@ -505,7 +523,9 @@ static int parse_url(zk_backend *z, const char *url, char *err, size_t errlen) {
     return check_base(z->base, err, errlen);
 }
 
-int lock_zk_open(lock_client *c, const char *url, char *err, size_t errlen) {
+/* One zk:// URL: an ensemble's servers and the base path. */
+static int zk_open(lock_client *c, const lock_options *o, char *err, size_t errlen) {
+    const char *url = o->urls[0];
     zk_backend *z = calloc(1, sizeof *z);
     if (!z) {
         snprintf(err, errlen, "out of memory");
@@ -521,6 +541,7 @@ int lock_zk_open(lock_client *c, const char *url, char *err, size_t errlen) {
     snprintf(z->desc, sizeof z->desc, "zookeeper %s%s", z->hosts, z->base);
     z->c = c;
     z->timeout_ms = c->timeout_ms;
+    z->node_watcher = lock_zk_node_watcher;
     pthread_mutex_init(&z->mu, NULL);
     lock_cond_init(&z->conn_cv);
     lock_cond_init(&z->keeper_cv);
@@ -532,8 +553,6 @@ int lock_zk_open(lock_client *c, const char *url, char *err, size_t errlen) {
         free(z);
         return -1;
     }
-    c->kind = LOCK_KIND_ZK;
-    c->be = &zk_backend_ops;
     c->bstate = z;
     return 0;
 }

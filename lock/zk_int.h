@@ -11,7 +11,8 @@
  *
  * THREADS. The ZooKeeper client runs two threads per session (I/O and
  * completions); completions and watchers only record results and signal,
- * under zk_backend.mu, and never call into ZooKeeper or lock.c. The keeper
+ * under zk_backend.mu, and never call into ZooKeeper or the generic lock
+ * code. The keeper
  * thread sends probes, closes dead sessions, sweeps, and reports losses
  * (so lock_on_lost callbacks run on the keeper thread). Nothing calls the
  * ZooKeeper API with zk_backend.mu held, and a session is closed only when
@@ -110,6 +111,9 @@ struct zk_backend {
     zk_session *sessions;
     uint64_t next_wid;
     zk_hold *watches[ZK_WATCH_BUCKETS];
+    /* zk.c's watcher of held nodes (lock_zk_node_watcher), handed down so
+     * that zksession.c sets it on a node without calling up into zk.c. */
+    watcher_fn node_watcher;
 };
 
 /* One asynchronous request and its caller's wait. Two references: the

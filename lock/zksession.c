@@ -72,7 +72,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     zk_session *s = ctx;
     if (type != ZOO_SESSION_EVENT || !s) return;
     zk_backend *z = s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     s->state = state;
     if (state == ZOO_CONNECTED_STATE) {
         const clientid_t *id = zoo_client_id(zh);
@@ -88,7 +88,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         session_die(s, LOCK_ERR_IO, "ZooKeeper authentication failed");
     }
     pthread_cond_broadcast(&z->conn_cv);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 /* The ZooKeeper client logs through this: nowhere (it would write to the
@@ -127,7 +127,7 @@ static zk_session *session_open(zk_backend *z, int64_t ttl_ms, char *err, size_t
 
 zk_session *lock_zk_session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t errlen) {
     int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     zk_session *s = z->sessions;
     int live = 0;
     for (zk_session *x = z->sessions; x; x = x->next) live += !x->dead;
@@ -136,11 +136,11 @@ zk_session *lock_zk_session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t
         if (live >= ZK_MAX_SESSIONS) {
             snprintf(err, errlen, "%s: %d ZooKeeper sessions open already (one per distinct "
                      "ttl): use fewer distinct ttls", z->desc, live);
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             return NULL;
         }
         if (!(s = session_open(z, ttl_ms, err, errlen))) {
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             return NULL;
         }
     }
@@ -152,10 +152,10 @@ zk_session *lock_zk_session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t
         else snprintf(err, errlen, "%s: not connected within %d ms", z->desc, z->timeout_ms);
         s->refs--;
         pthread_cond_signal(&z->keeper_cv);
-        pthread_mutex_unlock(&z->mu);
+        lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         return NULL;
     }
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return s;
 }
 
@@ -163,19 +163,19 @@ zk_session *lock_zk_session_get(zk_backend *z, int64_t ttl_ms, char *err, size_t
  * in use. Returns 0, or -1 (err) when s is closing. */
 static int session_enter(zk_session *s, char *err, size_t errlen) {
     zk_backend *z = s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     int ok = !s->closing;
     if (ok) s->users++;
     else snprintf(err, errlen, "%s: %s", z->desc, s->why[0] ? s->why : "session closed");
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return ok ? 0 : -1;
 }
 
 static void session_leave(zk_session *s) {
     zk_backend *z = s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (--s->users == 0 && s->dead) pthread_cond_signal(&z->keeper_cv);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 /* Queues a sweep on s (z->mu held). */
@@ -245,25 +245,25 @@ static void op_complete(zk_op *op, int rc) {
 static void done_void(int rc, const void *data) {
     zk_op *op = (zk_op *)data;
     zk_backend *z = op->s->z;   /* op may be freed below */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     op_complete(op, rc);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static void done_stat(int rc, const struct Stat *stat, const void *data) {
     zk_op *op = (zk_op *)data;
     zk_backend *z = op->s->z;   /* op may be freed below */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (rc == ZOK && stat) op->stat = *stat;
     op_complete(op, rc);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static void done_data(int rc, const char *value, int value_len, const struct Stat *stat,
                       const void *data) {
     zk_op *op = (zk_op *)data;
     zk_backend *z = op->s->z;   /* op may be freed below */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (rc == ZOK && stat) op->stat = *stat;
     if (rc == ZOK && value && value_len > 0) {
         size_t n = (size_t)value_len < sizeof op->value ? (size_t)value_len : sizeof op->value;
@@ -271,23 +271,23 @@ static void done_data(int rc, const char *value, int value_len, const struct Sta
         op->value_len = n;
     }
     op_complete(op, rc);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static void done_create(int rc, const char *path, const struct Stat *stat, const void *data) {
     zk_op *op = (zk_op *)data;
     zk_backend *z = op->s->z;   /* op may be freed below */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (rc == ZOK && path && !(op->created = strdup(path))) rc = ZSYSTEMERROR;
     if (rc == ZOK && stat) op->stat = *stat;
     op_complete(op, rc);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static void done_kids(int rc, const struct String_vector *v, const void *data) {
     zk_op *op = (zk_op *)data;
     zk_backend *z = op->s->z;   /* op may be freed below */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (rc == ZOK && v && v->count > 0) {
         op->kids = calloc((size_t)v->count, sizeof *op->kids);
         for (int i = 0; op->kids && i < v->count; i++) {
@@ -300,7 +300,7 @@ static void done_kids(int rc, const struct String_vector *v, const void *data) {
         if (!op->kids) rc = ZSYSTEMERROR;
     }
     op_complete(op, rc);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 /* Waits for op until until_us. Returns its rc, or ZOPERATIONTIMEOUT if the
@@ -308,12 +308,12 @@ static void done_kids(int rc, const struct String_vector *v, const void *data) {
  * cleans up). Drops the caller's reference either way. */
 static int op_wait(zk_op *op, int64_t until_us) {
     zk_backend *z = op->s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     while (!op->done && clock_mono_us() < until_us) lock_cond_wait_until(&op->cv, &z->mu, until_us);
     int rc = op->done ? op->rc : ZOPERATIONTIMEOUT;
     if (!op->done) op->abandoned = 1;
     op_unref(op);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return rc;
 }
 
@@ -337,10 +337,10 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const
     op->sent_us = clock_mono_us();
     /* Counted before it is queued: its completion may run before the call
      * returns. */
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     op->counted = 1;
     s->inflight++;
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     int rc = ZBADARGUMENTS;
     switch (req) {
     case REQ_CREATE:
@@ -354,7 +354,7 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const
     case REQ_GET: rc = zoo_aget(s->zh, path, 0, done_data, op); break;
     case REQ_KIDS: rc = zoo_aget_children(s->zh, path, 0, done_kids, op); break;
     case REQ_GET_WATCH:
-        rc = zoo_awget(s->zh, path, lock_zk_node_watcher, wctx, done_data, op);
+        rc = zoo_awget(s->zh, path, s->z->node_watcher, wctx, done_data, op);
         break;
     case REQ_EXISTS: rc = zoo_aexists(s->zh, path, 0, done_stat, op); break;
     case REQ_DELETE: rc = zoo_adelete(s->zh, path, -1, done_void, op); break;
@@ -366,22 +366,22 @@ zk_op *lock_zk_send(zk_session *s, zk_req req, const char *path, int mode, const
     session_leave(s);
     if (rc != ZOK) {
         snprintf(err, errlen, "%s: %s", z->desc, zerror(rc));
-        pthread_mutex_lock(&z->mu);
+        lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
         if (op->counted) {        /* no completion will say so */
             op->counted = 0;
             s->inflight--;
         }
-        pthread_mutex_unlock(&z->mu);
+        lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         if (rc == ZBADARGUMENTS || rc == ZINVALIDSTATE) {
             op_free(op);          /* refused before its completion was queued */
         } else {
             /* A marshalling error may come after the completion was queued:
              * leave it its reference (at worst a small leak, never a use
              * after free). */
-            pthread_mutex_lock(&z->mu);
+            lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
             op->abandoned = 1;
             op_unref(op);
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         }
         return NULL;
     }
@@ -395,14 +395,14 @@ int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, const ch
     zk_op *op = lock_zk_send(s, req, path, mode, data, h, err, errlen);
     if (!op) return ZSYSTEMERROR;
     int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     op->refs++;                   /* ours past op_wait, for the results */
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     int rc = op_wait(op, until);
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     int answered = op->done;
     if (!out || !answered) op_unref(op);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     if (!answered) snprintf(err, errlen, "%s: no answer within %d ms", z->desc, z->timeout_ms);
     else if (rc != ZOK) snprintf(err, errlen, "%s: %s", z->desc, zerror(rc));
     if (out && answered) *out = op;
@@ -412,9 +412,9 @@ int lock_zk_call(zk_session *s, zk_req req, const char *path, int mode, const ch
 void lock_zk_op_release(zk_op *op) {
     if (!op) return;
     zk_backend *z = op->s->z;
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     op_unref(op);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 /* ----------------------------------------------------------------- keeper */
@@ -432,10 +432,10 @@ static int match_gone(const lock_hold *h, void *unused) {
 static void sweep_one(zk_session *s) {
     zk_backend *z = s->z;
     char err[300];
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     zk_sweep *w = s->sweeps;
     if (w) s->sweeps = w->next;
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     if (!w) return;
     int done;
     if (!w->guid[0]) {
@@ -458,7 +458,7 @@ static void sweep_one(zk_session *s) {
         }
         lock_zk_op_release(op);
     }
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     if (done || s->dead) {
         free(w);
     } else {
@@ -466,7 +466,7 @@ static void sweep_one(zk_session *s) {
         s->sweeps = w;
         s->sweep_due_us = clock_mono_us() + ZK_RETRY_US;
     }
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
 static void session_free(zk_session *s) {
@@ -529,14 +529,14 @@ static keeper_work keeper_pick(zk_backend *z, zk_session **out, int64_t *next) {
 static void *keeper_main(void *arg) {
     zk_backend *z = arg;
     char err[300];
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     while (!z->stopping) {
         if (z->gone_pending) {
             z->gone_pending = 0;
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             lock_holds_lost(z->c, match_gone, NULL, LOCK_ERR_LOST,
                             "our ZooKeeper node was deleted by another client");
-            pthread_mutex_lock(&z->mu);
+            lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
             continue;
         }
         zk_session *s;
@@ -552,38 +552,38 @@ static void *keeper_main(void *arg) {
             lock_errcode code = s->why_code;
             snprintf(why, sizeof why, "%s", s->why);
             s->lost_reported = 1;
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             lock_holds_lost(z->c, match_session, s, code, why);
         } else if (w == W_CLOSE) {
             /* Closing deletes its nodes if the server still has them. */
             s->closing = 1;
             zhandle_t *zh = s->zh;
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             zookeeper_close(zh);
-            pthread_mutex_lock(&z->mu);
+            lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
             s->zh = NULL;
             s->closed = 1;
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         } else if (w == W_PROBE) {
             s->probing = 1;
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             zk_op *op = lock_zk_send(s, REQ_PROBE, "/", 0, NULL, NULL, err, sizeof err);
             if (op) {
                 lock_zk_op_release(op);   /* the completion does the rest */
             } else {
-                pthread_mutex_lock(&z->mu);
+                lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
                 s->probing = 0;
                 s->probe_due_us = clock_mono_us() + ZK_RETRY_US;
-                pthread_mutex_unlock(&z->mu);
+                lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             }
         } else {
-            pthread_mutex_unlock(&z->mu);
+            lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
             sweep_one(s);
         }
-        pthread_mutex_lock(&z->mu);
+        lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
         s->refs--;
     }
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     return NULL;
 }
 
@@ -594,10 +594,10 @@ int lock_zk_keeper_start(zk_backend *z) {
 }
 
 void lock_zk_keeper_stop(zk_backend *z) {
-    pthread_mutex_lock(&z->mu);
+    lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     z->stopping = 1;
     pthread_cond_signal(&z->keeper_cv);
-    pthread_mutex_unlock(&z->mu);
+    lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     if (z->keeper_started) pthread_join(z->keeper, NULL);
     z->keeper_started = 0;
 }
@@ -608,10 +608,10 @@ void lock_zk_sessions_close(zk_backend *z) {
         z->sessions = s->next;
         /* Let its outstanding requests end first (see inflight), briefly. */
         int64_t until = clock_mono_us() + (int64_t)z->timeout_ms * 1000;
-        pthread_mutex_lock(&z->mu);
+        lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
         while (s->zh && s->inflight > 0 && clock_mono_us() < until)
             lock_cond_wait_until(&z->keeper_cv, &z->mu, until);
-        pthread_mutex_unlock(&z->mu);
+        lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
         if (s->zh) zookeeper_close(s->zh);   /* deletes what it still held */
         session_free(s);
     }

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/rconn.h"
 #include "lock/lock.h"
+#include "lock/lock_int.h"   /* lock_mu_take: the lock order is asserted */
 #include "tests/unit/t.h"
 
 static const char *url;
@@ -800,6 +801,50 @@ static void test_free_with_held_locks(void) {
     CHECK(integer("EXISTS %s", "t:leak") == 0);
 }
 
+/* Runs fn in a child; returns the signal that ended it (0: it exited). */
+static int child_signal(void (*fn)(void)) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The expected assertion message is not a failure to read. */
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+
+static pthread_mutex_t mu_a = PTHREAD_MUTEX_INITIALIZER, mu_b = PTHREAD_MUTEX_INITIALIZER;
+
+static void in_order(void) {
+    lock_mu_take(&mu_a, LOCK_RANK_CLIENT);
+    lock_mu_take(&mu_b, LOCK_RANK_BACKEND);
+    lock_mu_drop(&mu_b, LOCK_RANK_BACKEND);
+    lock_mu_drop(&mu_a, LOCK_RANK_CLIENT);
+}
+
+static void inverted(void) {
+    lock_mu_take(&mu_b, LOCK_RANK_POOL);
+    lock_mu_take(&mu_a, LOCK_RANK_CLIENT);    /* client.mu under a pool_mu: asserts */
+}
+
+static void same_rank_twice(void) {
+    lock_mu_take(&mu_a, LOCK_RANK_BACKEND);
+    lock_mu_take(&mu_b, LOCK_RANK_BACKEND);   /* two backend mutexes at once: asserts */
+}
+
+/* lock_int.h's LOCKING ORDER is checked where mutexes are taken: taken in
+ * order passes, inverted (or two of one rank) stops the process at once,
+ * before it could deadlock against a thread taking them the right way. */
+static void test_lock_order_asserted(void) {
+    CHECK(child_signal(in_order) == 0);
+    CHECK(child_signal(inverted) == SIGABRT);
+    CHECK(child_signal(same_rank_twice) == SIGABRT);
+    CHECK(!lock_mu_holds(LOCK_RANK_CLIENT));
+}
+
 static void setup(void) {
     url = getenv("FLASHSALE_TEST_REDIS");
     if (!url) url = "redis://127.0.0.1:6379/0";
@@ -818,7 +863,7 @@ static const t_case cases[] = {
     T(test_lost_callback), T(test_fence_increasing), T(test_fenced_set),
     T(test_wakeup_latency), T(test_free_lock_noticed), T(test_bounded_wakeups),
     T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_incarnation_one_server),
-    T(test_redlock_incarnation), T(test_free_with_held_locks),
+    T(test_redlock_incarnation), T(test_free_with_held_locks), T(test_lock_order_asserted),
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,393 @@
+/* rserver.c: the Redis servers of a lock client -- one server, or a
+ * primary that a Sentinel watches, followed across failovers -- their
+ * pooled connections, the embedded scripts, and lock_run, which runs one
+ * script call on every server at once (pipelined, all servers in
+ * parallel). redis.c builds the lock on top. */
+#include "lock/redis_int.h"
+#include "rtopo/rtopo.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+
+extern const char lock_lua_format[], lock_lua_acquire[], lock_lua_release[],
+    lock_lua_extend[], lock_lua_settle[], lock_lua_fence[];
+
+/* ------------------------------------------------------------------ scripts */
+
+static rconn_script scripts[LOCK_S_COUNT];
+static int scripts_nomem;      /* composing one failed: clients are refused */
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+char *lock_script_compose(const char *body) {
+    size_t nf = strlen(lock_lua_format), nb = strlen(body);
+    char *src = malloc(nf + nb + 1);
+    if (!src) return NULL;
+    memcpy(src, lock_lua_format, nf);
+    memcpy(src + nf, body, nb + 1);
+    return src;
+}
+
+/* A script that touches the lock: format.lua's functions, then body. The
+ * text lives as long as the process (the descriptor points at it). */
+static void script_on_format(lock_script_id id, const char *name, const char *body) {
+    char *src = lock_script_compose(body);
+    if (!src) {
+        scripts_nomem = 1;
+        return;
+    }
+    rconn_script_init(&scripts[id], name, src);
+}
+
+static void scripts_init(void) {
+    script_on_format(LOCK_S_ACQUIRE, "acquire", lock_lua_acquire);
+    script_on_format(LOCK_S_RELEASE, "release", lock_lua_release);
+    script_on_format(LOCK_S_EXTEND, "extend", lock_lua_extend);
+    script_on_format(LOCK_S_SETTLE, "settle", lock_lua_settle);
+    /* The fence is the protected side's, but its format (incarnations,
+     * tokens) is written in format.lua too, beside the lock's. */
+    script_on_format(LOCK_S_FENCE, "fence", lock_lua_fence);
+}
+
+/* Builds the scripts and their SHA1s (once per process). Returns 0, or -1
+ * when out of memory. */
+int lock_scripts_ready(void) {
+    pthread_once(&scripts_once, scripts_init);
+    return scripts_nomem ? -1 : 0;
+}
+
+const rconn_script *lock_script(lock_script_id id) {
+    assert(id >= 0 && id < LOCK_S_COUNT);
+    pthread_once(&scripts_once, scripts_init);
+    assert(scripts[id].src);       /* a client exists: scripts_ready passed */
+    return &scripts[id];
+}
+
+/* ---------------------------------------------------------------- servers */
+
+/* Followed across failovers through rtopo_primary. */
+int lock_server_open(lock_redis *r, int i, const char *url, char *err, size_t errlen) {
+    lock_server *s = &r->servers[i];
+    rtopo_spec spec;
+    char d[280];
+    if (rtopo_parse(url, &spec, err, errlen)) return -1;
+    if (spec.kind == RTOPO_CLUSTER) {
+        snprintf(err, errlen, "a lock lives on one Redis primary; a redis-cluster:// URL "
+                 "is not one");
+        return -1;
+    }
+    if (spec.kind == RTOPO_SENTINEL) {
+        s->primary = rtopo_primary_start(&spec, r->timeout_ms, err, errlen);
+        if (!s->primary) return -1;
+        s->version = rtopo_primary_get(s->primary, &s->addr);
+    } else {
+        s->addr = spec.seeds[0];
+    }
+    snprintf(s->desc, sizeof s->desc, "redis %s", rtopo_describe(&spec, d, sizeof d));
+    s->index = i;
+    pthread_mutex_init(&s->pool_mu, NULL);
+    return 0;
+}
+
+void lock_server_close(lock_server *s) {
+    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
+    free(s->idle);
+    rtopo_primary_stop(s->primary);
+    pthread_mutex_destroy(&s->pool_mu);
+}
+
+/* With pool_mu held: when the primary moved, takes its new address and
+ * closes the idle connections to the old one. */
+static void follow_primary(lock_server *s) {
+    if (!s->primary || rtopo_primary_version(s->primary) == s->version) return;
+    rconn_addr a;
+    unsigned v = rtopo_primary_get(s->primary, &a);
+    if (!v) return;
+    s->addr = a;
+    s->version = v;
+    s->down_until_us = 0;
+    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
+    s->nidle = 0;
+}
+
+unsigned lock_server_addr(lock_server *s, rconn_addr *out) {
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    follow_primary(s);
+    *out = s->addr;
+    unsigned v = s->primary ? s->version : 1;
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+    return v;
+}
+
+void lock_server_suspect(lock_server *s, unsigned version) {
+    if (s->primary) rtopo_primary_suspect(s->primary, version);
+}
+
+/* ---------------------------------------------------------- connections */
+
+void lock_set_cloexec(redisContext *ctx) {
+    /* A command run by flashlock must not inherit (and keep open) the
+     * connections of the process that holds its lock. */
+    int fl = fcntl(ctx->fd, F_GETFD);
+    if (fl >= 0) fcntl(ctx->fd, F_SETFD, fl | FD_CLOEXEC);
+}
+
+/* An idle pooled connection is dead if it has anything to read: Redis
+ * closed it (restart, timeout, CLIENT KILL) while it sat in the pool.
+ * Finding out now keeps "unknown" results for real mid-command failures. */
+static int conn_alive(redisContext *ctx) {
+    struct pollfd p = { ctx->fd, POLLIN, 0 };
+    return !ctx->err && poll(&p, 1, 0) == 0;
+}
+
+static void mark_down(lock_server *s, const char *why) {
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    s->down_until_us = clock_mono_us() + LOCK_DOWN_MS * 1000;
+    snprintf(s->down_err, sizeof s->down_err, "%.190s", why);
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+}
+
+static redisContext *server_connect(lock_redis *r, lock_server *s, unsigned *version,
+                                    char *err, size_t errlen) {
+    char e[200];
+    const rconn_script *all[LOCK_S_COUNT];
+    rconn_addr addr;
+    for (int i = 0; i < LOCK_S_COUNT; i++) all[i] = lock_script((lock_script_id)i);
+    redisContext *ctx = NULL;
+    if (!(*version = lock_server_addr(s, &addr))) {
+        snprintf(e, sizeof e, "no primary found yet through Sentinel");
+        goto err;
+    }
+    ctx = rconn_connect(&addr, r->timeout_ms, e, sizeof e);
+    if (!ctx) goto err;
+    lock_set_cloexec(ctx);
+    if (rconn_script_load(ctx, all, LOCK_S_COUNT, e, sizeof e)) {
+        redisFree(ctx);
+        goto err;
+    }
+    return ctx;
+err:
+    mark_down(s, e);
+    lock_server_suspect(s, *version);
+    snprintf(err, errlen, "%s: %.190s", s->desc, e);
+    return NULL;
+}
+
+/* Borrows a connection to s: an idle one that is still alive, or a new one.
+ * Returns NULL with a reason in err; a server that just refused is not
+ * tried again for LOCK_DOWN_MS, so a dead Redlock member costs nothing. */
+static redisContext *server_get(lock_redis *r, lock_server *s, unsigned *version, char *err,
+                                size_t errlen) {
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    follow_primary(s);
+    *version = s->primary ? s->version : 1;
+    while (s->nidle > 0) {
+        redisContext *ctx = s->idle[--s->nidle];
+        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+        if (conn_alive(ctx)) return ctx;
+        redisFree(ctx);
+        lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    }
+    if (clock_mono_us() < s->down_until_us) {
+        snprintf(err, errlen, "%s: %s (not retried for %d ms)", s->desc, s->down_err,
+                 LOCK_DOWN_MS);
+        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+        return NULL;
+    }
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+    return server_connect(r, s, version, err, errlen);
+}
+
+/* Returns a borrowed connection, taken when s's primary was of version;
+ * a broken one, or one to a primary that has moved since, is closed
+ * instead. */
+static void server_put(lock_server *s, redisContext *ctx, unsigned version) {
+    if (!ctx) return;
+    if (ctx->err) {
+        redisFree(ctx);
+        return;
+    }
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    if (s->primary && s->version != version) {
+        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+        redisFree(ctx);
+        return;
+    }
+    if (s->nidle == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        redisContext **p = realloc(s->idle, sizeof *p * (size_t)cap);
+        if (!p) {
+            lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+            redisFree(ctx);
+            return;
+        }
+        s->idle = p;
+        s->cap = cap;
+    }
+    s->idle[s->nidle++] = ctx;
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+}
+
+/* ------------------------------------------------------------ script calls */
+
+void lock_call_start(lock_call *call, lock_script_id script, int nkeys) {
+    call->script = script;
+    rconn_cmd_evalsha(&call->cmd, lock_script(script), nkeys);
+}
+
+/* EVAL of the source with call's keys and arguments, leaving call->cmd as
+ * it is (rconn_cmd_run_script rewrites it, and one call goes to several
+ * servers). */
+static redisReply *eval_fallback(redisContext *ctx, const lock_call *call) {
+    enum { MAXARGS = 16 };
+    const char *argv[MAXARGS];
+    size_t len[MAXARGS];
+    const rconn_cmd *cmd = &call->cmd;
+    const rconn_script *s = lock_script(call->script);
+    assert(cmd->argc <= MAXARGS);
+    argv[0] = "EVAL";
+    len[0] = 4;
+    argv[1] = s->src;
+    len[1] = strlen(s->src);
+    for (int i = 2; i < cmd->argc; i++) {
+        argv[i] = cmd->buf + cmd->off[i];
+        len[i] = cmd->len[i];
+    }
+    return redisCommandArgv(ctx, cmd->argc, argv, len);
+}
+
+static void fail_server(lock_replies *rs, int si, lock_server *s, redisContext **ctx,
+                        const char *what) {
+    snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %s: %.200s", s->desc, what,
+             (*ctx)->errstr[0] ? (*ctx)->errstr : "connection lost");
+    redisFree(*ctx);
+    *ctx = NULL;
+}
+
+/* A reply that says the server is not the primary (READONLY, LOADING, ...):
+ * its connection goes, and the primary is looked for again. */
+static int not_primary(const lock_server *s, const redisReply *r) {
+    return s->primary && r && r->type == REDIS_REPLY_ERROR &&
+           rtopo_classify(r, NULL) == RTOPO_REDISCOVER;
+}
+
+/* Sends every call to one server without waiting for replies. */
+static void send_all(lock_call *calls, int ncalls, lock_replies *rs, int si, lock_server *s,
+                     redisContext **ctx) {
+    int done = 0;
+    for (int i = 0; i < ncalls; i++) {
+        if (rconn_cmd_append(*ctx, &calls[i].cmd)) {
+            fail_server(rs, si, s, ctx, "send");
+            return;
+        }
+    }
+    while (!done) {
+        if (redisBufferWrite(*ctx, &done) == REDIS_ERR) {
+            fail_server(rs, si, s, ctx, "send");
+            return;
+        }
+    }
+}
+
+/* Reads one server's replies; NOSCRIPT answers (Redis lost its script
+ * cache) are redone by EVAL once the pipeline is drained. */
+static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, lock_server *s,
+                     redisContext **ctx) {
+    int noscript = 0;
+    for (int i = 0; i < ncalls; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(*ctx, (void **)&r) != REDIS_OK) {
+            fail_server(rs, si, s, ctx, "reply");
+            return;
+        }
+        if (rconn_is_noscript(r)) {
+            freeReplyObject(r);
+            r = NULL;
+            noscript = 1;
+        } else if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
+        }
+        if (not_primary(s, r)) rs->stale |= 1u << si;
+        LOCK_REPLY(rs, i, si) = r;
+    }
+    for (int i = 0; noscript && i < ncalls; i++) {
+        if (LOCK_REPLY(rs, i, si)) continue;
+        redisReply *r = eval_fallback(*ctx, &calls[i]);
+        if (!r) {
+            fail_server(rs, si, s, ctx, "reply");
+            return;
+        }
+        if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0])
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
+        LOCK_REPLY(rs, i, si) = r;
+    }
+}
+
+int lock_run(lock_redis *r, lock_call *calls, int ncalls, unsigned mask, lock_replies *rs) {
+    redisContext *ctx[LOCK_MAX_SERVERS] = { 0 };
+    unsigned version[LOCK_MAX_SERVERS] = { 0 };
+    lock_pipe_guard g;
+    memset(rs, 0, sizeof *rs);
+    rs->ncalls = ncalls;
+    rs->nservers = r->nservers;
+    rs->r = calloc((size_t)ncalls * (size_t)r->nservers, sizeof *rs->r);
+    if (!rs->r) return -1;
+    lock_nosigpipe_begin(&g);
+    for (int i = 0; i < r->nservers; i++) {
+        if (!(mask & (1u << i))) continue;
+        ctx[i] = server_get(r, &r->servers[i], &version[i], rs->err[i], sizeof rs->err[i]);
+        if (ctx[i]) send_all(calls, ncalls, rs, i, &r->servers[i], &ctx[i]);
+    }
+    for (int i = 0; i < r->nservers; i++) {
+        if (!ctx[i]) continue;
+        read_all(calls, ncalls, rs, i, &r->servers[i], &ctx[i]);
+        if (!ctx[i] || (rs->stale & (1u << i))) {
+            lock_server_suspect(&r->servers[i], version[i]);
+            if (ctx[i]) redisFree(ctx[i]);
+            continue;
+        }
+        server_put(&r->servers[i], ctx[i], version[i]);
+    }
+    lock_nosigpipe_end(&g);
+    return 0;
+}
+
+void lock_replies_free(lock_replies *rs) {
+    if (!rs->r) return;
+    for (int i = 0; i < rs->ncalls * rs->nservers; i++)
+        if (rs->r[i]) freeReplyObject(rs->r[i]);
+    free(rs->r);
+    rs->r = NULL;
+}
+
+void lock_replies_why(const lock_redis *r, const lock_replies *rs, unsigned mask, char *buf,
+                      size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->nservers && used + 1 < len; i++) {
+        if (!(mask & (1u << i)) || !rs->err[i][0]) continue;
+        int n = snprintf(buf + used, len - used, "%s%s", used ? "; " : "", rs->err[i]);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    if (!buf[0]) snprintf(buf, len, "no answer");
+}
+
+lock_tally lock_tally_int(const lock_replies *rs, int call, unsigned mask) {
+    lock_tally t = { 0, 0, 0 };
+    for (int i = 0; i < rs->nservers; i++) {
+        if (!(mask & (1u << i))) continue;
+        const redisReply *r = LOCK_REPLY(rs, call, i);
+        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1) t.ok++;
+        else if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0) t.no++;
+        else t.io++;
+    }
+    return t;
+}
