@@ -23,6 +23,7 @@
 #define LOCK_WAKE_COUNT 1                   /* live waiters one release wakes */
 #define LOCK_DOWN_MS 250                    /* a server that refused: skip it this long */
 #define LOCK_WAITER_BUCKETS 256
+#define LOCK_CLUSTER_TRIES 30               /* rounds of one call a cluster redirects */
 
 typedef struct lock_redis lock_redis;
 
@@ -52,8 +53,19 @@ int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen);
 
 /* ----------------------------------------------------------------- servers */
 
+/* A Redis Cluster node's pooled connections. */
+typedef struct lock_node {
+    rconn_addr addr;
+    redisContext **idle;
+    int nidle, cap;
+} lock_node;
+
 typedef struct lock_server {
     int index;
+    struct rtopo_cluster *cluster;   /* a Redis Cluster: each call goes to its slot's
+                                     primary (NULL: one server or a Sentinel's) */
+    lock_node *nodes;             /* a cluster's nodes met so far, guarded by pool_mu */
+    int nnodes, nodecap;
     rconn_addr addr;              /* guarded by pool_mu when primary is set */
     struct rtopo_primary *primary;   /* a Sentinel-watched server: where addr comes
                                      from (NULL: one fixed server) */

@@ -72,18 +72,19 @@ const rconn_script *lock_script(lock_script_id id) {
 
 /* ---------------------------------------------------------------- servers */
 
-/* Followed across failovers through rtopo_primary. */
+/* A Sentinel's primary is followed across failovers through rtopo_primary,
+ * a cluster's slots through rtopo_cluster. */
 int lock_server_open(lock_redis *r, int i, const char *url, char *err, size_t errlen) {
     lock_server *s = &r->servers[i];
     rtopo_spec spec;
     char d[280];
     if (rtopo_parse(url, &spec, err, errlen)) return -1;
     if (spec.kind == RTOPO_CLUSTER) {
-        snprintf(err, errlen, "a lock lives on one Redis primary; a redis-cluster:// URL "
-                 "is not one");
-        return -1;
-    }
-    if (spec.kind == RTOPO_SENTINEL) {
+        /* A lock's keys share its name's slot (lock_keys_make): each call
+         * goes to the primary serving that slot (run_cluster). */
+        s->cluster = rtopo_cluster_start(&spec, r->timeout_ms, err, errlen);
+        if (!s->cluster) return -1;
+    } else if (spec.kind == RTOPO_SENTINEL) {
         s->primary = rtopo_primary_start(&spec, r->timeout_ms, err, errlen);
         if (!s->primary) return -1;
         s->version = rtopo_primary_get(s->primary, &s->addr);
@@ -99,6 +100,12 @@ int lock_server_open(lock_redis *r, int i, const char *url, char *err, size_t er
 void lock_server_close(lock_server *s) {
     for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
     free(s->idle);
+    for (int n = 0; n < s->nnodes; n++) {
+        for (int k = 0; k < s->nodes[n].nidle; k++) redisFree(s->nodes[n].idle[k]);
+        free(s->nodes[n].idle);
+    }
+    free(s->nodes);
+    rtopo_cluster_stop(s->cluster);
     rtopo_primary_stop(s->primary);
     pthread_mutex_destroy(&s->pool_mu);
 }
@@ -118,6 +125,9 @@ static void follow_primary(lock_server *s) {
 }
 
 unsigned lock_server_addr(lock_server *s, rconn_addr *out) {
+    /* A cluster: any primary hears every PUBLISH (pub/sub is cluster-wide);
+     * the subscriber stays with it until its connection breaks. */
+    if (s->cluster) return rtopo_cluster_route(s->cluster, 0, out) ? 1 : 0;
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
     follow_primary(s);
     *out = s->addr;
@@ -127,6 +137,7 @@ unsigned lock_server_addr(lock_server *s, rconn_addr *out) {
 }
 
 void lock_server_suspect(lock_server *s, unsigned version) {
+    if (s->cluster) rtopo_cluster_suspect(s->cluster);
     if (s->primary) rtopo_primary_suspect(s->primary, version);
 }
 
@@ -154,24 +165,30 @@ static void mark_down(lock_server *s, const char *why) {
     lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
 }
 
+/* A new connection to a with the scripts loaded, or NULL with e. */
+static redisContext *connect_loaded(lock_redis *r, const rconn_addr *a, char *e, size_t elen) {
+    const rconn_script *all[LOCK_S_COUNT];
+    for (int i = 0; i < LOCK_S_COUNT; i++) all[i] = lock_script((lock_script_id)i);
+    redisContext *ctx = rconn_connect(a, r->timeout_ms, e, elen);
+    if (!ctx) return NULL;
+    lock_set_cloexec(ctx);
+    if (rconn_script_load(ctx, all, LOCK_S_COUNT, e, elen)) {
+        redisFree(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 static redisContext *server_connect(lock_redis *r, lock_server *s, unsigned *version,
                                     char *err, size_t errlen) {
     char e[200];
-    const rconn_script *all[LOCK_S_COUNT];
     rconn_addr addr;
-    for (int i = 0; i < LOCK_S_COUNT; i++) all[i] = lock_script((lock_script_id)i);
     redisContext *ctx = NULL;
     if (!(*version = lock_server_addr(s, &addr))) {
         snprintf(e, sizeof e, "no primary found yet through Sentinel");
         goto err;
     }
-    ctx = rconn_connect(&addr, r->timeout_ms, e, sizeof e);
-    if (!ctx) goto err;
-    lock_set_cloexec(ctx);
-    if (rconn_script_load(ctx, all, LOCK_S_COUNT, e, sizeof e)) {
-        redisFree(ctx);
-        goto err;
-    }
+    if (!(ctx = connect_loaded(r, &addr, e, sizeof e))) goto err;
     return ctx;
 err:
     mark_down(s, e);
@@ -233,6 +250,79 @@ static void server_put(lock_server *s, redisContext *ctx, unsigned version) {
     }
     s->idle[s->nidle++] = ctx;
     lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+}
+
+/* ------------------------------------------------------ a cluster's nodes */
+
+/* The pool of a cluster's node a (pool_mu held), made on first use.
+ * Returns NULL when out of memory. */
+static lock_node *node_of(lock_server *s, const rconn_addr *a) {
+    for (int n = 0; n < s->nnodes; n++)
+        if (s->nodes[n].addr.port == a->port && !strcmp(s->nodes[n].addr.host, a->host))
+            return &s->nodes[n];
+    if (s->nnodes == s->nodecap) {
+        int cap = s->nodecap ? s->nodecap * 2 : 8;
+        lock_node *p = realloc(s->nodes, sizeof *p * (size_t)cap);
+        if (!p) return NULL;
+        s->nodes = p;
+        s->nodecap = cap;
+    }
+    lock_node *nd = &s->nodes[s->nnodes++];
+    memset(nd, 0, sizeof *nd);
+    nd->addr = *a;
+    return nd;
+}
+
+/* Borrows a connection to the cluster node a: an idle one still alive, or
+ * a new one (a node that cannot be reached has the map reloaded). NULL with
+ * err. */
+static redisContext *node_get(lock_redis *r, lock_server *s, const rconn_addr *a, char *err,
+                              size_t errlen) {
+    char e[200];
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    lock_node *nd = node_of(s, a);
+    while (nd && nd->nidle > 0) {
+        redisContext *ctx = nd->idle[--nd->nidle];
+        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+        if (conn_alive(ctx)) return ctx;
+        redisFree(ctx);
+        lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+        nd = node_of(s, a);
+    }
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+    redisContext *ctx = nd ? connect_loaded(r, a, e, sizeof e) : NULL;
+    if (!ctx) {
+        if (!nd) snprintf(e, sizeof e, "out of memory");
+        rtopo_cluster_suspect(s->cluster);
+        snprintf(err, errlen, "%s: node %.100s:%d: %.190s", s->desc, a->host, a->port, e);
+    }
+    return ctx;
+}
+
+/* Returns a borrowed connection to the cluster node a (a broken one is
+ * closed instead). */
+static void node_put(lock_server *s, const rconn_addr *a, redisContext *ctx) {
+    if (!ctx) return;
+    if (ctx->err) {
+        redisFree(ctx);
+        return;
+    }
+    lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+    lock_node *nd = node_of(s, a);
+    if (nd && nd->nidle == nd->cap) {
+        int cap = nd->cap ? nd->cap * 2 : 8;
+        redisContext **p = realloc(nd->idle, sizeof *p * (size_t)cap);
+        if (p) {
+            nd->idle = p;
+            nd->cap = cap;
+        }
+    }
+    if (nd && nd->nidle < nd->cap) {
+        nd->idle[nd->nidle++] = ctx;
+        ctx = NULL;
+    }
+    lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
+    if (ctx) redisFree(ctx);
 }
 
 /* ------------------------------------------------------------ script calls */
@@ -330,6 +420,193 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
     }
 }
 
+/* ------------------------------------------------------ a cluster's calls */
+
+/* Where one call of a cluster run goes and how it stands. */
+typedef struct routed {
+    int slot;
+    int ask;                      /* the last answer was ASK: once to `to`, after ASKING */
+    rconn_addr to;                /* this round's node */
+    int node;                     /* index into the round's nodes */
+} routed;
+
+/* The slot of a call: that of its first key (all of a lock's keys share
+ * it, lock_keys_make). */
+static int call_slot(const lock_call *call) {
+    int k = call->script < LOCK_S_COUNT ? 3 : 1;   /* EVALSHA sha nkeys KEY / ZREM KEY */
+    if (call->cmd.argc <= k) return 0;
+    return rtopo_slot(call->cmd.buf + call->cmd.off[k], call->cmd.len[k]);
+}
+
+/* Reads the replies of the calls in[0..n) from one node (sent in that
+ * order, each after an ASKING where it was asked), deciding for each:
+ * answered (into rs), or to be sent again (*again; *pause_ms raised to what
+ * the answer asks). After a connection failure the rest stay unanswered:
+ * they may have run. */
+static void read_routed(lock_server *s, lock_call *calls, routed *rt, const int *in, int n,
+                        lock_replies *rs, int si, redisContext **ctx, int *again, int *nagain,
+                        int *pause_ms) {
+    int noscript = 0;
+    for (int j = 0; j < n && *ctx; j++) {
+        int i = in[j];
+        redisReply *rep = NULL;
+        if (rt[i].ask && redisGetReply(*ctx, (void **)&rep) == REDIS_OK) {   /* ASKING's +OK */
+            freeReplyObject(rep);
+            rep = NULL;
+        }
+        if (redisGetReply(*ctx, (void **)&rep) != REDIS_OK) {
+            fail_server(rs, si, s, ctx, "reply");
+            rtopo_cluster_suspect(s->cluster);
+            break;
+        }
+        rtopo_redirect rd;
+        rtopo_verdict v = rconn_is_noscript(rep) ? RTOPO_OK : rtopo_classify(rep, &rd);
+        rt[i].ask = 0;
+        if (v == RTOPO_MOVED) {
+            rtopo_cluster_moved(s->cluster, &rd);
+        } else if (v == RTOPO_ASK) {
+            rt[i].ask = 1;
+            memset(&rt[i].to, 0, sizeof rt[i].to);
+            snprintf(rt[i].to.host, sizeof rt[i].to.host, "%s", rd.host);
+            rt[i].to.port = rd.port;
+            if (*pause_ms < 0) *pause_ms = 0;
+        } else if (v == RTOPO_TRYAGAIN) {
+            if (*pause_ms < 10) *pause_ms = 10;
+        } else if (v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) {
+            rtopo_cluster_suspect(s->cluster);
+            if (*pause_ms < 100) *pause_ms = 100;
+        }
+        if (v == RTOPO_MOVED || v == RTOPO_ASK || v == RTOPO_TRYAGAIN ||
+            v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) {
+            /* It did not run: send it again. The last such answer is kept
+             * for the reason, should the tries run out. */
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc,
+                     rep->type == REDIS_REPLY_ERROR ? rep->str : "redirected");
+            freeReplyObject(rep);
+            again[(*nagain)++] = i;
+            continue;
+        }
+        if (rconn_is_noscript(rep)) {
+            freeReplyObject(rep);
+            rep = NULL;
+            noscript = 1;
+        } else if (rep->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
+            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, rep->str);
+        }
+        LOCK_REPLY(rs, i, si) = rep;
+    }
+    for (int j = 0; noscript && *ctx && j < n; j++) {
+        int i = in[j];
+        if (LOCK_REPLY(rs, i, si)) continue;
+        int redo = 0;
+        for (int k = 0; k < *nagain; k++) redo |= again[k] == i;
+        if (redo) continue;
+        redisReply *rep = eval_fallback(*ctx, &calls[i]);
+        if (!rep) {
+            fail_server(rs, si, s, ctx, "reply");
+            return;
+        }
+        LOCK_REPLY(rs, i, si) = rep;
+    }
+}
+
+/* Runs the calls on cluster server si: each to the primary serving its
+ * slot, the calls of one node pipelined, every node's at once; what a
+ * node redirects (MOVED, ASK), or cannot serve yet (TRYAGAIN, CLUSTERDOWN,
+ * a replica's READONLY), is sent again where the cluster now says, after
+ * the pause it asks, up to LOCK_CLUSTER_TRIES rounds. Replies land in rs as
+ * lock_run's do. Returns 0, or -1 when out of memory. */
+static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies *rs, int si) {
+    lock_server *s = &r->servers[si];
+    routed *rt = calloc((size_t)ncalls, sizeof *rt);
+    int *todo = malloc(sizeof *todo * (size_t)ncalls * 3);
+    if (!rt || !todo) {
+        free(rt);
+        free(todo);
+        return -1;
+    }
+    int *again = todo + ncalls, *in = todo + 2 * ncalls;
+    int ntodo = ncalls;
+    for (int i = 0; i < ncalls; i++) {
+        todo[i] = i;
+        rt[i].slot = call_slot(&calls[i]);
+    }
+    enum { MAXNODES = 64 };
+    rconn_addr at[MAXNODES];
+    redisContext *ctx[MAXNODES];
+    for (int round = 0; ntodo > 0; round++) {
+        if (round == LOCK_CLUSTER_TRIES) {
+            char last[sizeof rs->err[si]];
+            snprintf(last, sizeof last, "%s", rs->err[si]);
+            snprintf(rs->err[si], sizeof rs->err[si], "%.300s (still redirected after %d tries)",
+                     last[0] ? last : s->desc, LOCK_CLUSTER_TRIES);
+            break;
+        }
+        /* Route this round's calls; a slot nobody serves waits for the map. */
+        int nnodes = 0, nagain = 0, pause_ms = -1;
+        for (int j = 0; j < ntodo; j++) {
+            int i = todo[j];
+            rt[i].node = -1;
+            if (!rt[i].ask && !rtopo_cluster_route(s->cluster, rt[i].slot, &rt[i].to)) {
+                snprintf(rs->err[si], sizeof rs->err[si], "%.120s: no node serves slot %d yet",
+                         s->desc, rt[i].slot);
+                rtopo_cluster_suspect(s->cluster);
+                again[nagain++] = i;
+                pause_ms = 100;
+                continue;
+            }
+            int n = 0;
+            while (n < nnodes &&
+                   !(at[n].port == rt[i].to.port && !strcmp(at[n].host, rt[i].to.host)))
+                n++;
+            if (n == MAXNODES) {          /* more nodes than any real cluster: next round */
+                again[nagain++] = i;
+                continue;
+            }
+            if (n == nnodes) at[nnodes++] = rt[i].to;
+            rt[i].node = n;
+        }
+        /* Send each node its calls (a node that cannot be reached: they did
+         * not run, so they go again once the map has moved on)... */
+        for (int n = 0; n < nnodes; n++) {
+            int done = 0;
+            ctx[n] = node_get(r, s, &at[n], rs->err[si], sizeof rs->err[si]);
+            for (int j = 0; j < ntodo; j++) {
+                int i = todo[j];
+                if (rt[i].node != n) continue;
+                if (!ctx[n]) {
+                    rt[i].node = -1;
+                    rt[i].ask = 0;
+                    again[nagain++] = i;
+                    if (pause_ms < 100) pause_ms = 100;
+                    continue;
+                }
+                if ((rt[i].ask && redisAppendCommand(ctx[n], "ASKING") != REDIS_OK) ||
+                    rconn_cmd_append(ctx[n], &calls[i].cmd))
+                    fail_server(rs, si, s, &ctx[n], "send");
+            }
+            while (ctx[n] && !done)
+                if (redisBufferWrite(ctx[n], &done) == REDIS_ERR)
+                    fail_server(rs, si, s, &ctx[n], "send");
+        }
+        /* ...then read each node's answers in the order sent. */
+        for (int n = 0; n < nnodes; n++) {
+            if (!ctx[n]) continue;
+            int nin = 0;
+            for (int j = 0; j < ntodo; j++)
+                if (rt[todo[j]].node == n) in[nin++] = todo[j];
+            read_routed(s, calls, rt, in, nin, rs, si, &ctx[n], again, &nagain, &pause_ms);
+            node_put(s, &at[n], ctx[n]);
+        }
+        memcpy(todo, again, sizeof *todo * (size_t)nagain);
+        ntodo = nagain;
+        if (ntodo && pause_ms > 0) clock_sleep_ms(pause_ms);
+    }
+    free(rt);
+    free(todo);
+    return 0;
+}
+
 int lock_run(lock_redis *r, lock_call *calls, int ncalls, unsigned mask, lock_replies *rs) {
     redisContext *ctx[LOCK_MAX_SERVERS] = { 0 };
     unsigned version[LOCK_MAX_SERVERS] = { 0 };
@@ -342,6 +619,11 @@ int lock_run(lock_redis *r, lock_call *calls, int ncalls, unsigned mask, lock_re
     lock_nosigpipe_begin(&g);
     for (int i = 0; i < r->nservers; i++) {
         if (!(mask & (1u << i))) continue;
+        if (r->servers[i].cluster) {    /* its own rounds, while the others' replies come */
+            if (run_cluster(r, calls, ncalls, rs, i)) snprintf(rs->err[i], sizeof rs->err[i],
+                                                               "out of memory");
+            continue;
+        }
         ctx[i] = server_get(r, &r->servers[i], &version[i], rs->err[i], sizeof rs->err[i]);
         if (ctx[i]) send_all(calls, ncalls, rs, i, &r->servers[i], &ctx[i]);
     }

@@ -197,11 +197,9 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
     stock_config *sc = &a->stock_cfg;
     for (int frozen = 0; frozen < 2; frozen++) {
         lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-        /* On a cluster, no lock of the lock module's on the service's
-         * Redis (lock/ runs on one server or a Sentinel-watched primary):
-         * its strategies are unavailable there (svc_strategy_unavailable). */
-        if (!a->cluster &&
-            !(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
+        /* On a cluster too: each lock's keys share its SKU's slot
+         * ({sku}:lock:<segment>), on the primary serving it. */
+        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
             return -1;
     }
     if (a->cfg.redlock[0]) {

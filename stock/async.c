@@ -28,7 +28,7 @@
 #define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
                                    about 3 s at most, the length of a failover */
 
-typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO, J_MARK } job_kind;
+typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO, J_MARK, J_CALL } job_kind;
 
 /* Work for the connection: sent at once when it is ready, else held. */
 typedef struct job {
@@ -42,6 +42,9 @@ typedef struct job {
     char ref_id[STOCK_ORDER_ID_MAX + 1], ref_key[160];
     stock_batch_fn *batch_fn;
     stock_undo_fn *undo_fn;
+    sk_call_build *build;        /* J_CALL: another file's command and answer */
+    sk_call_reply *reply;
+    stock_call call;             /* J_CALL: which, for the observer */
     void *ud;
     stock_async *sa;
     sk_anode *node;              /* where it was sent or is held */
@@ -210,6 +213,8 @@ static void job_fail(stock_async *sa, job *j, int sent) {
         j->batch_fn(j->ud, j->reqs, j->n);
     } else if (j->kind == J_UNDO || j->kind == J_MARK) {
         j->undo_fn(j->ud, 0);
+    } else if (j->kind == J_CALL) {
+        j->reply(j->ud, NULL, sent);
     }
     (void)sa;
     job_free(j);
@@ -218,7 +223,7 @@ static void job_fail(stock_async *sa, job *j, int sent) {
 /* The stock call each kind of job is, for the observer. */
 static const stock_call CALL_OF[] = {
     [J_RESERVE] = STOCK_CALL_RESERVE_BATCH, [J_CLEAR] = STOCK_CALL_CLEAR, [J_UNDO] = STOCK_CALL_UNDO,
-    [J_MARK] = STOCK_CALL_OTHER,
+    [J_MARK] = STOCK_CALL_OTHER, [J_CALL] = STOCK_CALL_OTHER,
 };
 
 static void submit(stock_async *sa, job *j);
@@ -248,7 +253,8 @@ static int redirected(job *j, const redisReply *r) {
 
 static void on_reply(void *ud, redisReply *r) {
     job *j = ud;
-    sk_observe(j->sa->observe, j->sa->observe_ud, CALL_OF[j->kind], j->t0_us);
+    sk_observe(j->sa->observe, j->sa->observe_ud, j->kind == J_CALL ? j->call : CALL_OF[j->kind],
+               j->t0_us);
     if (!r) {
         if (j->sa->cluster) rtopo_cluster_suspect(j->sa->cluster);
         job_fail(NULL, j, 1);
@@ -270,6 +276,8 @@ static void on_reply(void *ud, redisReply *r) {
         j->batch_fn(j->ud, j->reqs, j->n);
     } else if (j->kind == J_UNDO || j->kind == J_MARK) {
         j->undo_fn(j->ud, r->type == REDIS_REPLY_INTEGER);
+    } else if (j->kind == J_CALL) {
+        j->reply(j->ud, r, 1);
     }
     job_free(j);
 }
@@ -282,6 +290,7 @@ static void send_job(stock_async *sa, job *j) {
     case J_CLEAR: build_clear(sa, j); break;
     case J_UNDO: build_undo(sa, j); break;
     case J_MARK: build_mark(sa, j); break;
+    case J_CALL: j->build(sa, j->node->conn, j->ud); break;
     }
     j->sa = sa;
     j->t0_us = sk_t0(sa->observe);
@@ -876,5 +885,18 @@ void stock_async_revoke_mark(stock_async *sa, const stock_product *p, const char
     }
     *j = (job){ .kind = J_MARK, .p = p, .undo_fn = fn, .ud = ud };
     snprintf(j->ref_id, sizeof j->ref_id, "%s", order_id);
+    submit(sa, j);
+}
+
+void sk_async_call(stock_async *sa, const stock_product *p, stock_call call, sk_call_build *build,
+                   sk_call_reply *reply, void *ud) {
+    assert(loop_owned(sa->l));
+    sk_async_follow(sa);
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        reply(ud, NULL, 0);
+        return;
+    }
+    *j = (job){ .kind = J_CALL, .p = p, .build = build, .reply = reply, .call = call, .ud = ud };
     submit(sa, j);
 }

@@ -55,4 +55,16 @@ void sk_async_follow(stock_async *sa);
  * operation look for it again. */
 void sk_async_check_reply(stock_async *sa, const redisReply *r);
 
+/* A call of another file (lockasync.c) through this loop's nodes, as the
+ * reservations go: to the node p's keys are on (on a cluster, the primary
+ * serving p's slot), held until that connection is ready, and sent again
+ * where a cluster says when it answers MOVED, ASK, TRYAGAIN or CLUSTERDOWN
+ * (the call did not run). build writes the command into sa->cmd for conn
+ * (its run_id is that node's), at each send; reply gets the answer, or
+ * NULL with sent = whether the command may have run. async.c. */
+typedef void sk_call_build(stock_async *sa, aconn *conn, void *ud);
+typedef void sk_call_reply(void *ud, redisReply *r, int sent);
+void sk_async_call(stock_async *sa, const stock_product *p, stock_call call, sk_call_build *build,
+                   sk_call_reply *reply, void *ud);
+
 #endif

@@ -62,19 +62,25 @@ typedef struct lock_job {
     stock_hold *h;
     stock_lock_fn *fn;
     void *ud;
-    int64_t t0_us;               /* when it was sent (0: not timed) */
+    int ttl_ms;                  /* lock_read */
+    int write;                   /* lock_write: 1 write and release, 0 release only */
+    /* A release only (fn NULL) outlives its order, which is answered
+     * already: it keeps copies of what it sends (r and h point here). */
+    stock_req rcopy;
+    stock_hold hcopy;
+    char user[STOCK_USER_MAX + 1], oid[STOCK_ORDER_ID_MAX + 1];
 } lock_job;
 
 static void add_lock_keys(stock_async *sa, const stock_product *p, int seg, const char *suffix) {
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d%s", sa->prefix, p->sku, seg, suffix);
 }
 
-static void on_read(void *ud, redisReply *rep) {
+static void on_read(void *ud, redisReply *rep, int sent) {
     lock_job *j = ud;
     stock_req *r = j->r;
     stock_hold *h = j->h;
     int res;
-    sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_READ, j->t0_us);
+    (void)sent;                                 /* a read takes nothing: the lock expires */
     sk_async_check_reply(j->sa, rep);
     r->outcome_unknown = 0;
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
@@ -99,49 +105,39 @@ static void on_read(void *ud, redisReply *rep) {
     free(j);
 }
 
-void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
-                           stock_lock_fn *fn, void *ud) {
-    assert(loop_owned(sa->l));
-    sk_async_follow(sa);
+/* lock_read.lua for j, to the node conn (sent again as is if redirected). */
+static void build_read(stock_async *sa, aconn *conn, void *ud) {
+    const lock_job *j = ud;
+    const stock_req *r = j->r;
     const stock_product *p = r->product;
-    if (!sa->conn) {                             /* a cluster: not supported (yet) */
-        snprintf(sa->errstr, sizeof sa->errstr,
-                 "the lock strategy does not run on a Redis Cluster");
-        r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 0;
-        fn(ud, -1);
-        return;
-    }
-    lock_job *j = malloc(sizeof *j);
-    if (!j || !aconn_ready(sa->conn)) {
-        if (!aconn_ready(sa->conn)) aconn_connect(sa->conn);
-        free(j);
-        r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 0;
-        fn(ud, -1);
-        return;
-    }
-    *j = (lock_job){ sa, r, h, fn, ud, sk_t0(sa->observe) };
-    new_owner(sa, h->owner);
     rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 7);
-    add_lock_keys(sa, p, h->seg, "");
-    add_lock_keys(sa, p, h->seg, ":fence");
+    add_lock_keys(sa, p, j->h->seg, "");
+    add_lock_keys(sa, p, j->h->seg, ":fence");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:users", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku,
                    r->idem_key ? r->idem_key : "");
-    rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
-    rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
-    rconn_cmd_adds(&sa->cmd, h->owner);
-    rconn_cmd_addll(&sa->cmd, ttl_ms);
-    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, j->h->seg);
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, j->h->seg);
+    rconn_cmd_adds(&sa->cmd, j->h->owner);
+    rconn_cmd_addll(&sa->cmd, j->ttl_ms);
+    rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
     rconn_cmd_adds(&sa->cmd, r->user_id);
-    if (aconn_send(sa->conn, &sa->cmd, on_read, j) != 0) {
-        free(j);
+}
+
+void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                           stock_lock_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
+    lock_job *j = malloc(sizeof *j);
+    if (!j) {
         r->result = STOCK_UNAVAILABLE;
         r->outcome_unknown = 0;
         fn(ud, -1);
+        return;
     }
+    *j = (lock_job){ .sa = sa, .r = r, .h = h, .fn = fn, .ud = ud, .ttl_ms = ttl_ms };
+    new_owner(sa, h->owner);
+    sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_read, on_read, j);
 }
 
 /* ------------------------------------------------------------ check */
@@ -170,11 +166,10 @@ stock_result stock_lock_check(stock_req *r, const stock_hold *h) {
 
 /* ----------------------------------------------------------- write */
 
-static void on_write(void *ud, redisReply *rep) {
+static void on_write(void *ud, redisReply *rep, int sent) {
     lock_job *j = ud;
     stock_req *r = j->r;
     int res = 0;
-    sk_observe(j->sa->observe, j->sa->observe_ud, STOCK_CALL_LOCK_WRITE, j->t0_us);
     sk_async_check_reply(j->sa, rep);
     if (!j->fn) {                               /* a release only: r is answered already */
         free(j);
@@ -182,7 +177,7 @@ static void on_write(void *ud, redisReply *rep) {
     }
     if (!rep) {
         r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 1;                 /* the write may have run */
+        r->outcome_unknown = sent;              /* sent: the write may have run */
         res = -1;
     } else if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         r->result = STOCK_UNAVAILABLE;          /* an error reply: nothing stayed */
@@ -206,27 +201,16 @@ static void on_write(void *ud, redisReply *rep) {
     free(j);
 }
 
-/* Nothing was sent: nothing written; the lock expires by its lease. A
- * release only (fn NULL) leaves r alone: its order is answered already. */
-static void write_failed(stock_req *r, stock_lock_fn *fn, void *ud) {
-    if (!fn) return;
-    r->result = STOCK_UNAVAILABLE;
-    r->outcome_unknown = 0;
-    fn(ud, -1);
-}
-
-void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
-                            stock_lock_fn *fn, void *ud) {
-    assert(loop_owned(sa->l));
-    assert(sa->conn);                            /* after a lock_read that took it */
-    sk_async_follow(sa);
+/* lock_write.lua for j, to the node conn. On a cluster the node is the one
+ * the lock_read took the lock on, unless the slot moved since: then the
+ * lock, the fence and the segment moved with it (or the write is
+ * redirected, does not run, and goes again where the slot is now). */
+static void build_write(stock_async *sa, aconn *conn, void *ud) {
+    const lock_job *j = ud;
+    const stock_req *r = j->r;
+    const stock_hold *h = j->h;
     const stock_product *p = r->product;
-    lock_job *j = malloc(sizeof *j);
-    if (!j) {
-        write_failed(r, fn, ud);                 /* the lock expires by its lease */
-        return;
-    }
-    *j = (lock_job){ sa, fn ? r : NULL, (stock_hold *)h, fn, ud, sk_t0(sa->observe) };
+    int write = j->write;
     int has_key = write && r->idem_key && r->idem_key[0];
     size_t ul = strlen(r->user_id), kl = has_key ? strlen(r->idem_key) : 0;
     char tail[STOCK_USER_MAX + 200];
@@ -244,7 +228,7 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
     rconn_cmd_adds(&sa->cmd, h->owner);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d:wake:", sa->prefix, p->sku, h->seg);
-    rconn_cmd_adds(&sa->cmd, aconn_run_id(sa->conn));
+    rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
     rconn_cmd_addll(&sa->cmd, h->gen);
     rconn_cmd_addll(&sa->cmd, (long long)h->token);
     rconn_cmd_adds(&sa->cmd, write ? "write" : "release");
@@ -259,9 +243,32 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_add(&sa->cmd, tail, tl > 0 && (size_t)tl < sizeof tail ? (size_t)tl : 0);
-    if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
-    if (aconn_send(sa->conn, &sa->cmd, on_write, j) != 0) {
-        free(j);
-        write_failed(r, fn, ud);
+}
+
+void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                            stock_lock_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
+    lock_job *j = malloc(sizeof *j);
+    if (!j) {
+        /* Nothing was sent: nothing written; the lock expires by its lease.
+         * A release only (fn NULL) leaves r alone: its order is answered. */
+        if (fn) {
+            r->result = STOCK_UNAVAILABLE;
+            r->outcome_unknown = 0;
+            fn(ud, -1);
+        }
+        return;
     }
+    *j = (lock_job){ .sa = sa, .r = r, .h = (stock_hold *)h, .fn = fn, .ud = ud, .write = write };
+    if (!fn) {                                   /* r and h may go before it is sent */
+        j->hcopy = *h;
+        snprintf(j->user, sizeof j->user, "%s", r->user_id);
+        snprintf(j->oid, sizeof j->oid, "%s", r->order_id);
+        j->rcopy = (stock_req){ .product = r->product, .order_id = j->oid, .user_id = j->user,
+                                .quantity = r->quantity };
+        j->r = &j->rcopy;
+        j->h = &j->hcopy;
+    }
+    if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
+    sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_write, on_write, j);
 }

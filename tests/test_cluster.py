@@ -13,8 +13,9 @@ real 6-node cluster (3 primaries, 3 replicas; tests/topology.py):
   node other than the one it was built on names the old node's run_id in
   its generation, so it is found invalid there and rebuilt from SQLite
   before the next sale;
-- the strategies whose lock lives on the service's own Redis are refused
-  on a cluster, with the reason.
+- the `lock` strategy (issue 33): its locks and fences in the SKU's slot,
+  sold exactly on every primary, through a reshard of that slot, a forced
+  failover and a killed primary, and under flashload's verifier.
 
 What is asserted is counts and invariants; times are printed."""
 import time
@@ -78,15 +79,40 @@ def test_cluster_keys_and_limits_stay_exact(ctx):
     assert p["sold"] == 6 and p["stock_available"] == 94, p
 
 
-def test_cluster_refuses_locks_on_its_own_redis(ctx):
+def test_cluster_sells_with_the_redis_lock(ctx):
+    """The `lock` strategy on a cluster (issue 33): each segment's lock and
+    its fence keys live in the SKU's slot, on the primary serving it; a
+    SKU per primary sells out exactly, one segment (the loop's two round
+    trips) and four (orders larger than a segment take the blocking path,
+    which locks several segments through the lock module)."""
     c = ctx.cluster()
     s = ctx.service(c.url)
-    r = s.post("/v1/products", {"sku": "lk", "name": "Lk", "stock": 10, "strategy": "lock"})
-    assert r.status == 400, r
-    assert "Cluster" in r.json["message"], r.json
+    skus = [sku_on(c, p, "lk") for p in c.primaries()]
+    for i, sku in enumerate(skus):
+        s.create_product(sku, 300, strategy="lock", segments=1 if i == 0 else 4)
+    answers = {sku: hammer([s], sku, conns=8, per_conn=50, qty=1 if i < 2 else 2)
+               for i, sku in enumerate(skus)}
+    for i, (sku, p) in enumerate(zip(skus, c.primaries())):
+        created = [j for st, j in answers[sku] if st == 201]
+        refused = {j["error"] for st, j in answers[sku] if st != 201}
+        assert refused <= {"sold_out", "insufficient_stock", "lock_timeout"}, refused
+        assert books(s, sku, 300, created) == 300
+        # The lock's keys are on the SKU's primary, in its slot.
+        fence = "fs:{%s}:lock:0:fence" % sku
+        assert c.owner(c.keyslot(fence)) is p and p.cmd("EXISTS", fence) == 1, fence
+    # An order larger than any segment of the 4-segment SKUs: locks several.
+    s.create_product("lkbig", 40, strategy="lock", segments=4)
+    big = s.order("lkbig", qty=25)
+    assert big.status == 201, big
+    assert s.product("lkbig")["stock_available"] == 15
+    print("    lock on 3 primaries (1 and 4 segments): each sold out exactly, 300 of 300; "
+          "an order of 25 over 4 segments of 10 took several locks")
+    s.stop()
+    p = flashsale("audit", "--redis", c.url, "--db", s.db_path)
+    assert p.returncode == 0 and "audit: consistent" in p.stdout, p.stdout + p.stderr
 
 
-def flow_through(ctx, fault, what, segments=8):
+def flow_through(ctx, fault, what, segments=8, strategy="lua"):
     """A hot SKU sold by 8 buyers while fault(cluster, primary, sku) runs:
     with segments > 1 a spread SKU whose lane 0 is on that primary (its
     other lanes on every primary), else a one-slot SKU on it. Returns the
@@ -94,9 +120,10 @@ def flow_through(ctx, fault, what, segments=8):
     c = ctx.cluster()
     s = ctx.service(c.url)
     primary = c.primaries()[0]
-    sku = sku_on(c, primary, "hot", lane=0 if segments > 1 else None)
+    spread = strategy == "lua" and segments > 1
+    sku = sku_on(c, primary, "hot", lane=0 if spread else None)
     initial = 100000
-    s.create_product(sku, initial, strategy="lua", segments=segments)
+    s.create_product(sku, initial, strategy=strategy, segments=segments)
     buyers = Buyers(s, sku)
     wait_until(lambda: len(buyers.created_since(0)) >= 200, 15, what="sales before the fault")
     t0 = time.monotonic()
@@ -107,7 +134,7 @@ def flow_through(ctx, fault, what, segments=8):
     answers = buyers.stop()
     created = [j for _, st, j in answers if st == 201]
     refused = {j["error"] for _, st, j in answers if st not in (201, 0) and j}
-    assert refused <= {"redis_unavailable", "rebuilding"}, refused
+    assert refused <= {"redis_unavailable", "rebuilding", "lock_timeout"}, refused
     units = books(s, sku, initial, created)
     n503 = sum(1 for _, st, _ in answers if st == 503)
     times = sorted(a[0] for a in answers if a[1] == 201 and t0 - 1 <= a[0] <= first)
@@ -160,6 +187,28 @@ def test_cluster_reshard_of_a_lane_while_orders_flow(ctx):
 def test_cluster_forced_failover_while_orders_flow(ctx):
     flow_through(ctx, lambda c, p, sku: c.fail_over(p),
                  "CLUSTER FAILOVER FORCE of a spread SKU's primary (8 lanes)")
+
+
+def test_cluster_lock_reshard_while_orders_flow(ctx):
+    """The `lock` strategy while its SKU's slot -- the stock, the locks and
+    their fences -- moves to another primary."""
+    moved = {}
+    c, s, sku = flow_through(ctx, reshard_slot_of("fs:{%s}:gen", moved),
+                             "lock: reshard of the SKU's slot (4 segments)", segments=4,
+                             strategy="lock")
+    assert c.owner(c.keyslot("fs:{%s}:lock:0:fence" % sku)) is moved["dst"]
+
+
+def test_cluster_lock_forced_failover_while_orders_flow(ctx):
+    flow_through(ctx, lambda c, p, sku: c.fail_over(p),
+                 "lock: CLUSTER FAILOVER FORCE of the SKU's primary (4 segments)", segments=4,
+                 strategy="lock")
+
+
+def test_cluster_lock_primary_killed_while_orders_flow(ctx):
+    flow_through(ctx, lambda c, p, sku: c.kill_primary(p),
+                 "lock: the SKU's primary killed (SIGKILL, 4 segments)", segments=4,
+                 strategy="lock")
 
 
 def test_cluster_primary_killed_while_orders_flow(ctx):
@@ -215,34 +264,74 @@ def test_cluster_spreads_one_hot_sku_over_every_primary(ctx):
           "%d of 800 sold, lanes left %s" % (len(ports), p["sold"], lanes))
 
 
-def test_cluster_flashload_verifies_across_a_failover(ctx):
+def sku_low_on(c, primary, stem, within=64):
+    """A SKU whose slot is among primary's lowest `within` (a reshard that
+    moves the lowest slots up to it is then quick)."""
+    lo = min(e[0] for e in c.slot_map(primary) if e[2] == primary.port)
+    for i in range(200000):
+        sku = "%s%d" % (stem, i)
+        slot = c.keyslot("fs:{%s}:gen" % sku)
+        if lo <= slot < lo + within and c.owner(slot) is primary:
+            return sku
+    raise AssertionError("no SKU found low on %r" % primary)
+
+
+def flashload_through(ctx, fault, at_s, strategy, segments, what, low=False):
     """flashload's own verifier (which reads the cluster by itself,
-    following MOVED) passes on a run with holds, while the SKU's primary
-    is killed in the middle of it."""
+    following MOVED) on a run with holds, while fault(cluster, primary,
+    sku) runs at_s seconds into it on the SKU's primary."""
     import os
     import subprocess
     import threading
     c = ctx.cluster()
     s = ctx.service(c.url)
     primary = c.primaries()[0]
-    sku = sku_on(c, primary, "fl")
-    killer = threading.Timer(3.0, lambda: c.kill_primary(primary))
-    killer.start()
+    sku = sku_low_on(c, primary, "fl") if low else sku_on(c, primary, "fl")
+    faulter = threading.Timer(at_s, lambda: fault(c, primary, sku))
+    faulter.start()
     try:
         p = subprocess.run([os.path.join(harness.BIN, "flashload"), "run",
                             "--target", "http://127.0.0.1:%d" % s.port, "--redis", c.url,
                             "--db", s.db_path, "--sku", sku, "--stock", "200000",
-                            "--strategy", "lua", "--segments", "8", "--connections", "16",
-                            "--duration", "8", "--hold-seconds", "2", "--pay", "0.5",
-                            "--cancel", "0.2", "--quiet"],
+                            "--strategy", strategy, "--segments", str(segments),
+                            "--connections", "16", "--duration", "8", "--hold-seconds", "2",
+                            "--pay", "0.5", "--cancel", "0.2", "--quiet"],
                            capture_output=True, text=True, timeout=120)
     finally:
-        killer.join()
+        faulter.join()
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "PASS" in p.stdout, p.stdout[-3000:]
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()][-12:]
-    print("    flashload on the cluster, primary killed at 3 s of 8:\n      " +
-          "\n      ".join(lines))
+    print("    flashload on the cluster, %s:\n      " % what + "\n      ".join(lines))
+    return c, s, sku
+
+
+def test_cluster_flashload_verifies_across_a_failover(ctx):
+    flashload_through(ctx, lambda c, p, sku: c.kill_primary(p), 3.0, "lua", 8,
+                      "lua, primary killed at 3 s of 8")
+
+
+def test_cluster_flashload_verifies_lock_through_a_reshard_and_a_failover(ctx):
+    """The `lock` strategy under flashload's verifier: its SKU's slot --
+    stock, locks, fences -- resharded to another primary at 1.5 s, then that
+    primary killed (its replica takes over), both within the 8 s run."""
+    moved = {}
+
+    def both(c, primary, sku):
+        t0 = time.monotonic()
+        reshard_slot_of("fs:{%s}:gen", moved)(c, primary, sku)
+        time.sleep(0.5)
+        moved["kill_at"] = 1.5 + time.monotonic() - t0
+        c.kill_primary(moved["dst"])
+    c, s, sku = flashload_through(ctx, both, 1.5, "lock", 4,
+                                  "lock (4 segments), slot resharded at 1.5 s, then its new "
+                                  "primary killed", low=True)
+    # Both faults happened within the run: the slot left its first primary
+    # and then the one it moved to (dead now) for that one's replica.
+    assert moved["kill_at"] < 6.0, (moved["kill_at"], len(moved["slots"]))
+    owner = c.owner(c.keyslot("fs:{%s}:lock:0:fence" % sku))
+    assert owner is not None and owner is not moved["dst"] and not moved["dst"].alive(), owner
+    print("      (killed at %.1f s of 8; the slot is now on port %d)" % (moved["kill_at"], owner.port))
 
 
 def test_cluster_flashload_verifies_orders_larger_than_a_lane(ctx):
@@ -272,3 +361,55 @@ def test_cluster_flashload_verifies_orders_larger_than_a_lane(ctx):
     print("    orders of 50-400 units over 32 lanes of 200, limit 600 a user: %d orders larger "
           "than a lane committed; %d users, most bought %d\n      %s"
           % (big, len(rows), max(u for _, u in rows), "\n      ".join(lines)))
+
+
+def test_cluster_lock_module_flashlock_and_redlock(ctx):
+    """The lock module itself on a cluster URL (issue 33): lockcheck's API
+    checks; 4 processes x 15 holds of one lock, each a non-atomic fenced
+    increment (no two holders at once, tokens rising, no lost update);
+    Redlock with a cluster as one of its three members; and flashlock,
+    4 processes x 8 guarded increments."""
+    import shlex
+    from test_lock_backends import (check_no_overlap_and_tokens, holds_from, lockcheck,
+                                    loop_workers)
+    from test_lock import flashlock_args, start
+    c = ctx.cluster()
+    p = lockcheck(c.url, "selftest", "--name", "self")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # The lock's keys are in its name's slot, on the primary serving it.
+    fence = "{self}:fence"
+    assert c.owner(c.keyslot(fence)).cmd("EXISTS", fence) == 1
+    counter = ctx.redis()
+    procs, logs = loop_workers(ctx, c.url, counter, 4, 15, "clx")
+    for q in procs:
+        assert q.wait(180) == 0, q.stdout.read() + q.stderr.read()
+    holds = holds_from(logs)
+    assert len(holds) == 60, len(holds)
+    check_no_overlap_and_tokens(holds)
+    assert sorted(v for *_, v, _ in holds) == list(range(60))      # no lost update
+    # Redlock: the cluster and two independent servers.
+    a, b = ctx.redis(), ctx.redis()
+    members = ["--url", a.url, "--url", b.url]
+    procs, logs = loop_workers(ctx, c.url, counter, 3, 10, "clr", extra=members)
+    for q in procs:
+        assert q.wait(180) == 0, q.stdout.read() + q.stderr.read()
+    holds = holds_from(logs)
+    assert len(holds) == 30, len(holds)
+    check_no_overlap_and_tokens(holds)
+    assert a.client().exists("{clr}:fence") and b.client().exists("{clr}:fence")
+    # flashlock, as flock(1) across processes, with its lock on the cluster.
+    section = ["sh", "-c", "i=$(redis-cli -p {p} INCR inside); [ \"$i\" = 1 ] || "
+               "redis-cli -p {p} INCR overlaps >/dev/null; v=$(redis-cli -p {p} GET n); "
+               "redis-cli -p {p} SET n $((${{v:-0}}+1)) >/dev/null; "
+               "redis-cli -p {p} DECR inside >/dev/null".format(p=counter.port)]
+    loop = " ".join(shlex.quote(x) for x in
+                    flashlock_args(c.url, "fl-procs", section, ttl=5000, wait=30000))
+    workers = [start(ctx, ["sh", "-c", "for i in $(seq 8); do %s || exit 1; done" % loop])
+               for _ in range(4)]
+    for w in workers:
+        assert w.wait(120) == 0, w.stderr.read()
+    r = counter.client()
+    assert r.get("n") == "32" and r.get("overlaps") is None, (r.get("n"), r.get("overlaps"))
+    print("    lock module on the cluster: selftest %s; 60 fenced holds by 4 processes, "
+          "30 by Redlock (cluster + 2 servers), 32 flashlock'd increments: no overlap"
+          % p.stdout.strip())

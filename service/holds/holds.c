@@ -83,13 +83,14 @@ static long long forget_mark(stock_conn *sc, const svc_product *p) {
 }
 
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
- * stays owed: the next owing scan retries it. */
-static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
-    if (n == 0) return;
+ * stays owed: the next owing scan retries it. Returns how many were
+ * settled. */
+static size_t give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
+    if (n == 0) return 0;
     stock_return_req *req = calloc(n, sizeof *req);
     if (!req || !sc) {
         free(req);
-        return;
+        return 0;
     }
     for (size_t i = 0; i < n; i++) {
         req[i] = (stock_return_req){ .product = &o[i].p->sp, .order_id = o[i].order_id,
@@ -125,10 +126,13 @@ static void give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
     }
     /* Settled debts are cleared in one group; what is not stays owed, and
      * the next owing scan settles it (a repeat adds nothing). */
-    if (nd && db_writer_returned(a->writer, debts, nd) != DB_OK)
+    if (nd && db_writer_returned(a->writer, debts, nd) != DB_OK) {
         svc_log(SVC_LOG_WARN, "holds: clearing returned debts failed (retried)");
+        nd = 0;
+    }
     free(debts);
     free(req);
+    return nd;
 }
 
 /* Counts an ended hold in the metrics. */
@@ -259,12 +263,26 @@ static void add_owing(const db_owed *w, void *ud) {
 }
 
 /* Finishes the returns that deciders left owed. */
-static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
+/* One owing scan: up to EXPIRE_BATCH debts, oldest first. Returns how many
+ * were settled, or -1 when the batch was not full (nothing more to find). */
+static long settle_owing_batch(svc_app *a, db *d, stock_conn *sc, owed *buf) {
     owing_list l = { a, d, buf, 0 };
     if (db_hold_owing(d, clock_wall_ms() - OWING_GRACE_MS, EXPIRE_BATCH, add_owing, &l) != DB_OK)
         svc_log(SVC_LOG_WARN, "holds: scanning owed units: %s", db_errstr(d));
-    if (l.n) give_back(a, sc, l.v, l.n);
+    size_t settled = l.n ? give_back(a, sc, l.v, l.n) : 0;
+    int full = l.n == EXPIRE_BATCH;
     owed_free(l.v, l.n);
+    return full ? (long)settled : -1;
+}
+
+/* Settles the debts left owing: batch after batch while full batches
+ * settle (after an outage -- a failover, a restart -- thousands may be
+ * owed at once, and a batch a second would leave them owed for many
+ * seconds), within the tick's budget. A batch that settles nothing (Redis
+ * still away) ends it: the next scan tries again. */
+static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
+    int64_t start = clock_mono_ms();
+    while (settle_owing_batch(a, d, sc, buf) > 0 && clock_mono_ms() - start < TICK_BUDGET_MS) {}
 }
 
 /* ------------------------------------------------------------ forgetting */

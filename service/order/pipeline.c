@@ -212,11 +212,5 @@ const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
     if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
         return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
                "does not have: start flashsale with --db postgresql://...";
-    if (srv == STOCK_LOCKS_REDIS && a->cluster)
-        return "this strategy's lock lives on the service's own Redis, which is a Redis "
-               "Cluster here: not supported on a cluster yet (use lua, or start flashsale "
-               "with --redis redis:// or redis-sentinel://)";
-    if (stock_strategy_about(s)->kind == STOCK_KIND_LOCK && a->cluster)
-        return "the lock strategy does not run on a Redis Cluster yet";
     return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
 }
