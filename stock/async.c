@@ -303,16 +303,15 @@ static void on_state(aconn *c, int up, void *ud);
 
 /* A node for address a (made on first use). NULL when out of memory. */
 static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
-    static const rconn_script *scripts[4];
+    /* Constant, and shared by every loop's connections (aconn keeps the
+     * pointer): written once by the compiler, never by a loop. */
+    static const rconn_script *const scripts[4] = { &sk_reserve_batch, &sk_undo, &sk_lock_read,
+                                                    &sk_lock_write };
     for (int i = 0; i < sa->nnodes; i++) {
         const rconn_addr *b = &sa->nodes[i]->addr;
         if (b->port == a->port && !strcmp(b->host, a->host) && !strcmp(b->path, a->path))
             return sa->nodes[i];
     }
-    scripts[0] = &sk_reserve_batch;
-    scripts[1] = &sk_undo;
-    scripts[2] = &sk_lock_read;
-    scripts[3] = &sk_lock_write;
     sk_anode **grown = realloc(sa->nodes, sizeof *grown * (size_t)(sa->nnodes + 1));
     if (!grown) return NULL;
     sa->nodes = grown;
