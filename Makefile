@@ -31,7 +31,8 @@
 # rtopo, db, http, loadtest -> common) and
 # fails the build, naming the rule, on one that breaks them; before the
 # tests, tools/calls.py checks on the objects that no two files of one
-# folder call each other in a circle.
+# folder call each other in a circle -- in every folder of every module,
+# but those CALLS_EXCEPT names (below, with why).
 
 VARIANT ?= rel
 BUILD   := build/$(VARIANT)
@@ -208,9 +209,13 @@ test: deps
 	$(MAKE) test-run
 
 # The circle check reads every module's objects: on a whole build only.
+# It checks every folder but these, each a circle known and being taken
+# apart (tests/test_build.py reads this list too):
+#   lock/: issue 33 item 1, being redesigned
+CALLS_EXCEPT := lock
 test-run: $(TEST_BUILD)
 	$(PYTHON) tools/layering.py
-	$(if $(strip $(TESTS)),,$(PYTHON) tools/calls.py $(BUILD))
+	$(if $(strip $(TESTS)),,$(PYTHON) tools/calls.py $(BUILD) $(addprefix --except ,$(CALLS_EXCEPT)))
 	FLASHSALE_BIN=$(abspath $(BIN)) $(PYTHON) tests/run.py $(TESTS)
 
 # One unit-test program, or some of its cases: T=test_db, T=test_db:case.

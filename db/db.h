@@ -298,7 +298,7 @@ typedef struct db_job {
     /* out */
     db_status status;          /* INSERT: DB_OK when committed; LOOKUP: found? */
     long long available;       /* db strategies: units left after / when refused */
-    void *arg;                 /* DECIDE, EXPIRE, RETURNED: what to do (holds.h) */
+    void *arg;                 /* DECIDE, EXPIRE, RETURNED: what to do (writer.c) */
     struct db_job_wait *wait;  /* ...and where its caller waits for it */
     struct db_job *next;       /* owned by the writer while queued */
 } db_job;
@@ -334,10 +334,6 @@ void db_writer_pace(db_writer *w, int gap_us);
 void db_writer_submit(db_writer *w, db_job *job);
 /* Queues jobs[0..n) at once: one lock and one wake for the lot. */
 void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n);
-/* Queues job (a holds' kind) and waits until its group is committed or
- * failed: for db/holds.h's db_writer_* calls, never on the writer's own
- * thread. Such jobs never reach the done callback. Returns job->status. */
-db_status db_writer_call(db_writer *w, db_job *job);
 /* Whether the calling thread is w's writer thread (where the done callback
  * runs): for assert. */
 int db_writer_on_thread(const db_writer *w);

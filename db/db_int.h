@@ -5,7 +5,8 @@
  *                every file makes to run a statement (db_run, ...)
  *   holds.c      deciding holds; the scans for the due and the owing (holds.h)
  *   locktable.c  the `db-lock` strategy's lock table (locktable.h)
- *   writer.c     group commit (db.h only)
+ *   writer.c     group commit (db.h), and holds decided through it
+ *                (holds.h's db_writer_*: it calls holds.c, never back)
  *   schema.c     the schema, as numbered migrations, in each dialect
  *   sqlite.c     the SQLite driver
  *
@@ -246,11 +247,5 @@ typedef struct db_migration {
 /* The steps, version 1 first; DB_SCHEMA_VERSION is the last. */
 extern const db_migration db_migrations[];
 extern const int db_nmigrations;
-
-/* --------------------------------------------------------- holds (holds.c) */
-
-/* Runs a holds job (DECIDE, EXPIRE, RETURNED) inside the writer's open
- * transaction; its status as the job's. */
-db_status db_holds_job_in(db *d, db_job *job);
 
 #endif

@@ -4,10 +4,11 @@
  * A file of its own because a hold's end is its own concept: three ways
  * out of RESERVED and the units that must come back, beside (not inside)
  * the order inserts of db.c. Its statements are prepared with db.c's when
- * a connection opens (db_int.h); the table is created by schema.c. */
+ * a connection opens (db_int.h); the table is created by schema.c. The
+ * same decisions through the committer (holds.h's db_writer_*) are
+ * writer.c's: the committer calls down into this file, never back. */
 #include "db/holds.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,58 +339,4 @@ out:
         *n = 0;
     }
     return st;
-}
-
-/* ------------------------------------------------------ through the committer */
-
-typedef struct expiry_arg {
-    int64_t now_ms;
-    int max;
-    db_expired *out;
-    size_t n;
-} expiry_arg;
-
-typedef struct debts_arg {
-    const db_debt *v;
-    size_t n;
-} debts_arg;
-
-db_status db_holds_job_in(db *d, db_job *job) {
-    if (job->kind == DB_JOB_DECIDE) return db_hold_decide_in(d, job->arg);
-    if (job->kind == DB_JOB_EXPIRE) {
-        expiry_arg *e = job->arg;
-        return db_hold_expire_due(d, e->now_ms, e->max, e->out, &e->n);
-    }
-    assert(job->kind == DB_JOB_RETURNED);
-    debts_arg *a = job->arg;
-    for (size_t i = 0; i < a->n; i++) {
-        db_status st = db_hold_returned(d, a->v[i].order_id, a->v[i].gen);
-        if (st != DB_OK) return st;
-    }
-    return DB_OK;
-}
-
-static db_status call(db_writer *w, db_job_kind kind, void *arg) {
-    db_job job;
-    memset(&job, 0, sizeof job);
-    job.kind = kind;
-    job.arg = arg;
-    return db_writer_call(w, &job);
-}
-
-db_status db_writer_decide(db_writer *w, db_decision *dc) {
-    return call(w, DB_JOB_DECIDE, dc);
-}
-
-db_status db_writer_expire(db_writer *w, int64_t now_ms, int max, db_expired *out, size_t *n) {
-    expiry_arg e = { now_ms, max, out, 0 };
-    db_status st = call(w, DB_JOB_EXPIRE, &e);
-    if (st != DB_OK) db_expired_free(out, e.n);   /* rolled back with its group */
-    *n = st == DB_OK ? e.n : 0;
-    return st;
-}
-
-db_status db_writer_returned(db_writer *w, const db_debt *debts, size_t n) {
-    debts_arg a = { debts, n };
-    return n ? call(w, DB_JOB_RETURNED, &a) : DB_OK;
 }

@@ -12,7 +12,13 @@
  *
  * Lookups (an idempotent replay asking for its original order) go through
  * the same queue and are answered after the group's commit, so a replay
- * that arrives while its original is queued sees the committed row. */
+ * that arrives while its original is queued sees the committed row.
+ *
+ * Holds ride the same groups (holds.h's db_writer_decide, _expire,
+ * _returned): a caller queues a job and waits for its group, and the
+ * writer runs it with holds.c's functions inside the group's transaction.
+ * Both halves are here, so the committer calls down into holds.c and
+ * holds.c knows nothing of the committer. */
 #include "db/db.h"
 
 #include <assert.h>
@@ -57,7 +63,11 @@ struct db_job_wait {
     int done;
 };
 
-db_status db_writer_call(db_writer *w, db_job *job) {
+/* Queues job (a holds' kind) and waits until its group is committed or
+ * failed: for holds.h's db_writer_* calls below, never on the writer's
+ * own thread. Such jobs never reach the done callback. Returns
+ * job->status. */
+static db_status writer_call(db_writer *w, db_job *job) {
     struct db_job_wait wait = { .done = 0 };
     assert(!db_writer_on_thread(w));
     assert(job->kind == DB_JOB_DECIDE || job->kind == DB_JOB_EXPIRE ||
@@ -73,6 +83,67 @@ db_status db_writer_call(db_writer *w, db_job *job) {
     pthread_cond_destroy(&wait.cv);
     return job->status;
 }
+
+/* ------------------------------------------------------ holds through the committer */
+
+/* What an EXPIRE job asks (db_hold_expire_due's arguments) and gets. */
+typedef struct expiry_arg {
+    int64_t now_ms;
+    int max;
+    db_expired *out;
+    size_t n;
+} expiry_arg;
+
+/* What a RETURNED job clears. */
+typedef struct debts_arg {
+    const db_debt *v;
+    size_t n;
+} debts_arg;
+
+/* Runs a holds job (DECIDE, EXPIRE, RETURNED) inside the group's open
+ * transaction, with holds.c's functions; its status as the job's. */
+static db_status holds_job_in(db *d, db_job *job) {
+    if (job->kind == DB_JOB_DECIDE) return db_hold_decide_in(d, job->arg);
+    if (job->kind == DB_JOB_EXPIRE) {
+        expiry_arg *e = job->arg;
+        return db_hold_expire_due(d, e->now_ms, e->max, e->out, &e->n);
+    }
+    assert(job->kind == DB_JOB_RETURNED);
+    debts_arg *a = job->arg;
+    for (size_t i = 0; i < a->n; i++) {
+        db_status st = db_hold_returned(d, a->v[i].order_id, a->v[i].gen);
+        if (st != DB_OK) return st;
+    }
+    return DB_OK;
+}
+
+/* Queues a holds job of kind with arg and waits for its group. */
+static db_status call(db_writer *w, db_job_kind kind, void *arg) {
+    db_job job;
+    memset(&job, 0, sizeof job);
+    job.kind = kind;
+    job.arg = arg;
+    return writer_call(w, &job);
+}
+
+db_status db_writer_decide(db_writer *w, db_decision *dc) {
+    return call(w, DB_JOB_DECIDE, dc);
+}
+
+db_status db_writer_expire(db_writer *w, int64_t now_ms, int max, db_expired *out, size_t *n) {
+    expiry_arg e = { now_ms, max, out, 0 };
+    db_status st = call(w, DB_JOB_EXPIRE, &e);
+    if (st != DB_OK) db_expired_free(out, e.n);   /* rolled back with its group */
+    *n = st == DB_OK ? e.n : 0;
+    return st;
+}
+
+db_status db_writer_returned(db_writer *w, const db_debt *debts, size_t n) {
+    debts_arg a = { debts, n };
+    return n ? call(w, DB_JOB_RETURNED, &a) : DB_OK;
+}
+
+/* ------------------------------------------------------------ the groups */
 
 /* Hands the group's decisions back to their callers (each job lives on its
  * caller's stack: not touched after the signal) and moves the rest to the
@@ -290,7 +361,7 @@ static void commit_group(db_writer *w, db_job **jobs, size_t n) {
             continue;
         }
         if (j->kind == DB_JOB_DECIDE || j->kind == DB_JOB_EXPIRE || j->kind == DB_JOB_RETURNED)
-            j->status = db_holds_job_in(w->conn, j);
+            j->status = holds_job_in(w->conn, j);
         else if (j->kind == DB_JOB_INSERT)
             j->status = db_order_insert(w->conn, &j->order, j->take, j->per_user_limit,
                                         j->expect_version, &j->available);

@@ -1,7 +1,12 @@
-/* compare_int.h: what compare.c, probe.c, failures.c and topo.c share,
- * private to loadtest/: the world of processes a comparison runs in, the
- * probes' entry points, the Redis failures group's. Nothing outside
- * loadtest/ includes it. */
+/* compare_int.h: what the files of `flashload compare` share, private to
+ * loadtest/: the world of processes a comparison runs in (world.c), a
+ * scene's result (scene.c), the probes' entry points (probe.c), the Redis
+ * failures group's (failures.c, topo.c), the between-hosts group's
+ * (hosts.c). Nothing outside loadtest/ includes it.
+ *
+ * The files call downwards only, in this order: compare.c; report.c and
+ * probe.c; world.c (which starts the failures group's processes);
+ * failures.c and hosts.c; scene.c. */
 #ifndef FLASHSALE_LOADTEST_COMPARE_INT_H
 #define FLASHSALE_LOADTEST_COMPARE_INT_H
 #include "loadtest/loadtest.h"
@@ -27,7 +32,8 @@ typedef struct fl_eta {
     int64_t t0_ms;
     double planned, done;
 } fl_eta;
-/* Counts weight as done and writes "1:23 elapsed, about 2:05 left" into out. */
+/* Counts weight as done and writes "1:23 elapsed, about 2:05 left" into
+ * out (world.c). */
 void fl_eta_step(fl_eta *e, double weight, char *out, size_t len);
 /* The expected seconds of a probe of the lock table (probe.c). */
 #define FL_ETA_PROBE_KILL 2.2
@@ -56,6 +62,18 @@ typedef struct fl_world {
     fl_eta eta;
 } fl_world;
 
+/* ------------------------------------------------------ the world (world.c) */
+
+/* Sets up w for o: the services o names (o->targets), or our own in a temp
+ * dir -- a redis-server, the lock servers when a strategy wanted needs
+ * one, the Redis failures group's processes when failures (started now,
+ * used last: their sentinels learn of each other meanwhile), and the
+ * first instance of the service. 0, or -1 with e set; fl_world_down
+ * either way. */
+int fl_world_up(const fl_compare_opts *o, fl_world *w, int failures, fl_err *e);
+/* Stops every process of w and removes its temp dir (keep: keeps it, for
+ * its logs, and says where). */
+void fl_world_down(fl_world *w, int keep);
 /* The lock server strategy needs, or NULL (lock: the service's Redis;
  * db-lock: its SQLite file; local: none). */
 fl_lockserver *fl_world_server(fl_world *w, const char *strategy);
@@ -72,7 +90,7 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                  const fl_strategy *st, int nst, const fl_scene_result *r, int n,
                  fl_lock_row *rows);
 
-/* Fills a scene's figures and verdict from its run (compare.c). */
+/* Fills a scene's figures and verdict from its run (scene.c). */
 void fl_scene_fill(fl_scene_result *res, const fl_run_result *rr);
 
 /* ------------------------------------------- the Redis failures (failures.c) */

@@ -840,3 +840,25 @@ void fl_failures_run(fl_failworld *f, const fl_compare_opts *o, const char *tag,
     /* No set duration: the batch's, from its products to its verdicts. */
     for (int i = 0; i < n; i++) res[i].sc.duration_s = (clock_mono_ms() - t0) / 1e3;
 }
+
+/* ---------------------------------------------------------------- names */
+
+const char *fl_failure_title(fl_failure kind) {
+    switch (kind) {
+    case FL_FAIL_FAILOVER: return "a failover to a replica that missed the last sales";
+    case FL_FAIL_CLOCK: return "a Redlock server's clock jumps";
+    case FL_FAIL_AOF: return "a Redlock server loses its last AOF second";
+    case FL_FAIL_MEMBER: return "a Redlock member fails over to a replica without the lock";
+    default: return NULL;
+    }
+}
+
+const char *fl_failure_name(fl_failure kind) {
+    switch (kind) {
+    case FL_FAIL_FAILOVER: return "failover";
+    case FL_FAIL_CLOCK: return "clock jump";
+    case FL_FAIL_AOF: return "AOF lost";
+    case FL_FAIL_MEMBER: return "member failover";
+    default: return "none";
+    }
+}

@@ -25,7 +25,8 @@
  *   fl_inspect   the stores' invariants of given SKUs, no load (inspect.c)
  *   fl_run       one run: product, load, sampling, progress, verdict (run.c)
  *   fl_compare   the strategy matrix, its table, report.json and the
- *                self-contained report.html (compare.c, report.c)
+ *                self-contained report.html (compare.c, report.c; the
+ *                processes it runs in: world.c; a scene's figures: scene.c)
  *   fl_proc      private redis-server and flashsale processes, and for the
  *                Redis failures group: Sentinel-watched redis-servers, a
  *                redis-server whose wall clock can jump (bin/libclockjump.so,
@@ -1068,12 +1069,14 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f);
 /* A group's heading ("ordinary contention (no fault)", ...). */
 const char *fl_group_title(int group);
 /* A holds scene's figures in one line ("412 holds placed: 250 confirmed,
- * ..."); "" for a scene without holds or that did not run. */
+ * ..."); "" for a scene without holds or that did not run (scene.c, as
+ * the next). */
 void fl_holds_brief(const fl_scene_result *s, char *out, size_t len);
 /* A forced scene's waits in a few words ("; waits: 20 met a second holder,
  * 1 alone"); "" for another scene, or one that did not run. */
 void fl_forced_brief(const fl_scene_result *s, char *out, size_t len);
-/* A failure in a few words ("a Redlock server's clock jumps"). */
+/* A failure in a few words ("a Redlock server's clock jumps"); failures.c,
+ * as the next. */
 const char *fl_failure_title(fl_failure kind);
 /* A failure's short name ("failover", "clock jump", ...), as report.json has it. */
 const char *fl_failure_name(fl_failure kind);

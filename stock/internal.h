@@ -1,5 +1,16 @@
 /* internal.h: what the stock module's files share; not part of its public
- * face (stock.h), and not to be included from outside stock/. */
+ * face (stock.h), and not to be included from outside stock/.
+ *
+ * The blocking side's files, each calling only those below it:
+ *   spread.c   the public operations a spread product takes lane by lane
+ *              (stock_reserve, _confirm, _undo, _return, _read, ...):
+ *              on a product's one copy, or on each of its lanes
+ *   rcw.c      the read-check-write strategies (stock_reserve_one)
+ *   returns.c  giving a hold's units back to one copy; forgetting markers
+ *   stock.c    connections, routing, keys, the scripts, and the
+ *              operations on one copy (sk_copy_*)
+ * The loop side's (async_int.h): lockasync.c above async.c, both calling
+ * into stock.c, async.c into spread.c too (sk_lane_parse). */
 #ifndef FLASHSALE_STOCK_INTERNAL_H
 #define FLASHSALE_STOCK_INTERNAL_H
 
@@ -116,23 +127,33 @@ const char *sk_elem_str(const redisReply *r, size_t i);
 extern const struct sk_rcw_lock sk_lock_local, sk_lock_setnx_expire, sk_lock_set_nx_px,
     sk_lock_module, sk_lock_module_unfenced, sk_lock_db_table;
 
-/* Spread products (spread.c): the public operations over lanes. */
+/* One copy (stock.c; sk_copy_return: returns.c): the public operation of
+ * the same name (stock.h) on products without lanes -- one product, or
+ * each of the n -- untimed (the public one tells the observer). On one
+ * server the n go in one pipeline; on a cluster each goes to its SKU's
+ * node, following redirects. Results as the public operation's. spread.c
+ * calls them, for a product of one copy and for each lane of a spread
+ * one. */
+int sk_copy_reserve(stock_conn *c, stock_req **reqs, size_t n);
+int sk_copy_confirm(stock_conn *c, const stock_ref *refs, size_t n);
+int sk_copy_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done);
+/* (n > 0) */
+int sk_copy_return(stock_conn *c, stock_return_req *reqs, size_t n);
+stock_result sk_copy_read(stock_conn *c, const stock_product *p, long long *total,
+                          long long *seg);
+stock_result sk_copy_read_gen(stock_conn *c, const stock_product *p, long long *gen);
+int sk_copy_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+                 const stock_user_units *users, size_t nusers, int force);
+stock_result sk_copy_restock(stock_conn *c, const stock_product *p, long long qty);
+int sk_copy_pending_scan(stock_conn *c, const stock_product *p,
+                         void (*fn)(const stock_pending *rec, void *ud), void *ud);
+
+/* Frees a lane of a spread product (stock_product_spread), its SKU too
+ * (stock.c, beside stock_product_free). */
 void sk_lane_free(stock_product *lane);
-/* The next "<lane>:<units>" of takes at *t (moved past it): the lane, with
- * *units; -1 at the end. */
+/* Spread products (spread.c): the next "<lane>:<units>" of takes at *t
+ * (moved past it): the lane, with *units; -1 at the end. */
 int sk_lane_parse(const stock_product *p, const char **t, int *units);
-int sk_spread_reserve(stock_conn *c, stock_req *r);
-int sk_spread_confirm(stock_conn *c, const stock_ref *ref);
-int sk_spread_undo(stock_conn *c, const stock_ref *ref, int *done);
-int sk_spread_return(stock_conn *c, stock_return_req *r);
-stock_result sk_spread_read(stock_conn *c, const stock_product *p, long long *total,
-                            long long *seg);
-stock_result sk_spread_read_gen(stock_conn *c, const stock_product *p, long long *gen);
-int sk_spread_load(stock_conn *c, const stock_product *p, long long gen, long long available,
-                   int force);
-stock_result sk_spread_restock(stock_conn *c, const stock_product *p, long long qty);
-int sk_spread_pending_scan(stock_conn *c, const stock_product *p,
-                           void (*fn)(const stock_pending *rec, void *ud), void *ud);
 
 /* The local hint of empty segments (a bit per segment). */
 struct stock_hint {

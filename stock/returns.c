@@ -1,6 +1,8 @@
 /* returns.c: giving an ended hold's units back to the stock copy. See
  * stock.h (stock_return) and lua/return.lua, which decides, atomically,
  * whether this copy owes them and whether they were given back already.
+ * Here on one copy (sk_copy_return); the public stock_return, which also
+ * gives a spread product's units back lane by lane, is spread.c's.
  *
  * Its own file beside stock.c: the units of a hold come back by a path of
  * their own (its marker, its generations), not by undo.lua's pending
@@ -82,7 +84,7 @@ static int read_return(stock_conn *c, stock_return_req *r, const redisReply *rep
     return -1;
 }
 
-/* One try of stock_return: 0, -1 when Redis failed for some, -2 when the
+/* One try of sk_copy_return: 0, -1 when Redis failed for some, -2 when the
  * connection broke (nothing more is known). */
 static int return_calls(stock_conn *c, stock_return_req *reqs, size_t n) {
     size_t i;
@@ -129,25 +131,18 @@ static int return_twice(stock_conn *c, stock_return_req *reqs, size_t n) {
     return rc == -2 ? return_calls(c, reqs, n) : rc;
 }
 
-int stock_return(stock_conn *c, stock_return_req *reqs, size_t n) {
-    if (n == 0) return 0;
-    int64_t t0 = sk_t0(c->observe);
+int sk_copy_return(stock_conn *c, stock_return_req *reqs, size_t n) {
     int rc = 0;
     if (!c->cluster) {
         rc = return_twice(c, reqs, n);
     } else {
         for (size_t i = 0; i < n; i++) {     /* a cluster: each on its SKU's node */
             int one = 0;
-            if (reqs[i].product->lanes) {
-                one = sk_spread_return(c, &reqs[i]);
-            } else {
-                for (int a = 0; sk_again(c, reqs[i].product->sku, a); a++)
-                    one = return_twice(c, &reqs[i], 1);
-            }
+            for (int a = 0; sk_again(c, reqs[i].product->sku, a); a++)
+                one = return_twice(c, &reqs[i], 1);
             if (one < 0) rc = one;
         }
     }
-    sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
     return rc < 0 ? -1 : 0;
 }
 

@@ -1,13 +1,19 @@
 /* spread.c: one SKU over a Redis Cluster's primaries (stock.h,
- * stock_product_spread), the blocking side.
+ * stock_product_spread), the blocking side; and so the public operations
+ * on a product's stock, which take either its one copy or its lanes.
  *
  * A spread product's segment i is a lane: a one-segment copy of its own,
  * under the hash tag {<sku>:<i>}, so in a slot of its own, and the lanes
  * fall on every primary. Each lane is a complete copy as stock.h describes
  * one (gen, stock:0, pending, empty, returned, idem:...), so every script
- * runs unchanged on a lane: the functions here are the public ones over
- * lanes -- which lane, or each lane in turn -- each lane being handed to
- * the one-slot code as a product of one segment (p->lane[i]).
+ * runs unchanged on a lane: the functions here are the public ones
+ * (stock_reserve, stock_confirm, stock_undo, stock_return, stock_read,
+ * stock_read_gen, stock_load, stock_restock, stock_pending_scan), each
+ * handing a product of one copy to the one-copy code below (stock.c's and
+ * returns.c's sk_copy_*), and a spread one's lanes -- which lane, or each
+ * lane in turn -- to itself again, each lane as a product of one segment
+ * (p->lane[i]). So the choice of copy or lanes is made here alone, and the
+ * one-copy code never calls back up into it.
  *
  * What spans lanes is not Redis's: the per-user limit is checked by SQLite
  * at commit (the lanes are given no limit), and an idempotency key that
@@ -46,12 +52,6 @@ int stock_product_spread(stock_product *p) {
     p->lane = lane;
     p->lanes = p->segments;
     return 0;
-}
-
-void sk_lane_free(stock_product *lane) {
-    free((char *)lane->sku);
-    lane->sku = NULL;
-    stock_product_free(lane);
 }
 
 int sk_lane_parse(const stock_product *p, const char **t, int *units) {
@@ -179,7 +179,10 @@ undone:;
     }
 }
 
-int sk_spread_reserve(stock_conn *c, stock_req *r) {
+/* stock_reserve of one request of a spread product: one lane's whole
+ * take when one holds it, else a stepwise take (gather). 0, or -1 when
+ * Redis failed (r->result STOCK_UNAVAILABLE). */
+static int spread_reserve(stock_conn *c, stock_req *r) {
     const stock_product *p = r->product;
     int first = (int)(sk_random(c) % (uint64_t)p->lanes);
     long long seen = 0;
@@ -213,9 +216,22 @@ int sk_spread_reserve(stock_conn *c, stock_req *r) {
     return r->result == STOCK_UNAVAILABLE ? -1 : 0;
 }
 
+int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
+    if (!c->cluster) return sk_copy_reserve(c, reqs, n);
+    /* A cluster: one at a time, each on its SKU's node (a spread one's:
+     * on its lanes' nodes). */
+    int rc = 0;
+    for (size_t i = 0; i < n; i++)
+        rc |= reqs[i]->product->lanes ? spread_reserve(c, reqs[i])
+                                      : sk_copy_reserve(c, &reqs[i], 1);
+    return rc ? -1 : 0;
+}
+
 /* ------------------------------------------------- confirm, undo, return */
 
-int sk_spread_confirm(stock_conn *c, const stock_ref *ref) {
+/* stock_confirm of one order of a spread product: on each lane its takes
+ * name (every lane when it has none). 0, or -1 when one failed. */
+static int spread_confirm(stock_conn *c, const stock_ref *ref) {
     const stock_product *p = ref->product;
     const char *t = ref->takes;
     int units, rc = 0;
@@ -228,7 +244,23 @@ int sk_spread_confirm(stock_conn *c, const stock_ref *ref) {
     return rc;
 }
 
-int sk_spread_undo(stock_conn *c, const stock_ref *ref, int *done) {
+int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
+    int64_t t0 = sk_t0(c->observe);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = sk_copy_confirm(c, refs, n);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            rc |= refs[i].product->lanes ? spread_confirm(c, &refs[i])
+                                         : sk_copy_confirm(c, &refs[i], 1);
+    }
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_CLEAR, t0);
+    return rc;
+}
+
+/* stock_undo of one order of a spread product, as spread_confirm: *done
+ * when every lane's undo ran. 0, or -1 when one failed. */
+static int spread_undo(stock_conn *c, const stock_ref *ref, int *done) {
     const stock_product *p = ref->product;
     const char *t = ref->takes;
     int units, rc = 0;
@@ -243,7 +275,24 @@ int sk_spread_undo(stock_conn *c, const stock_ref *ref, int *done) {
     return rc;
 }
 
-int sk_spread_return(stock_conn *c, stock_return_req *r) {
+int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
+    int64_t t0 = sk_t0(c->observe);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = sk_copy_undo(c, refs, n, done);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            rc |= refs[i].product->lanes ? spread_undo(c, &refs[i], &done[i])
+                                         : sk_copy_undo(c, &refs[i], 1, &done[i]);
+    }
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
+    return rc;
+}
+
+/* stock_return of one hold of a spread product: each lane its takes name
+ * gets its part back (all to lane 0 when there is no record). 0, or -1
+ * when one failed. */
+static int spread_return(stock_conn *c, stock_return_req *r) {
     const stock_product *p = r->product;
     const char *t = r->takes && r->takes[0] ? r->takes : "0:0";
     char part[32];
@@ -270,10 +319,30 @@ int sk_spread_return(stock_conn *c, stock_return_req *r) {
     return rc;
 }
 
+int stock_return(stock_conn *c, stock_return_req *reqs, size_t n) {
+    if (n == 0) return 0;
+    int64_t t0 = sk_t0(c->observe);
+    int rc = 0;
+    if (!c->cluster) {
+        rc = sk_copy_return(c, reqs, n);
+    } else {
+        for (size_t i = 0; i < n; i++) {     /* a cluster: each on its SKU's node */
+            int one = reqs[i].product->lanes ? spread_return(c, &reqs[i])
+                                             : sk_copy_return(c, &reqs[i], 1);
+            if (one < 0) rc = one;
+        }
+    }
+    sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
+    return rc < 0 ? -1 : 0;
+}
+
 /* --------------------------------------------------------------- reads */
 
-stock_result sk_spread_read(stock_conn *c, const stock_product *p, long long *total,
-                            long long *seg) {
+/* stock_read of a spread product: the lanes' units, each lane's in seg;
+ * STOCK_MISSING when a lane has no valid copy or two lanes are of
+ * different generations. */
+static stock_result spread_read(stock_conn *c, const stock_product *p, long long *total,
+                                long long *seg) {
     stock_result res = STOCK_RESERVED;
     long long gen = -1;
     *total = 0;
@@ -294,7 +363,13 @@ stock_result sk_spread_read(stock_conn *c, const stock_product *p, long long *to
     return res;
 }
 
-stock_result sk_spread_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
+                        long long *seg) {
+    return p->lanes ? spread_read(c, p, total, seg) : sk_copy_read(c, p, total, seg);
+}
+
+/* stock_read_gen of a spread product: the highest of its lanes'. */
+static stock_result spread_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
     *gen = 0;
     for (int i = 0; i < p->lanes; i++) {
         long long g = 0;
@@ -305,10 +380,17 @@ stock_result sk_spread_read_gen(stock_conn *c, const stock_product *p, long long
     return STOCK_RESERVED;
 }
 
+stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
+    return p->lanes ? spread_read_gen(c, p, gen) : sk_copy_read_gen(c, p, gen);
+}
+
 /* -------------------------------------------------------------- writes */
 
-int sk_spread_load(stock_conn *c, const stock_product *p, long long gen, long long available,
-                   int force) {
+/* stock_load of a spread product: available shared evenly over the lanes
+ * (no per-user counts: SQLite checks the limit). 0 when some lane was
+ * loaded now, 1 when every lane was already, -1 when one failed. */
+static int spread_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+                       int force) {
     int rc = 1;
     for (int i = 0; i < p->lanes; i++) {
         long long share = available / p->lanes + (i < available % p->lanes);
@@ -319,7 +401,14 @@ int sk_spread_load(stock_conn *c, const stock_product *p, long long gen, long lo
     return rc;
 }
 
-stock_result sk_spread_restock(stock_conn *c, const stock_product *p, long long qty) {
+int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+               const stock_user_units *users, size_t nusers, int force) {
+    if (p->lanes) return spread_load(c, p, gen, available, force);
+    return sk_copy_load(c, p, gen, available, users, nusers, force);
+}
+
+/* stock_restock of a spread product: qty shared evenly over the lanes. */
+static stock_result spread_restock(stock_conn *c, const stock_product *p, long long qty) {
     stock_result res = STOCK_RESERVED;
     for (int i = 0; i < p->lanes; i++) {
         long long share = qty / p->lanes + (i < qty % p->lanes);
@@ -329,6 +418,10 @@ stock_result sk_spread_restock(stock_conn *c, const stock_product *p, long long 
         if (one != STOCK_RESERVED) res = one;
     }
     return res;
+}
+
+stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
+    return p->lanes ? spread_restock(c, p, qty) : sk_copy_restock(c, p, qty);
 }
 
 typedef struct lane_visit {
@@ -344,11 +437,18 @@ static void visit_lane(const stock_pending *rec, void *ud) {
     v->fn(&one, v->ud);
 }
 
-int sk_spread_pending_scan(stock_conn *c, const stock_product *p,
-                           void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+/* stock_pending_scan of a spread product: each lane's records in turn,
+ * each with its lane. */
+static int spread_pending_scan(stock_conn *c, const stock_product *p,
+                               void (*fn)(const stock_pending *rec, void *ud), void *ud) {
     for (int i = 0; i < p->lanes; i++) {
         lane_visit v = { i, fn, ud };
         if (stock_pending_scan(c, &p->lane[i], visit_lane, &v) != 0) return -1;
     }
     return 0;
+}
+
+int stock_pending_scan(stock_conn *c, const stock_product *p,
+                       void (*fn)(const stock_pending *rec, void *ud), void *ud) {
+    return p->lanes ? spread_pending_scan(c, p, fn, ud) : sk_copy_pending_scan(c, p, fn, ud);
 }

@@ -1,5 +1,11 @@
 /* stock.c: the Redis stock copy: connections, keys, and the `lua` strategy's
- * scripts (reserve, undo, load, restock). See stock.h for the model. */
+ * scripts (reserve, undo, load, restock). See stock.h for the model.
+ *
+ * Its operations work on one copy: a product without lanes, or one lane
+ * of a spread product (sk_copy_*, internal.h). The public ones
+ * (stock_reserve, stock_read, ...), which also take a spread product
+ * lane by lane, are spread.c's, above this file: the code of one copy
+ * never calls back up into the lanes. */
 #include "stock/stock.h"
 
 #include <assert.h>
@@ -182,6 +188,12 @@ int stock_product_init(stock_product *p, const char *sku, stock_strategy s, int 
     if (!p->hint) return -1;
     p->hint->nwords = words;
     return 0;
+}
+
+void sk_lane_free(stock_product *lane) {
+    free((char *)lane->sku);
+    lane->sku = NULL;
+    stock_product_free(lane);
 }
 
 void stock_product_free(stock_product *p) {
@@ -612,19 +624,14 @@ static int reserve_at(stock_conn *c, stock_req **reqs, size_t n) {
     return 0;
 }
 
-int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
+int sk_copy_reserve(stock_conn *c, stock_req **reqs, size_t n) {
     if (!c->cluster) return reserve_at(c, reqs, n);
-    /* A cluster: one at a time, each on its SKU's node (a spread one's:
-     * on its lanes' nodes). */
+    /* A cluster: one at a time, each on its SKU's node. */
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         int one = 0;
-        if (reqs[i]->product->lanes) {
-            one = sk_spread_reserve(c, reqs[i]);
-        } else {
-            for (int a = 0; sk_again(c, reqs[i]->product->sku, a); a++)
-                one = reserve_at(c, &reqs[i], 1);
-        }
+        for (int a = 0; sk_again(c, reqs[i]->product->sku, a); a++)
+            one = reserve_at(c, &reqs[i], 1);
         rc |= one;
     }
     return rc ? -1 : 0;
@@ -632,7 +639,7 @@ int stock_reserve(stock_conn *c, stock_req **reqs, size_t n) {
 
 /* ----------------------------------------------------------- confirm / undo */
 
-/* stock_confirm's calls, untimed. */
+/* sk_copy_confirm's calls on the node c points at. */
 static int confirm_calls(stock_conn *c, const stock_ref *refs, size_t n) {
     int rc = 0;
     if (stock_conn_ensure(c)) return -1;
@@ -655,24 +662,15 @@ static int confirm_calls(stock_conn *c, const stock_ref *refs, size_t n) {
     return rc;
 }
 
-int stock_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
-    int64_t t0 = sk_t0(c->observe);
+int sk_copy_confirm(stock_conn *c, const stock_ref *refs, size_t n) {
+    if (!c->cluster) return confirm_calls(c, refs, n);
     int rc = 0;
-    if (!c->cluster) {
-        rc = confirm_calls(c, refs, n);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            int one = 0;
-            if (refs[i].product->lanes) {
-                one = sk_spread_confirm(c, &refs[i]);
-            } else {
-                for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
-                    one = confirm_calls(c, &refs[i], 1);
-            }
-            rc |= one;
-        }
+    for (size_t i = 0; i < n; i++) {
+        int one = 0;
+        for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+            one = confirm_calls(c, &refs[i], 1);
+        rc |= one;
     }
-    sk_observe(c->observe, c->observe_ud, STOCK_CALL_CLEAR, t0);
     return rc;
 }
 
@@ -686,7 +684,7 @@ static void build_undo(stock_conn *c, const stock_ref *r) {
     rconn_cmd_adds(&c->cmd, r->order_id);
 }
 
-/* stock_undo's calls, untimed. */
+/* sk_copy_undo's calls on the node c points at. */
 static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
     size_t i;
     for (i = 0; i < n; i++) done[i] = 0;
@@ -726,24 +724,15 @@ static int undo_calls(stock_conn *c, const stock_ref *refs, size_t n, int *done)
     return rc;
 }
 
-int stock_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
-    int64_t t0 = sk_t0(c->observe);
+int sk_copy_undo(stock_conn *c, const stock_ref *refs, size_t n, int *done) {
+    if (!c->cluster) return undo_calls(c, refs, n, done);
     int rc = 0;
-    if (!c->cluster) {
-        rc = undo_calls(c, refs, n, done);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            int one = 0;
-            if (refs[i].product->lanes) {
-                one = sk_spread_undo(c, &refs[i], &done[i]);
-            } else {
-                for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
-                    one = undo_calls(c, &refs[i], 1, &done[i]);
-            }
-            rc |= one;
-        }
+    for (size_t i = 0; i < n; i++) {
+        int one = 0;
+        for (int a = 0; sk_again(c, refs[i].product->sku, a); a++)
+            one = undo_calls(c, &refs[i], 1, &done[i]);
+        rc |= one;
     }
-    sk_observe(c->observe, c->observe_ud, STOCK_CALL_UNDO, t0);
     return rc;
 }
 
@@ -788,9 +777,8 @@ static stock_result read_at(stock_conn *c, const stock_product *p, long long *to
     return res;
 }
 
-stock_result stock_read(stock_conn *c, const stock_product *p, long long *total,
-                        long long *seg) {
-    if (p->lanes) return sk_spread_read(c, p, total, seg);
+stock_result sk_copy_read(stock_conn *c, const stock_product *p, long long *total,
+                          long long *seg) {
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = read_at(c, p, total, seg);
     return res;
@@ -809,8 +797,7 @@ static stock_result read_gen_at(stock_conn *c, const stock_product *p, long long
     return STOCK_RESERVED;
 }
 
-stock_result stock_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
-    if (p->lanes) return sk_spread_read_gen(c, p, gen);
+stock_result sk_copy_read_gen(stock_conn *c, const stock_product *p, long long *gen) {
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = read_gen_at(c, p, gen);
     return res;
@@ -890,9 +877,8 @@ static int load_at(stock_conn *c, const stock_product *p, long long gen, long lo
     return rc;
 }
 
-int stock_load(stock_conn *c, const stock_product *p, long long gen, long long available,
-               const stock_user_units *users, size_t nusers, int force) {
-    if (p->lanes) return sk_spread_load(c, p, gen, available, force);
+int sk_copy_load(stock_conn *c, const stock_product *p, long long gen, long long available,
+                 const stock_user_units *users, size_t nusers, int force) {
     int rc = -1;
     for (int a = 0; sk_again(c, p->sku, a); a++)
         rc = load_at(c, p, gen, available, users, nusers, force);
@@ -919,8 +905,7 @@ static stock_result restock_at(stock_conn *c, const stock_product *p, long long 
     return res;
 }
 
-stock_result stock_restock(stock_conn *c, const stock_product *p, long long qty) {
-    if (p->lanes) return sk_spread_restock(c, p, qty);
+stock_result sk_copy_restock(stock_conn *c, const stock_product *p, long long qty) {
     stock_result res = STOCK_UNAVAILABLE;
     for (int a = 0; sk_again(c, p->sku, a); a++) res = restock_at(c, p, qty);
     return res;
@@ -1080,9 +1065,8 @@ static int pending_scan_at(stock_conn *c, const stock_product *p,
     return hscan_at(c, key, "scan pending", visit_pending_of, &v);
 }
 
-int stock_pending_scan(stock_conn *c, const stock_product *p,
-                       void (*fn)(const stock_pending *rec, void *ud), void *ud) {
-    if (p->lanes) return sk_spread_pending_scan(c, p, fn, ud);
+int sk_copy_pending_scan(stock_conn *c, const stock_product *p,
+                         void (*fn)(const stock_pending *rec, void *ud), void *ud) {
     int rc = -1;
     for (int a = 0; sk_again(c, p->sku, a); a++) rc = pending_scan_at(c, p, fn, ud);
     return rc;
