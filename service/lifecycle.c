@@ -313,8 +313,9 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
         !(a->api_db = svc_threadpool_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||
         loops_start(a, why, sizeof why) != 0)
         goto err;
-    /* The HTTP layer attaches to the loops first, so that its flush (which
-     * may read more orders) runs before the order path's. */
+    /* The HTTP layer's hook (which may read more orders) runs before the
+     * order path's whatever the order they attach in: the loops' phases
+     * say so (LOOP_PHASE_HTTP, then LOOP_PHASE_ORDERS; common/loop.h). */
     http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,

@@ -26,9 +26,9 @@ typedef enum svc_part {
     SVC_PART_COUNT
 } svc_part;
 
-/* A new order loop on l (index: its place among a->loops). Attach the
- * flush hooks that write Redis commands, then svc_order_loop_connect, so
- * that the Redis connection's own flush (which sends) runs after them. */
+/* A new order loop on l (index: its place among a->loops). The Redis
+ * connection comes with svc_order_loop_connect; its writes go out in the
+ * loop's LOOP_PHASE_SENDS, after the order path's LOOP_PHASE_ORDERS. */
 svc_order_loop *svc_order_loop_new(svc_app *a, loop *l, int index, char *err, size_t errlen);
 int svc_order_loop_connect(svc_order_loop *ol, char *err, size_t errlen);
 /* Frees ol (its loop stopped; the parts freed theirs). */

@@ -16,11 +16,12 @@
  *               Redis family's pending record is cleared, or its units
  *               given back first (reservation.c)
  *
- * Each event loop turn ends with the families' flushes, in the order of
- * FLUSH (the lock family first: an order it starts may fail at once and
- * let the next start; then the script batches, which carry their SKU's
- * clears of pending records; then the clears left over), and then the
- * Redis connection's own flush sends what they wrote: a batch leaves in the
+ * In each event loop turn's LOOP_PHASE_ORDERS (common/loop.h) the
+ * families flush, in the order of FLUSH (the lock family first: an order
+ * it starts may fail at once and let the next start; then the script
+ * batches, which carry their SKU's clears of pending records; then the
+ * clears left over); the loop's LOOP_PHASE_SENDS, later in the same turn,
+ * has the Redis connections send what they wrote: a batch leaves in the
  * turn that gathered it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +116,7 @@ void svc_orders_committed(db_job **jobs, size_t n, void *ud) {
 
 /* ------------------------------------------------------------- the loops */
 
-/* End of a loop turn: the families send what the turn gathered. */
+/* The loop's LOOP_PHASE_ORDERS: the families send what the turn gathered. */
 static void flush(loop *l, void *ud) {
     svc_order_loop *ol = ud;
     (void)l;
@@ -141,9 +142,9 @@ int svc_orders_start(svc_app *a, char *err, size_t errlen) {
         for (size_t k = 0; k < sizeof FLUSH / sizeof FLUSH[0]; k++)
             if (FLUSH[k]->loop_start(ol, err, errlen) != 0) return -1;
         if (svc_pending_loop_start(ol, err, errlen) != 0) return -1;
-        /* This flush before the Redis connection's (made next): the
-         * batches it writes then leave in the same turn. */
-        if (loop_on_flush(a->loops[i], flush, ol) != 0) {
+        /* Before the Redis connection's LOOP_PHASE_SENDS, whichever was
+         * registered first: the batches written here leave in this turn. */
+        if (loop_on_phase(a->loops[i], LOOP_PHASE_ORDERS, flush, ol) != 0) {
             snprintf(err, errlen, "cannot attach the order path to its event loop");
             return -1;
         }
