@@ -25,8 +25,6 @@
 
 #define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
 #define SPREAD_PART_MIN 32      /* orders of a spread batch per lane it is split over */
-#define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
-                                   about 3 s at most, the length of a failover */
 
 typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO, J_MARK } job_kind;
 
@@ -231,16 +229,12 @@ static int redirected(job *j, const redisReply *r) {
     stock_async *sa = j->sa;
     if (!sa->cluster || r->type != REDIS_REPLY_ERROR) return 0;
     rtopo_redirect rd;
-    int pause;
-    switch (rtopo_classify(r, &rd)) {
-    case RTOPO_MOVED: rtopo_cluster_moved(sa->cluster, &rd); pause = 0; break;
-    case RTOPO_ASK:                     /* keys in migration: all moved in a moment */
-    case RTOPO_TRYAGAIN: pause = 10; break;
-    case RTOPO_CLUSTERDOWN:
-    case RTOPO_REDISCOVER: rtopo_cluster_suspect(sa->cluster); pause = 100; break;
-    default: return 0;
-    }
-    if (++j->attempts > SK_ASYNC_REDIRECTS) return 0;
+    rtopo_verdict v = rtopo_classify(r, &rd);
+    int pause = rtopo_retry_pause_ms(v);     /* rtopo.h's policy, as the blocking side's */
+    if (pause < 0) return 0;
+    if (v == RTOPO_MOVED) rtopo_cluster_moved(sa->cluster, &rd);
+    else if (v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) rtopo_cluster_suspect(sa->cluster);
+    if (++j->attempts > RTOPO_RETRIES) return 0;
     snprintf(sa->errstr, sizeof sa->errstr, "redis cluster: %s", r->str);
     later(sa, j, pause);
     return 1;
@@ -352,9 +346,9 @@ static sk_anode *route(stock_async *sa, const job *j) {
 /* Ends j unsent: on a cluster, it goes again after a pause while attempts
  * last (a failover or a reshard is under way); else it fails, nothing sent. */
 static void not_sent(stock_async *sa, job *j) {
-    if (sa->cluster && ++j->attempts <= SK_ASYNC_REDIRECTS) {
+    if (sa->cluster && ++j->attempts <= RTOPO_RETRIES) {
         rtopo_cluster_suspect(sa->cluster);
-        later(sa, j, 100);
+        later(sa, j, RTOPO_RETRY_PAUSE_MS);
         return;
     }
     job_fail(sa, j, 0);

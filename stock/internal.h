@@ -19,7 +19,6 @@ typedef struct sk_node {
 } sk_node;
 
 #define SK_PARKED 8               /* cluster nodes kept connected besides the current one */
-#define SK_REDIRECTS 40           /* attempts of one call that a cluster redirects */
 
 struct stock_conn {
     rconn_addr addr;              /* connected to (or to connect to) */
@@ -82,7 +81,8 @@ int sk_redirected(stock_conn *c, const redisReply *rep);
 /* Before attempt number `attempt` (0, 1, ...) of a call on sku's keys:
  * 1 to make it, c pointed at sku's node (after a pause when the last one
  * was told to try again); 0 when the last attempt is final (not
- * redirected, or SK_REDIRECTS reached). On one server: once. */
+ * redirected, or RTOPO_RETRIES reached: rtopo.h's policy, as the loops'
+ * connections). On one server: once. */
 int sk_again(stock_conn *c, const char *sku, int attempt);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
