@@ -29,6 +29,13 @@
 #include "service/repair/repair.h"
 #include "rtopo/rtopo.h"
 
+/* The key prefix and instance id configured here are handed to the stock
+ * module (stock_config), which keeps copies of its own: they must fit. */
+_Static_assert(sizeof ((svc_config *)0)->key_prefix <= STOCK_PREFIX_MAX + 1,
+               "--key-prefix takes more than the stock module keeps (STOCK_PREFIX_MAX)");
+_Static_assert(sizeof ((svc_app *)0)->instance_id <= STOCK_INSTANCE_MAX + 1,
+               "an instance id is longer than the stock module keeps (STOCK_INSTANCE_MAX)");
+
 static void *loop_main(void *arg) {
     loop *l = arg;
     pthread_setname_np(pthread_self(), "fs-loop");

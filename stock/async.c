@@ -47,6 +47,8 @@ typedef struct job {
     int64_t t0_us;               /* when it was sent (0: not timed) */
     struct job *next;
 } job;
+/* ref_key holds an idempotency key as the service takes one (db.h). */
+_Static_assert(DB_KEY_MAX < sizeof ((job *)0)->ref_key, "ref_key must hold DB_KEY_MAX bytes");
 
 
 

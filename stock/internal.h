@@ -34,8 +34,8 @@ struct stock_conn {
     struct rtopo_primary *primary;   /* where addr comes from; NULL: fixed */
     unsigned version;             /* primary's version addr was taken at */
     int stale;                    /* the server said it is not the primary (now) */
-    char prefix[64];
-    char instance[128];
+    char prefix[STOCK_PREFIX_MAX + 1];
+    char instance[STOCK_INSTANCE_MAX + 1];
     int timeout_ms;
     long long idem_ttl_ms;
     redisContext *ctx;
@@ -141,5 +141,15 @@ struct stock_hint {
 };
 int sk_hint_empty(const stock_product *p, int seg);
 void sk_hint_set(const stock_product *p, int seg, int empty);
+
+/* Where this module meets the database's: the service checks a request's
+ * SKU, user id and order id against db.h's limits and hands them here,
+ * where keys, buffers and scripts are sized by stock.h's. Each must take
+ * whatever the other lets in (and the reconciliation reads SQLite's rows
+ * back into Redis keys). */
+_Static_assert(DB_SKU_MAX == STOCK_SKU_MAX, "a SKU: db.h and stock.h must agree");
+_Static_assert(DB_ORDER_ID_LEN == STOCK_ORDER_ID_MAX, "an order id: db.h and stock.h must agree");
+_Static_assert(DB_USER_MAX * 4 == STOCK_USER_MAX,
+               "a user id: DB_USER_MAX characters of up to 4 UTF-8 bytes each, STOCK_USER_MAX bytes");
 
 #endif
