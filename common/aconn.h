@@ -40,7 +40,7 @@ typedef void aconn_state_fn(aconn *c, int up, void *ud);
 aconn *aconn_new(loop *l, const rconn_addr *a, int timeout_ms,
                  const rconn_script *const *scripts, int nscripts, aconn_state_fn *fn, void *ud);
 /* Closes c; every callback waiting gets NULL first. The loop may go on
- * running (c's flush hook and timer are removed). */
+ * running (c's LOOP_PHASE_SENDS hook and timer are removed). */
 void aconn_free(aconn *c);
 
 /* Whether the setup is done: commands may be sent. */

@@ -2,7 +2,7 @@
  *
  * Watched descriptors live in a table indexed by fd (descriptors are small
  * integers), so dispatching an event is an index, not a search. Timers and
- * flush hooks are few and fixed, in small arrays. The posted-task queue is
+ * phase hooks are few and fixed, in small arrays (one per phase). The posted-task queue is
  * a mutex-guarded list plus an eventfd; `notified` makes posters write the
  * eventfd only once until the loop has drained the queue. */
 #include "common/loop.h"
@@ -21,7 +21,7 @@
 #include "common/clock.h"
 
 #define MAX_TIMERS 16
-#define MAX_FLUSH 8
+#define MAX_PHASE_HOOKS 8     /* per phase: SENDS holds one per Redis connection */
 #define MAX_EVENTS 256
 
 typedef struct watch {
@@ -56,14 +56,14 @@ struct loop {
     int nwatches;                     /* size of the table */
     timer timers[MAX_TIMERS];
     int ntimers;
-    hook flush[MAX_FLUSH];
-    int nflush;
+    hook phase[LOOP_PHASES][MAX_PHASE_HOOKS];
+    int nphase[LOOP_PHASES];
     pthread_mutex_t mu;               /* guards head, tail */
     loop_task *head, *tail;
     atomic_int notified;              /* the eventfd was written since the last drain */
     atomic_int stopping;
     int again;                        /* next epoll_wait does not block */
-    int forgot;                       /* loop_forget left holes in timers / flush */
+    int forgot;                       /* loop_forget left holes in timers / phases */
     oneshot *heap;                    /* one-shot timers */
     size_t nheap, capheap;
     uint64_t seq;
@@ -229,22 +229,30 @@ static oneshot pop_oneshot(loop *l) {
     return top;
 }
 
-int loop_on_flush(loop *l, loop_fn *fn, void *ud) {
+int loop_on_phase(loop *l, loop_phase phase, loop_fn *fn, void *ud) {
     assert(loop_owned(l));
-    if (l->nflush == MAX_FLUSH) return -1;
-    l->flush[l->nflush++] = (hook){ fn, ud };
+    if (!fn || (unsigned)phase >= LOOP_PHASES) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (l->nphase[phase] == MAX_PHASE_HOOKS) {
+        errno = ENOSPC;
+        return -1;
+    }
+    l->phase[phase][l->nphase[phase]++] = (hook){ fn, ud };
     return 0;
 }
 
 /* Entries are only marked here (fn NULL): loop_forget may be called while
- * run_timers or the flush hooks walk these arrays. They are closed up at
- * the top of the next iteration (compact). */
+ * run_timers or run_phases walk these arrays. They are closed up at the
+ * top of the next iteration (compact). */
 void loop_forget(loop *l, void *ud) {
     assert(loop_owned(l));
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i].ud == ud) l->timers[i].fn = NULL, l->forgot = 1;
-    for (int i = 0; i < l->nflush; i++)
-        if (l->flush[i].ud == ud) l->flush[i].fn = NULL, l->forgot = 1;
+    for (int p = 0; p < LOOP_PHASES; p++)
+        for (int i = 0; i < l->nphase[p]; i++)
+            if (l->phase[p][i].ud == ud) l->phase[p][i].fn = NULL, l->forgot = 1;
     for (size_t i = 0; i < l->nheap; i++)
         if (l->heap[i].ud == ud) l->heap[i].fn = NULL;      /* popped unrun when due */
 }
@@ -254,10 +262,12 @@ static void compact(loop *l) {
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i].fn) l->timers[n++] = l->timers[i];
     l->ntimers = n;
-    n = 0;
-    for (int i = 0; i < l->nflush; i++)
-        if (l->flush[i].fn) l->flush[n++] = l->flush[i];
-    l->nflush = n;
+    for (int p = 0; p < LOOP_PHASES; p++) {
+        n = 0;
+        for (int i = 0; i < l->nphase[p]; i++)
+            if (l->phase[p][i].fn) l->phase[p][n++] = l->phase[p][i];
+        l->nphase[p] = n;
+    }
     l->forgot = 0;
 }
 
@@ -291,10 +301,11 @@ void loop_stop(loop *l) {
     if (write(l->evfd, &one, sizeof one) < 0) {}
 }
 
-/* Runs due timers; returns the milliseconds until the next one (-1: none).
- * When one ran, the iteration's epoll_wait does not block (loop_again):
- * what a timer gathered (a command sent, a lock retried) goes out in this
- * iteration's flush, not once some later event or timer wakes the loop. */
+/* Step 1 of a turn: runs due timers; returns the milliseconds until the
+ * next one (-1: none). When one ran, the turn's epoll_wait does not block
+ * (loop_again): what a timer gathered (a command sent, a lock retried)
+ * goes out in this turn's phases, not once some later event or timer wakes
+ * the loop. */
 static int run_timers(loop *l) {
     int64_t now_us = clock_mono_us();
     /* One-shot timers due now (those they add run next time round). */
@@ -327,30 +338,48 @@ static int run_timers(loop *l) {
     return (int)wait;
 }
 
+/* Steps 2 and 3: waits up to wait_ms (-1: no limit) for events, then
+ * calls each ready descriptor's callback (the eventfd's runs the posted
+ * tasks). Returns when the wait ended (clock_mono_us): the turn starts
+ * there (loop_turn_us). */
+static int64_t run_events(loop *l, struct epoll_event *evs, int wait_ms) {
+    int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait_ms);
+    int64_t woke = clock_mono_us();
+    for (int i = 0; i < n; i++) {
+        int fd = evs[i].data.fd;
+        if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
+            continue;                          /* unwatched or made quiet meanwhile */
+        /* A hang-up or error is reported as both, so whichever side the
+         * owner waits on finds out. */
+        unsigned e = evs[i].events;
+        unsigned ev = ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) ? LOOP_READ : 0) |
+                      ((e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ? LOOP_WRITE : 0);
+        l->watches[fd].fn(l, fd, ev, l->watches[fd].ud);
+    }
+    return woke;
+}
+
+/* Step 4: the phases, in loop_phase order, each one's hooks in the order
+ * they were registered. The count is read at every step, so a hook added
+ * to the running phase (or a later one) runs in this turn; one forgotten
+ * meanwhile (fn NULL) is skipped. */
+static void run_phases(loop *l) {
+    for (int p = 0; p < LOOP_PHASES; p++)
+        for (int i = 0; i < l->nphase[p]; i++)
+            if (l->phase[p][i].fn) l->phase[p][i].fn(l, l->phase[p][i].ud);
+}
+
 void loop_run(loop *l) {
     struct epoll_event evs[MAX_EVENTS];
     current = l;
     atomic_store(&l->running, 1);
     while (!atomic_load(&l->stopping)) {
         if (l->forgot) compact(l);
-        int wait = run_timers(l);
+        int wait = run_timers(l);                  /* 1. timers */
         if (l->again) wait = 0;
         l->again = 0;
-        int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait);
-        int64_t woke = clock_mono_us();
-        for (int i = 0; i < n; i++) {
-            int fd = evs[i].data.fd;
-            if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
-                continue;                      /* unwatched or made quiet meanwhile */
-            /* A hang-up or error is reported as both, so whichever side the
-             * owner waits on finds out. */
-            unsigned e = evs[i].events;
-            unsigned ev = ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) ? LOOP_READ : 0) |
-                          ((e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ? LOOP_WRITE : 0);
-            l->watches[fd].fn(l, fd, ev, l->watches[fd].ud);
-        }
-        for (int i = 0; i < l->nflush; i++)
-            if (l->flush[i].fn) l->flush[i].fn(l, l->flush[i].ud);
+        int64_t woke = run_events(l, evs, wait);   /* 2. wait, 3. events (and tasks) */
+        run_phases(l);                             /* 4. phases */
         l->turn_us = clock_mono_us() - woke;
     }
     atomic_store(&l->running, 0);

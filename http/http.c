@@ -157,7 +157,7 @@ enum { DS_HANDED = 1, DS_ANSWERED, DS_SUSPENDED };
 static void kick(http_daemon *hd) {
     if (loop_current() == hd->l) {
         hd->kicked = 1;
-        loop_again(hd->l);                     /* in case its flush has run already */
+        loop_again(hd->l);                     /* in case its phase has run already */
     } else if (!atomic_exchange(&hd->kick_posted, 1)) {
         loop_post(hd->l, &hd->kick_task);
     }
@@ -718,9 +718,12 @@ static void on_ready(loop *l, int fd, unsigned events, void *ud) {
     MHD_run(hd->d);
 }
 
-/* End of a loop iteration: libmicrohttpd may have work it did not get to
- * (its timeout is then 0) without its descriptor being readable again. */
-static void on_flush(loop *l, void *ud) {
+/* The loop's LOOP_PHASE_HTTP, after the turn's events: libmicrohttpd may
+ * have work it did not get to (its timeout is then 0) without its
+ * descriptor being readable again, and answers handed over this turn
+ * (kick) are queued. Before the order path's phase: the orders of requests
+ * read here join this turn's batches. */
+static void on_phase(loop *l, void *ud) {
     http_daemon *hd = ud;
     MHD_UNSIGNED_LONG_LONG t;
     if (hd->kicked) {
@@ -775,7 +778,7 @@ static int start_daemon(http_server *s, http_daemon *hd, struct sockaddr_storage
     }
     const union MHD_DaemonInfo *ep = MHD_get_daemon_info(hd->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ep || loop_watch(hd->l, ep->epoll_fd, LOOP_READ, on_ready, hd) != 0 ||
-        loop_on_flush(hd->l, on_flush, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
+        loop_on_phase(hd->l, LOOP_PHASE_HTTP, on_phase, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
         snprintf(err, errlen, "cannot attach the HTTP daemon to its event loop");
         return -1;
     }

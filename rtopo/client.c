@@ -18,9 +18,10 @@
 #include "common/clock.h"
 #include "rtopo/internal.h"
 
-#define TRIES 16
-#define FIRST_PAUSE_MS 20
-#define MAX_PAUSE_MS 640
+/* The retry budget is rtopo.h's (RTOPO_CLIENT_*), beside the service's. */
+#define TRIES RTOPO_CLIENT_TRIES
+#define FIRST_PAUSE_MS RTOPO_CLIENT_PAUSE_MS
+#define MAX_PAUSE_MS RTOPO_CLIENT_PAUSE_MAX_MS
 
 typedef struct node_conn {
     rconn_addr addr;

@@ -137,6 +137,44 @@ rtopo_verdict rtopo_classify(const redisReply *r, rtopo_redirect *rd);
  * know it): what a MOVED says. Returns 0, or -1 (out of memory). */
 int rtopo_slotmap_moved(rtopo_slotmap *m, const rtopo_spec *spec, const rtopo_redirect *rd);
 
+/* ------------------------------------------ sending again what did not run */
+
+/* The one policy for a command a cluster turned away (a verdict above says
+ * it did not run: redirected, refused, or not sent for want of a node). It
+ * is sent again, after a pause by verdict, for as long as a failover lasts:
+ *
+ *   MOVED                       at once (the map knows the new owner)
+ *   ASK, TRYAGAIN               after RTOPO_RETRY_SOON_MS: the slot's keys
+ *                               are being moved; every script's keys are of
+ *                               one slot, so they are all on one side a
+ *                               moment later (ASK is not followed)
+ *   CLUSTERDOWN, REDISCOVER,    after RTOPO_RETRY_PAUSE_MS: a failover is
+ *   a node refused or gone      under way, the map is reloaded meanwhile
+ *
+ * at most RTOPO_RETRIES times after the first send: the window over the
+ * longest pause, so that a command turned away by a failover is answered
+ * (by the new primary, or as unavailable) within about the window. The
+ * service's connections use it, blocking (stock/stock.c, sk_again) and on
+ * the loops (stock/async.c) alike: an order waits as long on either. The
+ * tools' client (rtopo_client_run, below) has its own, longer budget. */
+#define RTOPO_RETRY_WINDOW_MS 3000  /* a failover: node timeout, then the election */
+#define RTOPO_RETRY_PAUSE_MS 100
+#define RTOPO_RETRY_SOON_MS 10
+#define RTOPO_RETRIES (RTOPO_RETRY_WINDOW_MS / RTOPO_RETRY_PAUSE_MS)
+
+/* The pause before sending again a command that got verdict v, in ms;
+ * -1 when v says it ran (RTOPO_OK, RTOPO_ERROR): not to be sent again. */
+static inline int rtopo_retry_pause_ms(rtopo_verdict v) {
+    switch (v) {
+    case RTOPO_MOVED: return 0;
+    case RTOPO_ASK:
+    case RTOPO_TRYAGAIN: return RTOPO_RETRY_SOON_MS;
+    case RTOPO_CLUSTERDOWN:
+    case RTOPO_REDISCOVER: return RTOPO_RETRY_PAUSE_MS;
+    default: return -1;
+    }
+}
+
 /* --------------------------------------------------------- sentinel */
 
 /* Finds the primary of spec (RTOPO_SENTINEL): asks each sentinel in turn
@@ -262,9 +300,24 @@ typedef struct rtopo_client rtopo_client;
 rtopo_client *rtopo_client_new(const rtopo_spec *spec, int timeout_ms);
 void rtopo_client_free(rtopo_client *c);
 
+/* The client's retry budget, not RTOPO_RETRIES: it is for tools and
+ * tests, which wait out a Sentinel failover too (sentinels must agree the
+ * primary is down, then elect; longer than a cluster's) and hold no order
+ * while they wait, so it pauses from RTOPO_CLIENT_PAUSE_MS doubling up to
+ * RTOPO_CLIENT_PAUSE_MAX_MS, RTOPO_CLIENT_TRIES attempts in all: about 7.7 s
+ * of pauses at most, over twice RTOPO_RETRY_WINDOW_MS, so that a test's
+ * client does not give up before the service it watches does. */
+#define RTOPO_CLIENT_TRIES 16
+#define RTOPO_CLIENT_PAUSE_MS 20
+#define RTOPO_CLIENT_PAUSE_MAX_MS 640
+/* The first five pauses double up to the longest; the others are it. */
+_Static_assert(RTOPO_CLIENT_PAUSE_MAX_MS == RTOPO_CLIENT_PAUSE_MS << 5 &&
+                   (RTOPO_CLIENT_TRIES - 5) * RTOPO_CLIENT_PAUSE_MAX_MS >= 2 * RTOPO_RETRY_WINDOW_MS,
+               "the tools' client must outlast the service's retries (RTOPO_RETRY_WINDOW_MS)");
+
 /* Runs argv on the node that serves key (keylen bytes; key NULL: any
  * primary), following MOVED and ASK, retrying TRYAGAIN, CLUSTERDOWN and
- * what needs rediscovery, up to 16 attempts over about 5 s. Returns the
+ * what needs rediscovery, up to RTOPO_CLIENT_TRIES attempts. Returns the
  * reply (RTOPO_OK or RTOPO_ERROR: caller frees it with freeReplyObject),
  * or NULL with err. After a connection failed with the command sent, it
  * is not resent (it may have run): NULL, err says so. */

@@ -29,6 +29,13 @@
 #include "service/repair/repair.h"
 #include "rtopo/rtopo.h"
 
+/* The key prefix and instance id configured here are handed to the stock
+ * module (stock_config), which keeps copies of its own: they must fit. */
+_Static_assert(sizeof ((svc_config *)0)->key_prefix <= STOCK_PREFIX_MAX + 1,
+               "--key-prefix takes more than the stock module keeps (STOCK_PREFIX_MAX)");
+_Static_assert(sizeof ((svc_app *)0)->instance_id <= STOCK_INSTANCE_MAX + 1,
+               "an instance id is longer than the stock module keeps (STOCK_INSTANCE_MAX)");
+
 static void *loop_main(void *arg) {
     loop *l = arg;
     pthread_setname_np(pthread_self(), "fs-loop");
@@ -311,8 +318,9 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
         !(a->api_db = svc_threadpool_start("fs-api-db", a->cfg.api_workers, why, sizeof why)) ||
         loops_start(a, why, sizeof why) != 0)
         goto err;
-    /* The HTTP layer attaches to the loops first, so that its flush (which
-     * may read more orders) runs before the order path's. */
+    /* The HTTP layer's hook (which may read more orders) runs before the
+     * order path's whatever the order they attach in: the loops' phases
+     * say so (LOOP_PHASE_HTTP, then LOOP_PHASE_ORDERS; common/loop.h). */
     http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,

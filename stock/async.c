@@ -25,8 +25,6 @@
 
 #define CLEAR_MAX 1024          /* clears carried by one call (Lua unpack limit: 8000) */
 #define SPREAD_PART_MIN 32      /* orders of a spread batch per lane it is split over */
-#define SK_ASYNC_REDIRECTS 30   /* cluster: sends of one job not run (redirected, refused):
-                                   about 3 s at most, the length of a failover */
 
 typedef enum job_kind { J_RESERVE, J_CLEAR, J_UNDO, J_MARK, J_CALL } job_kind;
 
@@ -52,6 +50,8 @@ typedef struct job {
     int64_t t0_us;               /* when it was sent (0: not timed) */
     struct job *next;
 } job;
+/* ref_key holds an idempotency key as the service takes one (db.h). */
+_Static_assert(DB_KEY_MAX < sizeof ((job *)0)->ref_key, "ref_key must hold DB_KEY_MAX bytes");
 
 
 
@@ -236,16 +236,12 @@ static int redirected(job *j, const redisReply *r) {
     stock_async *sa = j->sa;
     if (!sa->cluster || r->type != REDIS_REPLY_ERROR) return 0;
     rtopo_redirect rd;
-    int pause;
-    switch (rtopo_classify(r, &rd)) {
-    case RTOPO_MOVED: rtopo_cluster_moved(sa->cluster, &rd); pause = 0; break;
-    case RTOPO_ASK:                     /* keys in migration: all moved in a moment */
-    case RTOPO_TRYAGAIN: pause = 10; break;
-    case RTOPO_CLUSTERDOWN:
-    case RTOPO_REDISCOVER: rtopo_cluster_suspect(sa->cluster); pause = 100; break;
-    default: return 0;
-    }
-    if (++j->attempts > SK_ASYNC_REDIRECTS) return 0;
+    rtopo_verdict v = rtopo_classify(r, &rd);
+    int pause = rtopo_retry_pause_ms(v);     /* rtopo.h's policy, as the blocking side's */
+    if (pause < 0) return 0;
+    if (v == RTOPO_MOVED) rtopo_cluster_moved(sa->cluster, &rd);
+    else if (v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) rtopo_cluster_suspect(sa->cluster);
+    if (++j->attempts > RTOPO_RETRIES) return 0;
     snprintf(sa->errstr, sizeof sa->errstr, "redis cluster: %s", r->str);
     later(sa, j, pause);
     return 1;
@@ -360,9 +356,9 @@ static sk_anode *route(stock_async *sa, const job *j) {
 /* Ends j unsent: on a cluster, it goes again after a pause while attempts
  * last (a failover or a reshard is under way); else it fails, nothing sent. */
 static void not_sent(stock_async *sa, job *j) {
-    if (sa->cluster && ++j->attempts <= SK_ASYNC_REDIRECTS) {
+    if (sa->cluster && ++j->attempts <= RTOPO_RETRIES) {
         rtopo_cluster_suspect(sa->cluster);
-        later(sa, j, 100);
+        later(sa, j, RTOPO_RETRY_PAUSE_MS);
         return;
     }
     job_fail(sa, j, 0);
@@ -487,7 +483,8 @@ static void take_lane_clears(stock_async *sa, const stock_product *lane, job *j)
     j->nids = k;
 }
 
-/* The end of a loop turn: a lane's clears no batch carried go as one HDEL. */
+/* LOOP_PHASE_CLEARS, after the order path's batches (which carry their
+ * lane's clears): a lane's clears no batch carried go as one HDEL. */
 static void flush_lane_clears(loop *l, void *ud) {
     stock_async *sa = ud;
     if (!sa->lclears_dirty) return;
@@ -507,7 +504,8 @@ static void flush_lane_clears(loop *l, void *ud) {
             sent = 1;
         }
     }
-    if (sent) loop_again(l);                     /* written by the next turn's flush */
+    if (sent) loop_again(l);                     /* written by this turn's SENDS; the
+                                                    next turn does not wait either */
 }
 
 stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t errlen) {
@@ -537,7 +535,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
         /* Nodes are made as SKUs are routed to them. */
         if (!(sa->route = malloc(sizeof *sa->route * RTOPO_SLOTS))) goto oom;
         memset(sa->route, 0xff, sizeof *sa->route * RTOPO_SLOTS);
-        if (loop_on_flush(l, flush_lane_clears, sa) != 0) goto oom;
+        if (loop_on_phase(l, LOOP_PHASE_CLEARS, flush_lane_clears, sa) != 0) goto oom;
         return sa;
     }
     if ((sa->primary = cfg->primary)) sa->version = rtopo_primary_get(sa->primary, &a);

@@ -36,8 +36,8 @@ struct stock_async {
     struct rtopo_primary *primary;     /* where the primary is; NULL: one fixed server */
     unsigned version;                  /* primary's version conn was pointed at */
     int stale;                         /* a reply said: not the primary (now) */
-    char prefix[64];
-    char instance[128];
+    char prefix[STOCK_PREFIX_MAX + 1];
+    char instance[STOCK_INSTANCE_MAX + 1];
     long long idem_ttl_ms;
     uint64_t rng;
     uint64_t owner_base, owner_seq;    /* lock owner ids (lockasync.c) */

@@ -30,7 +30,6 @@ typedef struct sk_node {
 } sk_node;
 
 #define SK_PARKED 8               /* cluster nodes kept connected besides the current one */
-#define SK_REDIRECTS 40           /* attempts of one call that a cluster redirects */
 
 struct stock_conn {
     rconn_addr addr;              /* connected to (or to connect to) */
@@ -46,8 +45,8 @@ struct stock_conn {
     struct rtopo_primary *primary;   /* where addr comes from; NULL: fixed */
     unsigned version;             /* primary's version addr was taken at */
     int stale;                    /* the server said it is not the primary (now) */
-    char prefix[64];
-    char instance[128];
+    char prefix[STOCK_PREFIX_MAX + 1];
+    char instance[STOCK_INSTANCE_MAX + 1];
     int timeout_ms;
     long long idem_ttl_ms;
     redisContext *ctx;
@@ -93,7 +92,8 @@ int sk_redirected(stock_conn *c, const redisReply *rep);
 /* Before attempt number `attempt` (0, 1, ...) of a call on sku's keys:
  * 1 to make it, c pointed at sku's node (after a pause when the last one
  * was told to try again); 0 when the last attempt is final (not
- * redirected, or SK_REDIRECTS reached). On one server: once. */
+ * redirected, or RTOPO_RETRIES reached: rtopo.h's policy, as the loops'
+ * connections). On one server: once. */
 int sk_again(stock_conn *c, const char *sku, int attempt);
 
 /* Drops a failed connection, keeping the reason in c->errstr. */
@@ -162,5 +162,15 @@ struct stock_hint {
 };
 int sk_hint_empty(const stock_product *p, int seg);
 void sk_hint_set(const stock_product *p, int seg, int empty);
+
+/* Where this module meets the database's: the service checks a request's
+ * SKU, user id and order id against db.h's limits and hands them here,
+ * where keys, buffers and scripts are sized by stock.h's. Each must take
+ * whatever the other lets in (and the reconciliation reads SQLite's rows
+ * back into Redis keys). */
+_Static_assert(DB_SKU_MAX == STOCK_SKU_MAX, "a SKU: db.h and stock.h must agree");
+_Static_assert(DB_ORDER_ID_LEN == STOCK_ORDER_ID_MAX, "an order id: db.h and stock.h must agree");
+_Static_assert(DB_USER_MAX * 4 == STOCK_USER_MAX,
+               "a user id: DB_USER_MAX characters of up to 4 UTF-8 bytes each, STOCK_USER_MAX bytes");
 
 #endif

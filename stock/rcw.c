@@ -81,6 +81,10 @@ typedef struct seen {
 
 /* ------------------------------------------------------------------- locks */
 
+/* The names lock_key makes (in buffers of STOCK_SKU_MAX + 96) go to the
+ * lock module's clients, which refuse a name longer than LOCK_NAME_MAX. */
+_Static_assert(STOCK_SKU_MAX + 96 <= LOCK_NAME_MAX, "a lock name stock makes must fit lock.h's");
+
 static void lock_key(stock_conn *c, const stock_product *p, int seg, char *buf, size_t len) {
     snprintf(buf, len, "%s{%s}:lock:%d", c->prefix, p->sku, seg);
 }

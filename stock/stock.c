@@ -362,14 +362,15 @@ int sk_redirected(stock_conn *c, const redisReply *rep) {
 /* sk_again for a call whose keys are in slot (-1: any node will do). */
 static int again_slot(stock_conn *c, int slot, int attempt) {
     if (attempt > 0) {
-        if (!c->redirect || attempt > SK_REDIRECTS) return 0;
-        /* MOVED: the map knows the new node now. ASK: the slot's keys are
-         * being moved; they are all there or all here in a moment (the
-         * script's keys are of one slot), so wait and ask where again
-         * rather than follow one command. TRYAGAIN: the same. CLUSTERDOWN:
-         * a failover is under way. */
-        if (c->redirect == RTOPO_CLUSTERDOWN) clock_sleep_ms(100);
-        else if (c->redirect != RTOPO_MOVED) clock_sleep_ms(10);
+        if (!c->redirect || attempt > RTOPO_RETRIES) return 0;
+        /* The pause rtopo.h's policy gives the verdict. MOVED: the map
+         * knows the new node now. ASK: the slot's keys are being moved;
+         * they are all there or all here in a moment (the script's keys
+         * are of one slot), so wait and ask where again rather than follow
+         * one command. TRYAGAIN: the same. CLUSTERDOWN: a failover is
+         * under way. */
+        int pause = rtopo_retry_pause_ms((rtopo_verdict)c->redirect);
+        if (pause > 0) clock_sleep_ms(pause);
     }
     c->redirect = 0;
     /* Any node will do: slot 0's primary, as the map has it now (not the

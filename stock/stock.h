@@ -27,10 +27,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Lengths of what the caller hands in, in bytes. The service checks what
+ * it takes in against db.h's limits; stock/internal.h asserts that these
+ * hold whatever those let in. */
 #define STOCK_SKU_MAX 64
 #define STOCK_ORDER_ID_MAX 26
 #define STOCK_MAX_SEGMENTS 1024
 #define STOCK_USER_MAX 512      /* bytes of a user id (128 UTF-8 characters) */
+#define STOCK_PREFIX_MAX 63     /* stock_config.prefix */
+#define STOCK_INSTANCE_MAX 127  /* stock_config.instance */
 
 typedef enum stock_strategy {
     STOCK_LUA = 0,

@@ -65,8 +65,9 @@ static void reserve_one(svc_order *op) {
 
 static void submit(svc_order *op) { svc_pipeline_run_blocking(op, reserve_one); }
 
-const svc_family svc_family_blocking = {
+svc_family svc_family_blocking = {
     .name = "blocking",
+    .kinds = 1u << STOCK_KIND_RCW,
     .submit = submit,
     .committed = svc_reservation_committed,
 };

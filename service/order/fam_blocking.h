@@ -6,6 +6,6 @@
 
 #include "service/order/family.h"
 
-extern const svc_family svc_family_blocking;
+extern svc_family svc_family_blocking;
 
 #endif

@@ -30,6 +30,13 @@
 
 #define OPTIMISTIC_TRIES 20
 
+/* What this family keeps with an order it holds (order_int.h's fam_data). */
+typedef struct db_data {
+    int tries;                     /* db-optimistic: versioned updates tried */
+} db_data;
+SVC_FAM_DATA_FITS(db_data);
+#define DBF(op) (*SVC_FAM_DATA(op, db_data))
+
 /* db-optimistic, step one, on a blocking thread: read the stock and its
  * version, then let the committer try the versioned update. */
 static void read_version(svc_order *op) {
@@ -44,7 +51,7 @@ static void read_version(svc_order *op) {
         svc_order_refuse(op, available > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, available);
         return;
     }
-    op->fam_data.db.tries++;
+    DBF(op).tries++;
     svc_commit_prepare_insert(op, DB_TAKE_OPTIMISTIC, version);
     svc_commit_send(op);
 }
@@ -97,6 +104,7 @@ static void for_update(svc_order *op) {
 }
 
 static void submit(svc_order *op) {
+    DBF(op).tries = 0;
     if (op->p->strategy == STOCK_DB_OPTIMISTIC) {
         svc_pipeline_run_blocking(op, read_version);
         return;
@@ -121,12 +129,12 @@ static void refused(svc_order *op) {
         svc_order_refuse(op, RF_LIMIT, j->available);
         return;
     case DB_CONFLICT:
-        if (op->fam_data.db.tries < OPTIMISTIC_TRIES) {
+        if (DBF(op).tries < OPTIMISTIC_TRIES) {
             svc_order_to(op, SVC_ORDER_RESERVING);   /* read the new version, try again */
             svc_pipeline_run_blocking(op, read_version);
             return;
         }
-        svc_order_refuse(op, RF_CONFLICT, op->fam_data.db.tries);
+        svc_order_refuse(op, RF_CONFLICT, DBF(op).tries);
         return;
     case DB_DUPKEY:
         svc_commit_prepare_lookup(op, "");    /* answer as a replay of the key's order */
@@ -152,8 +160,9 @@ static void committed(svc_order *op) {
     svc_order_answer(op, &op->job.order, 0);      /* no pending record to clear */
 }
 
-const svc_family svc_family_db = {
+svc_family svc_family_db = {
     .name = "db",
+    .kinds = 1u << STOCK_KIND_DB | 1u << STOCK_KIND_DB_OPTIMISTIC | 1u << STOCK_KIND_DB_FOR_UPDATE,
     .submit = submit,
     .committed = committed,
 };

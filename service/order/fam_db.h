@@ -5,6 +5,6 @@
 
 #include "service/order/family.h"
 
-extern const svc_family svc_family_db;
+extern svc_family svc_family_db;
 
 #endif

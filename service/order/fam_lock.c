@@ -40,9 +40,6 @@
 #include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 
-/* What this family keeps with an order it holds (order_int.h). */
-#define LOCK(op) ((op)->fam_data.lock)
-
 #define RETRY_MIN_MS 1
 #define RETRY_MAX_MS 20
 
@@ -71,9 +68,18 @@ typedef struct lock_loop {
     lock_q *ready;
 } lock_loop;
 
+/* What this family keeps with an order it holds (order_int.h's fam_data). */
+typedef struct lock_data {
+    stock_hold hold;               /* the segment, and what its read found */
+    int64_t t0_us;                 /* when it started waiting for the lock */
+    lock_q *q;                     /* its segment's queue */
+} lock_data;
+SVC_FAM_DATA_FITS(lock_data);
+#define LOCK(op) (*SVC_FAM_DATA(op, lock_data))
+
 static lock_loop *locks_of(const svc_order_loop *ol) {
     assert(svc_order_loop_owned(ol));
-    return svc_order_loop_part(ol, SVC_PART_LOCK);
+    return svc_order_loop_state(ol, &svc_family_lock);
 }
 
 /* --------------------------------------------------------------- helpers */
@@ -370,7 +376,7 @@ static int lock_loop_start(svc_order_loop *ol, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    svc_order_loop_set_part(ol, SVC_PART_LOCK, ll);
+    svc_order_loop_set_state(ol, &svc_family_lock, ll);
     return 0;
 }
 
@@ -383,16 +389,17 @@ static int lock_loop_busy(svc_order_loop *ol) {
 }
 
 static void lock_loop_free(svc_order_loop *ol) {
-    lock_loop *ll = svc_order_loop_part(ol, SVC_PART_LOCK);
+    lock_loop *ll = svc_order_loop_state(ol, &svc_family_lock);
     if (!ll) return;
     for (size_t k = 0; k < ll->nqs; k++) free(ll->qs[k]);
     free(ll->qs);
     free(ll);
-    svc_order_loop_set_part(ol, SVC_PART_LOCK, NULL);
+    svc_order_loop_set_state(ol, &svc_family_lock, NULL);
 }
 
-const svc_family svc_family_lock = {
+svc_family svc_family_lock = {
     .name = "lock",
+    .kinds = 1u << STOCK_KIND_LOCK,
     .submit = submit,
     .committed = svc_reservation_committed,
     .loop_start = lock_loop_start,

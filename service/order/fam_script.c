@@ -56,7 +56,7 @@ typedef struct batch {
 
 static script_loop *script_of(const svc_order_loop *ol) {
     assert(svc_order_loop_owned(ol));
-    return svc_order_loop_part(ol, SVC_PART_SCRIPT);
+    return svc_order_loop_state(ol, &svc_family_script);
 }
 
 /* ------------------------------------------------------------ SKU queues */
@@ -202,7 +202,7 @@ static int script_loop_start(svc_order_loop *ol, char *err, size_t errlen) {
     }
     sl->ol = ol;
     sl->nslots = 16;
-    svc_order_loop_set_part(ol, SVC_PART_SCRIPT, sl);
+    svc_order_loop_set_state(ol, &svc_family_script, sl);
     return 0;
 }
 
@@ -212,16 +212,17 @@ static int script_loop_busy(svc_order_loop *ol) {
 }
 
 static void script_loop_free(svc_order_loop *ol) {
-    script_loop *sl = svc_order_loop_part(ol, SVC_PART_SCRIPT);
+    script_loop *sl = svc_order_loop_state(ol, &svc_family_script);
     if (!sl) return;
     for (size_t k = 0; k < sl->nslots; k++) free(sl->slots[k]);
     free(sl->slots);
     free(sl);
-    svc_order_loop_set_part(ol, SVC_PART_SCRIPT, NULL);
+    svc_order_loop_set_state(ol, &svc_family_script, NULL);
 }
 
-const svc_family svc_family_script = {
+svc_family svc_family_script = {
     .name = "script",
+    .kinds = 1u << STOCK_KIND_SCRIPT,
     .submit = submit,
     .committed = svc_reservation_committed,
     .loop_start = script_loop_start,

@@ -5,6 +5,6 @@
 
 #include "service/order/family.h"
 
-extern const svc_family svc_family_script;
+extern svc_family svc_family_script;
 
 #endif

@@ -2,7 +2,8 @@
  *
  * Every stock strategy belongs to one family, which takes an order's units
  * the way that strategy does, where it must run (the stock module's
- * stock_kind says which; pipeline.c's table maps kinds to families):
+ * stock_kind says which; each family names the kinds it serves, and
+ * pipeline.c's one table, FAMILIES, lists the families):
  *
  *   script    fam_script.c   `lua`: batched per SKU on the request's own
  *                            loop, one script call per batch
@@ -16,19 +17,30 @@
  *
  * A family owns all of its state; the pipeline calls it only through this
  * table, and no family calls another (an order one family cannot serve
- * goes back through svc_pipeline_reroute). Its hooks:
+ * goes back through svc_pipeline_reroute). Where its state lives:
  *
- *   submit     takes an order in state RESERVING. Any thread; the order's
- *              home loop is set.
- *   committed  the order's commit is back (state COMMITTING), on its home
- *              loop: answer it, or give its units back and refuse.
- *   loop_start / loop_flush / loop_busy / loop_free
- *              the family's state on each event loop (NULL: it keeps none):
- *              made before the loop runs; flushed once per loop turn, after
- *              the turn's events, to send what the turn gathered (in the
- *              order of pipeline.c's FLUSH list); asked, on the loop, whether
- *              it holds orders or work not yet done (shutdown waits); freed
- *              once the loop stopped. */
+ *   per loop   behind its slot in each order loop (svc_order_loop_state,
+ *              by its index), made and freed by its loop hooks;
+ *   per order  in the order's fam_data area, as a struct of its own that
+ *              it asserts fits (SVC_FAM_DATA_FITS, order_int.h).
+ *
+ * Its hooks: the required ones in every family; the optional ones NULL
+ * when it keeps no per-loop state (the pipeline skips a NULL hook):
+ *
+ *   submit     (required) takes an order in state RESERVING. Any thread;
+ *              the order's home loop is set.
+ *   committed  (required) the order's commit is back (state COMMITTING),
+ *              on its home loop: answer it, or give its units back and
+ *              refuse.
+ *   loop_start (optional) makes its state on a loop, before the loop runs.
+ *   loop_flush (optional) once per loop turn, in the loop's
+ *              LOOP_PHASE_ORDERS (common/loop.h), after the turn's events:
+ *              sends what the turn gathered. The families flush in the
+ *              order of FAMILIES.
+ *   loop_busy  (optional) asked on the loop whether it holds orders or
+ *              work not yet done (shutdown waits while one does).
+ *   loop_free  (optional) frees its state on a loop, once the loop
+ *              stopped. */
 #ifndef FLASHSALE_SERVICE_FAMILY_H
 #define FLASHSALE_SERVICE_FAMILY_H
 
@@ -36,6 +48,10 @@
 
 struct svc_family {
     const char *name;
+    unsigned kinds;                /* the stock_kinds it serves: 1u << kind each */
+    int index;                     /* its place in FAMILIES, set by svc_orders_start
+                                      (as nginx sets a module's ctx_index): the
+                                      slot of its per-loop state */
     void (*submit)(svc_order *op);
     void (*committed)(svc_order *op);
     int (*loop_start)(svc_order_loop *ol, char *err, size_t errlen);

@@ -73,7 +73,6 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->undo_avail = 0;
     op->arrive = NULL;
     op->next = NULL;
-    memset(&op->fam_data, 0, sizeof op->fam_data.db);
     op->job.kind = DB_JOB_INSERT;
     svc_order_id_new(op->order_id, &wall_ms);
     db_format_time(wall_ms, op->created_at);

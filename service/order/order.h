@@ -60,10 +60,10 @@ typedef void svc_order_reply_fn(void *ctx, const svc_reply *r);
 int svc_order_submit(svc_app *a, svc_product *p, const svc_order_input *in,
                      const char *idem_key, svc_order_reply_fn *fn, void *ctx);
 
-/* The order path on each of a->loops (call after the HTTP layer attached
- * to them, so that its flush runs before the order path's); waiting, with
- * a bound, for the loops' orders and Redis work to be done (at shutdown,
- * with the loops still running); freeing it once the loops stopped. */
+/* The order path on each of a->loops (in their LOOP_PHASE_ORDERS, after
+ * the HTTP layer's phase whichever attached first); waiting, with a bound,
+ * for the loops' orders and Redis work to be done (at shutdown, with the
+ * loops still running); freeing it once the loops stopped. */
 int svc_orders_start(svc_app *a, char *err, size_t errlen);
 void svc_orders_drain(svc_app *a, int64_t wait_ms);
 void svc_orders_free(svc_app *a);

@@ -61,6 +61,21 @@ typedef enum svc_refusal {
     RF_LOOKUP = RF_COUNT          /* UNDOING only: not a refusal; look the key's order up */
 } svc_refusal;
 
+/* Room for what a family keeps with an order it holds (svc_order.fam_data):
+ * the lock family's is the largest (a stock_hold and two words). Each
+ * family names its own struct and asserts that it fits (SVC_FAM_DATA_FITS):
+ * the area is inline in the order, as it was as a union of the families'
+ * structs, so a family's field is at a fixed offset from the order, no
+ * allocation and no pointer more on the order path; but the core no longer
+ * knows any family's fields (as Linux's sk_buff.cb for each protocol). */
+#define SVC_FAM_DATA_MAX 256
+#define SVC_FAM_DATA_ALIGN 8
+/* op's family area as the family's struct t (only op's family uses it). */
+#define SVC_FAM_DATA(op, t) ((t *)(void *)(op)->fam_data)
+#define SVC_FAM_DATA_FITS(t)                                                                  \
+    _Static_assert(sizeof(t) <= SVC_FAM_DATA_MAX && _Alignof(t) <= SVC_FAM_DATA_ALIGN,        \
+                   #t " must fit svc_order.fam_data: raise SVC_FAM_DATA_MAX")
+
 /* What to do with an order when it reaches a loop (orderloop.c's inbox). */
 typedef void svc_order_fn(svc_order *op);
 
@@ -90,17 +105,10 @@ struct svc_order {
                                       blocking thread */
     svc_task task;                 /* its place in the blocking threads' queue */
     svc_order *next;               /* the one list it is on at a time */
-    /* What its family keeps with it while it holds the order. */
-    union {
-        struct {
-            stock_hold hold;       /* the segment, and what its read found */
-            int64_t t0_us;         /* when it started waiting for the lock */
-            void *q;               /* its segment's queue (fam_lock.c's) */
-        } lock;
-        struct {
-            int tries;             /* db-optimistic: versioned updates tried */
-        } db;
-    } fam_data;
+    /* What its family keeps with it while it holds the order, as the
+     * family's own struct (SVC_FAM_DATA); not initialised: the family's
+     * submit sets what it reads. */
+    _Alignas(SVC_FAM_DATA_ALIGN) unsigned char fam_data[SVC_FAM_DATA_MAX];
 };
 
 /* Whether the path moves an order from state `from` to `to` (the table

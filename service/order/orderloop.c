@@ -1,6 +1,7 @@
 /* orderloop.c: the order path's state on each event loop: its Redis
- * connection, its parts' per-loop state, and the inbox other threads hand
- * it orders through.
+ * connection, the families' per-loop state (a slot each, by index: what is
+ * in a slot is the family's business), the pending records to clear, and
+ * the inbox other threads hand it orders through.
  *
  * The inbox is one mutex and at most one wake (loop_post) per loop for
  * whatever arrives before the loop looks: the committer hands a committed
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 
 #include "service/log.h"
+#include "service/order/family.h"
 #include "service/order/orderloop.h"
 
 struct svc_order_loop {
@@ -18,7 +20,8 @@ struct svc_order_loop {
     loop *l;
     int index;                     /* in a->loops */
     stock_async *sa;
-    void *part[SVC_PART_COUNT];
+    void *state[SVC_FAMILY_SLOTS]; /* each family's, by its index */
+    void *pending;                 /* reservation.c's */
     pthread_mutex_t mu;            /* guards the inbox */
     svc_order *in_head, *in_tail;
     atomic_int posted;             /* task is queued on the loop */
@@ -44,15 +47,18 @@ stock_async *svc_order_loop_stock(svc_order_loop *ol) {
     return ol->sa;
 }
 
-void *svc_order_loop_part(const svc_order_loop *ol, svc_part part) {
-    assert(part < SVC_PART_COUNT);
-    return ol->part[part];
+void *svc_order_loop_state(const svc_order_loop *ol, const svc_family *fam) {
+    assert((unsigned)fam->index < SVC_FAMILY_SLOTS);
+    return ol->state[fam->index];
 }
 
-void svc_order_loop_set_part(svc_order_loop *ol, svc_part part, void *state) {
-    assert(part < SVC_PART_COUNT);
-    ol->part[part] = state;
+void svc_order_loop_set_state(svc_order_loop *ol, const svc_family *fam, void *state) {
+    assert((unsigned)fam->index < SVC_FAMILY_SLOTS);
+    ol->state[fam->index] = state;
 }
+
+void *svc_order_loop_pending(const svc_order_loop *ol) { return ol->pending; }
+void svc_order_loop_set_pending(svc_order_loop *ol, void *state) { ol->pending = state; }
 
 svc_order_loop *svc_order_loop_current(void) {
     loop *l = loop_current();

@@ -3,8 +3,10 @@
  *
  * An order loop is what the order path keeps on each event loop (common/
  * loop.h): the loop's own Redis connection (stock_async), the per-loop
- * state of the parts that keep some (a family's queues, the pending
- * records to clear), and an inbox through which other threads hand it
+ * state of the families that keep some (a slot each, by the family's
+ * index, as nginx keeps its modules' ctx: this file knows no family's
+ * state), the pending records to clear (reservation.c's), and an inbox
+ * through which other threads hand it
  * orders: the committer handing back a committed group, an API worker
  * submitting an order, another loop passing a `lock` order to the loop
  * that owns its lock. An order arrives with the function to run on it
@@ -18,20 +20,17 @@
 #include "common/loop.h"
 #include "service/order/order_int.h"
 
-/* The parts of the order path that keep per-loop state. */
-typedef enum svc_part {
-    SVC_PART_PENDING,              /* reservation.c: pending records to clear */
-    SVC_PART_SCRIPT,               /* fam_script.c: the SKU queues */
-    SVC_PART_LOCK,                 /* fam_lock.c: the lock queues this loop owns */
-    SVC_PART_COUNT
-} svc_part;
+/* Slots for the families' per-loop state: at least as many as pipeline.c's
+ * FAMILIES (it asserts so). */
+#define SVC_FAMILY_SLOTS 8
 
-/* A new order loop on l (index: its place among a->loops). Attach the
- * flush hooks that write Redis commands, then svc_order_loop_connect, so
- * that the Redis connection's own flush (which sends) runs after them. */
+/* A new order loop on l (index: its place among a->loops). The Redis
+ * connection comes with svc_order_loop_connect; its writes go out in the
+ * loop's LOOP_PHASE_SENDS, after the order path's LOOP_PHASE_ORDERS. */
 svc_order_loop *svc_order_loop_new(svc_app *a, loop *l, int index, char *err, size_t errlen);
 int svc_order_loop_connect(svc_order_loop *ol, char *err, size_t errlen);
-/* Frees ol (its loop stopped; the parts freed theirs). */
+/* Frees ol (its loop stopped; the families and reservation.c freed their
+ * state). */
 void svc_order_loop_free(svc_order_loop *ol);
 
 /* The calling thread's order loop, or NULL on a thread that runs none. */
@@ -44,9 +43,13 @@ svc_app *svc_order_loop_app(const svc_order_loop *ol);
 int svc_order_loop_index(const svc_order_loop *ol);
 /* The loop's Redis connection. On ol's thread. */
 stock_async *svc_order_loop_stock(svc_order_loop *ol);
-/* A part's per-loop state. On ol's thread, or before the loop runs. */
-void *svc_order_loop_part(const svc_order_loop *ol, svc_part part);
-void svc_order_loop_set_part(svc_order_loop *ol, svc_part part, void *state);
+/* fam's per-loop state, in the slot of its index (family.h). On ol's
+ * thread, or before the loop runs or after it stopped. */
+void *svc_order_loop_state(const svc_order_loop *ol, const svc_family *fam);
+void svc_order_loop_set_state(svc_order_loop *ol, const svc_family *fam, void *state);
+/* The pending records to clear (reservation.c's state on this loop). */
+void *svc_order_loop_pending(const svc_order_loop *ol);
+void svc_order_loop_set_pending(svc_order_loop *ol, void *state);
 
 /* Runs fn(op) on ol's thread: at once when called there, else through the
  * inbox (one wake for what arrives together). Any thread. */

@@ -1,8 +1,8 @@
 /* pipeline.c: the order path, from a validated request to its answer.
  *
  *   submit      svc_order_submit (here): the order is made (order.c) and
- *               given to its strategy's family (FAMILIES below, by the stock
- *               module's stock_kind of the strategy)
+ *               given to its strategy's family (the one of FAMILIES below
+ *               that serves the stock module's stock_kind of the strategy)
  *   reserve     the family takes the units:
  *                 script    fam_script.c    batched per SKU on its loop
  *                 lock      fam_lock.c      on the loop owning the lock
@@ -16,12 +16,14 @@
  *               Redis family's pending record is cleared, or its units
  *               given back first (reservation.c)
  *
- * Each event loop turn ends with the families' flushes, in the order of
- * FLUSH (the lock family first: an order it starts may fail at once and
- * let the next start; then the script batches, which carry their SKU's
- * clears of pending records; then the clears left over), and then the
- * Redis connection's own flush sends what they wrote: a batch leaves in the
- * turn that gathered it. */
+ * In each event loop turn's LOOP_PHASE_ORDERS (common/loop.h) the
+ * families flush, in the order of FAMILIES (the lock family first: an
+ * order it starts may fail at once and let the next start; then the script
+ * batches, which carry their SKU's clears of pending records), then the
+ * clears left over (reservation.c); the loop's LOOP_PHASE_SENDS, later in
+ * the same turn, has the Redis connections send what they wrote: a batch
+ * leaves in the turn that gathered it. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,24 +37,47 @@
 #include "service/order/pipeline.h"
 #include "service/order/reservation.h"
 
-/* The family of each kind of strategy (stock_strategy_about(s)->kind; the
- * stock module's table says each strategy's kind, name, safety, segments
- * and the lock server it needs). */
-static const svc_family *const FAMILIES[STOCK_KIND_COUNT] = {
-    [STOCK_KIND_SCRIPT] = &svc_family_script,
-    [STOCK_KIND_LOCK] = &svc_family_lock,
-    [STOCK_KIND_RCW] = &svc_family_blocking,
-    [STOCK_KIND_DB] = &svc_family_db,
-    [STOCK_KIND_DB_OPTIMISTIC] = &svc_family_db,
-    [STOCK_KIND_DB_FOR_UPDATE] = &svc_family_db,
+/* The families: the one table the pipeline walks, in the order their loop
+ * hooks run (family.h). The lock family flushes first (an order it starts
+ * may fail at once and let the next one start in the same turn), then the
+ * script family (whose batches carry their SKU's clears of pending
+ * records, before reservation.c's flush sends the ones left); the others
+ * keep no per-loop state. Each family names the stock kinds it serves
+ * (stock_strategy_about(s)->kind; the stock module's table says each
+ * strategy's kind, name, safety, segments and the lock server it needs). */
+static svc_family *const FAMILIES[] = {
+    &svc_family_lock,
+    &svc_family_script,
+    &svc_family_blocking,
+    &svc_family_db,
 };
+#define NFAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])
+_Static_assert(NFAMILIES <= SVC_FAMILY_SLOTS, "raise SVC_FAMILY_SLOTS (orderloop.h)");
 
-/* The families with per-loop state, in the order they flush each turn. */
-static const svc_family *const FLUSH[] = { &svc_family_lock, &svc_family_script };
+/* The family of each stock kind, made from FAMILIES once (index_families):
+ * finding an order's family stays one index. */
+static const svc_family *by_kind[STOCK_KIND_COUNT];
+static pthread_once_t indexed = PTHREAD_ONCE_INIT;
+
+/* Gives each family its index (the slot of its per-loop state) and fills
+ * by_kind, asserting that every kind has exactly one family. */
+static void index_families(void) {
+    for (size_t i = 0; i < NFAMILIES; i++) {
+        svc_family *f = FAMILIES[i];
+        assert(f->submit && f->committed);
+        f->index = (int)i;
+        for (int k = 0; k < STOCK_KIND_COUNT; k++) {
+            if (!(f->kinds & 1u << k)) continue;
+            assert(!by_kind[k]);
+            by_kind[k] = f;
+        }
+    }
+    for (int k = 0; k < STOCK_KIND_COUNT; k++) assert(by_kind[k]);
+}
 
 static const svc_family *family_of(stock_kind k) {
-    assert(k < STOCK_KIND_COUNT && FAMILIES[k]);
-    return FAMILIES[k];
+    assert(k < STOCK_KIND_COUNT && by_kind[k]);
+    return by_kind[k];
 }
 
 /* ------------------------------------------------------------------ submit */
@@ -115,22 +140,25 @@ void svc_orders_committed(db_job **jobs, size_t n, void *ud) {
 
 /* ------------------------------------------------------------- the loops */
 
-/* End of a loop turn: the families send what the turn gathered. */
+/* The loop's LOOP_PHASE_ORDERS: the families send what the turn gathered,
+ * then the clears of pending records no batch carried. */
 static void flush(loop *l, void *ud) {
     svc_order_loop *ol = ud;
     (void)l;
-    for (size_t i = 0; i < sizeof FLUSH / sizeof FLUSH[0]; i++) FLUSH[i]->loop_flush(ol);
+    for (size_t i = 0; i < NFAMILIES; i++)
+        if (FAMILIES[i]->loop_flush) FAMILIES[i]->loop_flush(ol);
     svc_pending_loop_flush(ol);
 }
 
 static int loop_busy(svc_order_loop *ol, void *ud) {
     (void)ud;
-    for (size_t i = 0; i < sizeof FLUSH / sizeof FLUSH[0]; i++)
-        if (FLUSH[i]->loop_busy(ol)) return 1;
+    for (size_t i = 0; i < NFAMILIES; i++)
+        if (FAMILIES[i]->loop_busy && FAMILIES[i]->loop_busy(ol)) return 1;
     return svc_pending_loop_busy(ol);
 }
 
 int svc_orders_start(svc_app *a, char *err, size_t errlen) {
+    pthread_once(&indexed, index_families);
     a->blocking_stopped = 0;
     if (!(a->blocking = svc_threadpool_start("fs-blocking", a->cfg.lock_workers, err, errlen)))
         return -1;
@@ -138,12 +166,13 @@ int svc_orders_start(svc_app *a, char *err, size_t errlen) {
     for (int i = 0; i < a->nloops; i++) {
         svc_order_loop *ol = svc_order_loop_new(a, a->loops[i], i, err, errlen);
         if (!(a->order_loops[i] = ol)) return -1;
-        for (size_t k = 0; k < sizeof FLUSH / sizeof FLUSH[0]; k++)
-            if (FLUSH[k]->loop_start(ol, err, errlen) != 0) return -1;
+        for (size_t k = 0; k < NFAMILIES; k++)
+            if (FAMILIES[k]->loop_start && FAMILIES[k]->loop_start(ol, err, errlen) != 0)
+                return -1;
         if (svc_pending_loop_start(ol, err, errlen) != 0) return -1;
-        /* This flush before the Redis connection's (made next): the
-         * batches it writes then leave in the same turn. */
-        if (loop_on_flush(a->loops[i], flush, ol) != 0) {
+        /* Before the Redis connection's LOOP_PHASE_SENDS, whichever was
+         * registered first: the batches written here leave in this turn. */
+        if (loop_on_phase(a->loops[i], LOOP_PHASE_ORDERS, flush, ol) != 0) {
             snprintf(err, errlen, "cannot attach the order path to its event loop");
             return -1;
         }
@@ -176,7 +205,8 @@ void svc_orders_free(svc_app *a) {
     for (int i = 0; a->order_loops && i < a->nloops; i++) {
         svc_order_loop *ol = a->order_loops[i];
         if (!ol) continue;
-        for (size_t k = 0; k < sizeof FLUSH / sizeof FLUSH[0]; k++) FLUSH[k]->loop_free(ol);
+        for (size_t k = 0; k < NFAMILIES; k++)
+            if (FAMILIES[k]->loop_free) FAMILIES[k]->loop_free(ol);
         svc_pending_loop_free(ol);
         svc_order_loop_free(ol);
     }

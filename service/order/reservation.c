@@ -185,7 +185,7 @@ typedef struct pending {
 
 static pending *pending_of(const svc_order_loop *ol) {
     assert(svc_order_loop_owned(ol));
-    return svc_order_loop_part(ol, SVC_PART_PENDING);
+    return svc_order_loop_pending(ol);
 }
 
 static size_t slot_of(const pending *pd, const svc_product *p) {
@@ -282,12 +282,12 @@ int svc_pending_loop_start(svc_order_loop *ol, char *err, size_t errlen) {
         return -1;
     }
     pd->nslots = 16;
-    svc_order_loop_set_part(ol, SVC_PART_PENDING, pd);
+    svc_order_loop_set_pending(ol, pd);
     return 0;
 }
 
 void svc_pending_loop_free(svc_order_loop *ol) {
-    pending *pd = svc_order_loop_part(ol, SVC_PART_PENDING);
+    pending *pd = svc_order_loop_pending(ol);
     if (!pd) return;
     for (size_t i = 0; i < pd->nslots; i++) {
         if (!pd->slots[i]) continue;
@@ -296,5 +296,5 @@ void svc_pending_loop_free(svc_order_loop *ol) {
     }
     free(pd->slots);
     free(pd);
-    svc_order_loop_set_part(ol, SVC_PART_PENDING, NULL);
+    svc_order_loop_set_pending(ol, NULL);
 }

@@ -6,9 +6,14 @@
  * - loop_after: order by due time (FIFO among equal ones), never early,
  *   0 meaning the next iteration; loop_every: period kept, bad periods
  *   refused;
- * - flush hooks: after the events of an iteration, once, in registration
- *   order, also after an iteration that only ran timers; loop_again;
- *   loop_forget (an owner's timers and hooks go, also from inside a hook);
+ * - phase hooks: after the events of an iteration, once, phase by phase
+ *   in loop_phase order and in registration order within a phase (a hook
+ *   registered later in an earlier phase runs first), also after an
+ *   iteration that only ran timers; one added from a running phase runs
+ *   this turn when its phase is not past, else next turn; bad
+ *   registrations refused (no fn, no such phase, a full phase);
+ *   loop_again, also from an early phase; loop_forget (an owner's timers
+ *   and hooks go, also from inside a hook);
  * - loop_post from many threads: every task exactly once, on the loop's
  *   thread (loop_current), a task may re-post or free itself;
  * - loop_stop from another thread; loop_free running tasks not yet run;
@@ -293,7 +298,7 @@ static void seq_start(void *ud) {
     (void)ud;
     nseq = 0;
     seq_armed = 1;
-    loop_on_flush(TL.l, seq_flush, NULL);
+    loop_on_phase(TL.l, LOOP_PHASE_SENDS, seq_flush, NULL);
     seq[nseq++] = 'T';
     loop_after(TL.l, 0, seq_a, NULL);
 }
@@ -339,7 +344,7 @@ static void test_every(void) {
     tl_end(&TL);
 }
 
-/* ------------------------------------------------------------ flush hooks */
+/* ------------------------------------------------------------ phase hooks */
 
 static char flog[64];
 static int nflog, pq[2][2];
@@ -354,9 +359,9 @@ static void pipe_ev(loop *l, int fd, unsigned events, void *ud) {
 }
 static void set_hooks(void *ud) {
     (void)ud;
-    CHECK(loop_on_flush(TL.l, hook, "1") == 0);
-    CHECK(loop_on_flush(TL.l, hook, "2") == 0);
-    CHECK(loop_on_flush(TL.l, hook, "3") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_ORDERS, hook, "1") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_ORDERS, hook, "2") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_ORDERS, hook, "3") == 0);
     loop_watch(TL.l, pq[0][0], LOOP_READ, pipe_ev, "p");
     loop_watch(TL.l, pq[1][0], LOOP_READ, pipe_ev, "q");
 }
@@ -399,7 +404,7 @@ static void slow_hook(loop *l, void *ud) {
 static void set_slow(void *ud) {
     (void)ud;
     slow_left = 1;
-    CHECK(loop_on_flush(TL.l, slow_hook, NULL) == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_SENDS, slow_hook, NULL) == 0);
 }
 static void read_turn(void *ud) { *(int64_t *)ud = loop_turn_us(TL.l); }
 
@@ -415,7 +420,7 @@ static void test_turn_length(void) {
     tl_end(&TL);
 }
 
-/* Work a timer callback gathers goes out in that iteration's flush, not
+/* Work a timer callback gathers goes out in that iteration's phases, not
  * once some later event wakes the loop. */
 static int64_t work_at, flushed_at;
 static void noop(loop *l, void *ud) { (void)l, (void)ud; }
@@ -428,7 +433,7 @@ static void set_timer_work(void *ud) {
     (void)ud;
     work_at = flushed_at = 0;
     loop_every(TL.l, 1000, noop, NULL);          /* the loop sleeps up to 1 s */
-    loop_on_flush(TL.l, send_out, NULL);
+    loop_on_phase(TL.l, LOOP_PHASE_SENDS, send_out, NULL);
     loop_after(TL.l, 5, gather, NULL);
 }
 static void read_times(void *ud) { ((int64_t *)ud)[0] = work_at, ((int64_t *)ud)[1] = flushed_at; }
@@ -444,8 +449,10 @@ static void test_flush_after_timer(void) {
     tl_end(&TL);
 }
 
-/* loop_again: the next iteration does not wait; without it, it does. */
+/* loop_again: the next iteration does not wait; without it, it does. From
+ * the first phase too (the phases after it still run in that turn). */
 static int again_iters, again_left;
+static loop_phase again_phase;
 static int64_t again_at[4];
 static void again_hook(loop *l, void *ud) {
     (void)ud;
@@ -458,12 +465,13 @@ static void again_hook(loop *l, void *ud) {
 static void set_again(void *ud) {
     (void)ud;
     loop_every(TL.l, 1000, noop, NULL);
-    loop_on_flush(TL.l, again_hook, NULL);
+    loop_on_phase(TL.l, again_phase, again_hook, NULL);
 }
 static void arm_again(void *ud) { (void)ud, again_iters = 0, again_left = 3; }
 static void read_again(void *ud) { *(int *)ud = again_iters; }
 
-static void test_again(void) {
+static void again_in(loop_phase phase) {
+    again_phase = phase;
     CHECK(tl_start(&TL) == 0);
     tl_call(&TL, set_again, NULL);
     clock_sleep_ms(5);
@@ -474,6 +482,11 @@ static void test_again(void) {
     CHECK(iters == 3);                          /* the task's, then two asked for, no more */
     CHECK(again_at[2] - again_at[0] < 500000);  /* not the 1 s the loop would sleep */
     tl_end(&TL);
+}
+
+static void test_again(void) {
+    again_in(LOOP_PHASE_SENDS);
+    again_in(LOOP_PHASE_HTTP);
 }
 
 /* loop_forget: the timers and hooks of one owner go, from inside a hook
@@ -494,9 +507,9 @@ static void fg_fire(loop *l, void *ud) {
 }
 static void fg_set(void *ud) {
     (void)ud;
-    loop_on_flush(TL.l, fg_hook, (void *)K1);
-    loop_on_flush(TL.l, fg_hook, (void *)K2);
-    loop_on_flush(TL.l, fg_hook, (void *)K3);
+    loop_on_phase(TL.l, LOOP_PHASE_HTTP, fg_hook, (void *)K1);
+    loop_on_phase(TL.l, LOOP_PHASE_ORDERS, fg_hook, (void *)K2);
+    loop_on_phase(TL.l, LOOP_PHASE_ORDERS, fg_hook, (void *)K3);
     loop_every(TL.l, 1, fg_tick, (void *)K2);
     loop_after(TL.l, 20, fg_fire, (void *)K2);
     loop_after(TL.l, 20, fg_fire, (void *)KC);
@@ -504,7 +517,7 @@ static void fg_set(void *ud) {
 static void fg_arm(void *ud) { (void)ud, nfg = 0, fg_b_ticks = 0, fg_armed = 1; }
 static void fg_add(void *ud) {
     (void)ud;
-    loop_on_flush(TL.l, fg_hook, (void *)K4);
+    loop_on_phase(TL.l, LOOP_PHASE_SENDS, fg_hook, (void *)K4);
     nfg = 0;
 }
 static void fg_read(void *ud) { memcpy(ud, fglog, (size_t)nfg), ((char *)ud)[nfg] = '\0'; }
@@ -523,6 +536,101 @@ static void test_forget(void) {
     clock_sleep_ms(5);
     tl_call(&TL, fg_read, got);
     CHECK(!strncmp(got, "134", 3));               /* the rest, in order, and the new one */
+    tl_end(&TL);
+}
+
+/* The phases run in loop_phase order whatever the order of registration
+ * (a hook registered later in an earlier phase runs first), and in
+ * registration order within one phase. A hook added from a running phase
+ * runs in this turn when its phase is the running one or a later one, and
+ * from the next turn when its phase is already past. */
+static char plog[128];
+static int nplog, p_armed, p_added;
+static void p_hook(loop *l, void *ud) {
+    (void)l;
+    if (p_armed && nplog < 120) plog[nplog++] = *(const char *)ud;
+}
+static void p_adder(loop *l, void *ud) {
+    (void)ud;
+    if (!p_armed || p_added) return;
+    p_added = 1;                                /* once */
+    plog[nplog++] = '+';
+    loop_on_phase(l, LOOP_PHASE_HTTP, p_hook, "e");       /* past: next turn */
+    loop_on_phase(l, LOOP_PHASE_CLEARS, p_hook, "n");     /* running: this turn */
+    loop_on_phase(l, LOOP_PHASE_SENDS, p_hook, "l");      /* later: this turn */
+}
+static void p_set(void *ud) {
+    (void)ud;
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_SENDS, p_hook, "S") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_CLEARS, p_hook, "C") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_ORDERS, p_hook, "O") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_HTTP, p_hook, "H") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_SENDS, p_hook, "s") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_HTTP, p_hook, "h") == 0);
+    CHECK(loop_on_phase(TL.l, LOOP_PHASE_ORDERS, p_hook, "o") == 0);
+}
+static void p_arm(void *ud) {
+    (void)ud;
+    nplog = 0;
+    p_armed = 1;
+    plog[nplog++] = '|';                         /* this task's turn starts the log */
+}
+static void p_add(void *ud) {
+    (void)ud;
+    loop_on_phase(TL.l, LOOP_PHASE_CLEARS, p_adder, NULL);
+    nplog = 0;
+    p_armed = 1;
+}
+static void p_read(void *ud) {
+    memcpy(ud, plog, (size_t)nplog);
+    ((char *)ud)[nplog] = '\0';
+    p_armed = 0;
+}
+
+static void test_phase_order(void) {
+    char got[128];
+    CHECK(tl_start(&TL) == 0);
+    tl_call(&TL, p_set, NULL);
+    tl_call(&TL, p_arm, NULL);
+    tl_call(&TL, p_read, got);                  /* the next turn's task reads */
+    CHECK_STR(got, "|HhOoCSs");
+    /* An adder in CLEARS, after C: n (CLEARS) and l (SENDS) run in this
+     * turn, e (HTTP) from the next. */
+    tl_call(&TL, p_add, NULL);
+    tl_call(&TL, p_read, got);
+    CHECK_STR(got, "HhOoC+nSsl");
+    tl_call(&TL, p_arm, NULL);
+    tl_call(&TL, p_read, got);
+    CHECK_STR(got, "|HheOoCnSsl");
+    tl_end(&TL);
+}
+
+/* Refused: no function, a phase that does not exist, a phase full (the
+ * others still take hooks). */
+static void phase_refusals(void *ud) {
+    int *ok = ud;
+    *ok = 1;
+    errno = 0;
+    *ok &= loop_on_phase(TL.l, LOOP_PHASE_HTTP, NULL, NULL) == -1 && errno == EINVAL;
+    errno = 0;
+    *ok &= loop_on_phase(TL.l, LOOP_PHASES, noop, NULL) == -1 && errno == EINVAL;
+    errno = 0;
+    *ok &= loop_on_phase(TL.l, (loop_phase)-1, noop, NULL) == -1 && errno == EINVAL;
+    int n = 0;
+    while (n < 100 && loop_on_phase(TL.l, LOOP_PHASE_CLEARS, noop, NULL) == 0) n++;
+    *ok &= n > 0 && n < 100 && errno == ENOSPC;
+    *ok &= loop_on_phase(TL.l, LOOP_PHASE_SENDS, noop, NULL) == 0;
+    loop_forget(TL.l, NULL);                    /* every noop above: room again next turn */
+}
+static void phase_room(void *ud) { *(int *)ud = loop_on_phase(TL.l, LOOP_PHASE_CLEARS, noop, NULL); }
+
+static void test_phase_refusals(void) {
+    int ok = 0, rc = -1;
+    CHECK(tl_start(&TL) == 0);
+    tl_call(&TL, phase_refusals, &ok);
+    CHECK(ok);
+    tl_call(&TL, phase_room, &rc);
+    CHECK(rc == 0);
     tl_end(&TL);
 }
 
@@ -660,5 +768,5 @@ static void test_free_runs_pending_and_data(void) {
 
 TEST_MAIN(T(test_watch_pipe), T(test_watch_eventfd_and_errors), T(test_unwatch_during_dispatch),
           T(test_after), T(test_after_zero_is_next_iteration), T(test_every), T(test_flush_order), T(test_turn_length),
-          T(test_flush_after_timer), T(test_again), T(test_forget), T(test_post_from_threads),
+          T(test_flush_after_timer), T(test_phase_order), T(test_phase_refusals), T(test_again), T(test_forget), T(test_post_from_threads),
           T(test_stop_from_another_thread), T(test_free_runs_pending_and_data))
