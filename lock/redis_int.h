@@ -23,7 +23,6 @@
 #define LOCK_WAKE_COUNT 1                   /* live waiters one release wakes */
 #define LOCK_DOWN_MS 250                    /* a server that refused: skip it this long */
 #define LOCK_WAITER_BUCKETS 256
-#define LOCK_CLUSTER_TRIES 30               /* rounds of one call a cluster redirects */
 
 typedef struct lock_redis lock_redis;
 

@@ -461,25 +461,21 @@ static void read_routed(lock_server *s, lock_call *calls, routed *rt, const int 
         }
         rtopo_redirect rd;
         rtopo_verdict v = rconn_is_noscript(rep) ? RTOPO_OK : rtopo_classify(rep, &rd);
+        int pause = rtopo_retry_pause_ms(v);   /* rtopo.h's policy: -1, it ran */
         rt[i].ask = 0;
-        if (v == RTOPO_MOVED) {
-            rtopo_cluster_moved(s->cluster, &rd);
-        } else if (v == RTOPO_ASK) {
+        if (v == RTOPO_MOVED) rtopo_cluster_moved(s->cluster, &rd);
+        if (v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) rtopo_cluster_suspect(s->cluster);
+        if (v == RTOPO_ASK) {
             rt[i].ask = 1;
             memset(&rt[i].to, 0, sizeof rt[i].to);
             snprintf(rt[i].to.host, sizeof rt[i].to.host, "%s", rd.host);
             rt[i].to.port = rd.port;
-            if (*pause_ms < 0) *pause_ms = 0;
-        } else if (v == RTOPO_TRYAGAIN) {
-            if (*pause_ms < 10) *pause_ms = 10;
-        } else if (v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) {
-            rtopo_cluster_suspect(s->cluster);
-            if (*pause_ms < 100) *pause_ms = 100;
+            pause = 0;                    /* followed at once, with ASKING */
         }
-        if (v == RTOPO_MOVED || v == RTOPO_ASK || v == RTOPO_TRYAGAIN ||
-            v == RTOPO_CLUSTERDOWN || v == RTOPO_REDISCOVER) {
+        if (pause >= 0) {
             /* It did not run: send it again. The last such answer is kept
              * for the reason, should the tries run out. */
+            if (*pause_ms < pause) *pause_ms = pause;
             snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc,
                      rep->type == REDIS_REPLY_ERROR ? rep->str : "redirected");
             freeReplyObject(rep);
@@ -514,7 +510,7 @@ static void read_routed(lock_server *s, lock_call *calls, routed *rt, const int 
  * slot, the calls of one node pipelined, every node's at once; what a
  * node redirects (MOVED, ASK), or cannot serve yet (TRYAGAIN, CLUSTERDOWN,
  * a replica's READONLY), is sent again where the cluster now says, after
- * the pause it asks, up to LOCK_CLUSTER_TRIES rounds. Replies land in rs as
+ * the pause rtopo.h's policy gives it, up to RTOPO_RETRIES more rounds. Replies land in rs as
  * lock_run's do. Returns 0, or -1 when out of memory. */
 static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies *rs, int si) {
     lock_server *s = &r->servers[si];
@@ -535,11 +531,11 @@ static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies
     rconn_addr at[MAXNODES];
     redisContext *ctx[MAXNODES];
     for (int round = 0; ntodo > 0; round++) {
-        if (round == LOCK_CLUSTER_TRIES) {
+        if (round > RTOPO_RETRIES) {
             char last[sizeof rs->err[si]];
             snprintf(last, sizeof last, "%s", rs->err[si]);
             snprintf(rs->err[si], sizeof rs->err[si], "%.300s (still redirected after %d tries)",
-                     last[0] ? last : s->desc, LOCK_CLUSTER_TRIES);
+                     last[0] ? last : s->desc, RTOPO_RETRIES + 1);
             break;
         }
         /* Route this round's calls; a slot nobody serves waits for the map. */
@@ -552,7 +548,7 @@ static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies
                          s->desc, rt[i].slot);
                 rtopo_cluster_suspect(s->cluster);
                 again[nagain++] = i;
-                pause_ms = 100;
+                pause_ms = RTOPO_RETRY_PAUSE_MS;
                 continue;
             }
             int n = 0;
@@ -578,7 +574,7 @@ static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies
                     rt[i].node = -1;
                     rt[i].ask = 0;
                     again[nagain++] = i;
-                    if (pause_ms < 100) pause_ms = 100;
+                    if (pause_ms < RTOPO_RETRY_PAUSE_MS) pause_ms = RTOPO_RETRY_PAUSE_MS;
                     continue;
                 }
                 if ((rt[i].ask && redisAppendCommand(ctx[n], "ASKING") != REDIS_OK) ||
