@@ -52,11 +52,16 @@ int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen);
 
 /* ----------------------------------------------------------------- servers */
 
-/* A Redis Cluster node's pooled connections. */
+/* Pooled idle connections to one address (guarded by its server's pool_mu). */
+typedef struct lock_idle {
+    redisContext **v;
+    int n, cap;
+} lock_idle;
+
+/* A Redis Cluster node and its pooled connections. */
 typedef struct lock_node {
     rconn_addr addr;
-    redisContext **idle;
-    int nidle, cap;
+    lock_idle idle;
 } lock_node;
 
 typedef struct lock_server {
@@ -70,10 +75,9 @@ typedef struct lock_server {
                                      from (NULL: one fixed server) */
     unsigned version;             /* primary's version addr and idle are of */
     char desc[300];
-    pthread_mutex_t pool_mu;      /* guards addr, version, idle, nidle, down_until_us,
+    pthread_mutex_t pool_mu;      /* guards addr, version, idle, nodes, down_until_us,
                                      down_err */
-    redisContext **idle;
-    int nidle, cap;
+    lock_idle idle;               /* one server, or a Sentinel's primary */
     int64_t down_until_us;        /* connect failed: fail fast until then */
     char down_err[200];
     /* The subscriber connection, guarded by waker.mu; only the waker thread

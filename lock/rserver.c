@@ -72,6 +72,50 @@ const rconn_script *lock_script(lock_script_id id) {
 
 /* ---------------------------------------------------------------- servers */
 
+/* ------------------------------------------------------------ the pools */
+
+/* Closes every connection of p (pool_mu held, or no other thread left). */
+static void idle_close(lock_idle *p) {
+    for (int k = 0; k < p->n; k++) redisFree(p->v[k]);
+    p->n = 0;
+}
+
+/* An idle pooled connection is dead if it has anything to read: Redis
+ * closed it (restart, timeout, CLIENT KILL) while it sat in the pool.
+ * Finding out now keeps "unknown" results for real mid-command failures. */
+static int conn_alive(redisContext *ctx) {
+    struct pollfd p = { ctx->fd, POLLIN, 0 };
+    return !ctx->err && poll(&p, 1, 0) == 0;
+}
+
+/* The newest connection of p still alive, or NULL; the dead ones met are
+ * closed (pool_mu held: a poll that does not wait). */
+static redisContext *idle_take(lock_idle *p) {
+    while (p->n > 0) {
+        redisContext *ctx = p->v[--p->n];
+        if (conn_alive(ctx)) return ctx;
+        redisFree(ctx);
+    }
+    return NULL;
+}
+
+/* Keeps ctx in p (pool_mu held); closes it when p cannot grow. */
+static void idle_put(lock_idle *p, redisContext *ctx) {
+    if (p->n == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 8;
+        redisContext **v = realloc(p->v, sizeof *v * (size_t)cap);
+        if (!v) {
+            redisFree(ctx);
+            return;
+        }
+        p->v = v;
+        p->cap = cap;
+    }
+    p->v[p->n++] = ctx;
+}
+
+/* ---------------------------------------------------------------- servers */
+
 /* A Sentinel's primary is followed across failovers through rtopo_primary,
  * a cluster's slots through rtopo_cluster. */
 int lock_server_open(lock_redis *r, int i, const char *url, char *err, size_t errlen) {
@@ -98,11 +142,11 @@ int lock_server_open(lock_redis *r, int i, const char *url, char *err, size_t er
 }
 
 void lock_server_close(lock_server *s) {
-    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
-    free(s->idle);
+    idle_close(&s->idle);
+    free(s->idle.v);
     for (int n = 0; n < s->nnodes; n++) {
-        for (int k = 0; k < s->nodes[n].nidle; k++) redisFree(s->nodes[n].idle[k]);
-        free(s->nodes[n].idle);
+        idle_close(&s->nodes[n].idle);
+        free(s->nodes[n].idle.v);
     }
     free(s->nodes);
     rtopo_cluster_stop(s->cluster);
@@ -120,8 +164,7 @@ static void follow_primary(lock_server *s) {
     s->addr = a;
     s->version = v;
     s->down_until_us = 0;
-    for (int k = 0; k < s->nidle; k++) redisFree(s->idle[k]);
-    s->nidle = 0;
+    idle_close(&s->idle);
 }
 
 unsigned lock_server_addr(lock_server *s, rconn_addr *out) {
@@ -150,13 +193,6 @@ void lock_set_cloexec(redisContext *ctx) {
     if (fl >= 0) fcntl(ctx->fd, F_SETFD, fl | FD_CLOEXEC);
 }
 
-/* An idle pooled connection is dead if it has anything to read: Redis
- * closed it (restart, timeout, CLIENT KILL) while it sat in the pool.
- * Finding out now keeps "unknown" results for real mid-command failures. */
-static int conn_alive(redisContext *ctx) {
-    struct pollfd p = { ctx->fd, POLLIN, 0 };
-    return !ctx->err && poll(&p, 1, 0) == 0;
-}
 
 static void mark_down(lock_server *s, const char *why) {
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
@@ -205,12 +241,10 @@ static redisContext *server_get(lock_redis *r, lock_server *s, unsigned *version
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
     follow_primary(s);
     *version = s->primary ? s->version : 1;
-    while (s->nidle > 0) {
-        redisContext *ctx = s->idle[--s->nidle];
+    redisContext *ctx = idle_take(&s->idle);
+    if (ctx) {
         lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-        if (conn_alive(ctx)) return ctx;
-        redisFree(ctx);
-        lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
+        return ctx;
     }
     if (clock_mono_us() < s->down_until_us) {
         snprintf(err, errlen, "%s: %s (not retried for %d ms)", s->desc, s->down_err,
@@ -232,23 +266,8 @@ static void server_put(lock_server *s, redisContext *ctx, unsigned version) {
         return;
     }
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
-    if (s->primary && s->version != version) {
-        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-        redisFree(ctx);
-        return;
-    }
-    if (s->nidle == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 8;
-        redisContext **p = realloc(s->idle, sizeof *p * (size_t)cap);
-        if (!p) {
-            lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-            redisFree(ctx);
-            return;
-        }
-        s->idle = p;
-        s->cap = cap;
-    }
-    s->idle[s->nidle++] = ctx;
+    if (s->primary && s->version != version) redisFree(ctx);
+    else idle_put(&s->idle, ctx);
     lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
 }
 
@@ -281,16 +300,10 @@ static redisContext *node_get(lock_redis *r, lock_server *s, const rconn_addr *a
     char e[200];
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
     lock_node *nd = node_of(s, a);
-    while (nd && nd->nidle > 0) {
-        redisContext *ctx = nd->idle[--nd->nidle];
-        lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-        if (conn_alive(ctx)) return ctx;
-        redisFree(ctx);
-        lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
-        nd = node_of(s, a);
-    }
+    redisContext *ctx = nd ? idle_take(&nd->idle) : NULL;
     lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-    redisContext *ctx = nd ? connect_loaded(r, a, e, sizeof e) : NULL;
+    if (ctx) return ctx;
+    if (nd) ctx = connect_loaded(r, a, e, sizeof e);
     if (!ctx) {
         if (!nd) snprintf(e, sizeof e, "out of memory");
         rtopo_cluster_suspect(s->cluster);
@@ -309,20 +322,9 @@ static void node_put(lock_server *s, const rconn_addr *a, redisContext *ctx) {
     }
     lock_mu_take(&s->pool_mu, LOCK_RANK_POOL);
     lock_node *nd = node_of(s, a);
-    if (nd && nd->nidle == nd->cap) {
-        int cap = nd->cap ? nd->cap * 2 : 8;
-        redisContext **p = realloc(nd->idle, sizeof *p * (size_t)cap);
-        if (p) {
-            nd->idle = p;
-            nd->cap = cap;
-        }
-    }
-    if (nd && nd->nidle < nd->cap) {
-        nd->idle[nd->nidle++] = ctx;
-        ctx = NULL;
-    }
+    if (nd) idle_put(&nd->idle, ctx);
+    else redisFree(ctx);
     lock_mu_drop(&s->pool_mu, LOCK_RANK_POOL);
-    if (ctx) redisFree(ctx);
 }
 
 /* ------------------------------------------------------------ script calls */
@@ -368,6 +370,12 @@ static int not_primary(const lock_server *s, const redisReply *r) {
            rtopo_classify(r, NULL) == RTOPO_REDISCOVER;
 }
 
+/* Keeps r's error, when it is the server's first, as the reason for rs. */
+static void keep_error(lock_replies *rs, int si, const lock_server *s, const redisReply *r) {
+    if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0])
+        snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
+}
+
 /* Sends every call to one server without waiting for replies. */
 static void send_all(lock_call *calls, int ncalls, lock_replies *rs, int si, lock_server *s,
                      redisContext **ctx) {
@@ -401,8 +409,8 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
             freeReplyObject(r);
             r = NULL;
             noscript = 1;
-        } else if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
-            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
+        } else {
+            keep_error(rs, si, s, r);
         }
         if (not_primary(s, r)) rs->stale |= 1u << si;
         LOCK_REPLY(rs, i, si) = r;
@@ -414,8 +422,7 @@ static void read_all(lock_call *calls, int ncalls, lock_replies *rs, int si, loc
             fail_server(rs, si, s, ctx, "reply");
             return;
         }
-        if (r->type == REDIS_REPLY_ERROR && !rs->err[si][0])
-            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, r->str);
+        keep_error(rs, si, s, r);
         LOCK_REPLY(rs, i, si) = r;
     }
 }
@@ -428,6 +435,7 @@ typedef struct routed {
     int ask;                      /* the last answer was ASK: once to `to`, after ASKING */
     rconn_addr to;                /* this round's node */
     int node;                     /* index into the round's nodes */
+    int noscript;                 /* answered NOSCRIPT: redone by EVAL on the same node */
 } routed;
 
 /* The slot of a call: that of its first key (all of a lock's keys share
@@ -484,24 +492,22 @@ static void read_routed(lock_server *s, lock_call *calls, routed *rt, const int 
         }
         if (rconn_is_noscript(rep)) {
             freeReplyObject(rep);
-            rep = NULL;
-            noscript = 1;
-        } else if (rep->type == REDIS_REPLY_ERROR && !rs->err[si][0]) {
-            snprintf(rs->err[si], sizeof rs->err[si], "%.120s: %.250s", s->desc, rep->str);
+            rt[i].noscript = noscript = 1;
+            continue;
         }
+        keep_error(rs, si, s, rep);
         LOCK_REPLY(rs, i, si) = rep;
     }
     for (int j = 0; noscript && *ctx && j < n; j++) {
         int i = in[j];
-        if (LOCK_REPLY(rs, i, si)) continue;
-        int redo = 0;
-        for (int k = 0; k < *nagain; k++) redo |= again[k] == i;
-        if (redo) continue;
+        if (!rt[i].noscript) continue;
+        rt[i].noscript = 0;
         redisReply *rep = eval_fallback(*ctx, &calls[i]);
         if (!rep) {
             fail_server(rs, si, s, ctx, "reply");
             return;
         }
+        keep_error(rs, si, s, rep);
         LOCK_REPLY(rs, i, si) = rep;
     }
 }
@@ -510,8 +516,9 @@ static void read_routed(lock_server *s, lock_call *calls, routed *rt, const int 
  * slot, the calls of one node pipelined, every node's at once; what a
  * node redirects (MOVED, ASK), or cannot serve yet (TRYAGAIN, CLUSTERDOWN,
  * a replica's READONLY), is sent again where the cluster now says, after
- * the pause rtopo.h's policy gives it, up to RTOPO_RETRIES more rounds. Replies land in rs as
- * lock_run's do. Returns 0, or -1 when out of memory. */
+ * the pause rtopo.h's policy gives it, up to RTOPO_RETRIES more rounds.
+ * Replies land in rs as lock_run's do. Returns 0, or -1 when out of
+ * memory. */
 static int run_cluster(lock_redis *r, lock_call *calls, int ncalls, lock_replies *rs, int si) {
     lock_server *s = &r->servers[si];
     routed *rt = calloc((size_t)ncalls, sizeof *rt);

@@ -370,9 +370,8 @@ def test_cluster_lock_module_flashlock_and_redlock(ctx):
     Redlock with a cluster as one of its three members; and flashlock,
     4 processes x 8 guarded increments."""
     import shlex
-    from test_lock_backends import (check_no_overlap_and_tokens, holds_from, lockcheck,
-                                    loop_workers)
-    from test_lock import flashlock_args, start
+    from test_lock_backends import fenced_holds, lockcheck, loop_workers
+    from test_lock import flashlock_args, guarded_section, start
     c = ctx.cluster()
     p = lockcheck(c.url, "selftest", "--name", "self")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -380,30 +379,16 @@ def test_cluster_lock_module_flashlock_and_redlock(ctx):
     fence = "{self}:fence"
     assert c.owner(c.keyslot(fence)).cmd("EXISTS", fence) == 1
     counter = ctx.redis()
-    procs, logs = loop_workers(ctx, c.url, counter, 4, 15, "clx")
-    for q in procs:
-        assert q.wait(180) == 0, q.stdout.read() + q.stderr.read()
-    holds = holds_from(logs)
-    assert len(holds) == 60, len(holds)
-    check_no_overlap_and_tokens(holds)
-    assert sorted(v for *_, v, _ in holds) == list(range(60))      # no lost update
+    fenced_holds(*loop_workers(ctx, c.url, counter, 4, 15, "clx"), 60)
     # Redlock: the cluster and two independent servers.
     a, b = ctx.redis(), ctx.redis()
     members = ["--url", a.url, "--url", b.url]
-    procs, logs = loop_workers(ctx, c.url, counter, 3, 10, "clr", extra=members)
-    for q in procs:
-        assert q.wait(180) == 0, q.stdout.read() + q.stderr.read()
-    holds = holds_from(logs)
-    assert len(holds) == 30, len(holds)
-    check_no_overlap_and_tokens(holds)
+    fenced_holds(*loop_workers(ctx, c.url, counter, 3, 10, "clr", extra=members), 30)
     assert a.client().exists("{clr}:fence") and b.client().exists("{clr}:fence")
     # flashlock, as flock(1) across processes, with its lock on the cluster.
-    section = ["sh", "-c", "i=$(redis-cli -p {p} INCR inside); [ \"$i\" = 1 ] || "
-               "redis-cli -p {p} INCR overlaps >/dev/null; v=$(redis-cli -p {p} GET n); "
-               "redis-cli -p {p} SET n $((${{v:-0}}+1)) >/dev/null; "
-               "redis-cli -p {p} DECR inside >/dev/null".format(p=counter.port)]
     loop = " ".join(shlex.quote(x) for x in
-                    flashlock_args(c.url, "fl-procs", section, ttl=5000, wait=30000))
+                    flashlock_args(c.url, "fl-procs", guarded_section(counter.port, "n"),
+                                   ttl=5000, wait=30000))
     workers = [start(ctx, ["sh", "-c", "for i in $(seq 8); do %s || exit 1; done" % loop])
                for _ in range(4)]
     for w in workers:
