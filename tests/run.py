@@ -356,10 +356,14 @@ def run_integration(patterns):
                         lines = other.logs().splitlines()
                     except OSError:
                         continue
-                    bad = [line for line in lines if " warn: " in line or " error: " in line]
+                    bad = [line for line in lines[:-15] if " warn: " in line or " error: " in line]
                     if bad:
-                        print("---- %s: warnings and errors (last 20) ----" % other.log_path)
+                        print("---- %s: earlier warnings and errors (last 20) ----"
+                              % other.log_path)
                         print("\n".join(bad[-20:]))
+                    if lines:
+                        print("---- %s: last 15 lines ----" % other.log_path)
+                        print("\n".join(lines[-15:]))
                     rc = other.proc.poll() if other.proc else None
                     if rc is not None:       # it ended: how (a signal is negative)
                         print("---- %s: the process ended (status %s); its last lines ----"

@@ -23,11 +23,29 @@ def redis_available(redis, sku, segments):
     return sum(int(v) for v in vals)
 
 
+def evidence(s, redis, sku):
+    """What a failed check of sku's books needs: its hold rows, SQLite's
+    generation and Redis's keys of it."""
+    out = ["holds (order, state, qty, gen, takes, decided_ms, return_gen):"]
+    out += ["  %r" % (r,) for r in db_rows(s.db_path, "SELECT order_id, state, quantity, gen, takes,"
+                                            " decided_ms, return_gen FROM holds WHERE sku=?"
+                                            " ORDER BY decided_ms", (sku,))]
+    out.append("products.stock_gen: %r" % db_rows(s.db_path, "SELECT stock_gen FROM products"
+                                                  " WHERE sku=?", (sku,)))
+    r = redis.client()
+    for k in sorted(r.scan_iter("fs:{%s}:*" % sku)):
+        t = r.type(k)
+        v = r.get(k) if t == "string" else r.hgetall(k) if t == "hash" else t
+        out.append("redis %s = %r" % (k, v))
+    return "\n".join(out)
+
+
 def books(s, redis, sku, segments=1, uses_redis=True):
     """The product's books, checked against the rows and Redis. Returns the
     product."""
     p = s.product(sku)
-    assert p["stock_initial"] == p["stock_available"] + p["held"] + p["sold"], p
+    assert p["stock_initial"] == p["stock_available"] + p["held"] + p["sold"], \
+        "%r\n%s" % (p, evidence(s, redis, sku))
     rows = dict(db_rows(s.db_path, "SELECT coalesce(h.state,'confirmed'), sum(o.quantity) FROM"
                         " orders o LEFT JOIN holds h ON h.order_id=o.order_id WHERE o.sku=?"
                         " GROUP BY 1", (sku,)))
