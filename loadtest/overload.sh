@@ -5,7 +5,7 @@
 #
 #   loadtest/overload.sh [--conns 2000] [--dur 10] [--cap-conns 256] [--cap-dur 6]
 #                        [--factors "2"] [--reps 1] [--flashsale bin/flashsale]
-#                        [--no-peer] [--cpu-quota Q] [-- ARGS]
+#                        [--no-peer] [--cpu-quota Q] [--capacity N] [-- ARGS]
 #
 # Run it from the project root after `make`. For each target (the service,
 # then the peer with 2 nginx workers) and each repetition:
@@ -19,6 +19,9 @@
 #      for the service (the peer stores no orders: not verified). A fresh
 #      service (ARGS after --, e.g. --max-inflight 256) and a fresh SKU of
 #      10^9 units for each.
+# --capacity N skips step 1 for the service and takes N orders/s as its
+# capacity: two builds or settings then meet the same offered rates (an A/B
+# whose capacities came out apart compares different loads).
 # Then one line per run with goodput (201s within 250 ms) as a share of
 # the capacity, answers later than 1 s, the shed, p99, and the backlog.
 # Everything listens on free 127.0.0.1 ports and is stopped by PID.
@@ -30,7 +33,7 @@
 # the service may use. Capacity is measured under the same quota. The
 # group is removed at the end.
 set -u
-CONNS=2000 DUR=10 CAPC=256 CAPD=6 REPS=1 BIN=bin/flashsale PEER=1 SARGS=() FACTORS=2 QUOTA=
+CONNS=2000 DUR=10 CAPC=256 CAPD=6 REPS=1 BIN=bin/flashsale PEER=1 SARGS=() FACTORS=2 QUOTA= FIXCAP=
 while [ $# -gt 0 ]; do
   case $1 in
     --conns) CONNS=$2; shift 2 ;;
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
     --flashsale) BIN=$2; shift 2 ;;
     --no-peer) PEER=0; shift ;;
     --cpu-quota) QUOTA=$2; shift 2 ;;
+    --capacity) FIXCAP=$2; shift 2 ;;
     --) shift; SARGS=("$@"); break ;;
     -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -138,9 +142,13 @@ PY
 }
 
 for rep in $(seq "$REPS"); do
-  start_service --max-inflight 1000000
-  load cap-svc-$rep "http://127.0.0.1:$SP" "$CAPC" "$CAPD" 0 --stock 1000000000 --no-verify
-  CAP=$(rate_of "$TMP/cap-svc-$rep.json")
+  if [ -n "${FIXCAP:-}" ]; then
+    CAP=$FIXCAP
+  else
+    start_service --max-inflight 1000000
+    load cap-svc-$rep "http://127.0.0.1:$SP" "$CAPC" "$CAPD" 0 --stock 1000000000 --no-verify
+    CAP=$(rate_of "$TMP/cap-svc-$rep.json")
+  fi
   for f in $FACTORS; do
     R=$(python3 -c "print(int($f * $CAP))")
     start_service "${SARGS[@]}"
