@@ -121,6 +121,11 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what);
 /* Element i of an array reply as an integer / a string ("" when absent). */
 long long sk_elem_int(const redisReply *r, size_t i);
 const char *sk_elem_str(const redisReply *r, size_t i);
+/* A read-check-write strategy's check of the idempotency record it read
+ * (stock.h: "<generation>|<order_id>|<fingerprint>"): when it is r's key's
+ * record of generation gen, fills r's replay fields and returns 1; else 0
+ * (none, or one an older copy left). */
+int sk_idem_replay(stock_req *r, const char *idem, long long gen);
 
 /* How the read-check-write strategies lock a segment (rcw.c), named by the
  * strategy table (stock.c). */

@@ -144,15 +144,7 @@ void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl
 
 stock_result stock_lock_check(stock_req *r, const stock_hold *h) {
     const stock_product *p = r->product;
-    if (r->idem_key && r->idem_key[0] && h->idem[0]) {
-        char rgen[24], oid[STOCK_ORDER_ID_MAX + 1], fp[40];
-        if (sscanf(h->idem, "%23[0-9]|%26[^|]|%39s", rgen, oid, fp) == 3 &&
-            atoll(rgen) == h->gen) {
-            snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", oid);
-            r->replay_same = !strcmp(fp, r->fingerprint);
-            return STOCK_REPLAY;
-        }
-    }
+    if (sk_idem_replay(r, h->idem, h->gen)) return STOCK_REPLAY;
     if (p->per_user_limit > 0 && h->bought + r->quantity > p->per_user_limit) {
         r->available = h->bought;
         return STOCK_LIMIT;

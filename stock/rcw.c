@@ -640,15 +640,7 @@ static stock_result pick_many(stock_conn *c, stock_req *r, pick *pk) {
  * = -1 when these segments are short but others may not be. */
 static stock_result check(stock_req *r, pick *pk, const seen *sn, int all_segments) {
     const stock_product *p = r->product;
-    if (r->idem_key && r->idem_key[0] && sn->idem[0]) {
-        char rgen[24], oid[STOCK_ORDER_ID_MAX + 1], fp[40];
-        if (sscanf(sn->idem, "%23[0-9]|%26[^|]|%39s", rgen, oid, fp) == 3 &&
-            atoll(rgen) == sn->gen) {
-            snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", oid);
-            r->replay_same = !strcmp(fp, r->fingerprint);
-            return STOCK_REPLAY;
-        }
-    }
+    if (sk_idem_replay(r, sn->idem, sn->gen)) return STOCK_REPLAY;
     if (p->per_user_limit > 0 && sn->bought + r->quantity > p->per_user_limit) {
         r->available = sn->bought;
         return STOCK_LIMIT;

@@ -487,6 +487,23 @@ uint64_t sk_random(stock_conn *c) {
     return c->rng * 2685821657736338717ULL;
 }
 
+/* -------------------------------------------------------- idempotency */
+
+#define SK_STR_(x) #x
+#define SK_STR(x) SK_STR_(x)
+
+int sk_idem_replay(stock_req *r, const char *idem, long long gen) {
+    char rgen[24], oid[STOCK_ORDER_ID_MAX + 1], fp[40];
+    if (!r->idem_key || !r->idem_key[0] || !idem[0]) return 0;
+    /* The order id's width from its one definition (stock.h). */
+    if (sscanf(idem, "%23[0-9]|%" SK_STR(STOCK_ORDER_ID_MAX) "[^|]|%39s", rgen, oid, fp) != 3 ||
+        atoll(rgen) != gen)
+        return 0;
+    snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", oid);
+    r->replay_same = r->fingerprint && !strcmp(fp, r->fingerprint);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ reserve */
 
 static void build_reserve(stock_conn *c, const stock_req *r) {

@@ -4,6 +4,7 @@ The safe ones sell exactly the stock, on one instance and on two sharing
 Redis and SQLite. The unsafe ones are run under the condition that exposes
 their flaw -- forced with the injected pause (cs_delay_ms), not hoped for --
 and each test asserts that the flaw appeared."""
+import re
 import threading
 import time
 
@@ -139,6 +140,34 @@ def test_db_strategy_limit_and_replay(ctx):
         r3 = s.order(sku, "alice", 1)
         assert r3.status == 409 and r3.json["error"] == "per_user_limit", r3
         assert s.product(sku)["stock_available"] == 8
+
+
+def test_lock_strategies_replay_and_refuse_a_reused_key(ctx):
+    """The read-check-write strategies read the key's record with the stock
+    (`lock` on the loop's path, `local` on the blocking one): a replay answers
+    the first order and takes nothing, not even for a moment (SQLite's
+    unique key would catch it too, after taking units and giving them back:
+    no undo may be called); the key with another body is refused."""
+    s = ctx.service(ctx.redis())
+    def undos():
+        m = re.search(r'^flashsale_redis_call_duration_seconds_count\{call="undo"\} (\d+)',
+                      s.get("/metrics").raw, re.M)
+        return int(m.group(1)) if m else 0
+    for strategy, segments in (("lock", 1), ("lock", 4), ("local", 1)):
+        sku = "rk-%s-%d" % (strategy, segments)
+        s.create_product(sku, 10, strategy=strategy, segments=segments)
+        r1 = s.order(sku, "alice", 2, key="k-" + sku)
+        assert r1.status == 201, r1
+        before = undos()
+        r2 = s.order(sku, "alice", 2, key="k-" + sku)
+        assert r2.status == 200 and r2.headers.get("idempotent-replayed") == "true", r2
+        assert r2.json == r1.json, (r1.json, r2.json)
+        assert undos() == before, "%s: the replay took units and gave them back" % sku
+        r3 = s.order(sku, "alice", 3, key="k-" + sku)
+        assert r3.status == 422 and r3.json["error"] == "idempotency_key_reused", r3
+        p = s.product(sku)
+        assert (p["sold"], p["stock_available"]) == (2, 8), p
+    assert db_rows(s.db_path, "SELECT count(*) FROM orders")[0][0] == 3
 
 
 def test_fault_injection_fields_need_the_flag(ctx):
