@@ -566,6 +566,12 @@ def test_return_markers_are_forgotten_and_a_late_repeat_adds_nothing(ctx):
     assert redis_available(redis, "fg", 1) == n
     assert db_rows(s.db_path, "SELECT count(*) FROM holds WHERE return_gen IS NOT NULL")[0][0] == 1
     assert re.search(r"before the forgetting mark \d+: this instance's clock is behind", s.logs())
+    # Retried every owing scan (a second), said once a minute, counted each time.
+    counted = forgotten_total(s)
+    time.sleep(2.5)
+    assert forgotten_total(s) >= counted + 2, (counted, forgotten_total(s))
+    said = re.findall(r"before the forgetting mark", s.logs())
+    assert len(said) == 1, said
     # While it is owed, the watermark does not pass it... it was already
     # past: it stays where it was (never lowered), and nothing else moves.
     with c:

@@ -45,6 +45,8 @@
 #define OWING_EVERY_MS 1000
 #define OWING_GRACE_MS 2000       /* a decider's own return gets this long first */
 #define FORGET_EVERY_MS 5000      /* return markers are forgotten this often */
+#define FORGOTTEN_LOG_MS 60000    /* a forgotten debt is retried every owing scan, and said
+                                     at most this often (with the count since) */
 
 struct svc_holds {
     svc_app *a;
@@ -82,6 +84,21 @@ static long long forget_mark(stock_conn *sc, const svc_product *p) {
     return stock_returned_mark(sc, &p->sp, &w) == 0 ? w : -1;
 }
 
+/* Whether a refused (forgotten) return is to be said now: at most once per
+ * FORGOTTEN_LOG_MS in the process, since such a debt stays owed and its
+ * retry, every owing scan, would otherwise say it every second for as long
+ * as nobody looks. *since gets the refusals not said before. */
+static int say_forgotten(svc_app *a, uint64_t *since) {
+    static _Atomic int64_t last_ms = INT64_MIN / 2;
+    static atomic_uint_fast64_t said_at;      /* hold_forgotten when last said */
+    int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
+    if (now - last < FORGOTTEN_LOG_MS || !atomic_compare_exchange_strong(&last_ms, &last, now))
+        return 0;
+    uint64_t total = atomic_load(&a->m.hold_forgotten);
+    *since = total - atomic_exchange(&said_at, total);
+    return 1;
+}
+
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
  * stays owed: the next owing scan retries it. Returns how many were
  * settled. */
@@ -103,17 +120,19 @@ static size_t give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
         svc_log(SVC_LOG_WARN, "holds: giving units back: %s (retried)", stock_conn_errstr(sc));
     db_debt *debts = calloc(n, sizeof *debts);
     size_t nd = 0;
-    int told = 0;
     for (size_t i = 0; i < n; i++) {
+        uint64_t since = 0;
         if (req[i].forgotten) {
             /* Not settled: the debt stays (never dropped silently, never
-             * given twice), and loud, once per call (a scan's batch). */
+             * given twice), counted, and said (say_forgotten). */
             atomic_fetch_add(&a->m.hold_forgotten, 1);
-            if (!told++)
+            if (say_forgotten(a, &since))
                 svc_log(SVC_LOG_ERROR, "holds: %s (order %s): a hold decided at %lld ms, before "
                         "the forgetting mark %lld: this instance's clock is behind the others' "
-                        "by more than --returned-keep-ms? (left owed)", o[i].p->sku,
-                        o[i].order_id, o[i].decided_ms, forget_mark(sc, o[i].p));
+                        "by more than --returned-keep-ms? (left owed; %llu such refusals since "
+                        "this was last said, flashsale_hold_returns_forgotten_total)",
+                        o[i].p->sku, o[i].order_id, o[i].decided_ms, forget_mark(sc, o[i].p),
+                        (unsigned long long)since);
         }
         if (req[i].given) {
             atomic_fetch_add(&a->m.hold_returned[o[i].cause], (uint64_t)o[i].quantity);
