@@ -94,7 +94,7 @@ def books(s, sku, answers):
     problems = []
     if set(rows) - set(created):
         problems.append("%d rows never answered 201" % len(set(rows) - set(created)))
-    p = s.product(sku)
+    p = s.settled_product(sku)
     units = sum(created.values())
     oversold = max(0, p["sold"] + p["stock_available"] - STOCK) + max(0, units - p["sold"])
     if p["sold"] != sum(rows.values()):

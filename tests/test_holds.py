@@ -40,23 +40,11 @@ def evidence(s, redis, sku):
     return "\n".join(out)
 
 
-# --product-cache-ms (its default): an instance answers a product read of
-# the stores again for this long (docs/api.md, "How old a product read may
-# be"), and a change made through another instance does not end it.
-PRODUCT_VIEW_S = 0.05
-
-
 def books(s, redis, sku, segments=1, uses_redis=True):
     """The product's books, checked against the rows and Redis. Returns the
-    product.
-
-    Called once nothing is in flight -- but s may still answer a body it
-    read while something was: a read between another instance's decision
-    of a hold (held down in SQLite) and its return to Redis, counting the
-    units in neither, is answered again for PRODUCT_VIEW_S. So the read
-    here comes after that: what is checked is the stores now."""
-    time.sleep(PRODUCT_VIEW_S + 0.01)
-    p = s.product(sku)
+    product. Called once nothing is in flight; the read is settled_product's
+    (harness.py), of the stores now, not a body read while a return was."""
+    p = s.settled_product(sku)
     assert p["stock_initial"] == p["stock_available"] + p["held"] + p["sold"], \
         "%r\n%s" % (p, evidence(s, redis, sku))
     rows = dict(db_rows(s.db_path, "SELECT coalesce(h.state,'confirmed'), sum(o.quantity) FROM"
