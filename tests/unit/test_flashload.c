@@ -11,8 +11,16 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "db/db.h"
 #include "loadtest/loadtest.h"
 #include "tests/unit/t.h"
+
+/* The load generator keeps its own copies of the API's limits (it shares no
+ * code with the service, loadtest.h); here, where both can be seen, they
+ * must agree with the database's: the verifier reads every key and order id
+ * the rows may hold. */
+_Static_assert(FL_KEY_MAX == DB_KEY_MAX, "flashload's idempotency-key limit is the database's");
+_Static_assert(FL_ORDER_ID_LEN == DB_ORDER_ID_LEN, "flashload's order ids are the database's");
 
 static const char SIMPLE[] =
     "HTTP/1.1 201 Created\r\n"
