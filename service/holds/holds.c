@@ -54,6 +54,8 @@ struct svc_holds {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    _Atomic int64_t forgotten_said_ms;          /* say_forgotten: when last said, */
+    atomic_uint_fast64_t forgotten_said_at;     /* ...and the count then */
 };
 
 /* A debt of units, on its way back. */
@@ -85,24 +87,28 @@ static long long forget_mark(stock_conn *sc, const svc_product *p) {
 }
 
 /* Whether a refused (forgotten) return is to be said now: at most once per
- * FORGOTTEN_LOG_MS in the process, since such a debt stays owed and its
- * retry, every owing scan, would otherwise say it every second for as long
- * as nobody looks. *since gets the refusals not said before. */
-static int say_forgotten(svc_app *a, uint64_t *since) {
-    static _Atomic int64_t last_ms = INT64_MIN / 2;
-    static atomic_uint_fast64_t said_at;      /* hold_forgotten when last said */
-    int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
-    if (now - last < FORGOTTEN_LOG_MS || !atomic_compare_exchange_strong(&last_ms, &last, now))
-        return 0;
+ * FORGOTTEN_LOG_MS for the service h runs for (without h, a decision made
+ * with no holds thread started: every time), since such a debt stays owed
+ * and its retry, every owing scan, would otherwise say it every second for
+ * as long as nobody looks. *since gets the refusals not said before. */
+static int say_forgotten(svc_app *a, svc_holds *h, uint64_t *since) {
     uint64_t total = atomic_load(&a->m.hold_forgotten);
-    *since = total - atomic_exchange(&said_at, total);
+    if (!h) {                                 /* not started (a tool's own run): always */
+        *since = 1;
+        return 1;
+    }
+    int64_t now = clock_mono_ms(), last = atomic_load(&h->forgotten_said_ms);
+    if (now - last < FORGOTTEN_LOG_MS ||
+        !atomic_compare_exchange_strong(&h->forgotten_said_ms, &last, now))
+        return 0;
+    *since = total - atomic_exchange(&h->forgotten_said_at, total);
     return 1;
 }
 
 /* Gives back the units of o[0..n) and clears each debt settled. What fails
  * stays owed: the next owing scan retries it. Returns how many were
  * settled. */
-static size_t give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
+static size_t give_back(svc_app *a, svc_holds *h, stock_conn *sc, owed *o, size_t n) {
     if (n == 0) return 0;
     stock_return_req *req = calloc(n, sizeof *req);
     if (!req || !sc) {
@@ -126,7 +132,7 @@ static size_t give_back(svc_app *a, stock_conn *sc, owed *o, size_t n) {
             /* Not settled: the debt stays (never dropped silently, never
              * given twice), counted, and said (say_forgotten). */
             atomic_fetch_add(&a->m.hold_forgotten, 1);
-            if (say_forgotten(a, &since))
+            if (say_forgotten(a, h, &since))
                 svc_log(SVC_LOG_ERROR, "holds: %s (order %s): a hold decided at %lld ms, before "
                         "the forgetting mark %lld: this instance's clock is behind the others' "
                         "by more than --returned-keep-ms? (left owed; %llu such refusals since "
@@ -200,7 +206,7 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
     count_end(a, p, dc);
     owed one;
     if (dc->return_gen > 0 && owed_of(&one, p, dc) == 0) {
-        give_back(a, svc_thread_stock(a), &one, 1);
+        give_back(a, a->holds, svc_thread_stock(a), &one, 1);
         owed_free(&one, 1);
     }
     /* Units back in a store: this instance forgets "sold out" at once. */
@@ -213,7 +219,8 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
 /* Ends one batch of due holds, in the committer's next group, and gives
  * their units back. Returns how many ended (EXPIRE_BATCH: maybe more), or
  * -1. */
-static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed *back) {
+static int expire_batch(svc_holds *h, db *d, stock_conn *sc, db_expired *ex, owed *back) {
+    svc_app *a = h->a;
     size_t n = 0, nback = 0;
     int64_t now = clock_wall_ms();
     /* Nothing due (the usual tick): no write transaction, no write lock
@@ -250,7 +257,7 @@ static int expire_batch(svc_app *a, db *d, stock_conn *sc, db_expired *ex, owed 
         else owed_free(o, 1);
     }
     db_expired_free(ex, n);
-    give_back(a, sc, back, nback);
+    give_back(a, h, sc, back, nback);
     owed_free(back, nback);
     return (int)n;
 }
@@ -284,11 +291,12 @@ static void add_owing(const db_owed *w, void *ud) {
 /* Finishes the returns that deciders left owed. */
 /* One owing scan: up to EXPIRE_BATCH debts, oldest first. Returns how many
  * were settled, or -1 when the batch was not full (nothing more to find). */
-static long settle_owing_batch(svc_app *a, db *d, stock_conn *sc, owed *buf) {
+static long settle_owing_batch(svc_holds *h, db *d, stock_conn *sc, owed *buf) {
+    svc_app *a = h->a;
     owing_list l = { a, d, buf, 0 };
     if (db_hold_owing(d, clock_wall_ms() - OWING_GRACE_MS, EXPIRE_BATCH, add_owing, &l) != DB_OK)
         svc_log(SVC_LOG_WARN, "holds: scanning owed units: %s", db_errstr(d));
-    size_t settled = l.n ? give_back(a, sc, l.v, l.n) : 0;
+    size_t settled = l.n ? give_back(a, h, sc, l.v, l.n) : 0;
     int full = l.n == EXPIRE_BATCH;
     owed_free(l.v, l.n);
     return full ? (long)settled : -1;
@@ -299,9 +307,9 @@ static long settle_owing_batch(svc_app *a, db *d, stock_conn *sc, owed *buf) {
  * owed at once, and a batch a second would leave them owed for many
  * seconds), within the tick's budget. A batch that settles nothing (Redis
  * still away) ends it: the next scan tries again. */
-static void settle_owing(svc_app *a, db *d, stock_conn *sc, owed *buf) {
+static void settle_owing(svc_holds *h, db *d, stock_conn *sc, owed *buf) {
     int64_t start = clock_mono_ms();
-    while (settle_owing_batch(a, d, sc, buf) > 0 && clock_mono_ms() - start < TICK_BUDGET_MS) {}
+    while (settle_owing_batch(h, d, sc, buf) > 0 && clock_mono_ms() - start < TICK_BUDGET_MS) {}
 }
 
 /* ------------------------------------------------------------ forgetting */
@@ -374,10 +382,10 @@ static void *holds_main(void *arg) {
         int64_t start = clock_mono_ms();
         if (!d) d = svc_thread_db(a);
         if (d && ex && back) {
-            while (expire_batch(a, d, sc, ex, back) == EXPIRE_BATCH &&
+            while (expire_batch(h, d, sc, ex, back) == EXPIRE_BATCH &&
                    clock_mono_ms() - start < TICK_BUDGET_MS) {}
             if (clock_mono_ms() >= next_owing) {
-                settle_owing(a, d, sc, back);
+                settle_owing(h, d, sc, back);
                 long long held = 0;
                 if (db_hold_units(d, &held) == DB_OK) atomic_store(&a->m.units_held, held);
                 next_owing = clock_mono_ms() + OWING_EVERY_MS;
@@ -412,6 +420,8 @@ svc_holds *svc_holds_start(svc_app *a, char *err, size_t errlen) {
         return NULL;
     }
     h->a = a;
+    atomic_store(&h->forgotten_said_ms, INT64_MIN / 2);    /* the first is said at once */
+    atomic_store(&h->forgotten_said_at, 0);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     if (pthread_create(&h->thread, NULL, holds_main, h) != 0) {
