@@ -239,7 +239,7 @@ static int spread_confirm(stock_conn *c, const stock_ref *ref) {
         int lane = t ? sk_lane_parse(p, &t, &units) : i;
         if (lane < 0) break;
         stock_ref one = { &p->lane[lane], ref->order_id, ref->idem_key, NULL };
-        if (stock_confirm(c, &one, 1) != 0) rc = -1;
+        if (sk_copy_confirm(c, &one, 1) != 0) rc = -1;   /* timed once, by the caller */
     }
     return rc;
 }
@@ -269,7 +269,7 @@ static int spread_undo(stock_conn *c, const stock_ref *ref, int *done) {
         int lane = t ? sk_lane_parse(p, &t, &units) : i, one_done = 0;
         if (lane < 0) break;
         stock_ref one = { &p->lane[lane], ref->order_id, ref->idem_key, NULL };
-        if (stock_undo(c, &one, 1, &one_done) != 0) rc = -1;
+        if (sk_copy_undo(c, &one, 1, &one_done) != 0) rc = -1;   /* timed by the caller */
         if (!one_done) *done = 0;
     }
     return rc;
@@ -308,7 +308,7 @@ static int spread_return(stock_conn *c, stock_return_req *r) {
         one.takes = part;
         one.quantity = units;
         any = 1;
-        if (stock_return(c, &one, 1) != 0) rc = -1;
+        if (sk_copy_return(c, &one, 1) != 0) rc = -1;   /* timed by the caller */
         if (one.given) r->given = 1;
         if (one.forgotten) r->forgotten = 1;   /* the whole debt stays owed */
         if (one.result == STOCK_UNAVAILABLE) r->result = STOCK_UNAVAILABLE;
