@@ -184,10 +184,13 @@ def test_two_targets_and_open_loop_rate(ctx):
     assert rc == 0, so + se
     j = json.load(open(out))
     # 500/s for 2 s, open loop: what was not sent by the end is the backlog,
-    # counted, never dropped; a starved machine may leave a few (2 seen at
-    # load average 9), a broken schedule many.
+    # counted, never dropped. A starved machine may leave a few (2 seen at
+    # load average 9); a stall of the service near the end, up to what fell
+    # due while every connection waited on it -- no more than the longest
+    # answer's wait at 500/s (71 seen after a 207 ms stall of the box
+    # in a clean clone's make test); a broken schedule, hundreds.
     assert 800 <= j["answered"] + j["backlog"] <= 1010, j
-    assert j["backlog"] <= 20, j
+    assert j["backlog"] <= 20 + 500 * j["latency_us"]["max"] / 1e6, j
     for s in (a, b):
         m = s.get("/metrics").raw
         created = sized(r'flashsale_orders_total\{strategy="lua",outcome="created"\} (\d+)', m)
