@@ -72,7 +72,7 @@ typedef struct conn {
     int64_t retry_at_us;          /* C_DOWN: connect again from then */
     size_t wlen, woff;
     req_info req;
-    char dec_id[FL_ORDER_ID_LEN + 1];              /* the order a decision is about */
+    fl_order_id dec_id;           /* the order a decision is about */
     fl_resp resp;
     char wbuf[WBUF];
 } conn;

@@ -383,14 +383,14 @@ static const fl_hold_rec *find_rec(const fl_holds *hx, const char *id) {
     return hx->nrows ? bsearch(&probe, hx->rows, hx->nrows, sizeof *hx->rows, cmp_rec) : NULL;
 }
 
-static int in_ids(char (*ids)[FL_ORDER_ID_LEN + 1], size_t n, const char *id) {
+static int in_ids(fl_order_id *ids, size_t n, const char *id) {
     return n && bsearch(id, ids, n, sizeof *ids, cmp_id);
 }
 
 void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, const fl_stock_copy *c,
                              fl_verdict *vd) {
     long long copy_gen = c->gen;
-    char (*ids)[FL_ORDER_ID_LEN + 1] = NULL;
+    fl_order_id *ids = NULL;
     size_t n = 0;
     long long before = 0;
     fl_err e;

@@ -51,7 +51,7 @@ static int read_sku(const fl_inspect_opts *o, fl_redis *rd, const char *sku, see
     }
     if (!rd) return 0;
     int segments = o->segments ? o->segments : s->db == 1 ? s->sq.segments : 1, lanes = 0;
-    char (*ids)[FL_ORDER_ID_LEN + 1] = NULL;
+    fl_order_id *ids = NULL;
     fl_redis_route_get(rd, &s->before);
     /* Spread or not: by the product's strategy and segments when SQLite
      * says them, else by the keys there are. */

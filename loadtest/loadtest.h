@@ -52,6 +52,7 @@
  * they agree with the database's). */
 #define FL_KEY_MAX 128           /* longest idempotency key (the API's limit) */
 #define FL_ORDER_ID_LEN 26       /* an order id: 26 characters (a ULID; the API's) */
+typedef char fl_order_id[FL_ORDER_ID_LEN + 1];
 
 /* ------------------------------------------------------------------ errors */
 
@@ -192,7 +193,7 @@ int64_t fl_think_us(fl_rng *r, int hold_seconds);
 /* A buyer's decision on one hold, to be sent at `at`. */
 typedef struct fl_due {
     int64_t at;                  /* monotonic us */
-    char order_id[FL_ORDER_ID_LEN + 1];
+    fl_order_id order_id;
     uint8_t action;              /* FL_PAY, FL_CANCEL */
     uint16_t qty;
     uint32_t user;
@@ -271,7 +272,7 @@ void fl_load_opts_default(fl_load_opts *o);
 
 /* A 201 (or a replay's 200) as the client saw it. */
 typedef struct fl_order_rec {
-    char order_id[FL_ORDER_ID_LEN + 1];
+    fl_order_id order_id;
     uint16_t qty;
     uint32_t user;
     uint64_t key;                /* FL_NO_KEY: sent without a key */
@@ -288,7 +289,7 @@ typedef struct fl_lost_rec {
 /* A buyer's decision on a hold, and the answer (one per 201 of a product
  * with holds). */
 typedef struct fl_decision_rec {
-    char order_id[FL_ORDER_ID_LEN + 1];
+    fl_order_id order_id;
     uint8_t action;              /* FL_ABANDON, FL_PAY, FL_CANCEL */
     uint16_t qty;
     uint32_t user;
@@ -567,7 +568,7 @@ int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records
  * the forgetting watermark `returned:before` (the lowest of the lanes'; 0:
  * none): the markers of holds decided before it may be gone. Returns 0, or
  * -1 with e set. */
-int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n,
+int fl_redis_returned(fl_redis *r, const char *sku, int lanes, fl_order_id **ids, size_t *n,
                       long long *before_ms, fl_err *e);
 
 /* The orders' database a --db names: a libpq URI (postgresql://... or
@@ -604,7 +605,6 @@ typedef struct fl_hold_row {
     int owes;                    /* return_gen IS NOT NULL: units not yet back in Redis */
 } fl_hold_row;
 
-
 /* Opens path (a file or a server) read-only and, in one snapshot, reads
  * sku's product row,
  * calls hold (unless NULL; schema 6 on) for each of its holds, then fn for
@@ -634,7 +634,7 @@ typedef struct fl_vantage {
 /* The state before the run, so an existing SKU can be tested too. */
 typedef struct fl_baseline {
     fl_product p;
-    char (*ids)[FL_ORDER_ID_LEN + 1];             /* orders that existed before (sorted) */
+    fl_order_id *ids;            /* orders that existed before (sorted) */
     size_t nids;
     long long units;             /* their units */
 } fl_baseline;

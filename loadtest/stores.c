@@ -568,13 +568,14 @@ int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records
     return 0;
 }
 
-static int cmp_id27(const void *a, const void *b) { return strcmp(a, b); }
+static int cmp_order_id(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Appends the order-id fields of one HSCAN page to *ids; -1 out of memory. */
-static int add_fields(const redisReply *kv, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n, size_t *cap) {
+static int add_fields(const redisReply *kv, fl_order_id **ids, size_t *n, size_t *cap) {
     for (size_t i = 0; i + 1 < kv->elements; i += 2) {
         const redisReply *f = kv->element[i];
-        if (f->type != REDIS_REPLY_STRING || f->len != 26) continue;   /* not an order id */
+        if (f->type != REDIS_REPLY_STRING || f->len != FL_ORDER_ID_LEN)
+            continue;                                  /* not an order id */
         if (*n == *cap) {
             size_t c = *cap ? *cap * 2 : 256;
             void *p = realloc(*ids, c * sizeof **ids);
@@ -582,7 +583,7 @@ static int add_fields(const redisReply *kv, char (**ids)[FL_ORDER_ID_LEN + 1], s
             *ids = p;
             *cap = c;
         }
-        memcpy((*ids)[*n], f->str, 26);
+        memcpy((*ids)[*n], f->str, FL_ORDER_ID_LEN);
         (*ids)[(*n)++][FL_ORDER_ID_LEN] = '\0';
     }
     return 0;
@@ -591,7 +592,7 @@ static int add_fields(const redisReply *kv, char (**ids)[FL_ORDER_ID_LEN + 1], s
 /* Reads one HSCAN page of key (under tag) from *cursor (which it advances)
  * into *ids. Returns 0, or -1 with e set. */
 static int returned_page(fl_redis *r, const char *tag, const char *key, char *cursor,
-                         size_t cursor_len, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n, size_t *cap, fl_err *e) {
+                         size_t cursor_len, fl_order_id **ids, size_t *n, size_t *cap, fl_err *e) {
     const char *argv[] = { "HSCAN", key, cursor, "COUNT", "1000" }, *run_id;
     redisReply *rep = redis_call(r, tag, 5, argv, &run_id, e);
     if (!rep) return -1;
@@ -611,7 +612,7 @@ static int returned_page(fl_redis *r, const char *tag, const char *key, char *cu
 
 /* The fields of the hash key (under tag), appended to *ids. Returns 0, or
  * -1 with e set. */
-static int hash_ids(fl_redis *r, const char *tag, const char *key, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n,
+static int hash_ids(fl_redis *r, const char *tag, const char *key, fl_order_id **ids, size_t *n,
                     size_t *cap, fl_err *e) {
     char cursor[32] = "0";
     int rc = 0;
@@ -624,7 +625,7 @@ static int hash_ids(fl_redis *r, const char *tag, const char *key, char (**ids)[
 
 /* One key a SCAN for "<prefix>{tag}:returned:*" found: a bucket of markers
  * (read into *ids) or the watermark (into *before). */
-static int returned_key(fl_redis *r, const char *tag, const redisReply *k, char (**ids)[FL_ORDER_ID_LEN + 1],
+static int returned_key(fl_redis *r, const char *tag, const redisReply *k, fl_order_id **ids,
                         size_t *n, size_t *cap, long long *before, fl_err *e) {
     if (k->type != REDIS_REPLY_STRING) return 0;
     const char *last = strrchr(k->str, ':');
@@ -650,7 +651,7 @@ static int returned_key(fl_redis *r, const char *tag, const redisReply *k, char 
  * reader may then count markers missing). It runs first, so that the node
  * said to serve the copy is the one the legacy hash's HSCAN, a key's
  * command, was answered by. Returns 0, or -1 with e set. */
-static int returned_of(fl_redis *r, const char *tag, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n, size_t *cap,
+static int returned_of(fl_redis *r, const char *tag, fl_order_id **ids, size_t *n, size_t *cap,
                        long long *before, fl_err *e) {
     char *key = tag_key(r, tag, "returned", -1), pattern[600], cursor[32] = "0";
     if (!key) return fl_errf(e, "out of memory");
@@ -687,7 +688,7 @@ static int returned_of(fl_redis *r, const char *tag, char (**ids)[FL_ORDER_ID_LE
     return rc;
 }
 
-int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[FL_ORDER_ID_LEN + 1], size_t *n,
+int fl_redis_returned(fl_redis *r, const char *sku, int lanes, fl_order_id **ids, size_t *n,
                       long long *before_ms, fl_err *e) {
     char tag[96];
     size_t cap = 0;
@@ -706,7 +707,7 @@ int fl_redis_returned(fl_redis *r, const char *sku, int lanes, char (**ids)[FL_O
             return -1;
         }
     }
-    if (*n > 1) qsort(*ids, *n, sizeof **ids, cmp_id27);
+    if (*n > 1) qsort(*ids, *n, sizeof **ids, cmp_order_id);
     /* An order taken in steps was given back to each lane it took from:
      * one id each. */
     size_t k = *n ? 1 : 0;

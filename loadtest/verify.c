@@ -119,7 +119,7 @@ void fl_sampler_free(fl_sampler *s) {
 /* ---------------------------------------------------------------- baseline */
 
 typedef struct id_list {
-    char (*ids)[FL_ORDER_ID_LEN + 1];
+    fl_order_id *ids;
     size_t n, cap;
     long long units;
 } id_list;
@@ -427,7 +427,7 @@ typedef struct rows_ctx {
     const char *tag;
     fl_holds *hx;                /* the product's holds (inert without) */
     fl_hold_rows hr;             /* the rows as holds see them */
-    char (*seen)[FL_ORDER_ID_LEN + 1];            /* row ids of this run, to find 201s without a row */
+    fl_order_id *seen;           /* row ids of this run, to find 201s without a row */
     size_t nseen, capseen;
     user_units *users;
     size_t nusers, capusers;
@@ -437,8 +437,8 @@ typedef struct rows_ctx {
     long long units_run;
     long long rows_run;
     long long without_201, explained;
-    char without_ids[3][FL_ORDER_ID_LEN + 1];     /* the first few rows without a 201, to name them */
-    char last[FL_ORDER_ID_LEN + 1];               /* the last row's id: rows come in id order */
+    fl_order_id without_ids[3];  /* the first few rows without a 201, to name them */
+    fl_order_id last;            /* the last row's id: rows come in id order */
 } rows_ctx;
 
 static void *grow_arr(void *p, size_t *cap, size_t n, size_t elem) {

@@ -25,7 +25,7 @@ int fl_baseline_has(const fl_baseline *b, const char *id);
 
 /* A hold as SQLite has it at the end. */
 typedef struct fl_hold_rec {
-    char order_id[FL_ORDER_ID_LEN + 1];
+    fl_order_id order_id;
     char state;                  /* 'r' reserved, 'c' confirmed, 'x' cancelled, 'e' expired */
     int quantity;
     int this_run;                /* made by this run's buyers (not before it) */
@@ -46,7 +46,7 @@ typedef struct fl_holds {
     fl_hold_rec *rows;
     size_t nrows, cap;
     long long late_confirms, early_expiries, owed, wrong_refs;
-    char late_eg[FL_ORDER_ID_LEN + 1], early_eg[FL_ORDER_ID_LEN + 1], ref_eg[FL_ORDER_ID_LEN + 1];
+    fl_order_id late_eg, early_eg, ref_eg;
     long long first_end_ms;      /* earliest end (cancel, expiry) of this run's holds; 0 none */
     long long *lags;             /* this run's expiries: decided_ms - expires_ms */
     size_t nlags, caplags;
