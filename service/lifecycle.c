@@ -339,6 +339,13 @@ err:
     return -1;
 }
 
+/* The open HTTP connections, for the admission limit's connection bound
+ * (0 before the listener is up). */
+static long open_conns(void *ud) {
+    svc_app *a = ud;
+    return atomic_load(&a->http_up) ? http_connections(a->http) : 0;
+}
+
 int svc_start(svc_app *a, char *err, size_t errlen) {
     char why[256];
     if (stock_strategy_parse(a->cfg.strategy, &a->default_strategy) != 0) {
@@ -349,6 +356,7 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     atomic_store(&a->shutting_down, 0);
     svc_admit_init(&a->adm, a->cfg.max_inflight, (long)a->cfg.max_connections,
                        a->cfg.latency_target_ms);
+    svc_admit_count_conns(&a->adm, open_conns, a);
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms,
                                    .instance = a->instance_id, .idem_ttl_ms = a->cfg.idem_ttl_ms,

@@ -27,12 +27,18 @@ void svc_admission_init(svc_admission *ad, long fixed, long max, int target_ms) 
     atomic_flag_clear(&ad->updating);
     atomic_store(&ad->last_p90_us, 0);
     atomic_store(&ad->last_in_us, 0);
+    ad->conns = NULL;
+    ad->conns_ud = NULL;
 }
 
 /* ---------------------------------------------------------------- the rule */
 
-long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max) {
-    if (p90_us <= 0 || target_us <= 0) return limit;
+/* Whether a window's peak in flight held (nearly: a twentieth spared, for
+ * the scraper's and idle connections) every open connection. */
+static int conns_held(long peak, long conns) { return conns > 0 && peak >= conns - conns / 20; }
+
+/* The rule by the time in the path alone. */
+static long next_by_time(long limit, int64_t p90_us, long peak, int64_t target_us, long max) {
     double g = (double)target_us / (double)p90_us;
     /* Faster than the target but the limit not in use: the load, not the
      * limit, set that time, and it says nothing of more. */
@@ -52,6 +58,20 @@ long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us
     if (g > 1.0 && n <= limit) n = limit + 1;  /* small limits still grow */
     if (n < SVC_ADMISSION_MIN) n = SVC_ADMISSION_MIN;
     if (n > max) n = max;
+    return n;
+}
+
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max,
+                        long conns) {
+    if (p90_us <= 0 || target_us <= 0) return limit;
+    long n = next_by_time(limit, p90_us, peak, target_us, max);
+    /* Every connection held and the path slowing: the buyers past them
+     * wait in their clients, unseen (admission.h); keep a tenth free. */
+    if (conns_held(peak, conns) && p90_us * 2 >= target_us) {
+        long cap = conns - conns / 10;
+        if (cap < SVC_ADMISSION_MIN) cap = SVC_ADMISSION_MIN;
+        if (n > cap) n = cap;
+    }
     return n;
 }
 
@@ -118,7 +138,8 @@ static void close_window(svc_admission *ad, int64_t now) {
     atomic_store(&ad->last_p90_us, p90);
     if (ad->fixed) return;
     long limit = atomic_load(&ad->limit);
-    atomic_store(&ad->limit, svc_admission_next(limit, p90, peak, ad->target_us, ad->max));
+    long conns = ad->conns ? ad->conns(ad->conns_ud) : 0;
+    atomic_store(&ad->limit, svc_admission_next(limit, p90, peak, ad->target_us, ad->max, conns));
 }
 
 void svc_admission_leave(svc_admission *ad, int64_t micros) {
@@ -148,6 +169,13 @@ void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms) {
     for (int s = 0; s < STOCK_STRATEGY_COUNT; s++)
         svc_admission_init(&am->by_strategy[s], fixed, max, target_ms);
     atomic_store(&am->door_shed, 0);
+}
+
+void svc_admit_count_conns(svc_admit *am, long (*fn)(void *ud), void *ud) {
+    for (int s = 0; s < STOCK_STRATEGY_COUNT; s++) {
+        am->by_strategy[s].conns = fn;
+        am->by_strategy[s].conns_ud = ud;
+    }
 }
 
 /* In use: orders in flight (inflight, read by the caller), or one in the

@@ -56,6 +56,21 @@
  * limit let the turns grow. So each order adds its loop's last turn
  * (loop_turn_us) to its time in the path.
  *
+ * The queue the service cannot see. A client has as many requests out as
+ * it has connections; once every open connection waits on an admitted
+ * order, buyers beyond them queue in the client, and the path's time stops
+ * growing with the load: it is a closed loop over those connections, as
+ * fast as the service can go and under the target, so the limit grew past
+ * the connections (measured: 4,500 over 2,003, at 1.5x the capacity
+ * without a quota, nothing shed while the client's backlog reached 19,000
+ * and half of the runs answered 100,000+ orders after 1 s). So when a
+ * window's peak held (nearly) every open connection and its p90 was past
+ * half the target, the limit is held to nine tenths of the connections:
+ * the rest are answered 503 at once, free again for the next buyer, and
+ * what the buyers ask shows in the windows. Under half the target, or
+ * below the floor, it does nothing: a closed-loop client of few
+ * connections is the service at full speed, not a queue.
+ *
  * Lock-free: the counters are atomics; the window's update is taken by
  * whichever thread finishes an order after the window ends (one at a
  * time, by a flag). */
@@ -91,6 +106,8 @@ typedef struct svc_admission {
     long fixed;                    /* > 0: the limit, fixed (--max-inflight) */
     long max;                      /* the adaptive limit's ceiling */
     int64_t target_us;             /* the adaptive target: p90 of the time in the path */
+    long (*conns)(void *ud);       /* open connections now (NULL: not known) */
+    void *conns_ud;
 } svc_admission;
 
 /* Sets ad up: a fixed limit when fixed > 0, else adaptive between
@@ -127,6 +144,9 @@ typedef struct svc_admit {
 /* Sets every strategy's controller up (svc_admission_init); with fixed > 0
  * the door admits fixed orders in all, and no strategy is limited apart. */
 void svc_admit_init(svc_admit *am, long fixed, long max, int target_ms);
+/* Gives the controllers the open connections (fn(ud), any thread, cheap),
+ * for the rule's connection bound (svc_admission_next). Before any order. */
+void svc_admit_count_conns(svc_admit *am, long (*fn)(void *ud), void *ud);
 /* Before the body is parsed: whether the order path is full for every
  * strategy in use (see above). Counts it as shed when so. */
 int svc_admit_door(svc_admit *am);
@@ -147,7 +167,9 @@ int svc_admit_in_use(svc_admit *am, stock_strategy s, int64_t now_us);
 
 /* The adaptive rule, pure, for the unit tests: the next limit from the
  * current one, a window's p90 of the time in the path, its peak in
- * flight, and the target; bounded by [SVC_ADMISSION_MIN, max]. */
-long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max);
+ * flight, the target, and the open connections (0: not known); bounded by
+ * [SVC_ADMISSION_MIN, max]. */
+long svc_admission_next(long limit, int64_t p90_us, long peak, int64_t target_us, long max,
+                        long conns);
 
 #endif

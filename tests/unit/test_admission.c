@@ -7,6 +7,9 @@
  *   half the target); one over it shrinks it half
  *   the way, by at most x0.8; the floor and the ceiling hold; a p90 never
  *   seen (0) leaves it;
+ * - the connection bound: a window whose peak held every open connection,
+ *   its p90 past half the target, leaves the limit at nine tenths of them
+ *   at most; fast, or with connections to spare, the time rule alone;
  * - windows: the p90 of a window (within its bucket's width) reaches the
  *   metrics, and a window closes only after 100 ms and 16 orders;
  * - per strategy (svc_admit): the door admits up to the limits of the
@@ -37,22 +40,40 @@ static void fixed_limit_sheds_past_it(void) {
 
 static void rule_grows_only_a_limit_in_use(void) {
     /* Faster than aimed (a target of 50 ms). */
-    CHECK(svc_admission_next(200, 40000, 190, 50000, 10000) == 220);     /* x1.1 at most */
-    CHECK(svc_admission_next(200, 10000, 190, 50000, 10000) == 300);     /* far under: x1.5 */
-    CHECK(svc_admission_next(200, 20000, 190, 50000, 10000) == 300);
-    CHECK(svc_admission_next(200, 10000, 90, 50000, 10000) == 200);      /* not in use */
-    CHECK(svc_admission_next(9990, 10000, 9990, 50000, 10000) == 10000); /* ceiling */
+    CHECK(svc_admission_next(200, 40000, 190, 50000, 10000, 0) == 220);     /* x1.1 at most */
+    CHECK(svc_admission_next(200, 10000, 190, 50000, 10000, 0) == 300);     /* far under: x1.5 */
+    CHECK(svc_admission_next(200, 20000, 190, 50000, 10000, 0) == 300);
+    CHECK(svc_admission_next(200, 10000, 90, 50000, 10000, 0) == 200);      /* not in use */
+    CHECK(svc_admission_next(9990, 10000, 9990, 50000, 10000, 0) == 10000); /* ceiling */
     /* Just under the target: a small step, but a step. */
-    long n = svc_admission_next(200, 49000, 200, 50000, 10000);
+    long n = svc_admission_next(200, 49000, 200, 50000, 10000, 0);
     CHECK(n > 200 && n <= 203);
 }
 
 static void rule_shrinks_a_slow_path(void) {
-    CHECK(svc_admission_next(1000, 400000, 1000, 50000, 10000) == 800);  /* x0.8 at most */
-    CHECK(svc_admission_next(1000, 60000, 1000, 50000, 10000) == 916);   /* half the way */
-    CHECK(svc_admission_next(SVC_ADMISSION_MIN, 400000, SVC_ADMISSION_MIN, 50000, 10000) ==
+    CHECK(svc_admission_next(1000, 400000, 1000, 50000, 10000, 0) == 800);  /* x0.8 at most */
+    CHECK(svc_admission_next(1000, 60000, 1000, 50000, 10000, 0) == 916);   /* half the way */
+    CHECK(svc_admission_next(SVC_ADMISSION_MIN, 400000, SVC_ADMISSION_MIN, 50000, 10000, 0) ==
           SVC_ADMISSION_MIN);                                            /* floor */
-    CHECK(svc_admission_next(300, 0, 300, 50000, 10000) == 300);         /* no p90 */
+    CHECK(svc_admission_next(300, 0, 300, 50000, 10000, 0) == 300);         /* no p90 */
+}
+
+static void rule_keeps_a_tenth_of_held_connections_free(void) {
+    /* The measured case: 2,003 connections, every one waiting on an order,
+     * p90 80 ms of a 100 ms target -- the time rule would grow the limit
+     * past the connections; held to nine tenths of them instead. */
+    CHECK(svc_admission_next(3651, 80000, 2000, 100000, 16384, 2003) == 2003 - 200);
+    CHECK(svc_admission_next(1500, 80000, 2000, 100000, 16384, 2003) <= 1803);
+    /* Fast (under half the target): a closed loop at full speed, left alone. */
+    CHECK(svc_admission_next(3651, 40000, 2000, 100000, 16384, 2003) > 3651);
+    /* Connections not all held (1,500 of 2,003): the time rule alone. */
+    CHECK(svc_admission_next(3651, 80000, 1500, 100000, 16384, 2003) ==
+          svc_admission_next(3651, 80000, 1500, 100000, 16384, 0));
+    /* Few connections: never below the floor. */
+    CHECK(svc_admission_next(200, 80000, 64, 100000, 16384, 64) >= SVC_ADMISSION_MIN);
+    /* Slow past the target too: the smaller of the two. */
+    CHECK(svc_admission_next(3000, 400000, 2000, 100000, 16384, 2003) == 1803);
+    CHECK(svc_admission_next(1000, 400000, 1000, 100000, 16384, 1010) == 800);
 }
 
 static void window_p90_reaches_the_metrics(void) {
@@ -110,5 +131,6 @@ static void fixed_limit_is_one_for_all(void) {
 }
 
 TEST_MAIN(T(fixed_limit_sheds_past_it), T(rule_grows_only_a_limit_in_use),
-          T(rule_shrinks_a_slow_path), T(window_p90_reaches_the_metrics),
+          T(rule_shrinks_a_slow_path),
+          T(rule_keeps_a_tenth_of_held_connections_free), T(window_p90_reaches_the_metrics),
           T(strategies_are_limited_apart), T(fixed_limit_is_one_for_all))
