@@ -348,6 +348,8 @@ void db_close(db *d) {
 
 
 
+void db_set_lock_wait(db *d, int ms) { d->drv->wait_ms(d, ms); }
+
 db_status db_ping(db *d) {
     long long n;
     db_status st = db_one_int(d, DB_ST_PING, NULL, 0, "ping", &n);

@@ -140,6 +140,10 @@ long long db_memory_used(void);
  * written): DB_OK, and every commit before it is as durable; else an
  * error (a COMMIT not confirmed in time is canceled). */
 db_status db_barrier(db *d, int timeout_ms);
+/* How long d's statements wait for a lock another connection holds
+ * (SQLite: its busy timeout; PostgreSQL: lock_timeout), in ms, until set
+ * again (a connection given back to its pool gets the pool's back). */
+void db_set_lock_wait(db *d, int ms);
 /* A cheap read that fails when the file is unreadable. */
 db_status db_ping(db *d);
 
@@ -310,8 +314,11 @@ typedef struct db_writer db_writer;
  * to the caller again from then on. */
 typedef void db_batch_done(db_job **jobs, size_t n, void *ud);
 
-db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_batch,
-                           db_batch_done *done, void *ud, char *err, size_t errlen);
+/* Starts the writer on conn, which is its alone until db_writer_stop
+ * returns; the caller closes (or gives back) conn after that. NULL (err
+ * set) when the thread cannot start. */
+db_writer *db_writer_start(db *conn, size_t max_batch, db_batch_done *done, void *ud, char *err,
+                           size_t errlen);
 /* Told of each group commit that held orders: how many orders (inserts;
  * lookups are not counted) the transaction held, the time from its BEGIN to
  * its COMMIT (or rollback) in microseconds, and whether it committed. On
@@ -346,7 +353,8 @@ typedef struct db_writer_stats {
 
 /* Counters, for /metrics and /healthz. */
 void db_writer_get_stats(db_writer *w, db_writer_stats *out);
-/* Commits everything queued, then stops the thread and frees w. */
+/* Commits everything queued, then stops the thread and frees w (not its
+ * connection). */
 void db_writer_stop(db_writer *w);
 
 /* Formats wall-clock ms as RFC 3339 UTC with milliseconds into out. */

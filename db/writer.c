@@ -420,8 +420,8 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_batch,
-                           db_batch_done *done, void *ud, char *err, size_t errlen) {
+db_writer *db_writer_start(db *conn, size_t max_batch, db_batch_done *done, void *ud, char *err,
+                           size_t errlen) {
     db_writer *w = calloc(1, sizeof *w);
     if (!w) goto oom;
     assert(max_batch > 0);
@@ -432,7 +432,8 @@ db_writer *db_writer_start(const char *path, const db_options *opt, size_t max_b
     w->ud = ud;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (!(w->conn = db_open(path, opt, err, errlen))) goto err;
+    assert(conn != NULL);
+    w->conn = conn;
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         snprintf(err, errlen, "cannot start the writer thread");
         goto err;
@@ -442,7 +443,6 @@ oom:
     snprintf(err, errlen, "out of memory");
 err:
     if (w) {
-        db_close(w->conn);
         free(w->batch);
         free(w);
     }
@@ -464,7 +464,6 @@ void db_writer_stop(db_writer *w) {
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
     assert(w->head == NULL);
-    db_close(w->conn);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->batch);

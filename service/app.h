@@ -18,6 +18,7 @@
 
 #include "common/loop.h"
 #include "db/db.h"
+#include "db/pool.h"
 #include "http/http.h"
 #include "service/config.h"
 #include "service/ops/metrics.h"
@@ -41,12 +42,14 @@ typedef struct svc_app {
     struct rtopo_primary *primary; /* --redis is a Sentinel URL: its primary, followed */
     struct rtopo_cluster *cluster; /* --redis is a cluster's URL: its slot map, followed */
     db_options db_opt;
+    db_pool *dbpool;               /* every database connection of the instance */
     http_server *http;             /* NULL when started without a listener */
     atomic_int http_up;            /* http is set: threads started before it may read it */
     loop **loops;                  /* event loops: HTTP and the order path */
     pthread_t *loop_threads;
     int nloops, nrunning;
     db_writer *writer;             /* the committer */
+    db *writer_db;                 /* ...and its connection, of dbpool */
     struct svc_order_loop **order_loops;   /* the order path on each loop (order/) */
     struct svc_order_loop *give_touched;   /* the committer's: loops it hands back to */
     svc_threadpool *blocking;      /* the order path's blocking strategies */
@@ -61,7 +64,7 @@ typedef struct svc_app {
     svc_metrics m;
     svc_admit adm;                 /* orders in the order path at once (order/) */
     atomic_int shutting_down;
-    pthread_key_t tls;             /* per-thread db and stock connections */
+    pthread_key_t tls;             /* per-thread stock connections */
 } svc_app;
 
 /* Starts the whole service from a->cfg: recovery, threads, then the HTTP
@@ -79,10 +82,17 @@ void svc_stop(svc_app *a);
 int svc_redis_open(svc_app *a, char *err, size_t errlen);
 void svc_redis_close(svc_app *a);
 
-/* The calling thread's own connections (opened on first use, closed when
- * the thread ends; thread_conns.c): no connection is shared between
- * threads. NULL with the error logged when they cannot be opened. */
-db *svc_thread_db(svc_app *a);
+/* A database connection of the instance's budget (a->dbpool, db/pool.h;
+ * thread_conns.c), for one piece of work: given back with svc_db_give
+ * when the work is done. NULL when none could be had within
+ * --db-connection-wait-ms: *busy (when given) set when every connection
+ * stayed in use (the caller refuses as overloaded), else the database
+ * could not be reached (logged, at most once a second). */
+db *svc_db_take(svc_app *a, int *busy);
+void svc_db_give(svc_app *a, db *d);
+/* The calling thread's own Redis connection (opened on first use, closed
+ * when the thread ends): no connection is shared between threads. NULL
+ * with the error logged when it cannot be opened. */
 stock_conn *svc_thread_stock(svc_app *a);
 /* Sets up the per-thread connection slots (once, before threads start);
  * undone by svc_thread_conns_free. */

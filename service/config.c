@@ -69,6 +69,17 @@ static const opt OPTS[] = {
       100, 600000, "3000",
       "PostgreSQL: how long a COMMIT may wait (for a synchronous standby) before it is "
       "canceled and its orders answered 503 as unconfirmed" },
+    { "db-max-connections", "FLASHSALE_DB_MAX_CONNECTIONS", T_INT, F(db_max_connections), 3,
+      10000, "8",
+      "database connections this instance opens at most, every part of it together: the "
+      "committer and the health probe keep one each, the rest (blocking workers, API work, "
+      "maintenance, the db-lock table) take one for each piece of work and give it back. "
+      "N instances on one PostgreSQL need N x this under its max_connections "
+      "(docs/operations.md)" },
+    { "db-connection-wait-ms", "FLASHSALE_DB_CONNECTION_WAIT_MS", T_INT,
+      F(db_connection_wait_ms), 0, 60000, "1000",
+      "how long work waits for one of those connections when all are in use; then an order "
+      "is answered 503 overloaded with Retry-After (nothing taken), other requests likewise" },
     { "commit-gap-us", "FLASHSALE_COMMIT_GAP_US", T_INT, F(commit_gap_us), -1, 100000, "-1",
       "a group commit starts at least this long after the one before it, taking the orders "
       "that queued meanwhile: fewer, larger groups, each fsync's CPU shared by more orders, "

@@ -19,6 +19,8 @@ typedef struct svc_config {
     int redis_timeout_ms;
     int db_busy_timeout_ms;
     int db_commit_timeout_ms;
+    int db_max_connections;   /* the instance's database connections at most */
+    int db_connection_wait_ms;   /* how long a part waits for one of them */
     int commit_gap_us;        /* the committer's pacing (db_writer_pace) */
     int synchronous_full;
     unsigned max_connections;

@@ -260,6 +260,8 @@ static void teardown(svc_app *a) {
     svc_holds_stop(a->holds);
     /* The writer first: its last groups hand orders back to the loops. */
     db_writer_stop(a->writer);
+    svc_db_give(a, a->writer_db);
+    a->writer_db = NULL;
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
     svc_maint_stop(a->maint);
@@ -281,6 +283,9 @@ static void teardown(svc_app *a) {
     svc_product_cache_free(a->products);
     a->products = NULL;
     svc_thread_conns_free(a);
+    /* Every part that took a connection has stopped and given it back. */
+    db_pool_free(a->dbpool);
+    a->dbpool = NULL;
     locks_close(a);
     svc_redis_close(a);
 }
@@ -305,8 +310,14 @@ static void quiesce(svc_app *a) {
 /* The threads and the loops, then the listener; -1 with err. */
 static int start_parts(svc_app *a, char *err, size_t errlen) {
     char why[256];
-    if ((a->writer = db_writer_start(a->cfg.db_path, &a->db_opt, 4096, svc_orders_committed, a,
-                                     why, sizeof why))) {
+    /* The committer's connection is its own for the instance's life: the
+     * first of the budget, taken before any other part can want one. */
+    if (!(a->writer_db = svc_db_take(a, NULL))) {
+        snprintf(why, sizeof why, "the committer could not open its database connection");
+        goto err;
+    }
+    if ((a->writer = db_writer_start(a->writer_db, 4096, svc_orders_committed, a, why,
+                                     sizeof why))) {
         db_writer_observe(a->writer, svc_metrics_commit, a);
         db_writer_pace(a->writer, a->cfg.commit_gap_us);
     }
@@ -365,8 +376,6 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                                    .observe = svc_metrics_redis_call, .observe_ud = a };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0,
                                 a->cfg.db_commit_timeout_ms };
-    a->stock_cfg.db_path = a->cfg.db_path;
-    a->stock_cfg.db_opt = &a->db_opt;
     if (svc_redis_open(a, err, errlen) != 0 || locks_open(a, err, errlen) != 0) goto usage;
     stock_conn *probe = stock_conn_new(&a->stock_cfg, why, sizeof why);
     if (!probe) {
@@ -379,15 +388,22 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
         snprintf(err, errlen, "start: out of memory");
         goto fail;
     }
-    db *d = db_open(a->cfg.db_path, &a->db_opt, why, sizeof why);
-    if (!d) {
+    if (!(a->dbpool = db_pool_new(a->cfg.db_path, &a->db_opt, a->cfg.db_max_connections, why,
+                                  sizeof why))) {
+        snprintf(err, errlen, "start: %s", why);
+        goto fail;
+    }
+    a->stock_cfg.db_pool = a->dbpool;           /* the db-lock table's connections */
+    a->stock_cfg.db_wait_ms = a->cfg.db_connection_wait_ms;
+    db *d = NULL;
+    if (db_pool_take(a->dbpool, a->cfg.db_connection_wait_ms, &d, why, sizeof why) != DB_OK) {
         char shown[600];
         db_target_redact(a->cfg.db_path, shown, sizeof shown);
         snprintf(err, errlen, "database %s: %s", shown, why);
         goto fail;
     }
     svc_repair_recover(a, d);
-    db_close(d);
+    svc_db_give(a, d);
     if (start_parts(a, err, errlen) != 0) goto fail;
     return 0;
 usage:

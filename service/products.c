@@ -150,13 +150,15 @@ void svc_product_view_put(svc_product *p, const char *body, size_t len, int64_t 
     free(copy);
 }
 
-db_status svc_product_find(svc_app *a, const char *sku, svc_product **out) {
+db_status svc_product_find(svc_app *a, db *d, const char *sku, svc_product **out) {
     *out = svc_product_cache_get(a->products, sku);
     if (*out) return DB_OK;
-    db *d = svc_thread_db(a);
+    int busy = 0;
+    db *own = d ? NULL : svc_db_take(a, &busy);
     db_product dp;
-    if (!d) return DB_ERROR;
+    if (!d && !(d = own)) return busy ? DB_BUSY : DB_ERROR;
     db_status st = db_product_get(d, sku, &dp);
+    svc_db_give(a, own);
     if (st != DB_OK) return st;
     *out = svc_product_cache_put(a->products, &dp);
     return *out ? DB_OK : DB_ERROR;

@@ -72,8 +72,9 @@ static inline uint64_t svc_product_changes(svc_product *p) {
     return atomic_load_explicit(&p->changes, memory_order_relaxed);
 }
 
-/* Finds a product: cache first, then the database (on the calling thread's
- * connection). Returns DB_OK, DB_NOTFOUND or DB_ERROR. */
-db_status svc_product_find(svc_app *a, const char *sku, svc_product **out);
+/* Finds a product: cache first, then the database, on d (NULL: a
+ * connection taken for the read). Returns DB_OK, DB_NOTFOUND, DB_BUSY
+ * (no connection free in time) or DB_ERROR. */
+db_status svc_product_find(svc_app *a, db *d, const char *sku, svc_product **out);
 
 #endif

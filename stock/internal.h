@@ -56,9 +56,8 @@ struct stock_conn {
     size_t retry_cap;
     uint64_t rng;
     struct lock_client *locks[STOCK_LOCKS_COUNT], *locks_frozen[STOCK_LOCKS_COUNT];
-    char db_path[1024];           /* db-lock: the lock table's file */
-    db_options db_opt;
-    db *lockdb;                   /* ...opened on first use */
+    struct db_pool *db_pool;      /* db-lock: the lock table's connections */
+    int db_wait_ms;
     int lock_ttl_ms, lock_wait_ms;
     stock_call_observer *observe;
     void *observe_ud;

@@ -30,6 +30,7 @@
 
 #include "common/clock.h"
 #include "db/locktable.h"
+#include "db/pool.h"
 #include "lock/lock.h"
 #include "stock/internal.h"
 
@@ -251,33 +252,41 @@ static void drop_module(stock_conn *c, const stock_product *p, int seg, slot *sl
  * again after a jittered exponential backoff -- never longer than the
  * holder's row has left, nor past the wait -- as the seed's tryLock polls.
  * Its tokens are unnamed (no incarnation): the counter lives in the
- * orders' own database, which cannot lose it without losing the orders. */
+ * orders' own database, which cannot lose it without losing the orders.
+ * Each try takes a connection of the instance's budget (db/pool.h) and
+ * gives it back before its nap: a waiter holds none while it waits, and
+ * the holder's release finds one. No connection within the wait is the
+ * lock's timeout (429, nothing taken), as a holder that outlasts it is. */
 static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
                             int64_t deadline_ms, slot *sl, holder *who) {
     char name[STOCK_SKU_MAX + 96], err[256];
-    if (!c->lockdb && !(c->lockdb = db_open(c->db_path, &c->db_opt, err, sizeof err))) {
-        snprintf(c->errstr, sizeof c->errstr, "lock table: %.200s", err);
-        return STOCK_LOCK_DOWN;
-    }
+    assert(c->db_pool != NULL);    /* the service always gives one */
     lock_key(c, p, seg, name, sizeof name);
     random_hex(sl->value, 16);
     int64_t backoff_ms = 1;
     for (;;) {
         int64_t left = deadline_ms - clock_mono_ms();
         long long fence, holder_left;
-        db_status st = db_lock_acquire(c->lockdb, name, sl->value, ttl_ms,
-                                       left > 1 ? (int)left : 1, &fence, &holder_left);
+        int wait = (int)(left < c->db_wait_ms ? left : c->db_wait_ms);
+        db *d = NULL;
+        db_status st = db_pool_take(c->db_pool, wait > 0 ? wait : 0, &d, err, sizeof err);
+        if (st == DB_BUSY) return STOCK_LOCK_TIMEOUT;
+        if (st != DB_OK) {
+            snprintf(c->errstr, sizeof c->errstr, "lock table: %.200s", err);
+            return STOCK_LOCK_DOWN;
+        }
+        left = deadline_ms - clock_mono_ms();
+        st = db_lock_acquire(d, name, sl->value, ttl_ms, left > 1 ? (int)left : 1, &fence,
+                             &holder_left);
+        if (st != DB_OK && st != DB_EXISTS && st != DB_BUSY)
+            snprintf(c->errstr, sizeof c->errstr, "lock table: %s", db_errstr(d));
+        db_pool_give(c->db_pool, d);
         if (st == DB_OK) {
             who->token = (uint64_t)fence;
             who->incarnation = 0;
             return STOCK_RESERVED;
         }
-        if (st != DB_EXISTS && st != DB_BUSY) {
-            snprintf(c->errstr, sizeof c->errstr, "lock table: %s", db_errstr(c->lockdb));
-            db_close(c->lockdb);   /* opened afresh next time */
-            c->lockdb = NULL;
-            return STOCK_LOCK_DOWN;
-        }
+        if (st != DB_EXISTS && st != DB_BUSY) return STOCK_LOCK_DOWN;
         int64_t now = clock_mono_ms();
         if (now >= deadline_ms) return STOCK_LOCK_TIMEOUT;
         int64_t nap = backoff_ms / 2 + (int64_t)(sk_random(c) % (uint64_t)(backoff_ms / 2 + 1));
@@ -288,12 +297,16 @@ static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int 
     }
 }
 
+/* A release that finds no connection within the lock's own busy wait, or
+ * fails, leaves the row to expire after its ttl (the lease is the bound). */
 static void drop_db(stock_conn *c, const stock_product *p, int seg, slot *sl) {
-    char name[STOCK_SKU_MAX + 96];
-    if (!c->lockdb) return;
+    char name[STOCK_SKU_MAX + 96], err[256];
+    int busy_ms = db_pool_options(c->db_pool)->busy_timeout_ms;
+    db *d = NULL;
     lock_key(c, p, seg, name, sizeof name);
-    /* A release that fails leaves the row to expire after its ttl. */
-    db_lock_release(c->lockdb, name, sl->value, c->db_opt.busy_timeout_ms);
+    if (db_pool_take(c->db_pool, busy_ms, &d, err, sizeof err) != DB_OK) return;
+    db_lock_release(d, name, sl->value, busy_ms);
+    db_pool_give(c->db_pool, d);
 }
 
 /* How a strategy locks one segment: take (STOCK_RESERVED when held, with

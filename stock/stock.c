@@ -244,8 +244,8 @@ stock_conn *stock_conn_new(const stock_config *cfg, char *err, size_t errlen) {
     c->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
     memcpy(c->locks, cfg->locks, sizeof c->locks);
     memcpy(c->locks_frozen, cfg->locks_frozen, sizeof c->locks_frozen);
-    snprintf(c->db_path, sizeof c->db_path, "%s", cfg->db_path ? cfg->db_path : "");
-    if (cfg->db_opt) c->db_opt = *cfg->db_opt;
+    c->db_pool = cfg->db_pool;
+    c->db_wait_ms = cfg->db_wait_ms;
     c->lock_ttl_ms = cfg->lock_ttl_ms > 0 ? cfg->lock_ttl_ms : 2000;
     c->lock_wait_ms = cfg->lock_wait_ms > 0 ? cfg->lock_wait_ms : 1000;
     c->observe = cfg->observe;
@@ -259,7 +259,6 @@ void stock_conn_free(stock_conn *c) {
     if (!c) return;
     if (c->ctx) redisFree(c->ctx);
     for (int i = 0; i < c->nparked; i++) redisFree(c->parked[i].ctx);
-    db_close(c->lockdb);
     rconn_cmd_free(&c->cmd);
     free(c->retry);
     free(c);

@@ -152,7 +152,7 @@ void stock_product_free(stock_product *p);
 int stock_product_spread(stock_product *p);
 
 struct lock_client;
-struct db_options;
+struct db_pool;
 
 /* The kinds of Redis call the stock module makes, for a caller timing them
  * (stock_config.observe). A bounded set: a new kind is a row here and in
@@ -197,8 +197,9 @@ typedef struct stock_config {
     struct lock_client *locks_frozen[STOCK_LOCKS_COUNT]; /* renewing nothing: used when a
                                          product's injected pause stands for a whole-process
                                          pause (NULL: the renewing one) */
-    const char *db_path;          /* db-lock: the SQLite file of the lock table */
-    const struct db_options *db_opt;
+    struct db_pool *db_pool;      /* db-lock: the connections of the lock table's database
+                                     (db/pool.h): one is taken for each try and each release */
+    int db_wait_ms;               /* ...and how long a take may wait for one */
     int lock_ttl_ms;              /* default lease */
     int lock_wait_ms;             /* how long an order waits for a lock */
     stock_call_observer *observe; /* optional: the time of each Redis call */

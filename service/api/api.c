@@ -45,16 +45,16 @@ static void reply_redis_down(http_req *r, svc_app *a, const char *why) {
  * stock store's. A lost Redis copy is rebuilt first. after_write: the
  * answer to a committed create or restock, which must not become an error
  * because Redis lags: the available units then come from SQLite
- * (stock_initial - sold) and "stock_source" says so. */
-static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, int after_write,
-                          const char *const *extra_headers) {
+ * (stock_initial - sold) and "stock_source" says so. d: the connection
+ * of the job that answers. */
+static void reply_product(http_req *r, svc_app *a, db *d, svc_product *p, int status,
+                          int after_write, const char *const *extra_headers) {
     int64_t read_at = clock_mono_us();        /* the figures are at least this recent, */
     uint64_t changes = svc_product_changes(p);   /* and no older than these changes */
-    db *d = svc_thread_db(a);
     stock_conn *sc = svc_thread_stock(a);
     db_product dp;
     long long total = 0, *seg = calloc((size_t)p->segments, sizeof *seg);
-    if (!d || !seg || db_product_get(d, p->sku, &dp) != DB_OK) {
+    if (!seg || db_product_get(d, p->sku, &dp) != DB_OK) {
         free(seg);
         if (after_write) {
             /* Committed, but not readable back now: say so, not 503. */
@@ -128,18 +128,31 @@ static void reply_product(http_req *r, svc_app *a, svc_product *p, int status, i
     http_reply_take(r, status, "application/json; charset=utf-8", body, len + 1, extra_headers);
 }
 
-/* Finds the product of a job, answering 404/503 when it cannot. */
-static svc_product *job_product(api_job *j) {
+/* Finds the product of a job (on d), answering 404/503 when it cannot. */
+static svc_product *job_product(api_job *j, db *d) {
     svc_product *p = NULL;
-    db_status st = svc_product_find(j->a, j->sku, &p);
+    db_status st = svc_product_find(j->a, d, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
-    else if (st != DB_OK) api_reply_db_down(j->r, j->a, "reading the product");
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_BUSY, "reading the product");
     return st == DB_OK ? p : NULL;
 }
 
 /* ----------------------------------------------------------------- products */
 
-static void product_create_job(api_job *j) {
+/* Runs job on a connection of the instance's, answering 503 when none
+ * can be had. */
+static void with_db(api_job *j, void (*job)(api_job *j, db *d), const char *doing) {
+    int busy = 0;
+    db *d = svc_db_take(j->a, &busy);
+    if (!d) {
+        api_reply_db_failed(j->r, j->a, busy, doing);
+        return;
+    }
+    job(j, d);
+    svc_db_give(j->a, d);
+}
+
+static void product_create_on(api_job *j, db *d) {
     svc_app *a = j->a;
     http_req *r = j->r;
     const svc_product_input *in = &j->product;
@@ -156,16 +169,15 @@ static void product_create_job(api_job *j) {
     dp.cs_overlap = (int)in->cs_overlap;
     db_format_time(clock_wall_ms(), dp.created_at);
 
-    db *d = svc_thread_db(a);
-    db_status st = d ? db_product_insert(d, &dp) : DB_ERROR;
+    db_status st = db_product_insert(d, &dp);
     if (st == DB_EXISTS) {
         http_reply_error(r, 409, "sku_exists", "A product with SKU '%s' exists already.", dp.sku);
         return;
     }
     if (st != DB_OK) {
-        svc_log(SVC_LOG_ERROR, "create product %s: %s", dp.sku, d ? db_errstr(d) : "no database");
+        svc_log(SVC_LOG_ERROR, "create product %s: %s", dp.sku, db_errstr(d));
         /* A failed commit may still have landed: look before answering. */
-        db_status seen = d ? db_product_get(d, dp.sku, &now) : DB_ERROR;
+        db_status seen = db_product_get(d, dp.sku, &now);
         if (seen == DB_OK && now.stock_initial == dp.stock_initial &&
             !strcmp(now.strategy, dp.strategy) && now.segments == dp.segments) {
             st = DB_OK;                        /* it did: carry on as created */
@@ -208,8 +220,10 @@ static void product_create_job(api_job *j) {
                 sc ? stock_conn_errstr(sc) : "no connection");
         svc_repair_request_rebuild(a->repair, p);
     }
-    reply_product(r, a, p, 201, 1, h);
+    reply_product(r, a, d, p, 201, 1, h);
 }
+
+static void product_create_job(api_job *j) { with_db(j, product_create_on, "creating the product"); }
 
 static void product_create(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
@@ -241,10 +255,12 @@ static void product_create(http_req *r, const char *const *params, void *ud) {
     api_defer(r, j, LANE_REDIS, product_create_job);
 }
 
-static void product_get_job(api_job *j) {
-    svc_product *p = job_product(j);
-    if (p) reply_product(j->r, j->a, p, 200, 0, NULL);
+static void product_get_on(api_job *j, db *d) {
+    svc_product *p = job_product(j, d);
+    if (p) reply_product(j->r, j->a, d, p, 200, 0, NULL);
 }
+
+static void product_get_job(api_job *j) { with_db(j, product_get_on, "reading the product"); }
 
 static void product_get(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
@@ -281,15 +297,14 @@ static void restock_redis(svc_app *a, db *d, svc_product *p, long long qty, int 
     if (!sc || svc_rebuild(a, d, sc, p, 1) != 0) svc_repair_request_forced_rebuild(a->repair, p);
 }
 
-static void product_restock_job(api_job *j) {
+static void product_restock_on(api_job *j, db *d) {
     svc_app *a = j->a;
     http_req *r = j->r;
-    svc_product *p = job_product(j);
+    svc_product *p = job_product(j, d);
     if (!p) return;
-    db *d = svc_thread_db(a);
     db_product dp;
     int replayed = 0, unseen = 0;
-    db_status st = d ? db_product_restock(d, p->sku, j->qty, j->key, &dp, &replayed) : DB_ERROR;
+    db_status st = db_product_restock(d, p->sku, j->qty, j->key, &dp, &replayed);
     if (st == DB_UNKNOWN && j->key[0]) {
         /* The commit failed in a way that may have landed: the key says. */
         db_status was = db_restock_state(d, j->key);
@@ -318,7 +333,7 @@ static void product_restock_job(api_job *j) {
                                           "safely; check stock_initial before retrying this one.");
         return;
     default:
-        if (d) svc_log(SVC_LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
+        svc_log(SVC_LOG_ERROR, "restock %s: %s", p->sku, db_errstr(d));
         api_reply_db_down(r, a, "restocking");
         return;
     }
@@ -327,8 +342,10 @@ static void product_restock_job(api_job *j) {
         restock_redis(a, d, p, j->qty, unseen);
         svc_log(SVC_LOG_INFO, "product %s restocked: +%lld units", p->sku, j->qty);
     }
-    reply_product(r, a, p, 200, 1, replayed ? replay_hdr : NULL);
+    reply_product(r, a, d, p, 200, 1, replayed ? replay_hdr : NULL);
 }
+
+static void product_restock_job(api_job *j) { with_db(j, product_restock_on, "restocking"); }
 
 static void product_restock(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;

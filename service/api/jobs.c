@@ -44,6 +44,17 @@ void api_reply_db_down(http_req *r, svc_app *a, const char *doing) {
                           doing);
 }
 
+void api_reply_db_busy(http_req *r, const char *doing) {
+    http_reply_error_with(r, 503, "overloaded", NULL, api_retry,
+                          "Every database connection of this instance stayed in use (%s); "
+                          "nothing was changed. Retry after Retry-After seconds.", doing);
+}
+
+void api_reply_db_failed(http_req *r, svc_app *a, int busy, const char *doing) {
+    if (busy) api_reply_db_busy(r, doing);
+    else api_reply_db_down(r, a, doing);
+}
+
 
 /* Constant-time comparison: the time taken does not depend on where the
  * strings first differ, so the token cannot be guessed byte by byte. */

@@ -110,9 +110,9 @@ static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_orde
 /* The product was not cached: look it up off the HTTP thread. */
 static void order_create_job(api_job *j) {
     svc_product *p = NULL;
-    db_status st = svc_product_find(j->a, j->order.sku, &p);
+    db_status st = svc_product_find(j->a, NULL, j->order.sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->order.sku);
-    else if (st != DB_OK) api_reply_db_down(j->r, j->a, "reading the product");
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_BUSY, "reading the product");
     else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
 }
 
@@ -225,7 +225,7 @@ static void decide_job(api_job *j) {
                               "The database failed while committing; whether the order changed "
                               "is not known. Retry: a confirm or cancel is safe to repeat.");
     } else {
-        api_reply_db_down(j->r, j->a, "deciding the order");
+        api_reply_db_failed(j->r, j->a, st == DB_BUSY, "deciding the order");
     }
     free(dc);
 }
@@ -273,12 +273,14 @@ void api_order_cancel(http_req *r, const char *const *params, void *ud) {
 
 static void order_get_job(api_job *j) {
     db_order o;
-    db *d = svc_thread_db(j->a);
+    int busy = 0;
+    db *d = svc_db_take(j->a, &busy);
     db_status st = d ? db_order_get(d, j->order_id, &o) : DB_ERROR;
+    svc_db_give(j->a, d);
     if (st == DB_NOTFOUND)
         http_reply_error(j->r, 404, "unknown_order", "No order has id '%s'.", j->order_id);
     else if (st != DB_OK)
-        api_reply_db_down(j->r, j->a, "reading the order");
+        api_reply_db_failed(j->r, j->a, busy, "reading the order");
     else
         http_reply_json(j->r, 200, order_json(&o), NULL);
 }
@@ -303,7 +305,8 @@ static void append_order(const db_order *o, void *ud) {
 }
 
 static void order_list_job(api_job *j) {
-    db *d = svc_thread_db(j->a);
+    int busy = 0;
+    db *d = svc_db_take(j->a, &busy);
     json_t *orders = json_array();
     int more = 0;
     if (!d || !orders ||
@@ -311,10 +314,12 @@ static void order_list_job(api_job *j) {
                       j->has_after ? j->after : NULL, (int)j->limit, append_order, orders,
                       &more) != DB_OK) {
         json_decref(orders);
-        svc_log(SVC_LOG_WARN, "listing orders: %s", d ? db_errstr(d) : "no database connection");
-        api_reply_db_down(j->r, j->a, "listing orders");
+        if (d) svc_log(SVC_LOG_WARN, "listing orders: %s", db_errstr(d));
+        svc_db_give(j->a, d);
+        api_reply_db_failed(j->r, j->a, busy, "listing orders");
         return;
     }
+    svc_db_give(j->a, d);
     size_t n = json_array_size(orders);
     json_t *next = more && n ? json_copy(json_object_get(json_array_get(orders, n - 1), "order_id"))
                              : json_null();

@@ -189,13 +189,16 @@ static int owed_of(owed *o, svc_product *p, const db_decision *dc) {
 }
 
 db_status svc_hold_decide(svc_app *a, db_decision *dc) {
-    db *d = svc_thread_db(a);
+    int busy = 0;
+    db *d = svc_db_take(a, &busy);
     db_order o;
     svc_product *p = NULL;
-    if (!d) return DB_ERROR;
-    /* The product says where the stock is: in SQLite, or a Redis copy. */
+    if (!d) return busy ? DB_BUSY : DB_ERROR;
+    /* The product says where the stock is: in SQLite, or a Redis copy.
+     * The connection goes back before the wait for the committer. */
     db_status st = db_order_get(d, dc->order_id, &o);
-    if (st == DB_OK) st = svc_product_find(a, o.sku, &p);
+    if (st == DB_OK) st = svc_product_find(a, d, o.sku, &p);
+    svc_db_give(a, d);
     if (st != DB_OK) return st;
     dc->stock_in_db = stock_in_db(p);
     /* In the committer's next group, with the orders around it: one fsync
@@ -232,7 +235,7 @@ static int expire_batch(svc_holds *h, db *d, stock_conn *sc, db_expired *ex, owe
         atomic_fetch_add(&a->m.holds_ended[2], 1);
         svc_histogram_observe(&a->m.expiry_lag, (now - ex[i].expires_ms) * 1000);
         svc_product *p = NULL;
-        if (svc_product_find(a, ex[i].sku, &p) != DB_OK) continue;     /* owed: retried */
+        if (svc_product_find(a, d, ex[i].sku, &p) != DB_OK) continue;  /* owed: retried */
         svc_product_changed(p);
         if (ex[i].return_gen <= 0) {                   /* the db strategies: back already */
             svc_product_soldout_clear(p);
@@ -369,7 +372,6 @@ static void *holds_main(void *arg) {
     svc_holds *h = arg;
     svc_app *a = h->a;
     pthread_setname_np(pthread_self(), "fs-holds");
-    db *d = svc_thread_db(a);
     stock_conn *sc = svc_thread_stock(a);
     db_expired *ex = calloc(EXPIRE_BATCH, sizeof *ex);
     owed *back = calloc(EXPIRE_BATCH, sizeof *back);
@@ -380,8 +382,10 @@ static void *holds_main(void *arg) {
     while (!h->stop) {
         pthread_mutex_unlock(&h->mu);
         int64_t start = clock_mono_ms();
-        if (!d) d = svc_thread_db(a);
-        if (d && ex && back) {
+        /* A connection for the tick, given back after it: between ticks
+         * the thread holds none. */
+        db *d = ex && back ? svc_db_take(a, NULL) : NULL;
+        if (d) {
             while (expire_batch(h, d, sc, ex, back) == EXPIRE_BATCH &&
                    clock_mono_ms() - start < TICK_BUDGET_MS) {}
             if (clock_mono_ms() >= next_owing) {
@@ -395,6 +399,7 @@ static void *holds_main(void *arg) {
                 next_forget = clock_mono_ms() + FORGET_EVERY_MS;
             }
         }
+        svc_db_give(a, d);
         pthread_mutex_lock(&h->mu);
         if (!h->stop) {
             struct timespec until;

@@ -1,7 +1,8 @@
 /* health.c: what /healthz reports, measured by probes, not remembered.
  *
- * Two prober threads, one per dependency, each with its own connection:
- * Redis is PINGed, and SQLite gets a small real write transaction (it fails
+ * Two prober threads, one per dependency, each with its own connection
+ * (the database's one of the instance's budget, db/pool.h, kept): Redis
+ * is PINGed, and SQLite gets a small real write transaction (it fails
  * as an order's commit would: database locked past a short wait, disk full,
  * file read-only). Each keeps its latest result and when it completed.
  * /healthz reads that state and never waits on a dependency itself; a
@@ -53,11 +54,13 @@ static void probe_once(prober *p, db **d, stock_conn *sc) {
         ok = sc && stock_ping(sc) == 0;
         if (!ok) snprintf(err, sizeof err, "%s", sc ? stock_conn_errstr(sc) : "no connection");
     } else {
-        if (!*d) {
-            db_options o = a->db_opt;
-            if (o.busy_timeout_ms > DB_PROBE_BUSY_MS) o.busy_timeout_ms = DB_PROBE_BUSY_MS;
-            *d = db_open(a->cfg.db_path, &o, err, sizeof err);
-        }
+        /* Its connection is the prober's own for the instance's life (one
+         * of the budget's, taken once it can be opened): a probe never
+         * waits behind the order path for one, so a busy instance is not
+         * reported as a database that is down. */
+        if (!*d && db_pool_take(a->dbpool, DB_PROBE_BUSY_MS, d, err, sizeof err) == DB_OK)
+            db_set_lock_wait(*d, a->db_opt.busy_timeout_ms < DB_PROBE_BUSY_MS
+                                     ? a->db_opt.busy_timeout_ms : DB_PROBE_BUSY_MS);
         ok = *d && db_probe(*d) == DB_OK;
         if (!ok && *d) snprintf(err, sizeof err, "%s", db_errstr(*d));
     }
@@ -94,7 +97,7 @@ static void *prober_main(void *arg) {
     }
     pthread_mutex_unlock(&h->mu);
     stock_conn_free(sc);
-    db_close(d);
+    db_pool_give(h->a->dbpool, d);
     return NULL;
 }
 

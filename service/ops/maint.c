@@ -9,7 +9,9 @@
  *   the memory freed is given back.
  * - Tallies (PostgreSQL): every FOLD_EVERY_MS, the units the groups counted
  *   in their tally rows are folded into the products rows (db_fold_tallies),
- *   so the tallies' table stays small however long the sale. */
+ *   so the tallies' table stays small however long the sale.
+ * - Connections: each round takes one of the budget (db/pool.h) and gives
+ *   it back; the pool's connections idle past DB_POOL_IDLE_MS are closed. */
 #include <assert.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -106,12 +108,10 @@ static void *maint_main(void *arg) {
     pthread_setname_np(pthread_self(), "fs-maint");
     svc_app *a = m->a;
     char err[256];
-    db *d = db_open(a->cfg.db_path, &a->db_opt, err, sizeof err);
     stock_conn *sc = stock_conn_new(&a->stock_cfg, err, sizeof err);
     int64_t next_beat = 0, next_sweep = clock_mono_ms() + SWEEP_EVERY_MS;
     int64_t next_fold = clock_mono_ms() + FOLD_EVERY_MS;
     assert(sc != NULL);   /* the configuration was checked at start */
-    if (!d) svc_log(SVC_LOG_ERROR, "maintenance: %s", err);
     while (!atomic_load(&m->stopping)) {
         svc_repair_wait(a->repair, WAKE_EVERY_MS);
         if (atomic_load(&m->stopping)) break;
@@ -122,6 +122,10 @@ static void *maint_main(void *arg) {
             stock_heartbeat(sc, HEARTBEAT_TTL_MS);
             next_beat = now + 1000;
         }
+        /* A connection of the budget for this round, given back after it
+         * (NULL: none free or the database down; the repairs that need one
+         * wait for a later round). Idle ones past their time are closed. */
+        db *d = svc_db_take(a, NULL);
         svc_repair_run(a->repair, d, sc);
         trim_after_connections(m, now);
         if (d && now >= next_sweep) {
@@ -136,10 +140,11 @@ static void *maint_main(void *arg) {
                 svc_log(SVC_LOG_WARN, "maintenance: folding the tallies: %s", db_errstr(d));
             next_fold = now + FOLD_EVERY_MS;
         }
+        svc_db_give(a, d);
+        db_pool_trim(a->dbpool);
     }
     svc_repair_run(a->repair, NULL, sc);   /* a last try for undos that failed at shutdown */
     stock_conn_free(sc);
-    db_close(d);
     return NULL;
 }
 

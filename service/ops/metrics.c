@@ -62,6 +62,7 @@ static const char *const OUTCOME_NAMES[OUT_COUNT] = {
     [OUT_LOCK_TIMEOUT] = "lock_timeout", [OUT_FENCED] = "lock_fenced",
     [OUT_CONFLICT] = "optimistic_conflict", [OUT_REDIS_UNAVAILABLE] = "redis_unavailable",
     [OUT_DB_UNAVAILABLE] = "db_unavailable", [OUT_LOCK_UNAVAILABLE] = "lock_unavailable",
+    [OUT_DB_BUSY] = "db_connections_busy",
 };
 
 /* The statuses the API answers (docs/openapi.yaml); the last slot counts
@@ -436,6 +437,29 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
     counter(b, "flashsale_db_commit_jobs_total", "Orders and lookups handled by the writer.",
             ws.jobs);
     counter(b, "flashsale_db_commit_failures_total", "Group commits that failed.", ws.failures);
+    db_pool_stats ps;
+    db_pool_get_stats(a->dbpool, &ps);
+    family(b, "flashsale_db_connections", "gauge",
+           "Database connections this instance holds open, by state (in_use: taken by a part "
+           "of it; idle: in its pool).");
+    put(b, "flashsale_db_connections{state=\"in_use\"} %d\n", ps.in_use);
+    put(b, "flashsale_db_connections{state=\"idle\"} %d\n", ps.open - ps.in_use);
+    family(b, "flashsale_db_connections_max", "gauge",
+           "The instance's budget of database connections (--db-max-connections).");
+    put(b, "flashsale_db_connections_max %d\n", ps.max);
+    family(b, "flashsale_db_connection_waiting", "gauge",
+           "Parts of the instance waiting now for one of its database connections.");
+    put(b, "flashsale_db_connection_waiting %d\n", ps.waiting);
+    counter(b, "flashsale_db_connection_waits_total",
+            "Takes of a database connection that found all in use and waited.", ps.waits);
+    counter(b, "flashsale_db_connection_wait_timeouts_total",
+            "Waits for a database connection that ran out (--db-connection-wait-ms): the "
+            "request was refused 503 overloaded, nothing taken.", ps.timeouts);
+    family(b, "flashsale_db_connection_wait_seconds_total", "counter",
+           "Time spent waiting for a database connection, all takes together.");
+    put(b, "flashsale_db_connection_wait_seconds_total %.6f\n", (double)ps.wait_us / 1e6);
+    counter(b, "flashsale_db_connect_failures_total",
+            "Database connections that could not be opened.", ps.failures);
     family(b, "flashsale_sqlite_memory_bytes", "gauge",
            "Memory SQLite holds: page caches of every connection, statements.");
     put(b, "flashsale_sqlite_memory_bytes %lld\n", db_memory_used());

@@ -40,11 +40,14 @@ SVC_FAM_DATA_FITS(db_data);
 /* db-optimistic, step one, on a blocking thread: read the stock and its
  * version, then let the committer try the versioned update. */
 static void read_version(svc_order *op) {
-    db *d = svc_thread_db(op->a);
+    int busy = 0;
+    db *d = svc_db_take(op->a, &busy);
     long long available = 0, version = 0;
-    if (!d || db_stock_read(d, op->p->sku, &available, &version) != DB_OK) {
-        svc_health_poke_db(op->a->health);
-        svc_order_refuse(op, RF_DB_DOWN, 0);
+    db_status st = d ? db_stock_read(d, op->p->sku, &available, &version) : DB_ERROR;
+    svc_db_give(op->a, d);
+    if (st != DB_OK) {
+        if (!busy) svc_health_poke_db(op->a->health);
+        svc_order_refuse(op, busy ? RF_DB_BUSY : RF_DB_DOWN, 0);
         return;
     }
     if (available < op->quantity) {
@@ -69,22 +72,25 @@ static void in_critical_section(void *ud, long long units) {
 /* db-for-update and its twin, on a blocking thread: the order's own
  * transaction on this thread's connection, then the answer. */
 static void for_update(svc_order *op) {
-    db *d = svc_thread_db(op->a);
+    int busy = 0;
+    db *d = svc_db_take(op->a, &busy);
     long long read = 0, version = 0, available = 0;
     int unsafe = op->p->strategy == STOCK_UNSAFE_CHECK_OUTSIDE_TX;
     if (!d) {
-        svc_health_poke_db(op->a->health);
-        svc_order_refuse(op, RF_DB_DOWN, 0);
+        if (!busy) svc_health_poke_db(op->a->health);
+        svc_order_refuse(op, busy ? RF_DB_BUSY : RF_DB_DOWN, 0);
         return;
     }
     if (unsafe) {
         /* The seed's mistake: the check before the transaction that locks. */
         if (db_stock_read(d, op->p->sku, &read, &version) != DB_OK) {
+            svc_db_give(op->a, d);
             svc_health_poke_db(op->a->health);
             svc_order_refuse(op, RF_DB_DOWN, 0);
             return;
         }
         if (read < op->quantity) {
+            svc_db_give(op->a, d);
             svc_order_refuse(op, read > 0 ? RF_INSUFFICIENT : RF_SOLD_OUT, read);
             return;
         }
@@ -95,6 +101,7 @@ static void for_update(svc_order *op) {
     db_job *j = &op->job;
     j->status = db_order_for_update(d, &j->order, j->take, j->per_user_limit, read, &available);
     db_set_critical(d, NULL, NULL);
+    svc_db_give(op->a, d);
     j->available = available;
     if (j->status != DB_OK) {
         refused(op);

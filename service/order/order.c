@@ -143,6 +143,9 @@ static const struct {
     [RF_LOCK_DOWN] = { 503, "lock_unavailable", OUT_LOCK_UNAVAILABLE,
                        "The lock server of %1$s's strategy is unavailable (or not configured on "
                        "this instance); nothing was taken. Retry shortly." },
+    [RF_DB_BUSY] = { 503, "overloaded", OUT_DB_BUSY,
+                     "Every database connection of this instance stayed in use; the order "
+                     "was not taken. Retry after Retry-After seconds." },
 };
 
 int svc_refusal_status(svc_refusal rf) {

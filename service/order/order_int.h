@@ -57,7 +57,7 @@ typedef enum svc_order_state {
 typedef enum svc_refusal {
     RF_SOLD_OUT, RF_INSUFFICIENT, RF_LIMIT, RF_KEY_REUSED, RF_IN_PROGRESS, RF_LOCK_TIMEOUT,
     RF_FENCED, RF_CONFLICT, RF_REBUILDING, RF_REDIS_DOWN, RF_REDIS_DOWN_TAKEN, RF_STALE,
-    RF_DB_DOWN, RF_DB_UNKNOWN, RF_LOCK_DOWN, RF_COUNT,
+    RF_DB_DOWN, RF_DB_UNKNOWN, RF_LOCK_DOWN, RF_DB_BUSY, RF_COUNT,
     RF_LOOKUP = RF_COUNT          /* UNDOING only: not a refusal; look the key's order up */
 } svc_refusal;
 

@@ -17,6 +17,7 @@
 #include "db/db.h"
 #include "db/holds.h"
 #include "db/locktable.h"
+#include "db/pool.h"
 #include "tests/unit/t.h"
 
 static char dir[] = "/tmp/fs-test-db-XXXXXX";
@@ -450,7 +451,9 @@ static void test_writer_groups(void) {
     CHECK(db_product_insert(d, &p) == DB_OK);
     char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    db *wc = db_open(path, &OPTS, err, sizeof err);
+    CHECK(wc != NULL);
+    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
     CHECK(w != NULL);
     enum { N = 3000 };
     static db_job jobs[N];
@@ -473,6 +476,7 @@ static void test_writer_groups(void) {
     db_writer_get_stats(w, &ws);
     CHECK(ws.jobs == N && ws.failures == 0);
     db_writer_stop(w);
+    db_close(wc);
     db_product got;
     CHECK(db_product_get(d, "w", &got) == DB_OK && got.sold == N);
     db_close(d);
@@ -487,7 +491,9 @@ static void test_writer_paced(void) {
     CHECK(db_product_insert(d, &p) == DB_OK);
     char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    db *wc = db_open(path, &OPTS, err, sizeof err);
+    CHECK(wc != NULL);
+    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
     CHECK(w != NULL);
     db_writer_pace(w, 400000);                         /* 400 ms */
     static db_job jobs[6];
@@ -513,6 +519,7 @@ static void test_writer_paced(void) {
     CHECK(b.groups == 2);                              /* the first, then the other five */
     for (int i = 0; i < 6; i++) CHECK(jobs[i].status == DB_OK);
     db_writer_stop(w);
+    db_close(wc);
     db_close(d);
 }
 
@@ -559,7 +566,9 @@ static void test_fold_beside_writer(void) {
     CHECK(db_product_insert(d, &p) == DB_OK);
     char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db_writer *w = db_writer_start(path, &OPTS, 512, on_done, &b, err, sizeof err);
+    db *wc = db_open(path, &OPTS, err, sizeof err);
+    CHECK(wc != NULL);
+    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
     CHECK(w != NULL);
     folder f = { 0 };
     pthread_t th;
@@ -581,6 +590,7 @@ static void test_fold_beside_writer(void) {
     atomic_store(&f.stop, 1);
     pthread_join(th, NULL);
     db_writer_stop(w);
+    db_close(wc);
     long long units = 0;
     int ok = 0;
     for (int i = 0; i < N; i++) {
@@ -735,12 +745,131 @@ static void cleanup(void) {
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
 }
 
+/* ------------------------------------------------------- the connection budget */
+
+typedef struct giver {
+    db_pool *p;
+    db *d;
+    int after_ms;
+} giver;
+
+static void *give_later(void *arg) {
+    giver *g = arg;
+    clock_sleep_ms(g->after_ms);
+    db_pool_give(g->p, g->d);
+    return NULL;
+}
+
+/* At most max connections, whoever asks: a take past them waits for a
+ * give, or its wait out (DB_BUSY, counted); the LIFO stack hands the last
+ * given back first. */
+static void test_pool_budget(void) {
+    db *first = fresh();
+    char err[256];
+    CHECK(first != NULL);
+    if (!first) return;
+    db_close(first);
+    db_pool *p = db_pool_new(path, &OPTS, 2, err, sizeof err);
+    db *a = NULL, *b = NULL, *c = NULL;
+    CHECK(p && db_pool_take(p, 0, &a, err, sizeof err) == DB_OK && a);
+    CHECK(db_pool_take(p, 0, &b, err, sizeof err) == DB_OK && b && b != a);
+    int64_t t0 = clock_mono_ms();
+    CHECK(db_pool_take(p, 80, &c, err, sizeof err) == DB_BUSY && c == NULL);
+    int64_t waited = clock_mono_ms() - t0;
+    CHECK(waited >= 70 && waited < 2000);
+    CHECK(strstr(err, "all 2 database connections") != NULL);
+    CHECK(db_pool_take(p, 0, &c, err, sizeof err) == DB_BUSY);     /* no wait at all */
+    db_pool_stats st;
+    db_pool_get_stats(p, &st);
+    CHECK(st.max == 2 && st.open == 2 && st.in_use == 2 && st.timeouts == 2 && st.waits == 1);
+    CHECK(st.takes == 2 && st.opened == 2 && st.wait_us >= 70000);
+    /* A give wakes a waiter, which gets that very connection. */
+    giver g = { p, b, 50 };
+    pthread_t t;
+    pthread_create(&t, NULL, give_later, &g);
+    t0 = clock_mono_ms();
+    CHECK(db_pool_take(p, 5000, &c, err, sizeof err) == DB_OK && c == b);
+    CHECK(clock_mono_ms() - t0 < 4000);
+    pthread_join(t, NULL);
+    db_pool_give(p, c);
+    db_pool_give(p, a);
+    CHECK(db_pool_take(p, 0, &c, err, sizeof err) == DB_OK && c == a);   /* last in, first out */
+    db_pool_give(p, c);
+    db_pool_get_stats(p, &st);
+    CHECK(st.open == 2 && st.in_use == 0 && st.waiting == 0 && st.takes == 4);
+    db_pool_free(p);
+}
+
+/* A connection comes back as new: a transaction its taker left open is
+ * rolled back (its write gone), its lock wait is the pool's again. */
+static void test_pool_gives_back_clean(void) {
+    db *first = fresh();
+    char err[256];
+    CHECK(first != NULL);
+    if (!first) return;
+    db_close(first);
+    db_pool *p = db_pool_new(path, &OPTS, 1, err, sizeof err);
+    db *d = NULL;
+    db_product got, pr = product("left-open", 5);
+    CHECK(p && db_pool_take(p, 0, &d, err, sizeof err) == DB_OK);
+    CHECK(db_begin(d) == DB_OK && db_product_insert(d, &pr) == DB_OK);
+    db_set_lock_wait(d, 1);
+    db_pool_give(p, d);
+    CHECK(db_pool_take(p, 0, &d, err, sizeof err) == DB_OK);
+    CHECK(db_product_get(d, "left-open", &got) == DB_NOTFOUND);
+    CHECK(db_begin(d) == DB_OK && db_commit(d) == DB_OK);      /* usable, no transaction */
+    db_pool_give(p, d);
+    db_pool_free(p);
+}
+
+/* A connection that cannot be opened gives its slot back: the budget is
+ * not spent by failures. Idle connections past their time are closed. */
+static void test_pool_failures_and_idle(void) {
+    char err[256], bad[600];
+    db *d = NULL;
+    if (pg_url) snprintf(bad, sizeof bad, "%s_no_such_database", pg_url);
+    else snprintf(bad, sizeof bad, "%s/no/such/dir/x.db", dir);
+    db_pool *p = db_pool_new(bad, &OPTS, 1, err, sizeof err);
+    CHECK(p != NULL);
+    if (!p) return;
+    for (int i = 0; i < 3; i++) CHECK(db_pool_take(p, 0, &d, err, sizeof err) == DB_ERROR && !d);
+    db_pool_stats st;
+    db_pool_get_stats(p, &st);
+    CHECK(st.open == 0 && st.in_use == 0 && st.failures == 3 && st.takes == 0);
+    db_pool_free(p);
+
+    db *first = fresh();
+    CHECK(first != NULL);
+    if (!first) return;
+    db_close(first);
+    p = db_pool_new(path, &OPTS, 3, err, sizeof err);
+    db *a = NULL, *b = NULL;
+    CHECK(db_pool_take(p, 0, &a, err, sizeof err) == DB_OK);
+    CHECK(db_pool_take(p, 0, &b, err, sizeof err) == DB_OK);
+    db_pool_give(p, a);
+    db_pool_give(p, b);
+    db_pool_trim(p);                                    /* not idle long yet */
+    db_pool_get_stats(p, &st);
+    CHECK(st.open == 2 && st.closed == 0);
+    db_pool_set_idle(p, 20);
+    clock_sleep_ms(40);
+    db_pool_trim(p);
+    db_pool_get_stats(p, &st);
+    CHECK(st.open == 0 && st.closed == 2);
+    CHECK(db_pool_take(p, 0, &a, err, sizeof err) == DB_OK);   /* opened afresh */
+    db_pool_give(p, a);
+    db_pool_get_stats(p, &st);
+    CHECK(st.open == 1 && st.opened == 3);
+    db_pool_free(p);
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_barrier_after_a_canceled_one), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
         T(test_lock_table), T(test_writer_groups), T(test_writer_paced), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
-        T(test_hold_decided_while_swept),
+        T(test_hold_decided_while_swept), T(test_pool_budget), T(test_pool_gives_back_clean),
+        T(test_pool_failures_and_idle),
     };
     if (!mkdtemp(dir)) return 2;
     int passed = 0, failed = 0;

@@ -119,8 +119,10 @@ static svc_product *product(const char *sku, const char *strategy, int segments,
     dp.per_user_limit = limit;
     dp.stock_initial = stock;
     db_format_time(clock_wall_ms(), dp.created_at);
-    db *d = svc_thread_db(&app);
-    if (!d || db_product_insert(d, &dp) != DB_OK) return NULL;
+    db *d = svc_db_take(&app, NULL);
+    db_status st = d ? db_product_insert(d, &dp) : DB_ERROR;
+    svc_db_give(&app, d);
+    if (st != DB_OK) return NULL;
     svc_product *p = svc_product_cache_put(app.products, &dp);
     stock_conn *sc = svc_thread_stock(&app);
     if (p && stock_strategy_about(p->strategy)->uses_redis &&
@@ -138,8 +140,10 @@ static void submit(svc_product *p, const char *user, int qty, const char *key) {
 /* What the stores say after the orders: SQLite's sold, Redis's units. */
 static long long sold_in_db(const char *sku) {
     db_product dp;
-    db *d = svc_thread_db(&app);
-    return d && db_product_get(d, sku, &dp) == DB_OK ? dp.sold : -1;
+    db *d = svc_db_take(&app, NULL);
+    long long sold = d && db_product_get(d, sku, &dp) == DB_OK ? dp.sold : -1;
+    svc_db_give(&app, d);
+    return sold;
 }
 
 static long long left_in_redis(svc_product *p) {
@@ -398,7 +402,9 @@ static void test_copy_behind_sqlite_is_reloaded(void) {
     reset_replies();
     submit(p, "gina", 2, NULL);
     CHECK(wait_replies(1) == 1 && replies[0].status == 201);
-    CHECK(db_product_new_gen(svc_thread_db(&app), p->sku, 0, &dp, NULL, NULL) == DB_OK);  /* SQLite only */
+    db *d = svc_db_take(&app, NULL);
+    CHECK(d && db_product_new_gen(d, p->sku, 0, &dp, NULL, NULL) == DB_OK);  /* SQLite only */
+    svc_db_give(&app, d);
     submit(p, "gina", 1, NULL);
     CHECK(wait_replies(2) == 2);
     CHECK(replies[1].status == 503);
