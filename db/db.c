@@ -726,6 +726,8 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud) {
 
 int db_row_locks(const db *d) { return d->drv == &db_pg_driver; }
 
+int db_pooled(const db *d) { return d->drv->pooled && d->drv->pooled(d); }
+
 /* db-for-update's lock: SELECT ... FOR UPDATE of the product's row, which
  * reads what is left: DB_OK with *left, DB_NOTFOUND, or an error. */
 static db_status lock_for_update(db *d, const char *sku, long long *left) {

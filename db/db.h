@@ -63,6 +63,12 @@ typedef struct db_options {
      * outcome called unconfirmed rather than waited for without end.
      * 0: DB_COMMIT_TIMEOUT_MS. */
     int commit_timeout_ms;
+    /* PostgreSQL: any other statement not answered in this long is
+     * canceled and its connection dropped: a pooler waiting for a server
+     * connection to lend (PgBouncer's pool full), a server that stopped
+     * answering. Lock waits end sooner (busy_timeout_ms). 0: no bound
+     * (the tools: a migration's batches, an audit's sums). */
+    int answer_timeout_ms;
 } db_options;
 
 #define DB_COMMIT_TIMEOUT_MS 3000
@@ -269,6 +275,11 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud);
 db_status db_fold_tallies(db *d, long long *folded);
 /* Whether d's engine has row locks (PostgreSQL). */
 int db_row_locks(const db *d);
+/* Whether d's server connection is not its own: a pooler (PgBouncer)
+ * stands between and lends it one per transaction or session, so d keeps
+ * nothing in the session (no named statements, SET LOCAL per
+ * transaction). 0 on SQLite and on a connection to PostgreSQL itself. */
+int db_pooled(const db *d);
 
 /* Copies a sale's books -- products, orders, holds, voided orders, the
  * buyers' units, restocks by key, the db-lock fences -- from src into dst,

@@ -153,6 +153,9 @@ typedef struct db_driver {
      * standby), which confirms every commit before it too. DB_OK, or an
      * error (d->unconfirmed set when it was canceled). */
     db_status (*barrier)(db *d, int timeout_ms);
+    /* Optional (NULL: never): whether the server connection is not this
+     * client's own (db_pooled). */
+    int (*pooled)(const db *d);
 } db_driver;
 
 enum { DB_UNCONFIRMED_CANCELED = 1, DB_UNCONFIRMED_DROPPED = 2 };

@@ -50,6 +50,12 @@ typedef struct pg {
     /* The connection was dropped with a statement unanswered: opened
      * again before the next one (ensure). */
     int dropped;
+    /* The server connection is not this client's own: a pooler (PgBouncer)
+     * stands between and may hand each transaction another one. Then
+     * nothing lives in the session: statements are unnamed (parsed with
+     * their run), and a transaction's settings are SET LOCAL in it. */
+    int shared;
+    int answer_ms;                /* opt.answer_timeout_ms: 0, wait for ever */
 } pg;
 
 static pg *conn_of(db *d) { return d->impl; }
@@ -107,191 +113,6 @@ static db_status fail(db *d, const PGresult *res, const char *what) {
         st = DB_BUSY;
     }
     return db_set_error(d, st, what, clean);
-}
-
-/* ------------------------------------------------------------ the schema */
-
-static int exec(PGconn *c, const char *sql, char *err, size_t errlen) {
-    PGresult *res = PQexec(c, sql);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok) {
-        snprintf(err, errlen, "%s", PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
-                                                                : PQerrorMessage(c));
-        err[strcspn(err, "\n")] = '\0';
-    }
-    PQclear(res);
-    return ok ? 0 : -1;
-}
-
-/* The schema version of the database (0: none yet), or -1 with err set. */
-static int schema_version(PGconn *c, char *err, size_t errlen) {
-    PGresult *res = PQexec(c, "SELECT coalesce(max(version),0) FROM flashsale_schema");
-    int v = -1;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        v = atoi(PQgetvalue(res, 0, 0));
-    } else {
-        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        if (state && !strcmp(state, "42P01")) v = 0;      /* no such table: empty */
-        else snprintf(err, errlen, "read the schema version: %s", PQresultErrorMessage(res));
-    }
-    PQclear(res);
-    return v;
-}
-
-/* Brings the database to DB_SCHEMA_VERSION in one transaction, under the
- * schema's advisory lock. A newer schema is refused. */
-static int migrate(PGconn *c, char *err, size_t errlen) {
-    char sql[96];
-    if (exec(c, "BEGIN", err, errlen)) return -1;
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%lld)", (long long)MIGRATE_LOCK);
-    if (exec(c, sql, err, errlen) ||
-        exec(c, "CREATE TABLE IF NOT EXISTS flashsale_schema(version INTEGER NOT NULL)", err,
-             errlen))
-        goto err;
-    int v = schema_version(c, err, errlen);
-    if (v < 0) goto err;
-    if (v > DB_SCHEMA_VERSION) {
-        snprintf(err, errlen, "database schema version %d is not one this build knows (%d)", v,
-                 DB_SCHEMA_VERSION);
-        goto err;
-    }
-    if (v < DB_SCHEMA_VERSION) {
-        for (int i = 0; i < db_nmigrations; i++) {
-            const db_migration *m = &db_migrations[i];
-            if (m->version > v && m->pg && exec(c, m->pg, err, errlen)) goto err;
-        }
-        snprintf(sql, sizeof sql, "DELETE FROM flashsale_schema; INSERT INTO flashsale_schema "
-                 "VALUES(%d)", DB_SCHEMA_VERSION);
-        if (exec(c, sql, err, errlen)) goto err;
-    }
-    if (exec(c, "COMMIT", err, errlen)) goto err;
-    return 0;
-err:
-    exec(c, "ROLLBACK", err + strlen(err), 0);
-    return -1;
-}
-
-/* ------------------------------------------------------------ the connection */
-
-/* Opens the session: its settings, and the schema checked or brought
- * forward. 0, or -1 with err set. */
-static int session(pg *p, char *err, size_t errlen) {
-    char sql[256];
-    if (PQstatus(p->conn) != CONNECTION_OK) {
-        snprintf(err, errlen, "connect: %s", PQerrorMessage(p->conn));
-        err[strcspn(err, "\n")] = '\0';
-        return -1;
-    }
-    /* Durable commits always: a 201 means the order's row is on disk
-     * (--synchronous NORMAL is SQLite's; PostgreSQL keeps on). Generic
-     * plans: every statement of ours has one shape, found by a key or an
-     * index whatever its arguments, so it is planned once per connection;
-     * a custom plan per run re-planned a group's insert each time, with
-     * its arrays, at more server CPU than the rows' own work (make
-     * bench-pg: 40 -> 16 us of server CPU per order at groups of ~90). */
-    snprintf(sql, sizeof sql, "SET synchronous_commit=on; SET plan_cache_mode=force_generic_plan;"
-             " SET lock_timeout=%d;%s",
-             p->opt.busy_timeout_ms > 0 ? p->opt.busy_timeout_ms : 2000,
-             p->opt.readonly ? " SET default_transaction_read_only=on;" : "");
-    if (exec(p->conn, sql, err, errlen)) return -1;
-    p->lock_timeout_ms = p->opt.busy_timeout_ms > 0 ? p->opt.busy_timeout_ms : 2000;
-    memset(p->prepared, 0, sizeof p->prepared);
-    memset(p->piped_prepared, 0, sizeof p->piped_prepared);
-    if (!p->opt.readonly) return migrate(p->conn, err, errlen);
-    int v = schema_version(p->conn, err, errlen);
-    if (v < 0) return -1;
-    if (v != DB_SCHEMA_VERSION) {
-        snprintf(err, errlen, "not a flashsale database (schema version %d)", v);
-        return -1;
-    }
-    return 0;
-}
-
-/* The server's notices ("relation ... already exists, skipping") are not
- * the service's to print. */
-static void quiet(void *arg, const char *message) { (void)arg, (void)message; }
-
-static void pg_close(db *d) {
-    pg *p = conn_of(d);
-    if (!p) return;
-    if (p->conn) PQfinish(p->conn);
-    for (int i = 0; i < DB_ST_COUNT; i++) free(p->sql[i]);
-    free(p->target);
-    free(p);
-    d->impl = NULL;
-}
-
-static int pg_open(db *d, const char *target, const db_options *opt, char *err, size_t errlen) {
-    pg *p = calloc(1, sizeof *p);
-    if (!p || !(p->target = strdup(target))) {
-        free(p);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    d->impl = p;
-    p->opt = *opt;
-    unsigned long long rnd = 0;
-    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = (unsigned long long)getpid();
-    snprintf(p->slot, sizeof p->slot, "%llu", rnd % 1000000000000ULL + 1);
-    for (int i = 0; i < DB_ST_COUNT; i++) {
-        const db_sql *s = db_sql_of(i);
-        if (!(p->sql[i] = to_dollars(s->pg ? s->pg : s->sql))) {
-            snprintf(err, errlen, "out of memory");
-            goto err;
-        }
-    }
-    /* Bounds on a network that stops answering, before the target's own
-     * parameters (which override them): a connect gives up after 5 s; a
-     * statement sent and not acknowledged for 5 s, or a silent peer
-     * probed 3 times a second apart after 5 s idle, breaks the
-     * connection -- without them a partitioned server holds a query for
-     * as long as TCP retransmits (15 minutes), and the writer with it. */
-    static const char *const keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
-                                         "keepalives_interval", "keepalives_count",
-                                         "tcp_user_timeout", "dbname", NULL };
-    const char *values[] = { "5", "1", "5", "1", "3", "5000", target, NULL };
-    p->conn = PQconnectdbParams(keys, values, 1);
-    if (!p->conn) {
-        snprintf(err, errlen, "out of memory");
-        goto err;
-    }
-    PQsetNoticeProcessor(p->conn, quiet, NULL);
-    if (session(p, err, errlen)) goto err;
-    return 0;
-err:
-    pg_close(d);
-    return -1;
-}
-
-/* A connection that broke is opened again (PQreset: the same target, the
- * next of several hosts when one is down) before a statement runs; its
- * prepared statements went with it. */
-static db_status ensure(db *d, const char *what) {
-    pg *p = conn_of(d);
-    if (p->dropped) {
-        p->dropped = 0;
-        goto reopen;
-    }
-    /* Between transactions, a look at the socket first (a poll that does
-     * not wait). The service never LISTENs, so an idle connection has
-     * nothing to read unless the server is going away -- it sent FATAL
-     * and hung up (shut down, crashed, promoted elsewhere) -- or the
-     * socket failed (keepalives unanswered through a partition). Such a
-     * connection is opened again here rather than found dead by the
-     * statement, whose failure the caller could not tell from a refusal.
-     * Inside a transaction a broken connection is the transaction's
-     * failure, told as such. */
-    if (PQstatus(p->conn) == CONNECTION_OK && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
-        struct pollfd pfd = { .fd = PQsocket(p->conn), .events = POLLIN };
-        if (pfd.fd < 0 || poll(&pfd, 1, 0) == 0) return DB_OK;
-    } else if (PQstatus(p->conn) == CONNECTION_OK) {
-        return DB_OK;
-    }
-reopen:;
-    char err[300];
-    PQreset(p->conn);
-    if (session(p, err, sizeof err)) return db_set_error(d, DB_ERROR, what, err);
-    return DB_OK;
 }
 
 /* ------------------------------------------------- a COMMIT's deadline
@@ -428,25 +249,329 @@ static db_status commit_with_deadline(db *d, const char *sql, int timeout_ms, co
     return unconfirmed(d, &w, st, what);
 }
 
+/* ------------------------------------------------------------ the schema */
+
+/* Waits, with w's deadline, for every result of what was just sent on d's
+ * connection and returns the last (a statement that fails ends the
+ * server's run of a string, so the last tells); NULL when they did not
+ * come in time (the connection was dropped) or out of memory. */
+static PGresult *last_answer(db *d, waiter *w) {
+    pg *p = conn_of(d);
+    PGresult *last = NULL, *res;
+    for (;;) {
+        if (await_result(d, w)) {
+            PQclear(last);
+            return NULL;
+        }
+        if (!(res = PQgetResult(p->conn))) break;
+        PQclear(last);
+        last = res;
+    }
+    return last;
+}
+
+/* Runs sql (a statement or a string of them, without parameters) with
+ * the connection's answer deadline: its last result, or NULL with err set
+ * (the server's message, or no answer in time: the connection dropped). */
+static PGresult *query(db *d, const char *sql, char *err, size_t errlen) {
+    pg *p = conn_of(d);
+    waiter w;
+    PGresult *res = NULL;
+    waiter_start(&w, p->answer_ms);
+    if (PQsendQuery(p->conn, sql)) res = last_answer(d, &w);
+    ExecStatusType rs = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK) return res;
+    if (w.dropped)
+        snprintf(err, errlen, "no answer in %d ms (a pooler's wait for a server connection, or "
+                 "a server out of reach); connection dropped", w.timeout_ms);
+    else
+        snprintf(err, errlen, "%s", res && PQresultErrorMessage(res)[0]
+                                        ? PQresultErrorMessage(res) : PQerrorMessage(p->conn));
+    if (errlen) err[strcspn(err, "\n")] = '\0';
+    PQclear(res);
+    return NULL;
+}
+
+static int exec(db *d, const char *sql, char *err, size_t errlen) {
+    PGresult *res = query(d, sql, err, errlen);
+    PQclear(res);
+    return res ? 0 : -1;
+}
+
+/* The schema version of the database (0: none yet), or -1 with err set. */
+static int schema_version(db *d, char *err, size_t errlen) {
+    pg *p = conn_of(d);
+    waiter w;
+    PGresult *res = NULL;
+    waiter_start(&w, p->answer_ms);
+    if (PQsendQuery(p->conn, "SELECT coalesce(max(version),0) FROM flashsale_schema"))
+        res = last_answer(d, &w);
+    int v = -1;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        v = atoi(PQgetvalue(res, 0, 0));
+    } else {
+        const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+        if (state && !strcmp(state, "42P01")) v = 0;      /* no such table: empty */
+        else snprintf(err, errlen, "read the schema version: %s",
+                      res ? PQresultErrorMessage(res) : "no answer in time");
+    }
+    PQclear(res);
+    return v;
+}
+
+/* Brings the database to DB_SCHEMA_VERSION in one transaction, under the
+ * schema's advisory lock. A newer schema is refused. */
+static int migrate(db *d, char *err, size_t errlen) {
+    char sql[96];
+    if (exec(d, "BEGIN", err, errlen)) return -1;
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%lld)", (long long)MIGRATE_LOCK);
+    if (exec(d, sql, err, errlen) ||
+        exec(d, "CREATE TABLE IF NOT EXISTS flashsale_schema(version INTEGER NOT NULL)", err,
+             errlen))
+        goto err;
+    int v = schema_version(d, err, errlen);
+    if (v < 0) goto err;
+    if (v > DB_SCHEMA_VERSION) {
+        snprintf(err, errlen, "database schema version %d is not one this build knows (%d)", v,
+                 DB_SCHEMA_VERSION);
+        goto err;
+    }
+    if (v < DB_SCHEMA_VERSION) {
+        for (int i = 0; i < db_nmigrations; i++) {
+            const db_migration *m = &db_migrations[i];
+            if (m->version > v && m->pg && exec(d, m->pg, err, errlen)) goto err;
+        }
+        snprintf(sql, sizeof sql, "DELETE FROM flashsale_schema; INSERT INTO flashsale_schema "
+                 "VALUES(%d)", DB_SCHEMA_VERSION);
+        if (exec(d, sql, err, errlen)) goto err;
+    }
+    if (exec(d, "COMMIT", err, errlen)) goto err;
+    return 0;
+err:
+    exec(d, "ROLLBACK", err + strlen(err), 0);
+    return -1;
+}
+
+/* ------------------------------------------------------------ the connection */
+
+/* Opens the session: whose server connection it is, its settings, and
+ * the schema checked or brought forward. 0, or -1 with err set.
+ *
+ * A client talking to PostgreSQL itself is told the backend's own process
+ * id at connect (BackendKeyData, PQbackendPID), the one pg_backend_pid()
+ * names. A pooler (PgBouncer) answers the connect itself with a key of its
+ * own, as it must to route a cancel, and then lends the client a server
+ * connection for a session, a transaction or a statement: the two ids
+ * differ. Such a connection is `shared`: nothing may live in its session
+ * (a named statement or a SET would stay with a server connection another
+ * client gets next), and it must carry transactions -- a pooler in
+ * statement mode cannot, and is refused here with its setting named. */
+static int session(db *d, char *err, size_t errlen) {
+    pg *p = conn_of(d);
+    char sql[256];
+    if (PQstatus(p->conn) != CONNECTION_OK) {
+        snprintf(err, errlen, "connect: %s", PQerrorMessage(p->conn));
+        err[strcspn(err, "\n")] = '\0';
+        return -1;
+    }
+    p->lock_timeout_ms = p->opt.busy_timeout_ms > 0 ? p->opt.busy_timeout_ms : 2000;
+    memset(p->prepared, 0, sizeof p->prepared);
+    memset(p->piped_prepared, 0, sizeof p->piped_prepared);
+    PGresult *who = query(d, "SELECT pg_backend_pid()", err, errlen);
+    if (!who) return -1;
+    p->shared = PQntuples(who) != 1 || atoi(PQgetvalue(who, 0, 0)) != PQbackendPID(p->conn);
+    PQclear(who);
+    if (p->shared) {
+        char why[200];
+        if (exec(d, "BEGIN", why, sizeof why) || exec(d, "COMMIT", why, sizeof why)) {
+            /* PgBouncer says why, then hangs up: the reason is the
+             * connection's, the result's only that it closed. */
+            if (strstr(why, "statement pooling") || strstr(PQerrorMessage(p->conn),
+                                                          "statement pooling"))
+                snprintf(err, errlen, "the database is reached through a pooler in statement "
+                         "mode (\"transaction blocks not allowed in statement pooling mode\"), "
+                         "which cannot carry a transaction: give flashsale's database "
+                         "pool_mode = transaction or session (PgBouncer)");
+            else
+                snprintf(err, errlen, "through a pooler: a transaction failed: %s", why);
+            return -1;
+        }
+    } else {
+        /* Durable commits always: a 201 means the order's row is on disk
+         * (--synchronous NORMAL is SQLite's; PostgreSQL keeps on). Generic
+         * plans: every statement of ours has one shape, found by a key or
+         * an index whatever its arguments, so it is planned once per
+         * connection; a custom plan per run re-planned a group's insert
+         * each time, with its arrays, at more server CPU than the rows' own
+         * work (make bench-pg: 40 -> 16 us of server CPU per order at
+         * groups of ~90). A shared connection gets the first and the lock
+         * wait in each transaction (send_begin), and has no named
+         * statements to plan. */
+        snprintf(sql, sizeof sql, "SET synchronous_commit=on; SET plan_cache_mode=force_generic_plan;"
+                 " SET lock_timeout=%d;%s", p->lock_timeout_ms,
+                 p->opt.readonly ? " SET default_transaction_read_only=on;" : "");
+        if (exec(d, sql, err, errlen)) return -1;
+    }
+    if (!p->opt.readonly) return migrate(d, err, errlen);
+    int v = schema_version(d, err, errlen);
+    if (v < 0) return -1;
+    if (v != DB_SCHEMA_VERSION) {
+        snprintf(err, errlen, "not a flashsale database (schema version %d)", v);
+        return -1;
+    }
+    return 0;
+}
+
+/* The server's notices ("relation ... already exists, skipping") are not
+ * the service's to print. */
+static void quiet(void *arg, const char *message) { (void)arg, (void)message; }
+
+static void pg_close(db *d) {
+    pg *p = conn_of(d);
+    if (!p) return;
+    if (p->conn) PQfinish(p->conn);
+    for (int i = 0; i < DB_ST_COUNT; i++) free(p->sql[i]);
+    free(p->target);
+    free(p);
+    d->impl = NULL;
+}
+
+static int pg_open(db *d, const char *target, const db_options *opt, char *err, size_t errlen) {
+    pg *p = calloc(1, sizeof *p);
+    if (!p || !(p->target = strdup(target))) {
+        free(p);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    d->impl = p;
+    p->opt = *opt;
+    p->answer_ms = opt->answer_timeout_ms > 0 ? opt->answer_timeout_ms : 0;
+    unsigned long long rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = (unsigned long long)getpid();
+    snprintf(p->slot, sizeof p->slot, "%llu", rnd % 1000000000000ULL + 1);
+    for (int i = 0; i < DB_ST_COUNT; i++) {
+        const db_sql *s = db_sql_of(i);
+        if (!(p->sql[i] = to_dollars(s->pg ? s->pg : s->sql))) {
+            snprintf(err, errlen, "out of memory");
+            goto err;
+        }
+    }
+    /* Bounds on a network that stops answering, before the target's own
+     * parameters (which override them): a connect gives up after 5 s; a
+     * statement sent and not acknowledged for 5 s, or a silent peer
+     * probed 3 times a second apart after 5 s idle, breaks the
+     * connection -- without them a partitioned server holds a query for
+     * as long as TCP retransmits (15 minutes), and the writer with it. */
+    static const char *const keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
+                                         "keepalives_interval", "keepalives_count",
+                                         "tcp_user_timeout", "dbname", NULL };
+    const char *values[] = { "5", "1", "5", "1", "3", "5000", target, NULL };
+    p->conn = PQconnectdbParams(keys, values, 1);
+    if (!p->conn) {
+        snprintf(err, errlen, "out of memory");
+        goto err;
+    }
+    PQsetNoticeProcessor(p->conn, quiet, NULL);
+    if (session(d, err, errlen)) goto err;
+    return 0;
+err:
+    pg_close(d);
+    return -1;
+}
+
+/* A connection that broke is opened again (PQreset: the same target, the
+ * next of several hosts when one is down) before a statement runs; its
+ * prepared statements went with it. */
+static db_status ensure(db *d, const char *what) {
+    pg *p = conn_of(d);
+    if (p->dropped) {
+        p->dropped = 0;
+        goto reopen;
+    }
+    /* Between transactions, a look at the socket first (a poll that does
+     * not wait). The service never LISTENs, so an idle connection has
+     * nothing to read unless the server is going away -- it sent FATAL
+     * and hung up (shut down, crashed, promoted elsewhere) -- or the
+     * socket failed (keepalives unanswered through a partition). Such a
+     * connection is opened again here rather than found dead by the
+     * statement, whose failure the caller could not tell from a refusal.
+     * Inside a transaction a broken connection is the transaction's
+     * failure, told as such. */
+    if (PQstatus(p->conn) == CONNECTION_OK && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
+        struct pollfd pfd = { .fd = PQsocket(p->conn), .events = POLLIN };
+        if (pfd.fd < 0 || poll(&pfd, 1, 0) == 0) return DB_OK;
+    } else if (PQstatus(p->conn) == CONNECTION_OK) {
+        return DB_OK;
+    }
+reopen:;
+    char err[300];
+    PQreset(p->conn);
+    if (session(d, err, sizeof err)) {
+        p->dropped = 1;                  /* half open: opened again next time */
+        return db_set_error(d, DB_ERROR, what, err);
+    }
+    return DB_OK;
+}
+
 /* ------------------------------------------------------------------- runs */
+
+/* The answer to what was just sent (sent: whether it went), waited for
+ * with the connection's answer deadline: DB_OK with *out the result, or
+ * the failure (d's error set; a deadline passed drops the connection). */
+static db_status answer(db *d, int sent, PGresult **out, const char *what) {
+    pg *p = conn_of(d);
+    waiter w;
+    char msg[160];
+    *out = NULL;
+    if (!sent) return fail(d, NULL, what);
+    waiter_start(&w, p->answer_ms);
+    PGresult *res = last_answer(d, &w);
+    if (!res && w.dropped) {
+        snprintf(msg, sizeof msg, "no answer in %d ms (a pooler's wait for a server connection, "
+                 "or a server out of reach); connection dropped", w.timeout_ms);
+        return db_set_error(d, DB_ERROR, what, msg);
+    }
+    ExecStatusType rs = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK) {
+        db_status e = fail(d, res, what);
+        PQclear(res);
+        return e;
+    }
+    *out = res;
+    return DB_OK;
+}
 
 /* Prepares sql as statement name on d's connection: DB_OK, or the failure
  * (d's error set). */
 static db_status prepare(db *d, const char *name, const char *sql, int n,
                          const unsigned int *types, const char *what) {
-    PGresult *res = PQprepare(conn_of(d)->conn, name, sql, n, types);
-    db_status st = PQresultStatus(res) == PGRES_COMMAND_OK ? DB_OK : fail(d, res, what);
+    PGresult *res;
+    db_status st = answer(d, PQsendPrepare(conn_of(d)->conn, name, sql, n, types), &res, what);
     PQclear(res);
     return st;
 }
 
-/* Sends the BEGIN a transaction's first statement carries (begin_pending). */
+/* A shared connection's transaction settings (session() says why), SET
+ * LOCAL as its first statement: a durable COMMIT and the lock wait. */
+#define LOCAL_SETTINGS "SELECT set_config('synchronous_commit', 'on', true), " \
+                       "set_config('lock_timeout', $1, true)"
+
+/* Sends the BEGIN a transaction's first statement carries (begin_pending),
+ * and on a shared connection its settings. */
 static db_status send_begin(db *d, const char *what) {
     pg *p = conn_of(d);
+    PGresult *res;
+    char ms[16];
     if (!p->begin_pending) return DB_OK;
     p->begin_pending = 0;
-    PGresult *res = PQexec(p->conn, "BEGIN");
-    db_status st = PQresultStatus(res) == PGRES_COMMAND_OK ? DB_OK : fail(d, res, what);
+    const char *begin = p->shared && p->opt.readonly ? "BEGIN READ ONLY" : "BEGIN";
+    db_status st = answer(d, PQsendQuery(p->conn, begin), &res, what);
+    PQclear(res);
+    if (st != DB_OK || !p->shared) return st;
+    const char *v[] = { ms };
+    snprintf(ms, sizeof ms, "%d", p->lock_timeout_ms);
+    st = answer(d, PQsendQueryParams(p->conn, LOCAL_SETTINGS, 1, NULL, v, NULL, NULL, 0), &res,
+                what);
     PQclear(res);
     return st;
 }
@@ -509,18 +634,25 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
             values[i] = args[i].kind == 't' ? args[i].s : NULL;
         }
     }
-    PGresult *res;
-    if (st >= 0) {
+    /* The module's statements are named and prepared once per connection,
+     * but on a shared one, where each goes with its text. */
+    PGresult *res = NULL;
+    db_status e = DB_OK;
+    if (st >= 0 && !p->shared) {
         char name[16];
         snprintf(name, sizeof name, "s%d", st);
         if (!p->prepared[st]) {
-            db_status e = prepare(d, name, p->sql[st], n, n ? types : NULL, what);
-            if (e != DB_OK) return e;
-            p->prepared[st] = 1;
+            e = prepare(d, name, p->sql[st], n, n ? types : NULL, what);
+            p->prepared[st] = e == DB_OK;
         }
-        res = PQexecPrepared(p->conn, name, n, values, NULL, NULL, 0);
+        if (e == DB_OK)
+            e = answer(d, PQsendQueryPrepared(p->conn, name, n, values, NULL, NULL, 0), &res,
+                       what);
+    } else if (st >= 0 || text) {
+        e = answer(d, PQsendQueryParams(p->conn, st >= 0 ? p->sql[st] : text, n, types, values,
+                                        NULL, NULL, 0), &res, what);
     } else {
-        res = text ? PQexecParams(p->conn, text, n, types, values, NULL, NULL, 0) : NULL;
+        e = db_error(d, "out of memory");
     }
     free(text);
     free(used);
@@ -529,15 +661,8 @@ static db_status pg_run(db *d, db_rows *r, int st, const char *sql, const db_arg
         free(values);
         free(types);
     }
-    if (!res) return db_error(d, "out of memory");
-    ExecStatusType rs = PQresultStatus(res);
-    if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK) {
-        db_status e = fail(d, res, what);
-        PQclear(res);
-        return e;
-    }
     r->h = res;
-    return DB_OK;
+    return e;
 }
 
 static int pg_next(db_rows *r) {
@@ -573,13 +698,22 @@ static int pg_in_tx(db *d) {
     return t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
 
+/* The session's lock_timeout; on a shared connection, the next
+ * transaction's (send_begin), and the open one's now. */
 static void pg_wait_ms(db *d, int ms) {
     pg *p = conn_of(d);
-    char sql[64], err[200];
+    char sql[96], err[200];
     if (ms < 1) ms = 1;
     if (ms == p->lock_timeout_ms || ensure(d, "lock timeout") != DB_OK) return;
+    if (p->shared) {
+        p->lock_timeout_ms = ms;
+        if (p->begin_pending || PQtransactionStatus(p->conn) != PQTRANS_INTRANS) return;
+        snprintf(sql, sizeof sql, "SELECT set_config('lock_timeout', '%d', true)", ms);
+        if (exec(d, sql, err, sizeof err)) p->lock_timeout_ms = -1;
+        return;
+    }
     snprintf(sql, sizeof sql, "SET lock_timeout=%d", ms);
-    p->lock_timeout_ms = exec(p->conn, sql, err, sizeof err) ? -1 : ms;
+    p->lock_timeout_ms = exec(d, sql, err, sizeof err) ? -1 : ms;
 }
 
 /* ------------------------------------------------- a group's plain inserts
@@ -748,14 +882,24 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
     if (commit_unknown) *commit_unknown = 0;
     if (commit) d->unconfirmed = 0;
     for (int i = 0; i < nq; i++) q[i].res = NULL;
-    if ((st = prepare_piped(d, q, nq, what)) != DB_OK) return st;
+    if (!p->shared && (st = prepare_piped(d, q, nq, what)) != DB_OK) return st;
     if (PQenterPipelineMode(p->conn) != 1) return fail(d, NULL, what);
     p->begin_pending = 0;
+    /* What goes before the statements: the BEGIN, and on a shared
+     * connection the transaction's settings (send_begin). */
+    char ms[16];
+    const char *local[] = { ms };
+    snprintf(ms, sizeof ms, "%d", p->lock_timeout_ms);
+    int head = begin ? 1 + p->shared : 0;
     int sent = !begin || PQsendQueryParams(p->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0);
+    if (sent && begin && p->shared)
+        sent = PQsendQueryParams(p->conn, LOCAL_SETTINGS, 1, NULL, local, NULL, NULL, 0);
     for (int i = 0; sent && i < nq; i++) {
         char name[16];
         snprintf(name, sizeof name, "g%d", piped_index(q[i].sql));
-        sent = PQsendQueryPrepared(p->conn, name, q[i].n, q[i].args, NULL, NULL, 0);
+        sent = p->shared ? PQsendQueryParams(p->conn, q[i].sql, q[i].n, NULL, q[i].args, NULL,
+                                             NULL, 0)
+                         : PQsendQueryPrepared(p->conn, name, q[i].n, q[i].args, NULL, NULL, 0);
     }
     sent = sent && (!commit || PQsendQueryParams(p->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0));
     sent = sent && PQpipelineSync(p->conn);
@@ -763,10 +907,11 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
         st = fail(d, NULL, what);
         if (commit && commit_unknown) *commit_unknown = 1;   /* it may have gone out */
     }
-    /* With the COMMIT in it, the pipeline has the COMMIT's deadline. */
-    waiter_start(&w, commit ? d->commit_timeout_ms : 0);
+    /* With the COMMIT in it, the pipeline has the COMMIT's deadline; else
+     * any statement's. */
+    waiter_start(&w, commit ? d->commit_timeout_ms : p->answer_ms);
     PGresult *extra;
-    for (int i = -begin; sent && i < nq + commit; i++) {
+    for (int i = -head; sent && i < nq + commit; i++) {
         if (await_result(d, &w)) {
             if (st == DB_OK) st = db_set_error(d, DB_ERROR, what, "no answer");
             break;
@@ -1155,6 +1300,8 @@ static db_status pg_insert_group(db *d, db_job **jobs, size_t n, int commit,
 
 static const char *pg_tally_slot(db *d) { return conn_of(d)->slot; }
 
+static int pg_pooled(const db *d) { return ((const pg *)d->impl)->shared; }
+
 /* The barrier: a transaction that writes (a row of its own in meta, put
  * and taken away, so the table ends as it was), whose COMMIT waits for the
  * synchronous standby as an order's does; the standby confirming it has
@@ -1203,4 +1350,5 @@ const db_driver db_pg_driver = {
     .insert_group = pg_insert_group,
     .tally_slot = pg_tally_slot,
     .barrier = pg_barrier,
+    .pooled = pg_pooled,
 };

@@ -216,7 +216,7 @@ void fl_timerq_free(fl_timerq *q);
 
 /* ------------------------------------------------------------------ targets */
 
-#define FL_MAX_TARGETS 8
+#define FL_MAX_TARGETS 16
 
 /* A service instance: "http://host:port" (a trailing path is ignored). */
 typedef struct fl_target {

@@ -72,7 +72,7 @@ static int audit_command(svc_app *a, int argc, char **argv) {
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0,
-                                a->cfg.db_commit_timeout_ms };
+                                a->cfg.db_commit_timeout_ms, 0 };   /* no answer bound: a tool */
     char err[512];
     if (svc_redis_open(a, err, sizeof err) != 0) {
         fprintf(stderr, "flashsale audit: %s\n", err);
@@ -111,8 +111,8 @@ static int migrate_command(svc_app *a, int argc, char **argv) {
     if (rc != 0) return rc > 0 ? 0 : 2;
     db_target_redact(from, shown[0], sizeof shown[0]);
     db_target_redact(to, shown[1], sizeof shown[1]);
-    db_options ro = { 1, a->cfg.db_busy_timeout_ms, 1, a->cfg.db_commit_timeout_ms },
-               rw = { 1, a->cfg.db_busy_timeout_ms, 0, a->cfg.db_commit_timeout_ms };
+    db_options ro = { 1, a->cfg.db_busy_timeout_ms, 1, a->cfg.db_commit_timeout_ms, 0 },
+               rw = { 1, a->cfg.db_busy_timeout_ms, 0, a->cfg.db_commit_timeout_ms, 0 };
     db *src = db_open(from, &ro, err, sizeof err), *dst = NULL;
     if (!src) {
         fprintf(stderr, "flashsale migrate: %s: %s\n", shown[0], err);
@@ -137,7 +137,7 @@ static int migrate_command(svc_app *a, int argc, char **argv) {
     a->stock_cfg = (stock_config){ .redis_url = a->cfg.redis_url, .prefix = a->cfg.key_prefix,
                                    .timeout_ms = a->cfg.redis_timeout_ms };
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0,
-                                a->cfg.db_commit_timeout_ms };
+                                a->cfg.db_commit_timeout_ms, 0 };   /* no answer bound: a tool */
     if (svc_redis_open(a, err, sizeof err) != 0) {
         fprintf(stderr, "flashsale migrate: copied, but the audit could not run: %s\n", err);
         return 2;

@@ -374,8 +374,12 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
                                    .lock_ttl_ms = a->cfg.lock_ttl_ms,
                                    .lock_wait_ms = a->cfg.lock_wait_ms,
                                    .observe = svc_metrics_redis_call, .observe_ud = a };
+    /* A statement that waits past both the lock wait and the COMMIT's
+     * bound is not waiting for the database: a pooler's full pool, a
+     * server gone silent. It is canceled, and its request answered. */
     a->db_opt = (db_options){ a->cfg.synchronous_full, a->cfg.db_busy_timeout_ms, 0,
-                                a->cfg.db_commit_timeout_ms };
+                              a->cfg.db_commit_timeout_ms,
+                              a->cfg.db_busy_timeout_ms + a->cfg.db_commit_timeout_ms };
     if (svc_redis_open(a, err, errlen) != 0 || locks_open(a, err, errlen) != 0) goto usage;
     stock_conn *probe = stock_conn_new(&a->stock_cfg, why, sizeof why);
     if (!probe) {
@@ -402,6 +406,9 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
         snprintf(err, errlen, "database %s: %s", shown, why);
         goto fail;
     }
+    if (db_pooled(d))
+        svc_log(SVC_LOG_INFO, "database: reached through a pooler (the server connection is not "
+                "this client's own: PgBouncer?): no named statements, settings per transaction");
     svc_repair_recover(a, d);
     svc_db_give(a, d);
     if (start_parts(a, err, errlen) != 0) goto fail;

@@ -722,12 +722,12 @@ def stop_all():
 def __getattr__(name):
     """harness.Sentinels, harness.Cluster, harness.Node: the topologies of
     tests/topology.py (its own file: this one was full), and
-    harness.Postgres (tests/pgserver.py), loaded on first use so either
+    harness.Postgres and harness.PgBouncer (tests/pgserver.py), loaded on first use so either
     module may be imported first."""
     if name in ("Sentinels", "Cluster", "Node"):
         import topology
         return getattr(topology, name)
-    if name == "Postgres":
+    if name in ("Postgres", "PgBouncer"):
         import pgserver
-        return pgserver.Postgres
+        return getattr(pgserver, name)
     raise AttributeError("module 'harness' has no attribute %r" % name)

@@ -196,3 +196,77 @@ class Postgres:
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+
+
+class PgBouncer:
+    """A real PgBouncer (Debian's pgbouncer, 1.18 here) in front of pg, on
+    127.0.0.1 and a free port: every database of pg by its own name (the
+    `*` fallback), trust auth for the postgres user, pool_mode `mode`
+    (session, transaction or statement) and pool_size server connections
+    per database. Run as the postgres user (it refuses root), in the
+    foreground, stopped by its PID."""
+
+    def __init__(self, pg, mode="transaction", pool_size=20, max_client_conn=2000):
+        self.pg = pg
+        self.mode = mode
+        self.port = harness.free_port()
+        self.dir = tempfile.mkdtemp(prefix="fs-pgb-")
+        self.ini = os.path.join(self.dir, "pgbouncer.ini")
+        with open(os.path.join(self.dir, "users.txt"), "w") as f:
+            f.write('"postgres" ""\n')
+        with open(self.ini, "w") as f:
+            f.write("[databases]\n* = host=%s port=%d\n[pgbouncer]\n"
+                    "listen_addr = 127.0.0.1\nlisten_port = %d\nunix_socket_dir =\n"
+                    "auth_type = trust\nauth_file = %s/users.txt\npool_mode = %s\n"
+                    "default_pool_size = %d\nmax_client_conn = %d\nlogfile = %s/pgbouncer.log\n"
+                    "admin_users = postgres\n"
+                    % (pg.ip, pg.port, self.port, self.dir, mode, pool_size, max_client_conn,
+                       self.dir))
+        if os.getuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            for p in [self.dir] + [os.path.join(self.dir, n) for n in os.listdir(self.dir)]:
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+        self.proc = subprocess.Popen(["pgbouncer", self.ini], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, preexec_fn=_as_postgres(),
+                                     cwd=self.dir)
+        harness._live.append(self.proc)
+        harness.wait_until(self._ready, 20, step=0.05, what="pgbouncer to accept connections")
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("pgbouncer exited with %s:\n%s" % (self.proc.returncode,
+                                                                    self.logs()[-3000:]))
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                            "-d", "postgres", "-Atc", "SELECT 1"], capture_output=True, text=True)
+        return r.returncode == 0
+
+    def url(self, dbname="postgres"):
+        return "postgresql://postgres@127.0.0.1:%d/%s" % (self.port, dbname)
+
+    def show(self, what):
+        """SHOW <what> on the admin console: its rows as dicts."""
+        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                            "-d", "pgbouncer", "-AF", "\t", "-c", "SHOW %s" % what],
+                           capture_output=True, text=True, timeout=30)
+        lines = [l for l in r.stdout.splitlines() if l and not l.startswith("(")]
+        if not lines:
+            return []
+        head = lines[0].split("\t")
+        return [dict(zip(head, l.split("\t"))) for l in lines[1:]]
+
+    def logs(self):
+        try:
+            with open(os.path.join(self.dir, "pgbouncer.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -134,6 +134,12 @@ class Ctx:
         self._cleanup.append(p.stop)
         return p
 
+    def pgbouncer(self, pg, **kw):
+        """A PgBouncer in front of pg (harness.PgBouncer)."""
+        b = harness.PgBouncer(pg, **kw)
+        self._cleanup.append(b.stop)
+        return b
+
     def cluster(self, **kw):
         """A Redis Cluster, 3 primaries + 3 replicas (harness.Cluster)."""
         c = harness.Cluster(**kw)

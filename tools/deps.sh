@@ -8,13 +8,15 @@
 # the redis-sentinel package is not needed -- it would only add a
 # redis-sentinel symlink and start a system sentinel on port 26379.
 # iproute2: `ip netns`, the hosts of tests/test_hosts.py (issue 31).
+# pgbouncer, haproxy, patroni: PostgreSQL as it runs in production
+# (tests/test_pgscale.py, the Patroni scenes; issue 41).
 # redis-tools has redis-cli, whose --cluster create/reshard make and
 # reshape the test clusters.
 set -eu
 
 PKGS="gcc make pkg-config redis-server redis-tools libhiredis-dev
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 curl
-      postgresql libpq-dev iproute2
+      postgresql libpq-dev iproute2 pgbouncer haproxy patroni
       libzookeeper-mt-dev zookeeper default-jre-headless
       libcurl4-openssl-dev etcd-server etcd-client
       python3 python3-redis python3-yaml python3-jsonschema systemd man-db help2man

@@ -22,7 +22,7 @@
 
 static char dir[] = "/tmp/fs-test-db-XXXXXX";
 static char path[512];
-static const db_options OPTS = { 1, 2000, 0, 0 };
+static const db_options OPTS = { 1, 2000, 0, 0, 0 };
 /* The PostgreSQL server's URL (FLASHSALE_TEST_PG) while the cases run on
  * it; NULL: on SQLite files. */
 static const char *pg_url;

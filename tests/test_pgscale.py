@@ -1,0 +1,212 @@
+"""test_pgscale.py: many instances on one PostgreSQL, as it runs in
+production -- the connection budget (--db-max-connections) and PgBouncer
+in front of the server -- against real servers (harness.Postgres,
+harness.PgBouncer: Debian's pgbouncer 1.18), stopped by PID.
+
+- ten instances share a server with PostgreSQL's default max_connections
+  (100) while they sell a `lua`, a `db-lock` and a `db-for-update` product
+  at once: each keeps to its budget, psql connects at every moment, and
+  flashload's verifier passes for every product;
+- a budget spent makes work wait a bounded time, then the order is
+  answered 503 overloaded (Retry-After), nothing taken, and /metrics
+  counts the waits;
+- behind PgBouncer in transaction pooling, the service says it is pooled
+  and every safe strategy, holds too, sells with the verifier's PASS (no
+  named statement or session setting to lose between transactions); in
+  session pooling with fewer server connections than the instances want,
+  every request is answered within a bound; statement pooling is refused
+  at start, naming the setting."""
+import re
+import subprocess
+import threading
+import time
+
+import harness
+from test_flashload import flashload
+
+
+def targets(services):
+    out = []
+    for s in services:
+        out += ["--target", "http://127.0.0.1:%d" % s.port]
+    return out
+
+
+def metric(s, name):
+    """The value of one series of s's /metrics (a full line's name and labels)."""
+    r = s.get("/metrics")
+    assert r.status == 200, r
+    for line in r.raw.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError("no %s in /metrics" % name)
+
+
+def sell(args, out, key):
+    rc, o, e = flashload(*args, timeout=180)
+    out[key] = (rc, o, e)
+
+
+def test_ten_instances_share_a_default_postgresql(ctx):
+    """PostgreSQL's default max_connections (100, three of them kept for
+    superusers): ten instances at the default budget (8) hold at most 80,
+    whatever they sell, and the server still takes psql."""
+    redis = ctx.redis()
+    pg = ctx.postgres(settings={"max_connections": 100})
+    url = pg.database("orders")
+    services = [None] * 10
+
+    def start(i):
+        services[i] = ctx.service(redis, db=url)
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(services), services
+    verify = ["--redis", redis.url, "--db", url, "--quiet"]
+    runs = {}
+    loads = [threading.Thread(target=sell, args=(
+        targets(services) + verify + ["--strategy", strategy, "--stock", str(stock),
+                                      "--connections", "60", "--duration", "3"], runs, strategy))
+        for strategy, stock in (("lua", 100000), ("db-lock", 200), ("db-for-update", 2000))]
+    for t in loads:
+        t.start()
+    refused, peak, tries = [], 0, 0
+    while any(t.is_alive() for t in loads):
+        r = subprocess.run(["psql", "-h", pg.ip, "-p", str(pg.port), "-U", "postgres", "-d",
+                            "postgres", "-Atc", "SELECT count(*) FROM pg_stat_activity WHERE "
+                            "datname = 'orders'"], capture_output=True, text=True, timeout=30)
+        tries += 1
+        if r.returncode != 0:
+            refused.append(r.stderr.strip())
+        else:
+            peak = max(peak, int(r.stdout))
+        time.sleep(0.05)
+    for t in loads:
+        t.join()
+    for strategy, (rc, out, err) in runs.items():
+        assert rc == 0 and "PASS" in out, (strategy, rc, out[-1500:], err[-1500:])
+        assert int(re.search(r"status\s+201: (\d+)", out).group(1)) > 0, (strategy, out)
+    assert tries >= 5 and not refused, (tries, refused[:3])
+    assert 10 <= peak <= 80, peak            # the verifier's own come on top, outside 'orders'
+    print("    %d psql connects during the sale, none refused; at most %d connections to "
+          "'orders'" % (tries, peak))
+    for s in services:
+        held = metric(s, 'flashsale_db_connections{state="in_use"}') + \
+            metric(s, 'flashsale_db_connections{state="idle"}')
+        assert 2 <= held <= 8 and metric(s, "flashsale_db_connections_max") == 8, held
+        assert "too many clients" not in s.logs(), s.logs()[-2000:]
+
+
+def test_a_spent_budget_waits_a_bounded_time_and_takes_nothing(ctx):
+    """Three connections, two kept (committer, health probe): db-for-update
+    orders whose transactions pause 400 ms in their critical section queue
+    for the third; past --db-connection-wait-ms they are answered 503
+    overloaded with Retry-After at once, nothing taken, and counted."""
+    redis = ctx.redis()
+    pg = ctx.postgres()
+    url = pg.database("orders")
+    s = ctx.service(redis, db=url, args=["--fault-injection", "--db-max-connections", "3",
+                                         "--db-connection-wait-ms", "200"])
+    s.create_product("slow", 50, strategy="db-for-update", cs_delay_ms=400)
+    answers = []
+
+    def buy(i):
+        t0 = time.monotonic()
+        r = s.order("slow", user="u%d" % i, client=harness.Client(s.port))
+        answers.append((r.status, r.json.get("error") if r.status != 201 else None,
+                        r.headers.get("retry-after"), time.monotonic() - t0))
+    threads = [threading.Thread(target=buy, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok = [a for a in answers if a[0] == 201]
+    busy = [a for a in answers if a[0] == 503]
+    assert ok and busy and len(ok) + len(busy) == 8, answers
+    for status, code, retry, took in busy:
+        assert code == "overloaded" and retry == "1" and took < 2.0, answers
+    p = s.settled_product("slow")
+    assert p["sold"] == len(ok) and p["stock_available"] == 50 - len(ok), (p, answers)
+    assert metric(s, "flashsale_db_connection_wait_timeouts_total") >= len(busy)
+    assert metric(s, "flashsale_db_connection_waits_total") >= len(busy)
+    assert metric(s, 'flashsale_orders_total{strategy="db-for-update",'
+                     'outcome="db_connections_busy"}') == len(busy)
+
+
+# The safe strategies a pooler must carry, with holds on one of them.
+POOLED = [("lua", 1, 0), ("lua", 4, 0), ("lock", 1, 0), ("db", 1, 0), ("db-optimistic", 1, 0),
+          ("db-lock", 1, 0), ("db-for-update", 1, 0), ("lua", 1, 2)]
+
+
+def test_transaction_pooling_sells_every_safe_strategy(ctx):
+    """PgBouncer's transaction pooling lends a server connection for one
+    transaction: a named statement or a SET would stay behind with it. The
+    instances see the pooler (the key PgBouncer gives at connect is not
+    the backend's) and keep nothing in the session; two of them, over a
+    pool of 4 server connections, sell every safe strategy exactly."""
+    redis = ctx.redis()
+    pg = ctx.postgres()
+    url = pg.database("orders")
+    bouncer = ctx.pgbouncer(pg, mode="transaction", pool_size=4)
+    a = ctx.service(redis, db=bouncer.url("orders"), args=["--admin-token", "t"])
+    b = ctx.service(redis, db=bouncer.url("orders"), args=["--admin-token", "t"])
+    for s in (a, b):
+        assert "reached through a pooler" in s.logs(), s.logs()
+    for strategy, segments, hold in POOLED:
+        sku = "%s-%d-%d" % (strategy, segments, hold)
+        args = targets([a, b]) + ["--redis", redis.url, "--db", url, "--quiet", "--sku", sku,
+                                  "--strategy", strategy, "--segments", str(segments),
+                                  "--stock", "300", "--connections", "32", "--duration", "1.5",
+                                  "--admin-token", "t"]
+        if hold:
+            args += ["--hold-seconds", str(hold), "--pay", "0.5", "--cancel", "0.2"]
+        rc, out, err = flashload(*args, timeout=120)
+        assert rc == 0 and "PASS" in out, (sku, rc, out[-2000:], err[-2000:], a.logs()[-2000:])
+    assert metric(a, "flashsale_db_connect_failures_total") == 0
+    for s in (a, b):
+        log = s.logs()
+        assert "does not exist" not in log and "already exists" not in log, log[-3000:]
+    # The server never saw more than the pool's connections for 'orders'.
+    pools = [p for p in bouncer.show("POOLS") if p.get("database") == "orders"]
+    assert pools and all(p.get("pool_mode") == "transaction" for p in pools), pools
+    # A direct instance is not pooled: named statements, as before.
+    c = ctx.service(redis, db=url)
+    assert "reached through a pooler" not in c.logs()
+
+
+def test_session_pooling_short_of_servers_answers_every_request(ctx):
+    """Session pooling lends a server connection for a client's whole
+    session: with fewer than the instance opens, the last ones wait for a
+    server. Each wait has a bound (the answer deadline, --db-busy-timeout-
+    ms + --db-commit-timeout-ms): every request gets an answer, and what
+    was sold is exact."""
+    redis = ctx.redis()
+    pg = ctx.postgres()
+    url = pg.database("orders")
+    bouncer = ctx.pgbouncer(pg, mode="session", pool_size=3)
+    s = ctx.service(redis, db=bouncer.url("orders"),
+                    args=["--db-busy-timeout-ms", "500", "--db-commit-timeout-ms", "1000"])
+    assert "reached through a pooler" in s.logs()
+    rc, out, err = flashload("--target", "http://127.0.0.1:%d" % s.port, "--redis", redis.url,
+                             "--db", url, "--quiet", "--strategy", "db-for-update", "--stock",
+                             "1000", "--connections", "32", "--duration", "3", "--timeout", "6",
+                             timeout=120)
+    assert rc == 0 and "PASS" in out, (rc, out[-2000:], err[-2000:], s.logs()[-2000:])
+    assert not re.search(r"^transport ", out, re.M), out      # every request answered in 6 s
+    assert int(re.search(r"status\s+201: (\d+)", out).group(1)) > 0, out
+
+
+def test_statement_pooling_is_refused_at_start(ctx):
+    """A pooler in statement mode cannot carry a transaction: the service
+    does not start half-working; it exits naming the setting."""
+    pg = ctx.postgres()
+    pg.database("orders")
+    bouncer = ctx.pgbouncer(pg, mode="statement")
+    redis = ctx.redis()
+    s = harness.Service(redis.url, bouncer.url("orders"), wait=False, log_dir=ctx.tmp)
+    rc = s.proc.wait(30)
+    assert rc != 0, rc
+    log = s.logs()
+    assert "pool_mode" in log and "statement" in log, log
