@@ -193,7 +193,7 @@ struct db {
     int unconfirmed;
     /* What a write transaction owes the products table (db.c). */
     void *tally;
-    char errstr[256];
+    char errstr[512];
 };
 
 /* ------------------------------------------------------------ running */

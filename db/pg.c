@@ -87,6 +87,27 @@ static void params_used(const char *sql, unsigned char *used, int n) {
 
 /* ----------------------------------------------------------- errors */
 
+/* Copies libpq's message msg into out as one line: each attempt of a
+ * multi-host connect is a line of its own ("connection to server at A
+ * failed: ...\nconnection to server at B failed: ..."), and every one
+ * says why that host was passed over, so they are kept, joined by "; ";
+ * a DETAIL or HINT line, and the tab-indented lines after "server closed
+ * the connection unexpectedly", are dropped. */
+static void one_line(char *out, size_t len, const char *msg) {
+    size_t n = 0;
+    if (!len) return;
+    out[0] = '\0';
+    for (const char *line = msg; line && *line && n + 1 < len;) {
+        const char *end = strchr(line, '\n');
+        size_t ll = end ? (size_t)(end - line) : strlen(line);
+        int keep = ll > 0 && line[0] != '\t' && strncmp(line, "DETAIL:", 7) &&
+                   strncmp(line, "HINT:", 5);
+        if (keep) n += (size_t)snprintf(out + n, len - n, "%s%.*s", n ? "; " : "", (int)ll, line);
+        if (n >= len) n = len - 1;
+        line = end ? end + 1 : NULL;
+    }
+}
+
 /* Sets d's error from res (or the connection's), and returns its status:
  * DB_EXISTS for an integrity constraint (23xxx; d->conflict: the primary
  * key, another unique one, or none), DB_BUSY for a lock not granted in
@@ -97,8 +118,7 @@ static db_status fail(db *d, const PGresult *res, const char *what) {
     const char *msg = res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
                                                           : PQerrorMessage(p->conn);
     char clean[200];
-    snprintf(clean, sizeof clean, "%s", msg ? msg : "no message");
-    clean[strcspn(clean, "\n")] = '\0';
+    one_line(clean, sizeof clean, msg ? msg : "no message");
     db_status st = DB_ERROR;
     if (state && !strncmp(state, "23", 2)) {
         st = DB_EXISTS;
@@ -285,9 +305,8 @@ static PGresult *query(db *d, const char *sql, char *err, size_t errlen) {
         snprintf(err, errlen, "no answer in %d ms (a pooler's wait for a server connection, or "
                  "a server out of reach); connection dropped", w.timeout_ms);
     else
-        snprintf(err, errlen, "%s", res && PQresultErrorMessage(res)[0]
-                                        ? PQresultErrorMessage(res) : PQerrorMessage(p->conn));
-    if (errlen) err[strcspn(err, "\n")] = '\0';
+        one_line(err, errlen, res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
+                                                                   : PQerrorMessage(p->conn));
     PQclear(res);
     return NULL;
 }
@@ -370,8 +389,9 @@ static int session(db *d, char *err, size_t errlen) {
     pg *p = conn_of(d);
     char sql[256];
     if (PQstatus(p->conn) != CONNECTION_OK) {
-        snprintf(err, errlen, "connect: %s", PQerrorMessage(p->conn));
-        err[strcspn(err, "\n")] = '\0';
+        char why[400];
+        one_line(why, sizeof why, PQerrorMessage(p->conn));
+        snprintf(err, errlen, "connect: %s", why);
         return -1;
     }
     p->lock_timeout_ms = p->opt.busy_timeout_ms > 0 ? p->opt.busy_timeout_ms : 2000;
@@ -504,7 +524,7 @@ static db_status ensure(db *d, const char *what) {
         return DB_OK;
     }
 reopen:;
-    char err[300];
+    char err[600];
     PQreset(p->conn);
     if (session(d, err, sizeof err)) {
         p->dropped = 1;                  /* half open: opened again next time */

@@ -274,9 +274,11 @@ static void holds_scene(const fl_compare_opts *o, fl_scene *sc, const char *stra
  * tools/hosts_scene.py runs each). unsafe-trust-redis trusts whichever
  * copy it reaches, so the old primary of a split brain sells again what
  * the promoted one sells; lua commits an order only under the generation
- * it was reserved in. An asynchronous standby promoted lacks what the
- * primary acknowledged last; a synchronous one has every COMMIT that
- * returned. */
+ * it was reserved in. PostgreSQL runs under Patroni: with synchronous_mode
+ * off it promotes a replica that lacks what the leader acknowledged last
+ * (the unsafe twin); with it on, only the synchronous standby, which has
+ * every COMMIT that returned; a leader cut off is demoted before a
+ * replica is promoted; a planned switchover costs a second or two. */
 typedef struct between_spec {
     const char *strategy;
     fl_between kind;
@@ -290,9 +292,16 @@ static const between_spec BETWEEN[] = {
       "split brain: the Redis primary cut off with 1 of 3 instances, its replica promoted" },
     { "lua", FL_HOSTS_SPLIT, 0, 14,
       "split brain: the Redis primary cut off with 1 of 3 instances, its replica promoted" },
-    { "lua", FL_HOSTS_ASYNC, 1, 12,
-      "PostgreSQL primary killed, its asynchronous standby promoted" },
-    { "lua", FL_HOSTS_SYNC, 0, 12, "PostgreSQL primary killed, its synchronous standby promoted" },
+    { "lua", FL_HOSTS_ASYNC, 1, 18,
+      "Patroni, synchronous_mode off: the leader cut from its replica 2 s, then its host "
+      "killed; Patroni promotes the replica" },
+    { "lua", FL_HOSTS_SYNC, 0, 18,
+      "Patroni, synchronous_mode on: the leader cut from its standby 2 s, then its host "
+      "killed; Patroni promotes the standby" },
+    { "lua", FL_HOSTS_CUT, 0, 18,
+      "Patroni: the leader cut from etcd and from its standby; instances still reach it" },
+    { "lua", FL_HOSTS_SWITCHOVER, 0, 8,
+      "Patroni: a planned switchover mid-sale; one instance through HAProxy (GET /primary)" },
     { NULL, FL_HOSTS_NONE, 0, 0, NULL },
 };
 
@@ -354,9 +363,11 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         holds_scene(o, &out[n++], info->name);
     }
     /* Fifth group: between hosts, each scene on a deployment of its own
-     * (3 instances, PostgreSQL, Sentinel), whatever this run's service. */
+     * (3 instances, PostgreSQL run by Patroni, Sentinel), whatever this
+     * run's service. */
     for (const between_spec *b = BETWEEN; o->between_hosts && b->strategy; b++) {
         if (!asked_for(o, b->strategy) || !fl_strategy_find(st, nst, b->strategy)) continue;
+        if (o->between_only && !(o->between_only & 1u << b->kind)) continue;
         if (!(sc = add_scene(out, &n, max, b->strategy, 1, 3, b->unsafe))) break;
         sc->stock = 1000000;
         sc->duration_s = b->seconds;
@@ -595,8 +606,9 @@ const char *fl_group_title(int group) {
         return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
                "second, each forced mid-hold";
     case FL_GROUP_HOSTS:
-        return "between hosts (a network namespace per host, PostgreSQL, Sentinel): a split "
-               "brain, a database primary lost to an async vs a sync standby";
+        return "between hosts (a network namespace per host, Sentinel, PostgreSQL run by "
+               "Patroni): a split brain; Patroni's leader lost, async vs sync; its leader cut "
+               "off; a switchover";
     default: return "ordinary contention (no fault)";
     }
 }
@@ -682,8 +694,9 @@ static double scene_weight(const fl_scene *sc) {
     case FL_GROUP_FAILURE:
         return sc->failure == FL_FAIL_MEMBER ? 4.5 : sc->failure == FL_FAIL_FAILOVER ? 2 : 1.8;
     case FL_GROUP_HOLDS: return sc->duration_s + 1;
-    /* The deployment (~4 s), the load, the split brain's heal, the verifier. */
-    case FL_GROUP_HOSTS: return sc->duration_s + (sc->between == FL_HOSTS_SPLIT ? 13 : 8);
+    /* The deployment (~4 s; Patroni's ~8 more), the load, the split brain's
+     * heal (a demoted leader's rejoin is not waited for), the verifier. */
+    case FL_GROUP_HOSTS: return sc->duration_s + (sc->between == FL_HOSTS_SPLIT ? 13 : 16);
     default: return sc->duration_s + 0.3;
     }
 }

@@ -136,16 +136,21 @@ static void usage_compare(FILE *f) {
 "then the \"choosing a lock\" table, one row per lock, measured in the same run.\n"
 "A fifth group, between hosts, is opt-in (it needs root): each scene on a\n"
 "deployment of its own, a network namespace per host (Redis primary and replica,\n"
-"3 sentinels, PostgreSQL primary and standby, 3 instances, the load), the fault\n"
-"cut between them: a Redis split brain under unsafe-trust-redis, then lua; the\n"
-"PostgreSQL primary killed and an asynchronous standby promoted (unsafe), then a\n"
-"synchronous one (about 2 minutes; tools/hosts_scene.py runs each scene).\n"
+"3 sentinels, two PostgreSQL nodes run by Patroni with etcd, HAProxy, 3 instances,\n"
+"the load), the fault\n"
+"cut between them: a Redis split brain under unsafe-trust-redis, then lua; a\n"
+"PostgreSQL leader run by Patroni (etcd its store) killed and an asynchronous\n"
+"replica promoted (unsafe), then with synchronous_mode; the leader cut from etcd\n"
+"and its standby; a planned switchover, one instance through HAProxy (about 4\n"
+"minutes; tools/hosts_scene.py runs each scene).\n"
 "  --groups LIST          the groups to run, of contention,forced,redis-failures,\n"
 "                         holds,between-hosts (default: all but between-hosts);\n"
 "                         without contention, no lock table\n"
 "  --between-hosts        add the between-hosts group\n"
 "  --hosts-script PATH    its scene runner (default: tools/hosts_scene.py of the tree\n"
 "                         the service was built in)\n"
+"  --between-scenes LIST  only these of its scenes: split-brain, async-standby,\n"
+"                         sync-standby, leader-cut, switchover (default: all)\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
 "  --no-two-instances     leave out the two-instance scenes of local and lua\n"
@@ -517,6 +522,20 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             }
         } else if (!strcmp(a, "--between-hosts")) {
             o->between_hosts = 1;
+        } else if (!strcmp(a, "--between-scenes")) {
+            char items[FL_HOSTS_COUNT][24];
+            int ng;
+            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], FL_HOSTS_COUNT - 1, &ng))
+                return -1;
+            o->between_only = 0;
+            for (int k = 0; k < ng; k++) {
+                int b = FL_HOSTS_SPLIT;
+                while (b < FL_HOSTS_COUNT && strcmp(items[k], fl_between_name((fl_between)b))) b++;
+                if (b == FL_HOSTS_COUNT)
+                    return bad("--between-scenes: '%s' is none of split-brain, async-standby, "
+                               "sync-standby, leader-cut, switchover", items[k]);
+                o->between_only |= 1u << b;
+            }
         } else if (!strcmp(a, "--hosts-script")) {
             if (copy(a, val(argc, argv, &i), o->hosts_script, sizeof o->hosts_script)) return -1;
         } else if (!strcmp(a, "--no-two-instances")) {

@@ -1,10 +1,11 @@
 /* hosts.c: the "between hosts" group of `flashload compare` (issue 31).
  *
  * The faults that break real flash sales happen between machines: a Redis
- * split brain, a database primary lost and a standby promoted. Each scene
- * of this group runs on a deployment of its own -- one network namespace
- * per host: Redis primary and replica, three sentinels, PostgreSQL primary
- * and standby, three instances of the service, the load generator -- that
+ * split brain, a database leader lost, cut off or switched over, and who
+ * decides (Patroni, etcd its store). Each scene of this group runs on a
+ * deployment of its own -- one network namespace per host: Redis primary
+ * and replica, three sentinels, two PostgreSQL nodes run by Patroni with
+ * etcd, HAProxy, three instances of the service, the load generator -- that
  * the tests' harness makes (tests/hosts.py) and tools/hosts_scene.py runs,
  * one scene per call. Its Python is what the tests already trust to cut a
  * partition and check that it cut; rewriting it here would give the same
@@ -26,17 +27,20 @@
 #include "common/clock.h"
 #include "loadtest/compare_int.h"
 
-/* A scene's deployment takes ~4 s, its load up to 14 s, the split brain's
- * heal up to 20 s more, the verifier a few: 5 minutes is far past any
- * that works, and a wedged one must not hold the comparison forever. */
+/* A scene's deployment takes ~4 s (~12 s with Patroni), its load up to 18
+ * s, the split brain's heal up to 20 s more, the verifier a few: 5
+ * minutes is far past any that works, and a wedged one must not hold the
+ * comparison forever. */
 #define HOSTS_SCENE_TIMEOUT_MS (300 * 1000)
 #define HOSTS_STOP_GRACE_MS (30 * 1000)
 
 const char *fl_between_title(fl_between b) {
     switch (b) {
     case FL_HOSTS_SPLIT: return "a Redis split brain";
-    case FL_HOSTS_ASYNC: return "the database primary lost, an asynchronous standby promoted";
-    case FL_HOSTS_SYNC: return "the database primary lost, a synchronous standby promoted";
+    case FL_HOSTS_ASYNC: return "Patroni's leader lost, an asynchronous replica promoted";
+    case FL_HOSTS_SYNC: return "Patroni's leader lost, its synchronous standby promoted";
+    case FL_HOSTS_CUT: return "Patroni's leader cut from etcd and its replica, and demoted";
+    case FL_HOSTS_SWITCHOVER: return "a planned Patroni switchover";
     default: return NULL;
     }
 }
@@ -46,6 +50,8 @@ const char *fl_between_name(fl_between b) {
     case FL_HOSTS_SPLIT: return "split-brain";
     case FL_HOSTS_ASYNC: return "async-standby";
     case FL_HOSTS_SYNC: return "sync-standby";
+    case FL_HOSTS_CUT: return "leader-cut";
+    case FL_HOSTS_SWITCHOVER: return "switchover";
     default: return "none";
     }
 }

@@ -906,8 +906,11 @@ enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL
 typedef enum fl_between {
     FL_HOSTS_NONE = 0,
     FL_HOSTS_SPLIT,              /* the Redis primary cut off with one instance, a replica promoted */
-    FL_HOSTS_ASYNC,              /* the PostgreSQL primary dies, an asynchronous standby promoted */
-    FL_HOSTS_SYNC,               /* the same with a synchronous standby */
+    FL_HOSTS_ASYNC,              /* Patroni's leader dies, an asynchronous replica promoted */
+    FL_HOSTS_SYNC,               /* the same with synchronous_mode: its standby promoted */
+    FL_HOSTS_CUT,                /* Patroni's leader cut from etcd and its replica: demoted */
+    FL_HOSTS_SWITCHOVER,         /* a planned Patroni switchover, one instance via HAProxy */
+    FL_HOSTS_COUNT
 } fl_between;
 
 /* What a forced scene (cs_overlap) must see for its forcing to count:
@@ -1037,6 +1040,7 @@ typedef struct fl_compare_opts {
     int forced;                  /* the forced interleavings group */
     int between_hosts;           /* the between-hosts group (root; off by default) */
     char hosts_script[400];      /* "" : tools/hosts_scene.py of the service's tree */
+    unsigned between_only;       /* bit per fl_between to run (0: every one) */
     int probes;                  /* measure the lock table's fault columns */
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
     int redis_failures;          /* the Redis failures group (own services only) */

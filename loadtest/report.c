@@ -492,11 +492,12 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "Holds: each order holds its units until paid, cancelled or expired; the stock "
             "sells out and the units that come back are sold again within the scene",
             "\xe2\x9a\xa1 Between hosts: each scene on a deployment of its own, a network "
-            "namespace per host (Redis primary and replica, 3 sentinels, PostgreSQL primary and "
-            "standby, 3 instances, the load), the fault cut in the router between them: a Redis "
-            "split brain (the unsafe version, then ours), the PostgreSQL primary killed and an "
-            "asynchronous standby promoted (unsafe: it lacks acknowledged orders), then a "
-            "synchronous one (ours)" };
+            "namespace per host (Redis primary and replica, 3 sentinels, two PostgreSQL nodes "
+            "run by Patroni with etcd, HAProxy, 3 instances, the load), the fault cut in the "
+            "router between them: a Redis split brain (the unsafe version, then ours); "
+            "Patroni's leader killed and an asynchronous replica promoted (unsafe: it lacks "
+            "acknowledged orders), then with synchronous_mode (ours); the leader cut from etcd "
+            "and its standby; a planned switchover" };
         if (i == 0 || s->sc.group != r[i - 1].sc.group)
             fprintf(f, "<tr class=\"group\"><td colspan=\"12\">%s</td></tr>\n",
                     HEADS[s->sc.group]);

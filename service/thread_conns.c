@@ -65,7 +65,7 @@ static void log_failed_take(db_status st, const char *err) {
 
 db *svc_db_take(svc_app *a, int *busy) {
     db *d = NULL;
-    char err[300];
+    char err[600];
     db_status st = db_pool_take(a->dbpool, a->cfg.db_connection_wait_ms, &d, err, sizeof err);
     if (busy) *busy = st == DB_BUSY;
     if (st != DB_OK) log_failed_take(st, err);

@@ -244,7 +244,7 @@ def listening(addr, port, timeout=20):
 
 TOKEN = "hosts-t0ken"       # the instances listen on addresses other hosts reach
 HOSTS = ("redis1", "redis2", "sent1", "sent2", "sent3", "pg1", "pg2", "app1", "app2", "app3",
-         "load")
+         "load", "dcs", "proxy")
 
 
 class World:
@@ -253,15 +253,21 @@ class World:
         redis1, redis2     the Redis primary and its replica
         sent1..sent3       three sentinels (quorum 2, down-after 1 s)
         pg1, pg2           the PostgreSQL primary and, when asked, a
-                           standby (sync=True: synchronous)
+                           standby (standby "sync": synchronous; "async")
+                           -- or, standby "patroni" / "patroni-async", a
+                           Patroni node on each (tests/patroni.py), with
+        dcs                etcd, Patroni's store, and
+        proxy              HAProxy routing to Patroni's leader (haproxy=True)
         app1..app3         flashsale instances (`apps` of them)
         load               where flashload runs
 
     The instances reach the stock through the sentinels and the orders
     through a multi-host URL naming pg1 then pg2 (target_session_attrs=
-    read-write: whichever is the primary)."""
+    read-write: whichever is the primary); those whose index is in
+    via_proxy (0: app1) through HAProxy instead."""
 
-    def __init__(self, ctx, apps=3, standby=None, service_args=(), redis_opts=()):
+    def __init__(self, ctx, apps=3, standby=None, service_args=(), redis_opts=(), haproxy=False,
+                 via_proxy=()):
         self.ctx = ctx
         self.net = Net(HOSTS)
         ctx.on_cleanup(self.net.close)           # after every process (cleanups run in reverse)
@@ -283,23 +289,49 @@ class World:
                 "sentinel failover-timeout mymaster 10000"], sentinel=True, host=n[name])))
         harness.wait_until(self._sentinels_know, 20, step=0.1,
                            what="the sentinels to know each other and the replica")
-        self.pg = pgserver_postgres(host=n["pg1"])
-        ctx.on_cleanup(self.pg.stop)
-        if standby:
+        self.patroni = self.proxy = None
+        if standby and standby.startswith("patroni"):
+            import patroni
+            self.patroni = patroni.Patroni(n["dcs"], [("pg1", n["pg1"]), ("pg2", n["pg2"])],
+                                           sync=standby == "patroni",
+                                           max_lag=1 << 40 if standby != "patroni" else 1048576)
+            ctx.on_cleanup(self.patroni.stop)
+            self.pg = None
+            harness.wait_until(self._patroni_db, 30, step=0.2,
+                               what="the Patroni leader to create the database")
+            if haproxy:
+                self.proxy = patroni.HAProxy(n["proxy"], self.patroni)
+                ctx.on_cleanup(self.proxy.stop)
+        else:
+            self.pg = pgserver_postgres(host=n["pg1"])
+            ctx.on_cleanup(self.pg.stop)
+        if standby and not self.patroni:
             self.pg_standby = pgserver_postgres(host=n["pg2"], standby_of=self.pg, name="pg2")
             ctx.on_cleanup(self.pg_standby.stop)
             if standby == "sync":
                 self.pg.set_sync("pg2")
                 harness.wait_until(lambda: self.pg.replicating().get("pg2", ("", ""))[1] ==
                                    "sync", 20, what="pg2 to be a synchronous standby")
-        self.pg.psql("CREATE DATABASE flashsale")
+        if self.pg:
+            self.pg.psql("CREATE DATABASE flashsale")
         self.db_url = "postgresql://postgres@%s:5432,%s:5432/flashsale?target_session_attrs=" \
                       "read-write" % (n["pg1"].addr, n["pg2"].addr)
         self.redis_url = "redis-sentinel://%s/mymaster" % ",".join(s.addr for s in self.sentinels)
         for i in range(apps):
-            self.apps.append(ctx_service(ctx, self.redis_url, self.db_url,
+            url = self.proxy.db_url("flashsale") if i in via_proxy else self.db_url
+            self.apps.append(ctx_service(ctx, self.redis_url, url,
                                          host=n["app%d" % (i + 1)],
                                          args=["--admin-token", TOKEN] + list(service_args)))
+
+    def _patroni_db(self):
+        """Creates the database on the leader: whether it is there now."""
+        leader = self.patroni.leader()
+        if not leader:
+            return False
+        if leader.psql("SELECT 1 FROM pg_database WHERE datname = 'flashsale'") == [["1"]]:
+            return True
+        leader.psql("CREATE DATABASE flashsale")
+        return False
 
     def _node(self, node):
         self.ctx.on_cleanup(node.stop)
@@ -444,22 +476,103 @@ def split_brain(w, out, sku, strategy, seconds=14):
     return rc, so, se, seen
 
 
-def pg_failover(w, out, sku, seconds=12):
-    """Under load: the PostgreSQL primary cut from its standby for 2 s (so
-    that the standby misses what the primary commits meanwhile, unless it
-    is synchronous: then nothing commits), killed with SIGKILL, the standby
-    promoted, the network healed. w was made with a standby. Returns
-    (rc, stdout, stderr, seen): seen has promoted (s pg_ctl promote took)."""
+# --------------------------------------------- PostgreSQL run by Patroni
+# w made with standby "patroni" (synchronous_mode) or "patroni-async".
+
+def _new_leader(w, old, timeout=60):
+    """Waits until Patroni names a running leader other than old; the
+    seconds it took."""
+    t = time.monotonic()
+    harness.wait_until(lambda: (w.patroni.leader() or old) is not old, timeout, step=0.1,
+                       what="Patroni to elect a leader other than %s" % old.name)
+    return time.monotonic() - t
+
+
+def patroni_kill(w, out, sku, seconds=16, cut_first=0.0, strategy="lua"):
+    """Under load: the leader's host killed (SIGKILL of Patroni, of its
+    PostgreSQL and every backend), after cut_first s cut from its replica
+    (0: no cut; with synchronous_mode the cut stops every COMMIT, without
+    it the replica falls behind what the leader acknowledges). Patroni
+    promotes the replica once the dead leader's key expires (ttl). The
+    killed node stays down. Returns (rc, stdout, stderr, seen): seen has
+    leader (the killed node's name), promoted (s from the kill to another
+    leader running)."""
     n = w.net
     seen = {}
 
     def fault(w):
-        n.cut(n["pg1"], n["pg2"], port=5432)
-        time.sleep(2)
-        w.pg.kill()
-        t = time.monotonic()
-        w.pg_standby.promote()
-        seen["promoted"] = time.monotonic() - t
+        old = w.patroni.leader()
+        other = next(x for x in w.patroni.nodes if x is not old)
+        seen["leader"] = old.name
+        if cut_first:
+            n.cut(old.host, other.host, port=5432)
+            time.sleep(cut_first)
+        old.kill()
+        seen["promoted"] = _new_leader(w, old)
         n.heal()
-    rc, so, se = load_under_fault(w, out, sku, "lua", fault, seconds=seconds, fault_at=3.0)
+    rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds)
+    return rc, so, se, seen
+
+
+def patroni_cut(w, out, sku, seconds=18, strategy="lua"):
+    """Under load: the leader cut from etcd and from its replica; the
+    instances (and the observer) still reach it. Its Patroni cannot renew
+    the leader key and, retry_timeout later, demotes it: Patroni 3.0 stops
+    its PostgreSQL and keeps it down while etcd is out of reach. The
+    replica is promoted once the key expires (ttl). Meanwhile a COMMIT on
+    the old leader waits for its synchronous standby in vain: the instances
+    cancel it and answer 503 (it committed there, and is revoked on the new
+    leader). Then the network heals and the old leader rejoins. Returns
+    (rc, stdout, stderr, seen): seen has leader, demoted (s from the cut to
+    the old leader no longer taking writes: down, or read-only), promoted
+    (s to another leader), writable_after (s the old leader was seen
+    taking writes again before the heal, polled every 100 ms: 0)."""
+    n = w.net
+    seen = {}
+
+    def writable(node):
+        return node.in_recovery() is False      # None: it does not answer
+
+    def fault(w):
+        old = w.patroni.leader()
+        other = next(x for x in w.patroni.nodes if x is not old)
+        seen["leader"] = old.name
+        t = time.monotonic()
+        n.cut(old.host, n["dcs"], port=2379, check=False)
+        n.cut(old.host, other.host, port=5432)
+        n.assert_cut(old.host, n["dcs"], 2379)
+        harness.wait_until(lambda: not writable(old), 30, step=0.1,
+                           what="Patroni to demote %s" % old.name)
+        seen["demoted"] = time.monotonic() - t
+        seen["writable_after"] = 0.0
+        promoted = None
+        while time.monotonic() - t < max(seconds - 4, promoted or 0):
+            if writable(old):
+                seen["writable_after"] += 0.1
+            if promoted is None and (w.patroni.leader() or old) is not old:
+                promoted = seen["promoted"] = time.monotonic() - t
+            time.sleep(0.1)
+        if promoted is None:
+            raise AssertionError("Patroni did not promote %s within %.0f s" % (other.name,
+                                                                              seconds - 4))
+        n.heal()
+    rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds)
+    return rc, so, se, seen
+
+
+def patroni_switchover(w, out, sku, seconds=8, strategy="lua"):
+    """Under load: a planned switchover (Patroni's REST API, as
+    `patronictl switchover` calls it) from the leader to its synchronous
+    standby. Returns (rc, stdout, stderr, seen): seen has leader (the old),
+    switchover (s the call took)."""
+    seen = {}
+
+    def fault(w):
+        old = w.patroni.leader()
+        other = next(x for x in w.patroni.nodes if x is not old)
+        seen["leader"] = old.name
+        t = time.monotonic()
+        w.patroni.switchover(other)
+        seen["switchover"] = time.monotonic() - t
+    rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds)
     return rc, so, se, seen
