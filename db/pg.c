@@ -581,17 +581,16 @@ static db_status prepare(db *d, const char *name, const char *sql, int n,
 static db_status send_begin(db *d, const char *what) {
     pg *p = conn_of(d);
     PGresult *res;
-    char ms[16];
     if (!p->begin_pending) return DB_OK;
     p->begin_pending = 0;
-    const char *begin = p->shared && p->opt.readonly ? "BEGIN READ ONLY" : "BEGIN";
-    db_status st = answer(d, PQsendQuery(p->conn, begin), &res, what);
-    PQclear(res);
-    if (st != DB_OK || !p->shared) return st;
-    const char *v[] = { ms };
-    snprintf(ms, sizeof ms, "%d", p->lock_timeout_ms);
-    st = answer(d, PQsendQueryParams(p->conn, LOCAL_SETTINGS, 1, NULL, v, NULL, NULL, 0), &res,
-                what);
+    char sql[200];
+    if (p->shared)             /* one round trip: a string of the two (the simple protocol) */
+        snprintf(sql, sizeof sql, "BEGIN%s; SELECT set_config('synchronous_commit', 'on', true), "
+                 "set_config('lock_timeout', '%d', true)", p->opt.readonly ? " READ ONLY" : "",
+                 p->lock_timeout_ms);
+    else
+        snprintf(sql, sizeof sql, "BEGIN");
+    db_status st = answer(d, PQsendQuery(p->conn, sql), &res, what);
     PQclear(res);
     return st;
 }
@@ -729,7 +728,7 @@ static void pg_wait_ms(db *d, int ms) {
         p->lock_timeout_ms = ms;
         if (p->begin_pending || PQtransactionStatus(p->conn) != PQTRANS_INTRANS) return;
         snprintf(sql, sizeof sql, "SELECT set_config('lock_timeout', '%d', true)", ms);
-        if (exec(d, sql, err, sizeof err)) p->lock_timeout_ms = -1;
+        exec(d, sql, err, sizeof err);    /* failed: the transaction is failing anyway */
         return;
     }
     snprintf(sql, sizeof sql, "SET lock_timeout=%d", ms);

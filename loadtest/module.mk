@@ -15,11 +15,13 @@
 #   make demo-pg the same with every order on a throwaway PostgreSQL server,
 #                where db-for-update and unsafe-check-outside-tx run too.
 #   make demo-hosts  the between-hosts group alone (root): a Redis split
-#                brain under unsafe-trust-redis then lua, a PostgreSQL
-#                primary lost to an async then a sync standby, each on a
-#                deployment of network namespaces of its own; about 2
-#                minutes. `make demo DEMO_ARGS=--between-hosts` adds it to
-#                the whole comparison.
+#                brain under unsafe-trust-redis then lua; PostgreSQL run by
+#                Patroni (etcd its store): the leader's host killed with
+#                synchronous_mode off (unsafe) then on, the leader cut from
+#                etcd and its standby, a planned switchover (one instance
+#                through HAProxy); each on a deployment of network
+#                namespaces of its own; about 4 minutes. `make demo
+#                DEMO_ARGS=--between-hosts` adds it to the whole comparison.
 #   make bench   the service's `lua` and `lock` x1/x8 order paths side by
 #                side with the reference gateway (loadtest/gateway/: nginx +
 #                Lua module + lua-resty-redis, one EVALSHA per order, nothing
@@ -100,6 +102,25 @@ bench: bench-deps
 .PHONY: bench-pg
 bench-pg: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_pg.py $(BIN) $(BENCH_PG_ARGS)
+
+# Many instances on one PostgreSQL (issue 41): ten instances against two
+# on a server with its default max_connections, each at the default
+# connection budget, selling lua, db-for-update and db-lock at once while
+# psql connects every 100 ms; lua through PgBouncer (transaction pooling)
+# against direct. BENCH_PGSCALE_ARGS adds loadtest/bench_pgscale.py options
+# (--seconds, --rounds, --quick).
+.PHONY: bench-pgscale
+bench-pgscale: deps $(BIN)/flashload $(BIN)/flashsale
+	$(PYTHON) loadtest/bench_pgscale.py $(BIN) $(BENCH_PGSCALE_ARGS)
+
+# What a Patroni failover costs a sale (issue 41; root): on one deployment of
+# tests/hosts.py, rounds of a switchover, the leader's host killed and the
+# leader cut from etcd and its standby, each verified. BENCH_PATRONI_ARGS
+# adds loadtest/bench_patroni.py options (--rounds, default 20: about 40
+# minutes; --scenes).
+.PHONY: bench-patroni
+bench-patroni: deps $(BIN)/flashload $(BIN)/flashsale
+	$(PYTHON) loadtest/bench_patroni.py $(BIN) $(BENCH_PATRONI_ARGS)
 
 # One hot SKU on a Redis Cluster: 8 lanes on 1 primary vs over 3 (issue 21).
 .PHONY: bench-cluster
