@@ -48,8 +48,10 @@ typedef enum db_status {
     DB_CONFLICT,     /* db-optimistic: the version moved; retry */
     DB_BUSY,         /* the database is locked by another writer */
     DB_ERROR,        /* anything else: I/O, read-only file, full disk... */
-    DB_UNKNOWN       /* a commit failed and whether it took effect could not be
+    DB_UNKNOWN,      /* a commit failed and whether it took effect could not be
                         learned: leave the order to reconciliation */
+    DB_NOCONN        /* no connection of the instance's budget was free in time
+                        (db/pool.h): nothing was sent */
 } db_status;
 
 typedef struct db db;

@@ -124,7 +124,7 @@ db_status db_pool_take(db_pool *p, int wait_ms, db **out, char *err, size_t errl
             pthread_mutex_unlock(&p->mu);
             snprintf(err, errlen, "all %d database connections of this instance stayed in use "
                      "for %d ms (--db-max-connections)", p->max, wait_ms > 0 ? wait_ms : 0);
-            return DB_BUSY;
+            return DB_NOCONN;
         }
         if (!waited_from) {
             waited_from = clock_mono_us();

@@ -37,7 +37,7 @@ db_pool *db_pool_new(const char *target, const db_options *opt, int max, char *e
 /* Closes every connection; none may be out (assert). NULL: nothing. */
 void db_pool_free(db_pool *p);
 
-/* Takes a connection into *out: DB_OK; DB_BUSY when all max were in use
+/* Takes a connection into *out: DB_OK; DB_NOCONN when all max were in use
  * for wait_ms (0: do not wait); DB_ERROR when one could not be opened.
  * On an error *out is NULL and err says why. Thread-safe. */
 db_status db_pool_take(db_pool *p, int wait_ms, db **out, char *err, size_t errlen);

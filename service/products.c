@@ -156,7 +156,7 @@ db_status svc_product_find(svc_app *a, db *d, const char *sku, svc_product **out
     int busy = 0;
     db *own = d ? NULL : svc_db_take(a, &busy);
     db_product dp;
-    if (!d && !(d = own)) return busy ? DB_BUSY : DB_ERROR;
+    if (!d && !(d = own)) return busy ? DB_NOCONN : DB_ERROR;
     db_status st = db_product_get(d, sku, &dp);
     svc_db_give(a, own);
     if (st != DB_OK) return st;

@@ -73,8 +73,8 @@ static inline uint64_t svc_product_changes(svc_product *p) {
 }
 
 /* Finds a product: cache first, then the database, on d (NULL: a
- * connection taken for the read). Returns DB_OK, DB_NOTFOUND, DB_BUSY
- * (no connection free in time) or DB_ERROR. */
+ * connection taken for the read). Returns DB_OK, DB_NOTFOUND, DB_NOCONN
+ * (no connection of the budget free in time) or DB_ERROR. */
 db_status svc_product_find(svc_app *a, db *d, const char *sku, svc_product **out);
 
 #endif

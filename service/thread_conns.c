@@ -58,7 +58,7 @@ static void log_failed_take(db_status st, const char *err) {
         return;
     }
     long more = atomic_exchange(&unsaid, 0);
-    svc_log_level lv = st == DB_BUSY ? SVC_LOG_WARN : SVC_LOG_ERROR;
+    svc_log_level lv = st == DB_NOCONN ? SVC_LOG_WARN : SVC_LOG_ERROR;
     if (more) svc_log(lv, "database: %s (and %ld more failed takes since)", err, more);
     else svc_log(lv, "database: %s", err);
 }
@@ -67,7 +67,7 @@ db *svc_db_take(svc_app *a, int *busy) {
     db *d = NULL;
     char err[600];
     db_status st = db_pool_take(a->dbpool, a->cfg.db_connection_wait_ms, &d, err, sizeof err);
-    if (busy) *busy = st == DB_BUSY;
+    if (busy) *busy = st == DB_NOCONN;
     if (st != DB_OK) log_failed_take(st, err);
     return d;
 }

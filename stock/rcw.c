@@ -270,7 +270,7 @@ static stock_result take_db(stock_conn *c, const stock_product *p, int seg, int 
         int wait = (int)(left < c->db_wait_ms ? left : c->db_wait_ms);
         db *d = NULL;
         db_status st = db_pool_take(c->db_pool, wait > 0 ? wait : 0, &d, err, sizeof err);
-        if (st == DB_BUSY) return STOCK_LOCK_TIMEOUT;
+        if (st == DB_NOCONN) return STOCK_LOCK_TIMEOUT;
         if (st != DB_OK) {
             snprintf(c->errstr, sizeof c->errstr, "lock table: %.200s", err);
             return STOCK_LOCK_DOWN;

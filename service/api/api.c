@@ -133,7 +133,7 @@ static svc_product *job_product(api_job *j, db *d) {
     svc_product *p = NULL;
     db_status st = svc_product_find(j->a, d, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
-    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_BUSY, "reading the product");
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
     return st == DB_OK ? p : NULL;
 }
 

@@ -61,8 +61,8 @@ void api_reply_db_down(http_req *r, svc_app *a, const char *doing);
 /* 503 overloaded: every database connection of the instance stayed in use
  * (svc_db_take's busy); nothing was changed. */
 void api_reply_db_busy(http_req *r, const char *doing);
-/* One of the two by what a take or a read said: st DB_BUSY or busy set:
- * api_reply_db_busy; else api_reply_db_down. */
+/* One of the two: busy (a take's, or a status DB_NOCONN): api_reply_db_busy;
+ * else api_reply_db_down. */
 void api_reply_db_failed(http_req *r, svc_app *a, int busy, const char *doing);
 void api_reply_unknown_sku(http_req *r, const char *sku);
 /* Admin endpoints: 1 when the bearer token matches (or none is configured);

@@ -112,7 +112,7 @@ static void order_create_job(api_job *j) {
     svc_product *p = NULL;
     db_status st = svc_product_find(j->a, NULL, j->order.sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->order.sku);
-    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_BUSY, "reading the product");
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
     else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
 }
 
@@ -225,7 +225,7 @@ static void decide_job(api_job *j) {
                               "The database failed while committing; whether the order changed "
                               "is not known. Retry: a confirm or cancel is safe to repeat.");
     } else {
-        api_reply_db_failed(j->r, j->a, st == DB_BUSY, "deciding the order");
+        api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "deciding the order");
     }
     free(dc);
 }

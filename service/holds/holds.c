@@ -193,7 +193,7 @@ db_status svc_hold_decide(svc_app *a, db_decision *dc) {
     db *d = svc_db_take(a, &busy);
     db_order o;
     svc_product *p = NULL;
-    if (!d) return busy ? DB_BUSY : DB_ERROR;
+    if (!d) return busy ? DB_NOCONN : DB_ERROR;
     /* The product says where the stock is: in SQLite, or a Redis copy.
      * The connection goes back before the wait for the committer. */
     db_status st = db_order_get(d, dc->order_id, &o);

@@ -26,8 +26,8 @@ void svc_holds_stop(svc_holds *h);
  * (which may block; never the committer's): now_ms and stock_in_db are
  * filled in here. When it ended the hold, the units are given back before it
  * returns (or, when Redis fails, left owed for the expiry thread). Returns
- * as db_hold_decide; DB_BUSY when no database connection of the instance
- * was free in time (nothing decided). */
+ * as db_hold_decide; DB_NOCONN when no database connection of the
+ * instance was free in time (nothing decided). */
 db_status svc_hold_decide(svc_app *a, db_decision *dc);
 
 #endif
