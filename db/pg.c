@@ -782,6 +782,25 @@ static const char PLAIN_INSERT[] =
     " held = product_tallies.held + excluded.held)"
     " SELECT o.n FROM o JOIN ins USING (order_id)";
 
+/* The same for a group without holds (the usual one): no insert into
+ * holds at all, whose table and indexes every run of PLAIN_INSERT opens
+ * even when it inserts nothing. */
+static const char PLAIN_INSERT_NO_HOLDS[] =
+    "WITH o AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+    " $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[]) WITH ORDINALITY"
+    " AS o(order_id, sku, user_id, quantity, idempotency_key, created_at, gen, expires_ms,"
+    " takes, n)),"
+    " ins AS (INSERT INTO orders(order_id, sku, user_id, quantity, idempotency_key, created_at)"
+    " SELECT o.order_id, o.sku, o.user_id, o.quantity, o.idempotency_key, o.created_at"
+    " FROM o JOIN products p ON p.sku = o.sku AND p.stock_gen = o.gen"
+    " WHERE NOT EXISTS (SELECT 1 FROM voided_orders v WHERE v.order_id = o.order_id)"
+    " ON CONFLICT DO NOTHING RETURNING order_id),"
+    " u AS (INSERT INTO product_tallies(sku, slot, sold, held)"
+    " SELECT o.sku, $10::bigint, sum(o.quantity), 0"
+    " FROM o JOIN ins USING (order_id) GROUP BY o.sku"
+    " ON CONFLICT (sku, slot) DO UPDATE SET sold = product_tallies.sold + excluded.sold)"
+    " SELECT o.n FROM o JOIN ins USING (order_id)";
+
 static const char PLAIN_KEYS[] =
     "SELECT o.n FROM unnest($1::text[], $2::text[]) WITH ORDINALITY"
     " AS o(order_id, idempotency_key, n)"
@@ -975,7 +994,7 @@ enum { A_ID, A_SKU, A_USER, A_QTY, A_KEY, A_AT, A_GEN, A_EXP, A_TAKES, A_NARRAYS
 static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *committed,
                               int *commit_unknown) {
     buf a[A_NARRAYS], skus[1], keys[2];
-    size_t nplain = 0, nkeyed = 0;
+    size_t nplain = 0, nkeyed = 0, nholds = 0;
     db_status st = DB_OK;
     /* The jobs by their place in the arrays (1-based, as WITH ORDINALITY
      * counts): plain[k - 1], and keyed[k - 1] for the keys' array. */
@@ -1002,6 +1021,7 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
         put_int(&a[A_GEN], o->gen);
         put_int(&a[A_EXP], o->expires_ms > 0 ? o->expires_ms : 0);
         put_text(&a[A_TAKES], o->takes ? o->takes : "");
+        nholds += o->expires_ms > 0;
         if (o->idem_key[0]) {
             put_text(&keys[0], o->order_id);
             put_text(&keys[1], o->idem_key);
@@ -1015,7 +1035,7 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
         goto out;
     }
     piped q[3] = { { PLAIN_LOCK, 1, { skus[0].p }, NULL },
-                   { PLAIN_INSERT, A_NPARAMS, { 0 }, NULL },
+                   { nholds ? PLAIN_INSERT : PLAIN_INSERT_NO_HOLDS, A_NPARAMS, { 0 }, NULL },
                    { PLAIN_KEYS, 2, { keys[0].p, keys[1].p }, NULL } };
     for (int k = 0; k < A_NARRAYS; k++) q[1].args[k] = a[k].p;
     q[1].args[A_NARRAYS] = conn_of(d)->slot;
@@ -1094,7 +1114,8 @@ static const char TAKE_USERS[] =
 
 /* Every statement a pipeline sends, prepared once per connection by its
  * place here (prepare_piped). */
-static const char *const PIPED[] = { PLAIN_LOCK, PLAIN_INSERT, PLAIN_KEYS, TAKE_LOCK, TAKE_UNITS,
+static const char *const PIPED[] = { PLAIN_LOCK, PLAIN_INSERT, PLAIN_INSERT_NO_HOLDS,
+                                     PLAIN_KEYS, TAKE_LOCK, TAKE_UNITS,
                                      TAKE_KEYS, TAKE_INSERT, TAKE_PRODUCTS, TAKE_USERS };
 
 static int piped_index(const char *sql) {

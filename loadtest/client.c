@@ -229,11 +229,12 @@ static long long jint(json_t *o, const char *k) {
 int fl_product_get(fl_http *h, const char *sku, fl_product *p, fl_err *e) {
     char path[128];
     snprintf(path, sizeof path, "/v1/products/%s", sku);
-    /* A 503 is the service's Redis mid-failover (or a rebuild): the figures
-     * come once it is back, so wait for them a while (10 s) rather than
-     * end a run -- or a verdict -- on it. */
+    /* A 503 is the service's Redis mid-failover (or a rebuild), or its
+     * database's (a Patroni leader's key takes its ttl, 10 s, to expire):
+     * the figures come once it is back, so wait for them a while (30 s)
+     * rather than end a run -- or a verdict -- on it. */
     int st = fl_http_request(h, "GET", path, NULL, e);
-    for (int tries = 0; st == 503 && tries < 50; tries++) {
+    for (int tries = 0; st == 503 && tries < 150; tries++) {
         usleep(200000);
         st = fl_http_request(h, "GET", path, NULL, e);
     }

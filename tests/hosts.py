@@ -298,7 +298,7 @@ class World:
             ctx.on_cleanup(self.patroni.stop)
             self.pg = None
             harness.wait_until(self._patroni_db, 30, step=0.2,
-                               what="the Patroni leader to create the database")
+                               what="the database on every Patroni node")
             if haproxy:
                 self.proxy = patroni.HAProxy(n["proxy"], self.patroni)
                 ctx.on_cleanup(self.proxy.stop)
@@ -324,13 +324,19 @@ class World:
                                          args=["--admin-token", TOKEN] + list(service_args)))
 
     def _patroni_db(self):
-        """Creates the database on the leader: whether it is there now."""
+        """Creates the database on the leader: whether every node has it now.
+        A replica must have replayed it too: libpq does not try the next
+        host of a URL after a server's "database does not exist", so an
+        instance that meets such a replica first cannot start."""
         leader = self.patroni.leader()
         if not leader:
             return False
-        if leader.psql("SELECT 1 FROM pg_database WHERE datname = 'flashsale'") == [["1"]]:
+        has = [n.psql("SELECT 1 FROM pg_database WHERE datname = 'flashsale'") == [["1"]]
+               for n in self.patroni.nodes]
+        if all(has):
             return True
-        leader.psql("CREATE DATABASE flashsale")
+        if not has[self.patroni.nodes.index(leader)]:
+            leader.psql("CREATE DATABASE flashsale")
         return False
 
     def _node(self, node):
