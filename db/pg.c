@@ -373,6 +373,8 @@ err:
 
 /* ------------------------------------------------------------ the connection */
 
+static int ensure_functions(db *d, char *err, size_t errlen);
+
 /* Opens the session: whose server connection it is, its settings, and
  * the schema checked or brought forward. 0, or -1 with err set.
  *
@@ -432,7 +434,10 @@ static int session(db *d, char *err, size_t errlen) {
                  p->opt.readonly ? " SET default_transaction_read_only=on;" : "");
         if (exec(d, sql, err, errlen)) return -1;
     }
-    if (!p->opt.readonly) return migrate(d, err, errlen);
+    if (!p->opt.readonly) {
+        if (migrate(d, err, errlen)) return -1;
+        return p->shared ? ensure_functions(d, err, errlen) : 0;
+    }
     int v = schema_version(d, err, errlen);
     if (v < 0) return -1;
     if (v != DB_SCHEMA_VERSION) {
@@ -476,16 +481,18 @@ static int pg_open(db *d, const char *target, const db_options *opt, char *err, 
             goto err;
         }
     }
-    /* Bounds on a network that stops answering, before the target's own
-     * parameters (which override them): a connect gives up after 5 s; a
+    /* Bounds on a network that stops answering, and the name the server's
+     * pg_stat_activity shows, before the target's own parameters (which
+     * override them): a connect gives up after 5 s; a
      * statement sent and not acknowledged for 5 s, or a silent peer
      * probed 3 times a second apart after 5 s idle, breaks the
      * connection -- without them a partitioned server holds a query for
      * as long as TCP retransmits (15 minutes), and the writer with it. */
     static const char *const keys[] = { "connect_timeout", "keepalives", "keepalives_idle",
                                          "keepalives_interval", "keepalives_count",
-                                         "tcp_user_timeout", "dbname", NULL };
-    const char *values[] = { "5", "1", "5", "1", "3", "5000", target, NULL };
+                                         "tcp_user_timeout", "application_name", "dbname",
+                                         NULL };
+    const char *values[] = { "5", "1", "5", "1", "3", "5000", "flashsale", target, NULL };
     p->conn = PQconnectdbParams(keys, values, 1);
     if (!p->conn) {
         snprintf(err, errlen, "out of memory");
@@ -883,6 +890,9 @@ typedef struct piped {
 
 /* The place of sql among the pipelines' statements (PIPED, below). */
 static int piped_index(const char *sql);
+/* How a shared connection sends sql: a call of its function (FNS, below),
+ * or sql itself. */
+static const char *shared_text(const char *sql);
 
 /* Prepares, on this connection, the statements of q[0..nq) not prepared
  * yet (once per connection: prepared again after a reconnect), so that a
@@ -935,8 +945,8 @@ static db_status pipeline_commit(db *d, piped *q, int nq, int commit, int *commi
     for (int i = 0; sent && i < nq; i++) {
         char name[16];
         snprintf(name, sizeof name, "g%d", piped_index(q[i].sql));
-        sent = p->shared ? PQsendQueryParams(p->conn, q[i].sql, q[i].n, NULL, q[i].args, NULL,
-                                             NULL, 0)
+        sent = p->shared ? PQsendQueryParams(p->conn, shared_text(q[i].sql), q[i].n, NULL,
+                                             q[i].args, NULL, NULL, 0)
                          : PQsendQueryPrepared(p->conn, name, q[i].n, q[i].args, NULL, NULL, 0);
     }
     sent = sent && (!commit || PQsendQueryParams(p->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0));
@@ -1123,6 +1133,94 @@ static int piped_index(const char *sql) {
     while (k < n && PIPED[k] != sql) k++;
     assert(k < n && k < (int)sizeof ((pg *)0)->piped_prepared);   /* every one is listed */
     return k;
+}
+
+/* ------------------------------------------- a shared connection's functions
+ *
+ * A shared connection (session()) can keep no prepared statement, and a
+ * group's insert parsed and planned at every run cost the server about as
+ * much again as the group's rows (make bench-pgscale: PostgreSQL's CPU per
+ * order 46-61 us through PgBouncer against 25-27 us straight). So the
+ * group's statements are wrapped in PL/pgSQL functions, whose plans each
+ * server backend keeps from one call to the next whoever borrows it: what
+ * is parsed and planned per group is the call. A function is named by a
+ * hash of its text and parameters, so a build whose statement changed
+ * makes a function of its own; the first shared connection that misses
+ * one creates it, under the schema's lock (ensure_functions). */
+
+typedef struct piped_fn {
+    const char *sql;            /* a PIPED statement, returning one bigint column */
+    const char *args;           /* its parameters' types, in order */
+    int nargs;
+} piped_fn;
+
+#define PLAIN_ARGS "text[],text[],text[],int[],text[],text[],bigint[],bigint[],text[],bigint"
+static const piped_fn FNS[] = {
+    { PLAIN_INSERT, PLAIN_ARGS, A_NPARAMS },
+    { PLAIN_INSERT_NO_HOLDS, PLAIN_ARGS, A_NPARAMS },
+    { PLAIN_KEYS, "text[],text[]", 2 },
+};
+#define NFNS (sizeof FNS / sizeof FNS[0])
+
+static char fn_name[NFNS][32];          /* flashsale_<16 hex> */
+static char fn_call[NFNS][160];         /* SELECT * FROM <name>($1, ...) */
+static pthread_once_t fns_named = PTHREAD_ONCE_INIT;
+
+static void name_fns(void) {
+    for (size_t k = 0; k < NFNS; k++) {
+        uint64_t h = 1469598103934665603ULL;              /* FNV-1a */
+        for (const char *c = FNS[k].sql; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        for (const char *c = FNS[k].args; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        snprintf(fn_name[k], sizeof fn_name[k], "flashsale_%016llx", (unsigned long long)h);
+        int n = snprintf(fn_call[k], sizeof fn_call[k], "SELECT * FROM %s(", fn_name[k]);
+        for (int a = 1; a <= FNS[k].nargs; a++)
+            n += snprintf(fn_call[k] + n, sizeof fn_call[k] - (size_t)n, "%s$%d", a > 1 ? "," : "",
+                          a);
+        snprintf(fn_call[k] + n, sizeof fn_call[k] - (size_t)n, ")");
+    }
+}
+
+static const char *shared_text(const char *sql) {
+    pthread_once(&fns_named, name_fns);
+    for (size_t k = 0; k < NFNS; k++)
+        if (FNS[k].sql == sql) return fn_call[k];
+    return sql;
+}
+
+/* Creates, on d's database, the functions of FNS it lacks: 0, or -1 with
+ * err set. One look at the catalog when they are all there. */
+static int ensure_functions(db *d, char *err, size_t errlen) {
+    pthread_once(&fns_named, name_fns);
+    char look[600] = "SELECT count(*) FROM pg_proc WHERE proname IN (";
+    for (size_t k = 0; k < NFNS; k++)
+        snprintf(look + strlen(look), sizeof look - strlen(look), "%s'%s'", k ? "," : "",
+                 fn_name[k]);
+    snprintf(look + strlen(look), sizeof look - strlen(look), ")");
+    PGresult *r = query(d, look, err, errlen);
+    if (!r) return -1;
+    int have = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (have == (int)NFNS) return 0;
+    size_t len = 256;
+    for (size_t k = 0; k < NFNS; k++) len += strlen(FNS[k].sql) + 400;
+    char *sql = malloc(len);
+    if (!sql) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* One string, one transaction: a transaction pool keeps it on one
+     * server connection. */
+    int n = snprintf(sql, len, "BEGIN; SELECT pg_advisory_xact_lock(%lld);",
+                     (long long)MIGRATE_LOCK);
+    for (size_t k = 0; k < NFNS; k++)
+        n += snprintf(sql + n, len - (size_t)n,
+                      " CREATE OR REPLACE FUNCTION %s(%s) RETURNS SETOF bigint LANGUAGE plpgsql"
+                      " SET plan_cache_mode = force_generic_plan AS $fs$ BEGIN RETURN QUERY %s;"
+                      " END $fs$;", fn_name[k], FNS[k].args, FNS[k].sql);
+    snprintf(sql + n, len - (size_t)n, " COMMIT");
+    int rc = exec(d, sql, err, errlen);
+    free(sql);
+    return rc;
 }
 
 /* One SKU of the group's takes, as read and as the takes leave it. */

@@ -58,12 +58,13 @@ def flashload(binary, targets, redis, db, strategy, conns, seconds, sku, stock):
 
 def psql_prober(pg, stop, out):
     """Connects every 100 ms until stop is set: out gets tries, refusals, and
-    the most connections to the orders' database seen."""
+    the most connections the instances (application_name flashsale) held."""
     tries = refused = peak = 0
     while not stop.is_set():
         r = subprocess.run(["psql", "-h", pg.ip, "-p", str(pg.port), "-U", "postgres", "-d",
                             "postgres", "-Atc", "SELECT count(*) FROM pg_stat_activity WHERE "
-                            "datname = 'flashsale'"], capture_output=True, text=True, timeout=30)
+                            "datname = 'flashsale' AND application_name = 'flashsale'"],
+                           capture_output=True, text=True, timeout=30)
         tries += 1
         if r.returncode != 0:
             refused += 1
@@ -146,7 +147,7 @@ def main():
             print("  %-46s %9.0f   (%s)" % (k, statistics.median(v),
                                             ", ".join("%.0f" % x for x in v)))
         print("\npsql during the mixed runs: %s" % "; ".join(
-            "%s: %d connects, %d refused, at most %d connections to flashsale"
+            "%s: %d connects, %d refused, the instances held at most %d connections"
             % (n, p.get("tries", 0), p.get("refused", 0), p.get("peak", 0)) for n, p in probes))
         bad = [(n, v) for n, v, rc in verdicts if rc != 0 or not v.startswith("PASS")]
         print("verifier: %d runs, %d not PASS%s" % (len(verdicts), len(bad),
