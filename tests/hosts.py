@@ -552,7 +552,11 @@ def patroni_cut(w, out, sku, seconds=18, strategy="lua"):
         seen["demoted"] = time.monotonic() - t
         seen["writable_after"] = 0.0
         promoted = None
-        while time.monotonic() - t < max(seconds - 4, promoted or 0):
+        # Until the other is promoted (within twice the ttl, whatever the
+        # load's length), and at least to 4 s before the load ends.
+        limit = 2 * w.patroni.ttl + 10
+        while (promoted is None and time.monotonic() - t < limit) or \
+                time.monotonic() - t < seconds - 4:
             if writable(old):
                 seen["writable_after"] += 0.1
             if promoted is None and (w.patroni.leader() or old) is not old:
@@ -560,7 +564,7 @@ def patroni_cut(w, out, sku, seconds=18, strategy="lua"):
             time.sleep(0.1)
         if promoted is None:
             raise AssertionError("Patroni did not promote %s within %.0f s" % (other.name,
-                                                                              seconds - 4))
+                                                                              limit))
         n.heal()
     rc, so, se = load_under_fault(w, out, sku, strategy, fault, seconds=seconds)
     return rc, so, se, seen

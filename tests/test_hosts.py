@@ -161,7 +161,7 @@ def test_patroni_decides_the_failover(ctx):
     assert app2.order("pat-switchover", user="after").status == 201      # HAProxy followed
     w.patroni.wait_healthy(60)
     out = ctx.path("kill.json")
-    rc, so, se, seen = patroni_kill(w, out, "pat-kill", seconds=14)
+    rc, so, se, seen = patroni_kill(w, out, "pat-kill", seconds=16)
     passed(rc, so, se)
     j = json.load(open(out))
     dead = w.patroni.node(seen["leader"])
@@ -176,7 +176,7 @@ def test_patroni_decides_the_failover(ctx):
     assert j["verdict"]["lost"] == 0 and j["verdict"]["oversold"] == 0, j["verdict"]
     assert app2.order("pat-kill", user="after").status == 201
     out = ctx.path("cut.json")
-    rc, so, se, seen = patroni_cut(w, out, "pat-cut", seconds=16)
+    rc, so, se, seen = patroni_cut(w, out, "pat-cut", seconds=18)
     passed(rc, so, se)
     j = json.load(open(out))
     print("    %s cut from etcd and its replica: demoted in %.1f s, %s promoted in %.1f s, "
