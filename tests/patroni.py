@@ -156,12 +156,12 @@ class Node:
                 except ProcessLookupError:
                     pass
 
-    def rest(self, path, body=None, timeout=3):
+    def rest(self, path, body=None, timeout=3, method=None):
         """A call of the node's REST API: (status, decoded JSON or text)."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request("http://%s:%d%s" % (self.addr, REST_PORT, path), data=data,
                                      headers={"Content-Type": "application/json"},
-                                     method="POST" if body is not None else "GET")
+                                     method=method or ("POST" if body is not None else "GET"))
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 status, raw = r.status, r.read().decode()
@@ -288,6 +288,14 @@ class Patroni:
                                                "candidate": candidate.name}, timeout=60)
         if status != 200:
             raise AssertionError("switchover: %s %s" % (status, j))
+
+    def configure(self, **settings):
+        """Changes the cluster's dynamic configuration (PATCH /config, as
+        `patronictl edit-config` does), e.g. synchronous_mode=False."""
+        status, j = self.leader().rest("/config", settings, timeout=10, method="PATCH")
+        if status != 200:
+            raise AssertionError("PATCH /config: %s %s" % (status, j))
+        self.sync = settings.get("synchronous_mode", self.sync)
 
     def db_url(self, dbname):
         """The libpq multi-host URL that finds the leader."""
