@@ -579,9 +579,13 @@ static etcd_hold *hold_new(etcd_backend *b, const char *name, int64_t lease) {
 }
 
 /* Waits for our turn: watch the key before ours, in slices that end in
- * time to keep our lease alive. Returns LOCK_OK, LOCK_BUSY or LOCK_ERROR. */
+ * time to keep our lease alive. Returns LOCK_OK, LOCK_BUSY or LOCK_ERROR;
+ * *gone = 1 with LOCK_ERROR when our lease expired while we waited (a
+ * keepalive late past a short ttl on a busy host: etcd answered, so the
+ * server is not what failed, and the caller may queue again). */
 static lock_status wait_turn(etcd_backend *b, etcd_hold *h, size_t pl, int64_t *lease_start,
-                             int64_t deadline_us, char *err, size_t errlen) {
+                             int64_t deadline_us, int *gone, char *err, size_t errlen) {
+    *gone = 0;
     for (;;) {
         char *pred = NULL;
         int64_t seen = 0;
@@ -598,6 +602,7 @@ static lock_status wait_turn(etcd_backend *b, etcd_hold *h, size_t pl, int64_t *
                 int64_t sent = clock_mono_us();
                 int alive = lease_keepalive(b, h->lease, err, errlen);
                 if (alive != 1) {
+                    *gone = alive == 0;
                     free(pred);
                     return LOCK_ERROR;
                 }
@@ -616,13 +621,14 @@ static lock_status wait_turn(etcd_backend *b, etcd_hold *h, size_t pl, int64_t *
     }
 }
 
-static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms,
-                                int64_t deadline_us, lock_took *out, lock_errcode *code,
-                                char *err, size_t errlen) {
-    etcd_backend *b = c->bstate;
+/* One place in the queue: a lease, our key under it, and the wait for the
+ * keys before ours. Returns as wait_turn (*gone likewise); on LOCK_OK *out
+ * is filled, else nothing is left behind. */
+static lock_status queue_once(etcd_backend *b, const char *name, int64_t ttl_ms,
+                              int64_t deadline_us, lock_took *out, lock_errcode *code,
+                              int *gone, char *err, size_t errlen) {
     int64_t lease, granted;
-    *code = LOCK_ERR_IO;
-    atomic_fetch_add(&c->st.attempts, 1);
+    *gone = 0;
     int64_t start = clock_mono_us();
     if (lease_grant(b, (ttl_ms + 999) / 1000, &lease, &granted, err, errlen)) return LOCK_ERROR;
     etcd_hold *h = hold_new(b, name, lease);
@@ -644,7 +650,7 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
                               ETCD_INCARNATION);
     lock_status st = first < 0 ? LOCK_ERROR : first ? LOCK_OK : LOCK_BUSY;
     if (st == LOCK_BUSY && clock_mono_us() < deadline_us)
-        st = wait_turn(b, h, pl, &start, deadline_us, err, errlen);
+        st = wait_turn(b, h, pl, &start, deadline_us, gone, err, errlen);
     if (st != LOCK_OK) {
         lease_revoke(b, lease);   /* deletes our key: nothing left behind */
         free(h);
@@ -657,6 +663,26 @@ static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms
     out->ttl_ms = granted * 1000;
     out->lease_src = NULL;
     return LOCK_OK;
+}
+
+/* A waiter whose lease expired queues again at the back, a bounded number
+ * of times, while its deadline lasts. */
+#define ETCD_REQUEUES 3
+
+static lock_status etcd_acquire(lock_client *c, const char *name, int64_t ttl_ms,
+                                int64_t deadline_us, lock_took *out, lock_errcode *code,
+                                char *err, size_t errlen) {
+    etcd_backend *b = c->bstate;
+    *code = LOCK_ERR_IO;
+    atomic_fetch_add(&c->st.attempts, 1);
+    lock_status st;
+    int gone = 0;
+    for (int i = 0;; i++) {
+        st = queue_once(b, name, ttl_ms, deadline_us, out, code, &gone, err, errlen);
+        if (!gone || i == ETCD_REQUEUES || clock_mono_us() >= deadline_us) break;
+    }
+    if (gone && st == LOCK_ERROR && clock_mono_us() >= deadline_us) st = LOCK_BUSY;
+    return st;
 }
 
 /* Renewal and reentry: keep the lease alive, then check the key is ours. */

@@ -324,7 +324,11 @@ class Cluster:
         self.nodes = []
         self.redirects = {"MOVED": 0, "ASK": 0, "TRYAGAIN": 0, "CLUSTERDOWN": 0}
         try:
+            # repl-ping-replica-period 1: a replica shows in CLUSTER SLOTS once
+            # its offset is past 0 (Redis 7), which a primary with no writes
+            # moves only by its pings to replicas, every 10 s by default.
             opts = ["cluster-enabled yes", "cluster-config-file nodes.conf",
+                    "repl-ping-replica-period 1",
                     "cluster-node-timeout %d" % node_timeout_ms]
             # A node's cluster bus listens on its port + 10000: both free.
             self.nodes = [Node(opts, port=harness.free_port_pair(10000))
