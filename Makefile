@@ -84,6 +84,7 @@ LINK_flashload      := loadtest common
 LINK_mhdhello       := loadtest common
 LINK_flashlock      := lock rtopo common
 LINK_lockbench      := lock rtopo common
+LINK_lockfair       := lock rtopo common
 LINK_lockcheck      := lock rtopo common
 # Unit tests link what they test.
 LINK_test_aconn     := common

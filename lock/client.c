@@ -118,5 +118,6 @@ void lock_client_stats(lock_client *c, lock_stats *o) {
     o->not_owner = atomic_load(&c->st.not_owner);
     o->unknown = atomic_load(&c->st.unknown);
     o->keyspace_wakeups = atomic_load(&c->st.keyspace_wakeups);
+    o->requeued = atomic_load(&c->st.requeued);
     if (c->be->stats) c->be->stats(c, o);
 }

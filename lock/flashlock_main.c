@@ -48,6 +48,11 @@ static void usage(FILE *f) {
 "                        exit status when -n or -w gives up (0..255, default 75).\n"
 "  -c, --command STRING  run STRING with /bin/sh -c instead of COMMAND [ARG]...\n"
 "  -x, -e, --exclusive   accepted for flock compatibility (every lock is exclusive).\n"
+"      --fair            wait in line: the lock goes to its waiters in the order they\n"
+"                        came, a newcomer never takes it while others wait, and a\n"
+"                        waiter silent for 1 s (killed, stopped, cut off) loses its\n"
+"                        place. Every client of NAME must use it (a client without\n"
+"                        it takes a free lock at once). Not with Redlock.\n"
 "      --verbose         say how long getting the lock took and what woke the wait.\n"
 "  -r, --redis URL       Redis server: redis://[:password@]host:port/db or\n"
 "                        unix:/path (default $FLASHLOCK_REDIS, else\n"
@@ -98,7 +103,7 @@ typedef struct args {
     const char *urls[LOCK_MAX_SERVERS];
     int nurls;
     long long ttl_ms, wait_ms, timeout_ms, kill_after_ms;
-    int conflict_exit, verbose;
+    int conflict_exit, verbose, fair;
     const char *name;
     char **cmd;
     char *sh_cmd[4];              /* -c: /bin/sh -c STRING */
@@ -139,13 +144,14 @@ static int usage_error(const char *fmt, ...) {
 
 /* Returns 0, 1 for --help, 2 for --version, or -1 (message printed). */
 static int parse_args(int argc, char **argv, args *a) {
-    enum { O_REDIS_TIMEOUT = 1000, O_KILL_AFTER, O_VERBOSE };
+    enum { O_REDIS_TIMEOUT = 1000, O_KILL_AFTER, O_VERBOSE, O_FAIR };
     static const struct option opts[] = {
         { "wait", required_argument, 0, 'w' }, { "timeout", required_argument, 0, 'w' },
         { "nonblock", no_argument, 0, 'n' }, { "nb", no_argument, 0, 'n' },
         { "conflict-exit-code", required_argument, 0, 'E' },
         { "command", required_argument, 0, 'c' }, { "exclusive", no_argument, 0, 'x' },
         { "verbose", no_argument, 0, O_VERBOSE }, { "redis", required_argument, 0, 'r' },
+        { "fair", no_argument, 0, O_FAIR },
         { "ttl", required_argument, 0, 't' },
         { "redis-timeout-ms", required_argument, 0, O_REDIS_TIMEOUT },
         { "kill-after", required_argument, 0, O_KILL_AFTER },
@@ -179,6 +185,7 @@ static int parse_args(int argc, char **argv, args *a) {
         case 'c': command = optarg; break;
         case 'x': case 'e': break;
         case O_VERBOSE: a->verbose = 1; break;
+        case O_FAIR: a->fair = 1; break;
         case 'r':
             if (a->nurls == LOCK_MAX_SERVERS)
                 return usage_error("at most %d --redis", LOCK_MAX_SERVERS);
@@ -434,10 +441,11 @@ static void report(lock_client *c, const args *a, lock_status st, const lock_han
                 (long long)(took_us / 1000000), (long long)(took_us % 1000000));
     fprintf(stderr, "flashlock: %llu tries; woken %llu times by a release (%llu of them seen "
             "as keyspace events), %llu times by the re-check; keyspace notifications "
-            "on %d, off %d of %d servers\n",
+            "on %d, off %d of %d servers%s\n",
             (unsigned long long)s.attempts, (unsigned long long)s.wakeups,
             (unsigned long long)s.keyspace_wakeups, (unsigned long long)s.timeouts,
-            s.keyspace_on, s.keyspace_off, a->nurls);
+            s.keyspace_on, s.keyspace_off, a->nurls,
+            s.requeued ? "; lost its place in line and queued again" : "");
     if (st == LOCK_OK) fprintf(stderr, "flashlock: executing %s\n", a->cmd[a->cmd == a->sh_cmd ? 2 : 0]);
 }
 
@@ -457,7 +465,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     lock_options o = { .urls = a.urls, .nurls = a.nurls, .timeout_ms = (int)a.timeout_ms,
-                       .watchdog = 1 };
+                       .watchdog = 1, .fair = a.fair };
     lock_client *c = lock_client_new(&o, err, sizeof err);
     if (!c) {
         fprintf(stderr, "flashlock: %s\n", err);

@@ -46,6 +46,13 @@
  *                     PUBLISHes to each until one had a listener, so one
  *                     release wakes one live waiter, not a stampede; gone
  *                     waiters (PUBLISH reached nobody) are dropped as met.
+ *     B:fair          sorted set: a fair lock's waiters (FAIRNESS), scored
+ *                     by ticket (one more than the last one's) -- their
+ *                     arrival order. With B:fair:due (sorted set: when each
+ *                     one's place lapses, Redis's clock in ms) and
+ *                     B:fair:sub (set: those listening on their wake
+ *                     channel). They expire a few seconds after the last
+ *                     waiter's last call.
  *     B:wake:         pub/sub channel (the bare prefix): a release PUBLISHes
  *                     "released" here just before its DEL, in the same
  *                     script, so a client watching the key's keyspace
@@ -151,8 +158,47 @@
  * missed. Between wake-ups it waits at most min(the holder's remaining
  * PTTL, a jittered exponential backoff up to max_backoff_ms), so it also
  * sees a lock that expired or was freed by a client that does not publish.
- * The lock is not fair: a newcomer may take a free lock before the woken
- * waiter's retry arrives; the waiter then keeps its place in the queue.
+ * This lock is not fair: a newcomer may take a free lock before the woken
+ * waiter's retry arrives (the waiter then keeps its place in the queue),
+ * and so may a waiter whose re-check comes at that moment. For a lock
+ * that serves in arrival order, see FAIRNESS.
+ *
+ * FAIRNESS, REDIS (options.fair). Seed 004 §6.1's property: "when the lock
+ * wakes up, it does so in sequence". The same lock value, taken only by
+ * the head of its queue (B:fair): the waiter that asked first holds next,
+ * whichever client or process it is in, and a newcomer never takes a
+ * lock that has waiters, even a free one (a try with no wait answers
+ * BUSY). Its first try takes the lock only if it is free and no one waits;
+ * otherwise that same try takes a place at the back of the line (so
+ * arrival is that try, not the subscription that follows it). A release
+ * wakes the head only (no herd), which takes the lock on its next call,
+ * and the lock stays free until it does. Everything else is as for the
+ * unfair lock: lease and watchdog, reentry, tokens, keyspace
+ * notifications, Sentinel and Cluster (its keys in the name's slot).
+ *
+ *   A dead waiter does not hold the line. Every call of a waiter (at least
+ *   three per lease: its re-checks) moves its place's due to now +
+ *   waiter_lease_ms (default LOCK_WAITER_LEASE_MS, 1 s); every call on the
+ *   lock first drops the places past their due. A waiter that is killed
+ *   has its connection closed: the release's PUBLISH to it reaches nobody
+ *   and it is dropped at once (not on a cluster, where a PUBLISH counts
+ *   only its own node's listeners: there its place lapses). One stopped
+ *   or cut off loses its place by its due, within waiter_lease_ms of its
+ *   last call; the waiter right behind a woken head looks again exactly
+ *   then. So a dead waiter costs the waiters behind it at most
+ *   waiter_lease_ms (measured, tests/test_fair_lock.py: killed 0.01 s,
+ *   stopped 0.9 s, cut off 0.9 s). A waiter that was silent that long
+ *   (a stalled process) and comes back queues again at the back
+ *   (lock_stats.requeued). A longer waiter_lease_ms tolerates longer
+ *   stalls of live waiters, at that cost per dead one.
+ *
+ *   Limits: every client of a name must be fair (an unfair client, or
+ *   any SET NX client, takes a free lock whatever the line); not Redlock
+ *   (N servers' lines could disagree); a failover to a replica that missed
+ *   the last writes loses places (they are taken again, in the order the
+ *   waiters call next). ZooKeeper and etcd are fair by their recipes
+ *   (sequential nodes, create revisions): options.fair changes nothing
+ *   there.
  *
  * OTHER CLIENTS' RELEASES, REDIS. node-redlock, redis-py's Lock and the like free
  * the key with a plain DEL (or let it expire) and publish nothing. If the
@@ -295,7 +341,14 @@ typedef struct lock_options {
     int watchdog;               /* 1: renew held locks at ttl/3 in one background thread
                                  * (Redis, etcd; ZooKeeper sessions keep themselves) */
     int max_backoff_ms;         /* longest wait between a waiter's retries; 0: 200 (Redis) */
+    int fair;                   /* 1: waiters take the lock in arrival order (FAIRNESS);
+                                 * Redis: one server, a Sentinel's primary or a cluster,
+                                 * not Redlock; ZooKeeper and etcd are fair already */
+    int waiter_lease_ms;        /* fair: a waiter silent this long loses its place;
+                                 * 0: LOCK_WAITER_LEASE_MS */
 } lock_options;
+
+#define LOCK_WAITER_LEASE_MS 1000
 
 /* What went wrong last (lock_client_error) or why a lease ended (lock_err). */
 typedef enum lock_errcode {
@@ -439,6 +492,8 @@ typedef struct lock_stats {
     uint64_t timeouts;                  /* waits that ended by PTTL/backoff, not by a notice */
     uint64_t renewals, renew_errors, lost;
     uint64_t released, not_owner, unknown;   /* lock_release outcomes */
+    uint64_t requeued;                  /* fair: waiters that lost their place (silent past
+                                           waiter_lease_ms) and joined again at the back */
     uint64_t keyspace_wakeups;          /* waits ended by a keyspace notification of
                                            another client's release (in wakeups too) */
     int keyspace_on, keyspace_off;      /* servers whose notify-keyspace-events had

@@ -247,7 +247,7 @@ struct lock_client {
     struct {
         atomic_uint_fast64_t acquired, busy, errors, reentered, attempts, wakeups,
             timeouts, renewals, renew_errors, lost, released, not_owner, unknown,
-            keyspace_wakeups;
+            keyspace_wakeups, requeued;
     } st;
 };
 

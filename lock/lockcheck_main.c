@@ -62,7 +62,8 @@ typedef struct opts {
 
 static lock_client *client_for(const opts *o, int watchdog) {
     char err[600];
-    lock_options lo = { o->urls, o->nurls, o->timeout_ms, watchdog, 0 };
+    lock_options lo = { .urls = o->urls, .nurls = o->nurls, .timeout_ms = o->timeout_ms,
+                         .watchdog = watchdog };
     lock_client *c = lock_client_new(&lo, err, sizeof err);
     if (!c) fprintf(stderr, "lockcheck: %s\n", err);
     return c;
@@ -72,7 +73,7 @@ static lock_client *client_for(const opts *o, int watchdog) {
 static lock_client *redis_writer(const opts *o) {
     char err[600];
     if (!o->redis) return NULL;
-    lock_options lo = { &o->redis, 1, o->timeout_ms, 0, 0 };
+    lock_options lo = { .urls = &o->redis, .nurls = 1, .timeout_ms = o->timeout_ms };
     lock_client *c = lock_client_new(&lo, err, sizeof err);
     if (!c) fprintf(stderr, "lockcheck: --redis: %s\n", err);
     return c;
@@ -428,7 +429,7 @@ static int run_selftest(const opts *o) {
 
     /* One kind of server per client; bad URLs are refused with a reason. */
     const char *mixed[2] = { o->urls[0], redis_kind ? "zk://127.0.0.1:1" : "redis://127.0.0.1:1/0" };
-    lock_options lo = { mixed, 2, 500, 0, 0 };
+    lock_options lo = { .urls = mixed, .nurls = 2, .timeout_ms = 500 };
     lock_client *bad = lock_client_new(&lo, err, sizeof err);
     CHECK(!bad && strstr(err, "one kind"));
     const char *two[2] = { "zk://127.0.0.1:1", "zk://127.0.0.1:2" };

@@ -56,6 +56,9 @@ int lock_keys_make(const char *name, lock_keys *k, char *err, size_t errlen) {
     snprintf(k->queue, sizeof k->queue, "%s:waiters", base);
     snprintf(k->wake, sizeof k->wake, "%s:wake:", base);
     snprintf(k->incarnation, sizeof k->incarnation, "%s:incarnation", base);
+    snprintf(k->fairq, sizeof k->fairq, "%s:fair", base);
+    snprintf(k->fairdue, sizeof k->fairdue, "%s:fair:due", base);
+    snprintf(k->fairsub, sizeof k->fairsub, "%s:fair:sub", base);
     return 0;
 }
 
@@ -68,6 +71,8 @@ typedef struct attempt {
     int64_t ttl_ms;
     char id[33];
     const char *waiter;           /* waiter id, "" while not queued */
+    char waiter_id[48];           /* fair: made before the first try, which queues */
+    int listens;                  /* fair: the waiter's wake channel is subscribed */
     char score[24];               /* queue position once known, to keep it */
     int64_t queue_ttl_ms;
     uint64_t rng;
@@ -78,6 +83,9 @@ typedef struct attempt {
     int64_t start_us;             /* when the successful try began */
     int64_t pttl_ms;              /* the holder's remaining TTL (-1: none known) */
     int split;                    /* Redlock: some servers said yes, too few */
+    long long rank;               /* fair: place in the queue (0: the head; -1: none) */
+    int64_t hint_ms;              /* fair: when to look again (0: no hint) */
+    int queued;                   /* fair: has had a place in the queue */
 } attempt;
 
 static unsigned all_servers(const lock_redis *r) { return (1u << r->nservers) - 1; }
@@ -104,12 +112,22 @@ static lock_tally release_on(lock_redis *r, const lock_keys *k, const char *id, 
     lock_replies rs;
     lock_tally t = { 0, 0, r->nservers };
     rconn_cmd_init(&call.cmd);
-    lock_call_start(&call, LOCK_S_RELEASE, 2);
-    rconn_cmd_adds(&call.cmd, k->name);
-    rconn_cmd_adds(&call.cmd, k->queue);
-    rconn_cmd_adds(&call.cmd, id);
-    rconn_cmd_adds(&call.cmd, k->wake);
-    rconn_cmd_addll(&call.cmd, LOCK_WAKE_COUNT);
+    if (r->fair) {
+        lock_call_start(&call, LOCK_S_FAIR_RELEASE, 4);
+        rconn_cmd_adds(&call.cmd, k->name);
+        rconn_cmd_adds(&call.cmd, k->fairq);
+        rconn_cmd_adds(&call.cmd, k->fairdue);
+        rconn_cmd_adds(&call.cmd, k->fairsub);
+        rconn_cmd_adds(&call.cmd, id);
+        rconn_cmd_adds(&call.cmd, k->wake);
+    } else {
+        lock_call_start(&call, LOCK_S_RELEASE, 2);
+        rconn_cmd_adds(&call.cmd, k->name);
+        rconn_cmd_adds(&call.cmd, k->queue);
+        rconn_cmd_adds(&call.cmd, id);
+        rconn_cmd_adds(&call.cmd, k->wake);
+        rconn_cmd_addll(&call.cmd, LOCK_WAKE_COUNT);
+    }
     if (run1(r, &call, mask, &rs)) {
         snprintf(why, whylen, "out of memory");
         return t;
@@ -205,6 +223,15 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
         t.busymask |= 1u << i;
         long long p = elem_ll(r, 1);
         if (p > 0 && (a->pttl_ms < 0 || p < a->pttl_ms)) a->pttl_ms = p;
+        if (a->r->fair && r->elements >= 5) {      /* one server: a fair lock's reply */
+            a->rank = elem_ll(r, 2);
+            a->hint_ms = elem_ll(r, 3) > 0 ? elem_ll(r, 3) : 0;
+            if (elem_ll(r, 4) == 1) {
+                if (a->queued) atomic_fetch_add(&a->r->c->st.requeued, 1);
+                a->queued = 1;
+            }
+            continue;
+        }
         if (r->elements > 2 && !a->score[0] && elem_ll(r, 2) > 0)
             snprintf(a->score, sizeof a->score, "%lld", elem_ll(r, 2));
     }
@@ -228,17 +255,37 @@ static lock_status try_once(attempt *a, char *err, size_t errlen) {
     }
     lock_incarnation_hex(a->proposal, proposal);
     rconn_cmd_init(&call.cmd);
-    lock_call_start(&call, LOCK_S_ACQUIRE, 4);
-    rconn_cmd_adds(&call.cmd, a->k->name);
-    rconn_cmd_adds(&call.cmd, a->k->fence);
-    rconn_cmd_adds(&call.cmd, a->k->queue);
-    rconn_cmd_adds(&call.cmd, a->k->incarnation);
-    rconn_cmd_adds(&call.cmd, a->id);
-    rconn_cmd_addll(&call.cmd, a->ttl_ms);
-    rconn_cmd_adds(&call.cmd, a->waiter);
-    rconn_cmd_adds(&call.cmd, a->score);
-    rconn_cmd_addll(&call.cmd, a->queue_ttl_ms);
-    rconn_cmd_adds(&call.cmd, proposal);
+    if (r->fair) {
+        lock_call_start(&call, LOCK_S_FAIR_ACQUIRE, 6);
+        rconn_cmd_adds(&call.cmd, a->k->name);
+        rconn_cmd_adds(&call.cmd, a->k->fence);
+        rconn_cmd_adds(&call.cmd, a->k->fairq);
+        rconn_cmd_adds(&call.cmd, a->k->incarnation);
+        rconn_cmd_adds(&call.cmd, a->k->fairdue);
+        rconn_cmd_adds(&call.cmd, a->k->fairsub);
+        rconn_cmd_adds(&call.cmd, a->id);
+        rconn_cmd_addll(&call.cmd, a->ttl_ms);
+        rconn_cmd_adds(&call.cmd, a->waiter);
+        rconn_cmd_adds(&call.cmd, a->listens ? "1" : "0");
+        rconn_cmd_addll(&call.cmd, r->waiter_lease_ms);
+        rconn_cmd_addll(&call.cmd, a->queue_ttl_ms);
+        rconn_cmd_adds(&call.cmd, proposal);
+        rconn_cmd_adds(&call.cmd, a->k->wake);
+        a->rank = -1;
+        a->hint_ms = 0;
+    } else {
+        lock_call_start(&call, LOCK_S_ACQUIRE, 4);
+        rconn_cmd_adds(&call.cmd, a->k->name);
+        rconn_cmd_adds(&call.cmd, a->k->fence);
+        rconn_cmd_adds(&call.cmd, a->k->queue);
+        rconn_cmd_adds(&call.cmd, a->k->incarnation);
+        rconn_cmd_adds(&call.cmd, a->id);
+        rconn_cmd_addll(&call.cmd, a->ttl_ms);
+        rconn_cmd_adds(&call.cmd, a->waiter);
+        rconn_cmd_adds(&call.cmd, a->score);
+        rconn_cmd_addll(&call.cmd, a->queue_ttl_ms);
+        rconn_cmd_adds(&call.cmd, proposal);
+    }
     a->start_us = clock_mono_us();
     atomic_fetch_add(&r->c->st.attempts, 1);
     if (run1(r, &call, all, &rs)) {
@@ -278,11 +325,24 @@ static lock_status try_once(attempt *a, char *err, size_t errlen) {
     return LOCK_ERROR;
 }
 
-/* Leaves the waiter queue on every server (best effort). */
+/* Leaves the waiter queue on every server (best effort). A fair lock's
+ * waiter that was the head of a free lock wakes the next one in its stead
+ * (fair_leave.lua). */
 static void leave_queue(attempt *a) {
     lock_call call;
     lock_replies rs;
     rconn_cmd_init(&call.cmd);
+    if (a->r->fair) {
+        lock_call_start(&call, LOCK_S_FAIR_LEAVE, 4);
+        rconn_cmd_adds(&call.cmd, a->k->name);
+        rconn_cmd_adds(&call.cmd, a->k->fairq);
+        rconn_cmd_adds(&call.cmd, a->k->fairdue);
+        rconn_cmd_adds(&call.cmd, a->k->fairsub);
+        rconn_cmd_adds(&call.cmd, a->waiter);
+        rconn_cmd_adds(&call.cmd, a->k->wake);
+        if (run1(a->r, &call, all_servers(a->r), &rs) == 0) lock_replies_free(&rs);
+        return;
+    }
     call.script = LOCK_S_COUNT;   /* a plain command */
     rconn_cmd_adds(&call.cmd, "ZREM");
     rconn_cmd_adds(&call.cmd, a->k->queue);
@@ -297,6 +357,18 @@ static void leave_queue(attempt *a) {
 static int64_t next_wait_us(attempt *a, int64_t *backoff_ms) {
     int64_t b = *backoff_ms * 1000;
     int64_t w = b / 2 + (int64_t)(next_rand(a) % (uint64_t)(b / 2 + 1));
+    if (a->r->fair) {
+        /* A fair waiter's calls keep its place: at least three per lease.
+         * The script's hint says when something changes without notice:
+         * the holder's lease ending (the head), the woken head's place
+         * lapsing (the one behind it). */
+        int64_t cap = a->r->waiter_lease_ms * 1000 / 3;
+        if (w > cap) w = cap;
+        if (a->hint_ms > 0 && a->hint_ms * 1000 < w) w = a->hint_ms * 1000;
+        *backoff_ms = *backoff_ms * 2 > a->r->max_backoff_ms ? a->r->max_backoff_ms
+                                                             : *backoff_ms * 2;
+        return w;
+    }
     if (a->pttl_ms > 0 && a->pttl_ms * 1000 + 1000 < w) w = a->pttl_ms * 1000 + 1000;
     if (a->split) {
         int64_t cap = a->ttl_ms / 10 < 50 ? (a->ttl_ms / 10 > 2 ? a->ttl_ms / 10 : 2) : 50;
@@ -315,14 +387,21 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
         snprintf(err, errlen, "out of memory");
         return LOCK_ERROR;
     }
-    snprintf(w->id, sizeof w->id, "%s-%llx", r->cid,
-             (unsigned long long)atomic_fetch_add(&r->waiter_seq, 1));
+    if (a->waiter_id[0])             /* fair: the first try queued it under this id */
+        snprintf(w->id, sizeof w->id, "%s", a->waiter_id);
+    else
+        snprintf(w->id, sizeof w->id, "%s-%llx", r->cid,
+                 (unsigned long long)atomic_fetch_add(&r->waiter_seq, 1));
     w->chanlen = (size_t)snprintf(w->chan, sizeof w->chan, "%s%s", a->k->wake, w->id);
     w->name = a->k->name;
     lock_cond_init(&w->cv);
     int64_t sub_until = clock_mono_us() + r->timeout_ms * 1000;
     int subscribed = lock_waiter_add(r, w, sub_until < deadline_us ? sub_until : deadline_us) == 0;
     a->waiter = w->id;
+    /* A PUBLISH counts the receivers on its own node only: on a cluster,
+     * whose subscriber is on slot 0's primary, a release could not tell a
+     * gone waiter from one listening elsewhere. There the place lapses. */
+    a->listens = subscribed && !r->servers[0].cluster;
     int64_t backoff_ms = BACKOFF_START_MS;
     lock_status st;
     for (;;) {
@@ -396,8 +475,16 @@ static lock_status redis_acquire(lock_client *c, const char *name, int64_t ttl_m
         return LOCK_ERROR;
     }
     *code = r->nservers > 1 ? LOCK_ERR_QUORUM : LOCK_ERR_IO;
+    if (r->fair && wait_ms != 0) {
+        /* The first try of a fair waiter takes its place in the queue: its
+         * arrival is this try, not its subscription a round trip later. */
+        snprintf(a.waiter_id, sizeof a.waiter_id, "%s-%llx", r->cid,
+                 (unsigned long long)atomic_fetch_add(&r->waiter_seq, 1));
+        a.waiter = a.waiter_id;
+    }
     lock_status st = try_once(&a, err, errlen);
     if (st == LOCK_BUSY && clock_mono_us() < deadline_us) st = wait_for(&a, deadline_us, err, errlen);
+    else if (st != LOCK_OK && a.waiter[0]) leave_queue(&a);
     if (st != LOCK_OK) {
         free(h);
         return st;
@@ -503,6 +590,14 @@ static int redis_open(lock_client *c, const lock_options *o, char *err, size_t e
     r->c = c;
     r->timeout_ms = c->timeout_ms;
     r->max_backoff_ms = o->max_backoff_ms > 0 ? o->max_backoff_ms : 200;
+    r->fair = o->fair != 0;
+    r->waiter_lease_ms = o->waiter_lease_ms > 0 ? o->waiter_lease_ms : LOCK_WAITER_LEASE_MS;
+    if (r->fair && o->nurls > 1) {
+        free(r);
+        snprintf(err, errlen, "lock: a fair lock runs on one Redis server (or a Sentinel's "
+                              "primary, or a cluster), not by Redlock over %d", o->nurls);
+        return -1;
+    }
     for (int i = 0; i < o->nurls; i++) {
         if (lock_server_open(r, i, o->urls[i], err, errlen) != 0) {
             for (int k = 0; k < i; k++) lock_server_close(&r->servers[k]);

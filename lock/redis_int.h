@@ -30,6 +30,7 @@ typedef struct lock_redis lock_redis;
 
 typedef enum lock_script_id {
     LOCK_S_ACQUIRE, LOCK_S_RELEASE, LOCK_S_EXTEND, LOCK_S_SETTLE, LOCK_S_FENCE,
+    LOCK_S_FAIR_ACQUIRE, LOCK_S_FAIR_RELEASE, LOCK_S_FAIR_LEAVE,
     LOCK_S_COUNT
 } lock_script_id;
 
@@ -45,6 +46,9 @@ typedef struct lock_keys {
     char queue[LOCK_KEY_MAX];
     char wake[LOCK_KEY_MAX];      /* channel prefix: wake + waiter id */
     char incarnation[LOCK_KEY_MAX];   /* B:incarnation (lock.h, INCARNATIONS) */
+    char fairq[LOCK_KEY_MAX];     /* B:fair, B:fair:due, B:fair:sub (lock.h, FAIRNESS) */
+    char fairdue[LOCK_KEY_MAX];
+    char fairsub[LOCK_KEY_MAX];
 } lock_keys;
 
 /* Fills k for name. Returns 0, or -1 with a message in err. */
@@ -204,6 +208,8 @@ struct lock_redis {
     lock_server servers[LOCK_MAX_SERVERS];
     int nservers, quorum;
     int timeout_ms, max_backoff_ms;
+    int fair;                     /* waiters served in arrival order (lock.h, FAIRNESS) */
+    int waiter_lease_ms;          /* fair: a silent waiter's place lasts this long */
     char cid[17];                 /* random client id, in waiter ids */
     atomic_uint_fast64_t waiter_seq;
     lock_waker waker;

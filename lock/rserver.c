@@ -18,7 +18,8 @@
 #include "common/clock.h"
 
 extern const char lock_lua_format[], lock_lua_acquire[], lock_lua_release[],
-    lock_lua_extend[], lock_lua_settle[], lock_lua_fence[];
+    lock_lua_extend[], lock_lua_settle[], lock_lua_fence[], lock_lua_fair_acquire[],
+    lock_lua_fair_release[], lock_lua_fair_leave[];
 
 /* ------------------------------------------------------------------ scripts */
 
@@ -54,6 +55,9 @@ static void scripts_init(void) {
     /* The fence is the protected side's, but its format (incarnations,
      * tokens) is written in format.lua too, beside the lock's. */
     script_on_format(LOCK_S_FENCE, "fence", lock_lua_fence);
+    script_on_format(LOCK_S_FAIR_ACQUIRE, "fair_acquire", lock_lua_fair_acquire);
+    script_on_format(LOCK_S_FAIR_RELEASE, "fair_release", lock_lua_fair_release);
+    script_on_format(LOCK_S_FAIR_LEAVE, "fair_leave", lock_lua_fair_leave);
 }
 
 /* Builds the scripts and their SHA1s (once per process). Returns 0, or -1

@@ -150,7 +150,8 @@ void svc_redis_close(svc_app *a) {
 /* A lock module client for urls[0..n), or NULL with err naming flag. */
 static lock_client *lock_open(svc_app *a, const char *flag, const char *const *urls, int n,
                               int watchdog, char *err, size_t errlen) {
-    lock_options lo = { urls, n, a->cfg.redis_timeout_ms, watchdog, 0 };
+    lock_options lo = { .urls = urls, .nurls = n, .timeout_ms = a->cfg.redis_timeout_ms,
+                         .watchdog = watchdog };
     char why[256];
     lock_client *c = lock_client_new(&lo, why, sizeof why);
     if (!c) snprintf(err, errlen, "%s: %s", flag, why);

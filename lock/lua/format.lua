@@ -169,3 +169,93 @@ local function lock_fence_record(key, inc, tok)
     local e, hi, incs = lock_fence_parse(redis.call('get', key))
     if inc == incs[#incs] and tonumber(tok) > hi then lock_fence_store(key, e, tok, incs) end
 end
+
+-- ------------------------------------------------------------ the fair queue
+--
+-- A fair lock (lock.h, FAIRNESS) is the same lock value, taken only by the
+-- head of its queue: a newcomer never takes a lock that has waiters. Its
+-- keys (the caller passes them in KEYS):
+--   queue  sorted set: the waiters in arrival order (score: a ticket, one
+--          more than the last one's);
+--   due    sorted set: when each waiter's place lapses (server ms). Every
+--          call of a waiter moves its due to now + its lease, so a waiter
+--          that stops calling (killed, stopped, cut off) loses its place
+--          by then, wherever it is in the queue;
+--   sub    set: the waiters that listen on their wake channel. A PUBLISH
+--          to one of them that reaches nobody means it has gone (its
+--          connection closed): it is dropped at once. Waiters not in it
+--          (not subscribed yet, or polling) are left to their due.
+
+-- Redis's clock, in ms: the dues are all of this one server's clock.
+local function lock_now_ms()
+    local t = redis.call('time')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Takes waiter w out of the queue.
+local function lock_fair_drop(queue, due, sub, w)
+    redis.call('zrem', queue, w)
+    redis.call('zrem', due, w)
+    redis.call('srem', sub, w)
+end
+
+-- Drops the waiters whose place has lapsed (at most 64 per call, so that a
+-- queue of the dead cannot stall Redis). Returns how many.
+local function lock_fair_prune(queue, due, sub, now)
+    local gone = redis.call('zrangebyscore', due, '-inf', '(' .. now, 'limit', 0, 64)
+    for _, w in ipairs(gone) do lock_fair_drop(queue, due, sub, w) end
+    return #gone
+end
+
+-- The waiter at the head of the queue, or nil.
+local function lock_fair_head(queue)
+    return redis.call('zrange', queue, 0, 0)[1]
+end
+
+-- Wakes the head, and only the head: one PUBLISH on its channel. A head
+-- that listens (sub) but whose PUBLISH reached nobody has gone: dropped,
+-- and the next one woken (at most 64 per call). A head that does not
+-- listen is left to come by itself (it polls, or is subscribing).
+local function lock_fair_wake(queue, due, sub, wake)
+    for _ = 1, 64 do
+        local head = lock_fair_head(queue)
+        if not head then return end
+        if redis.call('publish', wake .. head, 'released') > 0 then return end
+        if redis.call('sismember', sub, head) == 0 then return end
+        lock_fair_drop(queue, due, sub, head)
+    end
+end
+
+-- The fair lock's compare-and-delete: frees the lock if owner id holds it
+-- (the marker on wake first, as lock_release), then wakes the head of the
+-- queue. Returns 1 freed, 0 not ours.
+local function lock_fair_release(lock, queue, due, sub, id, wake)
+    if not lock_ours(lock, id) then
+        return 0
+    end
+    redis.call('publish', wake, 'released')
+    redis.call('del', lock)
+    lock_fair_prune(queue, due, sub, lock_now_ms())
+    lock_fair_wake(queue, due, sub, wake)
+    return 1
+end
+
+-- A waiter's call on a fair lock that it could not take: joins the queue at
+-- the back if not in it (joined = 1: a new place; a waiter that lost its
+-- place gets a new one, at the back), moves its due to now + lease, marks
+-- it listening if it says so, and keeps the queue's keys alive for
+-- keep_ms. Returns joined, and the waiter's rank (0: the head).
+local function lock_fair_stay(queue, due, sub, w, listens, lease, now, keep_ms)
+    local joined = 0
+    if not redis.call('zscore', queue, w) then
+        local last = redis.call('zrange', queue, -1, -1, 'withscores')
+        redis.call('zadd', queue, (tonumber(last[2]) or 0) + 1, w)
+        joined = 1
+    end
+    redis.call('zadd', due, now + lease, w)
+    if listens then redis.call('sadd', sub, w) end
+    for _, k in ipairs({queue, due, sub}) do
+        if redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
+    end
+    return joined, redis.call('zrank', queue, w)
+end

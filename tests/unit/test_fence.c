@@ -173,7 +173,7 @@ static void test_unreadable_value(void) {
 static void test_fenced_set_incarnations(void) {
     const char *urls[1] = { url };
     char err[300], v[200];
-    lock_options o = { urls, 1, 1000, 0, 0 };
+    lock_options o = { .urls = urls, .nurls = 1, .timeout_ms = 1000 };
     lock_client *c = lock_client_new(&o, err, sizeof err);
     uint64_t hi = 0, i1 = 0x1111111111111111ULL, i2 = 0x2222222222222222ULL;
     cmd("DEL t:{fs}:fence t:{fs}:value");
@@ -198,7 +198,7 @@ static lock_client *lock_server(void) {
     rconn_parse(url, &a, err, sizeof err);
     snprintf(u, sizeof u, "redis://%.200s:%d/%d", a.host, a.port, LOCK_DB);
     const char *urls[1] = { u };
-    lock_options o = { urls, 1, 1000, 0, 0 };
+    lock_options o = { .urls = urls, .nurls = 1, .timeout_ms = 1000 };
     return lock_client_new(&o, err, sizeof err);
 }
 

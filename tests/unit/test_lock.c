@@ -625,6 +625,121 @@ static void test_bounded_wakeups(void) {
     lock_client_free(c);
 }
 
+/* ------------------------------------------------------------------ fair */
+
+static lock_client *fair_client(int lease_ms) {
+    lock_options o = { .urls = &url, .nurls = 1, .timeout_ms = 1000, .fair = 1,
+                       .waiter_lease_ms = lease_ms };
+    lock_client *c = lock_client_new(&o, err, sizeof err);
+    if (!c) fprintf(stderr, "  lock_client_new: %s\n", err);
+    return c;
+}
+
+/* A place in a fair lock's queue for a waiter that never calls (lock.h,
+ * FAIRNESS: the keys): what a stopped waiter leaves behind. */
+static void ghost(const char *base, const char *who, long long score, long long due_ms,
+                  int listens) {
+    redisReply *t = redisCommand(raw, "TIME");
+    long long now = t && t->type == REDIS_REPLY_ARRAY ? atoll(t->element[0]->str) * 1000 +
+                                                            atoll(t->element[1]->str) / 1000
+                                                      : 0;
+    if (t) freeReplyObject(t);
+    cmd("ZADD %s:fair %lld %s", base, score, who);
+    cmd("ZADD %s:fair:due %lld %s", base, now + due_ms, who);
+    if (listens) cmd("SADD %s:fair:sub %s", base, who);
+}
+
+static void test_fair_newcomer_waits_its_turn(void) {
+    /* A free lock with a waiter in line: a newcomer does not take it, not
+     * with a try (wait 0) and not within a wait shorter than the waiter's
+     * place; once that place lapses (the waiter never came), it does. An
+     * unfair client takes it at once: the fairness is the queue's. */
+    lock_client *c = fair_client(1000), *u = client(0, 0);
+    lock_handle *h = NULL;
+    cmd("DEL t:fair {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
+    ghost("{t:fair}", "ghost", 1, 1500, 0);
+    CHECK(lock_acquire(c, "t:fair", 5000, 0, NULL, &h, err, sizeof err) == LOCK_BUSY && !h);
+    CHECK(lock_acquire(c, "t:fair", 5000, 300, NULL, &h, err, sizeof err) == LOCK_BUSY && !h);
+    CHECK(integer("ZCARD %s", "{t:fair}:fair") == 1);          /* it left the line again */
+    int64_t t0 = clock_mono_ms();
+    CHECK(lock_acquire(c, "t:fair", 5000, 5000, NULL, &h, err, sizeof err) == LOCK_OK);
+    int64_t took = clock_mono_ms() - t0;
+    CHECK(took > 500 && took < 2500);                            /* the ghost's place lapsed */
+    CHECK(integer("ZCARD %s", "{t:fair}:fair") == 0);
+    lock_release(h);
+    h = NULL;
+    ghost("{t:fair}", "ghost", 1, 5000, 0);
+    CHECK(lock_acquire(u, "t:fair", 5000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
+    lock_release(h);
+    cmd("DEL {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
+    lock_client_free(c);
+    lock_client_free(u);
+}
+
+static void test_fair_gone_listener_dropped_at_release(void) {
+    /* A waiter that said it listens but whose channel has no subscriber any
+     * more (its process died) is dropped by the release at once, and the
+     * one behind it is woken: no wait for its place to lapse. */
+    lock_client *c = fair_client(1000), *w = fair_client(1000);
+    lock_handle *h = NULL;
+    cmd("DEL t:gone {t:gone}:fair {t:gone}:fair:due {t:gone}:fair:sub");
+    CHECK(lock_acquire(c, "t:gone", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
+    ghost("{t:gone}", "dead", 0, 60000, 1);                     /* ahead of everyone */
+    waiter_run r = { w, "t:gone", 10000, 0, 0, NULL, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &r);
+    for (int i = 0; i < 300 && integer("ZCARD %s", "{t:gone}:fair") < 2; i++) clock_sleep_ms(10);
+    CHECK(integer("ZCARD %s", "{t:gone}:fair") == 2);
+    clock_sleep_ms(100);
+    int64_t t0 = clock_mono_us();
+    lock_release(h);
+    pthread_join(t, NULL);
+    CHECK(atomic_load(&r.got) == 1);
+    CHECK(atomic_load(&r.got_at_us) - t0 < 300000);
+    CHECK(integer("EXISTS %s", "{t:gone}:fair") == 0);
+    lock_client_free(c);
+    lock_client_free(w);
+}
+
+static void test_fair_order_across_clients(void) {
+    /* Ten waiters on clients of their own, arriving 20 ms apart at a held
+     * lock, each holding 10 ms: served in arrival order, each woken by the
+     * one before it (one wake-up per release, no herd). */
+    enum { N = 10 };
+    lock_client *holder = fair_client(0), *cs[N];
+    waiter_run r[N];
+    pthread_t t[N];
+    lock_handle *h = NULL;
+    cmd("DEL t:order {t:order}:fair {t:order}:fair:due {t:order}:fair:sub");
+    CHECK(lock_acquire(holder, "t:order", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
+    for (int i = 0; i < N; i++) {
+        cs[i] = fair_client(0);
+        r[i] = (waiter_run){ cs[i], "t:order", 10000, 0, 0, NULL, 10 };
+        pthread_create(&t[i], NULL, waiter_main, &r[i]);
+        clock_sleep_ms(20);
+    }
+    CHECK(integer("ZCARD %s", "{t:order}:fair") == N);
+    lock_release(h);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    uint64_t wakeups = 0;
+    for (int i = 0; i < N; i++) {
+        lock_stats st;
+        lock_client_stats(cs[i], &st);
+        wakeups += st.wakeups;
+        CHECK(atomic_load(&r[i].got) == 1);
+        if (i) CHECK(atomic_load(&r[i].got_at_us) > atomic_load(&r[i - 1].got_at_us));
+        lock_client_free(cs[i]);
+    }
+    CHECK(wakeups == N);
+    lock_client_free(holder);
+}
+
+static void test_fair_refused_with_redlock(void) {
+    const char *two[2] = { url, url };
+    lock_options o = { .urls = two, .nurls = 2, .fair = 1 };
+    CHECK(lock_client_new(&o, err, sizeof err) == NULL && strstr(err, "Redlock"));
+}
+
 /* ------------------------------------------------------------------ Redlock */
 
 static void url_db(char *out, size_t len, int db) {  /* out: >= 300 bytes */
@@ -862,6 +977,8 @@ static const t_case cases[] = {
     T(test_reentry_after_loss), T(test_remaining_ms), T(test_watchdog_renews),
     T(test_lost_callback), T(test_fence_increasing), T(test_fenced_set),
     T(test_wakeup_latency), T(test_free_lock_noticed), T(test_bounded_wakeups),
+    T(test_fair_newcomer_waits_its_turn), T(test_fair_gone_listener_dropped_at_release),
+    T(test_fair_order_across_clients), T(test_fair_refused_with_redlock),
     T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_incarnation_one_server),
     T(test_redlock_incarnation), T(test_free_with_held_locks), T(test_lock_order_asserted),
 };
