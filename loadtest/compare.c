@@ -110,6 +110,8 @@ static const force_spec FORCED[] = {
       "held past its lease (%dms) until a second holder came in" },
     { LEASE, "redlock", 1, 0, 2000, 200, 0, FL_FORCE_MET,
       "held past its lease (%dms) until a second holder came in" },
+    { LEASE, "fair-lock", 1, 0, 1000, 100, 0, FL_FORCE_MET,
+      "held past its lease (%dms) until the next in line came in" },
     /* A ZooKeeper session is kept alive by the client library's own
      * threads, which a wait of the holding thread does not stop: the wait
      * outlasts the session timeout (200 ms is the server's minimum here),
@@ -137,6 +139,8 @@ static const failure_spec FAILURES[] = {
     { FL_FAIL_FAILOVER, "unsafe-trust-redis", "failover to a replica that missed the last sales" },
     { FL_FAIL_FAILOVER, "lua", "failover to a replica that missed the last sales" },
     { FL_FAIL_FAILOVER, "lock", "failover to a replica that missed the last sales and locks" },
+    { FL_FAIL_FAILOVER, "fair-lock",
+      "failover to a replica that missed the last sales, locks and places in line" },
     { FL_FAIL_CLOCK, "unsafe-redlock-no-fence", "a Redlock server's clock jumped +60s mid-hold" },
     { FL_FAIL_CLOCK, "redlock", "a Redlock server's clock jumped +60s mid-hold" },
     { FL_FAIL_AOF, "unsafe-redlock-no-fence",
@@ -178,6 +182,7 @@ void fl_compare_opts_default(fl_compare_opts *o) {
      * the hold and 2 s more (holds.c's RESALE_MARGIN_MS), so every unit
      * that comes back is seen sold again. */
     o->holds = 1;
+    o->fairness = 1;
     o->hold_seconds = 2;
     o->holds_duration_s = 5;
     o->holds_stock = 100;
@@ -305,6 +310,11 @@ static const between_spec BETWEEN[] = {
     { NULL, FL_HOSTS_NONE, 0, 0, NULL },
 };
 
+/* The locks whose fairness is measured (seed 004 6.1), in the lock table's
+ * order; db-for-update's row lock where the service runs on PostgreSQL. */
+static const char *const FAIR_LOCKS[] = { "lock", "fair-lock", "redlock", "zookeeper", "etcd",
+                                          "db-lock", "db-for-update", "local", NULL };
+
 int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, fl_scene *out,
                       int max) {
     int n = 0;
@@ -362,7 +372,18 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         if (!info || !info->safe || !wanted(o, info) || n == max) continue;
         holds_scene(o, &out[n++], info->name);
     }
-    /* Fifth group: between hosts, each scene on a deployment of its own
+    /* Fifth group: fairness, each lock's two scenes (fairness.c), on two
+     * instances but `local`'s, whose mutex is one process's. */
+    for (const char *const *f = FAIR_LOCKS; o->fairness && *f; f++) {
+        const fl_strategy *info = fl_strategy_find(st, nst, *f);
+        if (!info || !wanted(o, info)) continue;
+        int inst = !strcmp(*f, "local") ? 1 : 2;
+        if (inst > 1 && !o->two_instances) continue;
+        for (int kind = FL_FAIR_QUEUE; kind <= FL_FAIR_STREAM; kind++)
+            if ((sc = add_scene(out, &n, max, info->name, 1, inst, 0)))
+                fl_fair_scene_setup(sc, kind);
+    }
+    /* Sixth group: between hosts, each scene on a deployment of its own
      * (3 instances, PostgreSQL run by Patroni, Sentinel), whatever this
      * run's service. */
     for (const between_spec *b = BETWEEN; o->between_hosts && b->strategy; b++) {
@@ -378,7 +399,7 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         snprintf(sc->condition, sizeof sc->condition, "%s", b->condition);
     }
     /* Stable: contention first, then the forced interleavings, then the
-     * Redis failures, then holds, then between hosts. */
+     * Redis failures, then holds, then fairness, then between hosts. */
     static fl_scene tmp[MAX_SCENES];
     int m = 0;
     for (int g = 0; g < FL_GROUPS; g++)
@@ -593,6 +614,53 @@ static void scene_run(const fl_compare_opts *o, fl_world *w, const char *tag, in
     if (sc->cs_overlap) forcing_check(&ro.vantage, ps->sku, res);
 }
 
+/* A fairness scene: its lock server and instances, then fairness.c. */
+static void fair_scene_run(fl_world *w, const char *tag, fl_scene_result *res) {
+    const fl_scene *sc = &res->sc;
+    char why[300], sku[65];
+    fl_err e = { "" };
+    if (fl_world_ready(w, sc->strategy, why, sizeof why)) {
+        snprintf(res->note, sizeof res->note, "skipped: %.280s", why);
+        return;
+    }
+    while (w->dir[0] && w->nsvc < sc->instances && w->nsvc < 2)
+        if (fl_world_add_instance(w, &e)) {
+            snprintf(res->note, sizeof res->note, "skipped: %.180s", e.msg);
+            return;
+        }
+    if (sc->instances > w->ntargets) {
+        snprintf(res->note, sizeof res->note, "skipped: needs %d targets", sc->instances);
+        return;
+    }
+    snprintf(sku, sizeof sku, "cmp-%s-%s-fair-%s", tag, sc->strategy,
+             fl_fair_scene_name(sc->fair_scene));
+    if (fl_fair_run(w, sku, res, &e))
+        snprintf(res->note, sizeof res->note, "skipped: %.280s", e.msg);
+}
+
+/* The fairness group's own table: who was served in turn. */
+static void fairness_table(const fl_scene_result *r, int n, FILE *f) {
+    int said = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_FAIRNESS || !s->ran) continue;
+        if (!said++)
+            fprintf(f, "fairness, as served (pairs of buyers served against their arrival "
+                       "order; waits less each one's own hold):\n  %-14s %-7s %5s %8s %14s "
+                       "%9s %9s %8s  %s\n", "lock", "scene", "inst", "served", "out of order",
+                    "wait p50", "wait max", "starved", "service order (arrival numbers)");
+        char oo[32], order[3 * FL_FAIR_MAX + 8] = "";
+        snprintf(oo, sizeof oo, "%ld of %ld", s->fair_out_of_order, s->fair_pairs);
+        for (int k = 0; k < s->fair_served; k++)
+            snprintf(order + strlen(order), sizeof order - strlen(order), "%s%d", k ? " " : "",
+                     s->fair_order[k]);
+        fprintf(f, "  %-14s %-7s %5d %4d/%-3d %14s %7.0fms %7.0fms %8d  %s\n", s->sc.strategy,
+                fl_fair_scene_name(s->sc.fair_scene), s->sc.instances, s->fair_served,
+                s->sc.waiters, oo, s->fair_wait_median_ms, s->fair_wait_max_ms, s->fair_starved,
+                order);
+    }
+}
+
 /* ------------------------------------------------------------------- table */
 
 const char *fl_group_title(int group) {
@@ -602,6 +670,9 @@ const char *fl_group_title(int group) {
                "until a second one is inside with the same read, or a bound)";
     case FL_GROUP_HOLDS:
         return "holds: sold out, paid, cancelled or expired, the returned units sold again";
+    case FL_GROUP_FAIRNESS:
+        return "fairness (seed 004 \xc2\xa7" "6.1): buyers arriving in a known order, each "
+               "holding the lock a while: who is served in turn";
     case FL_GROUP_FAILURE:
         return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
                "second, each forced mid-hold";
@@ -684,6 +755,7 @@ void fl_compare_table(const fl_scene_result *r, int n, FILE *f) {
                 s->sc.strategy, s->sc.unsafe ? ", unsafe" : "", s->sc.duration_s, s->detail);
     }
     holds_table(r, n, f);
+    fairness_table(r, n, f);
 }
 
 /* The seconds a scene is expected to take (measured here: a `make demo`
@@ -694,6 +766,7 @@ static double scene_weight(const fl_scene *sc) {
     case FL_GROUP_FAILURE:
         return sc->failure == FL_FAIL_MEMBER ? 4.5 : sc->failure == FL_FAIL_FAILOVER ? 2 : 1.8;
     case FL_GROUP_HOLDS: return sc->duration_s + 1;
+    case FL_GROUP_FAIRNESS: return sc->duration_s + 0.2;
     /* The deployment (~4 s; Patroni's ~8 more), the load, the split brain's
      * heal (a demoted leader's rejoin is not waited for), the verifier. */
     case FL_GROUP_HOSTS: return sc->duration_s + (sc->between == FL_HOSTS_SPLIT ? 13 : 16);
@@ -704,10 +777,10 @@ static double scene_weight(const fl_scene *sc) {
 /* The probes fl_lock_rows will run, in expected seconds. */
 static double probes_weight(const fl_compare_opts *o, const fl_world *w, const fl_strategy *st,
                             int nst) {
-    static const char *const SERVER[] = { "redlock", "zookeeper", "etcd", "lock" };
+    static const char *const SERVER[] = { "redlock", "zookeeper", "etcd", "lock", "fair-lock" };
     double sum = 0;
     if (!o->probes || !o->contention || !w->dir[0]) return 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (asked_for(o, SERVER[i]) && fl_strategy_find(st, nst, SERVER[i]))
             sum += FL_ETA_PROBE_KILL + 2 * FL_ETA_PROBE_SERVER;
     for (int i = 0; i < 2; i++) {
@@ -773,6 +846,8 @@ int fl_compare(const fl_compare_opts *o, fl_err *e) {
         } else if (info && !info->available) {
             snprintf(res[i].note, sizeof res[i].note, "skipped: the service cannot run it%s%.150s",
                      info->reason[0] ? ": " : "", info->reason);
+        } else if (sc->group == FL_GROUP_FAIRNESS) {
+            fair_scene_run(&w, tag, &res[i]);
         } else {
             scene_run(o, &w, tag, i + 1, n, &res[i], &se);
         }

@@ -120,6 +120,16 @@ void fl_failures_run(fl_failworld *f, const fl_compare_opts *o, const char *tag,
  * res: ran, or a skip note (not root, no script, no result). */
 void fl_hosts_run(const fl_compare_opts *o, fl_scene_result *res);
 
+/* ------------------------------------------------------ fairness (fairness.c) */
+
+/* Makes sc (strategy and instances set) the fairness scene kind
+ * (FL_FAIR_QUEUE or FL_FAIR_STREAM): its buyers, gap, hold, condition. */
+void fl_fair_scene_setup(fl_scene *sc, int kind);
+/* Runs res's fairness scene on w's first res->sc.instances services with a
+ * product sku of its own, and fills res (figures, verdict, as_expected).
+ * 0, or -1 with e set (the product could not be made: not run). */
+int fl_fair_run(const fl_world *w, const char *sku, fl_scene_result *res, fl_err *e);
+
 /* ------------------------------------------------- Redis, asked (topo.c) */
 
 struct redisReply;

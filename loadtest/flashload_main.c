@@ -144,7 +144,7 @@ static void usage_compare(FILE *f) {
 "and its standby; a planned switchover, one instance through HAProxy (about 4\n"
 "minutes; tools/hosts_scene.py runs each scene).\n"
 "  --groups LIST          the groups to run, of contention,forced,redis-failures,\n"
-"                         holds,between-hosts (default: all but between-hosts);\n"
+"                         holds,fairness,between-hosts (default: all but between-hosts);\n"
 "                         without contention, no lock table\n"
 "  --between-hosts        add the between-hosts group\n"
 "  --hosts-script PATH    its scene runner (default: tools/hosts_scene.py of the tree\n"
@@ -153,7 +153,8 @@ static void usage_compare(FILE *f) {
 "                         sync-standby, leader-cut, switchover (default: all)\n"
 "  --strategies A,B,..    (default: every strategy the service lists)\n"
 "  --segments LIST        segment counts for the strategies that allow them (%s)\n"
-"  --no-two-instances     leave out the two-instance scenes of local and lua\n"
+"  --no-two-instances     leave out the two-instance scenes (local and lua under\n"
+"                         contention; the fairness scenes but local's)\n"
 "  --no-probes            leave out the lock table's fault probes (kill -9, lock\n"
 "                         server restarted, lock server restarted empty)\n"
 "  --no-redis-failures    leave out the Redis failures group (about 25 s; the clock\n"
@@ -504,20 +505,22 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
                 o->segments[k] = (int)n;
             }
         } else if (!strcmp(a, "--groups")) {
-            char items[5][24];
+            char items[6][24];
             int ng;
-            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 5, &ng)) return -1;
-            o->contention = o->forced = o->redis_failures = o->holds = o->between_hosts = 0;
+            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 6, &ng)) return -1;
+            o->contention = o->forced = o->redis_failures = o->holds = o->fairness =
+                o->between_hosts = 0;
             for (int k = 0; k < ng; k++) {
                 int *flag = !strcmp(items[k], "contention")      ? &o->contention
                             : !strcmp(items[k], "forced")        ? &o->forced
                             : !strcmp(items[k], "redis-failures") ? &o->redis_failures
                             : !strcmp(items[k], "holds")         ? &o->holds
+                            : !strcmp(items[k], "fairness")      ? &o->fairness
                             : !strcmp(items[k], "between-hosts") ? &o->between_hosts
                                                                  : NULL;
                 if (!flag)
                     return bad("--groups: '%s' is none of contention, forced, redis-failures, "
-                               "holds, between-hosts", items[k]);
+                               "holds, fairness, between-hosts", items[k]);
                 *flag = 1;
             }
         } else if (!strcmp(a, "--between-hosts")) {

@@ -898,8 +898,12 @@ void fl_rmtree(const char *dir);
 /* ------------------------------------------------------------- comparison */
 
 /* The groups of scenes, in the order they run and are shown. */
-enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS, FL_GROUP_HOSTS,
-       FL_GROUPS };
+enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS,
+       FL_GROUP_FAIRNESS, FL_GROUP_HOSTS, FL_GROUPS };
+
+/* The fairness group's two scenes (fairness.c). */
+enum { FL_FAIR_NONE, FL_FAIR_QUEUE, FL_FAIR_STREAM };
+#define FL_FAIR_MAX 64               /* buyers in a fairness scene, at most */
 
 /* The faults between hosts a scene of FL_GROUP_HOSTS runs under (hosts.c):
  * each on a deployment of network namespaces of its own (tests/hosts.py). */
@@ -953,6 +957,10 @@ typedef struct fl_scene {
      * holds their buyers pay for and cancel (the rest abandon). */
     int hold_seconds;
     double pay, cancel;
+    /* FL_GROUP_FAIRNESS: which scene, its buyers and the gap between their
+     * arrivals (cs_delay_ms is each one's hold). */
+    int fair_scene;
+    int waiters, gap_ms;
 } fl_scene;
 
 typedef struct fl_scene_result {
@@ -986,6 +994,14 @@ typedef struct fl_scene_result {
     /* The longest time between two 201s of the scene (-1: fewer than
      * two): how long a fault stalled the sale. */
     int64_t sale_gap_us;
+    /* A fairness scene (fairness.c): buyers served, pairs of them and those
+     * served against arrival order, the median and longest wait (less
+     * their own hold), those not served while a later one was, and the
+     * service order (arrival indices, first served first). */
+    int fair_served, fair_starved;
+    long fair_pairs, fair_out_of_order;
+    double fair_wait_median_ms, fair_wait_max_ms;
+    unsigned char fair_order[FL_FAIR_MAX];
 } fl_scene_result;
 
 /* One measurement of a lock under a fault, for the "choosing a lock" table. */
@@ -1003,7 +1019,7 @@ typedef struct fl_probe {
     int pass;                    /* the verifier's verdict */
 } fl_probe;
 
-#define FL_LOCK_ROWS 9
+#define FL_LOCK_ROWS 10
 
 /* A row of the "choosing a lock" table: one lock, measured in this run. */
 typedef struct fl_lock_row {
@@ -1020,6 +1036,12 @@ typedef struct fl_lock_row {
     fl_probe wipe;               /* its lock server restarted empty mid-run */
     fl_probe fence;              /* a pause longer than the lease (the pause scene) */
     fl_probe failover;           /* its Redis failed over to a replica that missed the lock */
+    /* The fairness scenes ([0] queue, [1] stream): ran, pairs served
+     * against arrival order of all pairs, buyers starved, longest wait. */
+    int fair_have[2];
+    long fair_oo[2], fair_pairs[2];
+    int fair_starved[2];
+    double fair_wait_max_ms[2];
 } fl_lock_row;
 
 typedef struct fl_compare_opts {
@@ -1045,6 +1067,7 @@ typedef struct fl_compare_opts {
     int lock_servers;            /* start Redlock's, ZooKeeper and etcd (own services only) */
     int redis_failures;          /* the Redis failures group (own services only) */
     int holds;                   /* the holds group */
+    int fairness;                /* the fairness group */
     int hold_seconds;            /* of its products */
     double holds_duration_s;     /* per scene of the holds group */
     long long holds_stock;       /* of its products: sold out, returned, resold */
@@ -1093,8 +1116,13 @@ const char *fl_failure_name(fl_failure kind);
  * short name as report.json has it ("split-brain"). */
 const char *fl_between_title(fl_between b);
 const char *fl_between_name(fl_between b);
+/* A fairness scene's name, "queue" or "stream" (fairness.c). */
+const char *fl_fair_scene_name(int kind);
 /* The "choosing a lock" table, as printed. */
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f);
+/* A lock row's fairness cell ("in order", or the pairs out of order of its
+ * queue and stream scenes). */
+void fl_fair_fmt(const fl_lock_row *r, char *out, size_t len);
 /* Formats a probe's outcome in one short line ("n/a: ..." when not run). */
 void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len);
 enum { FL_PROBE_KILL, FL_PROBE_RESTART, FL_PROBE_WIPE, FL_PROBE_FENCE, FL_PROBE_FAILOVER };

@@ -52,6 +52,8 @@ typedef struct lock_about {
 static const lock_about LOCKS[FL_LOCK_ROWS] = {
     { "lock", "the service's own Redis, which also holds the stock: its restart is a stock "
               "outage too" },
+    { "fair-lock", "the service's own Redis, as lock's, with a line of waiters beside each lock "
+                   "(lock.h, FAIRNESS)" },
     { "redlock", "3 independent redis-servers (append-only file), restarted together" },
     { "zookeeper", "1 standalone ZooKeeper" },
     { "etcd", "1 single-member etcd" },
@@ -414,8 +416,24 @@ static void failover_cell(const fl_compare_opts *o, const fl_world *w, fl_lock_r
              sc->verdict.oversold, (unsigned long long)sc->fenced, sc->verdict_line);
 }
 
+/* The row's fairness, from its two fairness scenes. */
+static void fairness_of(fl_lock_row *row, const fl_scene_result *r, int n) {
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_FAIRNESS || !s->ran || strcmp(s->sc.strategy, row->strategy))
+            continue;
+        int k = s->sc.fair_scene == FL_FAIR_STREAM;
+        row->fair_have[k] = 1;
+        row->fair_oo[k] = s->fair_out_of_order;
+        row->fair_pairs[k] = s->fair_pairs;
+        row->fair_starved[k] = s->fair_starved;
+        row->fair_wait_max_ms[k] = s->fair_wait_max_ms;
+    }
+}
+
 /* The row's figures that come from the scenes. */
 static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
+    fairness_of(row, r, n);
     const fl_scene_result *one = find(r, n, row->strategy, 1, FL_GROUP_CONTENTION, FL_FAIL_NONE);
     const fl_scene_result *eight = find(r, n, row->strategy, 8, FL_GROUP_CONTENTION, FL_FAIL_NONE);
     const fl_scene_result *pause = find(r, n, row->strategy, 1, FL_GROUP_PAUSE, FL_FAIL_NONE);
@@ -497,7 +515,7 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
             fl_lock_row *row = &rows[i];
             const char *s = row->strategy;
             fl_probe *p = pass == 0 ? &row->kill : pass == 1 ? &row->restart : &row->wipe;
-            int is_lock = !strcmp(s, "lock"), is_db = in_database(s),
+            int is_lock = !strcmp(s, "lock") || !strcmp(s, "fair-lock"), is_db = in_database(s),
                 is_local = !strcmp(s, "local");
             if (is_local) {
                 not_measured(p, pass == 0 ? "n/a: the mutex dies with its process, and never "
@@ -547,9 +565,10 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                     pass == 0 ? "kill -9" : pass == 1 ? "restart" : "data lost", p->note, eta);
         }
     }
-    /* lock: its server is the stock's Redis. */
+    /* lock and fair-lock: their server is the stock's Redis. */
     for (int i = 0; i < nr; i++) {
-        if (strcmp(rows[i].strategy, "lock")) continue;
+        const char *s = rows[i].strategy;
+        if (strcmp(s, "lock") && strcmp(s, "fair-lock")) continue;
         for (int wipe = 0; wipe < 2; wipe++) {
             fl_probe *p = wipe ? &rows[i].wipe : &rows[i].restart;
             if (!o->probes || !w->dir[0]) {
@@ -557,10 +576,10 @@ int fl_lock_rows(const fl_compare_opts *o, fl_world *w, const char *tag,
                                            : "not measured: needs the services compare starts itself");
                 continue;
             }
-            server_probe(o, w, tag, "lock", &w->redis, 1, wipe, p);
+            server_probe(o, w, tag, s, &w->redis, 1, wipe, p);
             char eta[64];
             fl_eta_step(&w->eta, FL_ETA_PROBE_SERVER, eta, sizeof eta);
-            fprintf(stderr, "[lock %s] %s  (%s)\n", wipe ? "data lost" : "restart", p->note, eta);
+            fprintf(stderr, "[%s %s] %s  (%s)\n", s, wipe ? "data lost" : "restart", p->note, eta);
         }
     }
     return nr;

@@ -94,6 +94,17 @@ static json_t *locks_json(const fl_lock_row *l, int nl) {
             probe_json(&r->wipe, FL_PROBE_WIPE), "failover_to_replica",
             probe_json(&r->failover, FL_PROBE_FAILOVER), "pause_past_lease",
             probe_json(&r->fence, FL_PROBE_FENCE));
+        json_t *fair = json_object();
+        for (int k = 0; k < 2; k++)
+            json_object_set_new(fair, k ? "stream" : "queue",
+                                r->fair_have[k]
+                                    ? json_pack("{s:I, s:I, s:i, s:f}", "out_of_order",
+                                                (json_int_t)r->fair_oo[k], "pairs",
+                                                (json_int_t)r->fair_pairs[k], "starved",
+                                                r->fair_starved[k], "wait_max_ms",
+                                                r->fair_wait_max_ms[k])
+                                    : json_null());
+        json_object_set_new(j, "fairness", fair);
         json_array_append_new(a, j);
     }
     return a;
@@ -117,7 +128,7 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
         static const char *const GROUPS[FL_GROUPS] = { "contention", "forced", "redis-failure",
-                                                       "holds", "between-hosts" };
+                                                       "holds", "fairness", "between-hosts" };
         json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
         json_object_set_new(j, "fault_name", s->sc.fault_name ? json_string(s->sc.fault_name)
                                                               : json_null());
@@ -175,6 +186,21 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                                                            "alone", (json_int_t)s->forced_alone,
                                                            "why", s->forced_why));
             if (s->sc.hold_seconds) json_object_set_new(j, "holds", holds_json(s));
+            if (s->sc.group == FL_GROUP_FAIRNESS) {
+                json_t *order = json_array();
+                for (int k = 0; k < s->fair_served; k++)
+                    json_array_append_new(order, json_integer(s->fair_order[k]));
+                json_object_set_new(
+                    j, "fairness",
+                    json_pack("{s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:o}", "scene",
+                              s->sc.fair_scene == FL_FAIR_STREAM ? "stream" : "queue",
+                              "buyers", s->sc.waiters, "gap_ms", s->sc.gap_ms, "hold_ms",
+                              s->sc.cs_delay_ms, "served", s->fair_served, "pairs",
+                              (json_int_t)s->fair_pairs, "out_of_order",
+                              (json_int_t)s->fair_out_of_order, "wait_median_ms",
+                              s->fair_wait_median_ms, "wait_max_ms", s->fair_wait_max_ms,
+                              "starved", s->fair_starved, "service_order", order));
+            }
             if (s->handoff_n)
                 json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
                                                             (json_int_t)s->handoff_n, "mean_us",
@@ -491,6 +517,9 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "member failing over; the unsafe version, then ours",
             "Holds: each order holds its units until paid, cancelled or expired; the stock "
             "sells out and the units that come back are sold again within the scene",
+            "Fairness (seed 004 \xc2\xa7" "6.1): buyers arrive at a lock in a known order, on "
+            "two instances taking turns (one for local), each holding the lock a while: who is "
+            "served in turn, who overtakes, who starves",
             "\xe2\x9a\xa1 Between hosts: each scene on a deployment of its own, a network "
             "namespace per host (Redis primary and replica, 3 sentinels, two PostgreSQL nodes "
             "run by Patroni with etcd, HAProxy, 3 instances, the load), the fault cut in the "
@@ -568,11 +597,12 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
                "scene below, held past its lease until a second holder came in.</p>\n");
     fprintf(f, "<table class=\"locks\"><colgroup><col style=\"width:9%%\"><col style=\"width:6%%\">"
                "<col style=\"width:6%%\"><col style=\"width:8%%\"><col style=\"width:7%%\">"
-               "<col style=\"width:13%%\"><col style=\"width:13%%\"><col style=\"width:13%%\">"
-               "<col style=\"width:12.5%%\"><col style=\"width:12.5%%\"></colgroup><thead><tr>"
+               "<col style=\"width:7%%\">"
+               "<col style=\"width:12%%\"><col style=\"width:12%%\"><col style=\"width:12%%\">"
+               "<col style=\"width:10.5%%\"><col style=\"width:10.5%%\"></colgroup><thead><tr>"
                "<th>lock</th><th>orders/s 1 seg</th>"
                "<th>orders/s 8 segs</th><th>p50 / p99 (1 seg)</th><th>hand-off</th>"
-               "<th>holder killed (-9)</th><th>server restarted</th><th>server lost its data</th>"
+               "<th>fair (out of order: queue, stream)</th><th>holder killed (-9)</th><th>server restarted</th><th>server lost its data</th>"
                "<th>failover to a replica</th><th>past its lease</th></tr></thead><tbody>\n");
     for (int i = 0; i < nl; i++) {
         const fl_lock_row *r = &l[i];
@@ -592,8 +622,11 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
         esc(f, r->strategy);
         fprintf(f, "</b><br><small>");
         esc(f, r->server);
-        fprintf(f, "</small></td><td>%s</td><td>%s</td><td>%s<br>%s</td><td>%s</td>", a, b,
-                r->have1 ? p50 : "-", r->have1 ? p99 : "", ho);
+        char fair[48];
+        fl_fair_fmt(r, fair, sizeof fair);
+        fprintf(f, "</small></td><td>%s</td><td>%s</td><td>%s<br>%s</td><td>%s</td>"
+                   "<td><a href=\"#fairness\">%s</a></td>", a, b, r->have1 ? p50 : "-",
+                r->have1 ? p99 : "", ho, fair);
         probe_cell(f, &r->kill, FL_PROBE_KILL);
         probe_cell(f, &r->restart, FL_PROBE_RESTART);
         probe_cell(f, &r->wipe, FL_PROBE_WIPE);
@@ -602,6 +635,55 @@ static void lock_table(FILE *f, const fl_lock_row *l, int nl) {
         fprintf(f, "</tr>\n");
     }
     fprintf(f, "</tbody></table>\n");
+}
+
+/* The fairness scenes, drawn: for each lock and scene, every buyer served
+ * at (its place in the service order, its place in the arrival order). A
+ * lock that serves in arrival order draws the diagonal; each point off it
+ * is a buyer who overtook, or was overtaken. */
+static void chart_fairness(FILE *f, const fl_scene_result *r, int n) {
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= r[i].sc.group == FL_GROUP_FAIRNESS && r[i].ran;
+    if (!any) return;
+    fprintf(f, "<h2 id=\"fairness\">Fairness: arrival order against service order</h2>\n"
+               "<p class=\"sub\">Seed 004 \xc2\xa7" "6.1: \"when the lock wakes up, it does so in "
+               "sequence\". Buyers arrive at a lock one after another, on two instances taking "
+               "turns (<code>local</code>: one), each holding the lock a while once it has it. "
+               "Queue: they come close together, a long line forms; stream: they come a little "
+               "faster than the lock is handed on. Each dot is a buyer: across, when it was "
+               "served; down, when it came. In order is the diagonal.</p>\n<div class=\"fair\">");
+    enum { S = 150, M = 18 };
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_FAIRNESS || !s->ran) continue;
+        int w = s->sc.waiters > 1 ? s->sc.waiters - 1 : 1;
+        /* Indigo, not red: red is for oversold. */
+        const char *dot = s->fair_out_of_order || s->fair_starved ? "#3f51b5" : "#2e7d32";
+        fprintf(f, "<figure class=\"fairone\"><svg width=\"%d\" height=\"%d\" "
+                   "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>", S + 2 * M,
+                S + 2 * M);
+        esc(f, s->sc.strategy);
+        fprintf(f, " %s: %ld of %ld pairs out of order</title>", fl_fair_scene_name(s->sc.fair_scene),
+                s->fair_out_of_order, s->fair_pairs);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" "
+                   "stroke=\"#d5d9dc\"/><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" "
+                   "stroke=\"#b0b8bf\" stroke-dasharray=\"3 3\"/>",
+                M, M, S, S, M, M, M + S, M + S);
+        for (int k = 0; k < s->fair_served; k++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\" fill=\"%s\"/>",
+                    M + (double)k * S / w, M + (double)s->fair_order[k] * S / w, dot);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#5c6670\">served "
+                   "&rarr;</text><text x=\"%d\" y=\"6\" font-size=\"10\" fill=\"#5c6670\" "
+                   "transform=\"rotate(90 %d 6)\">came &rarr;</text></svg><figcaption><b>",
+                M, S + 2 * M - 4, M - 12, M - 12);
+        esc(f, s->sc.strategy);
+        fprintf(f, "</b> %s &middot; %d inst.<br>%ld of %ld pairs out of order<br>wait p50 "
+                   "%.0f ms, max %.0f ms%s</figcaption></figure>",
+                fl_fair_scene_name(s->sc.fair_scene), s->sc.instances, s->fair_out_of_order,
+                s->fair_pairs, s->fair_wait_median_ms, s->fair_wait_max_ms,
+                s->fair_starved ? ", some starved" : "");
+    }
+    fprintf(f, "</div>\n");
 }
 
 /* ------------------------------------------------- the lock table, as text */
@@ -653,14 +735,36 @@ void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
     }
 }
 
+/* A lock's fairness cell: "in order" when both scenes served every pair in
+ * arrival order, else the pairs out of order of each ("-": not run). */
+void fl_fair_fmt(const fl_lock_row *r, char *out, size_t len) {
+    if (!r->fair_have[0] && !r->fair_have[1]) {
+        snprintf(out, len, "-");
+        return;
+    }
+    if (r->fair_have[0] && r->fair_have[1] && !r->fair_oo[0] && !r->fair_oo[1] &&
+        !r->fair_starved[0] && !r->fair_starved[1]) {
+        snprintf(out, len, "in order");
+        return;
+    }
+    char cell[2][32];
+    for (int k = 0; k < 2; k++) {
+        if (!r->fair_have[k]) snprintf(cell[k], sizeof cell[k], "-");
+        else snprintf(cell[k], sizeof cell[k], "%ld/%ld%s", r->fair_oo[k], r->fair_pairs[k],
+                      r->fair_starved[k] ? "!" : "");
+    }
+    snprintf(out, len, "%s %s", cell[0], cell[1]);
+}
+
 void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
-    fprintf(f, "%-13s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", "lock", "1 seg/s",
-            "8 segs/s", "p50", "p99", "hand-off", "holder killed -9", "server restarted",
-            "server lost its data", "failover to a replica", "past its lease");
+    fprintf(f, "%-13s %8s %8s %8s %8s %8s %-14s  %-18s %-26s %-54s %-22s %s\n", "lock",
+            "1 seg/s", "8 segs/s", "p50", "p99", "hand-off", "fair", "holder killed -9",
+            "server restarted", "server lost its data", "failover to a replica",
+            "past its lease");
     for (int i = 0; i < n; i++) {
         const fl_lock_row *r = &l[i];
         char a[24], b[24], p50[16] = "-", p99[16] = "-", ho[16] = "-", k[160], rs[160], wp[160],
-             fo[160], fe[160];
+             fo[160], fe[160], fair[48];
         fmt_rate(r->have1, r->ops1, a, sizeof a);
         fmt_rate(r->have8, r->ops8, b, sizeof b);
         if (r->have1) {
@@ -673,11 +777,15 @@ void fl_lock_table(const fl_lock_row *l, int n, FILE *f) {
         fl_probe_fmt(&r->wipe, FL_PROBE_WIPE, wp, sizeof wp);
         fl_probe_fmt(&r->failover, FL_PROBE_FAILOVER, fo, sizeof fo);
         fl_probe_fmt(&r->fence, FL_PROBE_FENCE, fe, sizeof fe);
-        fprintf(f, "%-13s %8s %8s %8s %8s %8s  %-18s %-26s %-54s %-22s %s\n", r->strategy, a, b,
-                p50, p99, ho, k, rs, wp, fo, fe);
+        fl_fair_fmt(r, fair, sizeof fair);
+        fprintf(f, "%-13s %8s %8s %8s %8s %8s %-14s  %-18s %-26s %-54s %-22s %s\n", r->strategy,
+                a, b, p50, p99, ho, fair, k, rs, wp, fo, fe);
     }
     fprintf(f, "hand-off: mean release -> next acquire in one process "
-               "(flashsale_lock_handoff_seconds, 1-segment scene)\n");
+               "(flashsale_lock_handoff_seconds, 1-segment scene)\n"
+               "fair: pairs of buyers served against arrival order, the queue scene's then the "
+               "stream's ('in order': none in both; '!': a buyer starved); see the fairness "
+               "table above\n");
     for (int i = 0; i < n; i++) {
         const fl_lock_row *r = &l[i];
         fprintf(f, "  %s (lock server: %s)\n", r->strategy, r->server);
@@ -712,6 +820,9 @@ static const char CSS[] =
     ".band{fill:#ffb300;fill-opacity:0.10}"
     ".legend span{display:inline-block;width:12px;"
     "height:12px;border-radius:2px;margin:0 4px 0 14px;vertical-align:-1px}"
+    "div.fair{display:flex;flex-wrap:wrap;gap:10px;margin:0 0 24px}"
+    "figure.fairone{margin:0;padding:6px;width:200px}figure.fairone svg{width:186px}"
+    "figure.fairone figcaption{font-weight:400;font-size:12px;margin:2px 4px}"
     "footer{color:#7a848c;font-size:12px;margin:24px 0}";
 
 /* Counts the drawn marks of each chart into data- attributes, and any
@@ -781,6 +892,7 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
     free(plain);
     chart_faults(f, r, n);
     if (nl) lock_table(f, l, nl);
+    chart_fairness(f, r, n);
     table(f, r, n);
     fprintf(f, "<footer>Orders/s: orders confirmed (201) per second from the start to the "
                "last 201, i.e. while there was stock to sell; answers/s counts every answer, "

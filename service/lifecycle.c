@@ -149,9 +149,9 @@ void svc_redis_close(svc_app *a) {
 
 /* A lock module client for urls[0..n), or NULL with err naming flag. */
 static lock_client *lock_open(svc_app *a, const char *flag, const char *const *urls, int n,
-                              int watchdog, char *err, size_t errlen) {
+                              int watchdog, int fair, char *err, size_t errlen) {
     lock_options lo = { .urls = urls, .nurls = n, .timeout_ms = a->cfg.redis_timeout_ms,
-                         .watchdog = watchdog };
+                         .watchdog = watchdog, .fair = fair };
     char why[256];
     lock_client *c = lock_client_new(&lo, why, sizeof why);
     if (!c) snprintf(err, errlen, "%s: %s", flag, why);
@@ -207,7 +207,9 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
         lock_client **set = frozen ? sc->locks_frozen : sc->locks;
         /* On a cluster too: each lock's keys share its SKU's slot
          * ({sku}:lock:<segment>), on the primary serving it. */
-        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, err, errlen)))
+        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, 0, err, errlen)) ||
+            !(set[STOCK_LOCKS_REDIS_FAIR] = lock_open(a, "--redis", urls, 1, !frozen, 1, err,
+                                                      errlen)))
             return -1;
     }
     if (a->cfg.redlock[0]) {
@@ -215,7 +217,7 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
         if (n < 0) return -1;
         for (int frozen = 0; frozen < 2; frozen++) {
             lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-            if (!(set[STOCK_LOCKS_REDLOCK] = lock_open(a, "--redlock", urls, n, !frozen, err,
+            if (!(set[STOCK_LOCKS_REDLOCK] = lock_open(a, "--redlock", urls, n, !frozen, 0, err,
                                                        errlen)))
                 return -1;
         }
@@ -223,7 +225,7 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
     if (a->cfg.zookeeper[0]) {
         urls[0] = a->cfg.zookeeper;
         if (want_scheme("--zookeeper", urls[0], zk, "a zk://host:port[/base] URL", err, errlen) ||
-            !(sc->locks[STOCK_LOCKS_ZOOKEEPER] = lock_open(a, "--zookeeper", urls, 1, 1, err,
+            !(sc->locks[STOCK_LOCKS_ZOOKEEPER] = lock_open(a, "--zookeeper", urls, 1, 1, 0, err,
                                                            errlen)))
             return -1;
     }
@@ -233,7 +235,7 @@ static int locks_open(svc_app *a, char *err, size_t errlen) {
             return -1;
         for (int frozen = 0; frozen < 2; frozen++) {
             lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-            if (!(set[STOCK_LOCKS_ETCD] = lock_open(a, "--etcd", urls, 1, !frozen, err, errlen)))
+            if (!(set[STOCK_LOCKS_ETCD] = lock_open(a, "--etcd", urls, 1, !frozen, 0, err, errlen)))
                 return -1;
         }
     }

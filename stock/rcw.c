@@ -221,7 +221,8 @@ static stock_result take_module(stock_conn *c, const stock_product *p, int seg, 
                                                                   : c->locks[srv];
     /* The service's own Redis failing is Redis down; any other lock
      * server failing is that server's. */
-    stock_result down = srv == STOCK_LOCKS_REDIS ? STOCK_UNAVAILABLE : STOCK_LOCK_DOWN;
+    int own_redis = srv == STOCK_LOCKS_REDIS || srv == STOCK_LOCKS_REDIS_FAIR;
+    stock_result down = own_redis ? STOCK_UNAVAILABLE : STOCK_LOCK_DOWN;
     char key[STOCK_SKU_MAX + 96], err[200];
     if (!lc) {
         snprintf(c->errstr, sizeof c->errstr, "lock: no %s lock server configured",
@@ -234,7 +235,7 @@ static stock_result take_module(stock_conn *c, const stock_product *p, int seg, 
                                   sizeof err);
     if (st == LOCK_OK) {
         who->token = lock_fence(sl->handle);
-        who->incarnation = srv == STOCK_LOCKS_REDIS ? 0 : lock_incarnation(sl->handle);
+        who->incarnation = own_redis ? 0 : lock_incarnation(sl->handle);
         return STOCK_RESERVED;
     }
     if (st == LOCK_BUSY) return STOCK_LOCK_TIMEOUT;

@@ -148,6 +148,11 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                         "transaction that locks the row, then writes what it "
                                         "computed: two buyers of one read both sell",
                                         STOCK_LOCKS_NONE, NULL, 0, 1 },
+    [STOCK_FAIR_LOCK] = { "fair-lock", STOCK_KIND_RCW, 1, 0, 1,
+                          "the Redis lock of `lock`, fair: orders hold it in the order they "
+                          "asked, across instances (a line in Redis, seed 004 6.1), each "
+                          "waiting on a thread of its own; a fenced write; 429 lock_timeout "
+                          "past the wait", STOCK_LOCKS_REDIS_FAIR, &sk_lock_module },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {

@@ -56,6 +56,7 @@ typedef enum stock_strategy {
     STOCK_UNSAFE_TRUST_REDIS,
     STOCK_DB_FOR_UPDATE,
     STOCK_UNSAFE_CHECK_OUTSIDE_TX,
+    STOCK_FAIR_LOCK,
     STOCK_STRATEGY_COUNT
 } stock_strategy;
 
@@ -88,6 +89,8 @@ typedef enum stock_lock_server {
     STOCK_LOCKS_ZOOKEEPER,    /* the lock module's ZooKeeper backend */
     STOCK_LOCKS_ETCD,         /* the lock module's etcd backend */
     STOCK_LOCKS_DB,           /* a row in the SQLite database's lock table (db.h) */
+    STOCK_LOCKS_REDIS_FAIR,   /* the lock module's fair lock on the service's own Redis
+                                 (`fair-lock`: lock.h, FAIRNESS) */
     STOCK_LOCKS_COUNT
 } stock_lock_server;
 

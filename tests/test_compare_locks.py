@@ -25,6 +25,10 @@ stays short:
   or abandon; the stock sells out, the units that come back are sold
   again, every hold ends one way, the expiries are on time, and the
   terminal, report.json and report.html say so;
+- the fairness group (seed 004 section 6.1): buyers arriving at each lock
+  in a known order on two instances; the fair lock serves every one in
+  turn, and the terminal, report.json (scenes and the lock table) and
+  report.html (the arrival-against-service chart) say what each did;
 - report.html fits 1400 px without horizontal scrolling (headless
   Chromium measures the page);
 - nothing compare started is left running.
@@ -45,7 +49,8 @@ from test_flashload import CHROMIUM, FLASHLOAD, chromium
 
 LOCK_FIELDS = {"strategy", "lock_server", "orders_per_s_1seg", "orders_per_s_8seg", "p50_us",
                "p99_us", "p50_us_8seg", "p99_us_8seg", "handoff", "kill_holder",
-               "server_restart", "server_data_lost", "pause_past_lease", "failover_to_replica"}
+               "server_restart", "server_data_lost", "pause_past_lease", "failover_to_replica",
+               "fairness"}
 PROBES = ("kill_holder", "server_restart", "server_data_lost", "pause_past_lease")
 
 
@@ -211,6 +216,39 @@ def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
     nothing_left_behind(ctx)
 
 
+def test_compare_fairness(ctx):
+    rc, so, se, j, html = compare(ctx, "--groups", "contention,fairness", "--strategies",
+                                  "lock,fair-lock,local", "--segments", "1", "--quick",
+                                  "--connections", 16, "--stock", 400, "--no-probes")
+    assert rc == 0, so + se
+    lines = so.splitlines()
+    at = lines.index([l for l in lines if l.startswith("fairness, as served")][0])
+    print("\n".join("    " + l for l in lines[at:at + 8]))
+    fair = [sc for sc in j["scenes"] if sc["group"] == "fairness"]
+    assert {(sc["strategy"], sc["fairness"]["scene"], sc["instances"]) for sc in fair} == {
+        (s, k, 1 if s == "local" else 2) for s in ("lock", "fair-lock", "local")
+        for k in ("queue", "stream")}, fair
+    for sc in fair:
+        f = sc["fairness"]
+        assert sc["ran"] and sc["oversold"] == 0 and sc["as_expected"], sc
+        assert f["served"] == f["buyers"] and f["starved"] == 0, sc
+        assert sorted(f["service_order"]) == list(range(f["buyers"])), f
+        assert f["pairs"] == f["buyers"] * (f["buyers"] - 1) // 2, f
+        if sc["strategy"] == "fair-lock":
+            # In turn, whichever instance each buyer came to.
+            assert f["out_of_order"] == 0 and f["service_order"] == sorted(f["service_order"]), f
+    locks = {l["strategy"]: l for l in j["locks"]}
+    assert locks["fair-lock"]["fairness"]["queue"]["out_of_order"] == 0, locks["fair-lock"]
+    assert locks["fair-lock"]["fairness"]["stream"]["out_of_order"] == 0, locks["fair-lock"]
+    table = lines[lines.index("choosing a lock (measured in this run)") + 1:]
+    row = [l for l in table if l.startswith("fair-lock ")]
+    assert row and " in order " in row[0], table
+    dom = fits_1400(html)
+    assert "Fairness: arrival order against service order" in dom, dom[:2000]
+    assert dom.count('class="fairone"') == len(fair), dom.count('class="fairone"')
+    nothing_left_behind(ctx)
+
+
 def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     # etcd "starts" as /bin/false: it exits at once.
     rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8",
@@ -247,7 +285,7 @@ def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
 def test_compare_starts_zookeeper_itself(ctx):
     rc, so, se, j, html = compare(ctx, "--strategies", "zookeeper", "--segments", "1,8",
                                   "--quick", "--connections", 16, "--stock", 300,
-                                  "--no-probes", "--no-holds")
+                                  "--no-probes", "--groups", "contention,forced")
     assert rc == 0, so + se
     zk = [sc for sc in j["scenes"] if sc["strategy"] == "zookeeper"]
     assert [(sc["segments"], sc["fault"]) for sc in zk] == [(1, False), (8, False), (1, True)], zk

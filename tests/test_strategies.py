@@ -11,7 +11,8 @@ import time
 import harness
 from harness import Client, db_rows, parallel
 
-SAFE = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("db", 1), ("db-optimistic", 1),
+SAFE = [("lua", 1), ("lua", 8), ("lock", 1), ("lock", 8), ("fair-lock", 1), ("fair-lock", 8),
+        ("db", 1), ("db-optimistic", 1),
         ("local", 1), ("local", 8)]
 
 

@@ -542,7 +542,7 @@ static void test_compare_scenes_in_two_groups(void) {
     fl_strategy loc[1];
     strategy(&loc[0], "local", 1);
     fl_compare_opts_default(&o);
-    o.redis_failures = o.holds = 0;
+    o.redis_failures = o.holds = o.fairness = 0;
     n = fl_compare_scenes(&o, loc, 1, sc, 64);
     CHECK(n == 4);
     CHECK(!strcmp(sc[2].strategy, "local") && sc[2].instances == 2 && sc[2].unsafe);
@@ -553,6 +553,49 @@ static void test_compare_scenes_in_two_groups(void) {
           sc[3].stock == 1 && sc[3].cs_delay_ms == sc[2].cs_delay_ms &&
           sc[3].expect_force == FL_FORCE_ALONE);
     CHECK(sc[0].instances == 1 && !sc[0].fault && !sc[0].unsafe);
+}
+
+/* The fairness group: each lock's queue and stream scenes, one segment, on
+ * two instances but local's, after the other groups; a strategy that is no
+ * lock has none, and --no-two-instances leaves only local's. */
+static void test_compare_scenes_fairness(void) {
+    static fl_compare_opts o;
+    fl_strategy st[4];
+    strategy(&st[0], "lua", 1);
+    strategy(&st[1], "lock", 1);
+    strategy(&st[2], "fair-lock", 1);
+    strategy(&st[3], "local", 1);
+    fl_compare_opts_default(&o);
+    o.redis_failures = o.holds = o.forced = 0;
+    CHECK(o.fairness == 1);                              /* on by default */
+    fl_scene sc[64];
+    int n = fl_compare_scenes(&o, st, 4, sc, 64);
+    int fair = 0, first = -1;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].group != FL_GROUP_FAIRNESS) {
+            CHECK(first < 0);                            /* after the contention group */
+            continue;
+        }
+        if (first < 0) first = i;
+        CHECK(strcmp(sc[i].strategy, "lua") != 0);
+        CHECK(sc[i].segments == 1 && !sc[i].fault && !sc[i].unsafe);
+        CHECK(sc[i].instances == (!strcmp(sc[i].strategy, "local") ? 1 : 2));
+        CHECK(sc[i].fair_scene == (fair % 2 ? FL_FAIR_STREAM : FL_FAIR_QUEUE));
+        CHECK(sc[i].waiters >= 2 && sc[i].waiters <= FL_FAIR_MAX && sc[i].gap_ms > 0);
+        CHECK(sc[i].stock == sc[i].waiters && sc[i].cs_delay_ms > 0);
+        /* The queue's line forms at once; the stream's slowly. */
+        if (sc[i].fair_scene == FL_FAIR_QUEUE) CHECK(sc[i].gap_ms * 3 < sc[i].cs_delay_ms);
+        else CHECK(sc[i].gap_ms < sc[i].cs_delay_ms && sc[i].gap_ms * 2 > sc[i].cs_delay_ms);
+        fair++;
+    }
+    CHECK(fair == 6);
+    CHECK_STR(sc[first].strategy, "lock");
+    o.two_instances = 0;
+    n = fl_compare_scenes(&o, st, 4, sc, 64);
+    fair = 0;
+    for (int i = 0; i < n; i++)
+        if (sc[i].group == FL_GROUP_FAIRNESS) fair += !strcmp(sc[i].strategy, "local") ? 1 : 100;
+    CHECK(fair == 2);
 }
 
 /* The third group: each Redis failure with its unsafe version first, then
@@ -569,7 +612,7 @@ static void test_compare_scenes_redis_failures(void) {
     strategy(&st[5], "etcd", 1);
     fl_compare_opts_default(&o);
     o.two_instances = 0;
-    o.holds = 0;                                         /* its own test */
+    o.holds = o.fairness = 0;                            /* their own tests */
     CHECK(o.redis_failures == 1);                        /* on by default */
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 6, sc, 64);
@@ -765,4 +808,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_json_time_ms),
           T(test_target_parse), T(test_compare_scenes_in_two_groups),
           T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
+          T(test_compare_scenes_fairness),
           T(test_holds_brief), T(test_probe_cells))
