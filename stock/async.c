@@ -301,8 +301,8 @@ static void on_state(aconn *c, int up, void *ud);
 static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
     /* Constant, and shared by every loop's connections (aconn keeps the
      * pointer): written once by the compiler, never by a loop. */
-    static const rconn_script *const scripts[4] = { &sk_reserve_batch, &sk_undo, &sk_lock_read,
-                                                    &sk_lock_write };
+    static const rconn_script *const scripts[5] = { &sk_reserve_batch, &sk_undo, &sk_lock_read,
+                                                    &sk_lock_write, &sk_lock_line };
     for (int i = 0; i < sa->nnodes; i++) {
         const rconn_addr *b = &sa->nodes[i]->addr;
         if (b->port == a->port && !strcmp(b->host, a->host) && !strcmp(b->path, a->path))
@@ -315,7 +315,7 @@ static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
     if (!n) return NULL;
     n->sa = sa;
     n->addr = *a;
-    if (!(n->conn = aconn_new(sa->l, a, sa->timeout_ms, scripts, 4, on_state, n))) {
+    if (!(n->conn = aconn_new(sa->l, a, sa->timeout_ms, scripts, 5, on_state, n))) {
         free(n);
         return NULL;
     }
@@ -526,6 +526,10 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
     snprintf(sa->prefix, sizeof sa->prefix, "%s", cfg->prefix);
     snprintf(sa->instance, sizeof sa->instance, "%s", cfg->instance ? cfg->instance : "");
     sa->idem_ttl_ms = cfg->idem_ttl_ms > 0 ? cfg->idem_ttl_ms : 86400000;
+    /* fair-lock: a place in line lapses this long after its last call (the
+     * head's lock_read, or its loop's keep every third of it): what a dead
+     * instance's places cost the others. */
+    sa->fair_lease_ms = STOCK_FAIR_LEASE_MS;
     sa->timeout_ms = cfg->timeout_ms;
     sa->observe = cfg->observe;
     sa->observe_ud = cfg->observe_ud;

@@ -39,6 +39,7 @@ struct stock_async {
     char prefix[STOCK_PREFIX_MAX + 1];
     char instance[STOCK_INSTANCE_MAX + 1];
     long long idem_ttl_ms;
+    int fair_lease_ms;                 /* fair-lock: a place in line lasts this long */
     uint64_t rng;
     uint64_t owner_base, owner_seq;    /* lock owner ids (lockasync.c) */
     rconn_cmd cmd;

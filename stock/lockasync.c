@@ -17,7 +17,15 @@
  * A segment that holds fewer units than asked is refused here as
  * insufficient; the caller, for a product with several segments, takes
  * the order to the blocking path, which reads every segment and locks the
- * ones it needs (stock_reserve_one: same keys, same locks). */
+ * ones it needs (stock_reserve_one: same keys, same locks).
+ *
+ * `fair-lock` is the same, with the lock module's fair line beside each
+ * lock (lock/lock.h, FAIRNESS): lock_read takes the lock only as the head
+ * of the line, else keeps the order's place (a waiter that polls: it
+ * listens on no channel); lock_write's release wakes the head (a waiter of
+ * the blocking path listens); lock_line.lua joins an order that waits on
+ * this instance behind others at its arrival, or takes it out when it
+ * gives up. An order's owner id, made once, is its name in the line. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +83,19 @@ static void add_lock_keys(stock_async *sa, const stock_product *p, int seg, cons
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d%s", sa->prefix, p->sku, seg, suffix);
 }
 
+static int is_fair(const stock_product *p) { return p->strategy == STOCK_FAIR_LOCK; }
+
+/* The fair line's keys (lock.h: B:fair, B:fair:due, B:fair:sub, B being the
+ * lock's own name, which has the {sku} tag). */
+static void add_line_keys(stock_async *sa, const stock_product *p, int seg) {
+    add_lock_keys(sa, p, seg, ":fair");
+    add_lock_keys(sa, p, seg, ":fair:due");
+    add_lock_keys(sa, p, seg, ":fair:sub");
+}
+
+/* How long the line's keys outlive the last call on them. */
+static long long line_keep_ms(const stock_async *sa) { return sa->fair_lease_ms + 2000LL; }
+
 static void on_read(void *ud, redisReply *rep, int sent) {
     lock_job *j = ud;
     stock_req *r = j->r;
@@ -110,7 +131,7 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
     const lock_job *j = ud;
     const stock_req *r = j->r;
     const stock_product *p = r->product;
-    rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 7);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 10);
     add_lock_keys(sa, p, j->h->seg, "");
     add_lock_keys(sa, p, j->h->seg, ":fence");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
@@ -119,10 +140,14 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
                    r->idem_key ? r->idem_key : "");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, j->h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, j->h->seg);
+    add_line_keys(sa, p, j->h->seg);
     rconn_cmd_adds(&sa->cmd, j->h->owner);
     rconn_cmd_addll(&sa->cmd, j->ttl_ms);
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
     rconn_cmd_adds(&sa->cmd, r->user_id);
+    rconn_cmd_addll(&sa->cmd, is_fair(p) ? sa->fair_lease_ms : 0);
+    rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
+    add_lock_keys(sa, p, j->h->seg, ":wake:");
 }
 
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
@@ -136,7 +161,7 @@ void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl
         return;
     }
     *j = (lock_job){ .sa = sa, .r = r, .h = h, .fn = fn, .ud = ud, .ttl_ms = ttl_ms };
-    new_owner(sa, h->owner);
+    if (!h->owner[0]) new_owner(sa, h->owner);   /* one per order: its name in a fair line */
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_read, on_read, j);
 }
 
@@ -208,7 +233,7 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     char tail[STOCK_USER_MAX + 200];
     int tl = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
                       has_key ? r->idem_key : "");
-    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, 9);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, 12);
     add_lock_keys(sa, p, h->seg, "");
     add_lock_keys(sa, p, h->seg, ":waiters");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
@@ -218,6 +243,7 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addf(&sa->cmd, "%s{%s}:empty", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
+    add_line_keys(sa, p, h->seg);
     rconn_cmd_adds(&sa->cmd, h->owner);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d:wake:", sa->prefix, p->sku, h->seg);
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
@@ -235,6 +261,7 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_add(&sa->cmd, tail, tl > 0 && (size_t)tl < sizeof tail ? (size_t)tl : 0);
+    rconn_cmd_adds(&sa->cmd, is_fair(p) ? "1" : "");
 }
 
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
@@ -264,3 +291,66 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
     if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_write, on_write, j);
 }
+
+/* ------------------------------------------------------------ the line */
+
+/* A fair line call: what it needs once the orders may be gone. */
+typedef struct line_job {
+    stock_async *sa;
+    const stock_product *p;
+    int seg;
+    const char *mode;             /* "join", "keep", "leave" */
+    int n;
+    char owners[][33];
+} line_job;
+
+static void build_line(stock_async *sa, aconn *conn, void *ud) {
+    const line_job *j = ud;
+    (void)conn;
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_line, 4);
+    add_lock_keys(sa, j->p, j->seg, "");
+    add_line_keys(sa, j->p, j->seg);
+    rconn_cmd_adds(&sa->cmd, j->mode);
+    rconn_cmd_addll(&sa->cmd, sa->fair_lease_ms);
+    rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
+    add_lock_keys(sa, j->p, j->seg, ":wake:");
+    for (int i = 0; i < j->n; i++) rconn_cmd_adds(&sa->cmd, j->owners[i]);
+}
+
+static line_job *line_new(stock_async *sa, const stock_product *p, int seg, const char *mode,
+                          int n) {
+    line_job *j = malloc(sizeof *j + (size_t)n * sizeof j->owners[0]);
+    if (j) *j = (line_job){ .sa = sa, .p = p, .seg = seg, .mode = mode, .n = n };
+    return j;
+}
+
+static void on_line(void *ud, redisReply *rep, int sent) {
+    line_job *j = ud;
+    (void)sent;
+    sk_async_check_reply(j->sa, rep);
+    free(j);
+}
+
+void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int join) {
+    assert(loop_owned(sa->l));
+    if (!is_fair(r->product)) return;
+    if (!h->owner[0]) {
+        if (!join) return;                       /* never in line */
+        new_owner(sa, h->owner);
+    }
+    line_job *j = line_new(sa, r->product, h->seg, join ? "join" : "leave", 1);
+    if (!j) return;     /* join: it takes its place at its first lock_read; leave: it lapses */
+    memcpy(j->owners[0], h->owner, sizeof j->owners[0]);
+    sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_line, on_line, j);
+}
+
+void stock_async_lock_keep(stock_async *sa, const stock_product *p, int seg,
+                           const stock_hold *const *holds, int n) {
+    assert(loop_owned(sa->l));
+    if (!is_fair(p) || n <= 0) return;
+    line_job *j = line_new(sa, p, seg, "keep", n);
+    if (!j) return;                              /* the places lapse if this keeps failing */
+    for (int i = 0; i < n; i++) memcpy(j->owners[i], holds[i]->owner, sizeof j->owners[i]);
+    sk_async_call(sa, p, STOCK_CALL_LOCK_READ, build_line, on_line, j);
+}
+

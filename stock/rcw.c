@@ -340,9 +340,11 @@ static const provider *provider_of(const stock_product *p) {
 
 /* The fence key of segment seg. Each kind of lock has its own, so that
  * one key only ever sees tokens of one kind (they are not comparable):
- * `lock` keeps the key it always had. */
+ * `lock` keeps the key it always had, and `fair-lock`, the same lock
+ * fair, shares it (its loop path, lockasync.c, writes that key). */
 static void fence_suffix(const stock_product *p, int seg, char *buf, size_t len) {
-    if (p->strategy == STOCK_LOCK) snprintf(buf, len, "fence:%d", seg);
+    if (p->strategy == STOCK_LOCK || p->strategy == STOCK_FAIR_LOCK)
+        snprintf(buf, len, "fence:%d", seg);
     else snprintf(buf, len, "fence:%s:%d", stock_strategy_about(p->strategy)->name, seg);
 }
 

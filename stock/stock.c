@@ -25,12 +25,12 @@
 
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
-    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[],
+    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[], stock_lua_lock_line[],
     stock_lua_return[], stock_lua_force_enter[], stock_lua_forget[];
 
 static rconn_script s_reserve, s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write, sk_return, sk_force_enter, sk_forget;
+    sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget;
 static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
@@ -54,6 +54,7 @@ static void scripts_init(void) {
     rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
     script_on_lock(&sk_lock_read, "lock_read", stock_lua_lock_read);
     script_on_lock(&sk_lock_write, "lock_write", stock_lua_lock_write);
+    script_on_lock(&sk_lock_line, "lock_line", stock_lua_lock_line);
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);
     rconn_script_init(&s_restock, "restock", stock_lua_restock);
@@ -148,11 +149,11 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                         "transaction that locks the row, then writes what it "
                                         "computed: two buyers of one read both sell",
                                         STOCK_LOCKS_NONE, NULL, 0, 1 },
-    [STOCK_FAIR_LOCK] = { "fair-lock", STOCK_KIND_RCW, 1, 0, 1,
+    [STOCK_FAIR_LOCK] = { "fair-lock", STOCK_KIND_LOCK, 1, 0, 1,
                           "the Redis lock of `lock`, fair: orders hold it in the order they "
-                          "asked, across instances (a line in Redis, seed 004 6.1), each "
-                          "waiting on a thread of its own; a fenced write; 429 lock_timeout "
-                          "past the wait", STOCK_LOCKS_REDIS_FAIR, &sk_lock_module },
+                          "asked, across instances (a line in Redis beside the lock, seed 004 "
+                          "6.1); a fenced write; 429 lock_timeout past the wait",
+                          STOCK_LOCKS_REDIS_FAIR, &sk_lock_module },
 };
 
 static const char *const CALL_NAMES[STOCK_CALL_COUNT] = {

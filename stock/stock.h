@@ -523,6 +523,21 @@ stock_result stock_lock_check(stock_req *r, const stock_hold *h);
  * (a release only), r is not touched once this returns. */
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud);
+/* fair-lock (nothing for another strategy): join 1 puts the order (h->seg,
+ * its owner id, made here if it has none) in its segment's fair line now,
+ * at its arrival, as it will wait on this instance behind others; join 0
+ * takes it out (it gives up without the lock; nothing if it never had a
+ * place). Fire and forget: a join that fails is made good by the order's
+ * first lock_read, a leave that fails by its place lapsing. r and h are
+ * not touched once this returns. */
+void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int join);
+/* fair-lock: keeps the places of holds[0..n) (orders of p's segment seg
+ * waiting on this loop, in line) alive: a place lapses STOCK_FAIR_LEASE_MS
+ * after its last call, so the loop calls this every third of that while
+ * such orders wait. Fire and forget. */
+void stock_async_lock_keep(stock_async *sa, const stock_product *p, int seg,
+                           const stock_hold *const *holds, int n);
+#define STOCK_FAIR_LEASE_MS 600
 
 /* Writes "<prefix>{<sku>}:<suffix>" into buf (of len bytes). Returns the
  * length, or -1 if it does not fit. Exposed for tests and tools. */

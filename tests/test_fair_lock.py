@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import harness
@@ -166,3 +167,56 @@ def test_fair_lock_dead_waiters_lose_their_place(ctx):
     # lease), which was before the release. The margins are for a loaded box.
     assert delays["killed"] < 0.5, delays
     assert delays["stopped"] < 1.4 and delays["cut"] < 1.4, delays
+
+
+# ------------------------------------------------ the fair-lock strategy
+
+def test_fair_lock_strategy_dead_instance_loses_its_places(ctx):
+    """`fair-lock` in the service: instance A's orders wait in line behind
+    B's holder (A's head polling, the others kept by A's loop); A is
+    killed -9; B's next order, behind A's places, is served once they
+    lapse (STOCK_FAIR_LEASE_MS, 600 ms, after A's last call), within its
+    1 s lock wait, and the books balance."""
+    redis = ctx.redis()
+    db = ctx.path("orders.db")
+    args = ["--fault-injection", "--lock-wait-ms", "2000"]
+    a, b = ctx.service(redis, db=db, args=args), ctx.service(redis, db=db, args=args + [])
+    b.create_product("fl", 10, strategy="fair-lock", cs_delay_ms=400)
+    r = redis.client()
+    line = "fs:{fl}:lock:0:fair"
+    answers = {}
+
+    def order(s, who):
+        try:
+            resp = s.order("fl", user=who, client=harness.Client(s.port))
+            answers[who] = (resp.status, time.monotonic())
+        except OSError as e:            # A's, killed under it
+            answers[who] = (str(e), time.monotonic())
+
+    t0 = threading.Thread(target=order, args=(b, "b0"))
+    t0.start()
+    wait_until(lambda: r.exists("fs:{fl}:lock:0"), 5, what="b0 holding")
+    ta = [threading.Thread(target=order, args=(a, "a%d" % i)) for i in range(3)]
+    for t in ta:
+        t.start()
+        time.sleep(0.01)
+    wait_until(lambda: r.zcard(line) == 3, 5, what="A's three orders in line")
+    a.kill()
+    killed = time.monotonic()
+    t1 = threading.Thread(target=order, args=(b, "b1"))
+    t1.start()
+    t0.join(10)
+    t1.join(10)
+    for t in ta:
+        t.join(10)
+    assert answers["b0"][0] == 201 and answers["b1"][0] == 201, answers
+    # b1 waited for A's places to lapse, then held the lock for its own pause
+    # (300-500 ms): from the kill to its answer, at most the lease, the
+    # pause, and a margin.
+    took = answers["b1"][1] - killed
+    print("    B's next order answered %.2f s after A was killed (its own pause 0.3-0.5 s in "
+          "it); A's places lapsed: %s" % (took, r.zcard(line) == 0))
+    assert took < 0.6 + 0.5 + 0.5, took
+    assert r.zcard(line) == 0
+    p = b.product("fl")
+    assert p["sold"] == 2 and p["stock_available"] == 8, p

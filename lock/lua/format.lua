@@ -240,6 +240,14 @@ local function lock_fair_release(lock, queue, due, sub, id, wake)
     return 1
 end
 
+-- Waiter w gives up its place (its wait ran out, or it failed); if it was
+-- the head of a free lock, the next one is woken in its stead.
+local function lock_fair_leave(lock, queue, due, sub, w, wake)
+    local was_head = lock_fair_head(queue) == w
+    lock_fair_drop(queue, due, sub, w)
+    if was_head and lock_free(lock) then lock_fair_wake(queue, due, sub, wake) end
+end
+
 -- A waiter's call on a fair lock that it could not take: joins the queue at
 -- the back if not in it (joined = 1: a new place; a waiter that lost its
 -- place gets a new one, at the back), moves its due to now + lease, marks

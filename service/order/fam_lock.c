@@ -27,7 +27,16 @@
  * An order no one segment can hold (all look empty, or its segment is
  * short, of a product with several segments) is rerouted to the blocking
  * family, which reads every segment and locks the ones it needs (same
- * keys, same locks). Everything here runs on the owner loop's thread. */
+ * keys, same locks). Everything here runs on the owner loop's thread.
+ *
+ * `fair-lock` runs here too, with the lock module's fair line beside each
+ * lock (lock/lock.h, FAIRNESS; stock/lockasync.c): an order that arrives
+ * behind others on this instance takes its place in the line at once
+ * (stock_async_lock_line), so that it is ahead of every order that came
+ * after it, to any instance; the head's lock_read takes the lock only as
+ * the head of that line; an order that gives up without the lock leaves
+ * it. Within an instance the FIFO already is the arrival order. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +60,9 @@ typedef struct lock_q {
     svc_product *p;
     int seg;
     svc_order *head, *tail;         /* waiting for the lock, in arrival order */
+    svc_order *unplaced;            /* fair-lock: the first of those not yet in the line
+                                       (they came while the queue was idle; advance
+                                       places them behind the head it starts) */
     svc_order *holder;              /* taking or holding it */
     lq_state state;
     int64_t lease_until_us;        /* LQ_HOLDING: when the holder's lease runs out */
@@ -58,6 +70,7 @@ typedef struct lock_q {
     int ops;                       /* orders here not yet settled (shutdown waits) */
     struct lock_q *next_ready;
     int ready;
+    int keep_armed;                /* fair-lock: a keep of its orders' places is due */
 } lock_q;
 
 /* The family's state on one loop: the queues it owns, by (product,
@@ -73,6 +86,7 @@ typedef struct lock_data {
     stock_hold hold;               /* the segment, and what its read found */
     int64_t t0_us;                 /* when it started waiting for the lock */
     lock_q *q;                     /* its segment's queue */
+    int placed;                    /* fair-lock: has a place in the line (to leave) */
 } lock_data;
 SVC_FAM_DATA_FITS(lock_data);
 #define LOCK(op) (*SVC_FAM_DATA(op, lock_data))
@@ -112,7 +126,8 @@ static void releasing(lock_q *q) {
 
 static void handed_off(lock_q *q, svc_order *op) {
     if (!q->released_us || LOCK(op).t0_us > q->released_us) return;
-    svc_histogram_observe(&op->a->m.lock_handoff[STOCK_LOCK], clock_mono_us() - q->released_us);
+    svc_histogram_observe(&op->a->m.lock_handoff[op->p->sp.strategy],
+                          clock_mono_us() - q->released_us);
     q->released_us = 0;
 }
 
@@ -120,6 +135,58 @@ static void next_holder(lock_q *q) {
     q->holder = NULL;
     q->state = LQ_IDLE;
     if (q->head) ready(q);
+}
+
+#define KEEP_CHUNK 256
+
+static void arm_keep(lock_q *q);
+
+/* Every third of a place's lease while orders of q wait in line: their
+ * places kept alive (the head's own lock_read keeps its place). */
+static void keep_tick(loop *l, void *ud) {
+    lock_q *q = ud;
+    const stock_hold *holds[KEEP_CHUNK];
+    int n = 0, any = 0;
+    (void)l;
+    q->keep_armed = 0;
+    for (svc_order *op = q->head; op; op = op->next) {
+        if (!LOCK(op).placed) continue;
+        any = 1;
+        holds[n++] = &LOCK(op).hold;
+        if (n == KEEP_CHUNK) {
+            stock_async_lock_keep(svc_order_loop_stock(q->ol), &q->p->sp, q->seg, holds, n);
+            n = 0;
+        }
+    }
+    if (n) stock_async_lock_keep(svc_order_loop_stock(q->ol), &q->p->sp, q->seg, holds, n);
+    if (any) arm_keep(q);
+}
+
+static void arm_keep(lock_q *q) {
+    if (q->keep_armed) return;
+    if (loop_after(svc_order_loop_loop(q->ol), STOCK_FAIR_LEASE_MS / 3, keep_tick, q) == 0)
+        q->keep_armed = 1;
+}
+
+/* A fair-lock order takes its place in the line. */
+static void place(lock_q *q, svc_order *op) {
+    stock_async_lock_line(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 1);
+    LOCK(op).placed = 1;
+    arm_keep(q);
+}
+
+/* The queue's unplaced orders, in order, into the line (after the head's
+ * lock_read, which went out first). */
+static void place_the_rest(lock_q *q) {
+    for (svc_order *op = q->unplaced; op; op = op->next) place(q, op);
+    q->unplaced = NULL;
+}
+
+/* A fair-lock order that gives up without the lock leaves its line. */
+static void leave_line(lock_q *q, svc_order *op) {
+    if (!LOCK(op).placed) return;
+    LOCK(op).placed = 0;
+    stock_async_lock_line(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 0);
 }
 
 /* The op leaves the queue: answered (a refusal), or, reserved or a replay
@@ -180,6 +247,7 @@ static void wait_for_lock(lock_q *q, svc_order *op) {
     int64_t waited_ms = (clock_mono_us() - LOCK(op).t0_us) / 1000;
     if (waited_ms >= op->a->cfg.lock_wait_ms) {
         count_lock(op, 1);
+        leave_line(q, op);
         op->sreq.result = STOCK_LOCK_TIMEOUT;
         settle(op);
         next_holder(q);
@@ -203,11 +271,15 @@ static void taken(void *ud, int res) {
     svc_order *op = ud;
     lock_q *q = LOCK(op).q;
     stock_req *r = &op->sreq;
-    if (res == 0) {                            /* held by another */
+    if (res == 0) {                            /* held by another (fair: or first in line) */
+        LOCK(op).placed = op->p->sp.strategy == STOCK_FAIR_LOCK;
         wait_for_lock(q, op);
         return;
     }
+    if (res == -3) LOCK(op).placed = 0;        /* lock_read took it out of the line */
+    else if (res > 0) LOCK(op).placed = 0;     /* taken: out of the line */
     if (res < 0) {                             /* no valid copy, or Redis failed */
+        leave_line(q, op);
         count_lock(op, 2);
         settle(op);                            /* 503 (and a rebuild when MISSING) */
         next_holder(q);
@@ -258,8 +330,10 @@ static void advance(lock_q *q) {
     while (q->state == LQ_IDLE && q->head) {
         svc_order *op = q->head;
         if (!(q->head = op->next)) q->tail = NULL;
+        if (q->unplaced == op) q->unplaced = op->next;
         if ((clock_mono_us() - LOCK(op).t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
             count_lock(op, 1);
+            leave_line(q, op);
             op->sreq.result = STOCK_LOCK_TIMEOUT;
             settle(op);
             continue;
@@ -267,6 +341,7 @@ static void advance(lock_q *q) {
         q->holder = op;
         send_read(q);                          /* may finish at once (Redis down) */
     }
+    place_the_rest(q);
 }
 
 static size_t q_slot(const lock_loop *ll, const svc_product *p, int seg) {
@@ -315,6 +390,20 @@ static void enqueue(svc_order *op) {
     LOCK(op).q = q;
     op->next = NULL;
     q->ops++;
+    /* fair-lock: an order that comes while an order of this queue is
+     * taking or holding the lock takes its place in the line now, behind
+     * that one's (sent before it on this connection). One that comes while
+     * the queue is idle waits for this turn's advance, which sends the
+     * head's lock_read first and then places the others, in order: the
+     * line must have this instance's orders in their FIFO order. */
+    if (op->p->sp.strategy == STOCK_FAIR_LOCK) {
+        if (q->state != LQ_IDLE) {
+            assert(!q->unplaced);
+            place(q, op);
+        } else if (!q->unplaced) {
+            q->unplaced = op;
+        }
+    }
     if (q->tail) q->tail->next = op;
     else q->head = op;
     q->tail = op;
@@ -355,6 +444,8 @@ static void submit(svc_order *op) {
         return;
     }
     LOCK(op).hold.seg = seg;
+    LOCK(op).hold.owner[0] = '\0';             /* made at its first call */
+    LOCK(op).placed = 0;
     LOCK(op).t0_us = clock_mono_us();
     svc_order_loop_run(a->order_loops[owner_of(a, p, seg)], op, enqueue);
 }

@@ -62,13 +62,13 @@ typedef enum svc_refusal {
 } svc_refusal;
 
 /* Room for what a family keeps with an order it holds (svc_order.fam_data):
- * the lock family's is the largest (a stock_hold and two words). Each
+ * the lock family's is the largest (a stock_hold, two words and a flag). Each
  * family names its own struct and asserts that it fits (SVC_FAM_DATA_FITS):
  * the area is inline in the order, as it was as a union of the families'
  * structs, so a family's field is at a fixed offset from the order, no
  * allocation and no pointer more on the order path; but the core no longer
  * knows any family's fields (as Linux's sk_buff.cb for each protocol). */
-#define SVC_FAM_DATA_MAX 256
+#define SVC_FAM_DATA_MAX 264
 #define SVC_FAM_DATA_ALIGN 8
 /* op's family area as the family's struct t (only op's family uses it). */
 #define SVC_FAM_DATA(op, t) ((t *)(void *)(op)->fam_data)

@@ -8,13 +8,34 @@
 -- also raises the segment's fence to the token (as read.lua does), so a
 -- holder whose lease ran out cannot write over this one's work.
 --
+-- `fair-lock` (ARGV[5] > 0) takes the lock only as the head of its line
+-- (lock/lock.h, FAIRNESS: the fair lock's format, format.lua's lock_fair_*):
+-- otherwise the order keeps (or takes) its place, as a waiter that polls
+-- (it does not listen on a wake channel), and its place lasts ARGV[5] ms.
+--
 -- KEYS[1] lock   KEYS[2] the lock's token counter   KEYS[3] gen   KEYS[4] users
 -- KEYS[5] idem record   KEYS[6] the segment's stock   KEYS[7] the segment's fence
+-- KEYS[8..10] the fair line: queue, due, sub (unused by `lock`)
 -- ARGV[1] owner id (32 hex)   ARGV[2] lease ms   ARGV[3] run_id   ARGV[4] user_id
+-- ARGV[5] fair: a place's lease ms (0: `lock`, not fair)   ARGV[6] fair: the line's
+-- keys' ttl ms   ARGV[7] fair: the wake channel prefix
 -- Returns {1, token, gen, bought, idem record or '', units} when taken,
--- {0, pttl} when held by another, {-3} (not taken) when there is no valid
--- stock copy.
-if not lock_free(KEYS[1]) then
+-- {0, pttl[, rank]} when held by another (fair: or another is first in line),
+-- {-3} (not taken; fair: out of line) when there is no valid stock copy.
+local fair = tonumber(ARGV[5]) > 0
+if fair then
+    if redis.replicate_commands then redis.replicate_commands() end
+    local now = lock_now_ms()
+    local pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], now)
+    local head = lock_fair_head(KEYS[8])
+    local free = lock_free(KEYS[1])
+    if not free or (head and head ~= ARGV[1]) then
+        if free and pruned > 0 then lock_fair_wake(KEYS[8], KEYS[9], KEYS[10], ARGV[7]) end
+        local _, rank = lock_fair_stay(KEYS[8], KEYS[9], KEYS[10], ARGV[1], false,
+                                       tonumber(ARGV[5]), now, tonumber(ARGV[6]))
+        return {0, redis.call('PTTL', KEYS[1]), rank}
+    end
+elseif not lock_free(KEYS[1]) then
     return {0, redis.call('PTTL', KEYS[1])}
 end
 local g = redis.call('GET', KEYS[3])
@@ -22,9 +43,11 @@ local gen, run_id
 if g then gen, run_id = string.match(g, '^(%d+):(.*)$') end
 local v = redis.call('GET', KEYS[6])
 if not g or run_id ~= ARGV[3] or not v then
+    if fair then lock_fair_leave(KEYS[1], KEYS[8], KEYS[9], KEYS[10], ARGV[1], ARGV[7]) end
     return {-3}                  -- not taken: no lock to release
 end
 local token = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if fair then lock_fair_drop(KEYS[8], KEYS[9], KEYS[10], ARGV[1]) end
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
     redis.call('SET', KEYS[7], token)
 end
