@@ -702,9 +702,10 @@ static void test_fair_gone_listener_dropped_at_release(void) {
 }
 
 static void test_fair_order_across_clients(void) {
-    /* Ten waiters on clients of their own, arriving 20 ms apart at a held
-     * lock, each holding 10 ms: served in arrival order, each woken by the
-     * one before it (one wake-up per release, no herd). */
+    /* Ten waiters on clients of their own (connected first), each arriving
+     * once the one before it is in line, at a held lock, each holding
+     * 10 ms: served in arrival order, each woken by the one before it (one
+     * wake-up per release, no herd). */
     enum { N = 10 };
     lock_client *holder = fair_client(0), *cs[N];
     waiter_run r[N];
@@ -713,10 +714,16 @@ static void test_fair_order_across_clients(void) {
     cmd("DEL t:order {t:order}:fair {t:order}:fair:due {t:order}:fair:sub");
     CHECK(lock_acquire(holder, "t:order", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
     for (int i = 0; i < N; i++) {
+        lock_handle *w = NULL;
         cs[i] = fair_client(0);
+        if (lock_acquire(cs[i], "t:order:warm", 1000, 0, NULL, &w, err, sizeof err) == LOCK_OK)
+            lock_release(w);
+    }
+    for (int i = 0; i < N; i++) {
         r[i] = (waiter_run){ cs[i], "t:order", 10000, 0, 0, NULL, 10 };
         pthread_create(&t[i], NULL, waiter_main, &r[i]);
-        clock_sleep_ms(20);
+        for (int k = 0; k < 500 && integer("ZCARD %s", "{t:order}:fair") < i + 1; k++)
+            clock_sleep_ms(2);
     }
     CHECK(integer("ZCARD %s", "{t:order}:fair") == N);
     lock_release(h);
