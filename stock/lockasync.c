@@ -344,6 +344,19 @@ void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int joi
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_line, on_line, j);
 }
 
+void stock_async_lock_join(stock_async *sa, const stock_product *p, int seg,
+                           stock_hold *const *holds, int n) {
+    assert(loop_owned(sa->l));
+    if (!is_fair(p) || n <= 0) return;
+    line_job *j = line_new(sa, p, seg, "join", n);
+    for (int i = 0; i < n; i++) {
+        if (!holds[i]->owner[0]) new_owner(sa, holds[i]->owner);
+        if (j) memcpy(j->owners[i], holds[i]->owner, sizeof j->owners[i]);
+    }
+    /* Out of memory: each takes its place at its own first lock_read. */
+    if (j) sk_async_call(sa, p, STOCK_CALL_LOCK_READ, build_line, on_line, j);
+}
+
 void stock_async_lock_keep(stock_async *sa, const stock_product *p, int seg,
                            const stock_hold *const *holds, int n) {
     assert(loop_owned(sa->l));

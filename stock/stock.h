@@ -531,6 +531,10 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
  * first lock_read, a leave that fails by its place lapsing. r and h are
  * not touched once this returns. */
 void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int join);
+/* fair-lock: stock_async_lock_line's join for several orders of p's
+ * segment seg at once, in arrival order (one call). */
+void stock_async_lock_join(stock_async *sa, const stock_product *p, int seg,
+                           stock_hold *const *holds, int n);
 /* fair-lock: keeps the places of holds[0..n) (orders of p's segment seg
  * waiting on this loop, in line) alive: a place lapses STOCK_FAIR_LEASE_MS
  * after its last call, so the loop calls this every third of that while

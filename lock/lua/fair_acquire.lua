@@ -24,7 +24,7 @@ local free = lock_free(lock)
 if free and (not head or head == me) then
     local fence = lock_take(lock, KEYS[2], ARGV[1], ARGV[2])
     local inc = lock_incarnation(KEYS[4], ARGV[7])
-    if me ~= '' then lock_fair_drop(queue, due, sub, me) end
+    if head then lock_fair_drop(queue, due, sub, me) end   -- it was the head
     return {1, fence, inc}
 end
 -- Dropping lapsed places made a new head of a free lock: nobody woke it.

@@ -235,8 +235,10 @@ local function lock_fair_release(lock, queue, due, sub, id, wake)
     end
     redis.call('publish', wake, 'released')
     redis.call('del', lock)
-    lock_fair_prune(queue, due, sub, lock_now_ms())
-    lock_fair_wake(queue, due, sub, wake)
+    if redis.call('exists', queue) == 1 then   -- no line, no one to wake
+        lock_fair_prune(queue, due, sub, lock_now_ms())
+        lock_fair_wake(queue, due, sub, wake)
+    end
     return 1
 end
 
@@ -246,6 +248,27 @@ local function lock_fair_leave(lock, queue, due, sub, w, wake)
     local was_head = lock_fair_head(queue) == w
     lock_fair_drop(queue, due, sub, w)
     if was_head and lock_free(lock) then lock_fair_wake(queue, due, sub, wake) end
+end
+
+-- Several new waiters at the back, in the order given (a whole loop turn's
+-- arrivals of one instance at once: two ZADDs, not a call each), none of
+-- them in line yet; their places last lease ms from now.
+local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
+    if #ws == 0 then return end
+    local last = redis.call('zrange', queue, -1, -1, 'withscores')
+    local t = tonumber(last[2]) or 0
+    local qa, da = {}, {}
+    for i, w in ipairs(ws) do
+        qa[#qa + 1] = t + i
+        qa[#qa + 1] = w
+        da[#da + 1] = now + lease
+        da[#da + 1] = w
+    end
+    redis.call('zadd', queue, 'NX', unpack(qa))
+    redis.call('zadd', due, unpack(da))
+    for _, k in ipairs({queue, due}) do
+        if redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
+    end
 end
 
 -- A waiter's call on a fair lock that it could not take: joins the queue at

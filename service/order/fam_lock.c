@@ -71,6 +71,8 @@ typedef struct lock_q {
     struct lock_q *next_ready;
     int ready;
     int keep_armed;                /* fair-lock: a keep of its orders' places is due */
+    int placing;                   /* fair-lock: in its loop's list of queues to place */
+    struct lock_q *next_placing;
 } lock_q;
 
 /* The family's state on one loop: the queues it owns, by (product,
@@ -79,6 +81,7 @@ typedef struct lock_loop {
     lock_q **qs;
     size_t nqs, used;
     lock_q *ready;
+    lock_q *placing;               /* fair-lock: queues with orders to place this turn */
 } lock_loop;
 
 /* What this family keeps with an order it holds (order_int.h's fam_data). */
@@ -168,17 +171,21 @@ static void arm_keep(lock_q *q) {
         q->keep_armed = 1;
 }
 
-/* A fair-lock order takes its place in the line. */
-static void place(lock_q *q, svc_order *op) {
-    stock_async_lock_line(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 1);
-    LOCK(op).placed = 1;
-    arm_keep(q);
-}
-
 /* The queue's unplaced orders, in order, into the line (after the head's
- * lock_read, which went out first). */
+ * lock_read, which went out first), in calls of up to KEEP_CHUNK. */
 static void place_the_rest(lock_q *q) {
-    for (svc_order *op = q->unplaced; op; op = op->next) place(q, op);
+    stock_hold *holds[KEEP_CHUNK];
+    int n = 0;
+    for (svc_order *op = q->unplaced; op; op = op->next) {
+        holds[n++] = &LOCK(op).hold;
+        LOCK(op).placed = 1;
+        if (n == KEEP_CHUNK) {
+            stock_async_lock_join(svc_order_loop_stock(q->ol), &q->p->sp, q->seg, holds, n);
+            n = 0;
+        }
+    }
+    if (n) stock_async_lock_join(svc_order_loop_stock(q->ol), &q->p->sp, q->seg, holds, n);
+    if (q->unplaced) arm_keep(q);
     q->unplaced = NULL;
 }
 
@@ -390,18 +397,18 @@ static void enqueue(svc_order *op) {
     LOCK(op).q = q;
     op->next = NULL;
     q->ops++;
-    /* fair-lock: an order that comes while an order of this queue is
-     * taking or holding the lock takes its place in the line now, behind
-     * that one's (sent before it on this connection). One that comes while
-     * the queue is idle waits for this turn's advance, which sends the
-     * head's lock_read first and then places the others, in order: the
-     * line must have this instance's orders in their FIFO order. */
+    /* fair-lock: an order takes its place in the line at the end of the
+     * turn it came in (one call per queue and turn): behind the head's
+     * lock_read, which went out before (a queue busy with an order) or
+     * goes out first in this turn's advance (an idle one), so the line has
+     * this instance's orders in their FIFO's order. */
     if (op->p->sp.strategy == STOCK_FAIR_LOCK) {
-        if (q->state != LQ_IDLE) {
-            assert(!q->unplaced);
-            place(q, op);
-        } else if (!q->unplaced) {
-            q->unplaced = op;
+        if (!q->unplaced) q->unplaced = op;
+        if (q->state != LQ_IDLE && !q->placing) {   /* placed at the end of this turn */
+            lock_loop *ll = locks_of(ol);
+            q->placing = 1;
+            q->next_placing = ll->placing;
+            ll->placing = q;
         }
     }
     if (q->tail) q->tail->next = op;
@@ -458,6 +465,14 @@ static void flush(svc_order_loop *ol) {
         lock_q *q = ll->ready;
         ll->ready = q->next_ready;
         advance(q);
+    }
+    /* fair-lock: the orders that came this turn to queues busy with an
+     * order, into the line behind it, one call per queue. */
+    while (ll->placing) {
+        lock_q *q = ll->placing;
+        ll->placing = q->next_placing;
+        q->placing = 0;
+        place_the_rest(q);
     }
 }
 

@@ -23,16 +23,18 @@
 -- {0, pttl[, rank]} when held by another (fair: or another is first in line),
 -- {-3} (not taken; fair: out of line) when there is no valid stock copy.
 local fair = tonumber(ARGV[5]) > 0
+local head
 if fair then
     if redis.replicate_commands then redis.replicate_commands() end
-    local now = lock_now_ms()
-    local pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], now)
-    local head = lock_fair_head(KEYS[8])
-    local free = lock_free(KEYS[1])
+    local free, pruned = lock_free(KEYS[1]), 0
+    if redis.call('EXISTS', KEYS[8]) == 1 then   -- an empty line: nothing to look at
+        pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], lock_now_ms())
+        head = lock_fair_head(KEYS[8])
+    end
     if not free or (head and head ~= ARGV[1]) then
         if free and pruned > 0 then lock_fair_wake(KEYS[8], KEYS[9], KEYS[10], ARGV[7]) end
         local _, rank = lock_fair_stay(KEYS[8], KEYS[9], KEYS[10], ARGV[1], false,
-                                       tonumber(ARGV[5]), now, tonumber(ARGV[6]))
+                                       tonumber(ARGV[5]), lock_now_ms(), tonumber(ARGV[6]))
         return {0, redis.call('PTTL', KEYS[1]), rank}
     end
 elseif not lock_free(KEYS[1]) then
@@ -47,7 +49,8 @@ if not g or run_id ~= ARGV[3] or not v then
     return {-3}                  -- not taken: no lock to release
 end
 local token = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-if fair then lock_fair_drop(KEYS[8], KEYS[9], KEYS[10], ARGV[1]) end
+-- In line only as its head (an empty line: never joined): out of it now.
+if head then lock_fair_drop(KEYS[8], KEYS[9], KEYS[10], ARGV[1]) end
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
     redis.call('SET', KEYS[7], token)
 end
