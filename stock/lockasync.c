@@ -23,9 +23,10 @@
  * lock (lock/lock.h, FAIRNESS): lock_read takes the lock only as the head
  * of the line, else keeps the order's place (a waiter that polls: it
  * listens on no channel); lock_write's release wakes the head (a waiter of
- * the blocking path listens); lock_line.lua joins an order that waits on
- * this instance behind others at its arrival, or takes it out when it
- * gives up. An order's owner id, made once, is its name in the line. */
+ * the blocking path listens); the orders waiting behind the head join the
+ * line with the head's lock_read or lock_line.lua, which also keeps their
+ * places alive and takes out one that gives up. An order's owner id, made
+ * once, is its name in the line. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +134,8 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
     const lock_job *j = ud;
     const stock_req *r = j->r;
     const stock_product *p = r->product;
-    rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, 10);
+    int fair = is_fair(p);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_read, fair ? 10 : 7);
     add_lock_keys(sa, p, j->h->seg, "");
     add_lock_keys(sa, p, j->h->seg, ":fence");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
@@ -142,12 +144,13 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
                    r->idem_key ? r->idem_key : "");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, j->h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, j->h->seg);
-    add_line_keys(sa, p, j->h->seg);
+    if (fair) add_line_keys(sa, p, j->h->seg);
     rconn_cmd_adds(&sa->cmd, j->h->owner);
     rconn_cmd_addll(&sa->cmd, j->ttl_ms);
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
     rconn_cmd_adds(&sa->cmd, r->user_id);
-    rconn_cmd_addll(&sa->cmd, is_fair(p) ? sa->fair_lease_ms : 0);
+    if (!fair) return;                          /* `lock`: no line, nothing more */
+    rconn_cmd_addll(&sa->cmd, sa->fair_lease_ms);
     rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
     add_lock_keys(sa, p, j->h->seg, ":wake:");
     for (int i = 0; i < j->nbehind; i++) rconn_cmd_adds(&sa->cmd, j->behind[i]);
@@ -248,7 +251,8 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     char tail[STOCK_USER_MAX + 200];
     int tl = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
                       has_key ? r->idem_key : "");
-    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, 12);
+    int fair = is_fair(p);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, fair ? 12 : 9);
     add_lock_keys(sa, p, h->seg, "");
     add_lock_keys(sa, p, h->seg, ":waiters");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
@@ -258,7 +262,7 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addf(&sa->cmd, "%s{%s}:empty", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
-    add_line_keys(sa, p, h->seg);
+    if (fair) add_line_keys(sa, p, h->seg);
     rconn_cmd_adds(&sa->cmd, h->owner);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d:wake:", sa->prefix, p->sku, h->seg);
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
@@ -276,7 +280,7 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_add(&sa->cmd, tail, tl > 0 && (size_t)tl < sizeof tail ? (size_t)tl : 0);
-    rconn_cmd_adds(&sa->cmd, is_fair(p) ? "1" : "");
+    if (fair) rconn_cmd_adds(&sa->cmd, "1");
 }
 
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
@@ -346,15 +350,11 @@ static void on_line(void *ud, redisReply *rep, int sent) {
     free(j);
 }
 
-void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int join) {
+void stock_async_lock_leave(stock_async *sa, stock_req *r, stock_hold *h) {
     assert(loop_owned(sa->l));
-    if (!is_fair(r->product)) return;
-    if (!h->owner[0]) {
-        if (!join) return;                       /* never in line */
-        new_owner(sa, h->owner);
-    }
-    line_job *j = line_new(sa, r->product, h->seg, join ? "join" : "leave", 1);
-    if (!j) return;     /* join: it takes its place at its first lock_read; leave: it lapses */
+    if (!is_fair(r->product) || !h->owner[0]) return;   /* never in line */
+    line_job *j = line_new(sa, r->product, h->seg, "leave", 1);
+    if (!j) return;                              /* its place lapses */
     memcpy(j->owners[0], h->owner, sizeof j->owners[0]);
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_line, on_line, j);
 }

@@ -530,16 +530,16 @@ stock_result stock_lock_check(stock_req *r, const stock_hold *h);
  * (a release only), r is not touched once this returns. */
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud);
-/* fair-lock (nothing for another strategy): join 1 puts the order (h->seg,
- * its owner id, made here if it has none) in its segment's fair line now,
- * at its arrival, as it will wait on this instance behind others; join 0
- * takes it out (it gives up without the lock; nothing if it never had a
- * place). Fire and forget: a join that fails is made good by the order's
- * first lock_read, a leave that fails by its place lapsing. r and h are
- * not touched once this returns. */
-void stock_async_lock_line(stock_async *sa, stock_req *r, stock_hold *h, int join);
-/* fair-lock: stock_async_lock_line's join for several orders of p's
- * segment seg at once, in arrival order (one call). */
+/* fair-lock (nothing for another strategy): takes the order (h->seg, its
+ * owner id) out of its segment's fair line, as it gives up without the
+ * lock (nothing if it never had a place). Fire and forget: a leave that
+ * fails is made good by its place lapsing. r and h are not touched once
+ * this returns. */
+void stock_async_lock_leave(stock_async *sa, stock_req *r, stock_hold *h);
+/* fair-lock: puts several orders of p's segment seg, waiting on this loop
+ * behind others, into the line at once, in arrival order (one call; their
+ * owner ids made here if they have none). Fire and forget: one that fails
+ * takes its place at its own first lock_read. */
 void stock_async_lock_join(stock_async *sa, const stock_product *p, int seg,
                            stock_hold *const *holds, int n);
 /* fair-lock: keeps the places of holds[0..n) (orders of p's segment seg

@@ -30,12 +30,14 @@
  * keys, same locks). Everything here runs on the owner loop's thread.
  *
  * `fair-lock` runs here too, with the lock module's fair line beside each
- * lock (lock/lock.h, FAIRNESS; stock/lockasync.c): an order that arrives
- * behind others on this instance takes its place in the line at once
- * (stock_async_lock_line), so that it is ahead of every order that came
- * after it, to any instance; the head's lock_read takes the lock only as
- * the head of that line; an order that gives up without the lock leaves
- * it. Within an instance the FIFO already is the arrival order. */
+ * lock (lock/lock.h, FAIRNESS; stock/lockasync.c): an order takes its
+ * place in the line in the loop turn it came in, behind the head's
+ * lock_read (carried by that lock_read, or one join per queue and turn),
+ * so that it is ahead of every order that came after it, to any instance;
+ * the head's lock_read takes the lock only as the head of that line; the
+ * loop keeps its waiting orders' places alive; an order that gives up
+ * without the lock leaves it. Within an instance the FIFO already is the
+ * arrival order. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +195,7 @@ static void place_the_rest(lock_q *q) {
 static void leave_line(lock_q *q, svc_order *op) {
     if (!LOCK(op).placed) return;
     LOCK(op).placed = 0;
-    stock_async_lock_line(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 0);
+    stock_async_lock_leave(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold);
 }
 
 /* The op leaves the queue: answered (a refusal), or, reserved or a replay
@@ -293,8 +295,7 @@ static void taken(void *ud, int res) {
         wait_for_lock(q, op);
         return;
     }
-    if (res == -3) LOCK(op).placed = 0;        /* lock_read took it out of the line */
-    else if (res > 0) LOCK(op).placed = 0;     /* taken: out of the line */
+    if (res != -1) LOCK(op).placed = 0;        /* taken, or no copy: lock_read took it out */
     if (res < 0) {                             /* no valid copy, or Redis failed */
         leave_line(q, op);
         count_lock(op, 2);

@@ -15,16 +15,16 @@
 --
 -- KEYS[1] lock   KEYS[2] the lock's token counter   KEYS[3] gen   KEYS[4] users
 -- KEYS[5] idem record   KEYS[6] the segment's stock   KEYS[7] the segment's fence
--- KEYS[8..10] the fair line: queue, due, sub (unused by `lock`)
+-- KEYS[8..10] the fair line: queue, due, sub (`fair-lock` only)
 -- ARGV[1] owner id (32 hex)   ARGV[2] lease ms   ARGV[3] run_id   ARGV[4] user_id
--- ARGV[5] fair: a place's lease ms (0: `lock`, not fair)   ARGV[6] fair: the line's
+-- ARGV[5] fair: a place's lease ms (absent: `lock`, not fair)   ARGV[6] fair: the line's
 -- keys' ttl ms   ARGV[7] fair: the wake channel prefix   ARGV[8..] fair: owner ids
 -- of the orders that came behind this one on its instance since the last call,
 -- joined at the back after it (lock_line.lua's join, carried by this call)
 -- Returns {1, token, gen, bought, idem record or '', units} when taken,
 -- {0, pttl[, rank]} when held by another (fair: or another is first in line),
 -- {-3} (not taken; fair: out of line) when there is no valid stock copy.
-local fair = tonumber(ARGV[5]) > 0
+local fair = ARGV[5] ~= nil
 local head
 -- After this order's own take or place: the orders behind it, into the line.
 local function behind()

@@ -11,14 +11,14 @@
 -- KEYS[1] lock   KEYS[2] the lock's waiter queue   KEYS[3] gen   KEYS[4] pending
 -- KEYS[5] users   KEYS[6] idem record   KEYS[7] empty-segment bitmap
 -- KEYS[8] the segment's stock   KEYS[9] the segment's fence
--- KEYS[10..12] `fair-lock`'s line: queue, due, sub (ARGV[18] '1': the fair release)
+-- KEYS[10..12] `fair-lock`'s line: queue, due, sub (with ARGV[18]; `lock`: neither)
 -- ARGV[1] owner id   ARGV[2] wake channel prefix   ARGV[3] run_id   ARGV[4] gen read
 -- ARGV[5] token   ARGV[6] 'write' or 'release' (the check refused: release only)
 -- ARGV[7] segment index   ARGV[8] segments   ARGV[9] the value the read implies (not
 -- written: see the write below)   ARGV[10] units taken
 -- ARGV[11] order_id   ARGV[12] user_id   ARGV[13] per-user limit   ARGV[14] fingerprint
 -- ARGV[15] idem TTL ms   ARGV[16] instance   ARGV[17] pending record tail
--- ARGV[18] '1': fair-lock (its release wakes the head of its line), else ''
+-- ARGV[18] '1': fair-lock (its release wakes the head of its line); absent: `lock`
 -- Returns {1, gen, spec} written, {0} released only, {-3} copy gone or rebuilt,
 -- {-4} fenced off (a newer holder wrote): nothing written in those two.
 local res = {0}
