@@ -167,6 +167,7 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
     if (st == LOCK_OK) {
         e->hold = t.hold;
         e->lease_src = t.lease_src;
+        e->ticket = t.ticket;
         hold(c, owner, t.fence, t.incarnation, t.start_us, t.ttl_ms, e, h);
     }
     if (st == LOCK_OK) {
@@ -188,6 +189,8 @@ lock_status lock_acquire(lock_client *c, const char *name, int64_t ttl_ms, int64
 uint64_t lock_fence(const lock_handle *h) { return h ? h->e->fence : 0; }
 
 uint64_t lock_incarnation(const lock_handle *h) { return h ? h->e->incarnation : 0; }
+
+uint64_t lock_ticket(const lock_handle *h) { return h ? h->e->ticket : 0; }
 
 int64_t lock_remaining_ms(const lock_handle *h) {
     if (!h || atomic_load(&h->e->lost)) return 0;

@@ -403,6 +403,13 @@ uint64_t lock_fence(const lock_handle *h);
  * use, then tokens (FENCING). 0 for NULL. */
 uint64_t lock_incarnation(const lock_handle *h);
 
+/* A fair Redis lock's hold: the ticket of the place in line it came
+ * through (FAIRNESS; tickets rise by one per place taken in a name's line,
+ * so they are the order the server saw the waiters arrive in). 0 when the
+ * hold took a free lock without a place, or the lock is not a fair Redis
+ * lock. A reentrant acquire shares the first hold's ticket. */
+uint64_t lock_ticket(const lock_handle *h);
+
 /* Milliseconds left of the lease by the monotonic clock (start of the
  * acquire or last renewal + ttl - drift); <= 0 once it has run out. */
 int64_t lock_remaining_ms(const lock_handle *h);

@@ -88,6 +88,7 @@ typedef struct lock_took {
     lock_hold *hold;
     uint64_t fence;
     uint64_t incarnation;         /* of the data fence came from (never 0) */
+    uint64_t ticket;              /* fair: the place in line it came through (0: none) */
     int64_t start_us;             /* monotonic: the server confirmed the lease after this */
     int64_t ttl_ms;               /* the lease the server granted (may differ from the asked) */
     /* Non-NULL: the lease is shared and kept by the backend (a ZooKeeper
@@ -184,6 +185,7 @@ struct lock_entry {
     char owner[LOCK_OWNER_MAX + 1];
     uint64_t fence;
     uint64_t incarnation;
+    uint64_t ticket;              /* lock_took.ticket */
     int64_t ttl_ms;
     atomic_int_fast64_t lease_end_us;   /* monotonic */
     const atomic_int_fast64_t *lease_src;   /* backend-kept lease (lock_took), or NULL */

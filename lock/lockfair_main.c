@@ -16,8 +16,13 @@
  * Per run it counts the pairs of waiters served out of arrival order (of
  * all pairs of served waiters), the median and longest wait (from a
  * waiter's call to its holding the lock) and the waiters that starved
- * (not served within wait-ms). --json prints one JSON object per run,
- * with the service order ("order": arrival indices, served first first).
+ * (not served within wait-ms). With --fair it also counts, from each
+ * hold's ticket (lock_ticket: the order the server saw the places taken
+ * in), the pairs served out of ticket order -- the lock's own disorder --
+ * and the pairs that reached the server out of arrival order (a thread
+ * scheduled late: the way to the server, which no lock can mend). --json
+ * prints one JSON object per run, with the service order ("order":
+ * arrival indices, served first first).
  *
  * Usage: lockfair --url URL [--url URL]... [--fair] [--scene queue|stream]
  *                 [--waiters N] [--gap-ms G] [--hold-ms H] [--wait-ms W]
@@ -60,6 +65,8 @@ typedef struct waiter {
     lock_client *c;
     int64_t start_us;            /* when to call */
     int64_t arrive_us, got_us;   /* got_us 0: not served */
+    uint64_t ticket;             /* fair: its place's ticket, the server's arrival order
+                                  * (0: took the lock without a place) */
     lock_status st;
     char err[200];
 } waiter;
@@ -81,6 +88,7 @@ static void *waiter_run(void *arg) {
                          sizeof w->err);
     if (w->st != LOCK_OK) return NULL;
     w->got_us = clock_mono_us();
+    w->ticket = lock_ticket(h);
     sleep_us((int64_t)w->o->hold_ms * 1000);
     lock_release(h);
     return NULL;
@@ -167,26 +175,42 @@ static long one_run(const opts *o, int run) {
     by_got_sort = w;
     qsort(order, (size_t)served, sizeof order[0], cmp_got);
     long pairs = (long)served * (served - 1) / 2;
+    /* A fair lock's tickets tell whose fault a pair out of arrival order
+     * is: served against the tickets is the lock's own; tickets against
+     * the arrivals are the way to the server (a thread scheduled late, a
+     * slow connection), which no lock can see. Pairs of two served
+     * waiters with tickets only. */
+    long by_ticket = 0, reached = 0;
     bad = 0;
     for (int a = 0; a < served; a++)
-        for (int b = a + 1; b < served; b++)
+        for (int b = a + 1; b < served; b++) {
+            const waiter *x = &w[order[a]], *y = &w[order[b]];   /* x served first */
             if (order[a] > order[b]) bad++;   /* b arrived earlier, a was served first */
+            if (!x->ticket || !y->ticket) continue;
+            if (x->ticket > y->ticket) by_ticket++;
+            if ((x->index < y->index) != (x->ticket < y->ticket)) reached++;
+        }
     qsort(waits, (size_t)served, sizeof waits[0], cmp64);
     double med = served ? waits[served / 2] / 1000.0 : 0, max = served ? waits[served - 1] / 1000.0 : 0;
     if (o->json) {
         printf("{\"scene\":\"%s\",\"run\":%d,\"fair\":%d,\"waiters\":%d,\"gap_ms\":%d,"
                "\"hold_ms\":%d,\"served\":%d,\"pairs\":%ld,\"out_of_order\":%ld,"
+               "\"out_of_ticket_order\":%ld,\"reached_out_of_order\":%ld,"
                "\"wait_median_ms\":%.1f,\"wait_max_ms\":%.1f,\"starved\":%d,\"errors\":%d,"
                "\"order\":[",
                o->stream ? "stream" : "queue", run, o->fair, o->waiters, o->gap_ms, o->hold_ms,
-               served, pairs, bad, med, max, starved, errors);
+               served, pairs, bad, by_ticket, reached, med, max, starved, errors);
         for (int i = 0; i < served; i++) printf("%s%d", i ? "," : "", order[i]);
         printf("]}\n");
     } else {
         printf("%s run %d: %d served, %ld of %ld pairs out of arrival order, wait median %.0f ms,"
-               " longest %.0f ms, %d starved (not served within %d ms)%s\n",
+               " longest %.0f ms, %d starved (not served within %d ms)%s",
                o->stream ? "stream" : "queue", run, served, bad, pairs, med, max, starved,
                o->wait_ms, errors ? ", with errors" : "");
+        if (o->fair)
+            printf("; by tickets: %ld pairs served out of ticket order, %ld reached the server"
+                   " out of arrival order", by_ticket, reached);
+        printf("\n");
     }
     if (errors) bad = -1;
     else if (starved) bad += 1;      /* a starved waiter is served out of order, if ever */

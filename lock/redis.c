@@ -86,6 +86,7 @@ typedef struct attempt {
     long long rank;               /* fair: place in the queue (0: the head; -1: none) */
     int64_t hint_ms;              /* fair: when to look again (0: no hint) */
     int queued;                   /* fair: has had a place in the queue */
+    uint64_t ticket;              /* fair: the place's ticket (0: none) */
 } attempt;
 
 static unsigned all_servers(const lock_redis *r) { return (1u << r->nservers) - 1; }
@@ -230,6 +231,7 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
                 if (a->queued) atomic_fetch_add(&a->r->c->st.requeued, 1);
                 a->queued = 1;
             }
+            if (r->elements >= 6 && elem_ll(r, 5) > 0) a->ticket = (uint64_t)elem_ll(r, 5);
             continue;
         }
         if (r->elements > 2 && !a->score[0] && elem_ll(r, 2) > 0)
@@ -493,6 +495,7 @@ static lock_status redis_acquire(lock_client *c, const char *name, int64_t ttl_m
     out->hold = &h->base;
     out->fence = a.fence;
     out->incarnation = a.incarnation;
+    out->ticket = a.ticket;
     out->start_us = a.start_us;
     out->ttl_ms = ttl_ms;
     out->lease_src = NULL;

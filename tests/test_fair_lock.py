@@ -62,6 +62,9 @@ def summary(rs):
 def assert_in_order(rs, waiters):
     for r in rs:
         assert r["served"] == waiters and r["starved"] == 0 and r["errors"] == 0, r
+        # The lock's own order (its tickets: the order the server saw the
+        # places taken in), then the arrivals'.
+        assert r["out_of_ticket_order"] == 0, r
         assert r["out_of_order"] == 0 and r["order"] == list(range(waiters)), r
 
 

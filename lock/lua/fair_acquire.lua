@@ -13,7 +13,7 @@
 -- hex), ARGV[8] the wake channel prefix
 -- Returns {1, fence, incarnation} when taken; else {0, pttl of the holder
 -- (-2: free), rank (-1: not queued), ms to wait before trying again (0: no
--- hint), 1 if the waiter took a new place}.
+-- hint), 1 if the waiter took a new place, its ticket (0: not queued)}.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, queue, due, sub = KEYS[1], KEYS[3], KEYS[5], KEYS[6]
 local me = ARGV[3]
@@ -30,7 +30,7 @@ end
 -- Dropping lapsed places made a new head of a free lock: nobody woke it.
 if free and pruned > 0 and head ~= me then lock_fair_wake(queue, due, sub, ARGV[8]) end
 local pttl = redis.call('pttl', lock)
-if me == '' then return {0, pttl, -1, 0, 0} end
+if me == '' then return {0, pttl, -1, 0, 0, 0} end
 local joined, rank = lock_fair_stay(queue, due, sub, me, ARGV[4] == '1', tonumber(ARGV[5]),
                                     now, tonumber(ARGV[6]))
 local hint = 0
@@ -42,4 +42,4 @@ elseif rank == 1 and free then
     local hd = redis.call('zscore', due, lock_fair_head(queue))
     if hd then hint = math.max(tonumber(hd) - now + 1, 1) end
 end
-return {0, pttl, rank, hint, joined}
+return {0, pttl, rank, hint, joined, tonumber(redis.call('zscore', queue, me)) or 0}

@@ -175,8 +175,8 @@ end
 -- A fair lock (lock.h, FAIRNESS) is the same lock value, taken only by the
 -- head of its queue: a newcomer never takes a lock that has waiters. Its
 -- keys (the caller passes them in KEYS):
---   queue  sorted set: the waiters in arrival order (score: a ticket, one
---          more than the last one's);
+--   queue  sorted set: the waiters in arrival order (score: a ticket,
+--          lock_fair_ticket);
 --   due    sorted set: when each waiter's place lapses (server ms). Every
 --          call of a waiter moves its due to now + its lease, so a waiter
 --          that stops calling (killed, stopped, cut off) loses its place
@@ -242,6 +242,17 @@ local function lock_fair_release(lock, queue, due, sub, id, wake)
     return 1
 end
 
+-- The ticket after the last one in the queue: one more, or the server's
+-- clock (ms x 1000) when that is higher -- so that tickets rise across a
+-- line that empties and starts again too (as long as the line takes fewer
+-- than 1,000 places a millisecond and the server's clock does not step
+-- back while it is empty), and a ticket says the order the server saw
+-- its places taken in (lock_ticket). Exact in a double (< 2^53).
+local function lock_fair_ticket(queue, now)
+    local last = redis.call('zrange', queue, -1, -1, 'withscores')
+    return math.max((tonumber(last[2]) or 0) + 1, now * 1000)
+end
+
 -- Waiter w gives up its place (its wait ran out, or it failed); if it was
 -- the head of a free lock, the next one is woken in its stead.
 local function lock_fair_leave(lock, queue, due, sub, w, wake)
@@ -255,11 +266,10 @@ end
 -- them in line yet; their places last lease ms from now.
 local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
     if #ws == 0 then return end
-    local last = redis.call('zrange', queue, -1, -1, 'withscores')
-    local t = tonumber(last[2]) or 0
+    local t = lock_fair_ticket(queue, now)
     local qa, da = {}, {}
     for i, w in ipairs(ws) do
-        qa[#qa + 1] = t + i
+        qa[#qa + 1] = t + i - 1
         qa[#qa + 1] = w
         da[#da + 1] = now + lease
         da[#da + 1] = w
@@ -279,8 +289,7 @@ end
 local function lock_fair_stay(queue, due, sub, w, listens, lease, now, keep_ms)
     local joined = 0
     if not redis.call('zscore', queue, w) then
-        local last = redis.call('zrange', queue, -1, -1, 'withscores')
-        redis.call('zadd', queue, (tonumber(last[2]) or 0) + 1, w)
+        redis.call('zadd', queue, lock_fair_ticket(queue, now), w)
         joined = 1
     end
     redis.call('zadd', due, now + lease, w)

@@ -502,6 +502,7 @@ typedef struct waiter_run {
     atomic_int_fast64_t got_at_us;
     lock_handle *_Atomic h;
     int release_after_ms;         /* >= 0: hold that long, then release */
+    _Atomic uint64_t ticket;      /* lock_ticket of the hold */
 } waiter_run;
 
 static void *waiter_main(void *arg) {
@@ -509,6 +510,7 @@ static void *waiter_main(void *arg) {
     lock_handle *h = NULL;
     if (lock_acquire(w->c, w->name, 20000, w->wait_ms, NULL, &h, NULL, 0) == LOCK_OK) {
         atomic_store(&w->got_at_us, clock_mono_us());
+        atomic_store(&w->ticket, lock_ticket(h));
         if (w->release_after_ms < 0) atomic_store(&w->h, h);   /* kept: the test releases it */
         atomic_fetch_add(&w->got, 1);
         if (w->release_after_ms >= 0) {
@@ -526,7 +528,7 @@ static void test_wakeup_latency(void) {
     for (int i = 0; i < 5; i++) {
         lock_handle *h = NULL;
         CHECK(lock_acquire(c, "t:wake", 20000, 0, "holder", &h, err, sizeof err) == LOCK_OK);
-        waiter_run w = { c, "t:wake", 30000, 0, 0, NULL, 0 };
+        waiter_run w = { c, "t:wake", 30000, 0, 0, NULL, 0, 0 };
         pthread_t t;
         pthread_create(&t, NULL, waiter_main, &w);
         clock_sleep_ms(700);                                /* its backoff is past 256 ms now */
@@ -562,7 +564,7 @@ static void test_free_lock_noticed(void) {
     CHECK(waited >= 350 && waited < 400 + 300);
     lock_release(h);
     cmd("SET t:quiet foreign");                             /* no TTL at all */
-    waiter_run w = { c, "t:quiet", 10000, 0, 0, NULL, 0 };
+    waiter_run w = { c, "t:quiet", 10000, 0, 0, NULL, 0, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     clock_sleep_ms(500);
@@ -584,7 +586,7 @@ static void test_bounded_wakeups(void) {
     cmd("DEL {t:herd}:waiters");
     CHECK(lock_acquire(c, "t:herd", 20000, 0, "holder", &h, err, sizeof err) == LOCK_OK);
     for (int i = 0; i < N; i++) {
-        w[i] = (waiter_run){ c, "t:herd", 30000, 0, 0, NULL, -1 };
+        w[i] = (waiter_run){ c, "t:herd", 30000, 0, 0, NULL, -1, 0 };
         pthread_create(&t[i], NULL, waiter_main, &w[i]);
     }
     for (int i = 0; i < 300 && integer("ZCARD %s", "{t:herd}:waiters") < N; i++) clock_sleep_ms(10);
@@ -685,7 +687,7 @@ static void test_fair_gone_listener_dropped_at_release(void) {
     cmd("DEL t:gone {t:gone}:fair {t:gone}:fair:due {t:gone}:fair:sub");
     CHECK(lock_acquire(c, "t:gone", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
     ghost("{t:gone}", "dead", 0, 60000, 1);                     /* ahead of everyone */
-    waiter_run r = { w, "t:gone", 10000, 0, 0, NULL, 0 };
+    waiter_run r = { w, "t:gone", 10000, 0, 0, NULL, 0, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &r);
     for (int i = 0; i < 300 && integer("ZCARD %s", "{t:gone}:fair") < 2; i++) clock_sleep_ms(10);
@@ -713,6 +715,7 @@ static void test_fair_order_across_clients(void) {
     lock_handle *h = NULL;
     cmd("DEL t:order {t:order}:fair {t:order}:fair:due {t:order}:fair:sub");
     CHECK(lock_acquire(holder, "t:order", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
+    CHECK(lock_ticket(h) == 0);                  /* a free lock, taken without a place */
     for (int i = 0; i < N; i++) {
         lock_handle *w = NULL;
         cs[i] = fair_client(0);
@@ -720,7 +723,7 @@ static void test_fair_order_across_clients(void) {
             lock_release(w);
     }
     for (int i = 0; i < N; i++) {
-        r[i] = (waiter_run){ cs[i], "t:order", 10000, 0, 0, NULL, 10 };
+        r[i] = (waiter_run){ cs[i], "t:order", 10000, 0, 0, NULL, 10, 0 };
         pthread_create(&t[i], NULL, waiter_main, &r[i]);
         for (int k = 0; k < 500 && integer("ZCARD %s", "{t:order}:fair") < i + 1; k++)
             clock_sleep_ms(2);
@@ -735,6 +738,9 @@ static void test_fair_order_across_clients(void) {
         wakeups += st.wakeups;
         CHECK(atomic_load(&r[i].got) == 1);
         if (i) CHECK(atomic_load(&r[i].got_at_us) > atomic_load(&r[i - 1].got_at_us));
+        /* The tickets are the places, rising in arrival order. */
+        if (i) CHECK(atomic_load(&r[i].ticket) > atomic_load(&r[i - 1].ticket));
+        CHECK(atomic_load(&r[i].ticket) > 0);
         lock_client_free(cs[i]);
     }
     /* No herd: a release wakes the head only (a head may also find the lock
