@@ -89,6 +89,7 @@ LINK_lockcheck      := lock rtopo common
 # Unit tests link what they test.
 LINK_test_aconn     := common
 LINK_test_cpus      := common
+LINK_test_sha256    := common
 LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common

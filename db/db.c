@@ -30,8 +30,8 @@
 #define PRODUCT_COLUMNS                                                                    \
     "SELECT p.sku,p.name,p.strategy,p.segments,p.per_user_limit,p.stock_initial,"          \
     TALLIED("sold") ",p.stock_gen,p.db_available,p.db_version,p.cs_delay_ms,"             \
-    "p.lock_ttl_ms,p.created_at,p.hold_seconds," TALLIED("held") ",p.cs_overlap"           \
-    " FROM products p"
+    "p.lock_ttl_ms,p.created_at,p.hold_seconds," TALLIED("held") ",p.cs_overlap,"          \
+    "p.room_turn_ms,p.room_rate FROM products p"
 
 /* Now, as db_format_time writes it, in each dialect. */
 #define SQLITE_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
@@ -41,8 +41,8 @@ static const db_sql SQL[DB_ST_LOCK_FIRST] = {
     [DB_ST_PRODUCT_INSERT] = {
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
-        "hold_seconds,held,cs_overlap)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11)", NULL },
+        "hold_seconds,held,cs_overlap,room_turn_ms,room_rate)"
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11,?12,?13)", NULL },
     [DB_ST_PRODUCT_GET] = { PRODUCT_COLUMNS " WHERE p.sku=?1", NULL },
     [DB_ST_PRODUCT_ALL] = { PRODUCT_COLUMNS " ORDER BY p.sku", NULL },
     [DB_ST_PRODUCT_RESTOCK] = {
@@ -417,6 +417,8 @@ static void read_product(db_rows *r, db_product *p) {
     p->hold_seconds = (int)db_col_int(r, 13);
     p->held = db_col_int(r, 14);
     p->cs_overlap = (int)db_col_int(r, 15);
+    p->room_turn_ms = (int)db_col_int(r, 16);
+    p->room_rate = db_col_int(r, 17);
 }
 
 db_status db_product_insert(db *d, const db_product *p) {
@@ -425,7 +427,8 @@ db_status db_product_insert(db *d, const db_product *p) {
                          DB_INT(p->segments), DB_INT(p->per_user_limit),
                          DB_INT(p->stock_initial), DB_INT(p->cs_delay_ms),
                          DB_INT(p->lock_ttl_ms), DB_TEXT(p->created_at),
-                         DB_INT(p->hold_seconds), DB_INT(p->cs_overlap) };
+                         DB_INT(p->hold_seconds), DB_INT(p->cs_overlap),
+                         DB_INT(p->room_turn_ms), DB_INT(p->room_rate) };
     return db_do(d, DB_ST_PRODUCT_INSERT, a, DB_NARGS(a), "insert product", NULL);
 }
 

@@ -239,6 +239,16 @@ static const char PG_SCHEMA_V8[] =
     "  held BIGINT NOT NULL,"
     "  PRIMARY KEY(sku, slot));";
 
+/* Version 9: a product's waiting room (stock/room.h): room_turn_ms > 0
+ * puts one in front of its orders, a ticket's turn lasting that long;
+ * room_rate fixes the rate it admits at (orders a second, all instances
+ * together; 0: the order path's measured capacity). Both kept here, the
+ * truth, so that a Redis that starts empty cannot sell the product
+ * without its room. */
+static const char SCHEMA_V9[] =
+    "ALTER TABLE products ADD COLUMN room_turn_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE products ADD COLUMN room_rate INTEGER NOT NULL DEFAULT 0;";
+
 const db_migration db_migrations[] = {
     { 1, SCHEMA_V1, NULL },
     { 2, SCHEMA_V2, NULL },
@@ -248,5 +258,6 @@ const db_migration db_migrations[] = {
     { 6, SCHEMA_V6, NULL },
     { 7, SCHEMA_V7, PG_SCHEMA_V7 },
     { 8, SCHEMA_V8, PG_SCHEMA_V8 },
+    { 9, SCHEMA_V9, SCHEMA_V9 },
 };
 const int db_nmigrations = (int)(sizeof db_migrations / sizeof db_migrations[0]);

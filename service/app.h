@@ -28,6 +28,7 @@
 
 typedef struct svc_health svc_health;
 typedef struct svc_maint svc_maint;
+typedef struct svc_room_beats svc_room_beats;
 typedef struct svc_holds svc_holds;
 typedef struct svc_repair svc_repair;
 typedef struct svc_product_cache svc_product_cache;
@@ -58,6 +59,9 @@ typedef struct svc_app {
     svc_threadpool *api_db;        /* API work that needs SQLite only (order lookups) */
     svc_health *health;
     svc_maint *maint;
+    svc_room_beats *room_beats;    /* the waiting rooms' beat (room/beats.h) */
+    char room_secret[129];         /* the tickets' secret, once known... */
+    atomic_int room_secret_known;  /* ...(set with release once written) */
     svc_holds *holds;              /* holds: expiry and owed returns (holds/) */
     svc_repair *repair;
     svc_product_cache *products;

@@ -44,6 +44,10 @@ static const opt OPTS[] = {
       "default stock strategy of new products (see below)" },
     { "admin-token", "FLASHSALE_ADMIN_TOKEN", T_STR, F(admin_token), 0, 0, "",
       "bearer token for the admin endpoints; empty: they are open (a warning is logged)" },
+    { "room-secret", "FLASHSALE_ROOM_SECRET", T_STR, F(room_secret), 0, 0, "",
+      "the secret every instance signs and checks waiting-room tickets with (16 to 128 "
+      "characters); empty: one made at random and kept in Redis, shared by the instances "
+      "on it" },
     { "insecure-admin", "FLASHSALE_INSECURE_ADMIN", T_FLAG, F(insecure_admin), 0, 0, "0",
       "start even when the admin endpoints would be open (no --admin-token) on a "
       "non-loopback --listen, which is refused otherwise" },
@@ -278,6 +282,11 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
     }
     if (optind < argc) {
         fprintf(stderr, "flashsale: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    if (c->room_secret[0] && strlen(c->room_secret) < 16) {
+        fprintf(stderr, "flashsale: --room-secret: 16 characters at least (a shorter secret "
+                        "could be guessed, and tickets forged)\n");
         return -1;
     }
     c->request_timeout_ms = c->request_timeout_s * 1000u;

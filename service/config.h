@@ -10,6 +10,7 @@ typedef struct svc_config {
     char db_path[512];
     char strategy[32];
     char admin_token[256];
+    char room_secret[129];    /* waiting-room tickets' secret ("": kept in Redis) */
     char key_prefix[64];
     char redlock[2048];       /* "URL,URL,URL": the Redlock servers ("": none) */
     char zookeeper[1024];     /* zk://host:port[/base] ("": none) */

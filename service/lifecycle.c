@@ -24,6 +24,7 @@
 #include "service/ops/health.h"
 #include "service/holds/holds.h"
 #include "service/ops/maint.h"
+#include "service/room/beats.h"
 #include "service/order/order.h"
 #include "service/products.h"
 #include "service/repair/repair.h"
@@ -268,6 +269,7 @@ static void teardown(svc_app *a) {
     /* The loops' last clears and undos (and the blocking threads). */
     svc_orders_drain(a, 2000);
     svc_maint_stop(a->maint);
+    svc_room_beats_stop(a->room_beats);
     atomic_store(&a->http_up, 0);
     svc_health_stop(a->health);
     /* Nothing is in flight: the loops may stop, then what lives on them. */
@@ -275,6 +277,7 @@ static void teardown(svc_app *a) {
     a->api = a->api_db = NULL;
     a->writer = NULL;
     a->maint = NULL;
+    a->room_beats = NULL;
     a->holds = NULL;
     a->health = NULL;
     svc_orders_free(a);
@@ -326,6 +329,7 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
     }
     if (!a->writer ||
         !(a->maint = svc_maint_start(a, why, sizeof why)) ||
+        !(a->room_beats = svc_room_beats_start(a, why, sizeof why)) ||
         !(a->holds = svc_holds_start(a, why, sizeof why)) ||
         !(a->health = svc_health_start(a, why, sizeof why)) ||
         !(a->api = svc_threadpool_start("fs-api", a->cfg.api_workers, why, sizeof why)) ||

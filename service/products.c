@@ -12,6 +12,7 @@
 #include "service/app.h"
 #include "service/log.h"
 #include "service/products.h"
+#include "service/room/room.h"
 
 #define BUCKETS 1024
 
@@ -41,6 +42,7 @@ void svc_product_cache_free(svc_product_cache *pc) {
         while (p) {
             svc_product *next = p->next;
             stock_product_free(&p->sp);
+            svc_room_free(p->room);
             pthread_mutex_destroy(&p->view_mu);
             free(p->view);
             free(p);
@@ -90,6 +92,13 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
             return NULL;
         }
         p->sp.cs_overlap = dp->cs_overlap;
+        if (dp->room_turn_ms > 0 &&
+            !(p->room = svc_room_new(dp->room_turn_ms, dp->room_rate, SVC_ROOM_RATE_INITIAL))) {
+            stock_product_free(&p->sp);
+            free(p);
+            pthread_rwlock_unlock(&pc->lock);
+            return NULL;
+        }
         pthread_mutex_init(&p->view_mu, NULL);
         unsigned h = hash(p->sku);
         p->next = pc->bucket[h];
@@ -108,10 +117,12 @@ void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, vo
 
 void svc_product_soldout_mark(svc_product *p) {
     atomic_store_explicit(&p->soldout_at_us, clock_mono_us(), memory_order_relaxed);
+    if (p->room) svc_room_note_sold_out(p->room);   /* its room tells every waiting buyer */
 }
 
 void svc_product_soldout_clear(svc_product *p) {
     atomic_store_explicit(&p->soldout_at_us, 0, memory_order_relaxed);
+    if (p->room) svc_room_note_units(p->room);      /* the room opens again */
 }
 
 int svc_product_soldout_known(svc_product *p, int64_t window_us) {

@@ -31,6 +31,7 @@ typedef struct svc_product {
     size_t view_len;
     int64_t view_at_us;            /* when it was read from the stores (clock_mono_us) */
     uint64_t view_changes;         /* `changes` when it was read */
+    struct svc_room *room;         /* its waiting room (service/room/room.h); NULL: none */
     struct svc_product *next;      /* hash chain */
 } svc_product;
 

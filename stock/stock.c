@@ -26,11 +26,12 @@
 extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
     stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[], stock_lua_lock_line[],
-    stock_lua_return[], stock_lua_force_enter[], stock_lua_forget[];
+    stock_lua_return[], stock_lua_force_enter[], stock_lua_forget[], stock_lua_room_take[], stock_lua_room_tick[];
 
 static rconn_script s_reserve, s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget;
+    sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
+    sk_room_tick;
 static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 #define s_undo sk_undo
@@ -64,6 +65,8 @@ static void scripts_init(void) {
     rconn_script_init(&sk_return, "return", stock_lua_return);
     rconn_script_init(&sk_force_enter, "force_enter", stock_lua_force_enter);
     rconn_script_init(&sk_forget, "forget", stock_lua_forget);
+    rconn_script_init(&sk_room_take, "room_take", stock_lua_room_take);
+    rconn_script_init(&sk_room_tick, "room_tick", stock_lua_room_tick);
 }
 
 /* ---------------------------------------------------------------- strategies */
@@ -416,7 +419,8 @@ int stock_conn_ensure(stock_conn *c) {
     }
     if (pick_primary(c)) return -1;
     const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
-                                  &sk_unlock, &sk_return, &sk_force_enter, &sk_forget };
+                                  &sk_unlock, &sk_return, &sk_force_enter, &sk_forget,
+                                  &sk_room_take, &sk_room_tick };
     char err[200];
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
     if (!c->ctx) {

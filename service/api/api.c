@@ -18,6 +18,7 @@
  * answered only when nothing was applied, or says plainly that the outcome
  * is unknown. A restock may carry an Idempotency-Key so a retry adds once. */
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "service/ops/health.h"
 #include "service/products.h"
 #include "service/repair/repair.h"
+#include "service/room/room.h"
 
 static void reply_redis_down(http_req *r, svc_app *a, const char *why) {
     atomic_fetch_add(&a->m.redis_errors, 1);
@@ -40,6 +42,19 @@ static void reply_redis_down(http_req *r, svc_app *a, const char *why) {
 }
 
 /* --------------------------------------------------------- product answers */
+
+/* A product's waiting room as GET shows it: its settings, and this
+ * instance's view of it (room/room.h). */
+static json_t *room_json(svc_product *p) {
+    svc_room_figures f;
+    svc_room_figures_get(p->room, &f);
+    json_t *j = json_pack("{s:i, s:I, s:I, s:I, s:f, s:b}", "turn_seconds",
+                          svc_room_turn_ms(p->room) / 1000, "rate",
+                          (json_int_t)svc_room_fixed_rate(p->room), "issued",
+                          (json_int_t)f.issued, "serving", (json_int_t)f.serving,
+                          "rate_now", round(f.rate * 10) / 10, "sold_out", f.sold_out_ms > 0);
+    return j;
+}
 
 /* Answers with the product as GET shows it: SQLite's numbers and the
  * stock store's. A lost Redis copy is rebuilt first. after_write: the
@@ -109,6 +124,7 @@ static void reply_product(http_req *r, svc_app *a, db *d, svc_product *p, int st
     if (j && dp.cs_delay_ms) json_object_set_new(j, "cs_delay_ms", json_integer(dp.cs_delay_ms));
     if (j && dp.lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(dp.lock_ttl_ms));
     if (j && dp.cs_overlap) json_object_set_new(j, "cs_overlap", json_integer(dp.cs_overlap));
+    if (j && p->room) json_object_set_new(j, "waiting_room", room_json(p));
     if (j && si->unsafe) /* said wherever the product is seen, not only in the log */
         json_object_set_new(j, "warning", json_sprintf("UNSAFE: %s oversells by design (%s); "
                                                        "a demonstration, never for a real sale",
@@ -167,6 +183,8 @@ static void product_create_on(api_job *j, db *d) {
     dp.cs_delay_ms = (int)in->cs_delay_ms;
     dp.lock_ttl_ms = (int)in->lock_ttl_ms;
     dp.cs_overlap = (int)in->cs_overlap;
+    dp.room_turn_ms = (int)in->room_turn_ms;
+    dp.room_rate = in->room_rate;
     db_format_time(clock_wall_ms(), dp.created_at);
 
     db_status st = db_product_insert(d, &dp);
@@ -454,6 +472,8 @@ const http_route svc_api_routes[] = {
     { "POST", "/v1/products", product_create, ROUTE_PRODUCT_CREATE },
     { "GET", "/v1/products/{}", product_get, ROUTE_PRODUCT_GET },
     { "POST", "/v1/products/{}/restock", product_restock, ROUTE_PRODUCT_RESTOCK },
+    { "POST", "/v1/products/{}/tickets", api_ticket_take, ROUTE_TICKET_TAKE },
+    { "GET", "/v1/products/{}/tickets/{}", api_ticket_get, ROUTE_TICKET_GET },
     { "POST", "/v1/orders", api_order_create, ROUTE_ORDER_CREATE },
     { "GET", "/v1/orders", api_order_list, ROUTE_ORDER_LIST },
     { "GET", "/v1/orders/{}", api_order_get, ROUTE_ORDER_GET },

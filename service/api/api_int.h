@@ -2,6 +2,7 @@
  *
  *   api.c      products, strategies, health, metrics, the route table
  *   orders.c   orders: create, read, list, and a hold's confirm and cancel
+ *   tickets.c  a waiting room's tickets, and an order's turn
  *   jobs.c     the helpers below: shared answers, deferring to a worker
  *
  * A handler runs on an HTTP loop thread and never waits on a store: what
@@ -34,7 +35,7 @@ typedef struct api_job {
     long limit;
     int status;                    /* order list: < 0 any */
     db_hold_to to;                 /* confirm or cancel */
-    char ref[DB_REF_MAX * 4 + 1];  /* confirm: payment_ref */
+    char ref[DB_REF_MAX * 4 + 1];  /* confirm: payment_ref; a ticket */
     json_t *body;                  /* owned; inputs below point into it */
     svc_product_input product;
     svc_order_input order;
@@ -83,5 +84,12 @@ void api_order_get(http_req *r, const char *const *params, void *ud);
 void api_order_list(http_req *r, const char *const *params, void *ud);
 void api_order_confirm(http_req *r, const char *const *params, void *ud);
 void api_order_cancel(http_req *r, const char *const *params, void *ud);
+
+/* A waiting room's routes, and an order's turn (tickets.c). */
+void api_ticket_take(http_req *r, const char *const *params, void *ud);
+void api_ticket_get(http_req *r, const char *const *params, void *ud);
+/* An order of p, which has a room: 1 when its ticket is its buyer's and in
+ * its turn; else 0, r answered (403, 409, 429 with Retry-After, 503). */
+int api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in);
 
 #endif

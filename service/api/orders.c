@@ -96,7 +96,10 @@ static void reply_overloaded(http_req *r) {
 /* Hands a validated order to the order path, which answers it. */
 static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
                          const char *key) {
+    /* A product with a waiting room takes an order in its ticket's turn
+     * only (tickets.c): the check is this instance's, from memory. */
     http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
+    if (p->room && !api_room_admit(r, a, p, in)) return;   /* not its turn: answered */
     if (svc_admit_shed(&a->adm, p->strategy)) {   /* its strategy's own limit */
         reply_overloaded(r);
         return;

@@ -117,7 +117,7 @@ static int sku_field(json_t *body, const char **out, svc_verr *e) {
 }
 
 int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
-    static const char *const allowed[] = { "sku", "user_id", "quantity", NULL };
+    static const char *const allowed[] = { "sku", "user_id", "quantity", "ticket", NULL };
     long long qty = 0;
     int rc;
     memset(in, 0, sizeof *in);
@@ -130,6 +130,23 @@ int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e) {
     if ((rc = int_field(body, "quantity", 1, SVC_ORDER_QTY_MAX, &qty, e)) < 0) return -1;
     if (rc == 0) return fail(e, 400, "missing_field", "'quantity' is required.");
     in->quantity = (int)qty;
+    if (str_field(body, "ticket", &in->ticket, e) < 0) return -1;
+    if (in->ticket && (!in->ticket[0] || strlen(in->ticket) > SVC_ROOM_TICKET_MAX))
+        return fail(e, 400, "invalid_field", "'ticket' must be a ticket as POST "
+                    "/v1/products/{sku}/tickets hands out (at most %d characters).",
+                    SVC_ROOM_TICKET_MAX);
+    return 0;
+}
+
+int svc_validate_ticket_request(json_t *body, const char **user_id, svc_verr *e) {
+    static const char *const allowed[] = { "user_id", NULL };
+    int rc;
+    if (known_fields(body, allowed, e)) return -1;
+    if ((rc = str_field(body, "user_id", user_id, e)) < 0) return -1;
+    if (rc == 0) return fail(e, 400, "missing_field", "'user_id' is required.");
+    if (!svc_valid_user_id(*user_id))
+        return fail(e, 400, "invalid_field",
+                    "'user_id' must be 1 to 128 characters, without control characters.");
     return 0;
 }
 
@@ -190,6 +207,10 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
         } else if (!strcmp(key, "quantity") && !(seen & 4)) {
             seen |= 4;
             p = small_int(p, end, &qty);
+        } else if (!strcmp(key, "ticket") && !(seen & 8)) {
+            seen |= 8;
+            p = plain_string(p, end, f->ticket, sizeof f->ticket);
+            if (p && !f->ticket[0]) return 0;   /* empty: jansson's path words it */
         } else {
             return 0;                /* another field, or one twice: jansson's to word */
         }
@@ -197,19 +218,43 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
         if (*p == '}') break;
         if (*p++ != ',') return 0;
     }
-    if (skip_ws(p + 1, end) != end || seen != 7) return 0;
+    if (skip_ws(p + 1, end) != end || (seen & 7) != 7) return 0;
     if (!svc_valid_sku(f->sku) || !svc_valid_user_id(f->user_id) || qty < 1 ||
         qty > SVC_ORDER_QTY_MAX)
         return 0;
-    f->in = (svc_order_input){ .sku = f->sku, .user_id = f->user_id, .quantity = (int)qty };
+    f->in = (svc_order_input){ .sku = f->sku, .user_id = f->user_id, .quantity = (int)qty,
+                               .ticket = seen & 8 ? f->ticket : NULL };
     return 1;
+}
+
+/* "waiting_room": true (the defaults), false or null (none), or an object
+ * of "turn_seconds" (1..3600, default 30) and "rate" (orders/s, all
+ * instances; 0: measured). */
+static int room_field(json_t *body, svc_product_input *in, svc_verr *e) {
+    static const char *const allowed[] = { "turn_seconds", "rate", NULL };
+    json_t *w = json_object_get(body, "waiting_room");
+    long long turn = 30;
+    if (!w || json_is_null(w) || json_is_false(w)) return 0;
+    if (json_is_object(w)) {
+        if (known_fields(w, allowed, e) || int_field(w, "turn_seconds", 1, 3600, &turn, e) < 0 ||
+            int_field(w, "rate", 0, 10000000, &in->room_rate, e) < 0) {
+            char inner[sizeof e->message];
+            snprintf(inner, sizeof inner, "%s", e->message);
+            return fail(e, 400, e->code, "'waiting_room': %s", inner);
+        }
+    } else if (!json_is_true(w)) {
+        return fail(e, 400, "invalid_field", "'waiting_room' must be true, false, or an object "
+                    "of 'turn_seconds' (1 to 3600) and 'rate' (orders a second; 0: measured).");
+    }
+    in->room_turn_ms = turn * 1000;
+    return 0;
 }
 
 int svc_validate_product(json_t *body, const char *default_strategy, int fault_injection,
                          svc_product_input *in, svc_verr *e) {
     static const char *const allowed[] = { "sku", "name", "stock", "strategy", "segments",
                                            "per_user_limit", "hold_seconds", "cs_delay_ms",
-                                           "lock_ttl_ms", "cs_overlap", NULL };
+                                           "lock_ttl_ms", "cs_overlap", "waiting_room", NULL };
     long long segments = 1;
     int rc;
     memset(in, 0, sizeof *in);
@@ -255,6 +300,7 @@ int svc_validate_product(json_t *body, const char *default_strategy, int fault_i
         return fail(e, 400, "invalid_field",
                     "'cs_overlap' is the number of holders to wait for, 2 or more, and needs "
                     "'cs_delay_ms', the longest wait.");
+    if (room_field(body, in, e)) return -1;
     stock_kind kind = stock_strategy_about(s)->kind;
     if (in->cs_overlap > 1 && kind != STOCK_KIND_RCW && kind != STOCK_KIND_LOCK &&
         kind != STOCK_KIND_DB_FOR_UPDATE)

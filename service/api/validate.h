@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "service/order/order.h"
+#include "service/room/room.h"
 
 /* What was wrong with a request: an API error code, the field, a message. */
 typedef struct svc_verr {
@@ -28,12 +29,13 @@ int svc_valid_idem_key(const char *s);
 int svc_validate_order(json_t *body, svc_order_input *in, svc_verr *e);
 
 /* The order body as nearly every client sends it, read without jansson:
- * one flat object of "sku", "user_id" and "quantity", each once, strings
- * without escapes, a plain integer, all three valid. */
+ * one flat object of "sku", "user_id" and "quantity", each once, and
+ * maybe a "ticket", strings without escapes, a plain integer, all valid. */
 typedef struct svc_order_fast {
     svc_order_input in;            /* its strings point into the buffers below */
     char sku[DB_SKU_MAX + 1];
     char user_id[4 * DB_USER_MAX + 1];
+    char ticket[SVC_ROOM_TICKET_MAX + 1];
 } svc_order_fast;
 
 /* Returns 1 with f->in filled when body[0..len) is such a body, which
@@ -55,7 +57,13 @@ typedef struct svc_product_input {
     long long cs_delay_ms;    /* fault injection only */
     long long lock_ttl_ms;    /* fault injection only */
     long long cs_overlap;     /* fault injection only */
+    long long room_turn_ms;   /* > 0: a waiting room (waiting_room), turns this long */
+    long long room_rate;      /* ...admitting this many orders/s (0: measured) */
 } svc_product_input;
+
+/* Checks the body of POST /v1/products/{sku}/tickets ({"user_id": ...}):
+ * 0 with *user_id pointing into body, or -1 with e filled. */
+int svc_validate_ticket_request(json_t *body, const char **user_id, svc_verr *e);
 
 /* Checks a POST /v1/products body; default_strategy fills a missing
  * "strategy"; fault_injection allows cs_delay_ms, lock_ttl_ms and cs_overlap. */

@@ -52,7 +52,8 @@ static const char *const ROUTE_NAMES[ROUTE_COUNT + 1] = {
     [ROUTE_ORDER_GET] = "order_get", [ROUTE_ORDER_LIST] = "order_list",
     [ROUTE_ORDER_CONFIRM] = "order_confirm", [ROUTE_ORDER_CANCEL] = "order_cancel",
     [ROUTE_STRATEGIES] = "strategies", [ROUTE_HEALTHZ] = "healthz", [ROUTE_METRICS] = "metrics",
-    [ROUTE_OPENAPI] = "openapi", [ROUTE_COUNT] = "unrouted",
+    [ROUTE_OPENAPI] = "openapi", [ROUTE_TICKET_TAKE] = "ticket_take",
+    [ROUTE_TICKET_GET] = "ticket_get", [ROUTE_COUNT] = "unrouted",
 };
 
 static const char *const OUTCOME_NAMES[OUT_COUNT] = {
@@ -69,7 +70,7 @@ static const char *const OUTCOME_NAMES[OUT_COUNT] = {
  * any other, as status="other" (tests/test_metrics.py checks the two
  * agree). */
 static const int STATUSES[SVC_NSTATUS] = {
-    200, 201, 400, 401, 404, 405, 409, 413, 415, 422, 429, 500, 503, 0,
+    200, 201, 400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503, 0,
 };
 
 /* The API's error codes (docs/api.md, the Error schema's enum), after
@@ -81,7 +82,8 @@ static const char *const ERRORS[SVC_NERROR] = {
     "order_confirmed", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
     "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
-    "shutting_down", "overloaded", "internal_error", "other",
+    "shutting_down", "overloaded", "ticket_required", "invalid_ticket", "not_your_turn",
+    "turn_over", "no_waiting_room", "internal_error", "other",
 };
 
 const char *svc_outcome_name(svc_outcome o) { return OUTCOME_NAMES[o]; }
@@ -92,15 +94,16 @@ static int status_slot(int status) {
     case 201: return 1;
     case 400: return 2;
     case 401: return 3;
-    case 404: return 4;
-    case 405: return 5;
-    case 409: return 6;
-    case 413: return 7;
-    case 415: return 8;
-    case 422: return 9;
-    case 429: return 10;
-    case 500: return 11;
-    case 503: return 12;
+    case 403: return 4;
+    case 404: return 5;
+    case 405: return 6;
+    case 409: return 7;
+    case 413: return 8;
+    case 415: return 9;
+    case 422: return 10;
+    case 429: return 11;
+    case 500: return 12;
+    case 503: return 13;
     default: return SVC_NSTATUS - 1;
     }
 }

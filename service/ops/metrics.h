@@ -22,7 +22,8 @@ typedef struct svc_app svc_app;
 enum svc_route_id {
     ROUTE_PRODUCT_CREATE, ROUTE_PRODUCT_GET, ROUTE_PRODUCT_RESTOCK, ROUTE_ORDER_CREATE,
     ROUTE_ORDER_GET, ROUTE_ORDER_LIST, ROUTE_ORDER_CONFIRM, ROUTE_ORDER_CANCEL, ROUTE_STRATEGIES,
-    ROUTE_HEALTHZ, ROUTE_METRICS, ROUTE_OPENAPI, ROUTE_COUNT
+    ROUTE_HEALTHZ, ROUTE_METRICS, ROUTE_OPENAPI, ROUTE_TICKET_TAKE, ROUTE_TICKET_GET,
+    ROUTE_COUNT
 };
 
 /* How an order that reached its strategy ended. Finer than the error code
@@ -35,8 +36,8 @@ typedef enum svc_outcome {
     OUT_DB_UNAVAILABLE, OUT_LOCK_UNAVAILABLE, OUT_DB_BUSY, OUT_COUNT
 } svc_outcome;
 
-#define SVC_NSTATUS 14            /* the statuses the API answers, and "other" */
-#define SVC_NERROR 30             /* none, the API's error codes, and "other" */
+#define SVC_NSTATUS 15            /* the statuses the API answers, and "other" */
+#define SVC_NERROR 35             /* none, the API's error codes, and "other" */
 
 #define HIST_BUCKETS 16
 typedef struct svc_histogram {

@@ -31,6 +31,8 @@ typedef struct svc_order_input {
     const char *sku;
     const char *user_id;
     int quantity;
+    const char *ticket;           /* a waiting room's ticket (NULL: none sent); checked
+                                     before the order path (api/tickets.c) */
 } svc_order_input;
 
 /* What to answer. Exactly one of: order (status 201, or 200 for a replay),

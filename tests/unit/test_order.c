@@ -132,7 +132,7 @@ static svc_product *product(const char *sku, const char *strategy, int segments,
 }
 
 static void submit(svc_product *p, const char *user, int qty, const char *key) {
-    svc_order_input in = { p->sku, user, qty };
+    svc_order_input in = { p->sku, user, qty, NULL };
     int rc = svc_order_submit(&app, p, &in, key, on_reply, NULL);
     CHECK(rc == 0);
 }

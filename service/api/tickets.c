@@ -1,0 +1,255 @@
+/* tickets.c: a waiting room's routes (room/room.h; docs/api.md, "Waiting
+ * room"):
+ *
+ *   POST /v1/products/{sku}/tickets   {"user_id": ...}: the buyer's place
+ *       -- a new one (201), or the one it has (200) -- as a ticket, with
+ *       where it stands; one Redis call (an API worker's).
+ *   GET /v1/products/{sku}/tickets/{ticket}   where a ticket stands, from
+ *       this instance's view of the room: no store is asked.
+ *
+ * and the check an order of a product with a room passes before it enters
+ * the order path (api_room_admit): a ticket of its buyer, in its turn. A
+ * room that is sold out answers every ticket and order so at once. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "service/api/api_int.h"
+#include "service/products.h"
+#include "service/room/beats.h"
+#include "service/room/room.h"
+
+static const char *const STATE[] = { [SVC_TURN_WAIT] = "waiting", [SVC_TURN_NOW] = "your_turn",
+                                     [SVC_TURN_OVER] = "turn_over" };
+
+/* How long a waiting buyer should wait before asking again: its estimate,
+ * at least 50 ms, at most SVC_ROOM_RETRY_MAX_MS (the rate may change, and
+ * a sold-out room should be heard of soon). */
+static long long retry_ms(long long wait_ms) {
+    return wait_ms < 50 ? 50 : wait_ms > SVC_ROOM_RETRY_MAX_MS ? SVC_ROOM_RETRY_MAX_MS : wait_ms;
+}
+
+static void reply_sold_out(http_req *r, const char *sku) {
+    http_reply_error(r, 409, "sold_out", "%s is sold out.", sku);
+}
+
+static void reply_no_view(http_req *r, svc_app *a) {
+    atomic_fetch_add(&a->m.redis_errors, 1);
+    http_reply_error_with(r, 503, "redis_unavailable", NULL, api_retry,
+                          "The waiting room has not been heard from Redis yet; retry shortly.");
+}
+
+/* The ticket's answer: where it stands (turn t, ms as svc_room_turn says). */
+static void reply_ticket(http_req *r, int status, svc_product *p, const char *ticket,
+                         long long position, svc_turn t, long long ms) {
+    svc_room_figures f;
+    svc_room_figures_get(p->room, &f);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:s}", "ticket", ticket, "sku", p->sku,
+                          "position", (json_int_t)position, "serving", (json_int_t)f.serving,
+                          "state", STATE[t]);
+    char secs[24];
+    const char *retry[] = { "Retry-After", secs, NULL };
+    if (j && t == SVC_TURN_WAIT) {
+        long long rm = retry_ms(ms);
+        json_object_set_new(j, "estimated_wait_ms", json_integer(ms));
+        json_object_set_new(j, "retry_after_ms", json_integer(rm));
+        snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
+    } else if (j && t == SVC_TURN_NOW) {
+        json_object_set_new(j, "turn_ends_in_ms", json_integer(ms));
+    } else if (j) {
+        json_object_set_new(j, "turn_ended_ms_ago", json_integer(ms));
+    }
+    http_reply_json(r, status, j, t == SVC_TURN_WAIT ? retry : NULL);
+}
+
+/* ---------------------------------------------------- taking a place */
+
+static void take_on(api_job *j, svc_product *p) {
+    svc_app *a = j->a;
+    http_req *r = j->r;
+    const char *secret = svc_room_secret(a);
+    if (!p->room) {
+        http_reply_error(r, 409, "no_waiting_room", "%s sells without a waiting room: order it "
+                         "with POST /v1/orders.", p->sku);
+        return;
+    }
+    long long ms;
+    svc_turn seen = svc_room_turn(p->room, 1, &ms);
+    if (seen == SVC_TURN_SOLD_OUT) {          /* known here: no store is asked */
+        reply_sold_out(r, p->sku);
+        return;
+    }
+    stock_conn *sc = svc_thread_stock(a);
+    svc_room_figures f;
+    svc_room_figures_get(p->room, &f);
+    stock_room_place pl;
+    if (!secret || !sc ||
+        stock_room_take(sc, &p->sp, j->user, f.issued, svc_room_turn_ms(p->room), &pl) != 0) {
+        atomic_fetch_add(&a->m.redis_errors, 1);
+        http_reply_error_with(r, 503, "redis_unavailable", NULL, api_retry,
+                              "Redis is unavailable; no place was taken. Retry shortly.");
+        return;
+    }
+    if (pl.sold_out) {
+        reply_sold_out(r, p->sku);
+        return;
+    }
+    svc_room_issued(p->room, pl.position, pl.now_ms);
+    char ticket[SVC_ROOM_TICKET_MAX + 1];
+    svc_room_ticket_sign(secret, p->sku, j->user, pl.position, pl.issued_ms, ticket);
+    svc_turn t = svc_room_turn(p->room, pl.position, &ms);
+    if (t == SVC_TURN_UNKNOWN || t == SVC_TURN_SOLD_OUT) {
+        /* No beat heard yet (the instance just started): Redis's answer. */
+        t = pl.position <= pl.serving ? SVC_TURN_NOW : SVC_TURN_WAIT;
+        ms = t == SVC_TURN_NOW ? svc_room_turn_ms(p->room) : SVC_ROOM_RETRY_MAX_MS;
+    }
+    reply_ticket(r, pl.fresh ? 201 : 200, p, ticket, pl.position, t, ms);
+}
+
+static void take_job(api_job *j) {
+    svc_product *p = NULL;
+    db_status st = svc_product_find(j->a, NULL, j->sku, &p);
+    if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
+    else take_on(j, p);
+}
+
+void api_ticket_take(http_req *r, const char *const *params, void *ud) {
+    svc_app *a = ud;
+    const char *user;
+    svc_verr e;
+    if (!svc_valid_sku(params[0])) {
+        api_reply_unknown_sku(r, params[0]);
+        return;
+    }
+    svc_product *p = svc_product_cache_get(a->products, params[0]);
+    if (p && p->room) {
+        long long ms;
+        if (svc_room_turn(p->room, 1, &ms) == SVC_TURN_SOLD_OUT) {   /* before parsing */
+            reply_sold_out(r, p->sku);
+            return;
+        }
+    }
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    if (svc_validate_ticket_request(body, &user, &e) != 0) {
+        api_reply_verr(r, &e);
+        json_decref(body);
+        return;
+    }
+    api_job *j = api_job_new(r, a, body);
+    if (!j) return;
+    snprintf(j->sku, sizeof j->sku, "%s", params[0]);
+    snprintf(j->user, sizeof j->user, "%s", user);
+    api_defer(r, j, LANE_REDIS, take_job);
+}
+
+/* --------------------------------------------------- where it stands */
+
+static void get_on(http_req *r, svc_app *a, svc_product *p, const char *ticket) {
+    const char *secret = svc_room_secret(a);
+    svc_ticket t;
+    long long ms;
+    if (!p->room) {
+        http_reply_error(r, 409, "no_waiting_room", "%s sells without a waiting room.", p->sku);
+        return;
+    }
+    if (!secret) {
+        reply_no_view(r, a);
+        return;
+    }
+    if (svc_room_ticket_read(secret, p->sku, ticket, &t) != 0) {
+        http_reply_error(r, 403, "invalid_ticket", "That is not a ticket of %s's waiting room.",
+                         p->sku);
+        return;
+    }
+    svc_turn turn = svc_room_turn(p->room, t.position, &ms);
+    if (turn == SVC_TURN_SOLD_OUT) reply_sold_out(r, p->sku);
+    else if (turn == SVC_TURN_UNKNOWN) reply_no_view(r, a);
+    else reply_ticket(r, 200, p, ticket, t.position, turn, ms);
+}
+
+static void get_job(api_job *j) {
+    svc_product *p = NULL;
+    db_status st = svc_product_find(j->a, NULL, j->sku, &p);
+    if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
+    else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
+    else get_on(j->r, j->a, p, j->ref);
+}
+
+void api_ticket_get(http_req *r, const char *const *params, void *ud) {
+    svc_app *a = ud;
+    if (!svc_valid_sku(params[0])) {
+        api_reply_unknown_sku(r, params[0]);
+        return;
+    }
+    svc_product *p = svc_product_cache_get(a->products, params[0]);
+    if (p) {
+        get_on(r, a, p, params[1]);
+        return;
+    }
+    api_job *j = api_job_new(r, a, NULL);
+    if (!j) return;
+    snprintf(j->sku, sizeof j->sku, "%s", params[0]);
+    snprintf(j->ref, sizeof j->ref, "%.*s", SVC_ROOM_TICKET_MAX + 1, params[1]);
+    api_defer(r, j, LANE_DB, get_job);
+}
+
+/* ----------------------------------------------------- an order's turn */
+
+int api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in) {
+    const char *secret = svc_room_secret(a);
+    svc_ticket t;
+    long long ms;
+    if (!in->ticket) {
+        http_reply_error(r, 403, "ticket_required", "%s is sold through a waiting room: take a "
+                         "ticket (POST /v1/products/%s/tickets) and send it with the order in "
+                         "its turn.", p->sku, p->sku);
+        return 0;
+    }
+    if (!secret) {
+        reply_no_view(r, a);
+        return 0;
+    }
+    if (svc_room_ticket_read(secret, p->sku, in->ticket, &t) != 0 ||
+        !svc_room_ticket_is_users(&t, in->user_id)) {
+        http_reply_error(r, 403, "invalid_ticket", "That is not a ticket of %s's waiting room "
+                         "issued to this user_id.", p->sku);
+        return 0;
+    }
+    svc_turn turn = svc_room_turn(p->room, t.position, &ms);
+    switch (turn) {
+    case SVC_TURN_NOW:
+        return 1;
+    case SVC_TURN_SOLD_OUT:
+        reply_sold_out(r, p->sku);
+        return 0;
+    case SVC_TURN_UNKNOWN:
+        reply_no_view(r, a);
+        return 0;
+    case SVC_TURN_OVER:
+        http_reply_error_with(r, 409, "turn_over",
+                              json_pack("{s:I, s:I}", "position", (json_int_t)t.position,
+                                        "turn_ended_ms_ago", (json_int_t)ms),
+                              NULL, "Ticket %lld's turn is over; take a new place (POST "
+                              "/v1/products/%s/tickets).", t.position, p->sku);
+        return 0;
+    case SVC_TURN_WAIT: {
+        svc_room_figures f;
+        svc_room_figures_get(p->room, &f);
+        long long rm = retry_ms(ms);
+        char secs[24];
+        const char *retry[] = { "Retry-After", secs, NULL };
+        snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
+        http_reply_error_with(r, 429, "not_your_turn",
+                              json_pack("{s:I, s:I, s:I, s:I}", "position",
+                                        (json_int_t)t.position, "serving",
+                                        (json_int_t)f.serving, "estimated_wait_ms",
+                                        (json_int_t)ms, "retry_after_ms", (json_int_t)rm),
+                              retry, "Ticket %lld's turn has not come: the room serves %lld.",
+                              t.position, f.serving);
+        return 0;
+    }
+    }
+    return 0;
+}

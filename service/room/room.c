@@ -1,0 +1,291 @@
+/* room.c: the service's side of a waiting room (room.h): tickets, the
+ * view between beats, a position's turn, and the rate an instance says. */
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/sha256.h"
+#include "service/room/room.h"
+
+#define MARKS_CAP 8192            /* as many as Redis keeps */
+
+struct svc_room {
+    int turn_ms;
+    long long fixed_rate;
+    /* The view: written by the beat thread, read anywhere. */
+    atomic_llong seq, serving, sold_out_ms;
+    _Atomic double rate, own_rate;
+    atomic_llong offset_ms;       /* Redis's clock - this host's wall clock, at the last beat */
+    atomic_llong beat_at_ms;      /* this host's monotonic clock at the last beat (0: none) */
+    atomic_uint_fast64_t beats_failed;
+    atomic_llong issued_max;      /* the highest place this instance issued */
+    atomic_int event;             /* stock_room_event for the next beat */
+    /* When the counter passed each value: a ring, values rising. */
+    pthread_mutex_t mu;
+    long long mark_pos[MARKS_CAP], mark_ms[MARKS_CAP];
+    int mark_head, nmarks;        /* oldest at mark_head */
+    long long marks_from;         /* the last value the marks go up to */
+};
+
+svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
+    assert(turn_ms > 0 && fixed_rate >= 0);
+    svc_room *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->turn_ms = turn_ms;
+    r->fixed_rate = fixed_rate;
+    atomic_init(&r->own_rate, fmin(fmax(initial_rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX));
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+void svc_room_free(svc_room *r) {
+    if (!r) return;
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+int svc_room_turn_ms(const svc_room *r) { return r->turn_ms; }
+long long svc_room_fixed_rate(const svc_room *r) { return r->fixed_rate; }
+
+/* ------------------------------------------------------------- tickets */
+
+static void hex(const unsigned char *d, size_t n, char *out) {
+    static const char X[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = X[d[i] >> 4];
+        out[2 * i + 1] = X[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int unhex(const char *s, size_t n, unsigned char *out) {
+    for (size_t i = 0; i < n; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = s[2 * i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) return -1;
+            v = v * 16 + d;
+        }
+        out[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static void user_tag(const char *user, unsigned char tag[8]) {
+    unsigned char d[SHA256_LEN];
+    sha256_ctx c;
+    sha256_init(&c);
+    sha256_update(&c, user, strlen(user));
+    sha256_final(&c, d);
+    memcpy(tag, d, 8);
+}
+
+/* The mac of a ticket: the first 16 bytes of HMAC-SHA-256 of
+ * "t1|sku|position|issued_ms|tag-hex". */
+static void ticket_mac(const char *secret, const char *sku, long long position,
+                       long long issued_ms, const char *tag_hex, unsigned char mac[16]) {
+    char msg[256];
+    unsigned char d[SHA256_LEN];
+    int n = snprintf(msg, sizeof msg, "t1|%s|%lld|%lld|%s", sku, position, issued_ms, tag_hex);
+    assert(n > 0 && (size_t)n < sizeof msg);   /* a SKU is at most 64 bytes */
+    hmac_sha256(secret, strlen(secret), msg, (size_t)n, d);
+    memcpy(mac, d, 16);
+}
+
+void svc_room_ticket_sign(const char *secret, const char *sku, const char *user,
+                          long long position, long long issued_ms,
+                          char out[SVC_ROOM_TICKET_MAX + 1]) {
+    unsigned char tag[8], mac[16];
+    char tag_hex[17], mac_hex[33];
+    assert(position > 0 && issued_ms >= 0);
+    user_tag(user, tag);
+    hex(tag, sizeof tag, tag_hex);
+    ticket_mac(secret, sku, position, issued_ms, tag_hex, mac);
+    hex(mac, sizeof mac, mac_hex);
+    snprintf(out, SVC_ROOM_TICKET_MAX + 1, "t1.%lld.%lld.%s.%s", position, issued_ms, tag_hex,
+             mac_hex);
+}
+
+/* A decimal of 1 to 18 digits, without a sign or a leading zero, ending at
+ * '.': its value and the end, or NULL. */
+static const char *number(const char *s, long long *v) {
+    long long n = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (p - s == 18) return NULL;
+        n = n * 10 + (*p - '0');
+    }
+    if (p == s || (*s == '0' && p - s > 1) || *p != '.') return NULL;
+    *v = n;
+    return p + 1;
+}
+
+int svc_room_ticket_read(const char *secret, const char *sku, const char *text, svc_ticket *t) {
+    if (!text || strlen(text) > SVC_ROOM_TICKET_MAX || strncmp(text, "t1.", 3) != 0) return -1;
+    const char *p = text + 3;
+    long long pos, ms;
+    if (!(p = number(p, &pos)) || !(p = number(p, &ms)) || pos <= 0) return -1;
+    if (strlen(p) != 16 + 1 + 32 || p[16] != '.') return -1;
+    char tag_hex[17];
+    unsigned char mac[16], want[16];
+    memcpy(tag_hex, p, 16);
+    tag_hex[16] = '\0';
+    if (unhex(tag_hex, 8, t->user_tag) || unhex(p + 17, 16, mac)) return -1;
+    ticket_mac(secret, sku, pos, ms, tag_hex, want);
+    if (!sha256_equal(mac, want, sizeof mac)) return -1;
+    t->position = pos;
+    t->issued_ms = ms;
+    return 0;
+}
+
+int svc_room_ticket_is_users(const svc_ticket *t, const char *user) {
+    unsigned char tag[8];
+    user_tag(user, tag);
+    return sha256_equal(tag, t->user_tag, sizeof tag);
+}
+
+/* ------------------------------------------------------------ the view */
+
+static long long redis_now(const svc_room *r) {
+    return clock_wall_ms() + atomic_load_explicit(&r->offset_ms, memory_order_relaxed);
+}
+
+/* When the counter reached position (Redis ms): the first mark at or past
+ * it; -1 when the marks do not go back that far (or not yet that far).
+ * r->mu held. */
+static long long reached_at(const svc_room *r, long long position) {
+    int lo = 0, hi = r->nmarks;
+    while (lo < hi) {             /* the first mark whose value is >= position */
+        int mid = (lo + hi) / 2;
+        if (r->mark_pos[(r->mark_head + mid) % MARKS_CAP] >= position) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo == r->nmarks) return -1;
+    if (lo == 0 && r->nmarks == MARKS_CAP) return -1;   /* it may have been before the oldest */
+    return r->mark_ms[(r->mark_head + lo) % MARKS_CAP];
+}
+
+svc_turn svc_room_turn(svc_room *r, long long position, long long *ms) {
+    *ms = 0;
+    if (atomic_load(&r->beat_at_ms) == 0) return SVC_TURN_UNKNOWN;
+    if (atomic_load(&r->sold_out_ms) > 0) return SVC_TURN_SOLD_OUT;
+    long long serving = atomic_load(&r->serving), now = redis_now(r);
+    if (position > serving) {
+        double rate = atomic_load(&r->rate);
+        *ms = rate > 0 ? (long long)ceil((double)(position - serving) * 1000.0 / rate)
+                       : SVC_ROOM_RETRY_MAX_MS;
+        return SVC_TURN_WAIT;
+    }
+    pthread_mutex_lock(&r->mu);
+    long long at = reached_at(r, position);
+    pthread_mutex_unlock(&r->mu);
+    if (at < 0) {                 /* not in the marks heard: the whole turn, generously */
+        *ms = r->turn_ms;
+        return SVC_TURN_NOW;
+    }
+    long long end = at + r->turn_ms;
+    if (now > end) {
+        *ms = now - end;
+        return SVC_TURN_OVER;
+    }
+    *ms = end - now;
+    return SVC_TURN_NOW;
+}
+
+void svc_room_figures_get(svc_room *r, svc_room_figures *out) {
+    long long at = atomic_load(&r->beat_at_ms);
+    *out = (svc_room_figures){ .issued = atomic_load(&r->seq),
+                               .serving = atomic_load(&r->serving),
+                               .rate = atomic_load(&r->rate),
+                               .own_rate = atomic_load(&r->own_rate),
+                               .sold_out_ms = atomic_load(&r->sold_out_ms),
+                               .beat_age_ms = at ? clock_mono_ms() - at : -1,
+                               .beats_failed = atomic_load(&r->beats_failed) };
+}
+
+void svc_room_issued(svc_room *r, long long position, long long now_ms) {
+    long long m = atomic_load(&r->issued_max);
+    while (position > m && !atomic_compare_exchange_weak(&r->issued_max, &m, position)) {}
+    m = atomic_load(&r->seq);
+    while (position > m && !atomic_compare_exchange_weak(&r->seq, &m, position)) {}
+    (void)now_ms;
+}
+
+void svc_room_note_sold_out(svc_room *r) {
+    if (atomic_load_explicit(&r->sold_out_ms, memory_order_relaxed) == 0)
+        atomic_store(&r->event, STOCK_ROOM_SOLD_OUT);
+}
+
+void svc_room_note_units(svc_room *r) { atomic_store(&r->event, STOCK_ROOM_REOPEN); }
+
+/* ------------------------------------------------------------- a beat */
+
+double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
+    if (load->shed > 0 || (load->p90_us > 0 && load->p90_us > load->target_us)) {
+        rate *= 0.8;                        /* its orders queue or are refused */
+    } else if (waiting) {
+        /* Buyers wait and the path is quick: say more. Far under the
+         * target the order path is idle (the room holds buyers back that
+         * it could serve): grow fast, as a TCP slow start. */
+        if (load->p90_us < load->target_us / 8) rate *= 1.25;
+        else if (load->p90_us < load->target_us / 2) rate *= 1.05;
+    }
+    return fmin(fmax(rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX);
+}
+
+/* Adds the marks a beat heard (values past marks_from, rising). r->mu held. */
+static void add_marks(svc_room *r, const stock_room_state *st) {
+    for (int i = 0; i < st->nmarks; i++) {
+        if (st->mark_pos[i] <= r->marks_from) continue;
+        int slot = (r->mark_head + r->nmarks) % MARKS_CAP;
+        if (r->nmarks == MARKS_CAP) r->mark_head = (r->mark_head + 1) % MARKS_CAP;
+        else r->nmarks++;
+        r->mark_pos[slot] = st->mark_pos[i];
+        r->mark_ms[slot] = st->mark_ms[i];
+        r->marks_from = st->mark_pos[i];
+    }
+}
+
+int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p, const svc_room_load *load) {
+    static __thread stock_room_state st;   /* 16 KiB: not on the stack */
+    long long seq = atomic_load(&r->seq), serving = atomic_load(&r->serving);
+    int waiting = atomic_load(&r->beat_at_ms) != 0 && seq > serving;
+    double own = svc_room_rate_next(atomic_load(&r->own_rate), load, waiting);
+    atomic_store(&r->own_rate, own);
+    stock_room_event ev = (stock_room_event)atomic_exchange(&r->event, STOCK_ROOM_NONE);
+    pthread_mutex_lock(&r->mu);
+    long long from = r->marks_from;
+    pthread_mutex_unlock(&r->mu);
+    stock_room_beat in = { .rate = own, .fixed_rate = r->fixed_rate, .marks_from = from,
+                           .floor_seq = atomic_load(&r->issued_max) > seq
+                                            ? atomic_load(&r->issued_max) : seq,
+                           .floor_serving = serving, .event = ev };
+    int64_t t0 = clock_wall_ms();
+    if (stock_room_beat_run(c, p, &in, &st) != 0) {
+        if (ev != STOCK_ROOM_NONE) {        /* said again next time, unless a newer one came */
+            int none = STOCK_ROOM_NONE;
+            atomic_compare_exchange_strong(&r->event, &none, (int)ev);
+        }
+        atomic_fetch_add(&r->beats_failed, 1);
+        return -1;
+    }
+    /* Redis's clock against ours, at the middle of the round trip. */
+    int64_t t1 = clock_wall_ms();
+    atomic_store(&r->offset_ms, st.now_ms - (t0 + t1) / 2);
+    long long s = (long long)floor(st.serving);
+    if (s > atomic_load(&r->serving)) atomic_store(&r->serving, s);   /* never back */
+    if (st.seq > atomic_load(&r->seq)) atomic_store(&r->seq, st.seq);
+    atomic_store(&r->rate, st.rate);
+    atomic_store(&r->sold_out_ms, st.sold_out_ms);
+    pthread_mutex_lock(&r->mu);
+    add_marks(r, &st);
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->beat_at_ms, clock_mono_ms() > 0 ? clock_mono_ms() : 1);
+    return 0;
+}

@@ -1,0 +1,122 @@
+/* room.h: the service's side of a product's waiting room (issue 43;
+ * docs/waiting-room.md). Redis keeps the line (stock/room.h); each
+ * instance keeps what it last heard of it, so that a waiting buyer's
+ * question -- is it my turn? -- and a sold-out room's answer cost no
+ * store at all:
+ *
+ * - Tickets. A place is handed out as a ticket, "t1.<position>.<issued
+ *   ms>.<user tag>.<mac>": the user tag is the first 8 bytes of
+ *   SHA-256(user id), the mac the first 16 of HMAC-SHA-256 under the
+ *   secret every instance shares (--room-secret, else the one kept in
+ *   Redis) of the SKU, position, time and tag. Any instance checks any
+ *   instance's ticket; a ticket is its holder's (an order checks the tag
+ *   against its user id) and its product's.
+ * - The view. Each beat (STOCK_ROOM_TICK_MS, the beat thread) brings the
+ *   last place issued, the serving counter, the rate, whether the room is
+ *   sold out, Redis's clock, and when the counter passed each value (the
+ *   marks: when each position's turn began). Between beats the view is
+ *   read with atomics; the marks under a mutex.
+ * - A turn. A position at or below the counter has its turn for turn_ms
+ *   from when the counter reached it; before, it waits (the estimate: its
+ *   distance from the counter at the rate); after, its turn is over (the
+ *   buyer may take a new place, at the back).
+ * - The rate this instance says it can take (svc_room_rate_next): the
+ *   room admits at the sum of the instances' rates, so each instance
+ *   raises its own while its orders of the product go through the path
+ *   fast and unshed, and lowers it when they queue or are shed: the
+ *   measured capacity of the order path drives the counter. */
+#ifndef FLASHSALE_SERVICE_ROOM_H
+#define FLASHSALE_SERVICE_ROOM_H
+
+#include <stdint.h>
+
+#include "stock/room.h"
+
+#define SVC_ROOM_TICKET_MAX 96          /* a ticket's text, at most */
+#define SVC_ROOM_SECRET_MAX 128
+#define SVC_ROOM_RETRY_MAX_MS 1000      /* a waiting buyer comes back within this */
+#define SVC_ROOM_RATE_INITIAL 1000.0  /* orders/s an instance says first */
+#define SVC_ROOM_RATE_MIN 10.0          /* orders/s an instance says at least... */
+#define SVC_ROOM_RATE_MAX 1000000.0     /* ...and at most */
+
+typedef struct svc_room svc_room;
+
+/* A room whose turns last turn_ms (> 0), admitting at fixed_rate orders/s
+ * (0: at the instances' measured rates), an instance's own rate starting
+ * at initial_rate. NULL when out of memory. */
+svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate);
+void svc_room_free(svc_room *r);
+int svc_room_turn_ms(const svc_room *r);
+long long svc_room_fixed_rate(const svc_room *r);
+
+/* ------------------------------------------------------------- tickets */
+
+typedef struct svc_ticket {
+    long long position;
+    long long issued_ms;
+    unsigned char user_tag[8];
+} svc_ticket;
+
+/* Writes the ticket of (sku, user, position, issued_ms) under secret into
+ * out (NUL-terminated, at most SVC_ROOM_TICKET_MAX). */
+void svc_room_ticket_sign(const char *secret, const char *sku, const char *user,
+                          long long position, long long issued_ms,
+                          char out[SVC_ROOM_TICKET_MAX + 1]);
+/* Whether text is a ticket of sku under secret: 0 with *t, else -1
+ * (malformed, or not signed so: forged, changed, another product's). */
+int svc_room_ticket_read(const char *secret, const char *sku, const char *text, svc_ticket *t);
+/* Whether t was issued to user. */
+int svc_room_ticket_is_users(const svc_ticket *t, const char *user);
+
+/* ------------------------------------------------------------ the view */
+
+typedef enum svc_turn {
+    SVC_TURN_WAIT,                /* not yet: *ms is the estimated wait */
+    SVC_TURN_NOW,                 /* its turn: *ms is what is left of it */
+    SVC_TURN_OVER,                /* its turn ended *ms ago */
+    SVC_TURN_SOLD_OUT,            /* the room is sold out */
+    SVC_TURN_UNKNOWN,             /* no beat heard yet (Redis unreachable since the start) */
+} svc_turn;
+
+/* Where position stands now, by this instance's view. */
+svc_turn svc_room_turn(svc_room *r, long long position, long long *ms);
+
+typedef struct svc_room_figures {
+    long long issued;             /* the last place issued */
+    long long serving;            /* the counter (whole positions) */
+    double rate;                  /* the room's rate (orders/s, all instances) */
+    double own_rate;              /* this instance's share */
+    long long sold_out_ms;        /* > 0: sold out since (Redis's clock, ms) */
+    int64_t beat_age_ms;          /* since the last beat heard (-1: none yet) */
+    uint64_t beats_failed;
+} svc_room_figures;
+
+void svc_room_figures_get(svc_room *r, svc_room_figures *out);
+
+/* A place was issued (by this instance): the room never issues below it. */
+void svc_room_issued(svc_room *r, long long position, long long now_ms);
+
+/* The store said the product is sold out / units came back (any thread):
+ * the next beat tells the room. */
+void svc_room_note_sold_out(svc_room *r);
+void svc_room_note_units(svc_room *r);
+
+/* ------------------------------------------------------------- a beat */
+
+/* What the instance's order path did since the last beat, for its rate. */
+typedef struct svc_room_load {
+    int64_t p90_us;               /* the strategy's latest p90 in the path (0: none) */
+    int64_t target_us;            /* the latency target */
+    uint64_t shed;                /* its orders refused overloaded, since the last beat */
+} svc_room_load;
+
+/* One beat of p's room on c (the beat thread): says this instance's rate,
+ * hears the room. Returns 0, or -1 (Redis failed: the view stays as it
+ * was, growing older). */
+int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p, const svc_room_load *load);
+
+/* The rule, pure (unit tests): an instance's next rate from its rate, its
+ * load and whether buyers wait beyond the counter. */
+double svc_room_rate_next(double rate, const svc_room_load *load, int waiting);
+
+#endif

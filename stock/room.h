@@ -1,0 +1,98 @@
+/* room.h: a product's waiting room, in Redis beside its stock (issue 43;
+ * docs/waiting-room.md).
+ *
+ * Past the order path's capacity, a flash sale without a room is a
+ * lottery: refused orders (503, Retry-After) go to whoever retries at the
+ * right moment, most of all to whoever ignores Retry-After. A room serves
+ * buyers in the order they came instead. A buyer takes a place (one per
+ * user): the next position. A serving counter, which every instance
+ * shares, moves on at the rate the instances together take orders (each
+ * says its own, measured, at every beat; or a fixed rate); a position at
+ * or below the counter has its turn, for the room's turn length from the
+ * moment the counter reached it. The counter never runs past the last
+ * place issued, so an idle room does not bank a burst.
+ *
+ * Keys, in the product's slot ({sku}): <prefix>{sku}:room (hash: seq, the
+ * last place issued; serving, the counter, a decimal; at, when it last
+ * moved; sold_out, since when the stock is gone, 0: open; rate),
+ * :room:users (user -> "position:issued_ms"), :room:marks (when the
+ * counter reached each value, the last 8192 moves: when a position's turn
+ * began) and :room:rates (instance -> "orders/s:ms"). All times are
+ * Redis's clock (ms).
+ *
+ * Redis losing its last writes (restarted empty, a failover to a replica
+ * that missed them): each instance passes the highest place and counter it
+ * saw at every call, and the room never goes back below them: a place is
+ * issued twice only if it was issued by another instance after this one's
+ * last beat (STOCK_ROOM_TICK_MS) and lost; a user whose place was lost may
+ * take a new one, at the back. The turn of such a place is shared, not
+ * doubled: neither oversells (the stock decides that), each can buy.
+ *
+ * Nothing here decides who may buy: the service checks a ticket (its
+ * signature, its position against the counter, its turn) and then sells
+ * as the product's strategy does. */
+#ifndef FLASHSALE_STOCK_ROOM_H
+#define FLASHSALE_STOCK_ROOM_H
+
+#include "stock/stock.h"
+
+#define STOCK_ROOM_TICK_MS 50     /* an instance's beat, per room */
+#define STOCK_ROOM_MARKS_MAX 1024 /* marks a beat brings back at most */
+
+/* ------------------------------------------------------------- a place */
+
+typedef struct stock_room_place {
+    long long position;           /* 0: the room is sold out, no place */
+    long long issued_ms;          /* when it was taken (the place's, if it was had) */
+    long long serving;            /* the counter (whole positions) */
+    int fresh;                    /* 1: a new place; 0: the user's, as it was */
+    int sold_out;
+    long long now_ms;             /* Redis's clock */
+} stock_room_place;
+
+/* The place of user in p's room (room_take.lua) on c -- the one it has,
+ * unless its turn (turn_ms) is over, else a new one at the back, never
+ * below floor (the highest position the caller knows was issued).
+ * Returns 0 with *out, or -1 (stock_conn_errstr; a place may have been
+ * taken: it is the user's, found again by the next call). Blocking. */
+int stock_room_take(stock_conn *c, const stock_product *p, const char *user, long long floor,
+                    int turn_ms, stock_room_place *out);
+
+/* -------------------------------------------------------------- a beat */
+
+typedef enum stock_room_event {
+    STOCK_ROOM_NONE = 0,
+    STOCK_ROOM_SOLD_OUT,          /* this instance's store said nothing is left */
+    STOCK_ROOM_REOPEN,            /* units came back: the room is open again */
+} stock_room_event;
+
+typedef struct stock_room_beat {
+    double rate;                  /* this instance's, orders/s (0: says nothing) */
+    long long fixed_rate;         /* > 0: the room's rate, whatever the instances say */
+    long long marks_from;         /* the counter up to which the caller has the marks */
+    long long floor_seq;          /* the highest place the caller knows was issued... */
+    long long floor_serving;      /* ...and counter it saw */
+    stock_room_event event;
+} stock_room_beat;
+
+typedef struct stock_room_state {
+    long long seq;                /* the last place issued */
+    double serving;               /* the counter */
+    long long now_ms;             /* Redis's clock */
+    double rate;                  /* the rate it moved at (orders/s, all instances) */
+    long long sold_out_ms;        /* > 0: sold out since */
+    int nmarks;                   /* marks past marks_from, oldest first */
+    long long mark_pos[STOCK_ROOM_MARKS_MAX], mark_ms[STOCK_ROOM_MARKS_MAX];
+} stock_room_state;
+
+/* One beat of p's room (room_tick.lua) on c: returns 0 with *out filled,
+ * or -1 (stock_conn_errstr). Blocking: the caller's own thread. */
+int stock_room_beat_run(stock_conn *c, const stock_product *p, const stock_room_beat *in,
+                        stock_room_state *out);
+
+/* The secret the instances sign tickets with, when none is configured:
+ * the one kept in Redis, or proposal if there is none yet (it is then
+ * kept). Returns 0 with the key in out (NUL-terminated), or -1. */
+int stock_room_secret(stock_conn *c, const char *proposal, char *out, size_t len);
+
+#endif
