@@ -207,6 +207,10 @@ int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e) {
     if (s->lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(s->lock_ttl_ms));
     if (s->cs_overlap) json_object_set_new(j, "cs_overlap", json_integer(s->cs_overlap));
     if (s->hold_seconds) json_object_set_new(j, "hold_seconds", json_integer(s->hold_seconds));
+    if (s->room_turn_s)
+        json_object_set_new(j, "waiting_room", json_pack("{s:i, s:I}", "turn_seconds",
+                                                         s->room_turn_s, "rate",
+                                                         (json_int_t)s->room_rate));
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!body) return fl_errf(e, "out of memory");

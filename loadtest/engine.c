@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "loadtest/crowd_int.h"
 #include "loadtest/loadtest.h"
 
 #define READ_BUF (64 * 1024)
@@ -56,8 +57,13 @@ typedef struct req_info {
     uint32_t user;
     uint16_t qty;
     uint8_t replay;
-    uint8_t action;               /* 0: an order; FL_PAY, FL_CANCEL: a decision on dec_id */
+    uint8_t action;               /* 0: an order; FL_PAY, FL_CANCEL: a decision on dec_id;
+                                     A_CROWD: a crowd's buyer's request */
+    uint8_t ticket;               /* a crowd's: asks for a place, not an order */
+    uint32_t crowd_i;             /* a crowd's: the buyer, in the thread's part */
 } req_info;
+
+#define A_CROWD 3                 /* beside FL_PAY and FL_CANCEL */
 
 typedef enum cstate { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY } cstate;
 
@@ -100,6 +106,8 @@ typedef struct worker {
     fl_load_result r;             /* this thread's, merged at the end */
     size_t cap_created, cap_replayed, cap_lost, cap_decisions;
     fl_timerq due;                /* buyers' decisions not yet sent */
+    int crowd_on;                 /* the load is a crowd (fl_crowd_opts) */
+    crowd_part crowd;             /* ...its buyers of this thread */
     /* Read by the progress caller. */
     atomic_uint_fast64_t l_answered, l_2xx, l_201, l_409, l_429, l_5xx, l_other, l_errors;
     atomic_uint_fast64_t l_shed;
@@ -249,13 +257,28 @@ static void schedule_decision(worker *w, const conn *c, const char *id, int64_t 
     if (fl_timerq_push(&w->due, &d)) push_decision(w, id, action, d.user, d.qty, -1);
 }
 
+static void record_order_answer(worker *w, conn *c, int64_t now);
+
+/* A whole answer: counted, and told to whoever asked (a crowd's buyer, a
+ * buyer's decision). */
 static void record_answer(worker *w, conn *c, int64_t now) {
-    const fl_resp *rs = &c->resp;
-    fl_load_result *r = &w->r;
+    if (c->req.action == A_CROWD) {
+        /* A place's answer counts as an answer, never as an order. */
+        if (!c->req.ticket) record_order_answer(w, c, now);
+        else w->r.answered++, w->last_answer = now;
+        crowd_answer(&w->crowd, c->req.crowd_i, &c->resp, now);
+        return;
+    }
     if (c->req.action) {
         record_decision(w, c, now);
         return;
     }
+    record_order_answer(w, c, now);
+}
+
+static void record_order_answer(worker *w, conn *c, int64_t now) {
+    const fl_resp *rs = &c->resp;
+    fl_load_result *r = &w->r;
     uint64_t lat = now > c->start_us ? (uint64_t)(now - c->start_us) : 0;
     int st = rs->status < 600 ? rs->status : 599;
     fl_hist_record(&r->hist, lat);
@@ -305,7 +328,7 @@ static void record_answer(worker *w, conn *c, int64_t now) {
 
 static req_info pick(worker *w) {
     const fl_load_opts *o = &w->g->o;
-    req_info q = { FL_NO_KEY, 0, 1, 0, 0 };
+    req_info q = { FL_NO_KEY, 0, 1, 0, 0, 0, 0 };
     if (o->get_path) return q;
     if (o->idem && o->retry > 0 && w->ring_n && fl_rng_unit(&w->rng) < o->retry) {
         q = w->ring[fl_rng_below(&w->rng, w->ring_n)];
@@ -398,9 +421,14 @@ static void push_down(worker *w, conn *c, int64_t retry_at) {
 static void conn_close(worker *w, conn *c, int64_t now, int failed_request, int timed_out) {
     if (c->st == C_BUSY) {
         w->busy--;
-        if (failed_request && c->req.action) {
+        if (c->req.action == A_CROWD && failed_request) {
+            /* Unanswered, the buyer tries again. */
+            crowd_lost(&w->crowd, c->req.crowd_i, now);
+            if (c->req.ticket) w->r.transport_errors++;
+        }
+        if (failed_request && c->req.action && c->req.action != A_CROWD) {
             push_decision(w, c->dec_id, c->req.action, c->req.user, c->req.qty, 0);
-        } else if (failed_request) {
+        } else if (failed_request && !(c->req.action == A_CROWD && c->req.ticket)) {
             w->r.transport_errors++;
             if (timed_out) w->r.timeouts++;
             atomic_fetch_add_explicit(&w->l_errors, 1, memory_order_relaxed);
@@ -563,10 +591,28 @@ static void issue(worker *w, conn *c, int64_t start, int64_t now) {
 /* Sends decision d on the idle connection c. */
 static void issue_decision(worker *w, conn *c, const fl_due *d, int64_t now) {
     assert(c->st == C_IDLE);
-    c->req = (req_info){ FL_NO_KEY, d->user, d->qty, 0, d->action };
+    c->req = (req_info){ FL_NO_KEY, d->user, d->qty, 0, d->action, 0, 0 };
     memcpy(c->dec_id, d->order_id, sizeof c->dec_id);
     build_decision(w, c);
     send_request(w, c, now, now);
+}
+
+/* Sends crowd buyer i's next request on the idle connection c. */
+static void issue_buyer(worker *w, conn *c, uint32_t i, int64_t now) {
+    assert(c->st == C_IDLE);
+    const crowd_buyer *b = &w->crowd.b[i];
+    c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase == CROWD_TICKET, i };
+    c->wlen = crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf);
+    send_request(w, c, now, now);
+}
+
+/* Sends the crowd's buyers that are due, each on an idle connection. */
+static void dispatch_crowd(worker *w, int64_t now) {
+    while (w->nidle && crowd_next_at(&w->crowd) <= now) {
+        conn *c = pop_idle(w);
+        if (!c) return;
+        issue_buyer(w, c, crowd_pop(&w->crowd), now);
+    }
 }
 
 /* Whether a decision is due now. */
@@ -584,6 +630,12 @@ static void on_answer(worker *w, conn *c, int64_t now) {
     }
     w->busy--;
     c->st = C_IDLE;
+    if (w->crowd_on) {
+        if (!w->stopping && crowd_next_at(&w->crowd) <= now)
+            issue_buyer(w, c, crowd_pop(&w->crowd), now);
+        else push_idle(w, c);
+        return;
+    }
     if (decision_due(w, now)) {     /* a buyer's decision goes first */
         fl_due d;
         fl_timerq_pop(&w->due, &d);
@@ -649,6 +701,10 @@ static void on_event(worker *w, uint32_t idx, uint32_t events, int64_t now) {
 /* Sends what is due: every idle connection (closed loop), or the requests
  * whose scheduled time has come (open loop). */
 static void dispatch(worker *w, int64_t now) {
+    if (w->crowd_on) {
+        dispatch_crowd(w, now);
+        return;
+    }
     if (w->g->o.rate <= 0) {
         while (w->nidle) {
             conn *c = pop_idle(w);
@@ -718,6 +774,7 @@ static void scan_timeouts(worker *w, int64_t now) {
 static void update_stopping(worker *w, int64_t now) {
     if (w->stopping) return;
     if (atomic_load(&w->g->stop) || (w->stop_at && now >= w->stop_at)) w->stopping = 1;
+    if (w->crowd_on && w->crowd.done == w->crowd.n) w->stopping = 1;   /* every buyer answered */
 }
 
 /* How long epoll may sleep, in microseconds. */
@@ -726,6 +783,8 @@ static int64_t wait_for(worker *w, int64_t now) {
     const fl_due *d = fl_timerq_peek(&w->due);
     if (d && w->nidle && d->at - now < t) t = d->at - now;
     if (!w->stopping) {
+        if (w->crowd_on && w->nidle && crowd_next_at(&w->crowd) - now < t)
+            t = crowd_next_at(&w->crowd) - now;
         if (w->stop_at && w->stop_at - now < t) t = w->stop_at - now;
         if (w->g->o.rate > 0 && w->nidle && (int64_t)w->next_sched - now < t)
             t = (int64_t)w->next_sched - now;
@@ -779,6 +838,8 @@ static void *worker_main(void *arg) {
     int64_t now = clock_mono_us();
     for (int i = 0; i < w->nconns; i++)
         if (w->conns[i].fd >= 0) conn_close(w, &w->conns[i], now, 1, 1);
+    if (w->crowd_on && crowd_records(&w->crowd, w->g->t0, &w->r.buyers, &w->r.nbuyers) != 0)
+        w->r.nbuyers = 0;             /* out of memory: no figures, said by the caller */
     atomic_store(&w->finished, 1);
     return NULL;
 }
@@ -806,6 +867,7 @@ static void worker_free(worker *w) {
     free(w->idle);
     free(w->down);
     fl_timerq_free(&w->due);
+    if (w->crowd_on) crowd_part_free(&w->crowd);
     fl_load_result_free(&w->r);
     pthread_mutex_destroy(&w->live_mu);
 }
@@ -839,6 +901,11 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
         w->next_sched = (double)g->t0 + w->interval * id / g->nw;
     }
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
+    if (o->crowd.buyers) {
+        if (crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed))
+            return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
+        w->crowd_on = 1;
+    }
     /* A timeout is noticed within a quarter of itself (and 50 ms at most). */
     w->scan_every = o->timeout_us / 4;
     if (w->scan_every > TICK_US) w->scan_every = TICK_US;
@@ -855,6 +922,10 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
     if (!o->get_path && (o->qty_min < 1 || o->qty_max < o->qty_min || o->qty_max > 1000))
         return fl_errf(e, "--quantity must be within 1..1000");
     if (!o->duration_us && !o->requests) return fl_errf(e, "give --duration or --requests");
+    if (o->crowd.buyers && (o->rate > 0 || o->idem || o->hold_seconds || o->crowd.impatient < 0 ||
+                            o->crowd.impatient > 1 || o->crowd.ramp_us < 0))
+        return fl_errf(e, "a crowd (--crowd) is its own load: not with --rate, --idem or holds; "
+                       "--impatient is a share, 0..1");
     if (o->rate < 0) return fl_errf(e, "--rate must be positive");
     if (o->pay < 0 || o->cancel < 0 || o->pay + o->cancel > 1)
         return fl_errf(e, "--pay and --cancel are shares: each 0..1, together at most 1");
@@ -984,6 +1055,7 @@ static void merge_result(fl_load_result *d, const fl_load_result *s) {
     append((void **)&d->lost, &d->nlost, s->lost, s->nlost, sizeof *s->lost);
     append((void **)&d->decisions, &d->ndecisions, s->decisions, s->ndecisions,
            sizeof *s->decisions);
+    append((void **)&d->buyers, &d->nbuyers, s->buyers, s->nbuyers, sizeof *s->buyers);
     fl_hist_merge(&d->decision_hist, &s->decision_hist);
 }
 
@@ -1013,10 +1085,12 @@ void fl_load_result_free(fl_load_result *r) {
     free(r->replayed);
     free(r->lost);
     free(r->decisions);
+    free(r->buyers);
     r->created = r->replayed = NULL;
     r->lost = NULL;
     r->decisions = NULL;
-    r->ncreated = r->nreplayed = r->nlost = r->ndecisions = 0;
+    r->buyers = NULL;
+    r->ncreated = r->nreplayed = r->nlost = r->ndecisions = r->nbuyers = 0;
 }
 
 uint64_t fl_load_code(const fl_load_result *r, const char *code) {

@@ -22,6 +22,7 @@
 enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_SETUP = 2, EXIT_USAGE = 64 };
 
 #define RUN_DURATION_S 10          /* a run without --duration or --requests */
+#define CROWD_LIMIT_S 120          /* a crowd without --duration: its longest */
 #define DEFAULT_TARGET "http://127.0.0.1:8080"
 
 static atomic_int interrupted;
@@ -73,6 +74,16 @@ static void usage_run(FILE *f) {
 "                         (uniform within %.0f%% of the hold)\n"
 "  --cancel SHARE         holds: share 0..1 they cancel, likewise; the rest abandon\n"
 "                         theirs (it expires). Every answer is recorded and checked\n"
+"a crowd: buyers as people, instead of connections that order again and again\n"
+"  --crowd N              N buyers, u0 first, each trying until it has a unit or is told\n"
+"                         sold out; the run ends when every buyer has its answer (or\n"
+"                         after --duration, %d s by default)\n"
+"  --ramp SECS            the buyers arrive evenly over SECS (0: all at once)\n"
+"  --impatient SHARE      share 0..1 of them who retry at once (bots); the rest wait as\n"
+"                         told (Retry-After, a ticket's retry_after_ms)\n"
+"  --waiting-room         the product has a waiting room: each buyer takes a ticket first\n"
+"  --room-turn SECS       ...a ticket's turn (30)\n"
+"  --room-rate N          ...admitting N orders/s (0: the service's measure)\n"
 "the product (created unless --no-create)\n"
 "  --sku SKU              its SKU (default: a fresh fl-<time>-<n>)\n"
 "  --no-create            use the existing SKU given by --sku\n"
@@ -106,6 +117,7 @@ static void usage_run(FILE *f) {
 "flashload inspect --help: read given SKUs' stores without a load\n",
             DEFAULT_TARGET, d.load.connections, d.load.threads, RUN_DURATION_S,
             d.load.timeout_us / 1e6, d.load.goodput_us / 1e3, d.load.late_us / 1e3, d.load.users, d.load.qty_min, FL_THINK_SHARE * 100,
+            CROWD_LIMIT_S,
             d.product.stock,
             d.product.segments, d.vantage.key_prefix, d.settle_ms);
     usage_exit_codes(f);
@@ -386,6 +398,22 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--hold-seconds")) {
             if (inum(a, val(argc, argv, &i), 0, 86400, &n)) return -1;
             o->product.hold_seconds = (int)n;
+        } else if (!strcmp(a, "--crowd")) {
+            if (inum(a, val(argc, argv, &i), 1, 10000000, &n)) return -1;
+            lo->crowd.buyers = (uint32_t)n;
+        } else if (!strcmp(a, "--ramp")) {
+            if (num(a, val(argc, argv, &i), 0, 3600, &d)) return -1;
+            lo->crowd.ramp_us = (int64_t)(d * 1e6);
+        } else if (!strcmp(a, "--impatient")) {
+            if (num(a, val(argc, argv, &i), 0, 1, &lo->crowd.impatient)) return -1;
+        } else if (!strcmp(a, "--waiting-room")) {
+            lo->crowd.room = 1;
+            if (!o->product.room_turn_s) o->product.room_turn_s = 30;
+        } else if (!strcmp(a, "--room-rate")) {
+            if (inum(a, val(argc, argv, &i), 0, 10000000, &o->product.room_rate)) return -1;
+        } else if (!strcmp(a, "--room-turn")) {
+            if (inum(a, val(argc, argv, &i), 1, 3600, &n)) return -1;
+            o->product.room_turn_s = (int)n;
         } else if (!strcmp(a, "--sku")) {
             if (copy(a, val(argc, argv, &i), o->product.sku, sizeof o->product.sku)) return -1;
         } else if (!strcmp(a, "--no-create")) {
@@ -424,13 +452,19 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         }
     }
     if (!lo->ntargets && add_target(lo->targets, &lo->ntargets, DEFAULT_TARGET)) return -1;
-    if (!have_duration && !lo->requests) lo->duration_us = RUN_DURATION_S * 1000000LL;
+    if (!have_duration && !lo->requests && !lo->crowd.buyers)
+        lo->duration_us = RUN_DURATION_S * 1000000LL;
     if (!o->create && !o->product.sku[0] && !lo->get_path) return bad("--no-create needs --sku");
     if (lo->pay + lo->cancel > 1) return bad("--pay and --cancel add up to more than 1");
     if ((lo->pay > 0 || lo->cancel > 0) && o->create && !o->product.hold_seconds)
         return bad("--pay and --cancel need --hold-seconds (or --no-create with a product "
                    "that has holds)");
     if (lo->get_path) o->verify = 0;
+    if (lo->crowd.room && !lo->crowd.buyers) return bad("--waiting-room is for a crowd (--crowd N)");
+    if (lo->crowd.buyers && !have_duration) lo->duration_us = CROWD_LIMIT_S * 1000000LL;
+    if (lo->crowd.buyers && (lo->rate > 0 || lo->idem || o->product.hold_seconds))
+        return bad("--crowd is a load of its own: not with --rate, --idempotency, --retry or "
+                   "--hold-seconds");
     o->vantage.api = lo->targets[0];
     o->progress = progress;
     return 0;

@@ -44,6 +44,7 @@ void fl_resp_reset(fl_resp *r) {
     r->minor = 1;
     r->keep_alive = 1;
     r->replayed = 0;
+    r->retry_after_s = -1;
     r->chunked = 0;
     r->content_length = -1;
     r->body_len = 0;
@@ -154,6 +155,11 @@ static int parse_header(fl_resp *r, const char *l, size_t n) {
         else if (has_token(v, vn, "keep-alive")) r->keep_alive = 1;
     } else if (nl == 19 && strncasecmp(l, "Idempotent-Replayed", 19) == 0) {
         r->replayed = vn == 4 && strncasecmp(v, "true", 4) == 0;
+    } else if (nl == 11 && strncasecmp(l, "Retry-After", 11) == 0) {
+        long long s = 0;                  /* delay-seconds only (not an HTTP date) */
+        size_t i = 0;
+        for (; i < vn && i < 9 && v[i] >= '0' && v[i] <= '9'; i++) s = s * 10 + (v[i] - '0');
+        r->retry_after_s = i > 0 && i == vn ? (int)s : -1;
     }
     return 0;
 }

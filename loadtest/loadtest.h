@@ -78,6 +78,7 @@ typedef struct fl_resp {
     int minor;                   /* HTTP/1.<minor> */
     int keep_alive;              /* the connection may carry another request */
     int replayed;                /* Idempotent-Replayed: true */
+    int retry_after_s;           /* Retry-After in seconds (-1: none, or a date) */
     int chunked;                 /* Transfer-Encoding: chunked */
     long long content_length;    /* -1: none given */
     char *body;                  /* the first body_max bytes, NUL-terminated */
@@ -234,6 +235,33 @@ int fl_target_parse(const char *url, fl_target *t, fl_err *e);
 /* -------------------------------------------------------------- the engine */
 
 #define FL_NO_KEY UINT64_MAX
+#define FL_TICKET_MAX 96          /* a waiting room's ticket, as the service writes it */
+
+/* A crowd (crowd.c): instead of connections that each order again and
+ * again, `buyers` people who arrive over a ramp, in order (buyer i is user
+ * u<i>, the i-th to arrive), each trying until it has a unit or is told
+ * sold out. A polite buyer waits as it is told (Retry-After, a ticket's
+ * retry_after_ms); an impatient one (a bot) asks again at once. With
+ * `room`, each buyer first takes a place in the product's waiting room and
+ * orders with its ticket. Each buys one unit. */
+typedef struct fl_crowd_opts {
+    uint32_t buyers;             /* > 0: the load is this crowd */
+    int64_t ramp_us;             /* arrivals spread evenly over it (0: all at once) */
+    double impatient;            /* share of the buyers who are bots */
+    int room;                    /* take a ticket first */
+} fl_crowd_opts;
+
+enum { FL_BUYER_NONE, FL_BUYER_GOT, FL_BUYER_SOLD_OUT, FL_BUYER_REFUSED };
+
+/* One buyer of a crowd, as the run saw it (times from the start, us). */
+typedef struct fl_buyer_rec {
+    uint32_t idx;                /* arrival rank: 0 came first */
+    uint8_t bot;
+    uint8_t outcome;             /* FL_BUYER_* (NONE: no final answer by the end) */
+    uint16_t requests;
+    int64_t arrive_us;
+    int64_t final_us;            /* its final answer (-1: none) */
+} fl_buyer_rec;
 
 /* What the engine sends and how. */
 typedef struct fl_load_opts {
@@ -264,6 +292,8 @@ typedef struct fl_load_opts {
     int hold_seconds;
     double pay, cancel;          /* shares of the 201s; the rest abandon */
     char token[256];             /* admin bearer token for the confirms ("" none) */
+    fl_crowd_opts crowd;         /* buyers > 0: a crowd (then users, zipf, qty, idem,
+                                    retry, holds and rate are not used) */
 } fl_load_opts;
 
 /* Defaults: 64 connections, 2 threads, 10 s timeout, 1000 uniform users,
@@ -337,6 +367,8 @@ typedef struct fl_load_result {
     size_t ndecisions;
     fl_hist decision_hist;       /* latency of the confirms and cancels */
     int64_t start_wall_ms;       /* the wall clock at the start (Unix ms) */
+    fl_buyer_rec *buyers;        /* a crowd: every buyer, in no order */
+    size_t nbuyers;
 } fl_load_result;
 
 void fl_load_result_free(fl_load_result *r);
@@ -371,6 +403,34 @@ int fl_engine_connected(fl_engine *g);
 void fl_engine_stop(fl_engine *g);
 /* Waits for the threads, fills res and frees g. */
 void fl_engine_join(fl_engine *g, fl_load_result *res);
+
+/* What a crowd's run came to (crowd.c): who got the units, against who
+ * came first. S is the stock the crowd competed for. */
+typedef struct fl_crowd_figures {
+    uint32_t buyers, bots, winners, bot_winners;
+    long long stock;             /* S */
+    double first_share;          /* of the units, the share the first S arrivals got */
+    uint64_t pairs, out_of_order;   /* pairs of winners; of them served against arrival */
+    double bot_units, polite_units; /* units per capita */
+    double bot_ratio;            /* bot_units / polite_units (0: polite got none) */
+    int64_t final_p50_us, final_p99_us;   /* arrival to the final answer */
+    uint32_t no_final;           /* buyers without a final answer at the end */
+    int64_t final_after_last_unit_us;   /* the last final answer after the last unit sold */
+    double requests_median, requests_p99;
+    uint64_t requests;           /* all buyers' requests */
+    int64_t first_unit_us, last_unit_us;
+    double units_per_s;          /* units / (last - first unit) */
+} fl_crowd_figures;
+
+/* The figures of a crowd's buyers (r->buyers) for stock S. 0, or -1 when
+ * out of memory. */
+int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figures *out);
+/* Prints them, a few lines. */
+void fl_crowd_print(const fl_crowd_figures *f, FILE *out);
+/* Them as JSON, with the crowd's settings and each buyer's arrival rank,
+ * outcome and time of its final answer (for the report's chart). */
+struct json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o,
+                             const fl_load_result *r);
 
 /* ------------------------------------------------------ the blocking client */
 
@@ -415,6 +475,8 @@ typedef struct fl_product_spec {
     int cs_overlap;              /* fault injection: holders the critical section waits
                                     for, cs_delay_ms at most (0: not sent) */
     int hold_seconds;            /* holds (0: not sent) */
+    int room_turn_s;             /* > 0: a waiting room, turns this long (0: none) */
+    long long room_rate;         /* ...admitting this many orders/s (0: measured) */
 } fl_product_spec;
 
 /* POST /v1/products. Returns 0, or -1 with the service's answer in e. */

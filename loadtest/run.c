@@ -218,6 +218,9 @@ void fl_run_print(const fl_run_opts *o, const fl_run_result *r, FILE *f) {
     if (l->replays_sent)
         fprintf(f, "replays   %llu orders reused an earlier key; %zu answered as replays\n",
                 (unsigned long long)l->replays_sent, l->nreplayed);
+    fl_crowd_figures cf;
+    if (lo->crowd.buyers && fl_crowd_figures_get(l, r->product.stock_initial, &cf) == 0)
+        fl_crowd_print(&cf, f);
     if (!r->verified) return;
     const fl_verdict *vd = &r->verdict;
     fprintf(f, "stock     %lld for sale, %lld sold, %lld left; the client holds 201s for %lld "
@@ -307,6 +310,9 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
                                                 "within_us", (json_int_t)o->load.goodput_us));
     json_object_set_new(j, "late", json_pack("{s:I, s:I}", "answers", (json_int_t)l->late,
                                              "after_us", (json_int_t)o->load.late_us));
+    fl_crowd_figures cf;
+    if (o->load.crowd.buyers && fl_crowd_figures_get(l, r->product.stock_initial, &cf) == 0)
+        json_object_set_new(j, "crowd", fl_crowd_json(&cf, &o->load.crowd, l));
     if (r->verified) {
         const fl_verdict *vd = &r->verdict;
         json_object_set_new(j, "verdict",

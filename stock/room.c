@@ -10,39 +10,45 @@
 
 /* ------------------------------------------------------------- a place */
 
-static int take_at(stock_conn *c, const stock_product *p, const char *user, long long floor,
-                   int turn_ms, stock_room_place *out) {
+static int take_at(stock_conn *c, const stock_product *p, const char *const *users, int n,
+                   long long floor, int turn_ms, stock_room_place *out) {
     rconn_cmd_reset(&c->cmd);
     rconn_cmd_evalsha(&c->cmd, &sk_room_take, 3);
     sk_add_key(c, p->sku, "room");
     sk_add_key(c, p->sku, "room:users");
     sk_add_key(c, p->sku, "room:marks");
-    rconn_cmd_adds(&c->cmd, user);
     rconn_cmd_addll(&c->cmd, floor);
     rconn_cmd_addll(&c->cmd, turn_ms);
-    /* Safe to repeat: a place taken once is the user's, found again. */
-    redisReply *rep = sk_run_idempotent(c, "room place");
+    for (int i = 0; i < n; i++) rconn_cmd_adds(&c->cmd, users[i]);
+    /* Safe to repeat: a place taken once is its user's, found again. */
+    redisReply *rep = sk_run_idempotent(c, "room places");
     if (!rep) return -1;
     int rc = -1;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 6) {
-        *out = (stock_room_place){ .position = sk_elem_int(rep, 0),
-                                   .issued_ms = sk_elem_int(rep, 1),
-                                   .serving = sk_elem_int(rep, 2),
-                                   .fresh = sk_elem_int(rep, 3) == 1,
-                                   .sold_out = sk_elem_int(rep, 4) == 1,
-                                   .now_ms = sk_elem_int(rep, 5) };
-        rc = out->sold_out || out->position > 0 ? 0 : -1;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3) {
+        long long serving = sk_elem_int(rep, 0), now = sk_elem_int(rep, 2);
+        int sold_out = sk_elem_int(rep, 1) == 1;
+        if (sold_out || rep->elements == 3 + 3 * (size_t)n) {
+            for (int i = 0; i < n; i++) {
+                out[i] = (stock_room_place){ .serving = serving, .sold_out = sold_out,
+                                             .now_ms = now };
+                if (sold_out) continue;
+                out[i].position = sk_elem_int(rep, 3 + 3 * (size_t)i);
+                out[i].issued_ms = sk_elem_int(rep, 4 + 3 * (size_t)i);
+                out[i].fresh = sk_elem_int(rep, 5 + 3 * (size_t)i) == 1;
+            }
+            rc = 0;
+        }
     }
-    if (rc) sk_bad_reply(c, "room place", rep);
+    if (rc) sk_bad_reply(c, "room places", rep);
     freeReplyObject(rep);
     return rc;
 }
 
-int stock_room_take(stock_conn *c, const stock_product *p, const char *user, long long floor,
-                    int turn_ms, stock_room_place *out) {
-    assert(turn_ms > 0 && user && strlen(user) <= STOCK_USER_MAX);
+int stock_room_take(stock_conn *c, const stock_product *p, const char *const *users, int n,
+                    long long floor, int turn_ms, stock_room_place *out) {
+    assert(turn_ms > 0 && n > 0 && n <= STOCK_ROOM_TAKE_MAX);
     int rc = -1;
-    for (int a = 0; sk_again(c, p->sku, a); a++) rc = take_at(c, p, user, floor, turn_ms, out);
+    for (int a = 0; sk_again(c, p->sku, a); a++) rc = take_at(c, p, users, n, floor, turn_ms, out);
     return rc;
 }
 
@@ -71,11 +77,16 @@ static int parse_beat(const redisReply *rep, stock_room_state *out) {
 
 static int beat_at(stock_conn *c, const stock_product *p, const stock_room_beat *in,
                    stock_room_state *out) {
+    /* The units left are read where the stock is in the room's slot. */
+    int stock_here = stock_strategy_about(p->strategy)->uses_redis && p->lanes == 0;
     rconn_cmd_reset(&c->cmd);
-    rconn_cmd_evalsha(&c->cmd, &sk_room_tick, 3);
+    rconn_cmd_evalsha(&c->cmd, &sk_room_tick, 5 + (stock_here ? p->segments : 0));
     sk_add_key(c, p->sku, "room");
     sk_add_key(c, p->sku, "room:marks");
     sk_add_key(c, p->sku, "room:rates");
+    sk_add_key(c, p->sku, "room:done");
+    sk_add_key(c, p->sku, "room:at");
+    if (stock_here) sk_add_segment_keys(c, p);
     rconn_cmd_adds(&c->cmd, c->instance);
     rconn_cmd_addf(&c->cmd, "%.3f", in->rate > 0 ? in->rate : 0);
     rconn_cmd_addll(&c->cmd, in->fixed_rate);
@@ -84,6 +95,15 @@ static int beat_at(stock_conn *c, const stock_product *p, const stock_room_beat 
     rconn_cmd_addll(&c->cmd, in->floor_serving);
     rconn_cmd_adds(&c->cmd, EVENTS[in->event]);
     rconn_cmd_addll(&c->cmd, STOCK_ROOM_MARKS_MAX);
+    rconn_cmd_addll(&c->cmd, in->turn_ms);
+    char *done = malloc((size_t)in->ndone * 21 + 1);
+    if (!done) return -1;
+    size_t len = 0;
+    for (int i = 0; i < in->ndone; i++)
+        len += (size_t)sprintf(done + len, "%s%lld", i ? "," : "", in->done[i]);
+    done[len] = '\0';
+    rconn_cmd_adds(&c->cmd, done);
+    free(done);
     /* Safe to repeat: the counter moves by the time since it last moved. */
     redisReply *rep = sk_run_idempotent(c, "room beat");
     if (!rep) return -1;

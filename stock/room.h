@@ -17,8 +17,16 @@
  * moved; sold_out, since when the stock is gone, 0: open; rate),
  * :room:users (user -> "position:issued_ms"), :room:marks (when the
  * counter reached each value, the last 8192 moves: when a position's turn
- * began) and :room:rates (instance -> "orders/s:ms"). All times are
- * Redis's clock (ms).
+ * began), :room:at (the same by time), :room:done (a bit per position
+ * whose order had its final answer) and :room:rates (instance ->
+ * "orders/s:ms"). All times are Redis's clock (ms).
+ *
+ * The units left cap the counter (room_tick.lua): the positions in their
+ * turn without a final answer each hold a unit, and no more are admitted
+ * than the units left beyond them, so a buyer in its turn finds its unit
+ * whenever it comes within its turn. Read from the stock keys when they
+ * are in the room's slot (a product not spread over a cluster's slots, of
+ * a strategy whose stock is in Redis); otherwise only the rate moves it.
  *
  * Redis losing its last writes (restarted empty, a failover to a replica
  * that missed them): each instance passes the highest place and counter it
@@ -50,13 +58,16 @@ typedef struct stock_room_place {
     long long now_ms;             /* Redis's clock */
 } stock_room_place;
 
-/* The place of user in p's room (room_take.lua) on c -- the one it has,
- * unless its turn (turn_ms) is over, else a new one at the back, never
- * below floor (the highest position the caller knows was issued).
- * Returns 0 with *out, or -1 (stock_conn_errstr; a place may have been
- * taken: it is the user's, found again by the next call). Blocking. */
-int stock_room_take(stock_conn *c, const stock_product *p, const char *user, long long floor,
-                    int turn_ms, stock_room_place *out);
+#define STOCK_ROOM_TAKE_MAX 256   /* places one call takes at most */
+
+/* The places of users[0..n) in p's room (room_take.lua), in one call on c
+ * -- each the one its user has, unless its turn (turn_ms) is over, else a
+ * new one at the back, never below floor (the highest position the caller
+ * knows was issued); new places follow the order of users. Returns 0 with
+ * out[0..n), or -1 (stock_conn_errstr; places may have been taken: they
+ * are their users', found again by the next call). Blocking. */
+int stock_room_take(stock_conn *c, const stock_product *p, const char *const *users, int n,
+                    long long floor, int turn_ms, stock_room_place *out);
 
 /* -------------------------------------------------------------- a beat */
 
@@ -73,6 +84,9 @@ typedef struct stock_room_beat {
     long long floor_seq;          /* the highest place the caller knows was issued... */
     long long floor_serving;      /* ...and counter it saw */
     stock_room_event event;
+    int turn_ms;
+    const long long *done;        /* places whose orders were answered finally here */
+    int ndone;
 } stock_room_beat;
 
 typedef struct stock_room_state {

@@ -88,8 +88,9 @@ void api_order_cancel(http_req *r, const char *const *params, void *ud);
 /* A waiting room's routes, and an order's turn (tickets.c). */
 void api_ticket_take(http_req *r, const char *const *params, void *ud);
 void api_ticket_get(http_req *r, const char *const *params, void *ud);
-/* An order of p, which has a room: 1 when its ticket is its buyer's and in
- * its turn; else 0, r answered (403, 409, 429 with Retry-After, 503). */
-int api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in);
+/* An order of p, which has a room: its ticket's position (> 0) when the
+ * ticket is its buyer's and in its turn; else 0, r answered (403, 409,
+ * 429 with Retry-After, 503). */
+long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in);
 
 #endif

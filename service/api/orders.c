@@ -12,6 +12,7 @@
 #include "service/log.h"
 #include "service/order/order.h"
 #include "service/products.h"
+#include "service/room/room.h"
 
 /* ------------------------------------------------------------------- orders */
 
@@ -81,6 +82,21 @@ static void reply_to_order(void *ctx, const svc_reply *rep) {
                           rep->retry_after_s > 0 ? retry : NULL, "%s", rep->message);
 }
 
+/* An order of a product with a waiting room, in its ticket's turn: its
+ * final answer frees its place (room/room.h, svc_room_done). */
+typedef struct room_order {
+    http_req *r;
+    svc_room *room;
+    long long position;
+} room_order;
+
+static void reply_to_room_order(void *ctx, const svc_reply *rep) {
+    room_order *ro = ctx;
+    if (rep->status < 500 && rep->status != 429) svc_room_done(ro->room, ro->position);
+    reply_to_order(ro->r, rep);
+    free(ro);
+}
+
 /* The answer past an admission limit (order/admission.h), written once:
  * at the door nothing of the request is parsed; in any case nothing was
  * taken, so the buyer may simply retry. */
@@ -99,15 +115,23 @@ static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_orde
     /* A product with a waiting room takes an order in its ticket's turn
      * only (tickets.c): the check is this instance's, from memory. */
     http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
-    if (p->room && !api_room_admit(r, a, p, in)) return;   /* not its turn: answered */
+    long long position = 0;
+    if (p->room && !(position = api_room_admit(r, a, p, in))) return;   /* answered */
     if (svc_admit_shed(&a->adm, p->strategy)) {   /* its strategy's own limit */
         reply_overloaded(r);
         return;
     }
+    room_order *ro = position ? malloc(sizeof *ro) : NULL;
+    if (ro) *ro = (room_order){ r, p->room, position };
     http_defer(r);
-    if (svc_order_submit(a, p, in, key, reply_to_order, r) != 0)
+    /* Out of memory for ro: answered as any order; its place holds its
+     * unit until its turn passes. */
+    if (svc_order_submit(a, p, in, key, ro ? reply_to_room_order : reply_to_order,
+                         ro ? (void *)ro : (void *)r) != 0) {
+        free(ro);
         http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
                               "The service is out of memory; retry shortly.");
+    }
 }
 
 /* The product was not cached: look it up off the HTTP thread. */

@@ -10,7 +10,10 @@
  * and the check an order of a product with a room passes before it enters
  * the order path (api_room_admit): a ticket of its buyer, in its turn. A
  * room that is sold out answers every ticket and order so at once. */
+#include <assert.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,46 +67,139 @@ static void reply_ticket(http_req *r, int status, svc_product *p, const char *ti
 
 /* ---------------------------------------------------- taking a place */
 
-static void take_on(api_job *j, svc_product *p) {
-    svc_app *a = j->a;
-    http_req *r = j->r;
+/* A buyer's ask for a place, waiting for the call that takes it. Asks
+ * queue here while a call takes the ones before them, so that one Redis
+ * call takes up to STOCK_ROOM_TAKE_MAX places (a sale's opening minute
+ * is tens of thousands of asks a second; a call each, on a handful of
+ * workers, was the room's bottleneck: ~10,000 places a second here). One
+ * drain runs at a time, on an API worker. */
+typedef struct ticket_ask {
+    struct ticket_ask *next;
+    http_req *r;
+    svc_product *p;
+    char user[DB_USER_MAX * 4 + 1];
+} ticket_ask;
+
+static struct {
+    pthread_mutex_t mu;
+    ticket_ask *head, *tail;
+    int draining;                 /* a drain is queued or running */
+    svc_task task;
+    svc_app *a;
+} asks = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* Answers ask's request from its place pl (ok 0: Redis failed). */
+static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_place *pl) {
     const char *secret = svc_room_secret(a);
-    if (!p->room) {
-        http_reply_error(r, 409, "no_waiting_room", "%s sells without a waiting room: order it "
-                         "with POST /v1/orders.", p->sku);
-        return;
-    }
-    long long ms;
-    svc_turn seen = svc_room_turn(p->room, 1, &ms);
-    if (seen == SVC_TURN_SOLD_OUT) {          /* known here: no store is asked */
-        reply_sold_out(r, p->sku);
-        return;
-    }
-    stock_conn *sc = svc_thread_stock(a);
-    svc_room_figures f;
-    svc_room_figures_get(p->room, &f);
-    stock_room_place pl;
-    if (!secret || !sc ||
-        stock_room_take(sc, &p->sp, j->user, f.issued, svc_room_turn_ms(p->room), &pl) != 0) {
+    svc_product *p = k->p;
+    if (!ok || !secret) {
         atomic_fetch_add(&a->m.redis_errors, 1);
-        http_reply_error_with(r, 503, "redis_unavailable", NULL, api_retry,
+        http_reply_error_with(k->r, 503, "redis_unavailable", NULL, api_retry,
                               "Redis is unavailable; no place was taken. Retry shortly.");
         return;
     }
-    if (pl.sold_out) {
-        reply_sold_out(r, p->sku);
+    if (pl->sold_out) {
+        reply_sold_out(k->r, p->sku);
         return;
     }
-    svc_room_issued(p->room, pl.position, pl.now_ms);
+    svc_room_issued(p->room, pl);
     char ticket[SVC_ROOM_TICKET_MAX + 1];
-    svc_room_ticket_sign(secret, p->sku, j->user, pl.position, pl.issued_ms, ticket);
-    svc_turn t = svc_room_turn(p->room, pl.position, &ms);
+    long long ms;
+    svc_room_ticket_sign(secret, p->sku, k->user, pl->position, pl->issued_ms, ticket);
+    svc_turn t = svc_room_turn(p->room, pl->position, &ms);
     if (t == SVC_TURN_UNKNOWN || t == SVC_TURN_SOLD_OUT) {
-        /* No beat heard yet (the instance just started): Redis's answer. */
-        t = pl.position <= pl.serving ? SVC_TURN_NOW : SVC_TURN_WAIT;
+        /* A view older than this answer: Redis's word. */
+        t = pl->position <= pl->serving ? SVC_TURN_NOW : SVC_TURN_WAIT;
         ms = t == SVC_TURN_NOW ? svc_room_turn_ms(p->room) : SVC_ROOM_RETRY_MAX_MS;
     }
-    reply_ticket(r, pl.fresh ? 201 : 200, p, ticket, pl.position, t, ms);
+    reply_ticket(k->r, pl->fresh ? 201 : 200, p, ticket, pl->position, t, ms);
+}
+
+/* Takes the places of batch[0..n), all of one product, in one call. */
+static void take_batch(svc_app *a, ticket_ask **batch, int n) {
+    static __thread stock_room_place places[STOCK_ROOM_TAKE_MAX];
+    const char *users[STOCK_ROOM_TAKE_MAX];
+    svc_product *p = batch[0]->p;
+    stock_conn *sc = svc_thread_stock(a);
+    svc_room_figures f;
+    assert(n > 0 && n <= STOCK_ROOM_TAKE_MAX);
+    for (int i = 0; i < n; i++) users[i] = batch[i]->user;
+    svc_room_figures_get(p->room, &f);
+    int ok = sc && svc_room_secret(a) &&
+             stock_room_take(sc, &p->sp, users, n, f.issued, svc_room_turn_ms(p->room),
+                             places) == 0;
+    for (int i = 0; i < n; i++) {
+        answer_place(a, batch[i], ok, &places[i]);
+        free(batch[i]);
+    }
+}
+
+static void drain_asks(svc_task *t) {
+    (void)t;
+    ticket_ask *batch[STOCK_ROOM_TAKE_MAX];
+    for (;;) {
+        /* The first ask's product, and up to a call's worth of its asks. */
+        int n = 0;
+        pthread_mutex_lock(&asks.mu);
+        svc_app *a = asks.a;
+        ticket_ask **link = &asks.head, *last = NULL;
+        svc_product *p = asks.head ? asks.head->p : NULL;
+        while (*link && n < STOCK_ROOM_TAKE_MAX) {
+            ticket_ask *k = *link;
+            if (k->p == p) {
+                *link = k->next;
+                batch[n++] = k;
+                if (k == asks.tail) asks.tail = last;   /* the end was reached */
+            } else {
+                last = k;
+                link = &k->next;
+            }
+        }
+        if (n == 0) asks.draining = 0;
+        pthread_mutex_unlock(&asks.mu);
+        if (n == 0) return;
+        take_batch(a, batch, n);
+    }
+}
+
+/* Queues r's ask for a place in p's room (r is deferred). */
+static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user) {
+    ticket_ask *k = calloc(1, sizeof *k);
+    if (!k) {
+        http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
+                              "The service is out of memory; retry shortly.");
+        return;
+    }
+    k->r = r;
+    k->p = p;
+    snprintf(k->user, sizeof k->user, "%s", user);
+    http_defer(r);
+    pthread_mutex_lock(&asks.mu);
+    if (asks.tail) asks.tail->next = k;
+    else asks.head = k;
+    asks.tail = k;
+    asks.a = a;
+    int start = !asks.draining;
+    asks.draining = 1;
+    if (start) asks.task.run = drain_asks;
+    pthread_mutex_unlock(&asks.mu);
+    if (start) svc_threadpool_submit(a->api, &asks.task);
+}
+
+/* Whether p can take an ask now: answered (409) when it has no room or
+ * the room is sold out -- known here, no store asked. */
+static int room_open(http_req *r, svc_product *p) {
+    long long ms;
+    if (!p->room) {
+        http_reply_error(r, 409, "no_waiting_room", "%s sells without a waiting room: order it "
+                         "with POST /v1/orders.", p->sku);
+        return 0;
+    }
+    if (svc_room_turn(p->room, 1, &ms) == SVC_TURN_SOLD_OUT) {
+        reply_sold_out(r, p->sku);
+        return 0;
+    }
+    return 1;
 }
 
 static void take_job(api_job *j) {
@@ -111,7 +207,7 @@ static void take_job(api_job *j) {
     db_status st = svc_product_find(j->a, NULL, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
-    else take_on(j, p);
+    else if (room_open(j->r, p)) ask_place(j->a, j->r, p, j->user);
 }
 
 void api_ticket_take(http_req *r, const char *const *params, void *ud) {
@@ -123,17 +219,16 @@ void api_ticket_take(http_req *r, const char *const *params, void *ud) {
         return;
     }
     svc_product *p = svc_product_cache_get(a->products, params[0]);
-    if (p && p->room) {
-        long long ms;
-        if (svc_room_turn(p->room, 1, &ms) == SVC_TURN_SOLD_OUT) {   /* before parsing */
-            reply_sold_out(r, p->sku);
-            return;
-        }
-    }
+    if (p && !room_open(r, p)) return;       /* before parsing */
     json_t *body = http_body_json(r);
     if (!body) return;
     if (svc_validate_ticket_request(body, &user, &e) != 0) {
         api_reply_verr(r, &e);
+        json_decref(body);
+        return;
+    }
+    if (p) {
+        ask_place(a, r, p, user);
         json_decref(body);
         return;
     }
@@ -197,7 +292,7 @@ void api_ticket_get(http_req *r, const char *const *params, void *ud) {
 
 /* ----------------------------------------------------- an order's turn */
 
-int api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in) {
+long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in) {
     const char *secret = svc_room_secret(a);
     svc_ticket t;
     long long ms;
@@ -220,7 +315,7 @@ int api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_inpu
     svc_turn turn = svc_room_turn(p->room, t.position, &ms);
     switch (turn) {
     case SVC_TURN_NOW:
-        return 1;
+        return t.position;
     case SVC_TURN_SOLD_OUT:
         reply_sold_out(r, p->sku);
         return 0;

@@ -66,7 +66,9 @@ static void beat_one(svc_product *p, void *ud) {
     const svc_admission *ad = &b->a->adm.by_strategy[p->strategy];
     svc_room_load load = { .p90_us = svc_admission_p90_us(ad),
                            .target_us = (int64_t)b->a->cfg.latency_target_ms * 1000,
-                           .shed = b->shed_now[p->strategy] - b->shed_seen[p->strategy] };
+                           .shed = b->shed_now[p->strategy] - b->shed_seen[p->strategy],
+                           .inflight = svc_admission_inflight(ad),
+                           .limit = svc_admission_limit(ad) };
     if (svc_room_beat(p->room, b->sc, &p->sp, &load) == 0) {
         if (b->failing_since) svc_log(SVC_LOG_INFO, "waiting room %s: heard again", p->sku);
         b->failing_since = 0;
@@ -90,9 +92,11 @@ static void *beats_main(void *arg) {
             keep_secret(b);
             b->next_keep = t + 1000;
         }
+        /* A strategy's own sheds only: the door's, before the body is
+         * read, are mostly the waiting buyers' early asks (a bot's, again
+         * and again), which say nothing of what the path takes. */
         for (int s = 0; s < STOCK_STRATEGY_COUNT; s++)
-            b->shed_now[s] = svc_admission_shed_count(&a->adm.by_strategy[s]) +
-                             atomic_load(&a->adm.door_shed);   /* the door cannot tell whose */
+            b->shed_now[s] = svc_admission_shed_count(&a->adm.by_strategy[s]);
         svc_product_cache_each(a->products, beat_one, b);
         memcpy(b->shed_seen, b->shed_now, sizeof b->shed_seen);
         next += STOCK_ROOM_TICK_MS;

@@ -30,6 +30,10 @@ struct svc_room {
     long long mark_pos[MARKS_CAP], mark_ms[MARKS_CAP];
     int mark_head, nmarks;        /* oldest at mark_head */
     long long marks_from;         /* the last value the marks go up to */
+    /* Places whose orders were answered finally here, for the next beat
+     * (guarded by mu). */
+    long long *done;
+    int ndone, done_cap;
 };
 
 svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
@@ -45,6 +49,7 @@ svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
 
 void svc_room_free(svc_room *r) {
     if (!r) return;
+    free(r->done);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -209,12 +214,20 @@ void svc_room_figures_get(svc_room *r, svc_room_figures *out) {
                                .beats_failed = atomic_load(&r->beats_failed) };
 }
 
-void svc_room_issued(svc_room *r, long long position, long long now_ms) {
+void svc_room_issued(svc_room *r, const stock_room_place *pl) {
+    long long position = pl->position;
     long long m = atomic_load(&r->issued_max);
     while (position > m && !atomic_compare_exchange_weak(&r->issued_max, &m, position)) {}
     m = atomic_load(&r->seq);
     while (position > m && !atomic_compare_exchange_weak(&r->seq, &m, position)) {}
-    (void)now_ms;
+    if (atomic_load(&r->beat_at_ms) != 0) return;
+    /* Not heard yet: this answer is the view until the first beat (a race
+     * with it only sets the same kind of figures, a moment older). */
+    m = atomic_load(&r->serving);
+    while (pl->serving > m && !atomic_compare_exchange_weak(&r->serving, &m, pl->serving)) {}
+    atomic_store(&r->offset_ms, pl->now_ms - clock_wall_ms());
+    if (atomic_load(&r->rate) <= 0) atomic_store(&r->rate, atomic_load(&r->own_rate));
+    atomic_store(&r->beat_at_ms, clock_mono_ms() > 0 ? clock_mono_ms() : 1);
 }
 
 void svc_room_note_sold_out(svc_room *r) {
@@ -224,17 +237,41 @@ void svc_room_note_sold_out(svc_room *r) {
 
 void svc_room_note_units(svc_room *r) { atomic_store(&r->event, STOCK_ROOM_REOPEN); }
 
+void svc_room_done(svc_room *r, long long position) {
+    assert(position > 0);
+    pthread_mutex_lock(&r->mu);
+    if (r->ndone == r->done_cap && r->done_cap < SVC_ROOM_DONE_MAX) {
+        int cap = r->done_cap ? 2 * r->done_cap : 256;
+        long long *d = realloc(r->done, (size_t)cap * sizeof *d);
+        if (d) {
+            r->done = d;
+            r->done_cap = cap;
+        }
+    }
+    /* Full (or out of memory): this place counts as holding its unit until
+     * its turn passes -- the room admits a little slower, never unfairly. */
+    if (r->ndone < r->done_cap) r->done[r->ndone++] = position;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* ------------------------------------------------------------- a beat */
 
 double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
-    if (load->shed > 0 || (load->p90_us > 0 && load->p90_us > load->target_us)) {
-        rate *= 0.8;                        /* its orders queue or are refused */
-    } else if (waiting) {
-        /* Buyers wait and the path is quick: say more. Far under the
-         * target the order path is idle (the room holds buyers back that
-         * it could serve): grow fast, as a TCP slow start. */
-        if (load->p90_us < load->target_us / 8) rate *= 1.25;
-        else if (load->p90_us < load->target_us / 2) rate *= 1.05;
+    /* A window's p90 outlives the orders it measured (an idle path closes
+     * no window): it is read only while the path holds a quarter of its
+     * limit or more. */
+    int roomy = load->limit > 0 && load->inflight < load->limit / 4;
+    int full = load->limit > 0 && load->inflight >= load->limit * 9 / 10;
+    if (load->shed > 0 || full) {
+        rate *= 0.9;                        /* its orders are refused, or about to be */
+    } else if (roomy) {
+        /* The path holds back nothing: if buyers wait, the room holds
+         * back buyers it could serve. Grow fast, as a TCP slow start. */
+        if (waiting) rate *= 1.25;
+    } else if (load->p90_us > load->target_us) {
+        rate *= 0.9;                        /* they queue past the target */
+    } else if (waiting && load->p90_us < load->target_us / 2) {
+        rate *= 1.05;
     }
     return fmin(fmax(rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX);
 }
@@ -255,19 +292,32 @@ static void add_marks(svc_room *r, const stock_room_state *st) {
 int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p, const svc_room_load *load) {
     static __thread stock_room_state st;   /* 16 KiB: not on the stack */
     long long seq = atomic_load(&r->seq), serving = atomic_load(&r->serving);
-    int waiting = atomic_load(&r->beat_at_ms) != 0 && seq > serving;
-    double own = svc_room_rate_next(atomic_load(&r->own_rate), load, waiting);
+    int waiting = atomic_load(&r->beat_at_ms) != 0 && seq > serving &&
+                  atomic_load(&r->sold_out_ms) == 0;
+    double own = atomic_load(&r->own_rate);
+    if (atomic_load(&r->beat_at_ms) == 0 && load->limit > 0 && load->target_us > 0)
+        own = fmax(own, (double)load->limit * 1e6 / (double)load->target_us);   /* Little */
+    own = svc_room_rate_next(own, load, waiting);
     atomic_store(&r->own_rate, own);
     stock_room_event ev = (stock_room_event)atomic_exchange(&r->event, STOCK_ROOM_NONE);
     pthread_mutex_lock(&r->mu);
     long long from = r->marks_from;
+    long long *done = r->done;            /* taken: new ones go to a new buffer */
+    int ndone = r->ndone;
+    r->done = NULL;
+    r->ndone = r->done_cap = 0;
     pthread_mutex_unlock(&r->mu);
     stock_room_beat in = { .rate = own, .fixed_rate = r->fixed_rate, .marks_from = from,
                            .floor_seq = atomic_load(&r->issued_max) > seq
                                             ? atomic_load(&r->issued_max) : seq,
-                           .floor_serving = serving, .event = ev };
+                           .floor_serving = serving, .event = ev, .turn_ms = r->turn_ms,
+                           .done = done, .ndone = ndone };
     int64_t t0 = clock_wall_ms();
-    if (stock_room_beat_run(c, p, &in, &st) != 0) {
+    int rc = stock_room_beat_run(c, p, &in, &st);
+    if (rc != 0)                          /* said again next time */
+        for (int i = 0; i < ndone; i++) svc_room_done(r, done[i]);
+    free(done);
+    if (rc != 0) {
         if (ev != STOCK_ROOM_NONE) {        /* said again next time, unless a newer one came */
             int none = STOCK_ROOM_NONE;
             atomic_compare_exchange_strong(&r->event, &none, (int)ev);

@@ -22,9 +22,12 @@
  *   buyer may take a new place, at the back).
  * - The rate this instance says it can take (svc_room_rate_next): the
  *   room admits at the sum of the instances' rates, so each instance
- *   raises its own while its orders of the product go through the path
- *   fast and unshed, and lowers it when they queue or are shed: the
- *   measured capacity of the order path drives the counter. */
+ *   raises its own while its order path has room (orders in it well under
+ *   its admission limit, none shed, the p90 under the target) and lowers
+ *   it when its orders are shed or queue past the target: the admission
+ *   limit's measure of the order path drives the counter. It starts at
+ *   the admission limit over the target (Little's law: what the path
+ *   takes at its limit). */
 #ifndef FLASHSALE_SERVICE_ROOM_H
 #define FLASHSALE_SERVICE_ROOM_H
 
@@ -38,6 +41,7 @@
 #define SVC_ROOM_RATE_INITIAL 1000.0  /* orders/s an instance says first */
 #define SVC_ROOM_RATE_MIN 10.0          /* orders/s an instance says at least... */
 #define SVC_ROOM_RATE_MAX 1000000.0     /* ...and at most */
+#define SVC_ROOM_DONE_MAX (1 << 20)     /* places answered, kept for a beat at most */
 
 typedef struct svc_room svc_room;
 
@@ -93,8 +97,16 @@ typedef struct svc_room_figures {
 
 void svc_room_figures_get(svc_room *r, svc_room_figures *out);
 
-/* A place was issued (by this instance): the room never issues below it. */
-void svc_room_issued(svc_room *r, long long position, long long now_ms);
+/* A place was taken here (pl: Redis's answer): the room never issues
+ * below it, and a room not heard from yet (its first beat is at most
+ * STOCK_ROOM_TICK_MS away) is known by this answer meanwhile, at this
+ * instance's own rate. */
+void svc_room_issued(svc_room *r, const stock_room_place *pl);
+
+/* An order with the ticket of position was answered finally (a unit, or a
+ * refusal a retry cannot change): its place no longer holds a unit; the
+ * next beat tells the room (stock/room.h, the cap by the units left). */
+void svc_room_done(svc_room *r, long long position);
 
 /* The store said the product is sold out / units came back (any thread):
  * the next beat tells the room. */
@@ -108,6 +120,7 @@ typedef struct svc_room_load {
     int64_t p90_us;               /* the strategy's latest p90 in the path (0: none) */
     int64_t target_us;            /* the latency target */
     uint64_t shed;                /* its orders refused overloaded, since the last beat */
+    long inflight, limit;         /* its orders in the path now, and its admission limit */
 } svc_room_load;
 
 /* One beat of p's room on c (the beat thread): says this instance's rate,

@@ -799,6 +799,54 @@ static void test_probe_cells(void) {
     CHECK_STR(out, "n/a");
 }
 
+static void test_retry_after(void) {
+    static const char *const R[] = {
+        "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: Fri, 31 Dec 1999 23:59:59 GMT\r\n"
+        "Content-Length: 0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    };
+    const int want[] = { 2, -1, -1 };
+    fl_resp r;
+    fl_resp_init(&r, 64);
+    for (int i = 0; i < 3; i++) {
+        size_t used;
+        fl_resp_reset(&r);
+        CHECK(fl_resp_feed(&r, R[i], strlen(R[i]), &used) == FL_RESP_DONE);
+        CHECK(r.retry_after_s == want[i]);
+    }
+    fl_resp_free(&r);
+}
+
+/* A crowd's figures from buyers made by hand: 6 buyers, stock 3; the
+ * winners are ranks 0, 3 and 1 (in that order of their 201s), rank 3 a
+ * bot; rank 5 never heard. */
+static void test_crowd_figures(void) {
+    fl_buyer_rec b[6] = {
+        { 0, 0, FL_BUYER_GOT, 2, 0, 100000 },
+        { 1, 0, FL_BUYER_GOT, 3, 10000, 300000 },
+        { 2, 1, FL_BUYER_SOLD_OUT, 9, 20000, 400000 },
+        { 3, 1, FL_BUYER_GOT, 7, 30000, 200000 },
+        { 4, 0, FL_BUYER_SOLD_OUT, 2, 40000, 900000 },
+        { 5, 0, FL_BUYER_NONE, 1, 50000, -1 },
+    };
+    fl_load_result r;
+    memset(&r, 0, sizeof r);
+    r.buyers = b;
+    r.nbuyers = 6;
+    fl_crowd_figures f;
+    CHECK(fl_crowd_figures_get(&r, 3, &f) == 0);
+    CHECK(f.buyers == 6 && f.bots == 2 && f.winners == 3 && f.bot_winners == 1);
+    CHECK(f.first_share > 0.66 && f.first_share < 0.67);   /* ranks 0 and 1 of 0..2 */
+    CHECK(f.pairs == 3 && f.out_of_order == 1);            /* served 0, 3, 1: (3, 1) */
+    CHECK(f.bot_units == 0.5 && f.polite_units == 0.5 && f.bot_ratio == 1.0);
+    CHECK(f.no_final == 1);
+    CHECK(f.first_unit_us == 100000 && f.last_unit_us == 300000);
+    CHECK(f.final_after_last_unit_us == 600000);           /* rank 4 heard at 0.9 s */
+    CHECK(f.units_per_s > 9.99 && f.units_per_s < 10.01);  /* 2 more units in 0.2 s */
+    CHECK(f.requests == 24 && f.requests_median == 3);
+}
+
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
           T(test_pipelined_responses), T(test_pipelined_split_across_reads),
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
@@ -809,4 +857,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_target_parse), T(test_compare_scenes_in_two_groups),
           T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
           T(test_compare_scenes_fairness),
-          T(test_holds_brief), T(test_probe_cells))
+          T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures),
+          T(test_retry_after))
