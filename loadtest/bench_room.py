@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""bench_room.py: a sale past capacity, with the waiting room off and on
+(make bench-room; issue 43).
+
+On one Redis and two instances sharing a SQLite file, round after round
+(the machines are shared and noisy: medians of rounds, ratios of figures
+from the same round):
+
+  capacity     a closed loop of `--connections` orders against a `lua`
+               product with more stock than it can sell: the order path's
+               capacity C (201s a second) in this round
+  off / on     the same crowd twice, the room off and on: buyers arriving
+               evenly over --ramp seconds at --load x C a second, a fifth
+               of them bots, for a stock of --stock-seconds x C units;
+               each run verified by flashload
+
+Prints each round's figures and issue 43's goals with met / NOT met (room
+on): >= 99% of the units to the first S arrivals; bots <= 1.05x the units
+per capita of polite buyers; every buyer's final answer within 2 s of the
+last unit sold; median requests per buyer <= 4; units sold per second
+>= 0.9 of the same crowd with the room off.
+
+Usage: bench_room.py BIN [--rounds R] [--load X] [--ramp S]
+                         [--stock-seconds S] [--connections N] [--quick]"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import harness  # noqa: E402
+
+
+def flashload(binary, services, redis, db, args, tmp, tag, timeout=300):
+    out = os.path.join(tmp, tag + ".json")
+    cmd = [os.path.join(binary, "flashload")]
+    for s in services:
+        cmd += ["--target", "http://127.0.0.1:%d" % s.port]
+    cmd += ["--redis", redis.url, "--db", db, "--sku", tag, "--json", out, "--quiet"] + \
+        [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    v = re.search(r"^verdict\s+(.*)$", r.stdout, re.M)
+    verdict = v.group(1) if v else "no verdict: " + (r.stdout + r.stderr)[-400:]
+    try:
+        j = json.load(open(out))
+    except (OSError, ValueError):
+        j = {}
+    return j, verdict, r.returncode
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--load", type=float, default=3.0, help="arrivals / capacity")
+    ap.add_argument("--ramp", type=float, default=2.0, help="seconds the crowd arrives over")
+    ap.add_argument("--stock-seconds", type=float, default=2.0,
+                    help="the stock, in seconds of capacity")
+    ap.add_argument("--connections", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="1 round, a small crowd")
+    o = ap.parse_args()
+    if o.quick:
+        o.rounds = 1
+    binary = os.path.abspath(o.bin)
+    os.environ["FLASHSALE_BIN"] = binary
+    harness.BIN = binary
+    tmp = tempfile.mkdtemp(prefix="fs-bench-room-")
+    redis = harness.Redis()
+    db = os.path.join(tmp, "orders.db")
+    services = []
+    rows, verdicts = [], []
+    try:
+        services = [harness.Service(redis.url, db, log_dir=tmp) for _ in range(2)]
+        for rnd in range(o.rounds):
+            cap, v, rc = flashload(binary, services, redis, db,
+                                   ["--stock", 100000000, "--duration", 1 if o.quick else 2,
+                                    "--connections", 256], tmp, "cap-%d" % rnd)
+            verdicts.append(("capacity", v, rc))
+            c = cap.get("created", 0) / max(cap.get("seconds", 1), 1e-3)
+            if o.quick:
+                c = min(c, 4000)        # a small crowd: the machinery, not the figure
+            stock = max(100, int(c * o.stock_seconds))
+            buyers = max(stock + 1, int(c * o.load * o.ramp))
+            crowd = ["--crowd", buyers, "--ramp", o.ramp, "--impatient", 0.2, "--stock", stock,
+                     "--connections", o.connections, "--duration", 120]
+            got = {}
+            for name, extra in (("off", []), ("on", ["--waiting-room"])):
+                j, v, rc = flashload(binary, services, redis, db, crowd + extra, tmp,
+                                     "%s-%d" % (name, rnd))
+                verdicts.append(("room " + name, v, rc))
+                got[name] = j.get("crowd", {})
+            rows.append((c, stock, buyers, got))
+            print("round %d of %d: capacity %.0f/s, %d buyers over %g s (%.1fx), stock %d"
+                  % (rnd + 1, o.rounds, c, buyers, o.ramp, buyers / o.ramp / max(c, 1), stock),
+                  file=sys.stderr, flush=True)
+        keys = (("first_s_share", "units to the first S", "%.3f"),
+                ("bot_ratio", "bots' units per capita / polite", "%.2f"),
+                ("out_of_order", "pairs of winners out of order", "%d"),
+                ("final_p50_ms", "arrival to final answer p50 (ms)", "%.0f"),
+                ("final_p99_ms", "arrival to final answer p99 (ms)", "%.0f"),
+                ("final_after_last_unit_ms", "last answer after the last unit (ms)", "%.0f"),
+                ("requests_median", "requests per buyer, median", "%.0f"),
+                ("no_final", "buyers without a final answer", "%d"),
+                ("units_per_s", "units sold per second", "%.0f"))
+        print("\n%d round(s); each round: capacity C (closed loop, 2 instances), then the same "
+              "crowd with the room off and on" % o.rounds)
+        for c, stock, buyers, got in rows:
+            print("  C %.0f/s, stock %d, %d buyers over %g s" % (c, stock, buyers, o.ramp))
+            for k, label, fmt in keys:
+                print("    %-40s off %10s   on %10s" % (label, fmt % got["off"].get(k, 0),
+                                                       fmt % got["on"].get(k, 0)))
+        bad = [(n, v) for n, v, rc in verdicts if rc != 0 or not v.startswith("PASS")]
+        print("verifier: %d runs, %d not PASS%s" % (len(verdicts), len(bad),
+                                                    "".join("\n  %s: %s" % b for b in bad)))
+
+        def med(f):
+            return statistics.median(f(got) for _, _, _, got in rows)
+        print("\ngoals (issue 43), room on, medians of the rounds:")
+        for name, val, want, ok in (
+                ("units to the first S arrivals", med(lambda g: g["on"]["first_s_share"]),
+                 ">= 0.99", lambda x: x >= 0.99),
+                ("bots / polite units per capita", med(lambda g: g["on"]["bot_ratio"]),
+                 "<= 1.05", lambda x: x <= 1.05),
+                ("last answer after the last unit (s)",
+                 med(lambda g: g["on"]["final_after_last_unit_ms"] / 1000), "<= 2",
+                 lambda x: x <= 2),
+                ("requests per buyer, median", med(lambda g: g["on"]["requests_median"]),
+                 "<= 4", lambda x: x <= 4),
+                ("units/s, room on / off", med(lambda g: g["on"]["units_per_s"] /
+                                               max(g["off"]["units_per_s"], 1e-9)),
+                 ">= 0.9", lambda x: x >= 0.9)):
+            print("  %-40s %7.3f  (%s) %s" % (name, val, want, "met" if ok(val) else "NOT met"))
+        print("  %-40s %7d  (0)     %s" % ("runs without the verifier's PASS", len(bad),
+                                           "met" if not bad else "NOT met"))
+    finally:
+        for s in services:
+            if s.proc.poll() is None:
+                s.stop()
+        redis.stop()
+        harness.stop_all()
+
+
+if __name__ == "__main__":
+    main()
