@@ -187,6 +187,8 @@ void crowd_answer(crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
             return;
         }
         b->phase = CROWD_ORDER;
+        long long pos = json_int(rs->body, rs->body_len, "position");
+        b->position = pos > 0 && pos <= UINT32_MAX ? (uint32_t)pos : 0;
         fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
         schedule(p, i, strcmp(st, "waiting") == 0 ? again_at(b, rs, now) : now);
         return;
@@ -227,7 +229,8 @@ int crowd_records(const crowd_part *p, int64_t t0, fl_buyer_rec **out, size_t *n
     for (uint32_t k = 0; k < p->n; k++) {
         const crowd_buyer *b = &p->b[k];
         a[(*n)++] = (fl_buyer_rec){ .idx = b->idx, .bot = b->bot, .outcome = b->outcome,
-                                    .requests = b->requests, .arrive_us = b->arrive_us - t0,
+                                    .requests = b->requests, .position = b->position,
+                                    .arrive_us = b->arrive_us - t0,
                                     .final_us = b->final_us ? b->final_us - t0 : -1 };
     }
     return 0;
@@ -303,6 +306,22 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
     }
     f->winners = (uint32_t)nw;
     f->first_share = nw ? (double)first / (double)nw : 0;
+    /* The room's own order: the S first places (the line as Redis issued
+     * it; a buyer whose turn passed has its last place). */
+    size_t np = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r->buyers[i].position) fin[np++] = r->buyers[i].position;   /* fin reused below */
+    f->first_place_share = -1;
+    if (np && nw && stock > 0) {
+        qsort(fin, np, sizeof *fin, cmp_i64);
+        int64_t cut = fin[(size_t)stock < np ? (size_t)stock - 1 : np - 1];
+        size_t in = 0;
+        for (size_t i = 0; i < nw; i++) in += won[i].position && won[i].position <= cut;
+        f->first_place_share = (double)in / (double)nw;
+    }
+    nf = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r->buyers[i].final_us >= 0) fin[nf++] = r->buyers[i].final_us - r->buyers[i].arrive_us;
     qsort(won, nw, sizeof *won, cmp_final);
     for (size_t i = 0; i < nw; i++) rank[i] = won[i].idx;
     f->pairs = (uint64_t)nw * (nw ? nw - 1 : 0) / 2;
@@ -334,6 +353,9 @@ void fl_crowd_print(const fl_crowd_figures *f, FILE *out) {
     fprintf(out, "fairness   %.1f%% of the units to the first %lld arrivals; %llu of %llu pairs "
             "of winners served out of arrival order\n", 100 * f->first_share, f->stock,
             (unsigned long long)f->out_of_order, (unsigned long long)f->pairs);
+    if (f->first_place_share >= 0)
+        fprintf(out, "room       %.1f%% of the units to the first %lld places in the line (the "
+                "order the service saw the buyers in)\n", 100 * f->first_place_share, f->stock);
     fprintf(out, "bots       %.3f units per bot, %.3f per polite buyer (x%.2f)\n", f->bot_units,
             f->polite_units, f->bot_ratio);
     fprintf(out, "answers    arrival to a final answer p50 %.0f ms, p99 %.0f ms; %u without one; "
@@ -367,6 +389,9 @@ json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o, const f
         f->units_per_s, "first_unit_ms", f->first_unit_us / 1000.0);
     if (!j) return NULL;
     json_object_set_new(j, "last_unit_ms", json_real(f->last_unit_us / 1000.0));
+    json_object_set_new(j, "first_place_share", f->first_place_share >= 0
+                                                    ? json_real(f->first_place_share)
+                                                    : json_null());
     /* Per buyer, in arrival order: outcome letter (g got, s sold out, r
      * refused, n none), bot flag, final ms -- a compact trace for the
      * report's chart of arrival rank against outcome. */

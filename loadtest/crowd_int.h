@@ -14,6 +14,7 @@ typedef struct crowd_buyer {
     uint8_t outcome;             /* FL_BUYER_* */
     uint8_t in_flight;           /* a request of it is out */
     uint16_t requests;
+    uint32_t position;           /* its place in the room, from its ticket (0: none) */
     int64_t arrive_us, final_us; /* monotonic; final 0: none yet */
     char ticket[FL_TICKET_MAX + 1];
 } crowd_buyer;

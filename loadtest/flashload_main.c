@@ -137,7 +137,7 @@ static void usage_compare(FILE *f) {
 "Without --target it starts its own redis-server, the lock servers (three\n"
 "redis-servers for Redlock, a ZooKeeper, an etcd) and flashsale, in a temp dir\n"
 "under $TMPDIR (default /tmp), and stops them.\n"
-"Scenes run in five groups: ordinary contention (the safe strategies), forced\n"
+"Scenes run in six groups: ordinary contention (the safe strategies), forced\n"
 "interleavings (each unsafe strategy under the one that breaks it, the safe ones\n"
 "under the same: a holder waits inside its critical section until a second holder\n"
 "is inside with the same read, or a bound; the service counts the meetings),\n"
@@ -145,10 +145,12 @@ static void usage_compare(FILE *f) {
 "a Redlock server losing its last AOF second, a Redlock member failing over; on\n"
 "servers and sentinels of their own), holds (lua, lock, db sell holds that\n"
 "buyers pay for, cancel or abandon; sold out, then the returned units resold),\n"
-"and fairness (each lock's buyers arriving in a known order on two instances:\n"
-"who is served in turn; docs/fairness.md); then the \"choosing a lock\" table,\n"
-"one row per lock, measured in the same run.\n"
-"A sixth group, between hosts, is opt-in (it needs root): each scene on a\n"
+"fairness (each lock's buyers arriving in a known order on two instances:\n"
+"who is served in turn; docs/fairness.md), and a crowd past capacity (30,000\n"
+"buyers in a second, a fifth bots, 3,000 lua units) with the waiting room off\n"
+"and on: who got the units (docs/waiting-room.md); then the \"choosing a lock\"\n"
+"table, one row per lock, measured in the same run.\n"
+"A seventh group, between hosts, is opt-in (it needs root): each scene on a\n"
 "deployment of its own, a network namespace per host (Redis primary and replica,\n"
 "3 sentinels, two PostgreSQL nodes run by Patroni with etcd, HAProxy, 3 instances,\n"
 "the load), the fault\n"
@@ -158,7 +160,8 @@ static void usage_compare(FILE *f) {
 "and its standby; a planned switchover, one instance through HAProxy (about 4\n"
 "minutes; tools/hosts_scene.py runs each scene).\n"
 "  --groups LIST          the groups to run, of contention,forced,redis-failures,\n"
-"                         holds,fairness,between-hosts (default: all but between-hosts);\n"
+"                         holds,fairness,crowd,between-hosts (default: all but\n"
+"                         between-hosts);\n"
 "                         without contention, no lock table\n"
 "  --between-hosts        add the between-hosts group\n"
 "  --hosts-script PATH    its scene runner (default: tools/hosts_scene.py of the tree\n"
@@ -175,6 +178,7 @@ static void usage_compare(FILE *f) {
 "                         scene moves a redis-server's clock with bin/libclockjump.so,\n"
 "                         our LD_PRELOAD shim, built next to flashload)\n"
 "  --no-holds             leave out the holds group (holds of %d s, %g s a scene)\n"
+"  --no-crowd             leave out the crowd group (two scenes of about 2 s)\n"
 "  --quick                shorter scenes for development: --duration 1\n"
 "                         --pause-duration 2 --stock 5000, holds of 1 s for 3 s\n"
 "  --no-lock-servers      start no lock server: their scenes are skipped\n"
@@ -541,22 +545,23 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
                 o->segments[k] = (int)n;
             }
         } else if (!strcmp(a, "--groups")) {
-            char items[6][24];
+            char items[7][24];
             int ng;
-            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 6, &ng)) return -1;
+            if (list(a, val(argc, argv, &i), items[0], sizeof items[0], 7, &ng)) return -1;
             o->contention = o->forced = o->redis_failures = o->holds = o->fairness =
-                o->between_hosts = 0;
+                o->crowd = o->between_hosts = 0;
             for (int k = 0; k < ng; k++) {
                 int *flag = !strcmp(items[k], "contention")      ? &o->contention
                             : !strcmp(items[k], "forced")        ? &o->forced
                             : !strcmp(items[k], "redis-failures") ? &o->redis_failures
                             : !strcmp(items[k], "holds")         ? &o->holds
                             : !strcmp(items[k], "fairness")      ? &o->fairness
+                            : !strcmp(items[k], "crowd")         ? &o->crowd
                             : !strcmp(items[k], "between-hosts") ? &o->between_hosts
                                                                  : NULL;
                 if (!flag)
                     return bad("--groups: '%s' is none of contention, forced, redis-failures, "
-                               "holds, fairness, between-hosts", items[k]);
+                               "holds, fairness, crowd, between-hosts", items[k]);
                 *flag = 1;
             }
         } else if (!strcmp(a, "--between-hosts")) {
@@ -585,6 +590,8 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             o->redis_failures = 0;
         } else if (!strcmp(a, "--no-holds")) {
             o->holds = 0;
+        } else if (!strcmp(a, "--no-crowd")) {
+            o->crowd = 0;
         } else if (!strcmp(a, "--no-lock-servers")) {
             o->lock_servers = 0;
         } else if (!strcmp(a, "--quick")) {

@@ -259,6 +259,7 @@ typedef struct fl_buyer_rec {
     uint8_t bot;
     uint8_t outcome;             /* FL_BUYER_* (NONE: no final answer by the end) */
     uint16_t requests;
+    uint32_t position;           /* its place in the waiting room (0: none) */
     int64_t arrive_us;
     int64_t final_us;            /* its final answer (-1: none) */
 } fl_buyer_rec;
@@ -410,6 +411,8 @@ typedef struct fl_crowd_figures {
     uint32_t buyers, bots, winners, bot_winners;
     long long stock;             /* S */
     double first_share;          /* of the units, the share the first S arrivals got */
+    double first_place_share;    /* ...the share the S first places got (the room's own
+                                    order: the line as Redis issued it; -1: no room) */
     uint64_t pairs, out_of_order;   /* pairs of winners; of them served against arrival */
     double bot_units, polite_units; /* units per capita */
     double bot_ratio;            /* bot_units / polite_units (0: polite got none) */
@@ -961,7 +964,9 @@ void fl_rmtree(const char *dir);
 
 /* The groups of scenes, in the order they run and are shown. */
 enum { FL_GROUP_CONTENTION, FL_GROUP_PAUSE, FL_GROUP_FAILURE, FL_GROUP_HOLDS,
-       FL_GROUP_FAIRNESS, FL_GROUP_HOSTS, FL_GROUPS };
+       FL_GROUP_FAIRNESS, FL_GROUP_CROWD, FL_GROUP_HOSTS, FL_GROUPS };
+
+#define FL_CROWD_BINS 100            /* a crowd scene's arrival ranks, drawn in this many bins */
 
 /* The fairness group's two scenes (fairness.c). */
 enum { FL_FAIR_NONE, FL_FAIR_QUEUE, FL_FAIR_STREAM };
@@ -1023,6 +1028,10 @@ typedef struct fl_scene {
      * arrivals (cs_delay_ms is each one's hold). */
     int fair_scene;
     int waiters, gap_ms;
+    /* FL_GROUP_CROWD: its buyers (arriving over crowd_ramp_s, a fifth of
+     * them bots), and whether the product has a waiting room. */
+    int crowd_buyers, crowd_room;
+    double crowd_ramp_s;
 } fl_scene;
 
 typedef struct fl_scene_result {
@@ -1064,6 +1073,11 @@ typedef struct fl_scene_result {
     long fair_pairs, fair_out_of_order;
     double fair_wait_median_ms, fair_wait_max_ms;
     unsigned char fair_order[FL_FAIR_MAX];
+    /* A crowd scene: its figures, and by arrival rank (FL_CROWD_BINS bins,
+     * first arrivals first) the buyers, those who got a unit, and the bots
+     * among them. */
+    fl_crowd_figures crowd;
+    uint32_t crowd_bins[FL_CROWD_BINS][3];
 } fl_scene_result;
 
 /* One measurement of a lock under a fault, for the "choosing a lock" table. */
@@ -1130,6 +1144,7 @@ typedef struct fl_compare_opts {
     int redis_failures;          /* the Redis failures group (own services only) */
     int holds;                   /* the holds group */
     int fairness;                /* the fairness group */
+    int crowd;                   /* the crowd group: a sale past capacity, room off and on */
     int hold_seconds;            /* of its products */
     double holds_duration_s;     /* per scene of the holds group */
     long long holds_stock;       /* of its products: sold out, returned, resold */

@@ -128,7 +128,8 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
             "cs_delay_ms", s->sc.cs_delay_ms, "lock_ttl_ms", s->sc.lock_ttl_ms, "duration_s",
             s->sc.duration_s, "ran", s->ran);
         static const char *const GROUPS[FL_GROUPS] = { "contention", "forced", "redis-failure",
-                                                       "holds", "fairness", "between-hosts" };
+                                                       "holds", "fairness", "crowd",
+                                                       "between-hosts" };
         json_object_set_new(j, "group", json_string(GROUPS[s->sc.group]));
         json_object_set_new(j, "fault_name", s->sc.fault_name ? json_string(s->sc.fault_name)
                                                               : json_null());
@@ -200,6 +201,30 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                               (json_int_t)s->fair_out_of_order, "wait_median_ms",
                               s->fair_wait_median_ms, "wait_max_ms", s->fair_wait_max_ms,
                               "starved", s->fair_starved, "service_order", order));
+            }
+            if (s->sc.group == FL_GROUP_CROWD) {
+                const fl_crowd_figures *c = &s->crowd;
+                json_t *bins = json_array();
+                for (int k = 0; k < FL_CROWD_BINS; k++)
+                    json_array_append_new(bins, json_pack("[I, I, I]",
+                                                          (json_int_t)s->crowd_bins[k][0],
+                                                          (json_int_t)s->crowd_bins[k][1],
+                                                          (json_int_t)s->crowd_bins[k][2]));
+                json_object_set_new(
+                    j, "crowd",
+                    json_pack("{s:b, s:i, s:f, s:I, s:i, s:i, s:i, s:f, s:I, s:I, s:f, s:f, "
+                              "s:f, s:f, s:i, s:f, s:f, s:f, s:o}",
+                              "waiting_room", s->sc.crowd_room, "buyers", c->buyers,
+                              "ramp_s", s->sc.crowd_ramp_s, "stock", (json_int_t)c->stock,
+                              "bots", c->bots, "winners", c->winners, "bot_winners",
+                              c->bot_winners, "first_s_share", c->first_share, "pairs",
+                              (json_int_t)c->pairs, "out_of_order", (json_int_t)c->out_of_order,
+                              "bot_ratio", c->bot_ratio, "final_p50_ms", c->final_p50_us / 1e3,
+                              "final_p99_ms", c->final_p99_us / 1e3, "final_after_last_unit_ms",
+                              c->final_after_last_unit_us / 1e3, "no_final", c->no_final,
+                              "requests_median", c->requests_median, "requests_p99",
+                              c->requests_p99, "units_per_s", c->units_per_s,
+                              "by_arrival_bins", bins));
             }
             if (s->handoff_n)
                 json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
@@ -520,6 +545,10 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "Fairness (seed 004 \xc2\xa7" "6.1): buyers arrive at a lock in a known order, on "
             "two instances taking turns (one for local), each holding the lock a while: who is "
             "served in turn, who overtakes, who starves",
+            "A crowd past the order path's capacity: thousands of buyers in a second, a fifth "
+            "of them bots that retry at once, the rest waiting as told; the waiting room off "
+            "(a lottery: whoever retries at the right moment) and on (a queue: the first to "
+            "come, first); orders/s here is units sold a second",
             "\xe2\x9a\xa1 Between hosts: each scene on a deployment of its own, a network "
             "namespace per host (Redis primary and replica, 3 sentinels, two PostgreSQL nodes "
             "run by Patroni with etcd, HAProxy, 3 instances, the load), the fault cut in the "
@@ -686,6 +715,58 @@ static void chart_fairness(FILE *f, const fl_scene_result *r, int n) {
     fprintf(f, "</div>\n");
 }
 
+/* The crowd scenes, drawn: the buyers by arrival rank (first to come at
+ * the left, in FL_CROWD_BINS bins), each bin's bar the share of its buyers
+ * who got a unit (bots' part darker). A queue fills the first bars and
+ * leaves the rest empty; a lottery spreads the units over everyone. */
+static void chart_crowd(FILE *f, const fl_scene_result *r, int n) {
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= r[i].sc.group == FL_GROUP_CROWD && r[i].ran;
+    if (!any) return;
+    fprintf(f, "<h2 id=\"crowd\">A sale past capacity: who got the units</h2>\n"
+               "<p class=\"sub\">The same crowd twice. Each bar is a hundredth of the buyers, "
+               "by the order they came (the first at the left); its height, the share of them "
+               "who got a unit (bots, who retry at once, darker). Without a waiting room the "
+               "units go to whoever retries at the right moment; with it, to the first to "
+               "come.</p>\n<div class=\"fair\">");
+    enum { CW = 400, CH = 110, CM = 18 };
+    for (int i = 0; i < n; i++) {
+        const fl_scene_result *s = &r[i];
+        if (s->sc.group != FL_GROUP_CROWD || !s->ran) continue;
+        const fl_crowd_figures *c = &s->crowd;
+        fprintf(f, "<figure class=\"crowdone\"><svg width=\"%d\" height=\"%d\" "
+                   "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>waiting room %s: "
+                   "%.1f%% of the units to the first %lld</title>",
+                CW + 2 * CM, CH + 2 * CM, s->sc.crowd_room ? "on" : "off", 100 * c->first_share,
+                (long long)c->stock);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" "
+                   "stroke=\"#d5d9dc\"/>", CM, CM, CW, CH);
+        double bw = (double)CW / FL_CROWD_BINS;
+        for (int k = 0; k < FL_CROWD_BINS; k++) {
+            double all = s->crowd_bins[k][0] ? s->crowd_bins[k][0] : 1;
+            double got = s->crowd_bins[k][1] / all * CH, bots = s->crowd_bins[k][2] / all * CH;
+            if (got > 0)
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                           "fill=\"#66bb6a\"/>", CM + k * bw, CM + CH - got, bw, got);
+            if (bots > 0)
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                           "fill=\"#1b5e20\"/>", CM + k * bw, CM + CH - bots, bw, bots);
+        }
+        /* Where the first S arrivals end. */
+        double xs = c->buyers ? CM + (double)c->stock * CW / c->buyers : CM;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#3f51b5\" "
+                   "stroke-dasharray=\"3 3\"/><text x=\"%d\" y=\"%d\" font-size=\"10\" "
+                   "fill=\"#5c6670\">came &rarr;</text></svg><figcaption><b>waiting room %s</b> "
+                   "&middot; %u buyers, %lld units<br>%.1f%% of the units to the first %lld "
+                   "(left of the dashes); bots x%.2f per capita<br>%.0f units/s; requests per "
+                   "buyer p50 %.0f; last answer %.2f s after the last unit</figcaption></figure>",
+                xs, CM, xs, CM + CH, CM, CH + 2 * CM - 4, s->sc.crowd_room ? "on" : "off", c->buyers,
+                (long long)c->stock, 100 * c->first_share, (long long)c->stock, c->bot_ratio,
+                c->units_per_s, c->requests_median, c->final_after_last_unit_us / 1e6);
+    }
+    fprintf(f, "</div>\n");
+}
+
 /* ------------------------------------------------- the lock table, as text */
 
 void fl_probe_fmt(const fl_probe *p, int kind, char *out, size_t len) {
@@ -823,6 +904,8 @@ static const char CSS[] =
     "div.fair{display:flex;flex-wrap:wrap;gap:10px;margin:0 0 24px}"
     "figure.fairone{margin:0;padding:6px;width:200px}figure.fairone svg{width:186px}"
     "figure.fairone figcaption{font-weight:400;font-size:12px;margin:2px 4px}"
+    "figure.crowdone{margin:0;padding:6px;width:450px}figure.crowdone svg{width:436px}"
+    "figure.crowdone figcaption{font-weight:400;font-size:12px;margin:2px 4px}"
     "footer{color:#7a848c;font-size:12px;margin:24px 0}";
 
 /* Counts the drawn marks of each chart into data- attributes, and any
@@ -893,6 +976,7 @@ int fl_report_html(const fl_compare_opts *o, const fl_scene_result *r, int n,
     chart_faults(f, r, n);
     if (nl) lock_table(f, l, nl);
     chart_fairness(f, r, n);
+    chart_crowd(f, r, n);
     table(f, r, n);
     fprintf(f, "<footer>Orders/s: orders confirmed (201) per second from the start to the "
                "last 201, i.e. while there was stock to sell; answers/s counts every answer, "

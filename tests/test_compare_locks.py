@@ -251,7 +251,7 @@ def test_compare_fairness(ctx):
 
 def test_compare_reports_a_lock_server_that_cannot_start_as_skipped(ctx):
     # etcd "starts" as /bin/false: it exits at once.
-    rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8",
+    rc, so, se, j, html = compare(ctx, "--strategies", "lua,etcd", "--segments", "1,8", "--no-crowd",
                                   "--no-two-instances", "--quick", "--connections", 16,
                                   "--stock", 300, "--etcd-bin", "/bin/false",
                                   "--no-redis-failures", "--no-holds")
@@ -312,7 +312,7 @@ def test_compare_redis_failures(ctx):
                                   "unsafe-trust-redis,lua,lock,redlock,unsafe-redlock-no-fence",
                                   "--segments", "1", "--no-two-instances", "--quick",
                                   "--connections", 16, "--stock", 300, "--no-probes",
-                                  "--no-holds", timeout=280)
+                                  "--no-holds", "--no-crowd", timeout=280)
     print("\n".join("    " + l for l in so.splitlines()
                     if l.startswith(("--", "  ")) or "FAULT" in l))
     assert rc == 0, so + se
@@ -384,7 +384,7 @@ def test_compare_holds(ctx):
     units that came back were sold again when the scene's shape promised
     it (it does: the stock sells out at once, and the load outlasts a hold
     by holds.c's 2 s margin)."""
-    rc, so, se, j, html = compare(ctx, "--strategies", "lua,db", "--segments", "1",
+    rc, so, se, j, html = compare(ctx, "--strategies", "lua,db", "--segments", "1", "--no-crowd",
                                   "--no-two-instances", "--quick", "--connections", 16,
                                   "--no-probes", "--no-redis-failures", timeout=120)
     print("\n".join("    " + l for l in so.splitlines() if "holds" in l or l.startswith("  ")))

@@ -304,12 +304,20 @@ def test_compare_writes_a_report_that_renders(ctx):
     header = [l for l in so.splitlines() if l.startswith("strategy")]
     assert header and re.match(r"strategy\s+segments\s+instances\s+orders/s\s+p50\s+p99\s+sold\s+"
                                r"oversold\s+min stock\s+lost\s+verdict", header[0]), so
-    rows = {l.split()[0]: l for l in so.splitlines() if re.match(r"(lua|unsafe-\S+)\s+\d", l)}
+    rows = {l.split()[0]: l for l in so.splitlines()
+            if re.match(r"(lua|unsafe-\S+)\s+\d", l) and "crowd:" not in l}
     assert rows["lua"].split()[10] == "PASS", rows
     assert "FAIL: oversold by" in rows["unsafe-check-then-decr"], rows
     assert "report: " + os.path.join(os.path.realpath(out), "report.html") in so, so
     j = json.load(open(os.path.join(out, "report.json")))
-    scenes = {sc["strategy"]: sc for sc in j["scenes"]}
+    scenes = {sc["strategy"]: sc for sc in j["scenes"] if sc["group"] != "crowd"}
+    # The crowd group: the room off and on, the units to the first arrivals
+    # with it, and its chart.
+    crowd = [sc["crowd"] for sc in j["scenes"] if sc["group"] == "crowd"]
+    assert [c["waiting_room"] for c in crowd] == [False, True], crowd
+    assert crowd[1]["first_s_share"] >= 0.9 and crowd[1]["no_final"] == 0, crowd[1]
+    assert len(crowd[1]["by_arrival_bins"]) == 100, crowd[1]
+    assert "who got the units" in so, so
     assert scenes["lua"]["pass"] and scenes["lua"]["oversold"] == 0
     assert scenes["unsafe-check-then-decr"]["oversold"] > 0
     assert all(sc["as_expected"] for sc in j["scenes"]), j
@@ -330,6 +338,7 @@ def test_compare_writes_a_report_that_renders(ctx):
     # The fault chart shows the forced scene by what it shows, not by its
     # orders/s: the throughput chart has the contention scenes only.
     assert dom.count("unsafe-check-then-decr: ") >= 2, dom[:3000]
+    assert 'id="crowd"' in dom and "waiting room on" in dom, dom[-3000:]
     assert "Uncaught" not in p.stderr and "CONSOLE" not in p.stderr, p.stderr[-2000:]
     shot = ctx.path("report.png")
     p = chromium("--window-size=1100,1800", "--hide-scrollbars", "--screenshot=" + shot, html)

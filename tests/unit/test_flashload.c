@@ -501,7 +501,7 @@ static void test_compare_scenes_in_two_groups(void) {
     fl_compare_opts_default(&o);
     o.two_instances = 0;
     o.redis_failures = 0;
-    o.holds = 0;
+    o.holds = o.crowd = 0;
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 5, sc, 64);
     /* Contention, the safe ones only: lua, lock, etcd x1 x8. Then forced:
@@ -566,7 +566,7 @@ static void test_compare_scenes_fairness(void) {
     strategy(&st[2], "fair-lock", 1);
     strategy(&st[3], "local", 1);
     fl_compare_opts_default(&o);
-    o.redis_failures = o.holds = o.forced = 0;
+    o.redis_failures = o.holds = o.forced = o.crowd = 0;
     CHECK(o.fairness == 1);                              /* on by default */
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 4, sc, 64);
@@ -612,7 +612,7 @@ static void test_compare_scenes_redis_failures(void) {
     strategy(&st[5], "etcd", 1);
     fl_compare_opts_default(&o);
     o.two_instances = 0;
-    o.holds = o.fairness = 0;                            /* their own tests */
+    o.holds = o.fairness = o.crowd = 0;                  /* their own tests */
     CHECK(o.redis_failures == 1);                        /* on by default */
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 6, sc, 64);
@@ -666,7 +666,7 @@ static void test_compare_scenes_holds(void) {
     strategy(&st[5], "unsafe-lock-no-fence", 0);
     fl_compare_opts_default(&o);
     o.two_instances = 0;
-    o.redis_failures = 0;
+    o.redis_failures = o.crowd = 0;
     CHECK(o.holds == 1);                                 /* on by default */
     fl_scene sc[64];
     int n = fl_compare_scenes(&o, st, 6, sc, 64);
@@ -818,17 +818,41 @@ static void test_retry_after(void) {
     fl_resp_free(&r);
 }
 
+/* The crowd group: two lua scenes, the room off then on, after the
+ * fairness group; none without lua, or with --groups leaving it out. */
+static void test_compare_scenes_crowd(void) {
+    static fl_compare_opts o;
+    fl_strategy st[2];
+    strategy(&st[0], "lua", 1);
+    strategy(&st[1], "lock", 1);
+    fl_compare_opts_default(&o);
+    o.redis_failures = o.holds = o.forced = 0;
+    CHECK(o.crowd == 1);                                 /* on by default */
+    fl_scene sc[64];
+    int n = fl_compare_scenes(&o, st, 2, sc, 64);
+    CHECK(n >= 2 && sc[n - 2].group == FL_GROUP_CROWD && sc[n - 1].group == FL_GROUP_CROWD);
+    CHECK(sc[n - 3].group == FL_GROUP_FAIRNESS);
+    for (int i = n - 2; i < n; i++) {
+        CHECK_STR(sc[i].strategy, "lua");
+        CHECK(sc[i].crowd_room == i - (n - 2) && sc[i].instances == 2 && !sc[i].fault);
+        CHECK(sc[i].crowd_buyers > 3 * sc[i].stock && sc[i].crowd_ramp_s > 0);
+    }
+    strategy(&st[0], "luaX", 1);
+    n = fl_compare_scenes(&o, st, 2, sc, 64);
+    for (int i = 0; i < n; i++) CHECK(sc[i].group != FL_GROUP_CROWD);
+}
+
 /* A crowd's figures from buyers made by hand: 6 buyers, stock 3; the
  * winners are ranks 0, 3 and 1 (in that order of their 201s), rank 3 a
- * bot; rank 5 never heard. */
+ * bot, at places 1, 5 and 3; rank 5 never heard (and had no place). */
 static void test_crowd_figures(void) {
     fl_buyer_rec b[6] = {
-        { 0, 0, FL_BUYER_GOT, 2, 0, 100000 },
-        { 1, 0, FL_BUYER_GOT, 3, 10000, 300000 },
-        { 2, 1, FL_BUYER_SOLD_OUT, 9, 20000, 400000 },
-        { 3, 1, FL_BUYER_GOT, 7, 30000, 200000 },
-        { 4, 0, FL_BUYER_SOLD_OUT, 2, 40000, 900000 },
-        { 5, 0, FL_BUYER_NONE, 1, 50000, -1 },
+        { 0, 0, FL_BUYER_GOT, 2, 1, 0, 100000 },
+        { 1, 0, FL_BUYER_GOT, 3, 3, 10000, 300000 },
+        { 2, 1, FL_BUYER_SOLD_OUT, 9, 2, 20000, 400000 },
+        { 3, 1, FL_BUYER_GOT, 7, 5, 30000, 200000 },
+        { 4, 0, FL_BUYER_SOLD_OUT, 2, 4, 40000, 900000 },
+        { 5, 0, FL_BUYER_NONE, 1, 0, 50000, -1 },
     };
     fl_load_result r;
     memset(&r, 0, sizeof r);
@@ -838,6 +862,7 @@ static void test_crowd_figures(void) {
     CHECK(fl_crowd_figures_get(&r, 3, &f) == 0);
     CHECK(f.buyers == 6 && f.bots == 2 && f.winners == 3 && f.bot_winners == 1);
     CHECK(f.first_share > 0.66 && f.first_share < 0.67);   /* ranks 0 and 1 of 0..2 */
+    CHECK(f.first_place_share > 0.66 && f.first_place_share < 0.67);   /* places 1 and 3 */
     CHECK(f.pairs == 3 && f.out_of_order == 1);            /* served 0, 3, 1: (3, 1) */
     CHECK(f.bot_units == 0.5 && f.polite_units == 0.5 && f.bot_ratio == 1.0);
     CHECK(f.no_final == 1);
@@ -857,5 +882,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_target_parse), T(test_compare_scenes_in_two_groups),
           T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
           T(test_compare_scenes_fairness),
-          T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures),
+          T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures), T(test_compare_scenes_crowd),
           T(test_retry_after))
