@@ -338,13 +338,14 @@ def test_an_instance_killed_before_it_revokes_its_503s(ctx):
 
 def test_flashload_compare_between_hosts_group(ctx):
     """`flashload compare --groups between-hosts` (issues 31, 41): the
-    split brain under unsafe-trust-redis then lua, each on a deployment of
-    its own made by tools/hosts_scene.py; in the table, report.json and
-    report.html, the unsafe scene showing its flaw (units oversold) and
-    ours PASS. (The group's Patroni scenes -- the leader killed with
-    synchronous_mode off and on, cut off, switched over -- are
-    test_patroni_decides_the_failover's, on one cluster: --between-scenes
-    leaves them out here; `make demo-hosts` runs them each on its own.)"""
+    split brain under unsafe-trust-redis, on a deployment of its own made
+    by tools/hosts_scene.py; in the table, report.json and report.html,
+    the scene showing its flaw (units oversold). (Ours, lua under the same
+    split brain, is test_split_brain_the_old_primary_sells_nothing_twice's
+    -- run here too it cost the suite 30 s more; the group's Patroni
+    scenes -- the leader killed with synchronous_mode off and on, cut off,
+    switched over -- are test_patroni_decides_the_failover's, on one
+    cluster; `make demo-hosts` runs them all, each on its own.)"""
     import json
     import os
     import subprocess
@@ -353,7 +354,7 @@ def test_flashload_compare_between_hosts_group(ctx):
     out = ctx.path("cmp")
     os.makedirs(out)
     r = subprocess.run([os.path.join(harness.BIN, "flashload"), "compare", "--groups",
-                        "between-hosts", "--strategies", "lua,unsafe-trust-redis",
+                        "between-hosts", "--strategies", "unsafe-trust-redis",
                         "--between-scenes", "split-brain",
                         "--out", out],
                        capture_output=True, text=True, timeout=600)
@@ -362,16 +363,11 @@ def test_flashload_compare_between_hosts_group(ctx):
     assert "-- between hosts" in r.stdout and "between hosts, as done and seen:" in r.stdout
     rep = json.load(open(os.path.join(out, "report.json")))
     scenes = {(s["between"], s["strategy"]): s for s in rep["scenes"]}
-    assert sorted(scenes) == [("split-brain", "lua"), ("split-brain", "unsafe-trust-redis")], \
-        sorted(scenes)
+    assert sorted(scenes) == [("split-brain", "unsafe-trust-redis")], sorted(scenes)
     for s in scenes.values():
         assert s["group"] == "between-hosts" and s["ran"] and s["as_expected"], s
     unsafe_split = scenes[("split-brain", "unsafe-trust-redis")]
     assert unsafe_split["unsafe"] and unsafe_split["oversold"] > 0, unsafe_split
     assert "app1 ran" in unsafe_split["detail"], unsafe_split
-    for key in (("split-brain", "lua"),):
-        s = scenes[key]
-        assert not s["unsafe"] and s["pass"] and s["oversold"] == 0 and s["lost"] == 0 \
-            and s["created_without_order"] == 0, s
     html = open(os.path.join(out, "report.html")).read()
     assert "Between hosts" in html and "split brain" in html
