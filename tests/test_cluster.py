@@ -398,3 +398,37 @@ def test_cluster_lock_module_flashlock_and_redlock(ctx):
     print("    lock module on the cluster: selftest %s; 60 fenced holds by 4 processes, "
           "30 by Redlock (cluster + 2 servers), 32 flashlock'd increments: no overlap"
           % p.stdout.strip())
+
+
+def test_cluster_waiting_room(ctx):
+    """A waiting room on a cluster (issue 43): its keys are in the SKU's
+    slot, on the primary that serves it, beside the stock; a SKU on each
+    primary, a crowd each, verified; with the room, every unit to the
+    first places of its line, and the room's keys where its stock is. A
+    spread product (segments over the slots) has its room in the SKU's
+    own slot and no cap by the units left (its stock is elsewhere): it
+    sells too."""
+    import json
+    from test_flashload import flashload
+    c = ctx.cluster()
+    s = ctx.service(c.url)
+    skus = [sku_on(c, p, "wr") for p in c.primaries()[:2]]
+    for sku, p in zip(skus, c.primaries()):
+        out = ctx.path(sku + ".json")
+        rc, so, se = flashload("--target", "http://127.0.0.1:%d" % s.port, "--redis", c.url,
+                               "--db", s.db_path, "--sku", sku, "--stock", 300, "--crowd", 1500,
+                               "--ramp", 0.3, "--impatient", 0.2, "--waiting-room",
+                               "--connections", 64, "--json", out, timeout=120)
+        assert rc == 0 and "verdict    PASS" in so, so + se
+        crowd = json.load(open(out))["crowd"]
+        assert crowd["winners"] == 300 and crowd["no_final"] == 0, crowd
+        assert crowd["first_place_share"] >= 0.99, crowd
+        room = "fs:{%s}:room" % sku
+        assert c.owner(c.keyslot(room)) is p and p.cmd("EXISTS", room) == 1, room
+        print("    %s: %.1f%% of the units to the first 300 places, %.1f%% to the first 300 "
+              "arrivals" % (sku, 100 * crowd["first_place_share"], 100 * crowd["first_s_share"]))
+    rc, so, se = flashload("--target", "http://127.0.0.1:%d" % s.port, "--redis", c.url,
+                           "--db", s.db_path, "--sku", "wrspread", "--stock", 200, "--segments",
+                           8, "--crowd", 600, "--ramp", 0.2, "--waiting-room", "--room-rate",
+                           2000, "--connections", 32, timeout=120)
+    assert rc == 0 and "verdict    PASS" in so, so + se
