@@ -34,6 +34,13 @@ struct svc_room {
      * (guarded by mu). */
     long long *done;
     int ndone, done_cap;
+    /* The orders answered finally here: a count, and what the last beat
+     * made of it (orders a second, smoothed). Beat thread only but the
+     * count. */
+    atomic_llong done_total;
+    long long done_seen;
+    int64_t done_seen_us;
+    double throughput;
 };
 
 svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
@@ -252,6 +259,7 @@ void svc_room_done(svc_room *r, long long position) {
      * its turn passes -- the room admits a little slower, never unfairly. */
     if (r->ndone < r->done_cap) r->done[r->ndone++] = position;
     pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add_explicit(&r->done_total, 1, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------- a beat */
@@ -263,7 +271,10 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
     int roomy = load->limit > 0 && load->inflight < load->limit / 4;
     int full = load->limit > 0 && load->inflight >= load->limit * 9 / 10;
     if (load->shed > 0 || full) {
-        rate *= 0.9;                        /* its orders are refused, or about to be */
+        /* Its orders are refused, or about to be: the path takes what it
+         * answers. Admitted buyers still on their way fill it for a while;
+         * cutting below what it answers meanwhile only starves it after. */
+        rate = load->throughput > 0 ? fmax(load->throughput, rate * 0.9) : rate * 0.9;
     } else if (roomy) {
         /* The path holds back nothing: if buyers wait, the room holds
          * back buyers it could serve. Grow fast, as a TCP slow start. */
@@ -289,8 +300,20 @@ static void add_marks(svc_room *r, const stock_room_state *st) {
     }
 }
 
-int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p, const svc_room_load *load) {
+int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p,
+                  const svc_room_load *given) {
     static __thread stock_room_state st;   /* 16 KiB: not on the stack */
+    svc_room_load l = *given, *load = &l;
+    /* What the path answered of the room's orders since the last beat. */
+    int64_t now_us = clock_mono_us();
+    long long total = atomic_load_explicit(&r->done_total, memory_order_relaxed);
+    if (r->done_seen_us && now_us > r->done_seen_us) {
+        double t = (double)(total - r->done_seen) * 1e6 / (double)(now_us - r->done_seen_us);
+        r->throughput = r->throughput > 0 ? 0.7 * r->throughput + 0.3 * t : t;
+    }
+    r->done_seen = total;
+    r->done_seen_us = now_us;
+    l.throughput = r->throughput;
     long long seq = atomic_load(&r->seq), serving = atomic_load(&r->serving);
     int waiting = atomic_load(&r->beat_at_ms) != 0 && seq > serving &&
                   atomic_load(&r->sold_out_ms) == 0;

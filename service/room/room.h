@@ -121,6 +121,8 @@ typedef struct svc_room_load {
     int64_t target_us;            /* the latency target */
     uint64_t shed;                /* its orders refused overloaded, since the last beat */
     long inflight, limit;         /* its orders in the path now, and its admission limit */
+    double throughput;            /* the room's orders answered finally here a second, lately
+                                     (svc_room_beat fills it in; 0: none) */
 } svc_room_load;
 
 /* One beat of p's room on c (the beat thread): says this instance's rate,
