@@ -98,6 +98,7 @@ LINK_test_loop      := common
 LINK_test_service   := service http stock lock rtopo db common
 LINK_test_order     := service http stock lock rtopo db common
 LINK_test_admission := service http stock lock rtopo db common
+LINK_test_room      := service http stock lock rtopo db common
 LINK_test_stock     := stock lock rtopo db common
 LINK_test_stock_async := stock lock rtopo db common
 LINK_test_fence     := stock lock rtopo db common
