@@ -356,7 +356,8 @@ def test_compare_uses_the_stock_its_help_shows(ctx):
     os.mkdir(out)
     rc, so, se = flashload("compare", "--strategies", "lua", "--segments", "1",
                            "--no-two-instances", "--duration", 1, "--connections", 4,
-                           "--out", out, "--no-redis-failures", "--no-holds", timeout=120)
+                           "--out", out, "--no-redis-failures", "--no-holds", "--no-crowd",
+                           timeout=120)
     assert rc == 0, so + se
     scenes = json.load(open(os.path.join(out, "report.json")))["scenes"]
     assert [sc["stock"] for sc in scenes] == [shown], (shown, scenes)
