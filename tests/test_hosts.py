@@ -215,7 +215,7 @@ def test_patroni_decides_the_failover(ctx):
 
 
 def test_postgresql_primary_cut_from_its_synchronous_standby(ctx):
-    """The primary cut from its synchronous standby for 8 s mid-sale: a
+    """The primary cut from its synchronous standby for 5 s mid-sale: a
     COMMIT there waits for the standby without end. The service cancels
     one after --db-commit-timeout-ms and answers its orders 503 (committed
     on the primary perhaps, never 201: a failover would lose them), then
@@ -231,14 +231,14 @@ def test_postgresql_primary_cut_from_its_synchronous_standby(ctx):
     def fault(w):
         n.cut(n["pg1"], n["pg2"], port=5432)
         seen["cut"] = time.monotonic()
-        time.sleep(8)
+        time.sleep(5)
         n.heal()
         seen["healed"] = time.monotonic()
-    j, so = under_load(ctx, w, "pgsync-cut", "lua", fault, seconds=22, fault_at=3.0)
+    j, so = under_load(ctx, w, "pgsync-cut", "lua", fault, seconds=16, fault_at=3.0)
     lat_max = j["latency_us"]["max"] / 1000.0
     logs = "".join(open(a.log_path).read() for a in w.apps)
     canceled = logs.count("perhaps not on the standby")
-    print("    primary cut from its sync standby for 8 s: %d answered, %d created, codes %s, "
+    print("    primary cut from its sync standby for 5 s: %d answered, %d created, codes %s, "
           "longest without a 201 %.0f ms, slowest answer %.0f ms, COMMITs canceled %d"
           % (j["answered"], j["created"], j["codes"], j["max_sale_gap_ms"] or -1, lat_max,
              canceled))
@@ -247,18 +247,21 @@ def test_postgresql_primary_cut_from_its_synchronous_standby(ctx):
     assert canceled > 0, "no COMMIT was canceled"
     # Bounded: a COMMIT's timeout, the cancel's answer, a probe; never the cut's length.
     assert lat_max < timeout_ms + 4000, lat_max
-    # The sale resumed after the heal (the run goes on 11 s past it): once
+    # The sale resumed after the heal (the run goes on 8 s past it): once
     # the standby is back, which its walreceiver retries every 5 s
     # (wal_retrieve_retry_interval), and a probe confirms a commit.
-    assert j["max_sale_gap_ms"] < 8000 + 7000, j["max_sale_gap_ms"]
+    assert j["last_created_s"] > 3.0 + 5.0, j["last_created_s"]        # a 201 after the heal
+    assert j["max_sale_gap_ms"] < 5000 + 7000, j["max_sale_gap_ms"]
 
 
-def test_flapping_partitions_for_half_a_minute(ctx):
-    """For 35 s while orders flow, a partition is cut, healed and cut
-    again, 0.7-2.5 s on and 0.5-1.5 s off (a seeded schedule, printed; a
-    minute at 1-3 s each way made as many cuts in twice the time): app1 from
-    the Redis primary and its replica, app2 from PostgreSQL, the primary
-    from its synchronous standby -- one at a time, in a random order.
+def test_flapping_partitions(ctx):
+    """For 20 s while orders flow, a partition is cut, healed and cut
+    again, 0.7-2.5 s on and 0.5-1.5 s off (a seeded schedule, printed: 7-8
+    cuts; 35 s of it made twice as many, and cost the suite 15 s more; a
+    minute at 1-3 s each way made as many in three times the time): app1
+    from the Redis primary and its replica, app2 from PostgreSQL, the
+    primary from its synchronous standby -- one at a time, in a random
+    order (the seed takes each at least twice).
     Every cut is checked to cut. The verifier then finds every 201 a row,
     nothing oversold and no order without a 201, and the sale goes on
     after the last heal."""
@@ -275,7 +278,7 @@ def test_flapping_partitions_for_half_a_minute(ctx):
     done = []
 
     def fault(w):
-        end = time.monotonic() + 35
+        end = time.monotonic() + 20
         while time.monotonic() < end:
             name = rnd.choice(sorted(faults))
             on, off = rnd.uniform(0.7, 2.5), rnd.uniform(0.5, 1.5)
@@ -287,15 +290,16 @@ def test_flapping_partitions_for_half_a_minute(ctx):
             done.append("%s %.1fs" % (name, time.monotonic() - t))
             time.sleep(off)
         done.append("healed")
-    j, so = under_load(ctx, w, "flap", "lua", fault, seconds=41, fault_at=3.0)
+    j, so = under_load(ctx, w, "flap", "lua", fault, seconds=26, fault_at=3.0)
     v = j["verdict"]
-    print("    %d cuts in 35 s: %s" % (len(done) - 1, ", ".join(done[:-1])))
+    print("    %d cuts in 20 s: %s" % (len(done) - 1, ", ".join(done[:-1])))
     print("    %d answered, %d created, codes %s, longest without a 201 %.0f ms, slowest "
           "answer %.0f ms; verdict lost %d, oversold %d, orders without a 201 %d"
           % (j["answered"], j["created"], j["codes"], j["max_sale_gap_ms"] or -1,
              j["latency_us"]["max"] / 1000.0, v["lost"], v["oversold"],
              v["orders_without_201"]))
-    assert len(done) >= 10, done
+    assert len(done) >= 6, done
+    assert all(sum(d.startswith(f) for d in done) >= 2 for f in faults), done
     assert j["transport_errors"] == 0, j
     # After the last heal the sale goes on: a new one on every instance.
     passed(*w.flashload("--sku", "flap-after", "--strategy", "lua", "--stock", 2000,
