@@ -163,7 +163,6 @@ static const char *const HOLDS[] = { "lua", "lock", "db", NULL };
  * ends when every buyer has a final answer (CROWD_LIMIT_S at most). */
 #define CROWD_BUYERS 30000
 #define CROWD_RAMP_S 1.0
-#define CROWD_STOCK 3000
 #define CROWD_LIMIT_S 60
 #define CROWD_CONNECTIONS 1024
 
@@ -194,6 +193,7 @@ void fl_compare_opts_default(fl_compare_opts *o) {
     o->holds = 1;
     o->fairness = 1;
     o->crowd = 1;
+    o->crowd_buyers = CROWD_BUYERS;
     o->hold_seconds = 2;
     o->holds_duration_s = 5;
     o->holds_stock = 100;
@@ -402,13 +402,13 @@ int fl_compare_scenes(const fl_compare_opts *o, const fl_strategy *st, int nst, 
         if ((sc = add_scene(out, &n, max, "lua", 1, o->two_instances ? 2 : 1, 0))) {
             sc->group = FL_GROUP_CROWD;
             sc->crowd_room = room;
-            sc->crowd_buyers = CROWD_BUYERS;
+            sc->crowd_buyers = o->crowd_buyers;
             sc->crowd_ramp_s = CROWD_RAMP_S;
-            sc->stock = CROWD_STOCK;
+            sc->stock = o->crowd_buyers / 10;
             sc->duration_s = CROWD_LIMIT_S;
             snprintf(sc->condition, sizeof sc->condition,
-                     "crowd: %d buyers in %g s, a fifth bots, %d units; waiting room %s",
-                     CROWD_BUYERS, CROWD_RAMP_S, CROWD_STOCK, room ? "on" : "off");
+                     "crowd: %d buyers in %g s, a fifth bots, %lld units; waiting room %s",
+                     sc->crowd_buyers, CROWD_RAMP_S, sc->stock, room ? "on" : "off");
         }
     /* Seventh group: between hosts, each scene on a deployment of its own
      * (3 instances, PostgreSQL run by Patroni, Sentinel), whatever this

@@ -59,7 +59,7 @@ typedef struct req_info {
     uint8_t replay;
     uint8_t action;               /* 0: an order; FL_PAY, FL_CANCEL: a decision on dec_id;
                                      A_CROWD: a crowd's buyer's request */
-    uint8_t ticket;               /* a crowd's: asks for a place, not an order */
+    uint8_t ticket;               /* a crowd's: a place or a poll, not an order */
     uint32_t crowd_i;             /* a crowd's: the buyer, in the thread's part */
 } req_info;
 
@@ -601,7 +601,8 @@ static void issue_decision(worker *w, conn *c, const fl_due *d, int64_t now) {
 static void issue_buyer(worker *w, conn *c, uint32_t i, int64_t now) {
     assert(c->st == C_IDLE);
     const crowd_buyer *b = &w->crowd.b[i];
-    c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase == CROWD_TICKET, i };
+    /* Places and polls are not orders: never counted or verified as one. */
+    c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase != CROWD_ORDER, i };
     c->wlen = crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf);
     send_request(w, c, now, now);
 }

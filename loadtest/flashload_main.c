@@ -179,6 +179,7 @@ static void usage_compare(FILE *f) {
 "                         our LD_PRELOAD shim, built next to flashload)\n"
 "  --no-holds             leave out the holds group (holds of %d s, %g s a scene)\n"
 "  --no-crowd             leave out the crowd group (two scenes of about 2 s)\n"
+"  --crowd-buyers N       the crowd's buyers (30000; its units a tenth of them)\n"
 "  --quick                shorter scenes for development: --duration 1\n"
 "                         --pause-duration 2 --stock 5000, holds of 1 s for 3 s\n"
 "  --no-lock-servers      start no lock server: their scenes are skipped\n"
@@ -592,6 +593,9 @@ static int parse_compare(int argc, char **argv, int first, fl_compare_opts *o) {
             o->holds = 0;
         } else if (!strcmp(a, "--no-crowd")) {
             o->crowd = 0;
+        } else if (!strcmp(a, "--crowd-buyers")) {
+            if (inum(a, val(argc, argv, &i), 100, 10000000, &n)) return -1;
+            o->crowd_buyers = (int)n;
         } else if (!strcmp(a, "--no-lock-servers")) {
             o->lock_servers = 0;
         } else if (!strcmp(a, "--quick")) {

@@ -1145,6 +1145,7 @@ typedef struct fl_compare_opts {
     int holds;                   /* the holds group */
     int fairness;                /* the fairness group */
     int crowd;                   /* the crowd group: a sale past capacity, room off and on */
+    int crowd_buyers;            /* ...its buyers (its units a tenth of them) */
     int hold_seconds;            /* of its products */
     double holds_duration_s;     /* per scene of the holds group */
     long long holds_stock;       /* of its products: sold out, returned, resold */

@@ -150,9 +150,10 @@ def fits_1400(html):
 
 
 def test_compare_locks_in_two_groups_and_the_lock_table(ctx):
+    # The two groups only: fairness is test_compare_fairness's (9 s less).
     rc, so, se, j, html = compare(ctx, "--strategies", "lock,redlock,db-lock", "--segments", "1,8",
                                   "--no-two-instances", "--quick", "--connections", 16,
-                                  "--stock", 400, "--no-redis-failures", "--no-holds")
+                                  "--stock", 400, "--groups", "contention,forced")
     assert rc == 0, so + se
     print("\n".join("    " + l for l in so.splitlines() if l.strip()))
     # Two groups: ordinary contention first, then every scene under a forced

@@ -298,8 +298,8 @@ def test_compare_writes_a_report_that_renders(ctx):
     rc, so, se = flashload("compare", "--strategies", "lua,db,unsafe-check-then-decr",
                            "--segments", "1", "--no-two-instances", "--duration", 1,
                            "--connections", 16, "--stock", 300, "--out", out,
-                           "--no-redis-failures", "--no-holds", timeout=120,
-                           env={"TMPDIR": tmp})
+                           "--no-redis-failures", "--no-holds", "--crowd-buyers", 6000,
+                           timeout=120, env={"TMPDIR": tmp})
     assert rc == 0, so + se
     header = [l for l in so.splitlines() if l.startswith("strategy")]
     assert header and re.match(r"strategy\s+segments\s+instances\s+orders/s\s+p50\s+p99\s+sold\s+"

@@ -329,7 +329,9 @@ def test_an_instance_killed_before_it_revokes_its_503s(ctx):
         app3.kill()
         time.sleep(1)
         n.heal()
-    j, so = under_load(ctx, w, "pgsync-kill", "lua", fault, seconds=24, fault_at=3.0)
+    # app3's heartbeat lapses 5 s after the kill (at 8 s), the sweeps run
+    # every 2 s: its orders are revoked by about 15 s; the load runs to 20.
+    j, so = under_load(ctx, w, "pgsync-kill", "lua", fault, seconds=20, fault_at=3.0)
     # The sweeps name the owner of what they revoke: app3's host.
     revoked = sum(len(re.findall(r"owner \S*app3\S* gone or late; it was answered 503",
                                  open(a.log_path).read())) for a in w.apps[:2])

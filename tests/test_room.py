@@ -303,3 +303,41 @@ def test_room_failover_to_a_replica_that_missed_places(ctx):
         assert got.status == 201, got
     p2 = s.settled_product("fo")
     assert p2["sold"] == 2 and p2["stock_available"] == 48, p2
+
+
+def test_room_long_poll_answers_when_the_turn_comes(ctx):
+    """GET a ticket with ?wait_ms: a waiting ticket is answered when its
+    turn comes (within a beat or two of the counter reaching it), not at
+    the wait's end; one that stays waiting is answered at the wait's end,
+    still waiting; the room selling out answers it at once. wait_ms out of
+    range, or another query argument: 400."""
+    s = ctx.service(ctx.redis())
+    s.create_product("lp", 3, waiting_room={"rate": 10})
+    ts = [take(s, "lp", "l%d" % i).json for i in range(8)]
+    wait_until(lambda: state(s, "lp", ts[0]["ticket"]) == "your_turn", 3, what="the first turn")
+    # Position 4 at 10 places a second: its turn in about 0.3 s, not 3 s.
+    t0 = time.monotonic()
+    r = s.get("/v1/products/lp/tickets/%s?wait_ms=3000" % ts[3]["ticket"])
+    took = time.monotonic() - t0
+    # The units cap the counter at 3 (positions 1-3 hold them): 4 waits.
+    assert r.status == 200 and r.json["state"] == "waiting" and took >= 2.9, (r, took)
+    for i in range(3):
+        got, _ = buy_in_turn(s, "lp", "l%d" % i, ts[i]["ticket"])
+        assert got.status == 201, got
+    # Sold out: a long poll hears so at once.
+    t0 = time.monotonic()
+    r = s.get("/v1/products/lp/tickets/%s?wait_ms=5000" % ts[5]["ticket"])
+    assert r.status == 409 and r.json["error"] == "sold_out", r
+    assert time.monotonic() - t0 < 1.5, time.monotonic() - t0
+    # Its turn coming: answered then.
+    s.create_product("lp2", 100, waiting_room={"rate": 5})
+    tk = [take(s, "lp2", "m%d" % i).json for i in range(6)]
+    wait_until(lambda: state(s, "lp2", tk[0]["ticket"]) == "your_turn", 3, what="a turn")
+    t0 = time.monotonic()
+    r = s.get("/v1/products/lp2/tickets/%s?wait_ms=5000" % tk[5]["ticket"])
+    took = time.monotonic() - t0
+    assert r.status == 200 and r.json["state"] == "your_turn", r
+    assert took < 4.0, took                    # ~1 s at 5 places a second, never the 5 s
+    for bad in ("wait_ms=-1", "wait_ms=10001", "wait_ms=x", "wait=5"):
+        error_of(s.get("/v1/products/lp2/tickets/%s?%s" % (tk[5]["ticket"], bad)), 400,
+                 "invalid_field")

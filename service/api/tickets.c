@@ -4,8 +4,12 @@
  *   POST /v1/products/{sku}/tickets   {"user_id": ...}: the buyer's place
  *       -- a new one (201), or the one it has (200) -- as a ticket, with
  *       where it stands; one Redis call (an API worker's).
- *   GET /v1/products/{sku}/tickets/{ticket}   where a ticket stands, from
- *       this instance's view of the room: no store is asked.
+ *   GET /v1/products/{sku}/tickets/{ticket}[?wait_ms=N]   where a ticket
+ *       stands, from this instance's view of the room: no store is asked;
+ *       with wait_ms, a ticket still waiting is answered when its turn
+ *       comes (the beat that brings it), the room sells out, or N ms pass
+ *       -- a long poll: the buyer hears its turn at once, with one
+ *       request.
  *
  * and the check an order of a product with a room passes before it enters
  * the order path (api_room_admit): a ticket of its buyer, in its turn. A
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "service/api/api_int.h"
 #include "service/products.h"
 #include "service/room/beats.h"
@@ -241,7 +246,27 @@ void api_ticket_take(http_req *r, const char *const *params, void *ud) {
 
 /* --------------------------------------------------- where it stands */
 
-static void get_on(http_req *r, svc_app *a, svc_product *p, const char *ticket) {
+#define WAIT_MS_MAX 10000         /* the longest a GET of a ticket may wait for its turn */
+
+/* A GET of a ticket waiting for its turn (?wait_ms=): answered by the
+ * beat that brings it, or the room sold out, or its deadline. */
+typedef struct ticket_wait {
+    http_req *r;
+    svc_app *a;
+    svc_product *p;
+    long long position;
+    char ticket[SVC_ROOM_TICKET_MAX + 1];
+} ticket_wait;
+
+static void on_watch(void *ud, svc_turn turn, long long ms) {
+    ticket_wait *w = ud;
+    if (turn == SVC_TURN_SOLD_OUT) reply_sold_out(w->r, w->p->sku);
+    else if (turn == SVC_TURN_UNKNOWN) reply_no_view(w->r, w->a);
+    else reply_ticket(w->r, 200, w->p, w->ticket, w->position, turn, ms);
+    free(w);
+}
+
+static void get_on(http_req *r, svc_app *a, svc_product *p, const char *ticket, long wait_ms) {
     const char *secret = svc_room_secret(a);
     svc_ticket t;
     long long ms;
@@ -259,6 +284,18 @@ static void get_on(http_req *r, svc_app *a, svc_product *p, const char *ticket) 
         return;
     }
     svc_turn turn = svc_room_turn(p->room, t.position, &ms);
+    if (turn == SVC_TURN_WAIT && wait_ms > 0) {
+        ticket_wait *w = malloc(sizeof *w);
+        if (w) {
+            *w = (ticket_wait){ .r = r, .a = a, .p = p, .position = t.position };
+            snprintf(w->ticket, sizeof w->ticket, "%s", ticket);
+            http_defer(r);
+            if (svc_room_watch(p->room, t.position, clock_mono_us() + wait_ms * 1000, on_watch,
+                               w) == 0)
+                return;
+            free(w);                     /* too many waiting: answered now, as without */
+        }
+    }
     if (turn == SVC_TURN_SOLD_OUT) reply_sold_out(r, p->sku);
     else if (turn == SVC_TURN_UNKNOWN) reply_no_view(r, a);
     else reply_ticket(r, 200, p, ticket, t.position, turn, ms);
@@ -269,22 +306,43 @@ static void get_job(api_job *j) {
     db_status st = svc_product_find(j->a, NULL, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
-    else get_on(j->r, j->a, p, j->ref);
+    else get_on(j->r, j->a, p, j->ref, j->limit);
 }
 
 void api_ticket_get(http_req *r, const char *const *params, void *ud) {
+    static const char *const known[] = { "wait_ms", NULL };
     svc_app *a = ud;
+    const char *v, *unknown;
+    long wait_ms = 0;
     if (!svc_valid_sku(params[0])) {
         api_reply_unknown_sku(r, params[0]);
         return;
     }
+    if (http_query_only(r, known, &unknown) != 0) {
+        http_reply_error(r, 400, "invalid_field", "Unknown query argument '%.40s' (only "
+                         "wait_ms).", unknown);
+        return;
+    }
+    int q = http_query(r, "wait_ms", &v);
+    if (q != 0) {
+        char *end;
+        long n = q > 0 ? strtol(v, &end, 10) : -1;
+        if (q < 0 || !v[0] || *end || n < 0 || n > WAIT_MS_MAX) {
+            http_reply_error(r, 400, "invalid_field", "'wait_ms' must be an integer 0 to %d: "
+                             "how long to wait for the ticket's turn before answering.",
+                             WAIT_MS_MAX);
+            return;
+        }
+        wait_ms = n;
+    }
     svc_product *p = svc_product_cache_get(a->products, params[0]);
     if (p) {
-        get_on(r, a, p, params[1]);
+        get_on(r, a, p, params[1], wait_ms);
         return;
     }
     api_job *j = api_job_new(r, a, NULL);
     if (!j) return;
+    j->limit = wait_ms;
     snprintf(j->sku, sizeof j->sku, "%s", params[0]);
     snprintf(j->ref, sizeof j->ref, "%.*s", SVC_ROOM_TICKET_MAX + 1, params[1]);
     api_defer(r, j, LANE_DB, get_job);

@@ -69,7 +69,9 @@ static void beat_one(svc_product *p, void *ud) {
                            .shed = b->shed_now[p->strategy] - b->shed_seen[p->strategy],
                            .inflight = svc_admission_inflight(ad),
                            .limit = svc_admission_limit(ad) };
-    if (svc_room_beat(p->room, b->sc, &p->sp, &load) == 0) {
+    int rc = svc_room_beat(p->room, b->sc, &p->sp, &load);
+    svc_room_wake(p->room);            /* also when Redis failed: the waits' deadlines */
+    if (rc == 0) {
         if (b->failing_since) svc_log(SVC_LOG_INFO, "waiting room %s: heard again", p->sku);
         b->failing_since = 0;
     } else if (!b->failing_since) {

@@ -41,7 +41,17 @@ struct svc_room {
     long long done_seen;
     int64_t done_seen_us;
     double throughput;
+    /* Buyers waiting to be told their turn (guarded by mu). */
+    struct watcher *watch;
+    int nwatch, watch_cap;
 };
+
+typedef struct watcher {
+    long long position;
+    int64_t deadline_us;
+    svc_room_watch_fn *fn;
+    void *ud;
+} watcher;
 
 svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
     assert(turn_ms > 0 && fixed_rate >= 0);
@@ -56,6 +66,8 @@ svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
 
 void svc_room_free(svc_room *r) {
     if (!r) return;
+    assert(r->nwatch == 0);            /* every wait was answered before the beats stopped */
+    free(r->watch);
     free(r->done);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -260,6 +272,55 @@ void svc_room_done(svc_room *r, long long position) {
     if (r->ndone < r->done_cap) r->done[r->ndone++] = position;
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add_explicit(&r->done_total, 1, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ watchers */
+
+int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_room_watch_fn *fn,
+                   void *ud) {
+    int rc = -1;
+    pthread_mutex_lock(&r->mu);
+    if (r->nwatch == r->watch_cap && r->watch_cap < SVC_ROOM_WATCHERS_MAX) {
+        int cap = r->watch_cap ? 2 * r->watch_cap : 256;
+        watcher *w = realloc(r->watch, (size_t)cap * sizeof *w);
+        if (w) {
+            r->watch = w;
+            r->watch_cap = cap;
+        }
+    }
+    if (r->nwatch < r->watch_cap) {
+        r->watch[r->nwatch++] = (watcher){ position, deadline_us, fn, ud };
+        rc = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void svc_room_wake(svc_room *r) {
+    int64_t now = clock_mono_us();
+    long long serving = atomic_load(&r->serving);
+    int sold_out = atomic_load(&r->sold_out_ms) > 0;
+    watcher due[512];
+    for (;;) {                         /* in slices: the callbacks run without mu */
+        int n = 0;
+        pthread_mutex_lock(&r->mu);
+        for (int i = 0; i < r->nwatch && n < (int)(sizeof due / sizeof due[0]);) {
+            watcher *w = &r->watch[i];
+            if (sold_out || w->position <= serving || now >= w->deadline_us) {
+                due[n++] = *w;
+                *w = r->watch[--r->nwatch];   /* order among waiters does not matter */
+            } else {
+                i++;
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+        for (int i = 0; i < n; i++) {
+            long long ms;
+            svc_turn t = svc_room_turn(r, due[i].position, &ms);
+            due[i].fn(due[i].ud, t, ms);
+        }
+        if (n < (int)(sizeof due / sizeof due[0])) return;
+    }
 }
 
 /* ------------------------------------------------------------- a beat */

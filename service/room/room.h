@@ -113,6 +113,25 @@ void svc_room_done(svc_room *r, long long position);
 void svc_room_note_sold_out(svc_room *r);
 void svc_room_note_units(svc_room *r);
 
+/* ------------------------------------------------------------ watchers */
+
+/* Called once, on the beat thread, with where position stands: its turn
+ * (SVC_TURN_NOW, ms left of it), the room sold out, or (SVC_TURN_WAIT,
+ * the estimate) its deadline reached. */
+typedef void svc_room_watch_fn(void *ud, svc_turn t, long long ms);
+
+#define SVC_ROOM_WATCHERS_MAX 1000000   /* waits at once, per room (past it: refused) */
+
+/* Watches position until its turn comes, the room is sold out, or
+ * deadline_us (clock_mono_us) passes: a buyer told the moment its turn
+ * comes, not by a retry told in advance (a long poll). Returns 0, or -1
+ * (too many watchers, out of memory): fn will not be called. */
+int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_room_watch_fn *fn,
+                   void *ud);
+/* Calls the watchers that are due (the beat thread, after each beat,
+ * whether or not it reached Redis). */
+void svc_room_wake(svc_room *r);
+
 /* ------------------------------------------------------------- a beat */
 
 /* What the instance's order path did since the last beat, for its rate. */
