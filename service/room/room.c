@@ -22,8 +22,6 @@ struct svc_room {
     _Atomic double rate, own_rate;
     atomic_llong offset_ms;       /* Redis's clock - this host's wall clock, at the last beat */
     atomic_llong beat_at_ms;      /* this host's monotonic clock at the last beat (0: none) */
-    atomic_uint_fast64_t beats_failed;
-    atomic_llong issued_max;      /* the highest place this instance issued */
     atomic_int event;             /* stock_room_event for the next beat */
     /* When the counter passed each value: a ring, values rising. */
     pthread_mutex_t mu;
@@ -223,21 +221,15 @@ svc_turn svc_room_turn(svc_room *r, long long position, long long *ms) {
 }
 
 void svc_room_figures_get(svc_room *r, svc_room_figures *out) {
-    long long at = atomic_load(&r->beat_at_ms);
     *out = (svc_room_figures){ .issued = atomic_load(&r->seq),
                                .serving = atomic_load(&r->serving),
                                .rate = atomic_load(&r->rate),
-                               .own_rate = atomic_load(&r->own_rate),
-                               .sold_out_ms = atomic_load(&r->sold_out_ms),
-                               .beat_age_ms = at ? clock_mono_ms() - at : -1,
-                               .beats_failed = atomic_load(&r->beats_failed) };
+                               .sold_out_ms = atomic_load(&r->sold_out_ms) };
 }
 
 void svc_room_issued(svc_room *r, const stock_room_place *pl) {
     long long position = pl->position;
-    long long m = atomic_load(&r->issued_max);
-    while (position > m && !atomic_compare_exchange_weak(&r->issued_max, &m, position)) {}
-    m = atomic_load(&r->seq);
+    long long m = atomic_load(&r->seq);   /* the floor of every later place */
     while (position > m && !atomic_compare_exchange_weak(&r->seq, &m, position)) {}
     if (atomic_load(&r->beat_at_ms) != 0) return;
     /* Not heard yet: this answer is the view until the first beat (a race
@@ -392,8 +384,7 @@ int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p,
     r->ndone = r->done_cap = 0;
     pthread_mutex_unlock(&r->mu);
     stock_room_beat in = { .rate = own, .fixed_rate = r->fixed_rate, .marks_from = from,
-                           .floor_seq = atomic_load(&r->issued_max) > seq
-                                            ? atomic_load(&r->issued_max) : seq,
+                           .floor_seq = seq,
                            .floor_serving = serving, .event = ev, .turn_ms = r->turn_ms,
                            .done = done, .ndone = ndone };
     int64_t t0 = clock_wall_ms();
@@ -406,7 +397,6 @@ int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p,
             int none = STOCK_ROOM_NONE;
             atomic_compare_exchange_strong(&r->event, &none, (int)ev);
         }
-        atomic_fetch_add(&r->beats_failed, 1);
         return -1;
     }
     /* Redis's clock against ours, at the middle of the round trip. */

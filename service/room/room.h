@@ -89,10 +89,7 @@ typedef struct svc_room_figures {
     long long issued;             /* the last place issued */
     long long serving;            /* the counter (whole positions) */
     double rate;                  /* the room's rate (orders/s, all instances) */
-    double own_rate;              /* this instance's share */
     long long sold_out_ms;        /* > 0: sold out since (Redis's clock, ms) */
-    int64_t beat_age_ms;          /* since the last beat heard (-1: none yet) */
-    uint64_t beats_failed;
 } svc_room_figures;
 
 void svc_room_figures_get(svc_room *r, svc_room_figures *out);
