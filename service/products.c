@@ -18,6 +18,7 @@
 
 struct svc_product_cache {
     int spread;                    /* spread script-kind products over a cluster's slots */
+    atomic_int rooms;              /* products here with a waiting room (never fewer) */
     pthread_rwlock_t lock;
     svc_product *bucket[BUCKETS];
 };
@@ -99,6 +100,7 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
             pthread_rwlock_unlock(&pc->lock);
             return NULL;
         }
+        if (p->room) atomic_fetch_add_explicit(&pc->rooms, 1, memory_order_relaxed);
         pthread_mutex_init(&p->view_mu, NULL);
         unsigned h = hash(p->sku);
         p->next = pc->bucket[h];
@@ -106,6 +108,10 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
     }
     pthread_rwlock_unlock(&pc->lock);
     return p;
+}
+
+int svc_product_cache_rooms(svc_product_cache *pc) {
+    return atomic_load_explicit(&pc->rooms, memory_order_relaxed) > 0;
 }
 
 void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud) {

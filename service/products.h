@@ -46,6 +46,9 @@ svc_product *svc_product_cache_get(svc_product_cache *pc, const char *sku);
 /* Caches p (from the database) unless present; returns the cached one. */
 svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *p);
 /* Calls fn for each cached product. */
+/* Whether a product known here has a waiting room (an order's door then
+ * waits for the product: api/orders.c). */
+int svc_product_cache_rooms(svc_product_cache *pc);
 void svc_product_cache_each(svc_product_cache *pc, void (*fn)(svc_product *p, void *ud), void *ud);
 
 /* The memory of "sold out" (--soldout-cache-ms): marked by a sold_out

@@ -15,6 +15,7 @@ stock/room.h, service/room/room.h) against real Redis and SQLite.
 - Redis restarted empty mid-line: the instances put the line back where
   they saw it (no position issued again below it), and the books balance."""
 import json
+import threading
 import time
 
 import harness
@@ -341,3 +342,41 @@ def test_room_long_poll_answers_when_the_turn_comes(ctx):
     for bad in ("wait_ms=-1", "wait_ms=10001", "wait_ms=x", "wait=5"):
         error_of(s.get("/v1/products/lp2/tickets/%s?%s" % (tk[5]["ticket"], bad)), 400,
                  "invalid_field")
+
+
+def test_room_in_turn_order_past_the_limit_comes_back_soon(ctx):
+    """Past the instance's admission limit, an order in its ticket's turn
+    is refused (503 overloaded, nothing taken) and told to come back within
+    one to two latency targets (retry_after_ms), not in a Retry-After
+    second: its place keeps its unit. An order out of its turn still hears
+    its place (429 not_your_turn), not overloaded: the room's check comes
+    before the door when a product has a room."""
+    s = ctx.service(ctx.redis(), args=["--max-inflight", "1", "--fault-injection"])
+    s.create_product("busy", 5, strategy="lock", cs_delay_ms=1500, lock_ttl_ms=5000,
+                     waiting_room={"rate": 4})
+    ts = [take(s, "busy", "b%d" % i).json["ticket"] for i in range(5)]
+    s.create_product("late", 5, waiting_room={"rate": 10})
+    far = [take(s, "late", "f%d" % i).json["ticket"] for i in range(5)]
+    wait_until(lambda: state(s, "busy", ts[1]) == "your_turn", 5, what="the second turn")
+    first = {}
+
+    def order_a():
+        c = harness.Client(s.port)
+        first["r"] = c.post("/v1/orders", {"sku": "busy", "user_id": "b0", "quantity": 1,
+                                           "ticket": ts[0]})
+        c.close()
+
+    t = threading.Thread(target=order_a)
+    t.start()
+    wait_until(lambda: "\nflashsale_orders_inflight 1\n" in s.get("/metrics").raw, 10,
+               what="the first order to hold the path")
+    shed = error_of(order(s, "busy", "b1", ts[1]), 503, "overloaded")
+    assert 100 <= shed["retry_after_ms"] <= 200, shed      # the target (100 ms) to twice it
+    early = error_of(order(s, "late", "f4", far[4]), 429, "not_your_turn")
+    assert early["position"] == 5, early
+    t.join()
+    assert first["r"].status == 201, first["r"]
+    got, _ = buy_in_turn(s, "busy", "b1", ts[1])
+    assert got.status == 201, got
+    p = s.settled_product("busy")
+    assert (p["sold"], p["stock_available"]) == (2, 3), p

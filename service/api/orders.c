@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/utf8.h"
 #include "service/api/api_int.h"
@@ -109,16 +110,37 @@ static void reply_overloaded(http_req *r) {
     http_reply_error_json(r, 503, "overloaded", OVERLOADED, sizeof OVERLOADED - 1, h);
 }
 
+/* The same for an order in its ticket's turn: its place keeps its unit
+ * until the turn ends, and the room lets in no one else meanwhile, so the
+ * path needs this buyer back soon, not in a whole Retry-After second --
+ * when every buyer shed came back a second later at once, most were shed
+ * again, and a sale past capacity sold in waves a second apart. It comes
+ * back after one to two latency targets (jittered: not all at once). */
+static void reply_overloaded_in_turn(http_req *r, const svc_app *a) {
+    unsigned char j = 128;
+    if (getrandom(&j, 1, GRND_NONBLOCK) != 1) j = 128;
+    long long t = a->cfg.latency_target_ms > 0 ? a->cfg.latency_target_ms : 50;
+    long long ms = t + t * j / 255;
+    json_t *extra = json_pack("{s:I}", "retry_after_ms", (json_int_t)(ms < 50 ? 50 : ms));
+    http_reply_error_with(r, 503, "overloaded", extra, api_retry, "The service has as many "
+                          "orders in progress as it can answer in time; this one was not taken. "
+                          "Its ticket keeps its unit until its turn ends: retry after "
+                          "retry_after_ms.");
+}
+
 /* Hands a validated order to the order path, which answers it. */
 static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
-                         const char *key) {
+                         const char *key, int door) {
     /* A product with a waiting room takes an order in its ticket's turn
      * only (tickets.c): the check is this instance's, from memory. */
     http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
     long long position = 0;
     if (p->room && !(position = api_room_admit(r, a, p, in))) return;   /* answered */
-    if (svc_admit_shed(&a->adm, p->strategy)) {   /* its strategy's own limit */
-        reply_overloaded(r);
+    /* door: the instance's limit was left to here (api_order_create), and
+     * then its strategy's own limit. */
+    if ((door && svc_admit_door(&a->adm)) || svc_admit_shed(&a->adm, p->strategy)) {
+        if (position) reply_overloaded_in_turn(r, a);
+        else reply_overloaded(r);
         return;
     }
     room_order *ro = position ? malloc(sizeof *ro) : NULL;
@@ -140,7 +162,8 @@ static void order_create_job(api_job *j) {
     db_status st = svc_product_find(j->a, NULL, j->order.sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->order.sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
-    else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL);
+    else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL,
+                      svc_product_cache_rooms(j->a->products));
 }
 
 void api_order_create(http_req *r, const char *const *params, void *ud) {
@@ -155,7 +178,12 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
                               "The service is shutting down; retry on another instance.");
         return;
     }
-    if (svc_admit_door(&a->adm)) {          /* first: before any parsing */
+    /* The door first, before any parsing -- unless a product here has a
+     * waiting room: then an order's room check comes before the door (an
+     * order out of its turn is told its place, not "overloaded"; one in
+     * its turn is told to come back soon: reply_overloaded_in_turn). */
+    int door = svc_product_cache_rooms(a->products);
+    if (!door && svc_admit_door(&a->adm)) {
         reply_overloaded(r);
         return;
     }
@@ -165,7 +193,7 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
     svc_order_fast f;                  /* the common body, without a jansson tree */
     svc_product *p;
     if (svc_validate_order_fast(raw, blen, &f) && (p = svc_product_cache_get(a->products, f.in.sku))) {
-        submit_order(a, r, p, &f.in, key[0] ? key : NULL);
+        submit_order(a, r, p, &f.in, key[0] ? key : NULL, door);
         return;
     }
     json_t *body = http_body_json(r);
@@ -177,7 +205,7 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
     }
     p = svc_product_cache_get(a->products, in.sku);
     if (p) {
-        submit_order(a, r, p, &in, key[0] ? key : NULL);
+        submit_order(a, r, p, &in, key[0] ? key : NULL, door);
         json_decref(body);
         return;
     }

@@ -330,11 +330,16 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
         rate = load->throughput > 0 ? fmax(load->throughput, rate * 0.9) : rate * 0.9;
     } else if (roomy) {
         /* The path holds back nothing: if buyers wait, the room holds
-         * back buyers it could serve. Grow fast, as a TCP slow start. */
-        if (waiting) rate *= 1.25;
+         * back buyers it could serve. Grow fast, as a TCP slow start --
+         * but only while the buyers it let in come: a buyer let in comes
+         * when its estimate said, so a path with room may just be waiting
+         * for them, and a rate grown past what it answers lets in a crowd
+         * that arrives at once later, overfills the path and is shed
+         * (each shed buyer then waits its Retry-After second). */
+        if (waiting && rate < 2 * load->throughput) rate *= 1.25;
     } else if (load->p90_us > load->target_us) {
         rate *= 0.9;                        /* they queue past the target */
-    } else if (waiting && load->p90_us < load->target_us / 2) {
+    } else if (waiting && load->p90_us < load->target_us / 2 && rate < 2 * load->throughput) {
         rate *= 1.05;
     }
     return fmin(fmax(rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX);

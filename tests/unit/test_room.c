@@ -75,9 +75,12 @@ static double next(double rate, int64_t p90_us, uint64_t shed, long inflight, lo
 }
 
 static void test_rate_rule(void) {
-    /* The path has room and buyers wait: a slow start. */
-    CHECK(fabs(next(1000, 5000, 0, 10, 256, 0, 1) - 1250) < 1e-9);
-    CHECK(next(1000, 5000, 0, 10, 256, 0, 0) == 1000);              /* nobody waits */
+    /* The path has room and buyers wait: a slow start, while the buyers
+     * let in come (it answers more than half the rate). */
+    CHECK(fabs(next(1000, 5000, 0, 10, 256, 600, 1) - 1250) < 1e-9);
+    CHECK(next(1000, 5000, 0, 10, 256, 600, 0) == 1000);            /* nobody waits */
+    CHECK(next(1000, 5000, 0, 10, 256, 400, 1) == 1000);            /* they have not come */
+    CHECK(next(1000, 5000, 0, 10, 256, 0, 1) == 1000);              /* none answered yet */
     /* Shed, or the path full: down, but not below what it answers. */
     CHECK(fabs(next(1000, 5000, 3, 10, 256, 0, 1) - 900) < 1e-9);
     CHECK(fabs(next(1000, 5000, 0, 240, 256, 0, 1) - 900) < 1e-9);
@@ -85,12 +88,13 @@ static void test_rate_rule(void) {
     CHECK(next(100, 5000, 0, 240, 256, 800, 1) == 800);              /* collapsed below it: up */
     /* Busy, not full: by the p90 (a stale p90 is not read when roomy). */
     CHECK(fabs(next(1000, 150000, 0, 100, 256, 0, 1) - 900) < 1e-9);
-    CHECK(fabs(next(1000, 20000, 0, 100, 256, 0, 1) - 1050) < 1e-9);
+    CHECK(fabs(next(1000, 20000, 0, 100, 256, 600, 1) - 1050) < 1e-9);
+    CHECK(next(1000, 20000, 0, 100, 256, 400, 1) == 1000);
     CHECK(next(1000, 70000, 0, 100, 256, 0, 1) == 1000);
-    CHECK(fabs(next(1000, 900000, 0, 10, 256, 0, 1) - 1250) < 1e-9); /* roomy: p90 stale */
+    CHECK(fabs(next(1000, 900000, 0, 10, 256, 600, 1) - 1250) < 1e-9); /* roomy: p90 stale */
     /* Bounds. */
     CHECK(next(SVC_ROOM_RATE_MIN, 0, 1, 0, 256, 0, 1) == SVC_ROOM_RATE_MIN);
-    CHECK(next(SVC_ROOM_RATE_MAX, 0, 0, 0, 256, 0, 1) == SVC_ROOM_RATE_MAX);
+    CHECK(next(SVC_ROOM_RATE_MAX, 0, 0, 0, 256, SVC_ROOM_RATE_MAX, 1) == SVC_ROOM_RATE_MAX);
 }
 
 int main(int argc, char **argv) {
