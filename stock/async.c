@@ -147,56 +147,6 @@ static void build_mark(stock_async *sa, const job *j) {
 
 /* ---------------------------------------------------------------- replies */
 
-static long long elem_int(const redisReply *r, size_t i) {
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return 0;
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_INTEGER) return e->integer;
-    if (e->type == REDIS_REPLY_STRING) return strtoll(e->str, NULL, 10);
-    return 0;
-}
-
-static const char *elem_str(const redisReply *r, size_t i) {
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING ? e->str : "";
-}
-
-/* One order's entry of the batch's reply (as reserve.lua's whole reply). */
-static void read_one(stock_req *r, const redisReply *e) {
-    r->outcome_unknown = 0;
-    if (!e || e->type != REDIS_REPLY_ARRAY || e->elements < 1) {
-        r->result = STOCK_UNAVAILABLE;
-        return;
-    }
-    switch (elem_int(e, 0)) {
-    case 1:
-        r->result = STOCK_RESERVED;
-        r->gen = elem_int(e, 1);
-        sk_req_takes(r, e);
-        break;
-    case 2:
-        r->result = STOCK_REPLAY;
-        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", elem_str(e, 1));
-        r->replay_same = r->fingerprint && !strcmp(elem_str(e, 2), r->fingerprint);
-        break;
-    case 0:
-        r->result = STOCK_SOLD_OUT;
-        r->available = 0;
-        break;
-    case -1:
-        r->result = STOCK_INSUFFICIENT;
-        r->available = elem_int(e, 1);
-        break;
-    case -2:
-        r->result = STOCK_LIMIT;
-        r->available = elem_int(e, 1);
-        break;
-    default:
-        r->result = STOCK_MISSING;
-        break;
-    }
-}
-
 static void job_free(job *j) {
     for (size_t i = 0; i < j->nids; i++) free(j->ids[i]);
     free(j->ids);
@@ -262,7 +212,7 @@ static void on_reply(void *ud, redisReply *r) {
         int ok = r->type == REDIS_REPLY_ARRAY && r->elements == j->n;
         for (size_t i = 0; i < j->n; i++) {
             if (ok) {
-                read_one(j->reqs[i], r->element[i]);
+                sk_reserve_decode(j->reqs[i], r->element[i]);
             } else {
                 /* An error reply: the script aborted, nothing it did stays. */
                 j->reqs[i]->result = STOCK_UNAVAILABLE;

@@ -121,6 +121,13 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what);
 /* Element i of an array reply as an integer / a string ("" when absent). */
 long long sk_elem_int(const redisReply *r, size_t i);
 const char *sk_elem_str(const redisReply *r, size_t i);
+/* Turns a reservation's answer from a reserve script -- one order's entry
+ * of reserve_batch.lua's reply, or reserve.lua's whole reply: {1, gen,
+ * spec}, {2, order_id, fp}, {0, 0}, {-1, available}, {-2, bought}, {-3} --
+ * into r's result (and r->takes when r wants it). Clears outcome_unknown:
+ * an answer came. Returns 0, or -1 when rep is no such answer (NULL, an
+ * error: the script aborted, nothing it did stays): then r is UNAVAILABLE. */
+int sk_reserve_decode(stock_req *r, const redisReply *rep);
 /* A read-check-write strategy's check of the idempotency record it read
  * (stock.h: "<generation>|<order_id>|<fingerprint>"): when it is r's key's
  * record of generation gen, fills r's replay fields and returns 1; else 0

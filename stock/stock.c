@@ -551,13 +551,11 @@ const char *sk_elem_str(const redisReply *r, size_t i) {
     return e->type == REDIS_REPLY_STRING ? e->str : "";
 }
 
-/* Turns the reserve script's reply into the request's result. */
-static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
-        sk_bad_reply(c, "reserve", rep);
+int sk_reserve_decode(stock_req *r, const redisReply *rep) {
+    r->outcome_unknown = 0;   /* an answer came; an error reply means the script aborted */
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 0;   /* an error reply means the script aborted */
-        return;
+        return -1;
     }
     switch (sk_elem_int(rep, 0)) {
     case 1:
@@ -586,6 +584,12 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
         r->result = STOCK_MISSING;
         break;
     }
+    return 0;
+}
+
+/* Turns the reserve script's reply into the request's result. */
+static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
+    if (sk_reserve_decode(r, rep)) sk_bad_reply(c, "reserve", rep);
 }
 
 void sk_req_takes(stock_req *r, const redisReply *rep) {
