@@ -76,6 +76,10 @@ GEN_OBJ     := $(GEN_common) $(GEN_service)
 PROGRAMS := $(patsubst %_main.c,$(BIN)/%,$(notdir $(MAIN_C)))
 UNIT_C   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BIN)/tests/%,$(UNIT_C))
+# What the unit tests share (tests/unit/*.c but test_*.c: traw.c): no
+# program of its own, an archive each unit test links before its modules'.
+UNIT_LIB_C := $(filter-out $(UNIT_C),$(wildcard tests/unit/*.c))
+UNIT_LIB   := $(BUILD)/libunit.a
 
 # The archives each program links, highest layer first; nothing else is on
 # its command line, so a call across a forbidden boundary cannot link.
@@ -184,16 +188,20 @@ $(BUILD)/lib$(1).a: $(call mod_obj,$(1))
 endef
 $(foreach m,$(MODULES),$(eval $(call module_rule,$(m))))
 
-# $(1): the program's object, $(2): its binary, $(3): its name.
+# $(1): the program's object, $(2): its binary, $(3): its name, $(4):
+# archives it links besides its modules' (a unit test: $(UNIT_LIB)).
 define program_rule
-$(2): $(1) $(call link_libs,$(3))
+$(2): $(1) $(4) $(call link_libs,$(3))
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS_ALL) -o $$@ $$< $(call link_libs,$(3)) $$(LIBS)
+	$$(CC) $$(LDFLAGS_ALL) -o $$@ $$< $(4) $(call link_libs,$(3)) $$(LIBS)
 endef
+$(UNIT_LIB): $(patsubst %.c,$(BUILD)/%.o,$(UNIT_LIB_C))
+	@rm -f $@
+	ar rcs $@ $^
 $(foreach m,$(MAIN_C),$(eval $(call program_rule,$(BUILD)/$(m:.c=.o),$(BIN)/$(patsubst \
     %_main.c,%,$(notdir $(m))),$(patsubst %_main.c,%,$(notdir $(m))))))
 $(foreach t,$(UNIT_C),$(eval $(call program_rule,$(patsubst %.c,$(BUILD)/%.o,$(t)),$(patsubst \
-    tests/unit/%.c,$(BIN)/tests/%,$(t)),$(basename $(notdir $(t))))))
+    tests/unit/%.c,$(BIN)/tests/%,$(t)),$(basename $(notdir $(t))),$(UNIT_LIB))))
 
 # What a test run builds: everything; with TESTS, the programs (unless
 # every pattern names unit tests) and the unit-test programs a pattern

@@ -180,10 +180,13 @@ static int on_socket(void *ud, curl_socket_t fd, curlsocktype purpose) {
     return CURL_SOCKOPT_OK;
 }
 
-/* The options every request shares. */
+/* Sets h up to POST json to url, until until_us at most, each piece of the
+ * reply going to fn(..., ud): the options every request shares. */
 static void handle_setup(etcd_backend *b, CURL *h, const char *url, const char *json,
-                         int64_t until_us) {
+                         int64_t until_us, curl_write_callback fn, void *ud) {
     curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fn);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, ud);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, b->headers);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -212,6 +215,21 @@ static void handle_put(etcd_backend *b, CURL *h) {
     if (h) curl_easy_cleanup(h);
 }
 
+/* A request's start: req (consumed) as JSON in *json (the caller frees it)
+ * and a handle for it. Returns the handle, or NULL (err: out of memory;
+ * *json NULL). */
+static CURL *request_start(etcd_backend *b, json_t *req, char **json, char *err, size_t errlen) {
+    *json = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    CURL *h = *json ? handle_get(b) : NULL;
+    if (!h) {
+        free(*json);
+        *json = NULL;
+        snprintf(err, errlen, "out of memory");
+    }
+    return h;
+}
+
 /* Milliseconds from now until until_us, at least 1. */
 static long ms_until(int64_t until_us) {
     int64_t ms = (until_us - clock_mono_us() + 999) / 1000;
@@ -225,14 +243,9 @@ static long ms_until(int64_t until_us) {
 static int post(etcd_backend *b, const char *path, json_t *req, int64_t until_us, json_t **out,
                 int *grpc_code, char *err, size_t errlen) {
     *out = NULL;
-    char *json = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    CURL *h = json ? handle_get(b) : NULL;
-    if (!h) {
-        free(json);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    char *json;
+    CURL *h = request_start(b, req, &json, err, errlen);
+    if (!h) return -1;
     body bd = { 0 };
     CURLcode cc = CURLE_COULDNT_CONNECT;
     long status = 0;
@@ -246,9 +259,7 @@ static int post(etcd_backend *b, const char *path, json_t *req, int64_t until_us
         snprintf(url, sizeof url, "%s%s", b->endpoints[(ep + tried) % b->nendpoints], path);
         bd.n = 0;
         bd.overflow = 0;
-        handle_setup(b, h, url, json, until_us);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &bd);
+        handle_setup(b, h, url, json, until_us, on_body, &bd);
         cc = curl_easy_perform(h);
         if (cc == CURLE_OK) atomic_store(&b->current, (ep + tried) % b->nendpoints);
     }
@@ -358,20 +369,13 @@ static int watch_delete(etcd_backend *b, const char *key64, int64_t from, int64_
                         char *err, size_t errlen) {
     json_t *req = json_pack("{s:{s:s,s:o}}", "create_request", "key", key64, "start_revision",
                             jstr64(from));
-    char *json = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    CURL *h = json ? handle_get(b) : NULL;
-    if (!h) {
-        free(json);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    char *json;
+    CURL *h = request_start(b, req, &json, err, errlen);
+    if (!h) return -1;
     watch_state w = { 0 };
     char url[300];
     snprintf(url, sizeof url, "%s/v3/watch", b->endpoints[atomic_load(&b->current)]);
-    handle_setup(b, h, url, json, until_us);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_watch);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
+    handle_setup(b, h, url, json, until_us, on_watch, &w);
     CURLcode cc = curl_easy_perform(h);
     /* A stream cut short keeps nothing worth reusing. */
     curl_easy_cleanup(h);

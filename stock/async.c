@@ -73,49 +73,18 @@ static uint64_t next_random(stock_async *sa) {
     return sa->rng * 2685821657736338717ULL;
 }
 
-static int has_key(const stock_req *r) { return r->idem_key && r->idem_key[0]; }
-
-/* Builds one reserve_batch.lua call into sa->cmd. */
+/* Builds one reserve_batch.lua call into sa->cmd: j's orders, on the copy
+ * of the node it goes to ("*": any copy will do, unsafe-trust-redis: Redis
+ * as the truth), clearing j's committed orders' pending records. */
 static void build_reserve(stock_async *sa, const job *j) {
     const stock_product *p = j->p;
-    int nkeyed = 0;
-    for (size_t i = 0; i < j->n; i++) nkeyed += has_key(j->reqs[i]);
-    rconn_cmd_evalsha(&sa->cmd, &sk_reserve_batch, 4 + p->segments + nkeyed);
-    add_key(sa, p->sku, "gen");
-    add_key(sa, p->sku, "pending");
-    add_key(sa, p->sku, "users");
-    add_key(sa, p->sku, "empty");
-    add_segments(sa, p);
-    for (size_t i = 0; i < j->n; i++)
-        if (has_key(j->reqs[i]))
-            rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku, j->reqs[i]->idem_key);
-    /* "*": any copy will do (unsafe-trust-redis: Redis as the truth). */
-    rconn_cmd_adds(&sa->cmd, stock_strategy_about(p->strategy)->trusts_copy
-                                 ? "*" : aconn_run_id(j->node->conn));
-    rconn_cmd_adds(&sa->cmd, sa->instance);
-    rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
-    rconn_cmd_addll(&sa->cmd, p->per_user_limit);
-    rconn_cmd_addll(&sa->cmd, p->segments);
-    rconn_cmd_addll(&sa->cmd,
-                    p->segments > 1 ? (long long)(next_random(sa) % (uint64_t)p->segments) : 0);
-    rconn_cmd_addll(&sa->cmd, (long long)j->nids);
-    for (size_t i = 0; i < j->nids; i++) rconn_cmd_adds(&sa->cmd, j->ids[i]);
-    int keyidx = 5 + p->segments;              /* KEYS index of the first idem record */
-    for (size_t i = 0; i < j->n; i++) {
-        const stock_req *r = j->reqs[i];
-        char tail[STOCK_USER_MAX + 200];
-        size_t ul = strlen(r->user_id), kl = has_key(r) ? strlen(r->idem_key) : 0;
-        rconn_cmd_adds(&sa->cmd, r->order_id);
-        rconn_cmd_add(&sa->cmd, r->user_id, ul);
-        rconn_cmd_addll(&sa->cmd, r->quantity);
-        rconn_cmd_adds(&sa->cmd, has_key(r) ? r->fingerprint : "");
-        rconn_cmd_addll(&sa->cmd, has_key(r) ? keyidx++ : 0);
-        /* The pending record's tail, "<n>:<user><n>:<key>" (docs/storage.md). */
-        int n = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
-                         has_key(r) ? r->idem_key : "");
-        rconn_cmd_add(&sa->cmd, tail, n > 0 && (size_t)n < sizeof tail ? (size_t)n : 0);
-        if (has_key(r)) rconn_cmd_adds(&sa->cmd, r->idem_key);
-    }
+    sk_batch b = { .prefix = sa->prefix, .instance = sa->instance, .idem_ttl_ms = sa->idem_ttl_ms,
+                   .p = p, .reqs = j->reqs, .n = j->n, .ids = j->ids, .nids = j->nids,
+                   .run_id = stock_strategy_about(p->strategy)->trusts_copy
+                                 ? "*" : aconn_run_id(j->node->conn),
+                   .first = p->segments > 1 ? (long long)(next_random(sa) % (uint64_t)p->segments)
+                                            : 0 };
+    sk_batch_build(&sa->cmd, &b);
 }
 
 static void build_clear(stock_async *sa, const job *j) {
@@ -146,56 +115,6 @@ static void build_mark(stock_async *sa, const job *j) {
 }
 
 /* ---------------------------------------------------------------- replies */
-
-static long long elem_int(const redisReply *r, size_t i) {
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return 0;
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_INTEGER) return e->integer;
-    if (e->type == REDIS_REPLY_STRING) return strtoll(e->str, NULL, 10);
-    return 0;
-}
-
-static const char *elem_str(const redisReply *r, size_t i) {
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return "";
-    const redisReply *e = r->element[i];
-    return e->type == REDIS_REPLY_STRING ? e->str : "";
-}
-
-/* One order's entry of the batch's reply (as reserve.lua's whole reply). */
-static void read_one(stock_req *r, const redisReply *e) {
-    r->outcome_unknown = 0;
-    if (!e || e->type != REDIS_REPLY_ARRAY || e->elements < 1) {
-        r->result = STOCK_UNAVAILABLE;
-        return;
-    }
-    switch (elem_int(e, 0)) {
-    case 1:
-        r->result = STOCK_RESERVED;
-        r->gen = elem_int(e, 1);
-        sk_req_takes(r, e);
-        break;
-    case 2:
-        r->result = STOCK_REPLAY;
-        snprintf(r->replay_order_id, sizeof r->replay_order_id, "%s", elem_str(e, 1));
-        r->replay_same = r->fingerprint && !strcmp(elem_str(e, 2), r->fingerprint);
-        break;
-    case 0:
-        r->result = STOCK_SOLD_OUT;
-        r->available = 0;
-        break;
-    case -1:
-        r->result = STOCK_INSUFFICIENT;
-        r->available = elem_int(e, 1);
-        break;
-    case -2:
-        r->result = STOCK_LIMIT;
-        r->available = elem_int(e, 1);
-        break;
-    default:
-        r->result = STOCK_MISSING;
-        break;
-    }
-}
 
 static void job_free(job *j) {
     for (size_t i = 0; i < j->nids; i++) free(j->ids[i]);
@@ -262,7 +181,7 @@ static void on_reply(void *ud, redisReply *r) {
         int ok = r->type == REDIS_REPLY_ARRAY && r->elements == j->n;
         for (size_t i = 0; i < j->n; i++) {
             if (ok) {
-                read_one(j->reqs[i], r->element[i]);
+                sk_reserve_decode(j->reqs[i], r->element[i]);
             } else {
                 /* An error reply: the script aborted, nothing it did stays. */
                 j->reqs[i]->result = STOCK_UNAVAILABLE;

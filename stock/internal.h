@@ -121,6 +121,28 @@ redisReply *sk_run_idempotent(stock_conn *c, const char *what);
 /* Element i of an array reply as an integer / a string ("" when absent). */
 long long sk_elem_int(const redisReply *r, size_t i);
 const char *sk_elem_str(const redisReply *r, size_t i);
+/* A call of reserve_batch.lua, the order step of both sides: the loops'
+ * batches (async.c) and the blocking side's single orders (stock.c). */
+typedef struct sk_batch {
+    const char *prefix, *instance;   /* the connection's (stock_config) */
+    long long idem_ttl_ms;
+    const stock_product *p;          /* the product of every order */
+    stock_req *const *reqs;          /* the orders (n >= 1) */
+    size_t n;
+    char *const *ids;                /* committed orders whose pending records go */
+    size_t nids;
+    const char *run_id;              /* the copy to trust: the connection's server's; "*": any */
+    long long first;                 /* segment to try first (0 .. segments-1) */
+} sk_batch;
+/* Writes b's call into cmd (reset first): EVALSHA with its keys and args. */
+void sk_batch_build(rconn_cmd *cmd, const sk_batch *b);
+/* Turns an order's answer from reserve_batch.lua -- its entry of the
+ * reply: {1, gen, spec}, {2, order_id, fp}, {0, 0}, {-1, available},
+ * {-2, bought}, {-3} -- into r's result (and r->takes when r wants it).
+ * Clears outcome_unknown: an answer came. Returns 0, or -1 when rep is no
+ * such answer (NULL, an error: the script aborted, nothing it did stays):
+ * then r is UNAVAILABLE. */
+int sk_reserve_decode(stock_req *r, const redisReply *rep);
 /* A read-check-write strategy's check of the idempotency record it read
  * (stock.h: "<generation>|<order_id>|<fingerprint>"): when it is r's key's
  * record of generation gen, fills r's replay fields and returns 1; else 0

@@ -1,5 +1,5 @@
 /* stock.c: the Redis stock copy: connections, keys, and the `lua` strategy's
- * scripts (reserve, undo, load, restock). See stock.h for the model.
+ * scripts (reserve_batch, undo, load, restock). See stock.h for the model.
  *
  * Its operations work on one copy: a product without lanes, or one lane
  * of a spread product (sk_copy_*, internal.h). The public ones
@@ -23,12 +23,12 @@
 #include "rtopo/rtopo.h"
 #include "stock/internal.h"
 
-extern const char stock_lua_reserve[], stock_lua_undo[], stock_lua_load[],
+extern const char stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
     stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[], stock_lua_lock_line[],
     stock_lua_return[], stock_lua_force_enter[], stock_lua_forget[], stock_lua_room_take[], stock_lua_room_tick[];
 
-static rconn_script s_reserve, s_load, s_restock;
+static rconn_script s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
     sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
     sk_room_tick;
@@ -51,7 +51,6 @@ static void script_on_lock(rconn_script *s, const char *name, const char *body) 
 }
 
 static void scripts_init(void) {
-    rconn_script_init(&s_reserve, "reserve", stock_lua_reserve);
     rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
     script_on_lock(&sk_lock_read, "lock_read", stock_lua_lock_read);
     script_on_lock(&sk_lock_write, "lock_write", stock_lua_lock_write);
@@ -418,8 +417,8 @@ int stock_conn_ensure(stock_conn *c) {
         return -1;
     }
     if (pick_primary(c)) return -1;
-    const rconn_script *all[] = { &s_reserve, &s_undo, &s_load, &s_restock, &sk_read, &sk_write,
-                                  &sk_unlock, &sk_return, &sk_force_enter, &sk_forget,
+    const rconn_script *all[] = { &sk_reserve_batch, &s_undo, &s_load, &s_restock, &sk_read,
+                                  &sk_write, &sk_unlock, &sk_return, &sk_force_enter, &sk_forget,
                                   &sk_room_take, &sk_room_tick };
     char err[200];
     c->ctx = rconn_connect(&c->addr, c->timeout_ms, err, sizeof err);
@@ -515,26 +514,58 @@ int sk_idem_replay(stock_req *r, const char *idem, long long gen) {
 
 /* ------------------------------------------------------------------ reserve */
 
-static void build_reserve(stock_conn *c, const stock_req *r) {
-    const stock_product *p = r->product;
-    int has_key = r->idem_key && r->idem_key[0];
-    rconn_cmd_evalsha(&c->cmd, &s_reserve, 5 + p->segments);
-    sk_add_key(c, p->sku, "gen");
-    sk_add_key(c, p->sku, "pending");
-    sk_add_key(c, p->sku, "users");
-    sk_add_idem_key(c, p->sku, r->idem_key);
-    sk_add_key(c, p->sku, "empty");
-    sk_add_segment_keys(c, p);
-    rconn_cmd_adds(&c->cmd, c->run_id);
-    rconn_cmd_adds(&c->cmd, r->order_id);
-    rconn_cmd_adds(&c->cmd, r->user_id);
-    rconn_cmd_addll(&c->cmd, r->quantity);
-    rconn_cmd_addll(&c->cmd, p->per_user_limit);
-    rconn_cmd_adds(&c->cmd, has_key ? r->fingerprint : "");
-    rconn_cmd_addll(&c->cmd, p->segments > 1 ? (long long)(sk_random(c) % (uint64_t)p->segments) : 0);
-    rconn_cmd_adds(&c->cmd, c->instance);
-    rconn_cmd_addll(&c->cmd, c->idem_ttl_ms);
-    rconn_cmd_adds(&c->cmd, has_key ? r->idem_key : "");
+/* Whether r has an idempotency key (its record is one of the call's keys). */
+static int req_keyed(const stock_req *r) { return r->idem_key && r->idem_key[0]; }
+
+void sk_batch_build(rconn_cmd *cmd, const sk_batch *b) {
+    const stock_product *p = b->p;
+    int nkeyed = 0;
+    for (size_t i = 0; i < b->n; i++) nkeyed += req_keyed(b->reqs[i]);
+    rconn_cmd_evalsha(cmd, &sk_reserve_batch, 4 + p->segments + nkeyed);
+    static const char *const sku_keys[] = { "gen", "pending", "users", "empty" };  /* KEYS[1..4] */
+    for (size_t k = 0; k < sizeof sku_keys / sizeof sku_keys[0]; k++)
+        rconn_cmd_addf(cmd, "%s{%s}:%s", b->prefix, p->sku, sku_keys[k]);
+    for (int i = 0; i < p->segments; i++)
+        rconn_cmd_addf(cmd, "%s{%s}:stock:%d", b->prefix, p->sku, i);
+    for (size_t i = 0; i < b->n; i++)
+        if (req_keyed(b->reqs[i]))
+            rconn_cmd_addf(cmd, "%s{%s}:idem:%s", b->prefix, p->sku, b->reqs[i]->idem_key);
+    rconn_cmd_adds(cmd, b->run_id);
+    rconn_cmd_adds(cmd, b->instance);
+    rconn_cmd_addll(cmd, b->idem_ttl_ms);
+    rconn_cmd_addll(cmd, p->per_user_limit);
+    rconn_cmd_addll(cmd, p->segments);
+    rconn_cmd_addll(cmd, b->first);
+    rconn_cmd_addll(cmd, (long long)b->nids);
+    for (size_t i = 0; i < b->nids; i++) rconn_cmd_adds(cmd, b->ids[i]);
+    int keyidx = 5 + p->segments;              /* KEYS index of the first idem record */
+    for (size_t i = 0; i < b->n; i++) {
+        const stock_req *r = b->reqs[i];
+        int keyed = req_keyed(r);
+        char tail[STOCK_USER_MAX + 200];
+        size_t ul = strlen(r->user_id), kl = keyed ? strlen(r->idem_key) : 0;
+        rconn_cmd_adds(cmd, r->order_id);
+        rconn_cmd_add(cmd, r->user_id, ul);
+        rconn_cmd_addll(cmd, r->quantity);
+        rconn_cmd_adds(cmd, keyed ? r->fingerprint : "");
+        rconn_cmd_addll(cmd, keyed ? keyidx++ : 0);
+        /* The pending record's tail, "<n>:<user><n>:<key>" (docs/storage.md). */
+        int n = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
+                         keyed ? r->idem_key : "");
+        rconn_cmd_add(cmd, tail, n > 0 && (size_t)n < sizeof tail ? (size_t)n : 0);
+        if (keyed) rconn_cmd_adds(cmd, r->idem_key);
+    }
+}
+
+/* One order, r, as a batch of one: the copy this connection's server
+ * keeps must be valid (never "*", as the loops' trusting strategy may). */
+static void build_reserve(stock_conn *c, stock_req *const *r) {
+    const stock_product *p = (*r)->product;
+    sk_batch b = { .prefix = c->prefix, .instance = c->instance, .idem_ttl_ms = c->idem_ttl_ms,
+                   .p = p, .reqs = r, .n = 1, .run_id = c->run_id,
+                   .first = p->segments > 1 ? (long long)(sk_random(c) % (uint64_t)p->segments)
+                                            : 0 };
+    sk_batch_build(&c->cmd, &b);
 }
 
 long long sk_elem_int(const redisReply *r, size_t i) {
@@ -551,13 +582,11 @@ const char *sk_elem_str(const redisReply *r, size_t i) {
     return e->type == REDIS_REPLY_STRING ? e->str : "";
 }
 
-/* Turns the reserve script's reply into the request's result. */
-static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
-        sk_bad_reply(c, "reserve", rep);
+int sk_reserve_decode(stock_req *r, const redisReply *rep) {
+    r->outcome_unknown = 0;   /* an answer came; an error reply means the script aborted */
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1) {
         r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 0;   /* an error reply means the script aborted */
-        return;
+        return -1;
     }
     switch (sk_elem_int(rep, 0)) {
     case 1:
@@ -586,6 +615,13 @@ static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *re
         r->result = STOCK_MISSING;
         break;
     }
+    return 0;
+}
+
+/* Turns a batch of one's reply into the request's result. */
+static void read_reserve_reply(stock_conn *c, stock_req *r, const redisReply *rep) {
+    int one = rep->type == REDIS_REPLY_ARRAY && rep->elements == 1;
+    if (sk_reserve_decode(r, one ? rep->element[0] : NULL)) sk_bad_reply(c, "reserve", rep);
 }
 
 void sk_req_takes(stock_req *r, const redisReply *rep) {
@@ -614,7 +650,7 @@ static int reserve_at(stock_conn *c, stock_req **reqs, size_t n) {
     if (stock_conn_ensure(c)) return -1;
     unsigned char *retry = sk_retry_flags(c, n);
     for (i = 0; i < n; i++) {
-        build_reserve(c, reqs[i]);
+        build_reserve(c, &reqs[i]);
         rconn_cmd_append(c->ctx, &c->cmd);
         /* From here on a lost connection leaves the request unknown. */
         reqs[i]->outcome_unknown = 1;
@@ -635,9 +671,9 @@ static int reserve_at(stock_conn *c, stock_req **reqs, size_t n) {
     /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL those. */
     for (i = 0; noscript && i < n; i++) {
         if (!retry[i]) continue;
-        build_reserve(c, reqs[i]);
+        build_reserve(c, &reqs[i]);
         reqs[i]->outcome_unknown = 1;
-        redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &s_reserve);
+        redisReply *rep = rconn_cmd_run_script(c->ctx, &c->cmd, &sk_reserve_batch);
         if (!rep) {
             sk_drop(c, "reserve");
             return -1;

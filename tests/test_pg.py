@@ -20,7 +20,7 @@ import time
 
 import harness
 from harness import db_rows, wait_until
-from test_faults import Load, assert_books_balance, audit, figures, settle
+from test_faults import Load, assert_books_balance, audit, figures, kill9_mid_sale, settle
 from test_flashload import flashload, vantage
 from test_strategies import FORCE, assert_exact, forced, hammer, oversold
 
@@ -237,24 +237,7 @@ def test_pg_audit_repairs_the_counts(ctx):
 def test_pg_kill9_of_an_instance_mid_sale(ctx):
     redis = ctx.redis()
     pg, url = pg_db(ctx)
-    a = ctx.service(redis, db=url)
-    b = ctx.service(redis, db=url)
-    initial = 100000
-    a.create_product("k9", initial)
-    load = Load([a, b], "k9", buyers=16)
-    for _ in range(3):
-        time.sleep(0.7)
-        a.proc.kill()
-        a.proc.wait()
-        time.sleep(0.3)
-        a.restart()
-    time.sleep(0.5)
-    load.finish()
-    assert len(load.created()) > 200, len(load.created())
-    settle(redis, "k9")
-    assert_books_balance(b, redis, "k9", initial, load, ctx=ctx, kills=3)
-    rc, out = audit(redis, url)
-    assert rc == 0, out
+    kill9_mid_sale(ctx, redis, url)
 
 
 def restarted_mid_sale(ctx, mode):

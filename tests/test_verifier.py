@@ -7,7 +7,7 @@ in ways the service's own reads do not notice, and show that the verifier
 does, while the same load on an untouched product PASSes.
 
 Why the empty-segment bitmap: `<prefix>{sku}:empty` promises that a
-segment whose bit is set holds nothing, so stock/lua/reserve.lua skips it
+segment whose bit is set holds nothing, so stock/lua/reserve_batch.lua skips it
 without reading it. The service's own read of the stock (stock_read, behind
 GET /v1/products/{sku} and `flashsale audit`) sums the segment keys and
 never looks at the bitmap. A bit set over a segment that still holds units

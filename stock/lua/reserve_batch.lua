@@ -1,16 +1,22 @@
--- reserve_batch.lua: the `lua` strategy's order step for a whole batch of
--- orders of one SKU, in one atomic script: each order is checked and taken
--- exactly as reserve.lua does it (validity of the copy, idempotency,
--- per-user limit, stock, decrement across segments if need be, pending
--- record), one after another; and first, the pending records of orders
--- already committed are cleared (so clearing them costs no round trip of
--- its own). All keys are of one SKU, so of one Redis Cluster slot.
+-- reserve_batch.lua: the `lua` strategy's whole order step, for a batch of
+-- orders of one SKU in one atomic script: each order in turn is checked and
+-- taken -- validity of the stock copy, idempotency, per-user limit, stock,
+-- decrement (across segments if need be) and the pending record; and first,
+-- the pending records of orders already committed are cleared (so clearing
+-- them costs no round trip of its own). The one home of the order step: the
+-- loops send a batch (stock/async.c), the blocking side a batch of one
+-- (stock/stock.c). All keys are of one SKU, so of one Redis Cluster slot.
 --
--- KEYS[1] gen   KEYS[2] pending   KEYS[3] users   KEYS[4] empty bitmap
+-- KEYS[1] gen      "<generation>:<run_id>" of the stock copy
+-- KEYS[2] pending  hash order_id -> the pending record of a reserved order
+-- KEYS[3] users    hash user_id -> units bought
+-- KEYS[4] empty    bitmap: bit i set => segment i holds 0 units
 -- KEYS[5 .. 4+n]       stock segments 0 .. n-1
 -- KEYS[5+n ..]         idempotency records of the orders that have a key
--- ARGV[1] run_id ('*': any)   ARGV[2] instance   ARGV[3] idem TTL ms   ARGV[4] per-user limit
--- ARGV[5] segments n   ARGV[6] first segment to try   ARGV[7] c: orders to clear
+-- ARGV[1] run_id of the Redis the caller is connected to ('*': any)
+-- ARGV[2] instance   ARGV[3] idem TTL ms   ARGV[4] per-user limit
+-- ARGV[5] segments n   ARGV[6] first segment to try (0-based; order k of the
+-- batch starts k after it)   ARGV[7] c: orders to clear
 -- ARGV[8 .. 7+c]       their order ids
 -- then per order, 6 values: order_id, user_id, quantity, fingerprint ('' when
 -- no key), the KEYS index of its idempotency record (0 when none), and the
@@ -20,9 +26,13 @@
 -- Numbers stay strings where they can: every number Lua turns into a string
 -- goes through printf("%.17g"), which was the largest cost of this script.
 --
--- Returns one entry per order, as reserve.lua: {1, gen, spec} reserved,
--- {2, order_id, fp} a replay, {0, 0} sold out, {-1, available},
--- {-2, bought}, {-3} no valid copy.
+-- Returns one entry per order:
+--         {1, gen, spec}        reserved; spec = "seg:units,..."
+--         {2, order_id, fp}     replay of an earlier request with this key
+--         {0, 0}                sold out
+--         {-1, available}       fewer units left than asked
+--         {-2, bought}          per-user limit would be passed
+--         {-3}                  no valid copy: the caller rebuilds it
 local n = tonumber(ARGV[5])
 local c = tonumber(ARGV[7])
 if c > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 8, 7 + c)) end
@@ -120,7 +130,10 @@ while i <= #ARGV do
                 nowstr = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
             end
             pend[#pend + 1] = oid
-            -- Format 2 (docs/storage.md; see reserve.lua): cheaper than JSON.
+            -- The pending record, format 2 (docs/storage.md): "2|q|t|l|spec|"
+            -- then the instance, the user and the key, each as <length>:<bytes>.
+            -- (Cheaper for Redis to build than JSON; readers also accept the
+            -- JSON of format 1.)
             pend[#pend + 1] = '2|' .. qstr .. '|' .. nowstr .. lflag .. spec .. '|' .. inst .. tail
             if ik > 0 then
                 redis.call('SET', KEYS[ik], gen .. '|' .. oid .. '|' .. fp, 'PX', ARGV[3])

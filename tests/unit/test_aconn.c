@@ -20,10 +20,10 @@
 #include "common/aconn.h"
 #include "common/rconn.h"
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 #include "tests/unit/tloop.h"
 
 static const char *url;
-static redisContext *raw;           /* a blocking connection to look and poke */
 static tloop TL;
 
 /* ------------------------------------------------------------ recording */
@@ -169,14 +169,6 @@ static void finish(void) {
     tl_end(&TL);
 }
 
-static long long raw_int(const char *fmt, const char *arg) {
-    redisReply *r = redisCommand(raw, fmt, arg);
-    long long v = !r ? -999 : r->type == REDIS_REPLY_INTEGER ? r->integer
-                  : r->type == REDIS_REPLY_STRING ? atoll(r->str) : -998;
-    if (r) freeReplyObject(r);
-    return v;
-}
-
 /* ------------------------------------------------------------ the cases */
 
 static void send_pushes(void *ud) {
@@ -209,7 +201,7 @@ static void test_connect_and_pipeline(void) {
         return;
     }
     char rid[41];
-    CHECK(rconn_run_id(raw, rid) == 0);
+    CHECK(rconn_run_id(traw_conn, rid) == 0);
     look();
     CHECK(O.ready && O.inflight == 0);
     CHECK_STR(O.run_id, rid);
@@ -225,8 +217,8 @@ static void test_connect_and_pipeline(void) {
     CHECK(O.nnull == 0);
     look();
     CHECK(O.inflight == 0);
-    CHECK(raw_int("LLEN %s", "ua:list") == 1000);
-    redisReply *r = redisCommand(raw, "LINDEX ua:list 999");
+    CHECK(traw_int("LLEN %s", "ua:list") == 1000);
+    redisReply *r = redisCommand(traw_conn, "LINDEX ua:list 999");
     CHECK(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "999"));
     if (r) freeReplyObject(r);
     /* 4 MB out and back: more than one write and one read. */
@@ -241,7 +233,7 @@ static void test_connect_and_pipeline(void) {
     CHECK(G[2].type == REDIS_REPLY_INTEGER && G[2].integer == 4 << 20);
     free(big);
     finish();
-    raw_int("DEL %s", "ua:big");
+    traw_int("DEL %s", "ua:big");
 }
 
 static void test_select_and_setup_error(void) {
@@ -253,14 +245,14 @@ static void test_select_and_setup_error(void) {
     if (start(u, 2000, NULL, 0, 1) == 0) {
         CHECK(send1("SET ua:db7 seven") == 0);
         CHECK(wait_got(1) && G[0].type == REDIS_REPLY_STATUS);
-        redisReply *r = redisCommand(raw, "SELECT 7");
+        redisReply *r = redisCommand(traw_conn, "SELECT 7");
         if (r) freeReplyObject(r);
-        r = redisCommand(raw, "GET ua:db7");
+        r = redisCommand(traw_conn, "GET ua:db7");
         CHECK(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "seven"));
         if (r) freeReplyObject(r);
-        r = redisCommand(raw, "SELECT 0");
+        r = redisCommand(traw_conn, "SELECT 0");
         if (r) freeReplyObject(r);
-        CHECK(raw_int("EXISTS %s", "ua:db7") == 0);
+        CHECK(traw_int("EXISTS %s", "ua:db7") == 0);
     }
     finish();
     /* AUTH refused by the server: the setup fails, down, never up. */
@@ -301,13 +293,13 @@ static void test_scripts_noscript(void) {
     rconn_script_init(&s_incr, "incr", "return redis.call('INCRBY', KEYS[1], ARGV[1])");
     rconn_script_init(&s_echo, "echo", "return ARGV[1]");
     rconn_script_init(&s_unknown, "unknown", "return 'never loaded ' .. ARGV[1]");
-    raw_int("SCRIPT FLUSH%s", "");
-    raw_int("DEL %s", "ua:sk");
+    traw_int("SCRIPT FLUSH%s", "");
+    traw_int("DEL %s", "ua:sk");
     if (start(url, 2000, scripts, 2, 1) != 0) {
         finish();
         return;
     }
-    redisReply *r = redisCommand(raw, "SCRIPT EXISTS %s %s", s_incr.sha, s_echo.sha);
+    redisReply *r = redisCommand(traw_conn, "SCRIPT EXISTS %s %s", s_incr.sha, s_echo.sha);
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->integer == 1 &&
           r->element[1]->integer == 1);            /* loaded by the setup */
     if (r) freeReplyObject(r);
@@ -317,7 +309,7 @@ static void test_scripts_noscript(void) {
      * loaded again and resent; its caller sees only the real answer. (Not
      * in the order sent, though: the GET and PING behind them ran, and are
      * answered, before the resent scripts - the GET sees "5".) */
-    raw_int("SCRIPT FLUSH%s", "");
+    traw_int("SCRIPT FLUSH%s", "");
     reset();
     tl_call(&TL, send_mixed, NULL);
     CHECK(wait_got(5));
@@ -328,7 +320,7 @@ static void test_scripts_noscript(void) {
     CHECK(G[2].type == REDIS_REPLY_STRING && !strcmp(G[2].str, "hello"));
     CHECK(G[4].type == REDIS_REPLY_STATUS && !strcmp(G[4].str, "PONG"));
     CHECK(G[1].type == REDIS_REPLY_STRING);          /* "15" in send order; "5" if resent later */
-    CHECK(raw_int("GET %s", "ua:sk") == 115);
+    CHECK(traw_int("GET %s", "ua:sk") == 115);
     CHECK(O.nnull == 0);
     look();
     CHECK(O.ready && O.inflight == 0);
@@ -530,19 +522,11 @@ int main(int argc, char **argv) {
         T(test_connect_fails_cleanly), T(test_free_with_work_in_flight),
         T(test_free_on_running_loop),
     };
-    char err[200];
-    rconn_addr a;
-    url = getenv("FLASHSALE_TEST_REDIS");
-    if (!url || rconn_parse(url, &a, err, sizeof err) ||
-        !(raw = rconn_connect(&a, 2000, err, sizeof err))) {
-        fprintf(stderr, "redis: %s\n", url ? err : "FLASHSALE_TEST_REDIS is not set");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    url = traw_open();
     signal(SIGPIPE, SIG_IGN);
     rconn_cmd_init(&cmd);
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     rconn_cmd_free(&cmd);
-    redisFree(raw);
+    traw_close();
     return rc;
 }

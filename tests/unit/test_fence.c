@@ -11,7 +11,6 @@
  * fences". */
 #include <hiredis/hiredis.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "lock/lock.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 
 #define UNNAMED "0000000000000000"
 #define I1 "1111111111111111"
@@ -27,24 +27,7 @@
 #define LOCK_DB 11                 /* the stand-in lock server's database */
 
 static const char *url;
-static redisContext *raw;          /* a plain connection to look and poke */
 static char *probe;                /* format.lua + a body calling its fence functions */
-
-static void cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void cmd(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(raw, fmt, ap);
-    va_end(ap);
-    if (r) freeReplyObject(r);
-}
-
-static const char *get(const char *key, char *buf, size_t len) {
-    redisReply *r = redisCommand(raw, "GET %s", key);
-    snprintf(buf, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-    if (r) freeReplyObject(r);
-    return buf;
-}
 
 /* ------------------------------------------------------------ the logic */
 
@@ -59,14 +42,14 @@ static const char PROBE_BODY[] =
 
 /* lock_fence_admit(key, inc, tok): the epoch, -1 refused, -2 an error. */
 static long long admit(const char *key, const char *inc, const char *tok) {
-    redisReply *r = redisCommand(raw, "EVAL %s 1 %s admit %s %s -", probe, key, inc, tok);
+    redisReply *r = redisCommand(traw_conn, "EVAL %s 1 %s admit %s %s -", probe, key, inc, tok);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r) freeReplyObject(r);
     return v;
 }
 
 static long long admit_dry(const char *key, const char *inc, const char *tok) {
-    redisReply *r = redisCommand(raw, "EVAL %s 1 %s admit %s %s dry", probe, key, inc, tok);
+    redisReply *r = redisCommand(traw_conn, "EVAL %s 1 %s admit %s %s dry", probe, key, inc, tok);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r) freeReplyObject(r);
     return v;
@@ -74,7 +57,8 @@ static long long admit_dry(const char *key, const char *inc, const char *tok) {
 
 /* lock_fence_check(key, inc, tok, epoch): 1 may write, 0 not, -2 error. */
 static long long check(const char *key, const char *inc, const char *tok, long long epoch) {
-    redisReply *r = redisCommand(raw, "EVAL %s 1 %s check %s %s %lld", probe, key, inc, tok, epoch);
+    redisReply *r =
+        redisCommand(traw_conn, "EVAL %s 1 %s check %s %s %lld", probe, key, inc, tok, epoch);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r) freeReplyObject(r);
     return v;
@@ -82,25 +66,25 @@ static long long check(const char *key, const char *inc, const char *tok, long l
 
 static void test_old_integer_form(void) {
     char v[300];
-    cmd("DEL t:{f}:old");
+    traw_cmd("DEL t:{f}:old");
     /* Missing: epoch 0, the unnamed incarnation, highest 0: admits any. */
     CHECK(check("t:{f}:old", UNNAMED, "1", 0) == 1);
     CHECK(admit("t:{f}:old", UNNAMED, "3") == 0);
-    CHECK_STR(get("t:{f}:old", v, sizeof v), "3");
+    CHECK_STR(traw_get("t:{f}:old", v, sizeof v), "3");
     /* As an older version wrote it: a token below refused, equal passes,
      * above raises -- and the value stays a plain integer. */
-    cmd("SET t:{f}:old 10");
+    traw_cmd("SET t:{f}:old 10");
     CHECK(admit("t:{f}:old", UNNAMED, "9") == -1);
     CHECK(admit("t:{f}:old", UNNAMED, "10") == 0);
     CHECK(admit("t:{f}:old", UNNAMED, "12") == 0);
-    CHECK_STR(get("t:{f}:old", v, sizeof v), "12");
+    CHECK_STR(traw_get("t:{f}:old", v, sizeof v), "12");
     CHECK(check("t:{f}:old", UNNAMED, "11", 0) == 0);
     CHECK(check("t:{f}:old", UNNAMED, "12", 0) == 1);
     /* A token of a named incarnation is new to it: admitted, it upgrades
      * the value in place, and the unnamed holders are the older ones now,
      * however high their tokens. */
     CHECK(admit("t:{f}:old", I1, "2") == 1);
-    CHECK_STR(get("t:{f}:old", v, sizeof v), "1:2:" UNNAMED "," I1);
+    CHECK_STR(traw_get("t:{f}:old", v, sizeof v), "1:2:" UNNAMED "," I1);
     CHECK(admit("t:{f}:old", UNNAMED, "100") == -1);
     CHECK(check("t:{f}:old", UNNAMED, "12", 0) == 0);
     CHECK(check("t:{f}:old", I1, "2", 1) == 1);
@@ -108,22 +92,22 @@ static void test_old_integer_form(void) {
 
 static void test_newest_older_unseen(void) {
     char v[300];
-    cmd("DEL t:{f}:inc");
+    traw_cmd("DEL t:{f}:inc");
     CHECK(admit("t:{f}:inc", I1, "5") == 1);
-    CHECK_STR(get("t:{f}:inc", v, sizeof v), "1:5:" UNNAMED "," I1);
+    CHECK_STR(traw_get("t:{f}:inc", v, sizeof v), "1:5:" UNNAMED "," I1);
     /* The newest incarnation: tokens compare as they always did. */
     CHECK(admit("t:{f}:inc", I1, "4") == -1);
     CHECK(admit("t:{f}:inc", I1, "5") == 1);
     CHECK(admit("t:{f}:inc", I1, "7") == 1);
-    CHECK_STR(get("t:{f}:inc", v, sizeof v), "1:7:" UNNAMED "," I1);
+    CHECK_STR(traw_get("t:{f}:inc", v, sizeof v), "1:7:" UNNAMED "," I1);
     CHECK(check("t:{f}:inc", I1, "5", 1) == 0);      /* 7 read after 5: 5 may not write */
     CHECK(check("t:{f}:inc", I1, "7", 1) == 1);
     /* An unseen incarnation (its server lost its data: token 1) is
      * admitted and is the newest from now on; the epoch goes up. */
     CHECK(admit_dry("t:{f}:inc", I2, "1") == 2);
-    CHECK_STR(get("t:{f}:inc", v, sizeof v), "1:7:" UNNAMED "," I1);   /* dry: unchanged */
+    CHECK_STR(traw_get("t:{f}:inc", v, sizeof v), "1:7:" UNNAMED "," I1);   /* dry: unchanged */
     CHECK(admit("t:{f}:inc", I2, "1") == 2);
-    CHECK_STR(get("t:{f}:inc", v, sizeof v), "2:1:" UNNAMED "," I1 "," I2);
+    CHECK_STR(traw_get("t:{f}:inc", v, sizeof v), "2:1:" UNNAMED "," I1 "," I2);
     /* The old incarnation's holders are refused, reads and writes, however
      * high their tokens; the new one's write goes through. */
     CHECK(check("t:{f}:inc", I1, "7", 1) == 0);
@@ -132,21 +116,21 @@ static void test_newest_older_unseen(void) {
     CHECK(check("t:{f}:inc", I2, "1", 2) == 1);
     /* ...and a write says which epoch its read was admitted at. */
     CHECK(check("t:{f}:inc", I2, "1", 1) == 0);
-    redisReply *r = redisCommand(raw, "EVAL %s 1 t:{f}:inc record %s 3 -", probe, I2);
+    redisReply *r = redisCommand(traw_conn, "EVAL %s 1 t:{f}:inc record %s 3 -", probe, I2);
     if (r) freeReplyObject(r);
-    CHECK_STR(get("t:{f}:inc", v, sizeof v), "2:3:" UNNAMED "," I1 "," I2);
+    CHECK_STR(traw_get("t:{f}:inc", v, sizeof v), "2:3:" UNNAMED "," I1 "," I2);
 }
 
 static void test_bounded_list(void) {
     char v[400], inc[17], first[17];
-    cmd("DEL t:{f}:many");
+    traw_cmd("DEL t:{f}:many");
     /* Twelve incarnations, one after the other: the last 8 are kept. */
     for (int i = 1; i <= 12; i++) {
         snprintf(inc, sizeof inc, "%016x", 0xa0 + i);
         CHECK(admit("t:{f}:many", inc, "1") == i);
         if (i == 1) snprintf(first, sizeof first, "%s", inc);
     }
-    get("t:{f}:many", v, sizeof v);
+    traw_get("t:{f}:many", v, sizeof v);
     CHECK(!strncmp(v, "12:1:", 5) && strlen(v) == 5 + 8 * 17 - 1);
     CHECK(strstr(v, first) == NULL && strstr(v, "00000000000000a5,") == v + 5);
     /* One still in the list is refused... */
@@ -161,11 +145,11 @@ static void test_bounded_list(void) {
 }
 
 static void test_unreadable_value(void) {
-    cmd("SET t:{f}:bad %s", "1:2");            /* neither form */
+    traw_cmd("SET t:{f}:bad %s", "1:2");            /* neither form */
     CHECK(admit("t:{f}:bad", I1, "5") == -2);  /* an error: nothing admitted */
     CHECK(check("t:{f}:bad", I1, "5", 1) == -2);
     char v[40];
-    CHECK_STR(get("t:{f}:bad", v, sizeof v), "1:2");
+    CHECK_STR(traw_get("t:{f}:bad", v, sizeof v), "1:2");
 }
 
 /* ---------------------------------------------------- lock_fenced_set */
@@ -176,7 +160,7 @@ static void test_fenced_set_incarnations(void) {
     lock_options o = { .urls = urls, .nurls = 1, .timeout_ms = 1000 };
     lock_client *c = lock_client_new(&o, err, sizeof err);
     uint64_t hi = 0, i1 = 0x1111111111111111ULL, i2 = 0x2222222222222222ULL;
-    cmd("DEL t:{fs}:fence t:{fs}:value");
+    traw_cmd("DEL t:{fs}:fence t:{fs}:value");
     CHECK(lock_fenced_set(c, "t:{fs}:fence", "t:{fs}:value", 50, i1, "a", 1, &hi, err,
                           sizeof err) == 1);
     CHECK(lock_fenced_set(c, "t:{fs}:fence", "t:{fs}:value", 40, i1, "b", 1, &hi, err,
@@ -186,7 +170,7 @@ static void test_fenced_set_incarnations(void) {
                           sizeof err) == 1);
     CHECK(lock_fenced_set(c, "t:{fs}:fence", "t:{fs}:value", 60, i1, "d", 1, &hi, err,
                           sizeof err) == 0 && hi == 1);
-    CHECK_STR(get("t:{fs}:value", v, sizeof v), "c");
+    CHECK_STR(traw_get("t:{fs}:value", v, sizeof v), "c");
     lock_client_free(c);
 }
 
@@ -202,7 +186,9 @@ static lock_client *lock_server(void) {
     return lock_client_new(&o, err, sizeof err);
 }
 
-static void lose_lock_data(void) { cmd("SELECT %d", LOCK_DB), cmd("FLUSHDB"), cmd("SELECT 0"); }
+static void lose_lock_data(void) {
+    traw_cmd("SELECT %d", LOCK_DB), traw_cmd("FLUSHDB"), traw_cmd("SELECT 0");
+}
 
 static stock_conn *conn(lock_client *lc) {
     char err[200];
@@ -234,16 +220,16 @@ static void test_stock_sells_on_after_lock_data_lost(void) {
     lose_lock_data();
     CHECK(stock_load(sc, &p, 1, 10, NULL, 0, 1) == 0);
     /* A fence as an older version left it: a plain integer, high. */
-    cmd("SET fs:{t-lost}:fence:redlock:0 %s", "999999");
+    traw_cmd("SET fs:{t-lost}:fence:redlock:0 %s", "999999");
     CHECK(order(sc, &p, "l1") == STOCK_RESERVED);
     CHECK(order(sc, &p, "l2") == STOCK_RESERVED);
-    get("fs:{t-lost}:fence:redlock:0", v, sizeof v);
+    traw_get("fs:{t-lost}:fence:redlock:0", v, sizeof v);
     CHECK(!strncmp(v, "1:2:" UNNAMED ",", 4 + 17));
     /* The lock server loses its data: its tokens start over at 1, under a
      * new incarnation, which the fence admits at once. */
     lose_lock_data();
     CHECK(order(sc, &p, "l3") == STOCK_RESERVED);
-    get("fs:{t-lost}:fence:redlock:0", v, sizeof v);
+    traw_get("fs:{t-lost}:fence:redlock:0", v, sizeof v);
     CHECK(!strncmp(v, "2:1:" UNNAMED ",", 4 + 17) && strlen(v) == 4 + 3 * 17 - 1);
     CHECK(left(sc, &p) == 7);
     stock_conn_free(sc);
@@ -282,9 +268,9 @@ static void test_stale_holder_across_incarnations(void) {
     pthread_create(&t, NULL, stale_holder, &a);
     char v[100];
     for (int i = 0; i < 200; i++) {
-        cmd("SELECT %d", LOCK_DB);
-        get("fs:{t-stale}:lock:0", v, sizeof v);
-        cmd("SELECT 0");
+        traw_cmd("SELECT %d", LOCK_DB);
+        traw_get("fs:{t-stale}:lock:0", v, sizeof v);
+        traw_cmd("SELECT 0");
         if (v[0]) break;
         clock_sleep_ms(5);
     }
@@ -307,23 +293,10 @@ int main(int argc, char **argv) {
         T(test_unreadable_value), T(test_fenced_set_incarnations),
         T(test_stock_sells_on_after_lock_data_lost), T(test_stale_holder_across_incarnations),
     };
-    char err[200];
-    rconn_addr a;
-    url = getenv("FLASHSALE_TEST_REDIS");
-    if (!url) {
-        fprintf(stderr, "FLASHSALE_TEST_REDIS is not set (run through tests/run.py)\n");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    if (rconn_parse(url, &a, err, sizeof err) ||
-        !(raw = rconn_connect(&a, 2000, err, sizeof err))) {
-        fprintf(stderr, "redis: %s\n", err);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    url = traw_open();
     probe = lock_script_compose(PROBE_BODY);
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     free(probe);
-    redisFree(raw);
+    traw_close();
     return rc;
 }

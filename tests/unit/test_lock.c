@@ -21,41 +21,10 @@
 #include "lock/lock.h"
 #include "lock/lock_int.h"   /* lock_mu_take: the lock order is asserted */
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 
 static const char *url;
-static redisContext *raw;          /* a plain connection to look and poke */
 static char err[600];
-
-static redisContext *connect_raw(const char *u) {
-    rconn_addr a;
-    char e[200];
-    if (rconn_parse(u, &a, e, sizeof e)) return NULL;
-    return rconn_connect(&a, 2000, e, sizeof e);
-}
-
-static void cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void cmd(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(raw, fmt, ap);
-    va_end(ap);
-    if (r) freeReplyObject(r);
-}
-
-/* GET key into buf ("" when missing). */
-static const char *get(const char *key, char *buf, size_t len) {
-    redisReply *r = redisCommand(raw, "GET %s", key);
-    snprintf(buf, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-    if (r) freeReplyObject(r);
-    return buf;
-}
-
-static long long integer(const char *fmt, const char *key) {
-    redisReply *r = redisCommand(raw, fmt, key);
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -999;
-    if (r) freeReplyObject(r);
-    return v;
-}
 
 static lock_client *client_on(const char *const *urls, int n, int watchdog, int max_backoff,
                               int timeout_ms) {
@@ -82,22 +51,22 @@ static lock_handle *take(lock_client *c, const char *name, int64_t ttl, int64_t 
 static void test_format(void) {
     lock_client *c = client(0, 0);
     char v[200], want[40];
-    cmd("DEL t:fmt {t:fmt}:fence");
+    traw_cmd("DEL t:fmt {t:fmt}:fence");
     lock_handle *h = take(c, "t:fmt", 5000, 0);
     CHECK(h && lock_fence(h) == 1);
-    get("t:fmt", v, sizeof v);
+    traw_get("t:fmt", v, sizeof v);
     CHECK(strlen(v) == 34 && strspn(v, "0123456789abcdef") == 32 && !strcmp(v + 32, ":1"));
-    long long pttl = integer("PTTL %s", "t:fmt");
+    long long pttl = traw_int("PTTL %s", "t:fmt");
     CHECK(pttl > 4000 && pttl <= 5000);
-    get("{t:fmt}:fence", v, sizeof v);
+    traw_get("{t:fmt}:fence", v, sizeof v);
     CHECK_STR(v, "1");
     CHECK(lock_release(h) == LOCK_RELEASED);
-    CHECK(integer("EXISTS %s", "t:fmt") == 0);
+    CHECK(traw_int("EXISTS %s", "t:fmt") == 0);
     /* A name with its own hash tag derives keys in the same slot. */
     h = take(c, "fs:{sku9}:lock:3", 5000, 0);
     CHECK(h != NULL);
     snprintf(want, sizeof want, "%llu", (unsigned long long)lock_fence(h));
-    CHECK_STR(get("fs:{sku9}:lock:3:fence", v, sizeof v), want);
+    CHECK_STR(traw_get("fs:{sku9}:lock:3:fence", v, sizeof v), want);
     CHECK(lock_release(h) == LOCK_RELEASED);
     /* Names it cannot derive keys for are refused, not crashed on. */
     lock_handle *bad = NULL;
@@ -145,7 +114,7 @@ static void slow_increment(redisContext *r, const char *key) {
 
 static void *mx_worker(void *arg) {
     mx *m = arg;
-    redisContext *r = connect_raw(url);
+    redisContext *r = traw_connect(url);
     for (int i = 0; r && i < m->iters; i++) {
         lock_handle *h = NULL;
         if (lock_acquire(m->c, m->name, 5000, 20000, NULL, &h, NULL, 0) != LOCK_OK) {
@@ -174,9 +143,9 @@ static int run_mx(lock_client *c, const char *name, const char *counter, int n, 
 static void test_mutex_16_threads(void) {
     lock_client *c = client(1, 0);
     char v[32];
-    cmd("DEL t:mx:n");
+    traw_cmd("DEL t:mx:n");
     CHECK(run_mx(c, "t:mx", "t:mx:n", 16, 100) == 0);
-    CHECK_STR(get("t:mx:n", v, sizeof v), "1600");
+    CHECK_STR(traw_get("t:mx:n", v, sizeof v), "1600");
     lock_stats st;
     lock_client_stats(c, &st);
     CHECK(st.acquired == 1600 && st.released == 1600 && st.errors == 0);
@@ -186,7 +155,7 @@ static void test_mutex_16_threads(void) {
 static void test_mutex_4_processes(void) {
     char v[32];
     pid_t pids[4];
-    cmd("DEL t:mxp:n");
+    traw_cmd("DEL t:mxp:n");
     for (int p = 0; p < 4; p++) {
         pids[p] = fork();
         if (pids[p] == 0) {
@@ -194,7 +163,7 @@ static void test_mutex_4_processes(void) {
             lock_client *c = client(1, 0);
             int rc = c ? run_mx(c, "t:mxp", "t:mxp:n", 4, 50) : -1;
             lock_client_free(c);
-            redisFree(raw);                                 /* the parent's, inherited */
+            redisFree(traw_conn);                                 /* the parent's, inherited */
             _exit(rc ? 1 : 0);
         }
     }
@@ -205,7 +174,7 @@ static void test_mutex_4_processes(void) {
         ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
     CHECK(ok);
-    CHECK_STR(get("t:mxp:n", v, sizeof v), "800");
+    CHECK_STR(traw_get("t:mxp:n", v, sizeof v), "800");
 }
 
 /* ------------------------------------------------------------------ release */
@@ -215,23 +184,23 @@ static void test_release_not_owner(void) {
     char v[200], mine[200];
     /* Someone else's value under the name: ours is gone, theirs stays. */
     lock_handle *h = take(c, "t:rel", 5000, 0);
-    cmd("SET t:rel someone-else PX 5000");
+    traw_cmd("SET t:rel someone-else PX 5000");
     CHECK(lock_release_ex(h, err, sizeof err) == LOCK_NOT_OWNER);
     CHECK(strstr(err, "not ours") != NULL);
-    CHECK_STR(get("t:rel", v, sizeof v), "someone-else");
-    cmd("DEL t:rel");
+    CHECK_STR(traw_get("t:rel", v, sizeof v), "someone-else");
+    traw_cmd("DEL t:rel");
     /* After expiry: the next holder's lock is left alone. */
     lock_handle *a = take(c, "t:rel", 100, 0);
     clock_sleep_ms(200);
     lock_handle *b = NULL;
     CHECK(lock_acquire(c, "t:rel", 5000, 0, "b", &b, err, sizeof err) == LOCK_OK);
-    get("t:rel", mine, sizeof mine);
+    traw_get("t:rel", mine, sizeof mine);
     CHECK(a && b && lock_fence(b) > lock_fence(a));
     CHECK(lock_release(a) == LOCK_NOT_OWNER);
-    CHECK_STR(get("t:rel", v, sizeof v), mine);
+    CHECK_STR(traw_get("t:rel", v, sizeof v), mine);
     CHECK(lock_remaining_ms(b) > 4000);
     CHECK(lock_release(b) == LOCK_RELEASED);
-    CHECK(integer("EXISTS %s", "t:rel") == 0);
+    CHECK(traw_int("EXISTS %s", "t:rel") == 0);
     lock_stats st;
     lock_client_stats(c, &st);
     CHECK(st.not_owner == 2 && st.released == 1);
@@ -244,7 +213,7 @@ static void test_release_unknown(void) {
     lock_client *c = client_on(&url, 1, 0, 0, 150);
     lock_handle *h = take(c, "t:unk", 5000, 0);
     CHECK(h != NULL);
-    cmd("CLIENT PAUSE 700 ALL");
+    traw_cmd("CLIENT PAUSE 700 ALL");
     int64_t t0 = clock_mono_ms();
     CHECK(lock_release_ex(h, err, sizeof err) == LOCK_UNKNOWN);
     CHECK(clock_mono_ms() - t0 < 650);
@@ -273,10 +242,10 @@ static void test_connections_recover(void) {
      * noticed before use: no error, no "unknown" release. */
     lock_client *c = client(0, 0);
     lock_handle *h = take(c, "t:kill", 5000, 0);
-    cmd("CLIENT KILL TYPE normal SKIPME yes");
+    traw_cmd("CLIENT KILL TYPE normal SKIPME yes");
     clock_sleep_ms(50);
     CHECK(h && lock_release(h) == LOCK_RELEASED);
-    cmd("SCRIPT FLUSH");   /* NOSCRIPT: falls back to EVAL */
+    traw_cmd("SCRIPT FLUSH");   /* NOSCRIPT: falls back to EVAL */
     h = take(c, "t:kill", 5000, 0);
     CHECK(h && lock_release(h) == LOCK_RELEASED);
     lock_client_free(c);
@@ -315,10 +284,10 @@ static void test_reentrancy(void) {
     CHECK(a && b && a != b && lock_fence(a) == lock_fence(b));
     CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_BUSY && !o);
     CHECK(lock_release(b) == LOCK_RELEASED);
-    CHECK(integer("EXISTS %s", "t:re") == 1);              /* still held */
+    CHECK(traw_int("EXISTS %s", "t:re") == 1);              /* still held */
     CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_BUSY);
     CHECK(lock_release(a) == LOCK_RELEASED);
-    CHECK(integer("EXISTS %s", "t:re") == 0);              /* freed by the last */
+    CHECK(traw_int("EXISTS %s", "t:re") == 0);              /* freed by the last */
     CHECK(from_other_thread(c, "t:re", NULL, &o) == LOCK_OK && o);
     CHECK(lock_release(o) == LOCK_RELEASED);
     /* An explicit owner re-enters from another thread. */
@@ -326,8 +295,8 @@ static void test_reentrancy(void) {
     CHECK(lock_acquire(c, "t:re", 5000, 0, "job-7", &j, err, sizeof err) == LOCK_OK);
     CHECK(from_other_thread(c, "t:re", "job-7", &o) == LOCK_OK && o);
     CHECK(from_other_thread(c, "t:re", "job-8", &a) == LOCK_BUSY);
-    CHECK(lock_release(j) == LOCK_RELEASED && integer("EXISTS %s", "t:re") == 1);
-    CHECK(lock_release(o) == LOCK_RELEASED && integer("EXISTS %s", "t:re") == 0);
+    CHECK(lock_release(j) == LOCK_RELEASED && traw_int("EXISTS %s", "t:re") == 1);
+    CHECK(lock_release(o) == LOCK_RELEASED && traw_int("EXISTS %s", "t:re") == 0);
     lock_stats st;
     lock_client_stats(c, &st);
     CHECK(st.reentered == 2);
@@ -337,7 +306,7 @@ static void test_reentrancy(void) {
 static void test_reentry_after_loss(void) {
     lock_client *c = client(0, 0);
     lock_handle *a = take(c, "t:rel2", 5000, 0), *b = NULL;
-    cmd("DEL t:rel2");
+    traw_cmd("DEL t:rel2");
     CHECK(lock_acquire(c, "t:rel2", 5000, 0, NULL, &b, err, sizeof err) == LOCK_ERROR && !b);
     CHECK(a && lock_lost(a) && lock_remaining_ms(a) <= 0);
     CHECK(lock_err(a, err, sizeof err) == LOCK_ERR_LOST);
@@ -368,10 +337,10 @@ static void test_watchdog_renews(void) {
     char v[200];
     lock_handle *h = take(c, "t:wd", 300, 0);
     CHECK(h != NULL);
-    get("t:wd", v, sizeof v);
+    traw_get("t:wd", v, sizeof v);
     clock_sleep_ms(1300);                                   /* four TTLs */
     char now[200];
-    CHECK_STR(get("t:wd", now, sizeof now), v);
+    CHECK_STR(traw_get("t:wd", now, sizeof now), v);
     CHECK(!lock_lost(h) && lock_remaining_ms(h) > 0 && lock_remaining_ms(h) <= 300);
     lock_stats st;
     lock_client_stats(c, &st);
@@ -402,7 +371,7 @@ static void test_lost_callback(void) {
     clock_sleep_ms(400);
     CHECK(atomic_load(&p.calls) == 0 && !lock_lost(h));
     int64_t t0 = clock_mono_ms();
-    cmd("DEL t:lost");
+    traw_cmd("DEL t:lost");
     for (int i = 0; i < 200 && !atomic_load(&p.calls); i++) clock_sleep_ms(10);
     CHECK(atomic_load(&p.calls) == 1 && lock_lost(h));
     CHECK(p.at_ms - t0 < 100 + 500);                        /* ttl/3 + scheduling margin */
@@ -413,16 +382,16 @@ static void test_lost_callback(void) {
     lost_probe q = { 0, 0, 1, LOCK_UNKNOWN };
     h = take(c, "t:lost", 300, 0);
     lock_on_lost(h, on_lost, &q);
-    cmd("SET t:lost intruder PX 5000");                    /* taken by another */
+    traw_cmd("SET t:lost intruder PX 5000");                    /* taken by another */
     for (int i = 0; i < 200 && !atomic_load(&q.calls); i++) clock_sleep_ms(10);
     CHECK(atomic_load(&q.calls) == 1 && q.rel == LOCK_NOT_OWNER);
     char v[64];
-    CHECK_STR(get("t:lost", v, sizeof v), "intruder");
+    CHECK_STR(traw_get("t:lost", v, sizeof v), "intruder");
     /* Registered after the loss: called at once. */
     lost_probe r = { 0, 0, 0, LOCK_UNKNOWN };
-    cmd("DEL t:lost");
+    traw_cmd("DEL t:lost");
     h = take(c, "t:lost", 300, 0);
-    cmd("DEL t:lost");
+    traw_cmd("DEL t:lost");
     for (int i = 0; i < 200 && !lock_lost(h); i++) clock_sleep_ms(10);
     lock_on_lost(h, on_lost, &r);
     CHECK(atomic_load(&r.calls) == 1);
@@ -475,20 +444,20 @@ static void test_fenced_set(void) {
     lock_client *c = client(0, 0);
     char v[64];
     uint64_t hi = 0;
-    cmd("DEL t:{res}:fence t:{res}:value");
+    traw_cmd("DEL t:{res}:fence t:{res}:value");
     CHECK(fset(c, 5, "a", &hi) == 1);
     CHECK(fset(c, 3, "stale", &hi) == 0);
     CHECK(hi == 5);
-    CHECK_STR(get("t:{res}:value", v, sizeof v), "a");
+    CHECK_STR(traw_get("t:{res}:value", v, sizeof v), "a");
     CHECK(fset(c, 5, "b", &hi) == 1);
     CHECK(fset(c, 9, "c", &hi) == 1);
-    CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
-    CHECK_STR(get("t:{res}:fence", v, sizeof v), "9");
-    cmd("DEL t:{res}:fence");
-    cmd("HSET t:{res}:fence f v");                           /* a Redis error, reported */
+    CHECK_STR(traw_get("t:{res}:value", v, sizeof v), "c");
+    CHECK_STR(traw_get("t:{res}:fence", v, sizeof v), "9");
+    traw_cmd("DEL t:{res}:fence");
+    traw_cmd("HSET t:{res}:fence f v");                           /* a Redis error, reported */
     CHECK(fset(c, 10, "x", &hi) == -1);
     CHECK(strstr(err, "WRONGTYPE") != NULL);
-    CHECK_STR(get("t:{res}:value", v, sizeof v), "c");
+    CHECK_STR(traw_get("t:{res}:value", v, sizeof v), "c");
     lock_client_free(c);
 }
 
@@ -557,19 +526,19 @@ static void test_free_lock_noticed(void) {
      * deadline. */
     lock_client *c = client(0, 0);
     lock_handle *h = NULL;
-    cmd("SET t:quiet foreign PX 400");
+    traw_cmd("SET t:quiet foreign PX 400");
     int64_t t0 = clock_mono_ms();
     CHECK(lock_acquire(c, "t:quiet", 5000, 10000, NULL, &h, err, sizeof err) == LOCK_OK);
     int64_t waited = clock_mono_ms() - t0;
     CHECK(waited >= 350 && waited < 400 + 300);
     lock_release(h);
-    cmd("SET t:quiet foreign");                             /* no TTL at all */
+    traw_cmd("SET t:quiet foreign");                             /* no TTL at all */
     waiter_run w = { c, "t:quiet", 10000, 0, 0, NULL, 0, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     clock_sleep_ms(500);
     int64_t del = clock_mono_us();
-    cmd("DEL t:quiet");
+    traw_cmd("DEL t:quiet");
     pthread_join(t, NULL);
     CHECK(atomic_load(&w.got) == 1);
     CHECK((atomic_load(&w.got_at_us) - del) / 1000 < 200 + 300);   /* max backoff 200 */
@@ -583,14 +552,15 @@ static void test_bounded_wakeups(void) {
     lock_handle *h = NULL;
     waiter_run w[N];
     pthread_t t[N];
-    cmd("DEL {t:herd}:waiters");
+    traw_cmd("DEL {t:herd}:waiters");
     CHECK(lock_acquire(c, "t:herd", 20000, 0, "holder", &h, err, sizeof err) == LOCK_OK);
     for (int i = 0; i < N; i++) {
         w[i] = (waiter_run){ c, "t:herd", 30000, 0, 0, NULL, -1, 0 };
         pthread_create(&t[i], NULL, waiter_main, &w[i]);
     }
-    for (int i = 0; i < 300 && integer("ZCARD %s", "{t:herd}:waiters") < N; i++) clock_sleep_ms(10);
-    CHECK(integer("ZCARD %s", "{t:herd}:waiters") == N);
+    for (int i = 0; i < 300 && traw_int("ZCARD %s", "{t:herd}:waiters") < N; i++)
+        clock_sleep_ms(10);
+    CHECK(traw_int("ZCARD %s", "{t:herd}:waiters") == N);
     clock_sleep_ms(1000);
     lock_stats before, after;
     lock_client_stats(c, &before);
@@ -623,7 +593,7 @@ static void test_bounded_wakeups(void) {
         if (atomic_load(&w[i].h)) lock_release(atomic_load(&w[i].h));
     lock_client_stats(c, &after);
     CHECK(after.wakeups - before.wakeups == N);
-    CHECK(integer("EXISTS %s", "{t:herd}:waiters") == 0);
+    CHECK(traw_int("EXISTS %s", "{t:herd}:waiters") == 0);
     lock_client_free(c);
 }
 
@@ -641,14 +611,14 @@ static lock_client *fair_client(int lease_ms) {
  * FAIRNESS: the keys): what a stopped waiter leaves behind. */
 static void ghost(const char *base, const char *who, long long score, long long due_ms,
                   int listens) {
-    redisReply *t = redisCommand(raw, "TIME");
+    redisReply *t = redisCommand(traw_conn, "TIME");
     long long now = t && t->type == REDIS_REPLY_ARRAY ? atoll(t->element[0]->str) * 1000 +
                                                             atoll(t->element[1]->str) / 1000
                                                       : 0;
     if (t) freeReplyObject(t);
-    cmd("ZADD %s:fair %lld %s", base, score, who);
-    cmd("ZADD %s:fair:due %lld %s", base, now + due_ms, who);
-    if (listens) cmd("SADD %s:fair:sub %s", base, who);
+    traw_cmd("ZADD %s:fair %lld %s", base, score, who);
+    traw_cmd("ZADD %s:fair:due %lld %s", base, now + due_ms, who);
+    if (listens) traw_cmd("SADD %s:fair:sub %s", base, who);
 }
 
 static void test_fair_newcomer_waits_its_turn(void) {
@@ -658,22 +628,22 @@ static void test_fair_newcomer_waits_its_turn(void) {
      * unfair client takes it at once: the fairness is the queue's. */
     lock_client *c = fair_client(1000), *u = client(0, 0);
     lock_handle *h = NULL;
-    cmd("DEL t:fair {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
+    traw_cmd("DEL t:fair {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
     ghost("{t:fair}", "ghost", 1, 1500, 0);
     CHECK(lock_acquire(c, "t:fair", 5000, 0, NULL, &h, err, sizeof err) == LOCK_BUSY && !h);
     CHECK(lock_acquire(c, "t:fair", 5000, 300, NULL, &h, err, sizeof err) == LOCK_BUSY && !h);
-    CHECK(integer("ZCARD %s", "{t:fair}:fair") == 1);          /* it left the line again */
+    CHECK(traw_int("ZCARD %s", "{t:fair}:fair") == 1);          /* it left the line again */
     int64_t t0 = clock_mono_ms();
     CHECK(lock_acquire(c, "t:fair", 5000, 5000, NULL, &h, err, sizeof err) == LOCK_OK);
     int64_t took = clock_mono_ms() - t0;
     CHECK(took > 500 && took < 2500);                            /* the ghost's place lapsed */
-    CHECK(integer("ZCARD %s", "{t:fair}:fair") == 0);
+    CHECK(traw_int("ZCARD %s", "{t:fair}:fair") == 0);
     lock_release(h);
     h = NULL;
     ghost("{t:fair}", "ghost", 1, 5000, 0);
     CHECK(lock_acquire(u, "t:fair", 5000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
     lock_release(h);
-    cmd("DEL {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
+    traw_cmd("DEL {t:fair}:fair {t:fair}:fair:due {t:fair}:fair:sub");
     lock_client_free(c);
     lock_client_free(u);
 }
@@ -684,21 +654,21 @@ static void test_fair_gone_listener_dropped_at_release(void) {
      * one behind it is woken: no wait for its place to lapse. */
     lock_client *c = fair_client(1000), *w = fair_client(1000);
     lock_handle *h = NULL;
-    cmd("DEL t:gone {t:gone}:fair {t:gone}:fair:due {t:gone}:fair:sub");
+    traw_cmd("DEL t:gone {t:gone}:fair {t:gone}:fair:due {t:gone}:fair:sub");
     CHECK(lock_acquire(c, "t:gone", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
     ghost("{t:gone}", "dead", 0, 60000, 1);                     /* ahead of everyone */
     waiter_run r = { w, "t:gone", 10000, 0, 0, NULL, 0, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &r);
-    for (int i = 0; i < 300 && integer("ZCARD %s", "{t:gone}:fair") < 2; i++) clock_sleep_ms(10);
-    CHECK(integer("ZCARD %s", "{t:gone}:fair") == 2);
+    for (int i = 0; i < 300 && traw_int("ZCARD %s", "{t:gone}:fair") < 2; i++) clock_sleep_ms(10);
+    CHECK(traw_int("ZCARD %s", "{t:gone}:fair") == 2);
     clock_sleep_ms(100);
     int64_t t0 = clock_mono_us();
     lock_release(h);
     pthread_join(t, NULL);
     CHECK(atomic_load(&r.got) == 1);
     CHECK(atomic_load(&r.got_at_us) - t0 < 300000);
-    CHECK(integer("EXISTS %s", "{t:gone}:fair") == 0);
+    CHECK(traw_int("EXISTS %s", "{t:gone}:fair") == 0);
     lock_client_free(c);
     lock_client_free(w);
 }
@@ -713,7 +683,7 @@ static void test_fair_order_across_clients(void) {
     waiter_run r[N];
     pthread_t t[N];
     lock_handle *h = NULL;
-    cmd("DEL t:order {t:order}:fair {t:order}:fair:due {t:order}:fair:sub");
+    traw_cmd("DEL t:order {t:order}:fair {t:order}:fair:due {t:order}:fair:sub");
     CHECK(lock_acquire(holder, "t:order", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
     CHECK(lock_ticket(h) == 0);                  /* a free lock, taken without a place */
     for (int i = 0; i < N; i++) {
@@ -725,10 +695,10 @@ static void test_fair_order_across_clients(void) {
     for (int i = 0; i < N; i++) {
         r[i] = (waiter_run){ cs[i], "t:order", 10000, 0, 0, NULL, 10, 0 };
         pthread_create(&t[i], NULL, waiter_main, &r[i]);
-        for (int k = 0; k < 500 && integer("ZCARD %s", "{t:order}:fair") < i + 1; k++)
+        for (int k = 0; k < 500 && traw_int("ZCARD %s", "{t:order}:fair") < i + 1; k++)
             clock_sleep_ms(2);
     }
-    CHECK(integer("ZCARD %s", "{t:order}:fair") == N);
+    CHECK(traw_int("ZCARD %s", "{t:order}:fair") == N);
     lock_release(h);
     for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
     uint64_t wakeups = 0;
@@ -771,41 +741,41 @@ static void test_redlock_quorum(void) {
     const char *urls[3] = { u[0], u[1], u[2] };
     for (int i = 0; i < 3; i++) url_db(u[i], sizeof u[i], i + 1);
     lock_client *c = client_on(urls, 3, 1, 0, 500);
-    for (int i = 1; i <= 3; i++) cmd("SELECT %d", i), cmd("FLUSHDB");
-    cmd("SELECT 2");
-    cmd("SET {t:rl}:fence 100");                            /* one server far ahead */
+    for (int i = 1; i <= 3; i++) traw_cmd("SELECT %d", i), traw_cmd("FLUSHDB");
+    traw_cmd("SELECT 2");
+    traw_cmd("SET {t:rl}:fence 100");                            /* one server far ahead */
     lock_handle *h = take(c, "t:rl", 600, 0);
     CHECK(h && lock_fence(h) == 101);
     /* The agreed token is written back everywhere the lock was taken. */
     char v[200];
     for (int i = 1; i <= 3; i++) {
-        cmd("SELECT %d", i);
-        CHECK_STR(get("{t:rl}:fence", v, sizeof v), "101");
-        CHECK(strstr(get("t:rl", v, sizeof v), ":101") != NULL);
+        traw_cmd("SELECT %d", i);
+        CHECK_STR(traw_get("{t:rl}:fence", v, sizeof v), "101");
+        CHECK(strstr(traw_get("t:rl", v, sizeof v), ":101") != NULL);
     }
     /* One server loses it: still held (2 of 3), renewals go on. */
-    cmd("SELECT 1");
-    cmd("DEL t:rl");
+    traw_cmd("SELECT 1");
+    traw_cmd("DEL t:rl");
     clock_sleep_ms(700);
     CHECK(!lock_lost(h) && lock_remaining_ms(h) > 0);
     lock_handle *o = NULL;
     CHECK(lock_acquire(c, "t:rl", 600, 0, "other", &o, err, sizeof err) == LOCK_BUSY);
     /* A second one: no majority left, the watchdog calls it lost. */
-    cmd("SELECT 2");
-    cmd("DEL t:rl");
+    traw_cmd("SELECT 2");
+    traw_cmd("DEL t:rl");
     for (int i = 0; i < 100 && !lock_lost(h); i++) clock_sleep_ms(10);
     CHECK(lock_lost(h));
     CHECK(lock_release(h) == LOCK_NOT_OWNER);
     /* A split (one server held by another) is undone everywhere. */
-    cmd("SELECT 3");
-    cmd("DEL t:rl");
-    cmd("SET t:rl foreign PX 5000");
-    cmd("SELECT 2");
-    cmd("SET t:rl foreign PX 5000");
+    traw_cmd("SELECT 3");
+    traw_cmd("DEL t:rl");
+    traw_cmd("SET t:rl foreign PX 5000");
+    traw_cmd("SELECT 2");
+    traw_cmd("SET t:rl foreign PX 5000");
     CHECK(lock_acquire(c, "t:rl", 600, 0, NULL, &o, err, sizeof err) == LOCK_BUSY);
-    cmd("SELECT 1");
-    CHECK(integer("EXISTS %s", "t:rl") == 0);
-    cmd("SELECT 0");
+    traw_cmd("SELECT 1");
+    CHECK(traw_int("EXISTS %s", "t:rl") == 0);
+    traw_cmd("SELECT 0");
     lock_client_free(c);
 }
 
@@ -824,9 +794,9 @@ static void test_redlock_dead_servers(void) {
     CHECK(lock_acquire(c, "t:rld", 2000, 1000, NULL, &h, err, sizeof err) == LOCK_ERROR);
     CHECK(clock_mono_ms() - t0 < 1000 && strstr(err, "quorum"));
     CHECK(lock_client_error(c, NULL, 0) == LOCK_ERR_QUORUM);
-    cmd("SELECT 4");
-    CHECK(integer("EXISTS %s", "t:rld") == 0);              /* undone on the live one */
-    cmd("SELECT 0");
+    traw_cmd("SELECT 4");
+    CHECK(traw_int("EXISTS %s", "t:rld") == 0);              /* undone on the live one */
+    traw_cmd("SELECT 0");
     lock_client_free(c);
 }
 
@@ -835,23 +805,24 @@ static void test_redlock_dead_servers(void) {
 /* The incarnation stored on database db for the lock "t:inc" (0: none). */
 static uint64_t stored_incarnation(int db) {
     char v[64];
-    cmd("SELECT %d", db);
-    get("{t:inc}:incarnation", v, sizeof v);
-    cmd("SELECT 0");
+    traw_cmd("SELECT %d", db);
+    traw_get("{t:inc}:incarnation", v, sizeof v);
+    traw_cmd("SELECT 0");
     return strlen(v) == 16 ? strtoull(v, NULL, 16) : 0;
 }
 
 /* Takes "t:inc" (while ones listed in busy hold a foreign lock there, so
  * the quorum is the others); returns (incarnation, token) and releases. */
 static uint64_t take_inc(lock_client *c, const int *busy, int nbusy, uint64_t *token) {
-    for (int i = 0; i < nbusy; i++) cmd("SELECT %d", busy[i]), cmd("SET t:inc foreign PX 5000");
-    cmd("SELECT 0");
+    for (int i = 0; i < nbusy; i++)
+        traw_cmd("SELECT %d", busy[i]), traw_cmd("SET t:inc foreign PX 5000");
+    traw_cmd("SELECT 0");
     lock_handle *h = take(c, "t:inc", 2000, 0);
     uint64_t inc = h ? lock_incarnation(h) : 0;
     *token = h ? lock_fence(h) : 0;
     if (h) lock_release(h);
-    for (int i = 0; i < nbusy; i++) cmd("SELECT %d", busy[i]), cmd("DEL t:inc");
-    cmd("SELECT 0");
+    for (int i = 0; i < nbusy; i++) traw_cmd("SELECT %d", busy[i]), traw_cmd("DEL t:inc");
+    traw_cmd("SELECT 0");
     return inc;
 }
 
@@ -859,18 +830,18 @@ static void test_incarnation_one_server(void) {
     char u[300];
     const char *urls[1] = { u };
     url_db(u, sizeof u, 6);
-    cmd("SELECT 6"), cmd("FLUSHDB"), cmd("SELECT 0");
+    traw_cmd("SELECT 6"), traw_cmd("FLUSHDB"), traw_cmd("SELECT 0");
     lock_client *c = client_on(urls, 1, 0, 0, 1000);
     uint64_t t1, t2, t3;
     /* The first acquire stores its proposal; later ones read it back. */
     uint64_t i1 = take_inc(c, NULL, 0, &t1), i2 = take_inc(c, NULL, 0, &t2);
     CHECK(i1 != 0 && i1 == i2 && i1 == stored_incarnation(6) && t2 == t1 + 1);
     /* The server loses its data: its counter starts over, with a new id. */
-    cmd("SELECT 6"), cmd("FLUSHDB"), cmd("SELECT 0");
+    traw_cmd("SELECT 6"), traw_cmd("FLUSHDB"), traw_cmd("SELECT 0");
     uint64_t i3 = take_inc(c, NULL, 0, &t3);
     CHECK(t3 == 1 && i3 != 0 && i3 != i1 && i3 == stored_incarnation(6));
     /* Something unreadable stored there is replaced, not trusted. */
-    cmd("SELECT 6"), cmd("SET {t:inc}:incarnation zz"), cmd("SELECT 0");
+    traw_cmd("SELECT 6"), traw_cmd("SET {t:inc}:incarnation zz"), traw_cmd("SELECT 0");
     uint64_t i4 = take_inc(c, NULL, 0, &t3);
     CHECK(i4 != 0 && i4 != i3 && i4 == stored_incarnation(6));
     lock_client_free(c);
@@ -882,8 +853,8 @@ static void test_redlock_incarnation(void) {
     char u[3][300];
     const char *urls[3] = { u[0], u[1], u[2] };
     for (int i = 0; i < 3; i++) url_db(u[i], sizeof u[i], 7 + i);
-    for (int i = 7; i <= 9; i++) cmd("SELECT %d", i), cmd("FLUSHDB");
-    cmd("SELECT 0");
+    for (int i = 7; i <= 9; i++) traw_cmd("SELECT %d", i), traw_cmd("FLUSHDB");
+    traw_cmd("SELECT 0");
     lock_client *c = client_on(urls, 3, 0, 0, 1000);
     uint64_t t1, t2, t3, t4, t5, t6;
     const int a_busy[1] = { 7 }, c_busy[1] = { 9 };
@@ -899,7 +870,7 @@ static void test_redlock_incarnation(void) {
      * they differ, so the token gets a new incarnation, settled on both.
      * Without it, the token would be max(1, t1 + 1) = t2 again: the token
      * of the earlier holder, under the same incarnation. */
-    cmd("SELECT 8"), cmd("FLUSHDB"), cmd("SELECT 0");
+    traw_cmd("SELECT 8"), traw_cmd("FLUSHDB"), traw_cmd("SELECT 0");
     uint64_t r3 = take_inc(c, a_busy, 1, &t3);
     CHECK(r3 && r3 != r && t3 == t2);
     CHECK(stored_incarnation(8) == r3 && stored_incarnation(9) == r3 && stored_incarnation(7) == r);
@@ -915,7 +886,8 @@ static void test_redlock_incarnation(void) {
     /* A majority (A and B) loses its data: A and B agree on this try's
      * proposal, C (held by another) does not answer: a new incarnation
      * whose tokens start over. */
-    cmd("SELECT 7"), cmd("FLUSHDB"), cmd("SELECT 8"), cmd("FLUSHDB"), cmd("SELECT 0");
+    traw_cmd("SELECT 7"), traw_cmd("FLUSHDB");
+    traw_cmd("SELECT 8"), traw_cmd("FLUSHDB"), traw_cmd("SELECT 0");
     uint64_t r6 = take_inc(c, c_busy, 1, &t6);
     CHECK(r6 && r6 != r4 && t6 == 1);
     lock_client_free(c);
@@ -928,7 +900,7 @@ static void test_free_with_held_locks(void) {
     lock_handle *h = take(c, "t:leak", 5000, 0);
     CHECK(h != NULL);
     lock_client_free(c);                                    /* releases it */
-    CHECK(integer("EXISTS %s", "t:leak") == 0);
+    CHECK(traw_int("EXISTS %s", "t:leak") == 0);
 }
 
 /* Runs fn in a child; returns the signal that ended it (0: it exited). */
@@ -975,16 +947,6 @@ static void test_lock_order_asserted(void) {
     CHECK(!lock_mu_holds(LOCK_RANK_CLIENT));
 }
 
-static void setup(void) {
-    url = getenv("FLASHSALE_TEST_REDIS");
-    if (!url) url = "redis://127.0.0.1:6379/0";
-    raw = connect_raw(url);
-    if (!raw) {
-        printf("cannot connect to %s\n0 passed, 1 failed\n", url);
-        exit(1);
-    }
-}
-
 static const t_case cases[] = {
     T(test_format), T(test_busy_and_deadline), T(test_mutex_16_threads),
     T(test_mutex_4_processes), T(test_release_not_owner), T(test_release_unknown),
@@ -999,8 +961,8 @@ static const t_case cases[] = {
 };
 
 int main(int argc, char **argv) {
-    setup();
+    url = traw_open();
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
-    redisFree(raw);
+    traw_close();
     return rc;
 }

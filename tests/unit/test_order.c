@@ -21,6 +21,7 @@
 #include "service/order/order_int.h"
 #include "service/products.h"
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 
 static const char *url;
 static char dbpath[256];
@@ -363,11 +364,7 @@ static void test_missing_copy_is_rebuilt(void) {
     CHECK(wait_replies(1) == 1);
     char key[128];
     stock_key(key, sizeof key, prefix, p->sku, "gen");
-    redisContext *raw = NULL;
-    rconn_addr addr;
-    char err[256];
-    if (rconn_parse(url, &addr, err, sizeof err) == 0) raw = rconn_connect(&addr, 1000, err,
-                                                                          sizeof err);
+    redisContext *raw = traw_connect(url);
     CHECK(raw != NULL);
     if (!raw) return;
     redisReply *r = redisCommand(raw, "DEL %s", key);

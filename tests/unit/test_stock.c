@@ -14,22 +14,10 @@
 #include "lock/lock.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 
 static const char *url;
-static redisContext *raw;          /* a plain connection to look and poke */
 static stock_conn *sc;
-
-static long long get_ll(const char *key) {
-    redisReply *r = redisCommand(raw, "GET %s", key);
-    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -999;
-    if (r) freeReplyObject(r);
-    return v;
-}
-
-static void cmd(const char *fmt, const char *arg) {
-    redisReply *r = redisCommand(raw, fmt, arg);
-    if (r) freeReplyObject(r);
-}
 
 static stock_req req(const stock_product *p, const char *id, const char *user, int qty,
                      const char *key, const char *fp) {
@@ -54,7 +42,7 @@ static void test_reserve_answers(void) {
     CHECK(reserve1(&c) == STOCK_RESERVED);
     stock_req d = req(&p, "o4", "u", 1, NULL, "fp");
     CHECK(reserve1(&d) == STOCK_SOLD_OUT);
-    CHECK(get_ll("fs:{t-ans}:stock:0") == 0);
+    CHECK(traw_int("GET %s", "fs:{t-ans}:stock:0") == 0);
     long long total;
     CHECK(stock_read(sc, &p, &total, NULL) == STOCK_RESERVED && total == 0);
 }
@@ -79,16 +67,16 @@ static void test_pending_confirm_undo(void) {
     stock_ref ref = { &p, "u1", "key-u1", NULL };
     int done = 0;
     CHECK(stock_undo(sc, &ref, 1, &done) == 0 && done);
-    CHECK(get_ll("fs:{t-undo}:stock:0") == 10);
+    CHECK(traw_int("GET %s", "fs:{t-undo}:stock:0") == 10);
     CHECK(stock_undo(sc, &ref, 1, &done) == 0 && done);        /* again: no double give-back */
-    CHECK(get_ll("fs:{t-undo}:stock:0") == 10);
+    CHECK(traw_int("GET %s", "fs:{t-undo}:stock:0") == 10);
     /* The key was freed with the undo: the same key reserves anew. */
     CHECK(reserve1(&a) == STOCK_RESERVED);
     CHECK(stock_confirm(sc, &ref, 1) == 0);
     npending = 0;
     CHECK(stock_pending_scan(sc, &p, count_pending, NULL) == 0 && npending == 0);
     CHECK(stock_undo(sc, &ref, 1, &done) == 0);                 /* confirmed: undo is a no-op */
-    CHECK(get_ll("fs:{t-undo}:stock:0") == 6);
+    CHECK(traw_int("GET %s", "fs:{t-undo}:stock:0") == 6);
 }
 
 static void test_replays(void) {
@@ -100,7 +88,7 @@ static void test_replays(void) {
     CHECK(reserve1(&b) == STOCK_REPLAY && b.replay_same && !strcmp(b.replay_order_id, "r1"));
     stock_req c = req(&p, "r3", "u", 2, "k", "other");
     CHECK(reserve1(&c) == STOCK_REPLAY && !c.replay_same);
-    CHECK(get_ll("fs:{t-rep}:stock:0") == 9);                    /* replays took nothing */
+    CHECK(traw_int("GET %s", "fs:{t-rep}:stock:0") == 9);           /* replays took nothing */
     /* A new generation forgets the old generation's records. */
     CHECK(stock_load(sc, &p, 2, 9, NULL, 0, 0) == 0);
     CHECK(reserve1(&b) == STOCK_RESERVED && b.gen == 2);
@@ -129,7 +117,7 @@ static void test_generation_and_run_id(void) {
     CHECK(stock_read(sc, &p, &total, NULL) == STOCK_RESERVED && total == 10);
     CHECK(stock_read_gen(sc, &p, &gen) == STOCK_RESERVED && gen == 3);
     /* A copy built for another Redis process (a restart) is not valid. */
-    cmd("SET fs:{t-gen}:gen %s", "3:0000000000000000000000000000000000000000");
+    traw_cmd("SET fs:{t-gen}:gen %s", "3:0000000000000000000000000000000000000000");
     stock_req a = req(&p, "g1", "u", 1, NULL, "f");
     CHECK(reserve1(&a) == STOCK_MISSING);
     CHECK(stock_read(sc, &p, &total, NULL) == STOCK_MISSING);
@@ -137,7 +125,7 @@ static void test_generation_and_run_id(void) {
     CHECK(stock_read_gen(sc, &p, &gen) == STOCK_RESERVED && gen == 3);
     CHECK(stock_load(sc, &p, 3, 7, NULL, 0, 0) == 0);           /* other run: reload */
     CHECK(reserve1(&a) == STOCK_RESERVED);
-    cmd("DEL %s", "fs:{t-gen}:gen");                              /* data lost */
+    traw_cmd("DEL %s", "fs:{t-gen}:gen");                              /* data lost */
     CHECK(reserve1(&a) == STOCK_MISSING);
     CHECK(stock_read_gen(sc, &p, &gen) == STOCK_RESERVED && gen == 0);
 }
@@ -175,16 +163,16 @@ static void test_segments(void) {
 static void test_noscript_fallback(void) {
     stock_product p = { .sku = "t-nos", .strategy = STOCK_LUA, .segments = 1, .per_user_limit = 0 };
     CHECK(stock_load(sc, &p, 1, 4, NULL, 0, 1) == 0);
-    cmd("SCRIPT FLUSH%s", "");
+    traw_cmd("SCRIPT FLUSH%s", "");
     stock_req a = req(&p, "n1", "u", 1, NULL, "f"), b = req(&p, "n2", "u", 1, NULL, "f");
     stock_req *rs[2] = { &a, &b };
     CHECK(stock_reserve(sc, rs, 2) == 0);
     CHECK(a.result == STOCK_RESERVED && b.result == STOCK_RESERVED);
-    cmd("SCRIPT FLUSH%s", "");
+    traw_cmd("SCRIPT FLUSH%s", "");
     stock_ref refs[2] = { { &p, "n1", NULL, NULL }, { &p, "n2", NULL, NULL } };
     int done[2];
     CHECK(stock_undo(sc, refs, 2, done) == 0 && done[0] && done[1]);
-    CHECK(get_ll("fs:{t-nos}:stock:0") == 4);
+    CHECK(traw_int("GET %s", "fs:{t-nos}:stock:0") == 4);
 }
 
 extern const char stock_lua_read[], stock_lua_write[];
@@ -201,33 +189,33 @@ static void test_fenced_write(void) {
     char run_id[41];
     char *read = lock_script_compose(stock_lua_read), *write = lock_script_compose(stock_lua_write);
     CHECK(stock_load(sc, &p, 1, 5, NULL, 0, 1) == 0);
-    CHECK(rconn_run_id(raw, run_id) == 0);
-    redisReply *r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users "
+    CHECK(rconn_run_id(traw_conn, run_id) == 0);
+    redisReply *r = redisCommand(traw_conn, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users "
                                  "fs:{t-fence}:idem: fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 "
                                  "%s u 1 7 " UNNAMED, read, run_id);
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 5 && r->element[3]->integer == 5 &&
           r->element[4]->integer == 0);
     if (r) freeReplyObject(r);
-    CHECK(get_ll("fs:{t-fence}:fence:0") == 7);
+    CHECK(traw_int("GET %s", "fs:{t-fence}:fence:0") == 7);
     /* The stale holder (token 5) read 5 earlier and now writes 4. */
     const char *write_fmt = "EVAL %s 7 fs:{t-fence}:gen fs:{t-fence}:pending fs:{t-fence}:users "
                             "fs:{t-fence}:idem: fs:{t-fence}:empty fs:{t-fence}:stock:0 "
                             "fs:{t-fence}:fence:0 %s 1 %s u 1 0 %s inst 1000 %s set 0 4 1 %s "
                             UNNAMED " 0";
-    r = redisCommand(raw, write_fmt, write, run_id, "stale", "", "", "5");
+    r = redisCommand(traw_conn, write_fmt, write, run_id, "stale", "", "", "5");
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
     if (r) freeReplyObject(r);
-    CHECK(get_ll("fs:{t-fence}:stock:0") == 5);                  /* nothing written */
-    redisReply *h = redisCommand(raw, "HLEN fs:{t-fence}:pending");
+    CHECK(traw_int("GET %s", "fs:{t-fence}:stock:0") == 5);                  /* nothing written */
+    redisReply *h = redisCommand(traw_conn, "HLEN fs:{t-fence}:pending");
     CHECK(h && h->integer == 0);
     if (h) freeReplyObject(h);
-    r = redisCommand(raw, write_fmt, write, run_id, "fresh", "", "", "7");
+    r = redisCommand(traw_conn, write_fmt, write, run_id, "fresh", "", "", "7");
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
     if (r) freeReplyObject(r);
-    CHECK(get_ll("fs:{t-fence}:stock:0") == 4);
-    CHECK(get_ll("fs:{t-fence}:fence:0") == 7);                  /* still the old form */
+    CHECK(traw_int("GET %s", "fs:{t-fence}:stock:0") == 4);
+    CHECK(traw_int("GET %s", "fs:{t-fence}:fence:0") == 7);         /* still the old form */
     /* A read by the stale holder now is refused too. */
-    r = redisCommand(raw, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users fs:{t-fence}:idem: "
+    r = redisCommand(traw_conn, "EVAL %s 5 fs:{t-fence}:gen fs:{t-fence}:users fs:{t-fence}:idem: "
                      "fs:{t-fence}:stock:0 fs:{t-fence}:fence:0 %s u 1 5 " UNNAMED, read, run_id);
     CHECK(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == -4);
     if (r) freeReplyObject(r);
@@ -333,7 +321,7 @@ static void *waiter_main(void *ud) {
 }
 
 static long long zcard(const char *key) {
-    redisReply *r = redisCommand(raw, "ZCARD %s", key);
+    redisReply *r = redisCommand(traw_conn, "ZCARD %s", key);
     long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     if (r) freeReplyObject(r);
     return n;
@@ -403,7 +391,7 @@ static void test_lock_module_and_loop_path_exclude(void) {
 
     /* lock_write's release by a former owner leaves the new holder's lock. */
     CHECK(side_call(&side, 1) == 0);
-    redisReply *e = redisCommand(raw, "EXISTS %s", name);
+    redisReply *e = redisCommand(traw_conn, "EXISTS %s", name);
     CHECK(e && e->type == REDIS_REPLY_INTEGER && e->integer == 1);
     if (e) freeReplyObject(e);
     CHECK(w.h && lock_release(w.h) == LOCK_RELEASED);
@@ -439,9 +427,9 @@ static void test_returned_arithmetic(void) {
 static void test_returned_markers_forgotten(void) {
     const long long B = STOCK_RETURNED_BUCKET_MS;
     stock_product p = { .sku = "t-fgt", .strategy = STOCK_LUA, .segments = 1 };
-    cmd("DEL %s", "fs:{t-fgt}:returned:before");
-    cmd("DEL %s", "fs:{t-fgt}:returned:1000");
-    cmd("DEL %s", "fs:{t-fgt}:returned:1001");
+    traw_cmd("DEL %s", "fs:{t-fgt}:returned:before");
+    traw_cmd("DEL %s", "fs:{t-fgt}:returned:1000");
+    traw_cmd("DEL %s", "fs:{t-fgt}:returned:1001");
     CHECK(stock_load(sc, &p, 1, 0, NULL, 0, 1) == 0);
     long long t1 = 1000 * B + 7, t2 = 1001 * B + 3;
     stock_return_req r = { .product = &p, .order_id = "r1", .user_id = "u", .takes = "",
@@ -451,37 +439,37 @@ static void test_returned_markers_forgotten(void) {
     r2.order_id = "r2";
     r2.decided_ms = t2;
     CHECK(stock_return(sc, &r2, 1) == 0 && r2.given);
-    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
-    redisReply *h = redisCommand(raw, "HGET fs:{t-fgt}:returned:1000 r1");
+    CHECK(traw_int("GET %s", "fs:{t-fgt}:stock:0") == 4);
+    redisReply *h = redisCommand(traw_conn, "HGET fs:{t-fgt}:returned:1000 r1");
     CHECK(h && h->type == REDIS_REPLY_STRING && atoll(h->str) == t1);
     if (h) freeReplyObject(h);
     CHECK(stock_return(sc, &r, 1) == 0 && !r.given && r.result == STOCK_RESERVED);
 
     long long forgot = -1;
     CHECK(stock_returned_forget(sc, &p, 1001 * B + 5, &forgot) == 0 && forgot == 1);
-    CHECK(get_ll("fs:{t-fgt}:returned:before") == 1001 * B + 5);
-    h = redisCommand(raw, "EXISTS fs:{t-fgt}:returned:1000 fs:{t-fgt}:returned:1001");
+    CHECK(traw_int("GET %s", "fs:{t-fgt}:returned:before") == 1001 * B + 5);
+    h = redisCommand(traw_conn, "EXISTS fs:{t-fgt}:returned:1000 fs:{t-fgt}:returned:1001");
     CHECK(h && h->type == REDIS_REPLY_INTEGER && h->integer == 1);   /* 1001 is not whole */
     if (h) freeReplyObject(h);
     long long w = 0;
     CHECK(stock_returned_mark(sc, &p, &w) == 0 && w == 1001 * B + 5);
     CHECK(stock_returned_forget(sc, &p, 5, &forgot) == 0 && forgot == 0);   /* never lowers */
-    CHECK(get_ll("fs:{t-fgt}:returned:before") == 1001 * B + 5);
+    CHECK(traw_int("GET %s", "fs:{t-fgt}:returned:before") == 1001 * B + 5);
 
     /* A repeat of r1, its marker forgotten: nothing given, and said so. */
     CHECK(stock_return(sc, &r, 1) == 0 && !r.given && r.forgotten && r.result != STOCK_RESERVED);
     /* r2 is decided before the watermark too. */
     CHECK(stock_return(sc, &r2, 1) == 0 && !r2.given && r2.forgotten);
-    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
+    CHECK(traw_int("GET %s", "fs:{t-fgt}:stock:0") == 4);
 
     /* A legacy marker ("1" in `returned`) stops a return decided later. */
-    cmd("HSET fs:{t-fgt}:returned %s 1", "r3");
+    traw_cmd("HSET fs:{t-fgt}:returned %s 1", "r3");
     stock_return_req r3 = r;
     r3.order_id = "r3";
     r3.decided_ms = 1002 * B;
     CHECK(stock_return(sc, &r3, 1) == 0 && !r3.given && !r3.forgotten &&
           r3.result == STOCK_RESERVED);
-    CHECK(get_ll("fs:{t-fgt}:stock:0") == 4);
+    CHECK(traw_int("GET %s", "fs:{t-fgt}:stock:0") == 4);
 }
 
 static void test_unreachable(void) {
@@ -509,23 +497,12 @@ int main(int argc, char **argv) {
         T(test_returned_arithmetic), T(test_returned_markers_forgotten), T(test_unreachable),
     };
     char err[200];
-    rconn_addr a;
-    url = getenv("FLASHSALE_TEST_REDIS");
-    if (!url) {
-        fprintf(stderr, "FLASHSALE_TEST_REDIS is not set (run through tests/run.py)\n");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    if (rconn_parse(url, &a, err, sizeof err) || !(raw = rconn_connect(&a, 2000, err, sizeof err))) {
-        fprintf(stderr, "redis: %s\n", err);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    url = traw_open();
     stock_config cfg = { .redis_url = url, .prefix = "fs:", .timeout_ms = 2000,
                          .instance = "test-instance", .idem_ttl_ms = 60000 };
     sc = stock_conn_new(&cfg, err, sizeof err);
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     stock_conn_free(sc);
-    redisFree(raw);
+    traw_close();
     return rc;
 }

@@ -23,10 +23,10 @@
 #include "common/rconn.h"
 #include "stock/stock.h"
 #include "tests/unit/t.h"
+#include "tests/unit/traw.h"
 #include "tests/unit/tloop.h"
 
 static const char *url;
-static redisContext *raw;            /* a plain connection to look and poke */
 static stock_conn *sc;               /* the blocking side: load and read */
 static stock_config cfg;
 static tloop TL;
@@ -34,22 +34,14 @@ static stock_async *SA;
 
 /* ------------------------------------------------------------- helpers */
 
-static long long raw_ll(const char *fmt, const char *sku, const char *rest) {
-    redisReply *r = redisCommand(raw, fmt, sku, rest);
-    long long v = !r ? -999 : r->type == REDIS_REPLY_INTEGER ? r->integer
-                  : r->type == REDIS_REPLY_STRING ? atoll(r->str) : -998;
-    if (r) freeReplyObject(r);
-    return v;
-}
 /* GET of ua:{sku}:suffix into out ("" when none). */
 static const char *raw_get(const char *sku, const char *suffix, char *out, size_t len) {
-    redisReply *r = redisCommand(raw, "GET ua:{%s}:%s", sku, suffix);
-    snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-    if (r) freeReplyObject(r);
-    return out;
+    char key[STOCK_SKU_MAX + 64];
+    snprintf(key, sizeof key, "ua:{%s}:%s", sku, suffix);
+    return traw_get(key, out, len);
 }
 static int pending_has(const char *sku, const char *id) {
-    return raw_ll("HEXISTS ua:{%s}:pending %s", sku, id) == 1;
+    return traw_int("HEXISTS ua:{%s}:pending %s", sku, id) == 1;
 }
 static long long left(const stock_product *p) {
     long long total = -1;
@@ -200,7 +192,7 @@ static void test_batch_answers(void) {
     CHECK(r[6].result == STOCK_REPLAY && !r[6].replay_same && !strcmp(r[6].replay_order_id, "o1"));
     for (int i = 0; i < 7; i++) CHECK(!r[i].outcome_unknown);
     CHECK(left(&p) == 0);                                 /* 10 - 3 - 4 - 3 */
-    CHECK(raw_ll("HLEN ua:{%s}:pending%s", "a-ans", "") == 3);
+    CHECK(traw_int("HLEN ua:{%s}:pending%s", "a-ans", "") == 3);
     CHECK(pending_has("a-ans", "o0") && pending_has("a-ans", "o1") && pending_has("a-ans", "o3"));
     char v[128];
     CHECK_STR(raw_get("a-ans", "idem:k1", v, sizeof v), "1|o1|fpA");
@@ -234,10 +226,10 @@ static void test_limits_and_segments(void) {
     CHECK(stock_read(sc, &p, &total, seg) == STOCK_RESERVED && total == 20 - 13);
     CHECK(seg[0] + seg[1] + seg[2] + seg[3] == 7);
     for (int i = 0; i < 4; i++) CHECK(seg[i] >= 0 && seg[i] <= 5);
-    CHECK(raw_ll("HGET ua:{%s}:users %s", "a-lim", "alice") == 4);
-    CHECK(raw_ll("HGET ua:{%s}:users %s", "a-lim", "bob") == 5);
-    CHECK(raw_ll("HGET ua:{%s}:users %s", "a-lim", "dave") == 5);
-    CHECK(raw_ll("HEXISTS ua:{%s}:users %s", "a-lim", "carol") == 0);
+    CHECK(traw_int("HGET ua:{%s}:users %s", "a-lim", "alice") == 4);
+    CHECK(traw_int("HGET ua:{%s}:users %s", "a-lim", "bob") == 5);
+    CHECK(traw_int("HGET ua:{%s}:users %s", "a-lim", "dave") == 5);
+    CHECK(traw_int("HEXISTS ua:{%s}:users %s", "a-lim", "carol") == 0);
     stock_product_free(&p);
     /* More than any segment holds: taken across segments; never sold out
      * while units remain. */
@@ -264,12 +256,12 @@ static void test_missing_copy(void) {
     CHECK(!r[0].outcome_unknown && !r[1].outcome_unknown);
     CHECK(stock_load(sc, &p, 3, 5, NULL, 0, 1) == 0);
     /* A copy built for another Redis process (it restarted): not valid. */
-    raw_ll("SET ua:{%s}:gen %s", "a-miss", "3:0000000000000000000000000000000000000000");
+    traw_int("SET ua:{%s}:gen %s", "a-miss", "3:0000000000000000000000000000000000000000");
     reserve(&p, r, 2, NULL, 0);
     CHECK(r[0].result == STOCK_MISSING && r[1].result == STOCK_MISSING);
     char v[64];
     CHECK_STR(raw_get("a-miss", "stock:0", v, sizeof v), "5");   /* nothing taken */
-    CHECK(raw_ll("HLEN ua:{%s}:pending%s", "a-miss", "") == 0);
+    CHECK(traw_int("HLEN ua:{%s}:pending%s", "a-miss", "") == 0);
     CHECK(stock_load(sc, &p, 3, 5, NULL, 0, 0) == 0);           /* rebuilt for this one */
     reserve(&p, r, 2, NULL, 0);
     CHECK(r[0].result == STOCK_RESERVED && r[0].gen == 3 && r[1].result == STOCK_RESERVED);
@@ -283,7 +275,7 @@ static void test_pending_cleared(void) {
     stock_req r[3] = { req(&p, "c1", "u", 1, NULL, "f"), req(&p, "c2", "u", 1, NULL, "f"),
                        req(&p, "c3", "u", 1, NULL, "f") };
     reserve(&p, r, 3, NULL, 0);
-    CHECK(raw_ll("HLEN ua:{%s}:pending%s", "a-clr", "") == 3);
+    CHECK(traw_int("HLEN ua:{%s}:pending%s", "a-clr", "") == 3);
     /* The committed ones go with the next batch, before it reserves. */
     const char *ids[] = { "c1", "c2" };
     stock_req r4 = req(&p, "c4", "u", 2, NULL, "f");
@@ -308,11 +300,11 @@ static void test_undo_once(void) {
     stock_req a = req(&p, "u1", "alice", 4, "uk", "fp");
     reserve(&p, &a, 1, NULL, 0);
     CHECK(a.result == STOCK_RESERVED && left(&p) == 6);
-    CHECK(raw_ll("HGET ua:{%s}:users %s", "a-undo", "alice") == 4);
+    CHECK(traw_int("HGET ua:{%s}:users %s", "a-undo", "alice") == 4);
     CHECK(undo(&p, "u1", "uk") == 1);
     CHECK(left(&p) == 10 && !pending_has("a-undo", "u1"));
-    CHECK(raw_ll("HEXISTS ua:{%s}:users %s", "a-undo", "alice") == 0);
-    CHECK(raw_ll("EXISTS ua:{%s}:idem:%s", "a-undo", "uk") == 0);
+    CHECK(traw_int("HEXISTS ua:{%s}:users %s", "a-undo", "alice") == 0);
+    CHECK(traw_int("EXISTS ua:{%s}:idem:%s", "a-undo", "uk") == 0);
     CHECK(undo(&p, "u1", "uk") == 1 && left(&p) == 10);   /* settled: nothing added again */
     CHECK(undo(&p, "never", NULL) == 1 && left(&p) == 10);
     /* The key was freed with the undo: it reserves anew. */
@@ -425,9 +417,9 @@ static void test_stalled_and_freed(void) {
     own.timeout_ms = 150;
     char err[128];
     stock_conn *keep_sc = sc;
-    redisContext *keep_raw = raw;
+    redisContext *keep_raw = traw_conn;
     sc = stock_conn_new(&own, err, sizeof err);
-    raw = redisConnect("127.0.0.1", R.port);
+    traw_conn = redisConnect("127.0.0.1", R.port);
     cfg = own;
     if (!R.pid || !sc || start() != 0) goto out;
     stock_product p = product("a-stall", STOCK_LUA, 1, 0, 10);
@@ -470,9 +462,9 @@ static void test_stalled_and_freed(void) {
 out:
     if (SA) finish();
     stock_conn_free(sc);
-    if (raw) redisFree(raw);
+    if (traw_conn) redisFree(traw_conn);
     sc = keep_sc;
-    raw = keep_raw;
+    traw_conn = keep_raw;
     cfg = keep;
     tr_cleanup(&R);
 }
@@ -490,9 +482,9 @@ static void test_lock_read_write(void) {
     char v[128], want[128];
     snprintf(want, sizeof want, "%s:%llu", h1.owner, (unsigned long long)h1.token);
     CHECK_STR(raw_get("a-lock", "lock:0", v, sizeof v), want);
-    long long pttl = raw_ll("PTTL ua:{%s}:lock:%s", "a-lock", "0");
+    long long pttl = traw_int("PTTL ua:{%s}:lock:%s", "a-lock", "0");
     CHECK(pttl > 0 && pttl <= 2000);
-    CHECK(raw_ll("GET ua:{%s}:fence:%s", "a-lock", "0") == (long long)h1.token);   /* raised */
+    CHECK(traw_int("GET ua:{%s}:fence:%s", "a-lock", "0") == (long long)h1.token);   /* raised */
     /* Held: another order's read finds it so, with the lease left. */
     CHECK(lock_read(&r2, &h2, 0, 2000) == 0);
     CHECK(h2.pttl > 0 && h2.pttl <= 2000);
@@ -500,19 +492,19 @@ static void test_lock_read_write(void) {
     CHECK(lock_write(&r1, &h1, 1) == 1);
     CHECK(r1.result == STOCK_RESERVED && r1.gen == 1 && !r1.outcome_unknown);
     CHECK(left(&p) == 7 && pending_has("a-lock", "l1"));
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0);              /* released */
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0);              /* released */
     /* Free again: the next holder reads what was written, a newer token. */
     CHECK(lock_read(&r2, &h2, 0, 2000) == 1 && h2.units == 7 && h2.token > h1.token);
     CHECK(lock_write(&r2, &h2, 0) == 0);                  /* release only */
     CHECK(left(&p) == 7 && !pending_has("a-lock", "l2"));
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0);
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0);
     /* A release with no callback (the order was answered already). */
     CHECK(lock_read(&r2, &h2, 0, 2000) == 1);
     op o = { .sa = SA, .r = &r2, .h = &h2, .write = 0 };
     tl_call(&TL, do_lock_write, &o);
     int n = -1;
     CHECK(tl_wait(&TL, idle, &n, 3000));
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0 && left(&p) == 7);
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-lock", "0") == 0 && left(&p) == 7);
     stock_product_free(&p), finish();
 }
 
@@ -575,7 +567,7 @@ static void test_lock_fence(void) {
     char v[128];
     CHECK(!strncmp(raw_get("a-fence", "lock:0", v, sizeof v), hb.owner, 32));   /* b's still */
     CHECK(lock_write(&b, &hb, 1) == 1 && b.result == STOCK_RESERVED && left(&p) == 7);
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-fence", "0") == 0);
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-fence", "0") == 0);
     stock_product_free(&p), finish();
 }
 
@@ -585,13 +577,13 @@ static void test_lock_missing_and_hint(void) {
     stock_req r = req(&p, "m1", "u", 1, NULL, "f");
     stock_hold h;
     CHECK(lock_read(&r, &h, 0, 2000) == -3 && r.result == STOCK_MISSING);
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-lmiss", "0") == 0);  /* not taken */
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-lmiss", "0") == 0);  /* not taken */
     CHECK(stock_load(sc, &p, 1, 10, NULL, 0, 1) == 0);
     CHECK(lock_read(&r, &h, 0, 2000) == 1);
     CHECK(stock_load(sc, &p, 2, 10, NULL, 0, 1) == 0);             /* rebuilt meanwhile */
     CHECK(lock_write(&r, &h, 1) == -3 && r.result == STOCK_MISSING);
     CHECK(left(&p) == 10 && !pending_has("a-lmiss", "m1"));
-    CHECK(raw_ll("EXISTS ua:{%s}:lock:%s", "a-lmiss", "0") == 0);  /* released all the same */
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-lmiss", "0") == 0);  /* released all the same */
     stock_product_free(&p);
     /* A read that finds a segment empty marks it in the hint, and
      * stock_pick_segment then passes it over. */
@@ -613,20 +605,13 @@ int main(int argc, char **argv) {
         T(test_lock_check), T(test_lock_fence), T(test_lock_missing_and_hint),
     };
     char err[200];
-    rconn_addr a;
-    url = getenv("FLASHSALE_TEST_REDIS");
-    if (!url || rconn_parse(url, &a, err, sizeof err) ||
-        !(raw = rconn_connect(&a, 2000, err, sizeof err))) {
-        fprintf(stderr, "redis: %s\n", url ? err : "FLASHSALE_TEST_REDIS is not set");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    url = traw_open();
     signal(SIGPIPE, SIG_IGN);
     cfg = (stock_config){ .redis_url = url, .prefix = "ua:", .timeout_ms = 2000,
                           .instance = "unit-async", .idem_ttl_ms = 60000 };
     sc = stock_conn_new(&cfg, err, sizeof err);
     int rc = t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
     stock_conn_free(sc);
-    redisFree(raw);
+    traw_close();
     return rc;
 }
