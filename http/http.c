@@ -457,6 +457,11 @@ static const char *framing_problem(struct MHD_Connection *conn, const char *meth
     if (ncl > 1) return "The request has more than one Content-Length header.";
     if (ncl && nte) return "The request has both Content-Length and Transfer-Encoding.";
     if (nte > 1) return "The request has more than one Transfer-Encoding header.";
+    /* HTTP/1.0 has no transfer codings: a 1.0 hop in front of us would read
+     * the chunks as the next request, so the framing is faulty (RFC 9112
+     * 6.1), whatever the coding says. */
+    if (nte && version && !strcmp(version, MHD_HTTP_VERSION_1_0))
+        return "An HTTP/1.0 request cannot carry Transfer-Encoding.";
     if (nte) {
         const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_TRANSFER_ENCODING);

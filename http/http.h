@@ -14,8 +14,8 @@
  *   method; HEAD is served wherever GET is (libmicrohttpd sends no body).
  * - Framing the server will not guess at is refused with 400 `bad_request`
  *   and the connection closed: two Content-Length headers, Content-Length
- *   with Transfer-Encoding (RFC 9112 6.1), a transfer coding other than
- *   chunked, a header name that is not a token (whitespace before the
+ *   with Transfer-Encoding (RFC 9112 6.1), Transfer-Encoding on HTTP/1.0
+ *   (6.1 again), a transfer coding other than chunked, a header name that is not a token (whitespace before the
  *   colon, a folded line), a missing Host on HTTP/1.1 or two Host headers,
  *   a body on a GET or HEAD, a malformed percent-escape or a NUL byte in
  *   the path.
