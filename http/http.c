@@ -723,7 +723,7 @@ static void on_ready(loop *l, int fd, unsigned events, void *ud) {
     MHD_run(hd->d);
 }
 
-/* The loop's LOOP_PHASE_HTTP, after the turn's events: libmicrohttpd may
+/* The loop's HTTP_PHASE_RANK phase, after the turn's events: libmicrohttpd may
  * have work it did not get to (its timeout is then 0) without its
  * descriptor being readable again, and answers handed over this turn
  * (kick) are queued. Before the order path's phase: the orders of requests
@@ -783,7 +783,7 @@ static int start_daemon(http_server *s, http_daemon *hd, struct sockaddr_storage
     }
     const union MHD_DaemonInfo *ep = MHD_get_daemon_info(hd->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ep || loop_watch(hd->l, ep->epoll_fd, LOOP_READ, on_ready, hd) != 0 ||
-        loop_on_phase(hd->l, LOOP_PHASE_HTTP, on_phase, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
+        loop_on_phase(hd->l, HTTP_PHASE_RANK, on_phase, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
         snprintf(err, errlen, "cannot attach the HTTP daemon to its event loop");
         return -1;
     }

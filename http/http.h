@@ -49,6 +49,12 @@
 #include "common/loop.h"
 
 typedef struct http_server http_server;
+
+/* The rank of the server's loop phase (loop_on_phase): answers handed over
+ * during the turn are queued, and requests already buffered (pipelined)
+ * are read. Early: the work those requests make (orders) joins the phases
+ * after it in the same turn. */
+#define HTTP_PHASE_RANK 100
 typedef struct http_req http_req;
 
 #define HTTP_MAX_PARAMS 2

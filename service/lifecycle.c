@@ -338,7 +338,7 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
         goto err;
     /* The HTTP layer's hook (which may read more orders) runs before the
      * order path's whatever the order they attach in: the loops' phases
-     * say so (LOOP_PHASE_HTTP, then LOOP_PHASE_ORDERS; common/loop.h). */
+     * say so (HTTP_PHASE_RANK, then SVC_ORDERS_PHASE_RANK; common/loop.h). */
     http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,

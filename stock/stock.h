@@ -454,6 +454,14 @@ int stock_instance_alive(stock_conn *c, const char *instance);
 
 #define STOCK_BATCH_MAX 256
 
+/* The rank of a stock handle's loop phase (loop_on_phase; on a cluster
+ * only): a spread product's clears of pending records that no batch
+ * carried (a lane's batch takes its clears first) go as commands of their
+ * own. A caller whose phase sends those batches takes a lower rank, so that
+ * only the clears no batch carried are left; the connections' writes come
+ * after (ACONN_PHASE_RANK). */
+#define STOCK_CLEARS_PHASE_RANK 300
+
 struct loop;
 typedef struct stock_async stock_async;
 

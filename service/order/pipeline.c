@@ -16,18 +16,20 @@
  *               Redis family's pending record is cleared, or its units
  *               given back first (reservation.c)
  *
- * In each event loop turn's LOOP_PHASE_ORDERS (common/loop.h) the
+ * In each event loop turn's SVC_ORDERS_PHASE_RANK phase (common/loop.h) the
  * families flush, in the order of FAMILIES (the lock family first: an
  * order it starts may fail at once and let the next start; then the script
  * batches, which carry their SKU's clears of pending records), then the
- * clears left over (reservation.c); the loop's LOOP_PHASE_SENDS, later in
+ * clears left over (reservation.c); the Redis connections' phase, later in
  * the same turn, has the Redis connections send what they wrote: a batch
  * leaves in the turn that gathered it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/aconn.h"
 #include "common/clock.h"
+#include "http/http.h"
 #include "service/order/commit.h"
 #include "service/order/fam_blocking.h"
 #include "service/order/fam_db.h"
@@ -140,8 +142,18 @@ void svc_orders_committed(db_job **jobs, size_t n, void *ud) {
 
 /* ------------------------------------------------------------- the loops */
 
-/* The loop's LOOP_PHASE_ORDERS: the families send what the turn gathered,
- * then the clears of pending records no batch carried. */
+/* The phases of a turn on the service's loops, each module's own rank: the
+ * HTTP server reads the requests that make orders, the order path turns
+ * them into commands, the stock module's lane clears take what no batch
+ * carried, and the connections write it all: one turn's work leaves in
+ * that turn. */
+_Static_assert(HTTP_PHASE_RANK < SVC_ORDERS_PHASE_RANK &&
+               SVC_ORDERS_PHASE_RANK < STOCK_CLEARS_PHASE_RANK &&
+               STOCK_CLEARS_PHASE_RANK < ACONN_PHASE_RANK,
+               "the loop phases' order: HTTP, orders, lane clears, writes");
+
+/* The loop's SVC_ORDERS_PHASE_RANK phase: the families send what the turn
+ * gathered, then the clears of pending records no batch carried. */
 static void flush(loop *l, void *ud) {
     svc_order_loop *ol = ud;
     (void)l;
@@ -170,9 +182,9 @@ int svc_orders_start(svc_app *a, char *err, size_t errlen) {
             if (FAMILIES[k]->loop_start && FAMILIES[k]->loop_start(ol, err, errlen) != 0)
                 return -1;
         if (svc_pending_loop_start(ol, err, errlen) != 0) return -1;
-        /* Before the Redis connection's LOOP_PHASE_SENDS, whichever was
-         * registered first: the batches written here leave in this turn. */
-        if (loop_on_phase(a->loops[i], LOOP_PHASE_ORDERS, flush, ol) != 0) {
+        /* Before the Redis connections' phase, whichever was registered
+         * first: the batches written here leave in this turn. */
+        if (loop_on_phase(a->loops[i], SVC_ORDERS_PHASE_RANK, flush, ol) != 0) {
             snprintf(err, errlen, "cannot attach the order path to its event loop");
             return -1;
         }
