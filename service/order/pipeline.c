@@ -231,28 +231,17 @@ void svc_orders_free(svc_app *a) {
 
 /* ------------------------------------------------------------ strategies */
 
-/* The flag that configures each lock server, by stock_lock_server; NULL:
- * always there (the service's own Redis, the database). */
-static const char *const FLAGS[STOCK_LOCKS_COUNT] = {
-    [STOCK_LOCKS_REDLOCK] = "--redlock",
-    [STOCK_LOCKS_ZOOKEEPER] = "--zookeeper",
-    [STOCK_LOCKS_ETCD] = "--etcd",
-};
-
+/* The lock server a strategy needs, its flag and its hint: its row in the
+ * lock servers' table (stock_lock_server_about). */
 const char *svc_strategy_flag(stock_strategy s) {
-    return FLAGS[stock_strategy_about(s)->locks];
+    return stock_lock_server_about(stock_strategy_about(s)->locks)->flag;
 }
 
 const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
-    static const char *const WHY[STOCK_LOCKS_COUNT] = {
-        [STOCK_LOCKS_REDLOCK] = "start flashsale with --redlock URL,URL,URL (independent "
-                                "redis-servers)",
-        [STOCK_LOCKS_ZOOKEEPER] = "start flashsale with --zookeeper zk://host:port",
-        [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
-    };
     stock_lock_server srv = stock_strategy_about(s)->locks;
+    const stock_lock_server_info *li = stock_lock_server_about(srv);
     if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
         return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
                "does not have: start flashsale with --db postgresql://...";
-    return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
+    return li->flag && !a->stock_cfg.locks[srv] ? li->hint : NULL;
 }
