@@ -24,7 +24,7 @@
 
 #define MAX_TIMERS 16
 #define MAX_PHASES 8          /* distinct ranks on one loop */
-#define MAX_PHASE_HOOKS 8     /* per phase: the writes' holds one per Redis connection */
+#define MAX_PHASE_HOOKS 8     /* per phase: the Redis writes' holds one per connection */
 #define MAX_EVENTS 256
 
 typedef struct watch {
