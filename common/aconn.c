@@ -5,7 +5,7 @@
  * redisBufferWrite, and replies parsed with redisBufferRead and
  * redisGetReplyFromReader. This file adds what the loop needs around it:
  * a FIFO of what each reply answers, the setup handshake, writes batched
- * to one per iteration (a hook in the loop's last phase, LOOP_PHASE_SENDS),
+ * to one per iteration (a hook in the loop's last phase, ACONN_PHASE_RANK),
  * timeouts (a loop timer), and
  * resending a command whose script the server had lost. */
 #include "common/aconn.h"
@@ -234,7 +234,7 @@ static void on_io(loop *l, int fd, unsigned events, void *ud) {
     if ((events & LOOP_WRITE) && c->want_write) write_out(c);
 }
 
-/* LOOP_PHASE_SENDS, the last phase of a loop turn: one write for all that
+/* ACONN_PHASE_RANK, the last phase of a loop turn: one write for all that
  * was sent in the turn (by its events and the phases before). */
 static void flush(loop *l, void *ud) {
     aconn *c = ud;
@@ -309,7 +309,7 @@ aconn *aconn_new(loop *l, const rconn_addr *a, int timeout_ms,
     c->state_fn = fn;
     c->state_ud = ud;
     c->fd = -1;
-    if (loop_on_phase(l, LOOP_PHASE_SENDS, flush, c) != 0 || loop_every(l, CHECK_EVERY_MS, check, c) != 0) {
+    if (loop_on_phase(l, ACONN_PHASE_RANK, flush, c) != 0 || loop_every(l, CHECK_EVERY_MS, check, c) != 0) {
         free(c);
         return NULL;
     }

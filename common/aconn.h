@@ -29,6 +29,12 @@
 
 typedef struct aconn aconn;
 
+/* The rank of the connections' loop phase (loop_on_phase): one write each
+ * for everything the events and the phases before appended. Late, so that
+ * whatever a module's phase writes leaves in the same turn: a module whose
+ * phase appends commands takes a lower rank (and asserts it). */
+#define ACONN_PHASE_RANK 900
+
 /* A command's reply, or NULL when the connection failed first (then the
  * command may or may not have run). The reply is freed after the call. */
 typedef void aconn_reply_fn(void *ud, redisReply *r);
@@ -40,7 +46,7 @@ typedef void aconn_state_fn(aconn *c, int up, void *ud);
 aconn *aconn_new(loop *l, const rconn_addr *a, int timeout_ms,
                  const rconn_script *const *scripts, int nscripts, aconn_state_fn *fn, void *ud);
 /* Closes c; every callback waiting gets NULL first. The loop may go on
- * running (c's LOOP_PHASE_SENDS hook and timer are removed). */
+ * running (c's phase hook and timer are removed). */
 void aconn_free(aconn *c);
 
 /* Whether the setup is done: commands may be sent. */

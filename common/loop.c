@@ -2,7 +2,9 @@
  *
  * Watched descriptors live in a table indexed by fd (descriptors are small
  * integers), so dispatching an event is an index, not a search. Timers and
- * phase hooks are few and fixed, in small arrays (one per phase). The posted-task queue is
+ * phase hooks are few and fixed, in small arrays. A phase is a rank and its
+ * hooks; the phases stay where they were made (a hook may add one while
+ * the phases run), and `order` lists them by rank. The posted-task queue is
  * a mutex-guarded list plus an eventfd; `notified` makes posters write the
  * eventfd only once until the loop has drained the queue. */
 #include "common/loop.h"
@@ -21,7 +23,8 @@
 #include "common/clock.h"
 
 #define MAX_TIMERS 16
-#define MAX_PHASE_HOOKS 8     /* per phase: SENDS holds one per Redis connection */
+#define MAX_PHASES 8          /* distinct ranks on one loop */
+#define MAX_PHASE_HOOKS 8     /* per phase: the Redis writes' holds one per connection */
 #define MAX_EVENTS 256
 
 typedef struct watch {
@@ -50,14 +53,22 @@ typedef struct hook {
     void *ud;
 } hook;
 
+/* The hooks of one rank, in registration order (fn NULL: forgotten). */
+typedef struct phase {
+    int rank;
+    int nhooks;
+    hook hooks[MAX_PHASE_HOOKS];
+} phase;
+
 struct loop {
     int epfd, evfd;
     watch *watches;
     int nwatches;                     /* size of the table */
     timer timers[MAX_TIMERS];
     int ntimers;
-    hook phase[LOOP_PHASES][MAX_PHASE_HOOKS];
-    int nphase[LOOP_PHASES];
+    phase phases[MAX_PHASES];         /* in the order they were made */
+    int order[MAX_PHASES];            /* indexes into phases, by rank */
+    int nphases;
     pthread_mutex_t mu;               /* guards head, tail */
     loop_task *head, *tail;
     atomic_int notified;              /* the eventfd was written since the last drain */
@@ -181,6 +192,7 @@ void loop_unwatch(loop *l, int fd) {
 
 int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud) {
     assert(loop_owned(l));
+    assert(l->ntimers >= 0 && l->ntimers <= MAX_TIMERS);
     if (l->ntimers == MAX_TIMERS || period_ms <= 0) return -1;
     l->timers[l->ntimers++] = (timer){ period_ms, clock_mono_ms() + period_ms, fn, ud };
     return 0;
@@ -215,6 +227,7 @@ int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud) {
 }
 
 static oneshot pop_oneshot(loop *l) {
+    assert(l->nheap > 0 && l->nheap <= l->capheap);
     oneshot top = l->heap[0], last = l->heap[--l->nheap];
     size_t i = 0;
     for (;;) {                                                 /* sift down */
@@ -229,17 +242,46 @@ static oneshot pop_oneshot(loop *l) {
     return top;
 }
 
-int loop_on_phase(loop *l, loop_phase phase, loop_fn *fn, void *ud) {
+/* Asserts what the phase table keeps true: ranks in range, each made
+ * once, `order` sorted by rank, no phase over its room. */
+static void phases_check(const loop *l) {
+    assert(l->nphases >= 0 && l->nphases <= MAX_PHASES);
+    for (int k = 0; k < l->nphases; k++) {
+        const phase *ph = &l->phases[l->order[k]];
+        assert(l->order[k] >= 0 && l->order[k] < l->nphases);
+        assert(ph->rank >= 0 && ph->rank <= LOOP_RANK_MAX);
+        assert(ph->nhooks >= 0 && ph->nhooks <= MAX_PHASE_HOOKS);
+        assert(k == 0 || l->phases[l->order[k - 1]].rank < ph->rank);
+        (void)ph;
+    }
+}
+
+/* The phase of rank `rank`, made (and put in order) if there is none yet;
+ * NULL when the loop holds as many phases as it can. */
+static phase *phase_of(loop *l, int rank) {
+    int k = 0;
+    while (k < l->nphases && l->phases[l->order[k]].rank < rank) k++;
+    if (k < l->nphases && l->phases[l->order[k]].rank == rank) return &l->phases[l->order[k]];
+    if (l->nphases == MAX_PHASES) return NULL;
+    memmove(&l->order[k + 1], &l->order[k], (size_t)(l->nphases - k) * sizeof l->order[0]);
+    l->order[k] = l->nphases;
+    l->phases[l->nphases] = (phase){ .rank = rank };
+    return &l->phases[l->nphases++];
+}
+
+int loop_on_phase(loop *l, int rank, loop_fn *fn, void *ud) {
     assert(loop_owned(l));
-    if (!fn || (unsigned)phase >= LOOP_PHASES) {
+    if (!fn || rank < 0 || rank > LOOP_RANK_MAX) {
         errno = EINVAL;
         return -1;
     }
-    if (l->nphase[phase] == MAX_PHASE_HOOKS) {
+    phase *ph = phase_of(l, rank);
+    if (!ph || ph->nhooks == MAX_PHASE_HOOKS) {
         errno = ENOSPC;
         return -1;
     }
-    l->phase[phase][l->nphase[phase]++] = (hook){ fn, ud };
+    ph->hooks[ph->nhooks++] = (hook){ fn, ud };
+    phases_check(l);
     return 0;
 }
 
@@ -250,28 +292,47 @@ void loop_forget(loop *l, void *ud) {
     assert(loop_owned(l));
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i].ud == ud) l->timers[i].fn = NULL, l->forgot = 1;
-    for (int p = 0; p < LOOP_PHASES; p++)
-        for (int i = 0; i < l->nphase[p]; i++)
-            if (l->phase[p][i].ud == ud) l->phase[p][i].fn = NULL, l->forgot = 1;
+    for (int p = 0; p < l->nphases; p++)
+        for (int i = 0; i < l->phases[p].nhooks; i++)
+            if (l->phases[p].hooks[i].ud == ud) l->phases[p].hooks[i].fn = NULL, l->forgot = 1;
     for (size_t i = 0; i < l->nheap; i++)
         if (l->heap[i].ud == ud) l->heap[i].fn = NULL;      /* popped unrun when due */
 }
 
+/* Closes up what loop_forget marked, between turns (no phase runs): the
+ * hooks left keep their order, and a phase left without hooks is undone,
+ * so that its room serves another rank. */
 static void compact(loop *l) {
     int n = 0;
+    assert(l->ntimers <= MAX_TIMERS);
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i].fn) l->timers[n++] = l->timers[i];
     l->ntimers = n;
-    for (int p = 0; p < LOOP_PHASES; p++) {
+    int renum[MAX_PHASES];                    /* a phase's new index (-1: undone) */
+    int kept[MAX_PHASES], nkept = 0;          /* the new `order` */
+    for (int p = 0; p < l->nphases; p++) {
+        phase *ph = &l->phases[p];
         n = 0;
-        for (int i = 0; i < l->nphase[p]; i++)
-            if (l->phase[p][i].fn) l->phase[p][n++] = l->phase[p][i];
-        l->nphase[p] = n;
+        for (int i = 0; i < ph->nhooks; i++)
+            if (ph->hooks[i].fn) ph->hooks[n++] = ph->hooks[i];
+        ph->nhooks = n;
     }
+    int np = 0;
+    for (int p = 0; p < l->nphases; p++) {
+        renum[p] = l->phases[p].nhooks ? np : -1;
+        if (l->phases[p].nhooks) l->phases[np++] = l->phases[p];
+    }
+    for (int k = 0; k < l->nphases; k++)
+        if (renum[l->order[k]] >= 0) kept[nkept++] = renum[l->order[k]];
+    assert(nkept == np);
+    memcpy(l->order, kept, (size_t)nkept * sizeof kept[0]);
+    l->nphases = np;
     l->forgot = 0;
+    phases_check(l);
 }
 
 void loop_post(loop *l, loop_task *t) {
+    assert(t && t->fn);
     t->next = NULL;
     pthread_mutex_lock(&l->mu);
     if (l->tail) l->tail->next = t;
@@ -345,6 +406,7 @@ static int run_timers(loop *l) {
 static int64_t run_events(loop *l, struct epoll_event *evs, int wait_ms) {
     int n = epoll_wait(l->epfd, evs, MAX_EVENTS, wait_ms);
     int64_t woke = clock_mono_us();
+    assert(n <= MAX_EVENTS);
     for (int i = 0; i < n; i++) {
         int fd = evs[i].data.fd;
         if (fd >= l->nwatches || !l->watches[fd].active || !l->watches[fd].events)
@@ -359,18 +421,32 @@ static int64_t run_events(loop *l, struct epoll_event *evs, int wait_ms) {
     return woke;
 }
 
-/* Step 4: the phases, in loop_phase order, each one's hooks in the order
- * they were registered. The count is read at every step, so a hook added
- * to the running phase (or a later one) runs in this turn; one forgotten
- * meanwhile (fn NULL) is skipped. */
+/* The first phase of a rank above `above` (-1: the lowest), or NULL. */
+static const phase *phase_after(const loop *l, int above) {
+    for (int k = 0; k < l->nphases; k++)
+        if (l->phases[l->order[k]].rank > above) return &l->phases[l->order[k]];
+    return NULL;
+}
+
+/* Step 4: the phases, by rank, each one's hooks in the order they were
+ * registered. The next phase is looked up by rank after each one and a
+ * phase's count is read at every step (a phase never moves once made), so
+ * a hook added to the running phase or a later one -- a new rank among
+ * them -- runs in this turn; one forgotten meanwhile (fn NULL) is
+ * skipped. */
 static void run_phases(loop *l) {
-    for (int p = 0; p < LOOP_PHASES; p++)
-        for (int i = 0; i < l->nphase[p]; i++)
-            if (l->phase[p][i].fn) l->phase[p][i].fn(l, l->phase[p][i].ud);
+    int done = -1;
+    for (const phase *ph; (ph = phase_after(l, done)) != NULL; done = ph->rank) {
+        assert(ph->rank > done);
+        for (int i = 0; i < ph->nhooks; i++)
+            if (ph->hooks[i].fn) ph->hooks[i].fn(l, ph->hooks[i].ud);
+    }
 }
 
 void loop_run(loop *l) {
     struct epoll_event evs[MAX_EVENTS];
+    /* One thread runs a loop, and a thread runs one loop (loop_current). */
+    assert(current == NULL && !atomic_load(&l->running));
     current = l;
     atomic_store(&l->running, 1);
     while (!atomic_load(&l->stopping)) {

@@ -9,10 +9,12 @@
  * - Watches: a callback per descriptor for readable / writable.
  * - Timers: periodic callbacks (milliseconds, monotonic clock).
  * - Phases: hooks run once per iteration, after the events of that
- *   iteration, phase by phase in a written order (loop_phase below): this
- *   is where work gathered while handling the events (a batch of
- *   reservations, the writes of a Redis connection) goes out, as one
- *   batch.
+ *   iteration, phase by phase in the order of their ranks: this is where
+ *   work gathered while handling the events (a batch of reservations, the
+ *   writes of a Redis connection) goes out, as one batch. The loop names
+ *   no phase: a module registers its hook with its phase's rank, which its
+ *   own header says (as libuv's and nginx's loops do not know their
+ *   handlers).
  * - Tasks: any thread may post a task to a loop; tasks posted before the
  *   loop next looks run together, for one eventfd write.
  *
@@ -24,9 +26,8 @@
  *              called
  *   3. events  each ready descriptor's callback; posted tasks run here,
  *              as the event of the loop's eventfd
- *   4. phases  LOOP_PHASE_HTTP, LOOP_PHASE_ORDERS, LOOP_PHASE_CLEARS,
- *              LOOP_PHASE_SENDS: each phase's hooks in the order they were
- *              registered
+ *   4. phases  by rank, lowest first; each phase's hooks in the order
+ *              they were registered
  *
  * Everything but loop_post and loop_stop must be called on the loop's own
  * thread (loop_run's). Errors are returned, with a message where one can
@@ -41,41 +42,16 @@ typedef struct loop loop;
 
 enum { LOOP_READ = 1, LOOP_WRITE = 2 };
 
-/* The phases of a turn, in the order they run (after the turn's events).
- * The order is what lets one turn's work leave in that same turn: each
- * phase makes work for those after it, none for those before.
- *
- *   LOOP_PHASE_HTTP    the HTTP server (http/http.c): answers handed over
- *                      during the turn are queued, and requests already
- *                      buffered (pipelined) are read; the orders those
- *                      requests make join this turn's batches, so it runs
- *                      before ORDERS.
- *   LOOP_PHASE_ORDERS  the order path (service/order/pipeline.c): the
- *                      turn's orders become Redis commands (lock queues
- *                      started, one script call per SKU, the clears of
- *                      pending records); they write into the connections'
- *                      buffers, so before SENDS.
- *   LOOP_PHASE_CLEARS  the stock module's lane clears (stock/async.c, on a
- *                      cluster): a spread product's clears that no batch of
- *                      ORDERS carried (a lane's batch takes its clears
- *                      first) go as commands of their own; after ORDERS, so
- *                      that only those no batch carried are left, and
- *                      before SENDS, which writes them.
- *   LOOP_PHASE_SENDS   the Redis connections (common/aconn.c): one write
- *                      each for everything the phases before (and the
- *                      events) appended. Last, so nothing is left behind
- *                      for a later turn.
- *
- * A hook that makes work for a phase that already ran this turn (a
- * command appended after SENDS) calls loop_again: the next turn then does
- * not wait. */
-typedef enum loop_phase {
-    LOOP_PHASE_HTTP,
-    LOOP_PHASE_ORDERS,
-    LOOP_PHASE_CLEARS,
-    LOOP_PHASE_SENDS,
-    LOOP_PHASES
-} loop_phase;
+/* A phase's place in a turn: phases run in ascending rank (0 first) after
+ * the turn's events; hooks of one rank are one phase. The order is what
+ * lets one turn's work leave in that same turn: a phase makes work for
+ * those after it, none for those before, so a module that makes work for
+ * another's phase takes a lower rank than that module's, and the order is
+ * checked where both ranks are known (a _Static_assert in the module
+ * above). A hook that makes work for a phase that already
+ * ran this turn (a command appended after the writes) calls loop_again:
+ * the next turn then does not wait. */
+enum { LOOP_RANK_MAX = 999 };
 
 typedef void loop_io_fn(loop *l, int fd, unsigned events, void *ud);
 typedef void loop_fn(loop *l, void *ud);
@@ -104,12 +80,13 @@ int loop_every(loop *l, int64_t period_ms, loop_fn *fn, void *ud);
 /* Calls fn once, about ms milliseconds from now (0: next iteration).
  * Returns 0, or -1 when out of memory. */
 int loop_after(loop *l, int64_t ms, loop_fn *fn, void *ud);
-/* Calls fn(l, ud) in phase `phase` of every turn, after the hooks
- * registered in that phase before it. A hook added while the phases run
- * runs in this turn when its phase is the current one or a later one, else
- * from the next turn on. Returns 0, or -1 (errno EINVAL: no fn, no such
- * phase; ENOSPC: the phase is full). */
-int loop_on_phase(loop *l, loop_phase phase, loop_fn *fn, void *ud);
+/* Calls fn(l, ud) in the phase of rank `rank` (0 .. LOOP_RANK_MAX) of
+ * every turn, after the hooks registered with that rank before it. A hook
+ * added while the phases run runs in this turn when its rank is the
+ * running phase's or a later one's, else from the next turn on. Returns 0,
+ * or -1 (errno EINVAL: no fn, a rank out of range; ENOSPC: the phase is
+ * full, or a new rank and the loop has as many phases as it holds). */
+int loop_on_phase(loop *l, int rank, loop_fn *fn, void *ud);
 /* Removes every timer (loop_every, loop_after) and phase hook registered
  * with ud, so that what ud points to may be freed while the loop goes on
  * (also from inside a timer or a hook). */

@@ -457,6 +457,11 @@ static const char *framing_problem(struct MHD_Connection *conn, const char *meth
     if (ncl > 1) return "The request has more than one Content-Length header.";
     if (ncl && nte) return "The request has both Content-Length and Transfer-Encoding.";
     if (nte > 1) return "The request has more than one Transfer-Encoding header.";
+    /* HTTP/1.0 has no transfer codings: a 1.0 hop in front of us would read
+     * the chunks as the next request, so the framing is faulty (RFC 9112
+     * 6.1), whatever the coding says. */
+    if (nte && version && !strcmp(version, MHD_HTTP_VERSION_1_0))
+        return "An HTTP/1.0 request cannot carry Transfer-Encoding.";
     if (nte) {
         const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_TRANSFER_ENCODING);
@@ -718,7 +723,7 @@ static void on_ready(loop *l, int fd, unsigned events, void *ud) {
     MHD_run(hd->d);
 }
 
-/* The loop's LOOP_PHASE_HTTP, after the turn's events: libmicrohttpd may
+/* The loop's HTTP_PHASE_RANK phase, after the turn's events: libmicrohttpd may
  * have work it did not get to (its timeout is then 0) without its
  * descriptor being readable again, and answers handed over this turn
  * (kick) are queued. Before the order path's phase: the orders of requests
@@ -778,7 +783,7 @@ static int start_daemon(http_server *s, http_daemon *hd, struct sockaddr_storage
     }
     const union MHD_DaemonInfo *ep = MHD_get_daemon_info(hd->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ep || loop_watch(hd->l, ep->epoll_fd, LOOP_READ, on_ready, hd) != 0 ||
-        loop_on_phase(hd->l, LOOP_PHASE_HTTP, on_phase, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
+        loop_on_phase(hd->l, HTTP_PHASE_RANK, on_phase, hd) != 0 || loop_every(hd->l, 20, on_tick, hd) != 0) {
         snprintf(err, errlen, "cannot attach the HTTP daemon to its event loop");
         return -1;
     }

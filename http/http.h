@@ -14,8 +14,8 @@
  *   method; HEAD is served wherever GET is (libmicrohttpd sends no body).
  * - Framing the server will not guess at is refused with 400 `bad_request`
  *   and the connection closed: two Content-Length headers, Content-Length
- *   with Transfer-Encoding (RFC 9112 6.1), a transfer coding other than
- *   chunked, a header name that is not a token (whitespace before the
+ *   with Transfer-Encoding (RFC 9112 6.1), Transfer-Encoding on HTTP/1.0
+ *   (6.1 again), a transfer coding other than chunked, a header name that is not a token (whitespace before the
  *   colon, a folded line), a missing Host on HTTP/1.1 or two Host headers,
  *   a body on a GET or HEAD, a malformed percent-escape or a NUL byte in
  *   the path.
@@ -49,6 +49,12 @@
 #include "common/loop.h"
 
 typedef struct http_server http_server;
+
+/* The rank of the server's loop phase (loop_on_phase): answers handed over
+ * during the turn are queued, and requests already buffered (pipelined)
+ * are read. Early: the work those requests make (orders) joins the phases
+ * after it in the same turn. */
+#define HTTP_PHASE_RANK 100
 typedef struct http_req http_req;
 
 #define HTTP_MAX_PARAMS 2

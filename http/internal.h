@@ -122,7 +122,7 @@ typedef struct http_daemon {
     loop *l;
     http_conns conns;
     loop_task quiesce_task;
-    int kicked;                      /* resumed on the loop: run in LOOP_PHASE_HTTP */
+    int kicked;                      /* resumed on the loop: run in its phase */
     atomic_int kick_posted;          /* resumed elsewhere: kick_task is queued */
     loop_task kick_task;
 } http_daemon;

@@ -1,8 +1,16 @@
 /* config.c: flags, their environment twins, and --help, from one table.
  *
+ * The lock servers' flags are not written here: one row of the table
+ * (T_LOCKS) stands for them, and each lock server with a flag becomes a
+ * flag there, from its row in the stock module's table of lock servers
+ * (stock_lock_server_about): its name, environment variable, help and
+ * longest value, kept in svc_config.lock_urls.
+ *
  * Precedence: built-in default < FLASHSALE_* environment < command line, so
  * a deployment sets the environment and a person overrides a flag. */
+#include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,7 +23,7 @@
 #include "service/config.h"
 #include "stock/stock.h"
 
-typedef enum { T_STR, T_INT, T_UINT, T_LL, T_SYNC, T_FLAG } opt_type;
+typedef enum { T_STR, T_INT, T_UINT, T_LL, T_SYNC, T_FLAG, T_LOCKS } opt_type;
 
 typedef struct opt {
     const char *name;
@@ -56,15 +64,9 @@ static const opt OPTS[] = {
       "cgroup CPU quota, v1 or v2, rounded up)" },
     { "key-prefix", "FLASHSALE_KEY_PREFIX", T_STR, F(key_prefix), 0, 0, "fs:",
       "prefix of every Redis key the service uses" },
-    { "redlock", "FLASHSALE_REDLOCK", T_STR, F(redlock), 0, 0, "",
-      "Redis URLs of the `redlock` strategy's servers, comma-separated: an odd number (3, 5) "
-      "of independent redis-servers, not the --redis one; empty: `redlock` is unavailable" },
-    { "zookeeper", "FLASHSALE_ZOOKEEPER", T_STR, F(zookeeper), 0, 0, "",
-      "zk://host:port[,host:port...][/base] of the `zookeeper` strategy's ensemble (base "
-      "default /locks); empty: `zookeeper` is unavailable" },
-    { "etcd", "FLASHSALE_ETCD", T_STR, F(etcd), 0, 0, "",
-      "etcd://host:port[,host:port...][/prefix] of the `etcd` strategy's cluster; empty: "
-      "`etcd` is unavailable" },
+    /* Here: a flag per lock server that has one (--redlock, --zookeeper,
+     * --etcd), from the lock servers' table (lock_flags). */
+    { NULL, NULL, T_LOCKS, 0, 0, 0, 0, NULL, NULL },
     { "redis-timeout-ms", "FLASHSALE_REDIS_TIMEOUT_MS", T_INT, F(redis_timeout_ms), 10, 60000,
       "1000", "Redis connect and command timeout" },
     { "db-busy-timeout-ms", "FLASHSALE_DB_BUSY_TIMEOUT_MS", T_INT, F(db_busy_timeout_ms), 1,
@@ -154,19 +156,48 @@ static const opt OPTS[] = {
       "log debug events too" },
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])
+#define NOPTS_ALL (NOPTS + STOCK_LOCKS_COUNT)
 
-static void usage(FILE *f, const char *prog) {
+/* The flag of each lock server that has one, in the order of
+ * stock_lock_server, written to out; returns how many. */
+static size_t lock_flags(opt *out) {
+    size_t n = 0;
+    for (int s = 0; s < STOCK_LOCKS_COUNT; s++) {
+        const stock_lock_server_info *li = stock_lock_server_about((stock_lock_server)s);
+        if (!li->flag) continue;
+        assert(!strncmp(li->flag, "--", 2) && li->value_max < SVC_LOCK_URLS_MAX);
+        out[n++] = (opt){ li->flag + 2, li->env, T_STR,
+                          offsetof(svc_config, lock_urls) + (size_t)s * SVC_LOCK_URLS_MAX,
+                          (size_t)li->value_max + 1, 0, 0,
+                          "", li->help };
+    }
+    return n;
+}
+
+/* Every flag, OPTS with its T_LOCKS row made into the lock servers' flags,
+ * written to out (NOPTS_ALL of room); returns how many. */
+static size_t opts_all(opt *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < NOPTS; i++) {
+        if (OPTS[i].type == T_LOCKS) n += lock_flags(out + n);
+        else out[n++] = OPTS[i];
+    }
+    assert(n <= NOPTS_ALL);
+    return n;
+}
+
+static void usage(FILE *f, const char *prog, const opt *opts, size_t nopts) {
     fprintf(f,
             "Usage: %s [OPTION]...\n"
             "The flashsale order service: takes orders over HTTP, deducts stock in Redis (or\n"
             "SQLite) without overselling, and commits every accepted order to SQLite.\n\n"
             "Options (each also read from the environment variable shown):\n",
             prog);
-    for (size_t i = 0; i < NOPTS; i++) {
+    for (size_t i = 0; i < nopts; i++) {
         char left[64];
-        snprintf(left, sizeof left, "--%s%s", OPTS[i].name, OPTS[i].type == T_FLAG ? "" : "=V");
-        fprintf(f, "  %-24s %s\n  %-24s [%s, default %s]\n", left, OPTS[i].help, "",
-                OPTS[i].env, OPTS[i].def[0] ? OPTS[i].def : "none");
+        snprintf(left, sizeof left, "--%s%s", opts[i].name, opts[i].type == T_FLAG ? "" : "=V");
+        fprintf(f, "  %-24s %s\n  %-24s [%s, default %s]\n", left, opts[i].help, "",
+                opts[i].env, opts[i].def[0] ? opts[i].def : "none");
     }
     fprintf(f, "  %-24s show this help\n  %-24s print the version and exit\n\nStock strategies (per product, \"strategy\" in POST /v1/products):\n",
             "--help", "--version");
@@ -192,6 +223,7 @@ static void usage(FILE *f, const char *prog) {
 }
 
 static int set(svc_config *c, const opt *o, const char *v, const char *from) {
+    assert(o->type != T_LOCKS);             /* made into flags by opts_all */
     char *p = (char *)c + o->off, *end;
     long long n;
     switch (o->type) {
@@ -230,10 +262,10 @@ static int set(svc_config *c, const opt *o, const char *v, const char *from) {
 
 /* Says in one line what getopt refused (word: the argument it stopped at)
  * and where the help is: a usage error is not the place for 60 lines of it. */
-static void bad_option(const char *word) {
-    if (optopt >= 1000 && optopt < 1000 + (int)NOPTS)
+static void bad_option(const char *word, const opt *opts, size_t nopts) {
+    if (optopt >= 1000 && optopt < 1000 + (int)nopts)
         fprintf(stderr, "flashsale: --%s needs a value (see flashsale --help)\n",
-                OPTS[optopt - 1000].name);
+                opts[optopt - 1000].name);
     else if (optopt > 0 && optopt < 256)
         fprintf(stderr, "flashsale: unknown option '-%c' (see flashsale --help)\n", optopt);
     else
@@ -242,26 +274,28 @@ static void bad_option(const char *word) {
 }
 
 int svc_config_load(svc_config *c, int argc, char **argv) {
-    struct option lopts[NOPTS + 3];
+    opt opts[NOPTS_ALL];
+    size_t nopts = opts_all(opts);
+    struct option lopts[NOPTS_ALL + 3];
     char from[96];
     memset(c, 0, sizeof *c);
-    for (size_t i = 0; i < NOPTS; i++) {
-        if (set(c, &OPTS[i], OPTS[i].def, OPTS[i].name)) return -1;
-        const char *e = getenv(OPTS[i].env);
-        if (e && set(c, &OPTS[i], e, OPTS[i].env)) return -1;
-        lopts[i] = (struct option){ OPTS[i].name,
-                                    OPTS[i].type == T_FLAG ? no_argument : required_argument,
+    for (size_t i = 0; i < nopts; i++) {
+        if (set(c, &opts[i], opts[i].def, opts[i].name)) return -1;
+        const char *e = getenv(opts[i].env);
+        if (e && set(c, &opts[i], e, opts[i].env)) return -1;
+        lopts[i] = (struct option){ opts[i].name,
+                                    opts[i].type == T_FLAG ? no_argument : required_argument,
                                     NULL, 1000 + (int)i };
     }
-    lopts[NOPTS] = (struct option){ "help", no_argument, NULL, 'h' };
-    lopts[NOPTS + 1] = (struct option){ "version", no_argument, NULL, 'V' };
-    lopts[NOPTS + 2] = (struct option){ 0, 0, 0, 0 };
+    lopts[nopts] = (struct option){ "help", no_argument, NULL, 'h' };
+    lopts[nopts + 1] = (struct option){ "version", no_argument, NULL, 'V' };
+    lopts[nopts + 2] = (struct option){ 0, 0, 0, 0 };
     optind = 1;
     opterr = 0;                  /* one line of our own, not getopt's and the help */
     int ch;
     while ((ch = getopt_long(argc, argv, "hv", lopts, NULL)) != -1) {
         if (ch == 'h') {
-            usage(stdout, argv[0]);
+            usage(stdout, argv[0], opts, nopts);
             return 1;
         }
         if (ch == 'V') {
@@ -273,10 +307,11 @@ int svc_config_load(svc_config *c, int argc, char **argv) {
             continue;
         }
         if (ch < 1000) {
-            bad_option(argv[optind - 1]);
+            bad_option(argv[optind - 1], opts, nopts);
             return -1;
         }
-        const opt *o = &OPTS[ch - 1000];
+        assert(ch - 1000 < (int)nopts);
+        const opt *o = &opts[ch - 1000];
         snprintf(from, sizeof from, "--%s", o->name);
         if (set(c, o, o->type == T_FLAG ? "1" : optarg, from)) return -1;
     }

@@ -3,6 +3,10 @@
 #define FLASHSALE_SERVICE_CONFIG_H
 
 #include "common/cpus.h"
+#include "stock/stock.h"
+
+/* Room for the longest value of a lock server's flag (its row's value_max). */
+#define SVC_LOCK_URLS_MAX 2048
 
 typedef struct svc_config {
     char listen[128];
@@ -12,9 +16,9 @@ typedef struct svc_config {
     char admin_token[256];
     char room_secret[129];    /* waiting-room tickets' secret ("": kept in Redis) */
     char key_prefix[64];
-    char redlock[2048];       /* "URL,URL,URL": the Redlock servers ("": none) */
-    char zookeeper[1024];     /* zk://host:port[/base] ("": none) */
-    char etcd[1024];          /* etcd://host:port[/prefix] ("": none) */
+    /* each lock server's flag's value, by stock_lock_server ("": not configured;
+     * always "" for those without a flag): its row says what it takes */
+    char lock_urls[STOCK_LOCKS_COUNT][SVC_LOCK_URLS_MAX];
     int threads;              /* HTTP event-loop threads */
     cpus_info cpus;           /* the CPUs it may use (a container's quota): threads 0 */
     int redis_timeout_ms;

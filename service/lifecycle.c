@@ -159,7 +159,7 @@ static lock_client *lock_open(svc_app *a, const char *flag, const char *const *u
     return c;
 }
 
-/* Checks that url is of the scheme a flag wants, naming both if not. */
+/* Checks that url is of a scheme a flag wants, naming both if not. */
 static int want_scheme(const char *flag, const char *url, const char *const *schemes,
                        const char *form, char *err, size_t errlen) {
     for (const char *const *s = schemes; *s; s++)
@@ -168,78 +168,64 @@ static int want_scheme(const char *flag, const char *url, const char *const *sch
     return -1;
 }
 
-/* --redlock's URLs, split at the commas into buf (urls point into it).
- * Returns how many, or -1 with err. */
-static int redlock_urls(const char *list, char *buf, size_t len, const char **urls, char *err,
-                        size_t errlen) {
-    static const char *const redis[] = { "redis://", "unix:", "redis-sentinel://", NULL };
+/* The URLs a lock server's flag gave (value), as its row says it takes
+ * them: one, or a majority list split at the commas into buf (urls point
+ * into it). Returns how many, or -1 with err naming the flag. */
+static int lock_urls(const stock_lock_server_info *li, const char *value, char *buf, size_t len,
+                     const char **urls, char *err, size_t errlen) {
+    if (!li->majority) {
+        urls[0] = value;
+        return want_scheme(li->flag, value, li->schemes, li->form, err, errlen) ? -1 : 1;
+    }
     int n = 0;
-    snprintf(buf, len, "%s", list);
+    snprintf(buf, len, "%s", value);
     for (char *save = NULL, *u = strtok_r(buf, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
         if (n == LOCK_MAX_SERVERS) {
-            snprintf(err, errlen, "--redlock: more than %d servers", LOCK_MAX_SERVERS);
+            snprintf(err, errlen, "%s: more than %d servers", li->flag, LOCK_MAX_SERVERS);
             return -1;
         }
-        if (want_scheme("--redlock", u, redis, "a redis://, unix: or redis-sentinel:// URL", err,
-                        errlen))
-            return -1;
+        if (want_scheme(li->flag, u, li->schemes, li->form, err, errlen)) return -1;
         urls[n++] = u;
     }
     if (n < 3 || n % 2 == 0) {
-        snprintf(err, errlen, "--redlock: want an odd number (3, 5, ...) of independent Redis "
-                 "URLs, comma-separated; got %d", n);
+        snprintf(err, errlen, "%s: want %s; got %d", li->flag, li->majority, n);
         return -1;
     }
     return n;
 }
 
-/* The lock strategies' clients, per server: one renewing held leases, one
- * renewing nothing (for products whose injected pause stands for a whole-
- * process pause; none for ZooKeeper, whose sessions the library keeps
- * alive on its own threads, which such a pause does not stop). The
+/* Lock server srv's clients (its row says which), when it is there: one
+ * renewing held leases, and where the row asks for it one renewing nothing
+ * (for products whose injected pause stands for a whole-process pause).
+ * Returns 0 (also when its flag was not given), or -1 with err. */
+static int lock_server_open(svc_app *a, stock_lock_server srv, char *err, size_t errlen) {
+    const stock_lock_server_info *li = stock_lock_server_about(srv);
+    char buf[SVC_LOCK_URLS_MAX];
+    const char *urls[LOCK_MAX_SERVERS] = { a->cfg.redis_url };
+    const char *value = a->cfg.lock_urls[srv];
+    int n = 1;
+    if (!li->client) return 0;
+    if (!li->own_redis) {
+        if (!li->flag || !value[0]) return 0;        /* not configured: unavailable */
+        if ((n = lock_urls(li, value, buf, sizeof buf, urls, err, errlen)) < 0) return -1;
+    }
+    /* On a cluster too, the service's own Redis: each lock's keys share its
+     * SKU's slot ({sku}:lock:<segment>), on the primary serving it. */
+    const char *flag = li->own_redis ? "--redis" : li->flag;
+    stock_config *sc = &a->stock_cfg;
+    if (!(sc->locks[srv] = lock_open(a, flag, urls, n, 1, li->fair, err, errlen))) return -1;
+    if (li->frozen &&
+        !(sc->locks_frozen[srv] = lock_open(a, flag, urls, n, 0, li->fair, err, errlen)))
+        return -1;
+    return 0;
+}
+
+/* The lock strategies' clients, per server (stock_lock_server_about). The
  * servers are not contacted here; a URL that cannot be a server's is a
  * usage error. Returns 0, or -1 with err naming the flag. */
 static int locks_open(svc_app *a, char *err, size_t errlen) {
-    static const char *const zk[] = { "zk://", NULL }, *const etcd[] = { "etcd://", NULL };
-    char redlock_buf[sizeof a->cfg.redlock];
-    const char *urls[LOCK_MAX_SERVERS] = { a->cfg.redis_url };
-    stock_config *sc = &a->stock_cfg;
-    for (int frozen = 0; frozen < 2; frozen++) {
-        lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-        /* On a cluster too: each lock's keys share its SKU's slot
-         * ({sku}:lock:<segment>), on the primary serving it. */
-        if (!(set[STOCK_LOCKS_REDIS] = lock_open(a, "--redis", urls, 1, !frozen, 0, err, errlen)) ||
-            !(set[STOCK_LOCKS_REDIS_FAIR] = lock_open(a, "--redis", urls, 1, !frozen, 1, err,
-                                                      errlen)))
-            return -1;
-    }
-    if (a->cfg.redlock[0]) {
-        int n = redlock_urls(a->cfg.redlock, redlock_buf, sizeof redlock_buf, urls, err, errlen);
-        if (n < 0) return -1;
-        for (int frozen = 0; frozen < 2; frozen++) {
-            lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-            if (!(set[STOCK_LOCKS_REDLOCK] = lock_open(a, "--redlock", urls, n, !frozen, 0, err,
-                                                       errlen)))
-                return -1;
-        }
-    }
-    if (a->cfg.zookeeper[0]) {
-        urls[0] = a->cfg.zookeeper;
-        if (want_scheme("--zookeeper", urls[0], zk, "a zk://host:port[/base] URL", err, errlen) ||
-            !(sc->locks[STOCK_LOCKS_ZOOKEEPER] = lock_open(a, "--zookeeper", urls, 1, 1, 0, err,
-                                                           errlen)))
-            return -1;
-    }
-    if (a->cfg.etcd[0]) {
-        urls[0] = a->cfg.etcd;
-        if (want_scheme("--etcd", urls[0], etcd, "an etcd://host:port[/prefix] URL", err, errlen))
-            return -1;
-        for (int frozen = 0; frozen < 2; frozen++) {
-            lock_client **set = frozen ? sc->locks_frozen : sc->locks;
-            if (!(set[STOCK_LOCKS_ETCD] = lock_open(a, "--etcd", urls, 1, !frozen, 0, err, errlen)))
-                return -1;
-        }
-    }
+    for (int s = 0; s < STOCK_LOCKS_COUNT; s++)
+        if (lock_server_open(a, (stock_lock_server)s, err, errlen) != 0) return -1;
     return 0;
 }
 
@@ -338,7 +324,7 @@ static int start_parts(svc_app *a, char *err, size_t errlen) {
         goto err;
     /* The HTTP layer's hook (which may read more orders) runs before the
      * order path's whatever the order they attach in: the loops' phases
-     * say so (LOOP_PHASE_HTTP, then LOOP_PHASE_ORDERS; common/loop.h). */
+     * say so (HTTP_PHASE_RANK, then SVC_ORDERS_PHASE_RANK; common/loop.h). */
     http_options ho = { .listen = a->cfg.listen, .loops = a->loops, .nloops = a->nloops,
                         .max_connections = a->cfg.max_connections,
                         .max_per_client = a->cfg.max_per_client,

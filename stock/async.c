@@ -402,8 +402,11 @@ static void take_lane_clears(stock_async *sa, const stock_product *lane, job *j)
     j->nids = k;
 }
 
-/* LOOP_PHASE_CLEARS, after the order path's batches (which carry their
- * lane's clears): a lane's clears no batch carried go as one HDEL. */
+/* STOCK_CLEARS_PHASE_RANK, after the order path's batches (which carry
+ * their lane's clears): a lane's clears no batch carried go as one HDEL,
+ * written by the connections' phase later in the turn. */
+_Static_assert(STOCK_CLEARS_PHASE_RANK < ACONN_PHASE_RANK,
+               "the lane clears are written by the connections' phase of the same turn");
 static void flush_lane_clears(loop *l, void *ud) {
     stock_async *sa = ud;
     if (!sa->lclears_dirty) return;
@@ -423,7 +426,7 @@ static void flush_lane_clears(loop *l, void *ud) {
             sent = 1;
         }
     }
-    if (sent) loop_again(l);                     /* written by this turn's SENDS; the
+    if (sent) loop_again(l);                     /* written by this turn's writes; the
                                                     next turn does not wait either */
 }
 
@@ -458,7 +461,7 @@ stock_async *stock_async_new(loop *l, const stock_config *cfg, char *err, size_t
         /* Nodes are made as SKUs are routed to them. */
         if (!(sa->route = malloc(sizeof *sa->route * RTOPO_SLOTS))) goto oom;
         memset(sa->route, 0xff, sizeof *sa->route * RTOPO_SLOTS);
-        if (loop_on_phase(l, LOOP_PHASE_CLEARS, flush_lane_clears, sa) != 0) goto oom;
+        if (loop_on_phase(l, STOCK_CLEARS_PHASE_RANK, flush_lane_clears, sa) != 0) goto oom;
         return sa;
     }
     if ((sa->primary = cfg->primary)) sa->version = rtopo_primary_get(sa->primary, &a);

@@ -221,7 +221,7 @@ static stock_result take_module(stock_conn *c, const stock_product *p, int seg, 
                                                                   : c->locks[srv];
     /* The service's own Redis failing is Redis down; any other lock
      * server failing is that server's. */
-    int own_redis = srv == STOCK_LOCKS_REDIS || srv == STOCK_LOCKS_REDIS_FAIR;
+    int own_redis = stock_lock_server_about(srv)->own_redis;
     stock_result down = own_redis ? STOCK_UNAVAILABLE : STOCK_LOCK_DOWN;
     char key[STOCK_SKU_MAX + 96], err[200];
     if (!lc) {

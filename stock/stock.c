@@ -75,9 +75,10 @@ static void scripts_init(void) {
  * and which code of this module takes its units; whether its stock lives
  * in Redis; whether it oversells by design; whether it may be segmented;
  * its line for --help and GET /v1/strategies; the lock server it needs
- * (the service names the flag); and, for a read-check-write strategy, how
- * rcw.c locks a segment. The db kinds' code is the db module's (the
- * committer takes their stock in the order's own transaction). */
+ * (whose row in servers.c says the rest: its flag, hint and clients);
+ * and, for a read-check-write strategy, how rcw.c locks a segment. The db
+ * kinds' code is the db module's (the committer takes their stock in the
+ * order's own transaction). */
 static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
     [STOCK_LUA] = { "lua", STOCK_KIND_SCRIPT, 1, 0, 1,
                     "one atomic Lua script checks and takes the stock (segments > 1: over N keys)",

@@ -81,7 +81,9 @@ typedef enum stock_kind {
 } stock_kind;
 
 /* Where a strategy's lock lives, when it takes one of the lock module's
- * (or the database's) locks. */
+ * (or the database's) locks. Each has one row in the table of lock
+ * servers (stock/servers.c, stock_lock_server_about): adding a lock server
+ * is a name here, a row there (and its backend in lock/). */
 typedef enum stock_lock_server {
     STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the seeds' own SET NX */
     STOCK_LOCKS_REDIS,        /* the lock module on the service's own Redis (`lock`) */
@@ -93,6 +95,34 @@ typedef enum stock_lock_server {
                                  (`fair-lock`: lock.h, FAIRNESS) */
     STOCK_LOCKS_COUNT
 } stock_lock_server;
+
+/* A lock server, as its row says: what it is called, how it is configured
+ * (the service's flag, its environment twin and --help line, the URLs it
+ * takes), what to tell someone whose strategy needs it, and how the lock
+ * module's clients for it are opened. The strategies that use it are the
+ * rows of the strategy table naming it (stock_strategy_info.locks). */
+typedef struct stock_lock_server_info {
+    const char *name;         /* "redlock", "zookeeper"... */
+    const char *flag;         /* the flag that configures it ("--etcd"); NULL: always
+                                 there (the service's own Redis, the database) */
+    const char *env;          /* the flag's environment variable */
+    const char *help;         /* the flag's --help line */
+    const char *hint;         /* how to start flashsale so that its strategies can run */
+    const char *const *schemes;   /* the URL schemes the flag takes (NULL-terminated) */
+    const char *form;         /* what one URL must be, for the usage error */
+    const char *majority;     /* non-NULL: the flag takes an odd number (3 or more) of
+                                 comma-separated URLs, of which this says what */
+    int value_max;            /* the flag's value is this many bytes at most */
+    int client;               /* a lock module client (lock.h) is opened for it */
+    int own_redis;            /* it is the service's own Redis (--redis): its failure is
+                                 Redis's (STOCK_UNAVAILABLE), not a lock server's */
+    int fair;                 /* its locks are the lock module's fair ones (lock_options) */
+    int frozen;               /* also a client renewing nothing (stock_config.locks_frozen):
+                                 not where the library renews on threads of its own */
+} stock_lock_server_info;
+
+/* The row of lock server srv (< STOCK_LOCKS_COUNT). */
+const stock_lock_server_info *stock_lock_server_about(stock_lock_server srv);
 
 struct sk_rcw_lock;
 
@@ -453,6 +483,14 @@ int stock_instance_alive(stock_conn *c, const char *instance);
  * once, with nothing sent). */
 
 #define STOCK_BATCH_MAX 256
+
+/* The rank of a stock handle's loop phase (loop_on_phase; on a cluster
+ * only): a spread product's clears of pending records that no batch
+ * carried (a lane's batch takes its clears first) go as commands of their
+ * own. A caller whose phase sends those batches takes a lower rank, so that
+ * only the clears no batch carried are left; the connections' writes come
+ * after (ACONN_PHASE_RANK). */
+#define STOCK_CLEARS_PHASE_RANK 300
 
 struct loop;
 typedef struct stock_async stock_async;

@@ -22,7 +22,9 @@ Usage: run.py [PATTERN...]   only tests whose name contains a pattern
                              (unit/test_db, test_holds::, test_holds::test_x)
        run.py --unit NAME[:CASE]...   unit-test program NAME (test_db), or
                              its cases whose name contains CASE
-Last line: "N passed, N failed". Exit status 1 when anything failed.
+After the summary line ("N passed, N failed"), the ten slowest tests of the
+run with their times in seconds (slowest first), so a run that grew slower
+says where. Exit status 1 when anything failed.
 """
 import glob
 import importlib.util
@@ -275,6 +277,7 @@ def run_unit(patterns, selected=None):
             t0 = time.monotonic()
             p = subprocess.run([b] + ([case] if case else []), env=env, capture_output=True,
                                text=True, timeout=TEST_TIMEOUT_S)
+            TIMES.append((time.monotonic() - t0, name))
             reports = sanitizer_excerpts(p.stderr, name + " stderr") + \
                 sanitizer_excerpts(p.stdout, name + " stdout")
             if reports:
@@ -308,6 +311,18 @@ def run_unit(patterns, selected=None):
 
 
 SKIPPED = []        # (test, why): tests that could not run here (harness.Skip)
+TIMES = []          # (seconds, test): every test that ran, passed or failed (slowest())
+SLOWEST = 10
+
+
+def slowest(times, n=SLOWEST):
+    """The lines that list the n slowest of times ((seconds, name) pairs),
+    slowest first: a heading, then one line per test."""
+    top = sorted(times, key=lambda t: -t[0])[:n]
+    if not top:
+        return []
+    return ["the %d slowest tests (seconds):" % len(top)] + \
+        ["  %7.1f  %s" % (secs, name) for secs, name in top]
 
 
 def run_integration(patterns):
@@ -384,6 +399,7 @@ def run_integration(patterns):
             finally:
                 signal.alarm(0)
                 ctx.close(keep=not ok and os.environ.get("FLASHSALE_KEEP_FAILED") == "1")
+            TIMES.append((time.monotonic() - t0, full))
             if ok:
                 passed += 1
                 print("ok   %s (%.1fs)" % (full, time.monotonic() - t0))
@@ -414,6 +430,8 @@ def main():
     skipped = "; %d skipped, not passed: %s" % (len(SKIPPED), "; ".join(
         "%s (%s)" % t for t in SKIPPED)) if SKIPPED else ""
     print("%d passed, %d failed%s" % (up + ip, uf + if_, skipped))
+    for line in slowest(TIMES):
+        print(line)
     sys.exit(1 if uf + if_ else 0)
 
 

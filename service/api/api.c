@@ -397,10 +397,6 @@ static void product_restock(http_req *r, const char *const *params, void *ud) {
  * the list from the service instead of keeping a copy that can drift: what
  * servers each needs, and whether this instance has them. */
 static void strategy_list(http_req *r, const char *const *params, void *ud) {
-    static const char *const SERVER[STOCK_LOCKS_COUNT] = {
-        [STOCK_LOCKS_REDLOCK] = "redlock", [STOCK_LOCKS_ZOOKEEPER] = "zookeeper",
-        [STOCK_LOCKS_ETCD] = "etcd",
-    };
     svc_app *a = ud;
     (void)params;
     json_t *list = json_array();
@@ -409,7 +405,10 @@ static void strategy_list(http_req *r, const char *const *params, void *ud) {
         const char *why = svc_strategy_unavailable(a, (stock_strategy)s);
         json_t *needs = json_array();
         if (si->uses_redis) json_array_append_new(needs, json_string("redis"));
-        if (SERVER[si->locks]) json_array_append_new(needs, json_string(SERVER[si->locks]));
+        /* A lock server of its own, which a flag configures (the service's
+         * own Redis is "redis" above; the database's lock table needs none). */
+        const stock_lock_server_info *li = stock_lock_server_about(si->locks);
+        if (li->flag) json_array_append_new(needs, json_string(li->name));
         if (si->row_locks) json_array_append_new(needs, json_string("postgresql"));
         json_t *o = json_pack("{s:s, s:b, s:b, s:o, s:b, s:s}", "name", si->name, "safe",
                               !si->unsafe, "segments", si->segments_ok, "needs", needs,

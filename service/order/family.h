@@ -34,7 +34,7 @@
  *              refuse.
  *   loop_start (optional) makes its state on a loop, before the loop runs.
  *   loop_flush (optional) once per loop turn, in the loop's
- *              LOOP_PHASE_ORDERS (common/loop.h), after the turn's events:
+ *              SVC_ORDERS_PHASE_RANK phase (order.h), after the turn's events:
  *              sends what the turn gathered. The families flush in the
  *              order of FAMILIES.
  *   loop_busy  (optional) asked on the loop whether it holds orders or

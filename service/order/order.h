@@ -62,8 +62,16 @@ typedef void svc_order_reply_fn(void *ctx, const svc_reply *r);
 int svc_order_submit(svc_app *a, svc_product *p, const svc_order_input *in,
                      const char *idem_key, svc_order_reply_fn *fn, void *ctx);
 
-/* The order path on each of a->loops (in their LOOP_PHASE_ORDERS, after
- * the HTTP layer's phase whichever attached first); waiting, with a bound,
+/* The rank of the order path's loop phase (loop_on_phase): the turn's
+ * orders become Redis commands (lock queues started, one script call per
+ * SKU, the clears of pending records). After the HTTP server's phase,
+ * whose requests make the orders; before the stock module's lane clears
+ * (which only the clears no batch carried are left for) and the Redis
+ * connections' writes (pipeline.c asserts the order). */
+#define SVC_ORDERS_PHASE_RANK 200
+
+/* The order path on each of a->loops (in their SVC_ORDERS_PHASE_RANK
+ * phase, after the HTTP server's whichever attached first); waiting, with a bound,
  * for the loops' orders and Redis work to be done (at shutdown, with the
  * loops still running); freeing it once the loops stopped. */
 int svc_orders_start(svc_app *a, char *err, size_t errlen);

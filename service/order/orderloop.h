@@ -26,7 +26,7 @@
 
 /* A new order loop on l (index: its place among a->loops). The Redis
  * connection comes with svc_order_loop_connect; its writes go out in the
- * loop's LOOP_PHASE_SENDS, after the order path's LOOP_PHASE_ORDERS. */
+ * connections' phase (ACONN_PHASE_RANK), after the order path's. */
 svc_order_loop *svc_order_loop_new(svc_app *a, loop *l, int index, char *err, size_t errlen);
 int svc_order_loop_connect(svc_order_loop *ol, char *err, size_t errlen);
 /* Frees ol (its loop stopped; the families and reservation.c freed their

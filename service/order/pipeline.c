@@ -16,18 +16,20 @@
  *               Redis family's pending record is cleared, or its units
  *               given back first (reservation.c)
  *
- * In each event loop turn's LOOP_PHASE_ORDERS (common/loop.h) the
+ * In each event loop turn's SVC_ORDERS_PHASE_RANK phase (common/loop.h) the
  * families flush, in the order of FAMILIES (the lock family first: an
  * order it starts may fail at once and let the next start; then the script
  * batches, which carry their SKU's clears of pending records), then the
- * clears left over (reservation.c); the loop's LOOP_PHASE_SENDS, later in
+ * clears left over (reservation.c); the Redis connections' phase, later in
  * the same turn, has the Redis connections send what they wrote: a batch
  * leaves in the turn that gathered it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/aconn.h"
 #include "common/clock.h"
+#include "http/http.h"
 #include "service/order/commit.h"
 #include "service/order/fam_blocking.h"
 #include "service/order/fam_db.h"
@@ -140,8 +142,18 @@ void svc_orders_committed(db_job **jobs, size_t n, void *ud) {
 
 /* ------------------------------------------------------------- the loops */
 
-/* The loop's LOOP_PHASE_ORDERS: the families send what the turn gathered,
- * then the clears of pending records no batch carried. */
+/* The phases of a turn on the service's loops, each module's own rank: the
+ * HTTP server reads the requests that make orders, the order path turns
+ * them into commands, the stock module's lane clears take what no batch
+ * carried, and the connections write it all: one turn's work leaves in
+ * that turn. */
+_Static_assert(HTTP_PHASE_RANK < SVC_ORDERS_PHASE_RANK &&
+               SVC_ORDERS_PHASE_RANK < STOCK_CLEARS_PHASE_RANK &&
+               STOCK_CLEARS_PHASE_RANK < ACONN_PHASE_RANK,
+               "the loop phases' order: HTTP, orders, lane clears, writes");
+
+/* The loop's SVC_ORDERS_PHASE_RANK phase: the families send what the turn
+ * gathered, then the clears of pending records no batch carried. */
 static void flush(loop *l, void *ud) {
     svc_order_loop *ol = ud;
     (void)l;
@@ -170,9 +182,9 @@ int svc_orders_start(svc_app *a, char *err, size_t errlen) {
             if (FAMILIES[k]->loop_start && FAMILIES[k]->loop_start(ol, err, errlen) != 0)
                 return -1;
         if (svc_pending_loop_start(ol, err, errlen) != 0) return -1;
-        /* Before the Redis connection's LOOP_PHASE_SENDS, whichever was
-         * registered first: the batches written here leave in this turn. */
-        if (loop_on_phase(a->loops[i], LOOP_PHASE_ORDERS, flush, ol) != 0) {
+        /* Before the Redis connections' phase, whichever was registered
+         * first: the batches written here leave in this turn. */
+        if (loop_on_phase(a->loops[i], SVC_ORDERS_PHASE_RANK, flush, ol) != 0) {
             snprintf(err, errlen, "cannot attach the order path to its event loop");
             return -1;
         }
@@ -219,28 +231,17 @@ void svc_orders_free(svc_app *a) {
 
 /* ------------------------------------------------------------ strategies */
 
-/* The flag that configures each lock server, by stock_lock_server; NULL:
- * always there (the service's own Redis, the database). */
-static const char *const FLAGS[STOCK_LOCKS_COUNT] = {
-    [STOCK_LOCKS_REDLOCK] = "--redlock",
-    [STOCK_LOCKS_ZOOKEEPER] = "--zookeeper",
-    [STOCK_LOCKS_ETCD] = "--etcd",
-};
-
+/* The lock server a strategy needs, its flag and its hint: its row in the
+ * lock servers' table (stock_lock_server_about). */
 const char *svc_strategy_flag(stock_strategy s) {
-    return FLAGS[stock_strategy_about(s)->locks];
+    return stock_lock_server_about(stock_strategy_about(s)->locks)->flag;
 }
 
 const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
-    static const char *const WHY[STOCK_LOCKS_COUNT] = {
-        [STOCK_LOCKS_REDLOCK] = "start flashsale with --redlock URL,URL,URL (independent "
-                                "redis-servers)",
-        [STOCK_LOCKS_ZOOKEEPER] = "start flashsale with --zookeeper zk://host:port",
-        [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
-    };
     stock_lock_server srv = stock_strategy_about(s)->locks;
+    const stock_lock_server_info *li = stock_lock_server_about(srv);
     if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
         return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
                "does not have: start flashsale with --db postgresql://...";
-    return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
+    return li->flag && !a->stock_cfg.locks[srv] ? li->hint : NULL;
 }

@@ -7,11 +7,13 @@
  *   0 meaning the next iteration; loop_every: period kept, bad periods
  *   refused;
  * - phase hooks: after the events of an iteration, once, phase by phase
- *   in loop_phase order and in registration order within a phase (a hook
+ *   in rank order and in registration order within a phase (a hook
  *   registered later in an earlier phase runs first), also after an
  *   iteration that only ran timers; one added from a running phase runs
  *   this turn when its phase is not past, else next turn; bad
- *   registrations refused (no fn, no such phase, a full phase);
+ *   this turn when its phase is not past, also a phase of a new rank;
+ *   bad registrations refused (no fn, a rank out of range, a full phase,
+ *   a new rank past the loop's room, which a forgotten phase gives back);
  *   loop_again, also from an early phase; loop_forget (an owner's timers
  *   and hooks go, also from inside a hook);
  * - loop_post from many threads: every task exactly once, on the loop's
@@ -27,6 +29,11 @@
 
 #include "tests/unit/t.h"
 #include "tests/unit/tloop.h"
+
+/* Ranks for the phase cases, spaced as the service's modules space theirs
+ * (the loop knows none of them). */
+enum { LOOP_PHASE_HTTP = 100, LOOP_PHASE_ORDERS = 200, LOOP_PHASE_CLEARS = 300,
+       LOOP_PHASE_SENDS = 900 };
 
 static tloop TL;                      /* the loop of the running case */
 
@@ -452,7 +459,7 @@ static void test_flush_after_timer(void) {
 /* loop_again: the next iteration does not wait; without it, it does. From
  * the first phase too (the phases after it still run in that turn). */
 static int again_iters, again_left;
-static loop_phase again_phase;
+static int again_phase;
 static int64_t again_at[4];
 static void again_hook(loop *l, void *ud) {
     (void)ud;
@@ -470,7 +477,7 @@ static void set_again(void *ud) {
 static void arm_again(void *ud) { (void)ud, again_iters = 0, again_left = 3; }
 static void read_again(void *ud) { *(int *)ud = again_iters; }
 
-static void again_in(loop_phase phase) {
+static void again_in(int phase) {
     again_phase = phase;
     CHECK(tl_start(&TL) == 0);
     tl_call(&TL, set_again, NULL);
@@ -539,7 +546,7 @@ static void test_forget(void) {
     tl_end(&TL);
 }
 
-/* The phases run in loop_phase order whatever the order of registration
+/* The phases run in rank order whatever the order of registration
  * (a hook registered later in an earlier phase runs first), and in
  * registration order within one phase. A hook added from a running phase
  * runs in this turn when its phase is the running one or a later one, and
@@ -558,6 +565,8 @@ static void p_adder(loop *l, void *ud) {
     loop_on_phase(l, LOOP_PHASE_HTTP, p_hook, "e");       /* past: next turn */
     loop_on_phase(l, LOOP_PHASE_CLEARS, p_hook, "n");     /* running: this turn */
     loop_on_phase(l, LOOP_PHASE_SENDS, p_hook, "l");      /* later: this turn */
+    loop_on_phase(l, 500, p_hook, "m");                   /* a new rank, later: this turn */
+    loop_on_phase(l, 50, p_hook, "f");                    /* a new rank, past: next turn */
 }
 static void p_set(void *ud) {
     (void)ud;
@@ -598,10 +607,10 @@ static void test_phase_order(void) {
      * turn, e (HTTP) from the next. */
     tl_call(&TL, p_add, NULL);
     tl_call(&TL, p_read, got);
-    CHECK_STR(got, "HhOoC+nSsl");
+    CHECK_STR(got, "HhOoC+nmSsl");
     tl_call(&TL, p_arm, NULL);
     tl_call(&TL, p_read, got);
-    CHECK_STR(got, "|HheOoCnSsl");
+    CHECK_STR(got, "|fHheOoCnmSsl");
     tl_end(&TL);
 }
 
@@ -613,16 +622,23 @@ static void phase_refusals(void *ud) {
     errno = 0;
     *ok &= loop_on_phase(TL.l, LOOP_PHASE_HTTP, NULL, NULL) == -1 && errno == EINVAL;
     errno = 0;
-    *ok &= loop_on_phase(TL.l, LOOP_PHASES, noop, NULL) == -1 && errno == EINVAL;
+    *ok &= loop_on_phase(TL.l, LOOP_RANK_MAX + 1, noop, NULL) == -1 && errno == EINVAL;
     errno = 0;
-    *ok &= loop_on_phase(TL.l, (loop_phase)-1, noop, NULL) == -1 && errno == EINVAL;
+    *ok &= loop_on_phase(TL.l, -1, noop, NULL) == -1 && errno == EINVAL;
     int n = 0;
     while (n < 100 && loop_on_phase(TL.l, LOOP_PHASE_CLEARS, noop, NULL) == 0) n++;
     *ok &= n > 0 && n < 100 && errno == ENOSPC;
     *ok &= loop_on_phase(TL.l, LOOP_PHASE_SENDS, noop, NULL) == 0;
+    int ranks = 0;                              /* new ranks, until the loop holds no more */
+    while (ranks < 100 && loop_on_phase(TL.l, 1 + ranks, noop, NULL) == 0) ranks++;
+    *ok &= ranks > 0 && ranks < 100 && errno == ENOSPC;
+    *ok &= loop_on_phase(TL.l, LOOP_PHASE_SENDS, noop, NULL) == 0;     /* an old rank: yes */
     loop_forget(TL.l, NULL);                    /* every noop above: room again next turn */
 }
-static void phase_room(void *ud) { *(int *)ud = loop_on_phase(TL.l, LOOP_PHASE_CLEARS, noop, NULL); }
+static void phase_room(void *ud) {
+    *(int *)ud = loop_on_phase(TL.l, LOOP_PHASE_CLEARS, noop, NULL) |
+                 loop_on_phase(TL.l, 777, noop, NULL);          /* a rank's room is back */
+}
 
 static void test_phase_refusals(void) {
     int ok = 0, rc = -1;
