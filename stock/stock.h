@@ -83,7 +83,7 @@ typedef enum stock_kind {
 /* Where a strategy's lock lives, when it takes one of the lock module's
  * (or the database's) locks. */
 typedef enum stock_lock_server {
-    STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the seeds' own SET NX */
+    STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the articles' SET NX (rcw.c) */
     STOCK_LOCKS_REDIS,        /* the lock module on the service's own Redis (`lock`) */
     STOCK_LOCKS_REDLOCK,      /* the lock module's Redlock over independent Redis servers */
     STOCK_LOCKS_ZOOKEEPER,    /* the lock module's ZooKeeper backend */
