@@ -776,7 +776,8 @@ static db_status take_stock(db *d, const db_order *o, db_take take, long long pe
     int for_update = take == DB_TAKE_FOR_UPDATE || take == DB_TAKE_READ_BEFORE;
     /* The SKU's row first: what is read below (a key, the buyer's units)
      * cannot change until this transaction ends. db-for-update's lock is
-     * the seed's own, which reads what is left. */
+     * the pessimistic lock of Alibaba Cloud's distributed lock article,
+     * which reads what is left. */
     if (for_update) {
         st = lock_for_update(d, o->sku, &left);
         if (st == DB_NOTFOUND) {

@@ -257,7 +257,10 @@ typedef enum db_take {
 db_status db_order_insert(db *d, const db_order *o, db_take take, long long per_user_limit,
                           long long expect_version, long long *available_out);
 
-/* `db-for-update` and its unsafe twin (seed 004, section 3.2.1): the order
+/* `db-for-update` and its unsafe twin (the pessimistic
+ * lock of Alibaba Cloud's article "Implementation Principles and Best
+ * Practices of Distributed Lock", its "Simple Database Lock": select for
+ * update): the order
  * in a transaction of its own, which locks the product's row (SELECT ...
  * FOR UPDATE), reads what is left, checks it (take DB_TAKE_FOR_UPDATE; or,
  * DB_TAKE_READ_BEFORE, trusts read_before, the units its caller read and

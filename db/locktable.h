@@ -1,5 +1,6 @@
 /* locktable.h: the `db-lock` strategy's lock, a row of a table in the
- * flashsale database (seed 004's "simple database lock") -- its whole
+ * flashsale database (the "simple database lock" of Alibaba Cloud's
+ * article "Implementation Principles and Best Practices of Distributed Lock") -- its whole
  * public face. It works on a connection of db.h (db_open); the tables,
  * `locks` and `lock_fences`, are part of its schema (docs/storage.md).
  *

@@ -95,8 +95,9 @@ static const char SCHEMA_V4[] =
     "CREATE INDEX orders_by_sku ON orders(sku, order_id);"
     "CREATE INDEX orders_by_user ON orders(user_id, order_id);";
 
-/* Version 5: the `db-lock` strategy's lock table -- seed 004's "simple
- * database lock": a row per held lock, taken by a unique insert, deleted
+/* Version 5: the `db-lock` strategy's lock table -- the "simple
+ * database lock" of Alibaba Cloud's article "Implementation Principles and
+ * Best Practices of Distributed Lock": a row per held lock, taken by a unique insert, deleted
  * to release; with an expiry, so that the row of a holder that died is
  * taken over -- and its fencing counter per lock name, which must outlive
  * the rows (a token never goes back). Its statements are locktable.c's; the

@@ -15,7 +15,7 @@ orders    the order path with stock for everyone, wrk -t2 with
             libmicrohttpd hello   bin/mhdhello: the service's HTTP stack bare
           then flashload runs the three strategies once more and verifies
           the books (a figure from a service that oversold is no figure).
-spike     issue 23's shape of a real sale: every run sells a fresh SKU of
+spike     the shape of a real sale: every run sells a fresh SKU of
           --spike-stock units (10,000) to wrk's buyers at each connection
           count, so most answers are 409 sold_out; answers/s of every kind,
           the service against the gateway (which marks a sold-out SKU in
@@ -39,7 +39,7 @@ overload  the closed-loop capacity of the service and of the gateway
           `overloaded` counted as shed, other errors, answers later than 1 s,
           no answer within --overload-timeout, never sent). The service's
           runs are verified by flashload (nothing lost).
-quota     the same overload inside a container's CPU limit (issue 32):
+quota     the same overload inside a container's CPU limit:
           loadtest/overload.sh --cpu-quota (--quota-cpus, 0.5) puts the
           service alone in a cgroup with that quota on the last CPU, Redis
           and flashload on the others, and measures the capacity and then
@@ -51,7 +51,9 @@ quota     the same overload inside a container's CPU limit (issue 32):
 Every target of a group runs ROUNDS times, the targets alternating, and each
 figure is the median of its rounds: the machine is shared and noisy, and a
 ratio of figures taken side by side is what holds. Ratios are printed against
-the goals of issues 14 and 23, each with "met" or "NOT met". A report,
+the goals docs/performance.md states (the order path's, against the gateway
+and the HTTP ceilings; the sale's: spike, static answers, overload), each
+with "met" or "NOT met". A report,
 bench.html (one self-contained file: the tables and an inline SVG chart of
 goodput against offered load) and bench.json, is written to --out (the
 working directory).
@@ -493,7 +495,7 @@ def main():
 
 
 def group_orders(a, env):
-    """The order rows of issue 14: stock for everyone."""
+    """The order rows: stock for everyone."""
     orders = lambda port: "http://127.0.0.1:%d/v1/orders" % port   # noqa: E731
     svc, low = env["svc"], a.conn_list[0]
     sport = int(env["base"].rsplit(":", 1)[1])
@@ -791,7 +793,7 @@ def report(a, res):
             " redis-server; calls/answer from INFO commandstats)" % rounds)
 
     if "orders" in a.groups:
-        out("\nratios (goals of issue 14 in brackets)")
+        out("\nratios (the order path's goals in brackets)")
         for c in conn_list:
             goal("lua / best gateway, c=%d" % c,
                  find(targets, "orders", "flashsale lua", c).med("rps") / best_gw("orders", c), 1.3)
@@ -814,7 +816,7 @@ def report(a, res):
             out("  %-10s %9.0f/s  %s" % (name, rate, "PASS" if ok else "FAIL"))
 
     if "spike" in a.groups or "idle" in a.groups:
-        out("\nratios (goals of issue 23 in brackets)")
+        out("\nratios (the sale's goals in brackets)")
     if "spike" in a.groups:
         for c in conn_list:
             goal("spike: service / best gateway, c=%d" % c,
@@ -864,7 +866,7 @@ def report(a, res):
             "run; shed: 503 overloaded; late: answered after 1 s; no ans: none within %g s; "
             "unsent: due, never sent; capacity: %s)" % (
                 ov["timeout"], ", ".join("%s %.0f/s" % kv for kv in ov["capacity"].items())))
-        out("ratios at the top rate (goals of issue 23 in brackets)")
+        out("ratios at the top rate (the overload goals in brackets)")
         fmax = max(o["factor"] for o in ov["runs"])
         f2 = 2.0 if any(o["factor"] == 2.0 for o in ov["runs"]) else fmax
         for o in ov["runs"]:
@@ -908,7 +910,7 @@ def report(a, res):
                 {True: "PASS", False: "FAIL", None: "-"}[r["verified"]]))
         out("(goodput: 201s within 250 ms of their scheduled time as a share of the capacity; "
             "late: answers after 1 s, the most of the runs)")
-        out("goals of issue 32 (the service)")
+        out("goals inside a CPU quota (the service)")
         for r in q["rows"]:
             if r["target"] != "flashsale lua":
                 continue

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench_cluster.py: one hot SKU on a Redis Cluster, its 8 lanes on one
-primary against the same 8 lanes over three (issue 21), with a one-slot SKU
+primary against the same 8 lanes over three (the spread of docs/cluster.md), with a one-slot SKU
 (all of it on one primary) beside them.
 
 A real cluster of 3 primaries and no replicas (tests/topology.py) on free

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench_patroni.py: what a Patroni failover costs a sale, measured (make
-bench-patroni; issue 41). Needs root (network namespaces).
+bench-patroni; docs/operations.md, "Patroni decides the failover"). Needs root (network namespaces).
 
 One deployment of tests/hosts.py (Redis primary, replica and 3 sentinels;
 two PostgreSQL nodes run by Patroni 3.0 with etcd, synchronous_mode on,
@@ -20,7 +20,7 @@ flashload:
               leader, whether it was seen taking writes after its demotion,
               the longest time without a 201; then healed and waited for
 
-Prints each run, then medians and maxima, and issue 41's goals with met /
+Prints each run, then medians and maxima, and its goals with met /
 NOT met: switchover <= 2 s without a 201; the leader's host killed <= ttl
 + 2 s; the cut leader never writable after its demotion; 0 lost and 0
 oversold in every run.
@@ -100,7 +100,7 @@ def main():
         print("  %-10s %s; PASS %d of %d" % (s, ", ".join(
             "%s %.2f / %.2f" % ((k,) + fig(rows, k)) for k in keys),
             sum(r["pass_"] for r in rows), len(rows)))
-    print("\ngoals (issue 41):")
+    print("\ngoals (a Patroni failover):")
     goals = []
     if res.get("switchover"):
         goals.append(("switchover: most time without a 201 (s)",

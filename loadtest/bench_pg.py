@@ -18,7 +18,8 @@ ratios of figures from the same round):
 
 every run closed-loop (pgbench -c N; flashload --connections N), the
 service's runs verified by flashload (every 201 a row, nothing oversold).
-Prints the table and the goals of issue 30 with met / NOT met.
+Prints the table and the goals of the orders on PostgreSQL (docs/performance.md,
+"Orders on PostgreSQL") with met / NOT met.
 
 Usage: bench_pg.py BIN [--seconds S] [--rounds R] [--connections 64,256]
        [--quick]"""
@@ -173,7 +174,7 @@ def main():
         def ratio(x, y):
             # Per round, then the median: figures of one round share the machine's mood.
             return statistics.median(a / b for a, b in zip(rows[x], rows[y]))
-        print("\ngoals (issue 30), ratios of the same round's figures, medians:")
+        print("\ngoals (orders on PostgreSQL), ratios of the same round's figures, medians:")
         goals = []
         for c in conns:
             goals += [("lua on postgresql / lua on sqlite, c=%d" % c,

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench_pgscale.py: many instances on one PostgreSQL, measured (make
-bench-pgscale; issue 41).
+bench-pgscale; docs/operations.md, "Many instances on one PostgreSQL").
 
 On a throwaway PostgreSQL server with its default max_connections (100)
 and one Redis, round after round (the machines are shared and noisy:
@@ -18,7 +18,7 @@ medians of rounds, ratios of figures from the same round):
                 twin straight to the server: lua at 64 connections, both
                 verified
 
-Prints the table and issue 41's goals with met / NOT met:
+Prints the table and its goals with met / NOT met:
   - ten instances sell lua at >= 0.8 of what two sell, with the verifier's
     PASS everywhere and no psql refused;
   - lua through PgBouncer (transaction pooling) >= 0.8 of direct.
@@ -156,7 +156,7 @@ def main():
         def ratio(x, y):
             return statistics.median(a / b for a, b in zip(rows[x], rows[y]) if b > 0)
         refused = sum(p.get("refused", 0) for _, p in probes)
-        print("\ngoals (issue 41), ratios of the same round's figures, medians:")
+        print("\ngoals (many instances on one PostgreSQL), ratios of the same round's figures, medians:")
         for name, r, want in (
                 ("ten / two instances (lua, mixed)", ratio("lua, ten instances",
                                                            "lua, two instances"), 0.8),

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench_room.py: a sale past capacity, with the waiting room off and on
-(make bench-room; issue 43).
+(make bench-room; docs/waiting-room.md).
 
 On one Redis and two instances sharing a SQLite file, round after round
 (the machines are shared and noisy: medians of rounds, ratios of figures
@@ -14,7 +14,7 @@ from the same round):
                of them bots, for a stock of --stock-seconds x C units;
                each run verified by flashload
 
-Prints each round's figures and issue 43's goals with met / NOT met (room
+Prints each round's figures and the waiting room's goals with met / NOT met (room
 on): >= 99% of the units to the first S arrivals; bots <= 1.05x the units
 per capita of polite buyers; every buyer's final answer within 2 s of the
 last unit sold; median requests per buyer <= 4; units sold per second
@@ -120,7 +120,7 @@ def main():
 
         def med(f):
             return statistics.median(f(got) for _, _, _, got in rows)
-        print("\ngoals (issue 43), room on, medians of the rounds:")
+        print("\ngoals (the waiting room), room on, medians of the rounds:")
         for name, val, want, ok in (
                 ("units to the first S arrivals", med(lambda g: g["on"]["first_s_share"]),
                  ">= 0.99", lambda x: x >= 0.99),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hold_markers.sh: Redis memory of the hold-return markers over a long run of
-# ended holds (issue 32, item 4: "memory that stays bounded in long sales").
+# ended holds: the memory of a long sale must stay bounded.
 #
 #   loadtest/hold_markers.sh [--holds 1000000] [--max-secs 300] [--keep-ms 5000]
 #                            [--flashsale bin/flashsale] [--flashload bin/flashload]

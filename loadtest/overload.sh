@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# overload.sh: the overload run of issue 23 (goal 3), for the service and,
+# overload.sh: the overload run (docs/performance.md, "Past capacity"), for the service and,
 # when ../shared/peers is there, the same run against the OpenResty-style
 # peer.
 #

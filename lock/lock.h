@@ -163,7 +163,9 @@
  * and so may a waiter whose re-check comes at that moment. For a lock
  * that serves in arrival order, see FAIRNESS.
  *
- * FAIRNESS, REDIS (options.fair). Seed 004 §6.1's property: "when the lock
+ * FAIRNESS, REDIS (options.fair). The property Alibaba Cloud's
+ * article "Implementation Principles and Best Practices of Distributed Lock"
+ * names in its section 6.1: "when the lock
  * wakes up, it does so in sequence". The same lock value, taken only by
  * the head of its queue (B:fair): the waiter that asked first holds next,
  * whichever client or process it is in, and a newcomer never takes a

@@ -4,7 +4,8 @@
  *      on 4 names through one client), next to a PING round trip;
  *   2. contended hand-off latency -- from the holder's release to the next
  *      waiter holding -- with 8 waiters, for this lock (waiters woken by the
- *      release) and, in the same run, for seed 001's tryLock (SET NX, sleep
+ *      release) and, in the same run, for the tryLock of the article "Using redis to
+ *      implement a distributed lock service in Java" (SET NX, sleep
  *      100 ms, try again; compare-and-delete release).
  *
  * In the contended runs each of 9 threads loops: acquire, hold 1 ms, note
@@ -88,7 +89,7 @@ static double uncontended(lock_client *c, int n, double seconds, long *errors) {
     return ops / ((clock_mono_us() - start) / 1e6);
 }
 
-/* The same two round trips without the library: seed 002's SET NX PX and
+/* The same two round trips without the library: the SET NX PX and
  * Lua compare-and-delete, in microseconds per pair. */
 static double plain_pair_us(redisContext *r) {
     int64_t t0 = clock_mono_us();
@@ -272,7 +273,8 @@ static void lk_teardown(void *self) {
     free(l);
 }
 
-/* Seed 001's tryLock: SET NX (with an expiry), else sleep 100 ms and retry.
+/* The tryLock of "Using redis to implement a distributed lock service in
+ * Java": SET NX (with an expiry), else sleep 100 ms and retry.
  * Each poller starts at a random phase: started together they would poll
  * in lockstep and every hand-off would take the full 100 ms. */
 typedef struct poll_lock { redisContext *r; char value[64]; int started; } poll_lock;
@@ -385,7 +387,7 @@ int main(int argc, char **argv) {
                                    lk_take, lk_give, lk_teardown };
     static const scheme own = { "lock (wake-up), a client per thread", lk_setup_own, lk_take,
                                 lk_give, lk_teardown };
-    static const scheme polling = { "seed 001 tryLock (SET NX, sleep 100 ms)", poll_setup,
+    static const scheme polling = { "polling tryLock (SET NX, sleep 100 ms)", poll_setup,
                                     poll_take, poll_give, poll_teardown };
     if (b.handoff_only) {
         printf("contended hand-off, release -> next holder, %d threads (1 holding, up to %d "

@@ -1,5 +1,6 @@
-/* lockfair_main.c: bin/lockfair, a lock's fairness measured (seed 004
- * §6.1: "when the lock wakes up, it does so in sequence"). Waiters arrive
+/* lockfair_main.c: bin/lockfair, a lock's fairness measured (Alibaba
+ * Cloud's "Implementation Principles and Best Practices of Distributed
+ * Lock", 6.1: "when the lock wakes up, it does so in sequence"). Waiters arrive
  * at a lock in a known order, each on a client of its own (as separate
  * processes would be), each holds it a while once it has it; the order
  * they were served in is set against the order they arrived in:

@@ -1,6 +1,7 @@
 /* rtopo.h: where a Redis command must go, on the three topologies the
  * service runs on: one server, a primary watched by Redis Sentinel, and
- * Redis Cluster (issue 21). hiredis 0.14 (Debian 12) knows none of them, so
+ * Redis Cluster (production runs Redis replicated, so the service must
+ * follow a failover and a reshard). hiredis 0.14 (Debian 12) knows none of them, so
  * the routing is here, as small blocking and reply-parsing pieces that the
  * blocking connections and the event loop's non-blocking one can both use:
  *

@@ -8,11 +8,13 @@
  * and differ only in the lock, in when it is released, and in whether the
  * write sets the value computed from the read or subtracts. The lock is
  * the strategy's `rcw` column of the strategy table (stock.c): none, a
- * process mutex, the seeds' own SETNX+EXPIRE or SET NX PX, a lock of the
+ * process mutex, the SETNX+EXPIRE or SET NX PX of the articles this project
+ * tests ("How to use Redis to implement distributed locks", "Using redis to
+ * implement a distributed lock service in Java"), a lock of the
  * lock module (on the service's Redis, on Redlock servers, ZooKeeper or
  * etcd), or a row of the database's lock table. The safe ones fence their
  * write with the lock's own token. The unsafe ones are faithful to the
- * seeds' broken code on purpose; fault injection (cs_overlap, below)
+ * articles' broken code on purpose; fault injection (cs_overlap, below)
  * forces the interleaving that breaks them, instead of hoping the
  * scheduler does, and the safe ones are shown under the same forcing.
  *
@@ -64,7 +66,7 @@ typedef struct pick {
 /* One segment's lock, as its provider took it. */
 typedef struct slot {
     lock_handle *handle;          /* the lock module's hold */
-    char value[40];               /* the seeds' locks: our value; db-lock: our owner id */
+    char value[40];               /* the articles' locks: our value; db-lock: our owner id */
     unsigned order;               /* the provider's order key (local: the mutex) */
     int shared;                   /* a mutex already taken for an earlier segment */
 } slot;
@@ -122,7 +124,7 @@ static void drop_local(stock_conn *c, const stock_product *p, int seg, slot *sl)
     pthread_mutex_unlock(&stripes[sl->order]);
 }
 
-/* The seeds' own locks, kept broken on purpose: SETNX then EXPIRE in a
+/* The articles' own locks (top of this file), kept broken on purpose: SETNX then EXPIRE in a
  * second command (unsafe-setnx-expire), or SET NX PX; both polled. */
 static stock_result naive_lock(stock_conn *c, const stock_product *p, int seg, int ttl_ms,
                                int64_t deadline_ms, slot *sl, int setnx_expire) {
@@ -141,8 +143,9 @@ static stock_result naive_lock(stock_conn *c, const stock_product *p, int seg, i
                                : rep->type == REDIS_REPLY_STATUS;
         freeReplyObject(rep);
         if (got && setnx_expire) {
-            /* The gap the seed warns about: a crash here leaves a lock
-             * that never expires. */
+            /* The gap "How to use Redis to implement distributed
+             * locks" warns about: a crash here leaves a lock that never
+             * expires. */
             t0 = sk_t0(c->observe);
             rep = redisCommand(c->ctx, "EXPIRE %s %d", key, (ttl_ms + 999) / 1000);
             sk_observe(c->observe, c->observe_ud, STOCK_CALL_RCW, t0);
@@ -177,7 +180,8 @@ static void naive_unlock(stock_conn *c, const stock_product *p, int seg, slot *s
     lock_key(c, p, seg, key, sizeof key);
     int64_t t0 = sk_t0(c->observe);
     if (del) {
-        /* The seed's release: whoever's lock it is now. */
+        /* The articles' first release, a plain DEL: whoever's lock it
+         * is now. */
         rep = redisCommand(c->ctx, "DEL %s", key);
     } else {
         rconn_cmd_evalsha(&c->cmd, &sk_unlock, 1);
@@ -251,7 +255,8 @@ static void drop_module(stock_conn *c, const stock_product *p, int seg, slot *sl
 
 /* db-lock: a row of the database's lock table (db_lock_acquire), tried
  * again after a jittered exponential backoff -- never longer than the
- * holder's row has left, nor past the wait -- as the seed's tryLock polls.
+ * holder's row has left, nor past the wait -- as the tryLock of "Using
+ * redis to implement a distributed lock service in Java" polls.
  * Its tokens are unnamed (no incarnation): the counter lives in the
  * orders' own database, which cannot lose it without losing the orders.
  * Each try takes a connection of the instance's budget (db/pool.h) and
@@ -567,7 +572,7 @@ static stock_result write_segments(stock_conn *c, stock_req *r, const pick *pk, 
     rconn_cmd_adds(&c->cmd, has_key ? r->idem_key : "");
     /* The safe ones take what they checked off what is there now: units
      * given back without the lock (restocks, undos, ended holds) since the
-     * read stay. The unsafe ones write as the seeds' code does: the value
+     * read stay. The unsafe ones write as the articles' code does: the value
      * computed from the read (their lost update), or a plain decrement. */
     rconn_cmd_adds(&c->cmd, p->strategy == STOCK_UNSAFE_CHECK_THEN_DECR ||
                                     !stock_strategy_about(p->strategy)->unsafe

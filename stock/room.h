@@ -1,5 +1,5 @@
-/* room.h: a product's waiting room, in Redis beside its stock (issue 43;
- * docs/waiting-room.md).
+/* room.h: a product's waiting room, in Redis beside its stock
+ * (docs/waiting-room.md).
  *
  * Past the order path's capacity, a flash sale without a room is a
  * lottery: refused orders (503, Retry-After) go to whoever retries at the

@@ -144,8 +144,9 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                    "AOF, sells those units again", STOCK_LOCKS_NONE, NULL, 1 },
     [STOCK_DB_FOR_UPDATE] = { "db-for-update", STOCK_KIND_DB_FOR_UPDATE, 0, 0, 0,
                               "PostgreSQL: a transaction per order locks the product row "
-                              "(SELECT .. FOR UPDATE), checks, writes and commits (seed 004's "
-                              "pessimistic lock)", STOCK_LOCKS_NONE, NULL, 0, 1 },
+                              "(SELECT .. FOR UPDATE), checks, writes and commits (the "
+                              "pessimistic lock of Alibaba Cloud's distributed lock article)",
+                              STOCK_LOCKS_NONE, NULL, 0, 1 },
     [STOCK_UNSAFE_CHECK_OUTSIDE_TX] = { "unsafe-check-outside-tx", STOCK_KIND_DB_FOR_UPDATE,
                                         0, 1, 0,
                                         "PostgreSQL: reads and checks the stock before the "
@@ -154,8 +155,9 @@ static const stock_strategy_info STRATEGIES[STOCK_STRATEGY_COUNT] = {
                                         STOCK_LOCKS_NONE, NULL, 0, 1 },
     [STOCK_FAIR_LOCK] = { "fair-lock", STOCK_KIND_LOCK, 1, 0, 1,
                           "the Redis lock of `lock`, fair: orders hold it in the order they "
-                          "asked, across instances (a line in Redis beside the lock, seed 004 "
-                          "6.1); a fenced write; 429 lock_timeout past the wait",
+                          "asked, across instances (a line in Redis beside the lock, as "
+                          "Alibaba Cloud's distributed lock article asks); a fenced write; "
+                          "429 lock_timeout past the wait",
                           STOCK_LOCKS_REDIS_FAIR, &sk_lock_module },
 };
 

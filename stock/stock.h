@@ -85,7 +85,7 @@ typedef enum stock_kind {
  * servers (stock/servers.c, stock_lock_server_about): adding a lock server
  * is a name here, a row there (and its backend in lock/). */
 typedef enum stock_lock_server {
-    STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the seeds' own SET NX */
+    STOCK_LOCKS_NONE = 0,     /* no lock, a process mutex, or the articles' SET NX (rcw.c) */
     STOCK_LOCKS_REDIS,        /* the lock module on the service's own Redis (`lock`) */
     STOCK_LOCKS_REDLOCK,      /* the lock module's Redlock over independent Redis servers */
     STOCK_LOCKS_ZOOKEEPER,    /* the lock module's ZooKeeper backend */

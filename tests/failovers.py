@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """failovers.py: many Sentinel failovers under load, half of them to a
-replica that missed writes, and the books after each (issue 21).
+replica that missed writes, and the books after each (the service
+must come through a failover of the Redis production runs, exact).
 
 A primary, one replica and three sentinels (tests/topology.py), and one
 bin/flashsale on the redis-sentinel:// URL. Four products -- lua with 1 and

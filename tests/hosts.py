@@ -1,5 +1,6 @@
 """hosts.py: a small network of hosts on this machine, for the faults that
-happen between machines (issue 31).
+happen between machines (docs/operations.md, "Running flashsale on many
+hosts").
 
 Net() makes one network namespace per host and one for a router between
 them; each host has one veth link to the router, its own address

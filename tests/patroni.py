@@ -1,6 +1,7 @@
 """patroni.py: PostgreSQL as operators run it, for the tests and the demo:
 a Patroni cluster (Debian's patroni 3.0.2) with etcd as its store, and
-HAProxy routing to its leader by Patroni's REST health check (issue 41).
+HAProxy routing to its leader by Patroni's REST health check (docs/operations.md,
+"Patroni decides the failover").
 
 Patroni(...) starts etcd on one host and a Patroni node per host given
 (each node a real `patroni` process, run as the postgres user, that

@@ -1,6 +1,7 @@
 """test_api.py: every route and error code of the API, against the real
 service, a real redis-server and a real SQLite file."""
 import json
+import os
 import re
 import time
 
@@ -397,6 +398,41 @@ def test_strategies_list(ctx):
             flag = "--db postgresql://" if need == "postgresql" else "--" + need
             assert flag in created.json["message"], created
             assert s.get("/v1/products/s-" + name).status == 404
+
+
+def readme_strategy_table():
+    """The rows of README.md's "Stock strategies" table: name -> (safe,
+    segments, needs), as its columns write them."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Stock strategies\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"^\| `([a-z0-9-]+)` \| (yes|no) \| (1\.\.N|1) \| ([^|]+) \|", line)
+        if m:
+            assert m.group(1) not in rows, "README lists %s twice" % m.group(1)
+            needs = [] if m.group(4).strip() == "-" else [x.strip() for x in m.group(4).split(",")]
+            rows[m.group(1)] = (m.group(2) == "yes", m.group(3) == "1..N", needs)
+    return rows
+
+
+def test_readme_strategy_table(ctx):
+    """The README's strategy table lists exactly the strategies the service
+    offers, each with what GET /v1/strategies says of it (safe, segments,
+    needs): a strategy added, renamed or changed cannot leave the newcomer's
+    first page behind. Its `how` and `verdict` columns are prose, checked by
+    the tests of each strategy."""
+    readme = readme_strategy_table()
+    s = ctx.service(ctx.redis())
+    r = s.get("/v1/strategies")
+    assert r.status == 200, r
+    served = {x["name"]: (x["safe"], x["segments"], x["needs"]) for x in r.json["strategies"]}
+    assert set(readme) == set(served), ("README's table against GET /v1/strategies",
+                                        sorted(set(readme) - set(served)),
+                                        sorted(set(served) - set(readme)))
+    for name, row in served.items():
+        assert readme[name] == row, (name, "README", readme[name], "service", row)
 
 
 def test_product_reads_are_at_most_50ms_old(ctx):

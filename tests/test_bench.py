@@ -75,7 +75,8 @@ def test_bench_tiny_run_prints_every_group_and_writes_its_report(ctx):
         assert o["201"] + o["409"] + o["shed"] + o["5xx"] + o["other"] == o["answered"], o
         assert o["verified"] is (True if o["target"] == "flashsale lua" else None), o
 
-    # The quota group (issue 32): each factor run once, for the service and
+    # The quota group (inside a container's CPU limit; docs/performance.md,
+    # "Inside a CPU quota"): each factor run once, for the service and
     # (where ../shared/peers is) the peer, the service's runs verified; or,
     # not root, said to be skipped.
     q = j["quota"]
@@ -88,7 +89,8 @@ def test_bench_tiny_run_prints_every_group_and_writes_its_report(ctx):
             assert r["runs"] == 1 and r["capacity"] > 0 and r["offered"] > 0, r
             assert r["verified"] is True, r
 
-    # Every goal line of issues 14 and 23 says met or NOT met.
+    # Every goal line (the order path's and the sale spike's goals,
+    # docs/performance.md) says met or NOT met.
     labels = [g["what"] for g in j["goals"]]
     for want in ("lua / best gateway, c=8", "spike: service / best gateway, c=8",
                  "GET /healthz / nginx return 200 (best), c=8",

@@ -1,4 +1,4 @@
-"""test_cluster.py: the service on a Redis Cluster (issue 21), against a
+"""test_cluster.py: the service on a Redis Cluster (docs/cluster.md), against a
 real 6-node cluster (3 primaries, 3 replicas; tests/topology.py):
 
 - `--redis redis-cluster://...`: each SKU's keys live in the slot of its
@@ -13,7 +13,8 @@ real 6-node cluster (3 primaries, 3 replicas; tests/topology.py):
   node other than the one it was built on names the old node's run_id in
   its generation, so it is found invalid there and rebuilt from SQLite
   before the next sale;
-- the `lock` strategy (issue 33): its locks and fences in the SKU's slot,
+- the `lock` strategy (its lock on the stock's own Redis, so on the
+  cluster too): its locks and fences in the SKU's slot,
   sold exactly on every primary, through a reshard of that slot, a forced
   failover and a killed primary, and under flashload's verifier.
 
@@ -80,7 +81,7 @@ def test_cluster_keys_and_limits_stay_exact(ctx):
 
 
 def test_cluster_sells_with_the_redis_lock(ctx):
-    """The `lock` strategy on a cluster (issue 33): each segment's lock and
+    """The `lock` strategy on a cluster: each segment's lock and
     its fence keys live in the SKU's slot, on the primary serving it; a
     SKU per primary sells out exactly, one segment (the loop's two round
     trips) and four (orders larger than a segment take the blocking path,
@@ -364,7 +365,7 @@ def test_cluster_flashload_verifies_orders_larger_than_a_lane(ctx):
 
 
 def test_cluster_lock_module_flashlock_and_redlock(ctx):
-    """The lock module itself on a cluster URL (issue 33): lockcheck's API
+    """The lock module itself on a cluster URL: lockcheck's API
     checks; 4 processes x 15 holds of one lock, each a non-atomic fenced
     increment (no two holders at once, tokens rising, no lost update);
     Redlock with a cluster as one of its three members; and flashlock,
@@ -401,7 +402,7 @@ def test_cluster_lock_module_flashlock_and_redlock(ctx):
 
 
 def test_cluster_waiting_room(ctx):
-    """A waiting room on a cluster (issue 43): its keys are in the SKU's
+    """A waiting room on a cluster (docs/waiting-room.md): its keys are in the SKU's
     slot, on the primary that serves it, beside the stock; a SKU on each
     primary, a crowd each, verified; with the room, every unit to the
     first places of its line, and the room's keys where its stock is. A

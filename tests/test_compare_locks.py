@@ -15,7 +15,9 @@ stays short:
 - bin/libclockjump.so, the shim the clock scene runs a redis-server under,
   moves that server's wall clock (a key's lease runs out at once) and
   nothing else;
-- the Redis failures group (seed 004 section 4.2), on servers and
+- the Redis failures group (section 4.2 of Alibaba Cloud's article
+  "Implementation Principles and Best Practices of Distributed Lock": a
+  failover to a stale replica, RedLock's three problems), on servers and
   sentinels compare starts for it: a failover to a replica that missed the
   last sales, a Redlock server's clock jumped forward, a Redlock server
   that lost its last AOF second, a Redlock member failed over to a replica
@@ -25,7 +27,8 @@ stays short:
   or abandon; the stock sells out, the units that come back are sold
   again, every hold ends one way, the expiries are on time, and the
   terminal, report.json and report.html say so;
-- the fairness group (seed 004 section 6.1): buyers arriving at each lock
+- the fairness group (the same article, 6.1: "when the lock wakes up, it
+  does so in sequence"): buyers arriving at each lock
   in a known order on two instances; the fair lock serves every one in
   turn, and the terminal, report.json (scenes and the lock table) and
   report.html (the arrival-against-service chart) say what each did;

@@ -1,4 +1,5 @@
-"""test_container.py: the service inside a container's CPU limit (issue 32).
+"""test_container.py: the service inside a container's CPU limit
+(docs/performance.md, "Inside a CPU quota").
 
 A real cgroup CPU quota, made here (root): a group of its own under this
 machine's cgroup v1 cpu hierarchy (or v2's, where that is what is

@@ -1,4 +1,4 @@
-"""test_fair_lock.py: the fair lock (issue 42; lock/lock.h, FAIRNESS)
+"""test_fair_lock.py: the fair lock (docs/fairness.md; lock/lock.h, FAIRNESS)
 against real redis-servers, as separate clients and processes:
 
 - bin/lockfair's two scenes -- waiters arriving in a known order at a held

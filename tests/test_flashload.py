@@ -347,7 +347,7 @@ def test_compare_writes_a_report_that_renders(ctx):
 
 def test_compare_uses_the_stock_its_help_shows(ctx):
     """compare --help names a default stock; a scene run without --stock
-    has exactly that many units on sale (issue 13: the help said 5000 while
+    has exactly that many units on sale (once the help said 5000 while
     20000 were used)."""
     rc, cmp_help, _ = flashload("compare", "--help")
     shown = int(re.search(r"--stock N\s+stock of the contention scenes \((\d+);",

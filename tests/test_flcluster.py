@@ -1,5 +1,5 @@
 """test_flcluster.py: flashload's own Redis reader on a real Redis Cluster
-(issue 21).
+(docs/cluster.md).
 
 flashload's verifier reads the service's Redis by docs/storage.md with
 plain hiredis, sharing no routing code with the service (loadtest/cluster.c

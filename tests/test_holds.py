@@ -549,7 +549,7 @@ def forgotten_total(s):
 
 
 def test_return_markers_are_forgotten_and_a_late_repeat_adds_nothing(ctx):
-    """issue 32, item 4: the marker that makes a return exactly-once lives
+    """Memory that stays bounded in a long sale: the marker that makes a return exactly-once lives
     in the time bucket of its decision and is forgotten once its debt is
     cleared and --returned-keep-ms has passed, so a long sale's ended holds
     do not stay in Redis. A repeat after that (here: the debt set owing

@@ -15,8 +15,8 @@ hostile-input review has a test here that failed before its fix:
    arguments, HEAD, stable messages.
 
 What libmicrohttpd answers itself (431, 414, 505, malformed request lines,
-a Content-Length that is not a number) is listed in README's security
-section; those answers are checked here to be HTTP and to close.
+a Content-Length that is not a number) is listed in docs/faults.md,
+"Hostile requests"; those answers are checked here to be HTTP and to close.
 """
 import json
 import socket
@@ -399,8 +399,8 @@ def test_framing_errors_are_refused_and_closed(ctx):
 
 
 def test_libmicrohttpd_own_answers(ctx):
-    """What libmicrohttpd answers before any route runs (README, Hostile
-    requests): its own HTML pages, each closing the connection, and nothing
+    """What libmicrohttpd answers before any route runs (docs/faults.md,
+    "Hostile requests"): its own HTML pages, each closing the connection, and nothing
     sold. If a libmicrohttpd upgrade changes one, this says so."""
     s = ctx.service(ctx.redis(), args=["--request-timeout", "2"])
     s.create_product("mhd", 10)

@@ -1,5 +1,5 @@
 """test_hosts.py: flashsale on many hosts, and the faults between them
-(issue 31). Every host is a network namespace of this machine
+(docs/operations.md, "Running flashsale on many hosts"). Every host is a network namespace of this machine
 (tests/hosts.py): Redis primary and replica, three sentinels, PostgreSQL,
 three instances and the load generator each on a host of its own, joined
 by a router in which a partition is cut. flashload's verifier, on its own
@@ -129,7 +129,8 @@ def test_split_brain_the_old_primary_sells_nothing_twice(ctx):
 
 
 def test_patroni_decides_the_failover(ctx):
-    """PostgreSQL as operators run it (issue 41): two Patroni nodes, etcd
+    """PostgreSQL as operators run it (docs/operations.md, "Patroni decides
+    the failover"): two Patroni nodes, etcd
     their store, synchronous_mode on (tests/patroni.py); app1 and app3
     reach the leader by the libpq multi-host URL, app2 through HAProxy and
     Patroni's REST check (GET /primary). Mid-sale, a planned switchover;
@@ -343,7 +344,7 @@ def test_an_instance_killed_before_it_revokes_its_503s(ctx):
 
 
 def test_flashload_compare_between_hosts_group(ctx):
-    """`flashload compare --groups between-hosts` (issues 31, 41): the
+    """`flashload compare --groups between-hosts` (docs/comparison.md): the
     split brain under unsafe-trust-redis, on a deployment of its own made
     by tools/hosts_scene.py; in the table, report.json and report.html,
     the scene showing its flaw (units oversold). (Ours, lua under the same

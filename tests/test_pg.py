@@ -88,7 +88,7 @@ def test_pg_forced_flaws_still_oversell(ctx):
 
 
 def test_pg_for_update_and_its_unsafe_twin(ctx):
-    """Seed 004's pessimistic lock: db-for-update locks the product's row
+    """The pessimistic lock of Alibaba Cloud's distributed lock article: db-for-update locks the product's row
     with SELECT ... FOR UPDATE in the order's own transaction, so a second
     buyer can never be inside with the same read (the forcing waits for
     one in vain); unsafe-check-outside-tx reads and checks before the

@@ -1,4 +1,5 @@
-"""test_sentinel.py: the service on a Sentinel-watched Redis (issue 21),
+"""test_sentinel.py: the service on a Sentinel-watched Redis
+(docs/operations.md, "On Redis Sentinel"),
 against real redis-servers and real sentinels (tests/topology.py):
 
 - it finds the primary through the sentinels, and after the primary is

@@ -1,5 +1,5 @@
 """test_topologies.py: the real Redis topologies the tests will run the
-service on (issue 21), checked by themselves first: harness.Sentinels and
+service on (Sentinel and Cluster, as production runs Redis), checked by themselves first: harness.Sentinels and
 harness.Cluster (tests/topology.py) must do what they say, or a later test
 of the service on them proves nothing.
 

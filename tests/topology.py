@@ -1,6 +1,6 @@
 """topology.py: real Redis topologies for flashsale's integration tests,
 started the way harness.Redis starts one server (free loopback ports, temp
-dirs, every process stopped by PID at the end) -- the support for issue 21,
+dirs, every process stopped by PID at the end) -- so that the service is tested
 running on the Redis that production runs. harness.Sentinels and
 harness.Cluster are these (harness.py was full); tests get them from
 ctx.sentinels() and ctx.cluster() (tests/run.py), stopped after each test.

@@ -3,13 +3,13 @@
 # are all present (a dpkg query, no network), so `make test` can always call it.
 # Usage: tools/deps.sh [extra-package ...]
 #
-# Redis topologies (issue 21): the sentinels the tests start are
+# Redis topologies (Sentinel, Cluster): the sentinels the tests start are
 # `redis-server <conf> --sentinel` (the same binary, from redis-server), so
 # the redis-sentinel package is not needed -- it would only add a
 # redis-sentinel symlink and start a system sentinel on port 26379.
-# iproute2: `ip netns`, the hosts of tests/test_hosts.py (issue 31).
+# iproute2: `ip netns`, the hosts of tests/test_hosts.py.
 # pgbouncer, haproxy, patroni: PostgreSQL as it runs in production
-# (tests/test_pgscale.py, the Patroni scenes; issue 41).
+# (tests/test_pgscale.py, the Patroni scenes).
 # redis-tools has redis-cli, whose --cluster create/reshard make and
 # reshape the test clusters.
 set -eu

@@ -82,7 +82,8 @@ static void for_update(svc_order *op) {
         return;
     }
     if (unsafe) {
-        /* The seed's mistake: the check before the transaction that locks. */
+        /* unsafe-check-outside-tx's mistake: the check before the
+         * transaction that locks. */
         if (db_stock_read(d, op->p->sku, &read, &version) != DB_OK) {
             svc_db_give(op->a, d);
             svc_health_poke_db(op->a->health);

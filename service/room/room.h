@@ -1,5 +1,5 @@
-/* room.h: the service's side of a product's waiting room (issue 43;
- * docs/waiting-room.md). Redis keeps the line (stock/room.h); each
+/* room.h: the service's side of a product's waiting room
+ * (docs/waiting-room.md: why a line, and how it stays fair). Redis keeps the line (stock/room.h); each
  * instance keeps what it last heard of it, so that a waiting buyer's
  * question -- is it my turn? -- and a sold-out room's answer cost no
  * store at all:

@@ -40,8 +40,9 @@ if c > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 8, 7 + c)) end
 local g = redis.call('GET', KEYS[1])
 local gen, run_id
 if g then gen, run_id = string.match(g, '^(%d+):(.*)$') end
--- '*' is unsafe-trust-redis: any copy, whoever built it (the seeds' "Redis
--- is the truth"; it sells again what a failover or a lost AOF second undid).
+-- '*' is unsafe-trust-redis: any copy, whoever built it (Redis as the
+-- truth, as the distributed lock articles treat it; it sells again what a
+-- failover or a lost AOF second undid).
 local valid = g and (run_id == ARGV[1] or ARGV[1] == '*')
 
 local limit = tonumber(ARGV[4])

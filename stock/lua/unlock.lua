@@ -1,4 +1,5 @@
--- unlock.lua: seed 001's release for the unsafe lock demonstrations:
+-- unlock.lua: the release of the article "Using redis to implement a
+-- distributed lock service in Java" for the unsafe lock demonstrations:
 -- delete the lock only if it still holds our value. (The real lock module,
 -- lock/, does much more; these strategies exist to show what goes wrong.)
 -- KEYS[1] lock key   ARGV[1] our value

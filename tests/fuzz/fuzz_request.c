@@ -11,7 +11,7 @@
  *     {"error": <a code the API lists>, "message": <string>}; a 500
  *     (internal_error: an answer that could not be built) is a finding;
  *     a non-JSON answer is libmicrohttpd's own (400, 413, 414, 431, 505:
- *     README, Security);
+ *     docs/faults.md, "Hostile requests");
  *
  * and every BOOKS_EVERY inputs (and at exit) `flashsale audit` must find
  * the stock books balanced: SQLite against itself and Redis against SQLite.
@@ -188,8 +188,8 @@ static int check_answer(const fl_resp *r, int head, int raw_head) {
               r->status == 505);
     } else if (!strncmp(b, "HTTP/1.1 4", 10)) {
         /* libmicrohttpd 0.9.75's answer to a Content-Length it cannot
-         * read writes its status line and headers twice (README,
-         * Security): the second copy reads as the body. */
+         * read writes its status line and headers twice (docs/faults.md,
+         * "Hostile requests"): the second copy reads as the body. */
         CHECK(r->status == 400 || r->status == 413);
     } else {
         CHECK(r->status == 200 && !strncmp(b, "# HELP", 6));    /* /metrics */
