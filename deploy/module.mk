@@ -5,7 +5,10 @@
 #       $(PREFIX)/share/man/man1/*.1      their --help as man pages (help2man)
 #       $(PREFIX)/share/doc/flashsale/    openapi.yaml, api.md, metrics.md, README.md,
 #                                         flashsale.env.example, prometheus/ (the
-#                                         rules, their tests, an example config)
+#                                         rules, their tests, an example config),
+#                                         and docs/, lock/README.md and
+#                                         loadtest/README.md where the README's
+#                                         links point
 #       $(PREFIX)/lib/systemd/system/flashsale.service
 #                                         ExecStart and EnvironmentFile
 #                                         rewritten for PREFIX and SYSCONFDIR
@@ -48,6 +51,10 @@ install: $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(MAN_PAGES)
 	install -m 755 $(addprefix $(BIN)/,$(INSTALL_PROGRAMS)) $(DESTDIR)$(BINDIR)
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN1DIR)
 	install -m 644 docs/openapi.yaml docs/api.md docs/metrics.md README.md $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/lock $(DESTDIR)$(DOCDIR)/loadtest
+	install -m 644 $(wildcard docs/*.md) docs/openapi.yaml $(DESTDIR)$(DOCDIR)/docs
+	install -m 644 lock/README.md $(DESTDIR)$(DOCDIR)/lock
+	install -m 644 loadtest/README.md $(DESTDIR)$(DOCDIR)/loadtest
 	install -d $(DESTDIR)$(DOCDIR)/prometheus
 	install -m 644 $(wildcard deploy/prometheus/*.yml) $(DESTDIR)$(DOCDIR)/prometheus
 	install -m 644 deploy/systemd/flashsale.env $(DESTDIR)$(DOCDIR)/flashsale.env.example

@@ -139,6 +139,12 @@ def test_make_install_tree_runs(ctx):
         open(os.path.join(ROOT, "docs", "openapi.yaml")).read()
     for f in ("api.md", "metrics.md", "README.md", "flashsale.env.example"):
         assert os.path.getsize(os.path.join(doc, f)) > 0, f
+    # The installed README's links lead to installed files.
+    links = set(re.findall(r"\]\(([^)#:]+\.(?:md|yaml))(?:#[^)]*)?\)",
+                           open(os.path.join(doc, "README.md")).read()))
+    assert links, "no relative links in the README"
+    for link in links:
+        assert os.path.isfile(os.path.join(doc, link)), link
     # The Prometheus rules, installed beside their tests and example config,
     # still pass those tests there.
     rules = subprocess.run(
