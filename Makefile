@@ -55,7 +55,7 @@ else ifeq ($(VARIANT),tsan)
 # ThreadSanitizer (gcc's, runtime libtsan2: a dependency of gcc-12 itself).
 # -O1 keeps the reports' stacks close to the source. Under the
 # instrumentation gcc's -Wformat-truncation loses track of string sizes
-# (loadtest/compare.c: "up to 623103 bytes" from a 32-byte field); the rel
+# (loadtest/compare/compare.c: "up to 623103 bytes" from a 32-byte field); the rel
 # and san builds keep that check.
 CFLAGS_ALL += -O1 -fsanitize=thread -fno-omit-frame-pointer -Wno-format-truncation
 LDFLAGS_ALL := -fsanitize=thread $(LDFLAGS)
@@ -262,12 +262,12 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm
 
 # Per-target sources, as extra prerequisites so that $^ links them.
-build/fuzz/fuzz_http: loadtest/httpresp.c
+build/fuzz/fuzz_http: loadtest/client/httpresp.c
 
 # The request-surface harness runs the whole service in its process.
 FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c rtopo/*.c http/*.c db/*.c stock/*.c \
                     lock/*.c service/*.c service/*/*.c))
-build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/client/httpresp.c \
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
                          build/rel/gen/version.c build/rel/gen/openapi.c
 	@mkdir -p $(dir $@)

@@ -13,7 +13,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/run.h"
 
 #define CONNECT_GIVE_UP_MS 10000   /* no connection at all by then: a setup error */
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadtest/loadtest.h"
+#include "loadtest/client/client.h"
 
 #define CHECK(c) do { if (!(c)) __builtin_trap(); } while (0)
 
