@@ -107,7 +107,7 @@ static int wait_fd(fl_http *h, short ev) {
     return rc == 1 ? 0 : -1;
 }
 
-static int send_all(fl_http *h, const char *buf, size_t len) {
+static int fl_http_send_all(fl_http *h, const char *buf, size_t len) {
     size_t off = 0;
     while (off < len) {
         ssize_t n = send(h->fd, buf + off, len - off, MSG_NOSIGNAL);
@@ -167,7 +167,7 @@ int fl_http_request(fl_http *h, const char *method, const char *path, const char
     h->resp.no_body = !strcmp(method, "HEAD");
     for (int attempt = 0; attempt < 2; attempt++) {
         if (h->fd < 0 && connect_timeout(h, e)) break;
-        if (send_all(h, req, len) == 0) {
+        if (fl_http_send_all(h, req, len) == 0) {
             rc = read_response(h, e);
             if (rc == 0) break;
         }

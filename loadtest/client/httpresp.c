@@ -57,7 +57,7 @@ int fl_resp_started(const fl_resp *r) {
     return r->state != ST_STATUS || r->line_len > 0 || r->head_bytes > 0;
 }
 
-static int fail(fl_resp *r, const char *why) {
+static int fl_resp_fail(fl_resp *r, const char *why) {
     r->error = why;
     return FL_RESP_ERROR;
 }
@@ -73,7 +73,7 @@ static int keep_body(fl_resp *r, const char *p, size_t n) {
         while (cap < r->body_len + n + 1) cap *= 2;
         if (cap > r->body_max + 1) cap = r->body_max + 1;
         char *b = realloc(r->body, cap);
-        if (!b) return fail(r, "out of memory");
+        if (!b) return fl_resp_fail(r, "out of memory");
         r->body = b;
         r->body_cap = cap;
     }
@@ -109,13 +109,13 @@ static int has_token(const char *v, size_t n, const char *token) {
 static int parse_status(fl_resp *r, const char *l, size_t n) {
     /* "HTTP/1.1 201 Created" */
     if (n < 12 || memcmp(l, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)l[7]) || l[8] != ' ')
-        return fail(r, "bad status line");
+        return fl_resp_fail(r, "bad status line");
     if (!isdigit((unsigned char)l[9]) || !isdigit((unsigned char)l[10]) ||
         !isdigit((unsigned char)l[11]) || (n > 12 && l[12] != ' '))
-        return fail(r, "bad status code");
+        return fl_resp_fail(r, "bad status code");
     r->minor = l[7] - '0';
     r->status = (l[9] - '0') * 100 + (l[10] - '0') * 10 + (l[11] - '0');
-    if (r->status < 100) return fail(r, "bad status code");
+    if (r->status < 100) return fl_resp_fail(r, "bad status code");
     r->keep_alive = r->minor >= 1;
     r->state = ST_HEADERS;
     return 0;
@@ -123,20 +123,20 @@ static int parse_status(fl_resp *r, const char *l, size_t n) {
 
 static int parse_header(fl_resp *r, const char *l, size_t n) {
     const char *colon = memchr(l, ':', n);
-    if (!colon || colon == l) return fail(r, "bad header line");
+    if (!colon || colon == l) return fl_resp_fail(r, "bad header line");
     size_t nl = (size_t)(colon - l);
     const char *v = colon + 1;
     size_t vn = n - nl - 1;
     trim(&v, &vn);
     if (nl == 14 && strncasecmp(l, "Content-Length", 14) == 0) {
         long long cl = 0;
-        if (vn == 0 || vn > 15) return fail(r, "bad Content-Length");
+        if (vn == 0 || vn > 15) return fl_resp_fail(r, "bad Content-Length");
         for (size_t i = 0; i < vn; i++) {
-            if (!isdigit((unsigned char)v[i])) return fail(r, "bad Content-Length");
+            if (!isdigit((unsigned char)v[i])) return fl_resp_fail(r, "bad Content-Length");
             cl = cl * 10 + (v[i] - '0');
         }
         if (r->content_length >= 0 && r->content_length != cl)
-            return fail(r, "conflicting Content-Length");
+            return fl_resp_fail(r, "conflicting Content-Length");
         r->content_length = cl;
     } else if (nl == 17 && strncasecmp(l, "Transfer-Encoding", 17) == 0) {
         if (has_token(v, vn, "chunked")) r->chunked = 1;
@@ -180,20 +180,20 @@ static int parse_chunk_size(fl_resp *r, const char *l, size_t n) {
     long long size = 0;
     size_t i = 0;
     for (; i < n && isxdigit((unsigned char)l[i]); i++) {
-        if (size > (1LL << 40)) return fail(r, "chunk too large");
+        if (size > (1LL << 40)) return fl_resp_fail(r, "chunk too large");
         int c = tolower((unsigned char)l[i]);
         size = size * 16 + (isdigit(c) ? c - '0' : c - 'a' + 10);
     }
-    if (i == 0) return fail(r, "bad chunk size");
+    if (i == 0) return fl_resp_fail(r, "bad chunk size");
     while (i < n && (l[i] == ' ' || l[i] == '\t')) i++;
-    if (i < n && l[i] != ';') return fail(r, "bad chunk size");
+    if (i < n && l[i] != ';') return fl_resp_fail(r, "bad chunk size");
     r->left = size;
     r->state = size ? ST_CHUNK_DATA : ST_TRAILERS;
     return 0;
 }
 
 /* One complete line (without its CR LF) in the current state. */
-static int on_line(fl_resp *r, const char *l, size_t n) {
+static int fl_resp_on_line(fl_resp *r, const char *l, size_t n) {
     switch (r->state) {
     case ST_STATUS:
         return parse_status(r, l, n);
@@ -202,15 +202,15 @@ static int on_line(fl_resp *r, const char *l, size_t n) {
     case ST_CHUNK_SIZE:
         return parse_chunk_size(r, l, n);
     case ST_CHUNK_CRLF:
-        if (n != 0) return fail(r, "chunk not followed by CRLF");
+        if (n != 0) return fl_resp_fail(r, "chunk not followed by CRLF");
         r->state = ST_CHUNK_SIZE;
         return 0;
     case ST_TRAILERS:
         if (n == 0) r->state = ST_DONE;
         return 0;
     default:
-        assert(!"on_line in a body state");
-        return fail(r, "internal error");
+        assert(!"fl_resp_on_line in a body state");
+        return fl_resp_fail(r, "internal error");
     }
 }
 
@@ -225,10 +225,10 @@ static long feed_line(fl_resp *r, const char *p, size_t n) {
     size_t take = nl ? (size_t)(nl - p) + 1 : n;
     if (r->state == ST_STATUS || r->state == ST_HEADERS || r->state == ST_TRAILERS) {
         r->head_bytes += take;
-        if (r->head_bytes > HEAD_MAX) return fail(r, "response head too large");
+        if (r->head_bytes > HEAD_MAX) return fl_resp_fail(r, "response head too large");
     }
     if (!nl) {                    /* a partial line: keep it for the next read */
-        if (r->line_len + n > sizeof r->line) return fail(r, "line too long");
+        if (r->line_len + n > sizeof r->line) return fl_resp_fail(r, "line too long");
         memcpy(r->line + r->line_len, p, n);
         r->line_len += n;
         return (long)n;
@@ -239,7 +239,7 @@ static long feed_line(fl_resp *r, const char *p, size_t n) {
      * else a long header is accepted or refused depending on where recv()
      * happened to cut the stream (caught by the whole-vs-pieces check of
      * tests/fuzz/fuzz_http.c). */
-    if (r->line_len + ln > sizeof r->line) return fail(r, "line too long");
+    if (r->line_len + ln > sizeof r->line) return fl_resp_fail(r, "line too long");
     if (r->line_len) {            /* finish the line begun in an earlier read */
         memcpy(r->line + r->line_len, p, ln);
         l = r->line;
@@ -247,7 +247,7 @@ static long feed_line(fl_resp *r, const char *p, size_t n) {
         r->line_len = 0;
     }
     if (ln && l[ln - 1] == '\r') ln--;
-    if (on_line(r, l, ln) != 0) return FL_RESP_ERROR;
+    if (fl_resp_on_line(r, l, ln) != 0) return FL_RESP_ERROR;
     return (long)take;
 }
 
@@ -285,7 +285,7 @@ int fl_resp_eof(fl_resp *r) {
         return FL_RESP_DONE;
     }
     if (r->state == ST_DONE) return FL_RESP_DONE;
-    return fail(r, fl_resp_started(r) ? "connection closed mid-response"
+    return fl_resp_fail(r, fl_resp_started(r) ? "connection closed mid-response"
                                       : "connection closed before the response");
 }
 

@@ -196,7 +196,7 @@ void fl_failures_down(fl_failworld *f) {
 }
 
 /* The data node of pair d whose port is port, or NULL. */
-static fl_proc *node_at(fl_proc *d, int port) {
+static fl_proc *fl_failures_node_at(fl_proc *d, int port) {
     for (int i = 0; i < 2; i++)
         if (d[i].pid > 0 && d[i].port == port) return &d[i];
     return NULL;
@@ -206,7 +206,7 @@ static fl_proc *node_at(fl_proc *d, int port) {
  * its replica (in sync) when want_replica; NULL when not so. */
 static fl_proc *primary_of(fl_failworld *f, fl_proc *d, const char *name, int want_replica,
                            fl_proc **replica) {
-    fl_proc *p = node_at(d, fl_sentinel_master(f->sent, 3, name));
+    fl_proc *p = fl_failures_node_at(d, fl_sentinel_master(f->sent, 3, name));
     if (!p || !fl_is_master(p->port)) return NULL;
     fl_proc *r = p == &d[0] ? &d[1] : &d[0];
     if (replica) *replica = r;
@@ -216,7 +216,7 @@ static fl_proc *primary_of(fl_failworld *f, fl_proc *d, const char *name, int wa
 
 /* Everything serves, the sentinels know each other and each primary's
  * replica, the service is up. Once; 0, or -1 with f->why. */
-static int ready(fl_failworld *f) {
+static int fl_failures_serving(fl_failworld *f) {
     if (f->state) return f->state > 0 ? 0 : -1;
     fl_err e = { "" };
     fl_proc *all[] = { &f->stock[0], &f->stock[1], &f->lockm[0], &f->lockm[1], &f->sent[0],
@@ -407,7 +407,7 @@ static int runs_ended(frun *r, int n) {
 
 /* Polls cond every 10 ms until it holds (0), the time runs out or a run
  * ends (-1). */
-static int wait_for(int (*cond)(frun *r, int n, void *ud), frun *r, int n, void *ud,
+static int fl_failures_wait_for(int (*cond)(frun *r, int n, void *ud), frun *r, int n, void *ud,
                     int timeout_ms) {
     for (int64_t until = clock_mono_ms() + timeout_ms; clock_mono_ms() < until;
          clock_sleep_ms(10)) {
@@ -596,7 +596,7 @@ static void failover_scenes(fl_failworld *f, const fl_compare_opts *o, const cha
     int64_t t_kill = 0, t_promoted = 0;
     runs_start(r, n);
     for (int i = 0; i < n; i++) want[i] = FO_BEFORE;
-    if (wait_for(sold_at_least, r, n, want, 20000)) {
+    if (fl_failures_wait_for(sold_at_least, r, n, want, 20000)) {
         snprintf(what, sizeof what, "not %d sold before the cut within 20 s", FO_BEFORE);
         goto out;
     }
@@ -614,7 +614,7 @@ static void failover_scenes(fl_failworld *f, const fl_compare_opts *o, const cha
         }
         r[i].cut_stock = atoll(v);
     }
-    if (wait_for(missed_enough, r, n, &primary->port, 20000)) {
+    if (fl_failures_wait_for(missed_enough, r, n, &primary->port, 20000)) {
         snprintf(what, sizeof what, "not %d more sold while cut off within 20 s", FO_WHILE_CUT);
         goto out;
     }
@@ -763,7 +763,7 @@ static void redlock_scenes(fl_failworld *f, const fl_compare_opts *o, const char
     holders first = { { A->port, kind == FL_FAIL_CLOCK ? C->port : B->port, 0 }, 2, 0, 0 };
     holders second = { { member ? lrep->port : B->port, C->port, 0 }, 2, 1,
                        member ? B->port : A->port };
-    if (wait_for(holders_seen, r, n, &first, HOLD_WAIT_MS)) {
+    if (fl_failures_wait_for(holders_seen, r, n, &first, HOLD_WAIT_MS)) {
         snprintf(why, sizeof why, "no first holder within %d s", HOLD_WAIT_MS / 1000);
         goto out;
     }
@@ -773,14 +773,14 @@ static void redlock_scenes(fl_failworld *f, const fl_compare_opts *o, const char
      * first holder's lock (C's copy expired; B's lost; A's new primary
      * never had it). */
     int freed = kind == FL_FAIL_CLOCK ? C->port : kind == FL_FAIL_AOF ? B->port : lrep->port;
-    if (wait_for(forgot, r, n, &freed, FORGET_WAIT_MS)) {
+    if (fl_failures_wait_for(forgot, r, n, &freed, FORGET_WAIT_MS)) {
         fl_errf(&e, "the lock was still on the server the fault was for after %d s",
                 FORGET_WAIT_MS / 1000);
         goto fault_failed;
     }
     freed_seen = 1;
     runs_fault(r, n, clock_mono_ms());
-    if (wait_for(holders_seen, r, n, &second, SECOND_WAIT_MS)) {
+    if (fl_failures_wait_for(holders_seen, r, n, &second, SECOND_WAIT_MS)) {
         snprintf(why, sizeof why, "no second holder within %d s of the fault",
                  SECOND_WAIT_MS / 1000);
         goto out;
@@ -817,7 +817,7 @@ int fl_failures_ready(fl_failworld *f, const fl_compare_opts *o, char *why, size
         return -1;
     }
     (void)o;
-    if (ready(f)) {
+    if (fl_failures_serving(f)) {
         snprintf(why, len, "the Redis failures' servers: %.250s", f->why);
         return -1;
     }

@@ -346,8 +346,8 @@ static void kill_probe(fl_world *w, const char *tag, const char *strategy, fl_pr
 
 /* The one-instance scene of strategy with segments in group (failure:
  * of that kind, FL_GROUP_FAILURE only), or NULL. */
-static const fl_scene_result *find(const fl_scene_result *r, int n, const char *strategy,
-                                   int segments, int group, fl_failure failure) {
+static const fl_scene_result *fl_scene_at(const fl_scene_result *r, int n, const char *strategy,
+                                          int segments, int group, fl_failure failure) {
     for (int i = 0; i < n; i++)
         if (!strcmp(r[i].sc.strategy, strategy) && r[i].sc.segments == segments &&
             r[i].sc.instances == 1 && r[i].sc.group == group && r[i].sc.failure == failure)
@@ -383,7 +383,7 @@ static void failover_cell(const fl_compare_opts *o, const fl_world *w, fl_lock_r
     }
     int redlock = !strcmp(s, "redlock");
     const fl_scene_result *sc =
-        find(r, n, s, 1, FL_GROUP_FAILURE, redlock ? FL_FAIL_MEMBER : FL_FAIL_FAILOVER);
+        fl_scene_at(r, n, s, 1, FL_GROUP_FAILURE, redlock ? FL_FAIL_MEMBER : FL_FAIL_FAILOVER);
     if (!sc) {
         not_measured(p, !o->redis_failures ? "not measured (--no-redis-failures)"
                                            : "not measured: no failover scene");
@@ -433,9 +433,10 @@ static void fairness_of(fl_lock_row *row, const fl_scene_result *r, int n) {
 /* The row's figures that come from the scenes. */
 static void from_scenes(fl_lock_row *row, const fl_scene_result *r, int n) {
     fairness_of(row, r, n);
-    const fl_scene_result *one = find(r, n, row->strategy, 1, FL_GROUP_CONTENTION, FL_FAIL_NONE);
-    const fl_scene_result *eight = find(r, n, row->strategy, 8, FL_GROUP_CONTENTION, FL_FAIL_NONE);
-    const fl_scene_result *pause = find(r, n, row->strategy, 1, FL_GROUP_PAUSE, FL_FAIL_NONE);
+    const char *s = row->strategy;
+    const fl_scene_result *one = fl_scene_at(r, n, s, 1, FL_GROUP_CONTENTION, FL_FAIL_NONE);
+    const fl_scene_result *eight = fl_scene_at(r, n, s, 8, FL_GROUP_CONTENTION, FL_FAIL_NONE);
+    const fl_scene_result *pause = fl_scene_at(r, n, s, 1, FL_GROUP_PAUSE, FL_FAIL_NONE);
     if (one && one->ran) {
         row->have1 = 1;
         row->ops1 = one->orders_per_s;

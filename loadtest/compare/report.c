@@ -56,7 +56,7 @@ static json_t *num_or_null(int have, double v) { return have ? json_real(v) : js
 
 /* A holds scene's holds: what the buyers were told to do, and how the
  * holds ended (the verifier's figures; holds = units at quantity 1). */
-static json_t *holds_json(const fl_scene_result *s) {
+static json_t *fl_report_holds_json(const fl_scene_result *s) {
     const fl_holds_verdict *h = &s->verdict.holds;
     return json_pack("{s:i, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, "
                      "s:{s:I, s:I, s:I, s:I}, s:I}",
@@ -187,7 +187,7 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                                                            "met", (json_int_t)s->forced_met,
                                                            "alone", (json_int_t)s->forced_alone,
                                                            "why", s->forced_why));
-            if (s->sc.hold_seconds) json_object_set_new(j, "holds", holds_json(s));
+            if (s->sc.hold_seconds) json_object_set_new(j, "holds", fl_report_holds_json(s));
             if (s->sc.group == FL_GROUP_FAIRNESS) {
                 json_t *order = json_array();
                 for (int k = 0; k < s->fair_served; k++)

@@ -29,24 +29,24 @@
 
 /* ------------------------------------------------------------- the heap */
 
-static void heap_up(crowd_due *h, size_t i) {
+static void heap_up(fl_crowd_due *h, size_t i) {
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (h[p].at <= h[i].at) break;
-        crowd_due t = h[p];
+        fl_crowd_due t = h[p];
         h[p] = h[i];
         h[i] = t;
         i = p;
     }
 }
 
-static void heap_down(crowd_due *h, size_t n, size_t i) {
+static void heap_down(fl_crowd_due *h, size_t n, size_t i) {
     for (;;) {
         size_t l = 2 * i + 1, m = i;
         if (l < n && h[l].at < h[m].at) m = l;
         if (l + 1 < n && h[l + 1].at < h[m].at) m = l + 1;
         if (m == i) return;
-        crowd_due t = h[m];
+        fl_crowd_due t = h[m];
         h[m] = h[i];
         h[i] = t;
         i = m;
@@ -55,15 +55,15 @@ static void heap_down(crowd_due *h, size_t n, size_t i) {
 
 /* Buyer i acts at `at`. The heap has room for every buyer once, and a
  * buyer is on it at most once (never while its request is out). */
-static void schedule(crowd_part *p, uint32_t i, int64_t at) {
-    assert(p->hn < p->hcap && !p->b[i].in_flight && p->b[i].phase != CROWD_DONE);
-    p->heap[p->hn] = (crowd_due){ at, i };
+static void schedule(fl_crowd_part *p, uint32_t i, int64_t at) {
+    assert(p->hn < p->hcap && !p->b[i].in_flight && p->b[i].phase != FL_CROWD_DONE);
+    p->heap[p->hn] = (fl_crowd_due){ at, i };
     heap_up(p->heap, p->hn++);
 }
 
-int64_t crowd_next_at(const crowd_part *p) { return p->hn ? p->heap[0].at : INT64_MAX; }
+int64_t fl_crowd_next_at(const fl_crowd_part *p) { return p->hn ? p->heap[0].at : INT64_MAX; }
 
-uint32_t crowd_pop(crowd_part *p) {
+uint32_t fl_crowd_pop(fl_crowd_part *p) {
     assert(p->hn > 0);
     uint32_t i = p->heap[0].i;
     p->heap[0] = p->heap[--p->hn];
@@ -82,7 +82,7 @@ static int is_bot(uint64_t seed, uint32_t idx, double share) {
     return (double)(z >> 11) * 0x1.0p-53 < share;
 }
 
-int crowd_part_init(crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
+int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
                     uint64_t seed) {
     memset(p, 0, sizeof *p);
     p->o = o;
@@ -92,36 +92,36 @@ int crowd_part_init(crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64
     p->b = calloc(p->n ? p->n : 1, sizeof *p->b);
     p->heap = malloc(p->hcap * sizeof *p->heap);
     if (!p->b || !p->heap) {
-        crowd_part_free(p);
+        fl_crowd_part_free(p);
         return -1;
     }
     for (uint32_t k = 0; k < p->n; k++) {
-        crowd_buyer *b = &p->b[k];
+        fl_crowd_buyer *b = &p->b[k];
         b->idx = (uint32_t)id + k * (uint32_t)nw;
         b->bot = (uint8_t)is_bot(seed, b->idx, o->impatient);
-        b->phase = o->room ? CROWD_TICKET : CROWD_ORDER;
+        b->phase = o->room ? FL_CROWD_TICKET : FL_CROWD_ORDER;
         b->arrive_us = t0 + (o->buyers > 1 ? o->ramp_us * (int64_t)b->idx / (o->buyers - 1) : 0);
         schedule(p, k, b->arrive_us);
     }
     return 0;
 }
 
-void crowd_part_free(crowd_part *p) {
+void fl_crowd_part_free(fl_crowd_part *p) {
     free(p->b);
     free(p->heap);
     p->b = NULL;
     p->heap = NULL;
 }
 
-size_t crowd_build(crowd_part *p, uint32_t i, const char *sku, const char *hostport, char *buf,
-                   size_t cap) {
-    crowd_buyer *b = &p->b[i];
+size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char *hostport,
+                      char *buf, size_t cap) {
+    fl_crowd_buyer *b = &p->b[i];
     char body[256];
     int bl, n;
-    assert(b->phase != CROWD_DONE && !b->in_flight);
+    assert(b->phase != FL_CROWD_DONE && !b->in_flight);
     b->in_flight = 1;
     if (b->requests < UINT16_MAX) b->requests++;
-    if (b->phase == CROWD_TICKET) {
+    if (b->phase == FL_CROWD_TICKET) {
         bl = snprintf(body, sizeof body, "{\"user_id\":\"u%u\"}", b->idx);
         n = snprintf(buf, cap, "POST /v1/products/%s/tickets HTTP/1.1\r\nHost: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -138,8 +138,8 @@ size_t crowd_build(crowd_part *p, uint32_t i, const char *sku, const char *hostp
     return (size_t)n;
 }
 
-static void finish(crowd_part *p, crowd_buyer *b, int outcome, int64_t now) {
-    b->phase = CROWD_DONE;
+static void fl_crowd_finish(fl_crowd_part *p, fl_crowd_buyer *b, int outcome, int64_t now) {
+    b->phase = FL_CROWD_DONE;
     b->outcome = (uint8_t)outcome;
     b->final_us = now;
     p->done++;
@@ -161,7 +161,7 @@ static long long json_int(const char *json, size_t len, const char *key) {
 
 /* When a buyer told to wait (rs) comes back: a bot at once; a polite one
  * after the body's retry_after_ms, else Retry-After, else a second. */
-static int64_t again_at(const crowd_buyer *b, const fl_resp *rs, int64_t now) {
+static int64_t again_at(const fl_crowd_buyer *b, const fl_resp *rs, int64_t now) {
     if (b->bot) return now;
     if (rs) {
         long long ms = json_int(rs->body, rs->body_len, "retry_after_ms");
@@ -171,22 +171,22 @@ static int64_t again_at(const crowd_buyer *b, const fl_resp *rs, int64_t now) {
     return now + POLITE_DEFAULT_US;
 }
 
-void crowd_answer(crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
-    crowd_buyer *b = &p->b[i];
+void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
+    fl_crowd_buyer *b = &p->b[i];
     char code[40] = "";
     assert(b->in_flight);
     b->in_flight = 0;
     if (rs->status >= 400 && rs->body &&
         fl_json_str(rs->body, rs->body_len, "error", code, sizeof code) < 0)
         code[0] = '\0';
-    if (b->phase == CROWD_TICKET && (rs->status == 200 || rs->status == 201)) {
+    if (b->phase == FL_CROWD_TICKET && (rs->status == 200 || rs->status == 201)) {
         char st[24] = "";
         if (!rs->body || fl_json_str(rs->body, rs->body_len, "ticket", b->ticket,
                                      sizeof b->ticket) < 0) {
-            finish(p, b, FL_BUYER_REFUSED, now);   /* a place without a ticket: a bug */
+            fl_crowd_finish(p, b, FL_BUYER_REFUSED, now);   /* a place without a ticket: a bug */
             return;
         }
-        b->phase = CROWD_ORDER;
+        b->phase = FL_CROWD_ORDER;
         long long pos = json_int(rs->body, rs->body_len, "position");
         b->position = pos > 0 && pos <= UINT32_MAX ? (uint32_t)pos : 0;
         fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
@@ -194,15 +194,15 @@ void crowd_answer(crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
         return;
     }
     if (rs->status == 201) {
-        finish(p, b, FL_BUYER_GOT, now);
+        fl_crowd_finish(p, b, FL_BUYER_GOT, now);
         return;
     }
     if (rs->status == 409 && (!strcmp(code, "sold_out") || !strcmp(code, "insufficient_stock"))) {
-        finish(p, b, FL_BUYER_SOLD_OUT, now);
+        fl_crowd_finish(p, b, FL_BUYER_SOLD_OUT, now);
         return;
     }
     if (rs->status == 409 && !strcmp(code, "turn_over")) {
-        b->phase = CROWD_TICKET;                   /* a new place, at the back */
+        b->phase = FL_CROWD_TICKET;                   /* a new place, at the back */
         b->ticket[0] = '\0';
         schedule(p, i, now);
         return;
@@ -211,23 +211,23 @@ void crowd_answer(crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
         schedule(p, i, again_at(b, rs, now));
         return;
     }
-    finish(p, b, FL_BUYER_REFUSED, now);           /* 400, 403, 404, another 409 */
+    fl_crowd_finish(p, b, FL_BUYER_REFUSED, now);           /* 400, 403, 404, another 409 */
 }
 
-void crowd_lost(crowd_part *p, uint32_t i, int64_t now) {
-    crowd_buyer *b = &p->b[i];
+void fl_crowd_lost(fl_crowd_part *p, uint32_t i, int64_t now) {
+    fl_crowd_buyer *b = &p->b[i];
     assert(b->in_flight);
     b->in_flight = 0;
     schedule(p, i, again_at(b, NULL, now));
 }
 
-int crowd_records(const crowd_part *p, int64_t t0, fl_buyer_rec **out, size_t *n) {
+int fl_crowd_records(const fl_crowd_part *p, int64_t t0, fl_buyer_rec **out, size_t *n) {
     if (!p->n) return 0;
     fl_buyer_rec *a = realloc(*out, (*n + p->n) * sizeof *a);
     if (!a) return -1;
     *out = a;
     for (uint32_t k = 0; k < p->n; k++) {
-        const crowd_buyer *b = &p->b[k];
+        const fl_crowd_buyer *b = &p->b[k];
         a[(*n)++] = (fl_buyer_rec){ .idx = b->idx, .bot = b->bot, .outcome = b->outcome,
                                     .requests = b->requests, .position = b->position,
                                     .arrive_us = b->arrive_us - t0,

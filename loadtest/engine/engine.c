@@ -109,7 +109,7 @@ typedef struct worker {
     size_t cap_created, cap_replayed, cap_lost, cap_decisions;
     fl_timerq due;                /* buyers' decisions not yet sent */
     int crowd_on;                 /* the load is a crowd (fl_crowd_opts) */
-    crowd_part crowd;             /* ...its buyers of this thread */
+    fl_crowd_part crowd;             /* ...its buyers of this thread */
     /* Read by the progress caller. */
     atomic_uint_fast64_t l_answered, l_2xx, l_201, l_409, l_429, l_5xx, l_other, l_errors;
     atomic_uint_fast64_t l_shed;
@@ -165,7 +165,7 @@ static void sale_gap(fl_engine *g, int64_t now) {
                                                                memory_order_relaxed)) {}
 }
 
-static void *grow(void *arr, size_t *cap, size_t n, size_t elem) {
+static void *fl_engine_grow(void *arr, size_t *cap, size_t n, size_t elem) {
     if (n < *cap) return arr;
     size_t c = *cap ? *cap * 2 : 256;
     void *p = realloc(arr, c * elem);
@@ -189,7 +189,7 @@ static void count_code(fl_load_result *r, const char *code) {
 
 static void push_order(worker *w, fl_order_rec **arr, size_t *n, size_t *cap, const conn *c,
                        const char *id) {
-    fl_order_rec *a = grow(*arr, cap, *n, sizeof **arr);
+    fl_order_rec *a = fl_engine_grow(*arr, cap, *n, sizeof **arr);
     if (!a) return;               /* out of memory: the verifier will see a mismatch */
     *arr = a;
     fl_order_rec *o = &a[(*n)++];
@@ -205,7 +205,8 @@ static void push_order(worker *w, fl_order_rec **arr, size_t *n, size_t *cap, co
  * it cannot explain. */
 static fl_decision_rec *push_decision(worker *w, const char *id, int action, uint32_t user,
                                       uint16_t qty, int status) {
-    fl_decision_rec *a = grow(w->r.decisions, &w->cap_decisions, w->r.ndecisions, sizeof *a);
+    fl_decision_rec *a =
+        fl_engine_grow(w->r.decisions, &w->cap_decisions, w->r.ndecisions, sizeof *a);
     if (!a) return NULL;
     w->r.decisions = a;
     fl_decision_rec *d = &a[w->r.ndecisions++];
@@ -268,7 +269,7 @@ static void record_answer(worker *w, conn *c, int64_t now) {
         /* A place's answer counts as an answer, never as an order. */
         if (!c->req.ticket) record_order_answer(w, c, now);
         else w->r.answered++, w->last_answer = now;
-        crowd_answer(&w->crowd, c->req.crowd_i, &c->resp, now);
+        fl_crowd_answer(&w->crowd, c->req.crowd_i, &c->resp, now);
         return;
     }
     if (c->req.action) {
@@ -425,7 +426,7 @@ static void conn_close(worker *w, conn *c, int64_t now, int failed_request, int 
         w->busy--;
         if (c->req.action == A_CROWD && failed_request) {
             /* Unanswered, the buyer tries again. */
-            crowd_lost(&w->crowd, c->req.crowd_i, now);
+            fl_crowd_lost(&w->crowd, c->req.crowd_i, now);
             if (c->req.ticket) w->r.transport_errors++;
         }
         if (failed_request && c->req.action && c->req.action != A_CROWD) {
@@ -435,7 +436,7 @@ static void conn_close(worker *w, conn *c, int64_t now, int failed_request, int 
             if (timed_out) w->r.timeouts++;
             atomic_fetch_add_explicit(&w->l_errors, 1, memory_order_relaxed);
             if (c->woff > 0 && !w->g->o.get_path) {
-                fl_lost_rec *a = grow(w->r.lost, &w->cap_lost, w->r.nlost, sizeof *a);
+                fl_lost_rec *a = fl_engine_grow(w->r.lost, &w->cap_lost, w->r.nlost, sizeof *a);
                 if (a) {
                     w->r.lost = a;
                     a[w->r.nlost++] = (fl_lost_rec){ c->req.user, c->req.qty, c->req.key };
@@ -602,19 +603,19 @@ static void issue_decision(worker *w, conn *c, const fl_due *d, int64_t now) {
 /* Sends crowd buyer i's next request on the idle connection c. */
 static void issue_buyer(worker *w, conn *c, uint32_t i, int64_t now) {
     assert(c->st == C_IDLE);
-    const crowd_buyer *b = &w->crowd.b[i];
+    const fl_crowd_buyer *b = &w->crowd.b[i];
     /* Places and polls are not orders: never counted or verified as one. */
-    c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase != CROWD_ORDER, i };
-    c->wlen = crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf);
+    c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase != FL_CROWD_ORDER, i };
+    c->wlen = fl_crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf);
     send_request(w, c, now, now);
 }
 
 /* Sends the crowd's buyers that are due, each on an idle connection. */
 static void dispatch_crowd(worker *w, int64_t now) {
-    while (w->nidle && crowd_next_at(&w->crowd) <= now) {
+    while (w->nidle && fl_crowd_next_at(&w->crowd) <= now) {
         conn *c = pop_idle(w);
         if (!c) return;
-        issue_buyer(w, c, crowd_pop(&w->crowd), now);
+        issue_buyer(w, c, fl_crowd_pop(&w->crowd), now);
     }
 }
 
@@ -634,8 +635,8 @@ static void on_answer(worker *w, conn *c, int64_t now) {
     w->busy--;
     c->st = C_IDLE;
     if (w->crowd_on) {
-        if (!w->stopping && crowd_next_at(&w->crowd) <= now)
-            issue_buyer(w, c, crowd_pop(&w->crowd), now);
+        if (!w->stopping && fl_crowd_next_at(&w->crowd) <= now)
+            issue_buyer(w, c, fl_crowd_pop(&w->crowd), now);
         else push_idle(w, c);
         return;
     }
@@ -703,7 +704,7 @@ static void on_event(worker *w, uint32_t idx, uint32_t events, int64_t now) {
 
 /* Sends what is due: every idle connection (closed loop), or the requests
  * whose scheduled time has come (open loop). */
-static void dispatch(worker *w, int64_t now) {
+static void fl_engine_dispatch(worker *w, int64_t now) {
     if (w->crowd_on) {
         dispatch_crowd(w, now);
         return;
@@ -781,13 +782,13 @@ static void update_stopping(worker *w, int64_t now) {
 }
 
 /* How long epoll may sleep, in microseconds. */
-static int64_t wait_for(worker *w, int64_t now) {
+static int64_t fl_engine_wait_for(worker *w, int64_t now) {
     int64_t t = w->busy || w->connecting ? w->scan_every : TICK_US;
     const fl_due *d = fl_timerq_peek(&w->due);
     if (d && w->nidle && d->at - now < t) t = d->at - now;
     if (!w->stopping) {
-        if (w->crowd_on && w->nidle && crowd_next_at(&w->crowd) - now < t)
-            t = crowd_next_at(&w->crowd) - now;
+        if (w->crowd_on && w->nidle && fl_crowd_next_at(&w->crowd) - now < t)
+            t = fl_crowd_next_at(&w->crowd) - now;
         if (w->stop_at && w->stop_at - now < t) t = w->stop_at - now;
         if (w->g->o.rate > 0 && w->nidle && (int64_t)w->next_sched - now < t)
             t = (int64_t)w->next_sched - now;
@@ -812,7 +813,7 @@ static void count_backlog(worker *w) {
     if (w->next_sched < end) w->r.backlog += (uint64_t)ceil((end - w->next_sched) / w->interval);
 }
 
-static void *worker_main(void *arg) {
+static void *fl_engine_worker(void *arg) {
     worker *w = arg;
     struct epoll_event ev[MAX_EVENTS];
     int64_t hard_end = 0;
@@ -820,7 +821,8 @@ static void *worker_main(void *arg) {
         int64_t now = clock_mono_us();
         if (!w->stopping || w->due.n) start_connects(w, now);
         dispatch_decisions(w, now);
-        if (!w->stopping) dispatch(w, now);   /* first: what fell due before the end goes out */
+        /* First: what fell due before the end goes out. */
+        if (!w->stopping) fl_engine_dispatch(w, now);
         update_stopping(w, now);
         if (w->stopping && atomic_load(&w->g->stop)) drop_decisions(w);
         if (w->stopping && !w->due.n) {       /* no order to send, no buyer still deciding */
@@ -834,14 +836,14 @@ static void *worker_main(void *arg) {
             scan_timeouts(w, now);
             w->last_scan = now;
         }
-        int n = wait_events(w, ev, wait_for(w, now));
+        int n = wait_events(w, ev, fl_engine_wait_for(w, now));
         now = clock_mono_us();
         for (int i = 0; i < n; i++) on_event(w, ev[i].data.u32, ev[i].events, now);
     }
     int64_t now = clock_mono_us();
     for (int i = 0; i < w->nconns; i++)
         if (w->conns[i].fd >= 0) conn_close(w, &w->conns[i], now, 1, 1);
-    if (w->crowd_on && crowd_records(&w->crowd, w->g->t0, &w->r.buyers, &w->r.nbuyers) != 0)
+    if (w->crowd_on && fl_crowd_records(&w->crowd, w->g->t0, &w->r.buyers, &w->r.nbuyers) != 0)
         w->r.nbuyers = 0;             /* out of memory: no figures, said by the caller */
     atomic_store(&w->finished, 1);
     return NULL;
@@ -849,7 +851,7 @@ static void *worker_main(void *arg) {
 
 /* ----------------------------------------------------------------- set-up */
 
-static int raise_fd_limit(int want, fl_err *e) {
+static int fl_engine_raise_fd_limit(int want, fl_err *e) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
     if (rl.rlim_cur >= (rlim_t)want) return 0;
@@ -870,7 +872,7 @@ static void worker_free(worker *w) {
     free(w->idle);
     free(w->down);
     fl_timerq_free(&w->due);
-    if (w->crowd_on) crowd_part_free(&w->crowd);
+    if (w->crowd_on) fl_crowd_part_free(&w->crowd);
     fl_load_result_free(&w->r);
     pthread_mutex_destroy(&w->live_mu);
 }
@@ -905,7 +907,7 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     }
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
     if (o->crowd.buyers) {
-        if (crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed))
+        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed))
             return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
         w->crowd_on = 1;
     }
@@ -937,7 +939,7 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
 
 fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     if (check_opts(o, e)) return NULL;
-    if (raise_fd_limit(o->connections + 64, e)) return NULL;
+    if (fl_engine_raise_fd_limit(o->connections + 64, e)) return NULL;
     fl_engine *g = calloc(1, sizeof *g);
     if (!g) {
         fl_errf(e, "out of memory");
@@ -959,7 +961,7 @@ fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     for (int i = 0; i < g->nw; i++)
         if (worker_init(g, &g->w[i], i, e)) goto err;
     for (int i = 0; i < g->nw; i++) {
-        if (pthread_create(&g->w[i].th, NULL, worker_main, &g->w[i]) != 0) {
+        if (pthread_create(&g->w[i].th, NULL, fl_engine_worker, &g->w[i]) != 0) {
             fl_errf(e, "cannot start a thread");
             atomic_store(&g->stop, 1);
             for (int j = 0; j < i; j++) pthread_join(g->w[j].th, NULL);

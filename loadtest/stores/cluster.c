@@ -74,7 +74,7 @@ struct fl_cluster {
 
 /* "[user]:password@" before the last '@' of s, into c. Returns what
  * follows, or NULL with err set. */
-static const char *parse_auth(fl_cluster *c, const char *s, char *err, size_t errlen) {
+static const char *fl_cluster_parse_auth(fl_cluster *c, const char *s, char *err, size_t errlen) {
     const char *at = strrchr(s, '@');
     if (!at) return s;
     const char *colon = memchr(s, ':', (size_t)(at - s));
@@ -177,7 +177,7 @@ fl_cluster *fl_cluster_open(const char *url, int timeout_ms, char *err, size_t e
         return NULL;
     }
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
-    const char *p = parse_auth(c, url + sl, err, errlen);
+    const char *p = fl_cluster_parse_auth(c, url + sl, err, errlen);
     const char *end = p ? p + strcspn(p, "/?") : NULL;
     if (!p || parse_seeds(c, p, end, err, errlen) || parse_tail(end, err, errlen)) {
         free(c);
@@ -202,7 +202,7 @@ void fl_cluster_close(fl_cluster *c) {
 
 /* The entry of host:port, made (in a free entry, else in place of the one
  * used longest ago) when there is none. Never NULL. */
-static node *node_get(fl_cluster *c, const char *host, int port) {
+static node *fl_cluster_node_get(fl_cluster *c, const char *host, int port) {
     node *victim = &c->nodes[0];
     for (int i = 0; i < MAX_NODES; i++) {
         node *n = &c->nodes[i];
@@ -289,24 +289,24 @@ static void route_forget(fl_cluster *c, const char *sku) {
  * turn. */
 static node *route_start(fl_cluster *c, const char *sku) {
     const route *r = route_find(c, sku);
-    if (r && r->port) return node_get(c, r->host, r->port);
-    return node_get(c, c->seed_host[c->seed_at], c->seed_port[c->seed_at]);
+    if (r && r->port) return fl_cluster_node_get(c, r->host, r->port);
+    return fl_cluster_node_get(c, c->seed_host[c->seed_at], c->seed_port[c->seed_at]);
 }
 
 /* --------------------------------------------------------------- the answer */
 
 typedef enum { ANSWER, MOVED, ASK, RETRY } answer_kind;
 
-static int starts(const redisReply *r, const char *word) {
+static int fl_cluster_starts(const redisReply *r, const char *word) {
     size_t n = strlen(word);
     return r->len >= n && !strncmp(r->str, word, n) && (r->len == n || r->str[n] == ' ');
 }
 
-static answer_kind kind_of(const redisReply *r) {
+static answer_kind fl_cluster_kind_of(const redisReply *r) {
     if (r->type != REDIS_REPLY_ERROR || !r->str) return ANSWER;
-    if (starts(r, "MOVED")) return MOVED;
-    if (starts(r, "ASK")) return ASK;
-    if (starts(r, "TRYAGAIN") || starts(r, "CLUSTERDOWN")) return RETRY;
+    if (fl_cluster_starts(r, "MOVED")) return MOVED;
+    if (fl_cluster_starts(r, "ASK")) return ASK;
+    if (fl_cluster_starts(r, "TRYAGAIN") || fl_cluster_starts(r, "CLUSTERDOWN")) return RETRY;
     return ANSWER;
 }
 
@@ -377,7 +377,7 @@ static int walk_redirect(fl_cluster *c, walk *w, answer_kind k, const redisReply
         return 0;
     }
     if (redirect_target(rep, w->to, host, sizeof host, &port)) return -1;
-    node *n = node_get(c, host, port);
+    node *n = fl_cluster_node_get(c, host, port);
     if (k == MOVED) {
         c->seen.moved++;
         w->home = n;
@@ -420,7 +420,7 @@ redisReply *fl_cluster_call(fl_cluster *c, const char *sku, int argc, const char
             continue;
         }
         w.dead = 0;
-        answer_kind k = kind_of(rep);
+        answer_kind k = fl_cluster_kind_of(rep);
         if (k == ANSWER) return walk_done(c, &w, sku, rep, run_id);
         int bad = walk_redirect(c, &w, k, rep);
         if (bad) snprintf(err, errlen, "unreadable redirection '%s'", rep->str);

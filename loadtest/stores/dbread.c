@@ -77,7 +77,7 @@ const char *fl_db_vantage(const char *path) {
     return fl_db_is_server(path) ? "postgresql" : "sqlite";
 }
 
-static int fail(src *s, const char *what, fl_err *e) {
+static int fl_db_fail(src *s, const char *what, fl_err *e) {
     const char *msg = s->pg ? PQerrorMessage(s->pg) : s->lite ? sqlite3_errmsg(s->lite)
                                                               : "out of memory";
     char clean[300];
@@ -109,7 +109,7 @@ static int q_open(src *s, qry *q, const char *sql, const char *sku, const char *
     if (sqlite3_prepare_v2(s->lite, sql, -1, &q->st, NULL) != SQLITE_OK) {
         sqlite3_finalize(q->st);
         q->st = NULL;
-        return fail(s, what, e);
+        return fl_db_fail(s, what, e);
     }
     if (sku) sqlite3_bind_text(q->st, 1, sku, -1, SQLITE_TRANSIENT);
     return 0;
@@ -121,7 +121,7 @@ static int q_next(qry *q, const char *what, fl_err *e) {
     int rc = sqlite3_step(q->st);
     if (rc == SQLITE_ROW) return 1;
     if (rc == SQLITE_DONE) return 0;
-    return fail(q->s, what, e);
+    return fl_db_fail(q->s, what, e);
 }
 
 static const char *q_text(qry *q, int col) {
@@ -174,7 +174,7 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
         const char *values[] = { "5", "5", "1", "3", "5000", path, NULL };
         s->pg = PQconnectdbParams(keys, values, 1);
         if (!s->pg || PQstatus(s->pg) != CONNECTION_OK) {
-            fail(s, "connect", e);
+            fl_db_fail(s, "connect", e);
             src_close(s);
             return -1;
         }
@@ -182,7 +182,7 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
         int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
         if (!ok) {
-            fail(s, "begin", e);
+            fl_db_fail(s, "begin", e);
             src_close(s);
             return -1;
         }
@@ -194,7 +194,7 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
         }
     } else {
         if (sqlite3_open_v2(path, &s->lite, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-            fail(s, "open", e);
+            fl_db_fail(s, "open", e);
             src_close(s);
             return -1;
         }
@@ -207,7 +207,7 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
          * are one snapshot, however many orders there are and whoever
          * writes meanwhile. */
         if (sqlite3_exec(s->lite, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-            fail(s, "begin", e);
+            fl_db_fail(s, "begin", e);
             src_close(s);
             return -1;
         }
@@ -224,7 +224,7 @@ static int src_open(src *s, const char *path, long long *version, fl_err *e) {
 /* ------------------------------------------------------------- the reads */
 
 /* Reads the product row; 1 found, 0 not, -1 error. */
-static int read_product(src *s, const char *sku, fl_db_sku *out, fl_err *e) {
+static int fl_db_read_product(src *s, const char *sku, fl_db_sku *out, fl_err *e) {
     qry q;
     const char *what = "products (not the documented schema?)";
     const char *sql = out->schema_version >= 8   ? SQL_PRODUCT8
@@ -282,7 +282,7 @@ int fl_db_read(const char *path, const char *sku, fl_db_sku *out,
     out->vantage = fl_db_vantage(path);
     if (src_open(&s, path, &version, e)) return -1;
     out->schema_version = (int)version;
-    int found = read_product(&s, sku, out, e);
+    int found = fl_db_read_product(&s, sku, out, e);
     if (found <= 0) {
         rc = found;
         goto out;

@@ -522,7 +522,7 @@ static long long record_units(const redisReply *v) {
 
 /* The pending hash under tag, added to the counts. Returns 0, or -1 with e
  * set. */
-static int pending_of(fl_redis *r, const char *tag, long long *records, long long *units,
+static int fl_redis_pending_of(fl_redis *r, const char *tag, long long *records, long long *units,
                       long long *unreadable, fl_err *e) {
     char cursor[32] = "0";
     char *key = tag_key(r, tag, "pending", -1);
@@ -562,12 +562,10 @@ int fl_redis_pending(fl_redis *r, const char *sku, int lanes, long long *records
     *records = *units = *unreadable = 0;
     for (int i = lanes ? 0 : -1; i < lanes; i++) {
         tag_of(sku, i, tag, sizeof tag);
-        if (pending_of(r, tag, records, units, unreadable, e)) return -1;
+        if (fl_redis_pending_of(r, tag, records, units, unreadable, e)) return -1;
     }
     return 0;
 }
-
-static int cmp_order_id(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Appends the order-id fields of one HSCAN page to *ids; -1 out of memory. */
 static int add_fields(const redisReply *kv, fl_order_id **ids, size_t *n, size_t *cap) {
@@ -706,7 +704,7 @@ int fl_redis_returned(fl_redis *r, const char *sku, int lanes, fl_order_id **ids
             return -1;
         }
     }
-    if (*n > 1) qsort(*ids, *n, sizeof **ids, cmp_order_id);
+    if (*n > 1) qsort(*ids, *n, sizeof **ids, fl_order_id_cmp);
     /* An order taken in steps was given back to each lane it took from:
      * one id each. */
     size_t k = *n ? 1 : 0;

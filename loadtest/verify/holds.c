@@ -45,8 +45,6 @@ static int cmp_rec(const void *a, const void *b) {
     return strcmp(((const fl_hold_rec *)a)->order_id, ((const fl_hold_rec *)b)->order_id);
 }
 
-static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
-
 static int cmp_ll(const void *a, const void *b) {
     long long x = *(const long long *)a, y = *(const long long *)b;
     return x < y ? -1 : x > y;
@@ -384,7 +382,7 @@ static const fl_hold_rec *find_rec(const fl_holds *hx, const char *id) {
 }
 
 static int in_ids(fl_order_id *ids, size_t n, const char *id) {
-    return n && bsearch(id, ids, n, sizeof *ids, cmp_id);
+    return n && bsearch(id, ids, n, sizeof *ids, fl_order_id_cmp);
 }
 
 void fl_holds_check_returned(const fl_holds *hx, fl_redis *rd, const fl_stock_copy *c,

@@ -39,10 +39,8 @@ void fl_see_stock(fl_verdict *vd, long long v) {
     if (v < vd->min_stock) vd->min_stock = v;
 }
 
-static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
-
 int fl_baseline_has(const fl_baseline *b, const char *id) {
-    return b && b->nids && bsearch(id, b->ids, b->nids, sizeof *b->ids, cmp_id) != NULL;
+    return b && b->nids && bsearch(id, b->ids, b->nids, sizeof *b->ids, fl_order_id_cmp) != NULL;
 }
 
 /* ------------------------------------------------------------------ output */

@@ -140,8 +140,6 @@ static void collect_id(const char *id, const char *user, int qty, const char *ke
     l->units += qty;
 }
 
-static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
-
 static int cmp_key_str(const void *a, const void *b) { return strcmp(a, b); }
 
 /* qsort, for arrays that may be empty (and then NULL). */
@@ -157,7 +155,7 @@ int fl_baseline_take(fl_http *h, const char *sku, fl_baseline *b, fl_err *e) {
         free(l.ids);
         return -1;
     }
-    sort(l.ids, l.n, sizeof *l.ids, cmp_id);
+    sort(l.ids, l.n, sizeof *l.ids, fl_order_id_cmp);
     b->ids = l.ids;
     b->nids = l.n;
     b->units = l.units;
@@ -184,7 +182,7 @@ typedef struct known {
     char *lost_key_used;
 } known;
 
-static int cmp_order(const void *a, const void *b) {
+static int fl_order_rec_cmp(const void *a, const void *b) {
     return strcmp(((const fl_order_rec *)a)->order_id, ((const fl_order_rec *)b)->order_id);
 }
 
@@ -217,7 +215,7 @@ static int known_init(known *k, const fl_load_result *r) {
     if (!k->o || !k->lost || !k->lost_used || !k->lost_keys || !k->lost_key_used) return -1;
     if (r->ncreated) memcpy(k->o, r->created, r->ncreated * sizeof *k->o);
     if (r->nreplayed) memcpy(k->o + r->ncreated, r->replayed, r->nreplayed * sizeof *k->o);
-    sort(k->o, k->n, sizeof *k->o, cmp_order);
+    sort(k->o, k->n, sizeof *k->o, fl_order_rec_cmp);
     k->nlost = r->nlost;
     if (r->nlost) memcpy(k->lost, r->lost, r->nlost * sizeof *k->lost);
     sort(k->lost, k->nlost, sizeof *k->lost, cmp_lost);
@@ -243,7 +241,7 @@ static void known_free(known *k) {
 static const fl_order_rec *known_find(const known *k, const char *id) {
     fl_order_rec probe;
     snprintf(probe.order_id, sizeof probe.order_id, "%s", id);
-    return k->n ? bsearch(&probe, k->o, k->n, sizeof *k->o, cmp_order) : NULL;
+    return k->n ? bsearch(&probe, k->o, k->n, sizeof *k->o, fl_order_rec_cmp) : NULL;
 }
 
 /* Parses "u<number>", the user ids flashload sends. */
@@ -353,7 +351,7 @@ static void check_client_ids(const fl_load_result *r, fl_verdict *vd) {
     fl_order_rec *c = malloc((r->ncreated + 1) * sizeof *c);
     if (!c) return;
     if (r->ncreated) memcpy(c, r->created, r->ncreated * sizeof *c);
-    sort(c, r->ncreated, sizeof *c, cmp_order);
+    sort(c, r->ncreated, sizeof *c, fl_order_rec_cmp);
     size_t dup = 0;
     for (size_t i = 1; i < r->ncreated; i++)
         if (c[i].order_id[0] && !strcmp(c[i].order_id, c[i - 1].order_id)) dup++;
@@ -502,10 +500,11 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
                    x->without_ids[0], x->without_201 > 1 ? ", " : "", x->without_ids[1],
                    x->without_201 > 2 ? ", " : "", x->without_ids[2],
                    x->without_201 > 3 ? ", ..." : "");
-    sort(x->seen, x->nseen, sizeof *x->seen, cmp_id);
+    sort(x->seen, x->nseen, sizeof *x->seen, fl_order_id_cmp);
     size_t missing = 0;
     for (size_t i = 0; i < r->ncreated; i++)
-        if (!x->nseen || !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id))
+        if (!x->nseen ||
+            !bsearch(r->created[i].order_id, x->seen, x->nseen, sizeof *x->seen, fl_order_id_cmp))
             missing++;
     if (missing)
         fl_violate(vd, vantage, (long long)missing, "%zu orders confirmed by a 201 are not recorded",
@@ -515,7 +514,7 @@ static void check_rows(rows_ctx *x, const char *vantage, const fl_verify_in *in,
     for (size_t i = 0; i < r->nreplayed; i++)
         if (r->replayed[i].order_id[0] &&
             (!x->nseen ||
-             !bsearch(r->replayed[i].order_id, x->seen, x->nseen, sizeof *x->seen, cmp_id)))
+             !bsearch(r->replayed[i].order_id, x->seen, x->nseen, sizeof *x->seen, fl_order_id_cmp)))
             ghost++;
     if (ghost)
         fl_violate(vd, vantage, (long long)ghost, "%zu replays named orders that are not recorded",
@@ -551,8 +550,8 @@ typedef struct pend {
 
 /* Waits (up to settle_ms) until nothing is pending and two reads of the
  * product agree: the pipeline has finished with every answered request. */
-static int settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, int lanes, fl_product *p,
-                  pend *pd, fl_err *e) {
+static int fl_verify_settle(const fl_verify_in *in, fl_http *h, fl_redis *rd, int lanes,
+                            fl_product *p, pend *pd, fl_err *e) {
     int64_t deadline = clock_mono_ms() + in->settle_ms;
     fl_product prev;
     int have_prev = 0;
@@ -792,8 +791,9 @@ int fl_verify(const fl_verify_in *in, fl_verdict *vd, fl_err *e) {
     if (home < 0) fl_note(vd, "where the stock lives is unknown: %s", why.msg);
     else if (home == 1 && in->v->redis_url[0] && !rd) fl_note(vd, "redis not checked: %s", why.msg);
     if (fl_holds_settle(&hx, &h, &p, vd, e)) goto out;
-    if (settle(in, &h, rd, fl_redis_lanes(rd, p.strategy, p.segments > 0 ? p.segments : 1), &p,
-               &pd, e))
+    if (fl_verify_settle(in, &h, rd,
+                         fl_redis_lanes(rd, p.strategy, p.segments > 0 ? p.segments : 1), &p,
+                         &pd, e))
         goto out;
     const fl_baseline *b = in->base;
     long long base_sold = b ? b->p.sold : 0;
