@@ -8,12 +8,14 @@
  * groups. Ordinary contention: no fault, every safe strategy. Forced
  * interleavings: a flaw that needs a particular interleaving is forced,
  * not hoped for, and seen to be forced (FORCED, below); the safe ones run
- * under the same forcing to show that they hold. Redis failures (seed 004, section 4.2; failures.c): a failover
- * to a replica that missed the last writes, a Redlock server's clock
- * jumping, a Redlock server losing its last AOF second, a Redlock member
- * failing over -- each with the unsafe version and ours. Holds (issue
- * 22): `lua`, `lock` and `db` sell a small stock as holds of a few seconds
- * that buyers pay for, cancel or abandon; the stock sells out, the units
+ * under the same forcing to show that they hold. Redis failures
+ * (failures.c), those Alibaba Cloud's "Implementation Principles and Best Practices of Distributed Lock"
+ * (section 4.2) says break a Redis lock and RedLock: a failover to a
+ * replica that missed the last writes, a Redlock server's clock jumping, a
+ * Redlock server losing its last AOF second, a Redlock member failing over
+ * -- each with the unsafe version and ours. Holds, as a checkout reserves
+ * units until they are paid for: `lua`, `lock` and `db` sell a small stock
+ * as holds of a few seconds that buyers pay for, cancel or abandon; the stock sells out, the units
  * that come back are sold again within the scene, and the verifier checks
  * how every hold ended and how late the expiries were. Every scene gets
  * a fresh SKU and is verified like any run; its verdict is then compared
@@ -88,8 +90,9 @@ static const force_spec FORCED[] = {
       "no lock: a second holder reads the same units" },
     { SAME_READ, "unsafe-unlock-before-write", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
       "unlocked before the write: a second holder reads the same units" },
-    /* Seed 004's pessimistic lock and its mistake (on PostgreSQL): the
-     * check before the transaction that locks, then the value computed. */
+    /* The article's pessimistic lock (FL_LOCK_ARTICLE, 3.2.1: SELECT ...
+     * FOR UPDATE) and its mistake (on PostgreSQL): the check before the
+     * transaction that locks, then the value computed. */
     { SAME_READ, "unsafe-check-outside-tx", 1, 0, SAME_READ_BOUND_MS, 0, 0, FL_FORCE_MET,
       "checked before the transaction that locks the row: a second holder reads the same "
       "units" },
@@ -321,7 +324,8 @@ static const between_spec BETWEEN[] = {
     { NULL, FL_HOSTS_NONE, 0, 0, NULL },
 };
 
-/* The locks whose fairness is measured (seed 004 6.1), in the lock table's
+/* The locks whose fairness is measured (FL_LOCK_ARTICLE, 6.1, counts
+ * fairness among what a distributed lock must have), in the lock table's
  * order; db-for-update's row lock where the service runs on PostgreSQL. */
 static const char *const FAIR_LOCKS[] = { "lock", "fair-lock", "redlock", "zookeeper", "etcd",
                                           "db-lock", "db-for-update", "local", NULL };
@@ -766,14 +770,16 @@ const char *fl_group_title(int group) {
     case FL_GROUP_HOLDS:
         return "holds: sold out, paid, cancelled or expired, the returned units sold again";
     case FL_GROUP_FAIRNESS:
-        return "fairness (seed 004 \xc2\xa7" "6.1): buyers arriving in a known order, each "
-               "holding the lock a while: who is served in turn";
+        return "fairness (" FL_LOCK_ARTICLE " \xc2\xa7" "6.1: \"when the lock wakes up, it "
+               "does so in sequence\"): buyers arriving in a known order, each holding the "
+               "lock a while: who is served in turn";
     case FL_GROUP_CROWD:
         return "a crowd past capacity, a fifth of it bots: the waiting room off (a lottery) "
                "and on (a queue)";
     case FL_GROUP_FAILURE:
-        return "Redis failures (seed 004 \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF "
-               "second, each forced mid-hold";
+        return "Redis failures (those that break a Redis lock and RedLock, " FL_LOCK_ARTICLE
+               " \xc2\xa7" "4.2): a failover, a clock jump, a lost AOF second, each forced "
+               "mid-hold";
     case FL_GROUP_HOSTS:
         return "between hosts (a network namespace per host, Sentinel, PostgreSQL run by "
                "Patroni): a split brain; Patroni's leader lost, async vs sync; its leader cut "

@@ -15,6 +15,15 @@
 
 #define FL_REDLOCK_N 3
 
+/* The article the comparison's locks answer, as the table and the report
+ * name it: Alibaba Cloud's community blog post on distributed locks. Its
+ * 3.2.1 is the database's pessimistic lock (SELECT ... FOR UPDATE); its
+ * 4.2, the Redis failures that break a Redis lock and RedLock (a failover,
+ * an AOF second lost, a clock jump: the Redis failures group); its 6.1,
+ * what a distributed lock must have, fairness among it (the fairness
+ * group). */
+#define FL_LOCK_ARTICLE "\"Implementation Principles and Best Practices of Distributed Lock\""
+
 /* A lock server of the comparison: one process, or Redlock's three. */
 typedef struct fl_lockserver {
     const char *strategy;        /* the strategy it serves */

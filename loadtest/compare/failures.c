@@ -1,6 +1,8 @@
-/* failures.c: the third group of `flashload compare`, "Redis failures
- * (seed 004 section 4.2)": the failures seed 004 says break a Redis lock and
- * Redlock, each forced at the moment that breaks them, each run once with
+/* failures.c: the third group of `flashload compare`, "Redis failures":
+ * the failures Alibaba Cloud's "Implementation Principles and Best Practices of Distributed Lock"
+ * (section 4.2) says break a Redis lock and Redlock -- a failover to a
+ * replica that missed the lock, an AOF second lost in a crash, a clock
+ * jump -- each forced at the moment that breaks them, each run once with
  * the unsafe version (expected to oversell) and once with ours (0
  * oversold), verified like every scene.
  *

@@ -1,5 +1,7 @@
-/* fairness.c: `flashload compare`'s fairness group (issue 42; seed 004
- * §6.1, "when the lock wakes up, it does so in sequence"): buyers who
+/* fairness.c: `flashload compare`'s fairness group (docs/fairness.md;
+ * Alibaba Cloud's "Implementation Principles and Best Practices of Distributed Lock"
+ * §6.1 counts fairness among what a distributed lock must have: "when the
+ * lock wakes up, it does so in sequence"): buyers who
  * arrive at a lock in a known order, each on a connection of its own, each
  * order holding the lock for the product's critical-section pause once it
  * has it; the order they were served in is set against the order they

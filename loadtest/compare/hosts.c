@@ -1,4 +1,4 @@
-/* hosts.c: the "between hosts" group of `flashload compare` (issue 31).
+/* hosts.c: the "between hosts" group of `flashload compare`.
  *
  * The faults that break real flash sales happen between machines: a Redis
  * split brain, a database leader lost, cut off or switched over, and who

@@ -46,8 +46,9 @@ typedef struct lock_about {
 } lock_about;
 
 /* The locks, then the database's own ways to guard the stock, which a
- * user choosing weighs against them: db-for-update (seed 004's row lock,
- * PostgreSQL only) and the two that hold no lock between statements. */
+ * user choosing weighs against them: db-for-update (the row lock, SELECT
+ * ... FOR UPDATE, of FL_LOCK_ARTICLE's 3.2.1; PostgreSQL only) and the two
+ * that hold no lock between statements. */
 static const lock_about LOCKS[FL_LOCK_ROWS] = {
     { "lock", "the service's own Redis, which also holds the stock: its restart is a stock "
               "outage too" },

@@ -23,8 +23,7 @@
 #include <unistd.h>
 #include <jansson.h>
 
-#include "loadtest/compare/compare.h"
-#include "loadtest/run.h"
+#include "loadtest/compare/compare_int.h"
 
 #define W 980                      /* chart width */
 #define LABEL_W 270                /* room for scene names */
@@ -537,13 +536,15 @@ static void table(FILE *f, const fl_scene_result *r, int n) {
             "critical section until a second holder is inside with the same read (or a bound): "
             "at once without a lock that excludes it, after the lease with one that runs out, "
             "never with one that holds; the scene checks the service's count of such meetings",
-            "\xe2\x9a\xa1 Redis failures (seed 004 \xc2\xa7" "4.2), each forced at the moment "
+            "\xe2\x9a\xa1 Redis failures (" FL_LOCK_ARTICLE " \xc2\xa7" "4.2), each forced at "
+            "the moment "
             "that breaks a lock: a failover to a replica that missed the last writes, a Redlock "
             "server's clock jumping, a Redlock server losing its last AOF second, a Redlock "
             "member failing over; the unsafe version, then ours",
             "Holds: each order holds its units until paid, cancelled or expired; the stock "
             "sells out and the units that come back are sold again within the scene",
-            "Fairness (seed 004 \xc2\xa7" "6.1): buyers arrive at a lock in a known order, on "
+            "Fairness (" FL_LOCK_ARTICLE " \xc2\xa7" "6.1): buyers arrive at a lock in a known "
+            "order, on "
             "two instances taking turns (one for local), each holding the lock a while: who is "
             "served in turn, who overtakes, who starves",
             "A crowd past the order path's capacity: thousands of buyers in a second, a fifth "
@@ -676,7 +677,8 @@ static void chart_fairness(FILE *f, const fl_scene_result *r, int n) {
     for (int i = 0; i < n; i++) any |= r[i].sc.group == FL_GROUP_FAIRNESS && r[i].ran;
     if (!any) return;
     fprintf(f, "<h2 id=\"fairness\">Fairness: arrival order against service order</h2>\n"
-               "<p class=\"sub\">Seed 004 \xc2\xa7" "6.1: \"when the lock wakes up, it does so in "
+               "<p class=\"sub\">" FL_LOCK_ARTICLE " \xc2\xa7" "6.1: \"when the lock wakes up, it "
+               "does so in "
                "sequence\". Buyers arrive at a lock one after another, on two instances taking "
                "turns (<code>local</code>: one), each holding the lock a while once it has it. "
                "Queue: they come close together, a long line forms; stream: they come a little "

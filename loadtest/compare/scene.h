@@ -40,8 +40,9 @@ typedef enum fl_between {
  * out), or none ever (ALONE: a lock that holds). */
 enum { FL_FORCE_NONE, FL_FORCE_MET, FL_FORCE_ALONE };
 
-/* The Redis failures of seed 004 (section 4.2) a scene of FL_GROUP_FAILURE
- * runs under (failures.c). */
+/* The Redis failures that break a Redis lock and RedLock (Alibaba Cloud's
+ * "Implementation Principles and Best Practices of Distributed Lock", section 4.2),
+ * one of which a scene of FL_GROUP_FAILURE runs under (failures.c). */
 typedef enum fl_failure {
     FL_FAIL_NONE = 0,
     FL_FAIL_FAILOVER,            /* the stock's Redis fails over to a replica that missed writes */
