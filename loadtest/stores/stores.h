@@ -2,18 +2,17 @@
  * Redis (one server, Sentinel or a Redis Cluster, whose redirections it
  * follows itself: cluster.c) and of the orders' database (SQLite or
  * PostgreSQL: dbread.c).
- */
+ *
+ * The verifier reads Redis and SQLite itself, by the format users are given
+ * (docs/storage.md), with hiredis and its own read-only SQL: a wrong key, a
+ * wrong sum or a wrong query in the service's stock/ or db/ code cannot then
+ * be wrong the same way in its judge. */
 #ifndef FLASHSALE_LOADTEST_STORES_H
 #define FLASHSALE_LOADTEST_STORES_H
 
 #include <stddef.h>
 
 #include "loadtest/fl.h"
-
-/* The verifier reads Redis and SQLite itself, by the format users are given
- * (docs/storage.md), with hiredis and its own read-only SQL: a wrong key, a
- * wrong sum or a wrong query in the service's stock/ or db/ code cannot then
- * be wrong the same way in its judge. */
 
 typedef struct fl_redis fl_redis;
 

@@ -1,6 +1,6 @@
 /* inspect.h: `flashload inspect` -- the stores of given SKUs read as the
  * verifier reads them, and their invariants checked, without a load run
- * (inspect.c): what an operator runs on a live sale. */
+ * (inspect.c). */
 #ifndef FLASHSALE_LOADTEST_INSPECT_H
 #define FLASHSALE_LOADTEST_INSPECT_H
 
