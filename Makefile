@@ -250,6 +250,7 @@ FUZZ_SECONDS ?= 120
 FUZZ_JOBS    ?= 1
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
+                -I/usr/include/postgresql \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 # What the small harnesses test (validation, ids) and what that code links
 # with: the stock module, and the lock and db modules under it.
@@ -259,7 +260,7 @@ FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c \
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lpq -lzookeeper_mt -lcurl -lm
 
 # Per-target sources, as extra prerequisites so that $^ links them.
 build/fuzz/fuzz_http: loadtest/client/httpresp.c
@@ -271,7 +272,7 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
                          build/rel/gen/version.c build/rel/gen/openapi.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lzookeeper_mt -lcurl -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lpq -lzookeeper_mt -lcurl -lm
 
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev
