@@ -55,7 +55,7 @@ else ifeq ($(VARIANT),tsan)
 # ThreadSanitizer (gcc's, runtime libtsan2: a dependency of gcc-12 itself).
 # -O1 keeps the reports' stacks close to the source. Under the
 # instrumentation gcc's -Wformat-truncation loses track of string sizes
-# (loadtest/compare.c: "up to 623103 bytes" from a 32-byte field); the rel
+# (loadtest/compare/compare.c: "up to 623103 bytes" from a 32-byte field); the rel
 # and san builds keep that check.
 CFLAGS_ALL += -O1 -fsanitize=thread -fno-omit-frame-pointer -Wno-format-truncation
 LDFLAGS_ALL := -fsanitize=thread $(LDFLAGS)
@@ -258,6 +258,7 @@ FUZZ_SECONDS ?= 120
 FUZZ_JOBS    ?= 1
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -D_GNU_SOURCE -pthread -I. -Ibuild/rel/gen \
+                -I/usr/include/postgresql \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 # What the small harnesses test (validation, ids) and what that code links
 # with: the stock module, and the lock and db modules under it.
@@ -267,19 +268,19 @@ FUZZ_LIBSRC  := service/api/validate.c service/order/orderid.c \
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBSRC)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lzookeeper_mt -lcurl -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lsqlite3 -lpq -lzookeeper_mt -lcurl -lm
 
 # Per-target sources, as extra prerequisites so that $^ links them.
-build/fuzz/fuzz_http: loadtest/httpresp.c
+build/fuzz/fuzz_http: loadtest/client/httpresp.c
 
 # The request-surface harness runs the whole service in its process.
 FUZZ_SERVICE_SRC := $(filter-out %_main.c,$(wildcard common/*.c rtopo/*.c http/*.c db/*.c stock/*.c \
                     lock/*.c service/*.c service/*/*.c))
-build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/httpresp.c \
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_SERVICE_SRC) loadtest/client/httpresp.c \
                          build/rel/gen/lua_stock.c build/rel/gen/lua_lock.c \
                          build/rel/gen/version.c build/rel/gen/openapi.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lzookeeper_mt -lcurl -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lhiredis -ljansson -lmicrohttpd -lsqlite3 -lpq -lzookeeper_mt -lcurl -lm
 
 fuzz:
 	@tools/deps.sh clang libclang-rt-14-dev

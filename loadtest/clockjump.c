@@ -1,7 +1,10 @@
 /* clockjump.c: bin/libclockjump.so, an LD_PRELOAD shim that moves a
  * process's wall clock by an offset another process can change at any
  * moment. `flashload compare` runs one of Redlock's redis-servers under it
- * to jump that server's clock forward mid-hold (seed 004, 4.2.4): Redis 7
+ * to jump that server's clock forward mid-hold: RedLock's third problem in
+ * Alibaba Cloud's "Implementation Principles and Best Practices of Distributed Lock"
+ * (4.2.4), a clock jump on one node that releases the lock there before its
+ * timeout, so that another client takes it. Redis 7
  * expires keys by mstime(), i.e. gettimeofday(), so a jump of a minute
  * expires a lock with a lease of seconds at once, on that server only.
  *

@@ -17,7 +17,10 @@
 #include <unistd.h>
 
 #include "common/version.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/compare/compare.h"
+#include "loadtest/run.h"
+#include "loadtest/stores/stores.h"
+#include "loadtest/verify/inspect.h"
 
 enum { EXIT_PASS = 0, EXIT_BROKEN = 1, EXIT_SETUP = 2, EXIT_USAGE = 64 };
 

@@ -19,14 +19,14 @@
 
 static volatile sig_atomic_t stop;
 
-static void on_signal(int sig) {
+static void fl_hello_on_signal(int sig) {
     (void)sig;
     stop = 1;
 }
 
 /* libmicrohttpd closes the connection when the answer is queued on the
  * first call; remembering the request and answering on the next keeps it. */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+static enum MHD_Result fl_hello_on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *data_size, void **state) {
     static int seen;
@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     MHD_add_response_header(hello, "Content-Type", "text/plain");
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO, 0, NULL, NULL,
-        on_request, hello, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        fl_hello_on_request, hello, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)16384, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
     if (!d) {
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     printf("listening on %u\n", info ? (unsigned)info->port : 0u);
     fflush(stdout);
-    struct sigaction sa = { .sa_handler = on_signal };
+    struct sigaction sa = { .sa_handler = fl_hello_on_signal };
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     while (!stop) pause();

@@ -29,14 +29,16 @@
 #                libmicrohttpd server), all by wrk -t2, alternating, medians
 #                of LOAD_BENCH_ROUNDS rounds of LOAD_BENCH_SECONDS each, at
 #                each of LOAD_BENCH_CONNECTIONS; then the books verified by
-#                flashload. Then issue 23's groups: the spike (a fresh SKU of
-#                10,000 units per run), the answers that touch no shared
+#                flashload. Then what a flash sale's goals are about
+#                (docs/performance.md, "The goals"): the spike (a fresh SKU
+#                of 10,000 units per run), the answers that touch no shared
 #                state, and the overload run (flashload's open loop at
 #                multiples of the closed-loop capacity over 2,000
-#                connections), and issue 32's: the same inside a CPU quota
-#                of half a core (overload.sh --cpu-quota; root), with the
-#                peer beside it where ../shared/peers is. Prints the ratios
-#                the performance goals name, with met / NOT met, and writes
+#                connections); and the same inside a CPU quota of half a
+#                core, as a container's limit puts the service
+#                (overload.sh --cpu-quota; root), with the peer beside it
+#                where ../shared/peers is. Prints the ratios the
+#                performance goals name, with met / NOT met, and writes
 #                bench.html (with the goodput chart) and bench.json. About 12
 #                minutes; LOAD_BENCH_QUICK=1: about 3. LOAD_BENCH_ARGS adds bench.py
 #                options (loadtest/bench.py --help: --groups, --spike-stock,
@@ -76,8 +78,9 @@ demo-pg: deps
 	$(MAKE) $(BIN)/flashload $(BIN)/flashsale $(CLOCKJUMP)
 	$(PYTHON) tools/with_postgres.py $(BIN)/flashload compare --db '{url}' $(DEMO_ARGS)
 
-# The faults between hosts (issue 31): tools/hosts_scene.py makes each
-# scene's hosts with the tests' harness (tests/hosts.py).
+# The faults between hosts, which one machine's processes cannot show (a
+# network cut, a host's death): tools/hosts_scene.py makes each scene's
+# hosts with the tests' harness (tests/hosts.py).
 .PHONY: demo-hosts
 demo-hosts: deps
 	$(MAKE) $(BIN)/flashload $(BIN)/flashsale
@@ -95,25 +98,28 @@ test test-sanitize: bench-deps
 bench: bench-deps
 	$(MAKE) bench-run
 
-# The orders on PostgreSQL (issue 30): the service beside pgbench's hot-row
-# and insert-only transactions, lua beside SQLite, two instances beside one,
-# on a throwaway server; BENCH_PG_ARGS adds loadtest/bench_pg.py options
+# The orders on PostgreSQL (figures and what they mean: docs/performance.md,
+# "Orders on PostgreSQL"): the service beside pgbench's hot-row and
+# insert-only transactions, lua beside SQLite, two instances beside one, on
+# a throwaway server; BENCH_PG_ARGS adds loadtest/bench_pg.py options
 # (--seconds, --rounds, --connections, --quick).
 .PHONY: bench-pg
 bench-pg: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_pg.py $(BIN) $(BENCH_PG_ARGS)
 
-# Many instances on one PostgreSQL (issue 41): ten instances against two
-# on a server with its default max_connections, each at the default
-# connection budget, selling lua, db-for-update and db-lock at once while
-# psql connects every 100 ms; lua through PgBouncer (transaction pooling)
-# against direct. BENCH_PGSCALE_ARGS adds loadtest/bench_pgscale.py options
-# (--seconds, --rounds, --quick).
+# Many instances on one PostgreSQL, whether they share its connections
+# without starving it or each other: ten instances against two on a server
+# with its default max_connections, each at the default connection budget,
+# selling lua, db-for-update and db-lock at once while psql connects every
+# 100 ms (goal: ten sell at least 0.8 of what two do, no psql refused); lua
+# through PgBouncer (transaction pooling) against direct (goal: 0.8).
+# BENCH_PGSCALE_ARGS adds loadtest/bench_pgscale.py options (--seconds,
+# --rounds, --quick).
 .PHONY: bench-pgscale
 bench-pgscale: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_pgscale.py $(BIN) $(BENCH_PGSCALE_ARGS)
 
-# What a Patroni failover costs a sale (issue 41; root): on one deployment of
+# What a Patroni failover costs a sale (root): on one deployment of
 # tests/hosts.py, rounds of a switchover, the leader's host killed and the
 # leader cut from etcd and its standby, each verified. BENCH_PATRONI_ARGS
 # adds loadtest/bench_patroni.py options (--rounds, default 20: about 40
@@ -122,7 +128,8 @@ bench-pgscale: deps $(BIN)/flashload $(BIN)/flashsale
 bench-patroni: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_patroni.py $(BIN) $(BENCH_PATRONI_ARGS)
 
-# One hot SKU on a Redis Cluster: 8 lanes on 1 primary vs over 3 (issue 21).
+# One hot SKU on a Redis Cluster: its 8 lanes on 1 primary vs over 3, what
+# spreading one product over primaries buys (docs/cluster.md).
 .PHONY: bench-cluster
 bench-cluster: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_cluster.py $(BIN) $(BENCH_CLUSTER_ARGS)
@@ -132,7 +139,8 @@ bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
 	    $(if $(filter-out 0,$(LOAD_BENCH_QUICK)),--quick,$(LOAD_BENCH_SECONDS) $(LOAD_BENCH_ROUNDS)) \
 	    --connections $(LOAD_BENCH_CONNECTIONS) $(LOAD_BENCH_ARGS)
 
-# A sale past capacity with the waiting room off and on (issue 43): the
+# A sale past capacity with the waiting room off and on (docs/waiting-room.md,
+# "Measured", says what the room is for and what this found): the
 # order path's capacity measured, then the same crowd (3x it, a fifth
 # bots, 2 s of stock) twice, each verified; the goals with met / NOT met.
 # BENCH_ROOM_ARGS adds loadtest/bench_room.py options (--rounds, --load,

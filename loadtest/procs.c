@@ -33,7 +33,8 @@
 #include <hiredis/hiredis.h>
 
 #include "common/clock.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/client/client.h"
+#include "loadtest/procs.h"
 
 #define START_WAIT_MS 20000
 /* A JVM on a busy two-core machine: ZooKeeper may take a while. */

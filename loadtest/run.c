@@ -13,7 +13,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/run.h"
 
 #define CONNECT_GIVE_UP_MS 10000   /* no connection at all by then: a setup error */
 
@@ -241,7 +241,7 @@ static void json_incr(json_t *o, const char *k) {
 /* The holds' part of the JSON: the buyers' decisions, their answers by
  * "<confirm|cancel> <status>[ <code>]" ("none": no answer, "unsent"), and
  * what the verifier found. */
-static json_t *holds_json(const fl_load_result *l, const fl_holds_verdict *h) {
+static json_t *fl_run_holds_json(const fl_load_result *l, const fl_holds_verdict *h) {
     static const char *const ACTION[] = { "abandon", "pay", "cancel" };
     json_t *decided = json_pack("{s:i, s:i, s:i}", "pay", 0, "cancel", 0, "abandon", 0);
     json_t *answers = json_object();
@@ -329,7 +329,8 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
         /* 201s the books have no order for: what a lost commit leaves. */
         json_object_set_new(json_object_get(j, "verdict"), "created_without_order",
                             json_integer((json_int_t)vd->created_without_order));
-        if (vd->holds.hold_seconds) json_object_set_new(j, "holds", holds_json(l, &vd->holds));
+        if (vd->holds.hold_seconds)
+            json_object_set_new(j, "holds", fl_run_holds_json(l, &vd->holds));
     } else {
         json_decref(viol);
     }

@@ -137,13 +137,13 @@ def test_layering_rejects_forbidden_includes(ctx):
     # Angle brackets are no way around it: -I. finds <db/db.h> in the tree.
     tree3 = ctx.path("tree3")
     copy_tree(tree3)
-    with open(os.path.join(tree3, "loadtest", "verify.c")) as f:
+    with open(os.path.join(tree3, "loadtest", "verify", "verify.c")) as f:
         text = f.read()
-    with open(os.path.join(tree3, "loadtest", "verify.c"), "w") as f:
+    with open(os.path.join(tree3, "loadtest", "verify", "verify.c"), "w") as f:
         f.write("#include <stdio.h>\n#include <db/db.h>\n" + text)
     rc, err = layering(tree3)
     assert rc == 1, err
-    assert re.match(r'loadtest/verify\.c:2: #include <db/db\.h>: layering rule broken: '
+    assert re.match(r'loadtest/verify/verify\.c:2: #include <db/db\.h>: layering rule broken: '
                     r'loadtest -> db is not an allowed arrow', err), err
     assert "1 forbidden include" in err, err
 
@@ -234,7 +234,7 @@ def test_no_folder_calls_itself_in_a_circle(ctx):
     assert p.returncode == 0 and p.stderr == "", p.stderr
     # It sees the folders of every module: their objects are where it looks.
     for obj in (("service", "order", "pipeline.o"), ("stock", "spread.o"), ("db", "writer.o"),
-                ("loadtest", "compare.o"), ("lock", "lock.o"), ("rtopo", "cluster.o"),
+                ("loadtest", "compare", "compare.o"), ("lock", "lock.o"), ("rtopo", "cluster.o"),
                 ("http", "http.o"), ("common", "loop.o")):
         assert os.path.exists(os.path.join(build, *obj)), obj
     # A synthetic tree: in stock/ and service/x/, a.c and b.c call each

@@ -2,7 +2,7 @@
 (docs/cluster.md).
 
 flashload's verifier reads the service's Redis by docs/storage.md with
-plain hiredis, sharing no routing code with the service (loadtest/cluster.c
+plain hiredis, sharing no routing code with the service (loadtest/stores/cluster.c
 follows the cluster's redirections by itself). The service does not run on
 a cluster yet, so these tests write SKUs' keys in the documented format by
 hand into a real 6-node cluster (tests/topology.py), with a matching SQLite

@@ -18,8 +18,8 @@ Usage: tools/calls.py BUILD_DIR [--except FOLDER]... [FOLDER...]
   BUILD_DIR: build/<variant> (objects mirror the source tree under it)
   FOLDER:    source folders to check (default: every folder under BUILD_DIR
              with objects of sources that exist -- each module's: common/,
-             rtopo/, db/, stock/, lock/, http/, loadtest/, service/ and its
-             folders -- and tests/unit/, whose programs link alone)
+             rtopo/, db/, stock/, lock/, http/, loadtest/, service/ and
+             their folders -- and tests/unit/, whose programs link alone)
   --except:  a folder not to check, nor any folder under it: one whose
              circle is known and being taken apart (the Makefile's
              CALLS_EXCEPT says which, and why)

@@ -1,8 +1,8 @@
 /* fuzz_http.c: libFuzzer harness for flashload's incremental HTTP/1.1
- * response parser (loadtest/httpresp.c). The load generator trusts it with
- * whatever a server under test sends, in whatever slices recv() hands over,
- * and counts sold units from what it returns, so a misparse is a wrong
- * verdict, not only a crash.
+ * response parser (loadtest/client/httpresp.c). The load generator
+ * trusts it with whatever a server under test sends, in whatever slices
+ * recv() hands over, and counts sold units from what it returns, so a
+ * misparse is a wrong verdict, not only a crash.
  *
  * Input: five control bytes, then the byte stream a connection receives.
  *   [0]     bit 0: the request was HEAD (no_body); bits 1-2: body_max,
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadtest/loadtest.h"
+#include "loadtest/client/client.h"
 
 #define CHECK(c) do { if (!(c)) __builtin_trap(); } while (0)
 

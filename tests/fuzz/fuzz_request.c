@@ -47,7 +47,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/client/client.h"
 #include "service/app.h"
 #include "service/log.h"
 

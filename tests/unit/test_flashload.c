@@ -12,11 +12,12 @@
 #include <time.h>
 
 #include "db/db.h"
-#include "loadtest/loadtest.h"
+#include "loadtest/compare/compare.h"
+#include "loadtest/engine/timerq.h"
 #include "tests/unit/t.h"
 
 /* The load generator keeps its own copies of the API's limits (it shares no
- * code with the service, loadtest.h); here, where both can be seen, they
+ * code with the service: loadtest/fl.h); here, where both can be seen, they
  * must agree with the database's: the verifier reads every key and order id
  * the rows may hold. */
 _Static_assert(FL_KEY_MAX == DB_KEY_MAX, "flashload's idempotency-key limit is the database's");
