@@ -344,7 +344,7 @@ static void read_copy(const char *run_id, const redisReply *rep, int n, fl_stock
             out->low = v;
             out->low_seg = i;
         }
-        /* A set bit promises the segment holds nothing: reserve.lua then
+        /* A set bit promises the segment holds nothing: reserve_batch.lua then
          * skips it without reading it, so units under a set bit are lost
          * to every buyer while every sum still counts them. */
         if (v > 0 && bit_set(empty, i)) {
@@ -367,7 +367,7 @@ static int lanes_room(fl_redis *r, int n, fl_err *e) {
 /* Lane i of sku: its gen, empty and stock:0 in one MGET on the node serving
  * {sku:i}, judged by that node's run_id. Returns 0, or -1 with e set.
  * (`empty` is read with the rest, but a lane is a copy of one segment,
- * whose bit reserve.lua never consults: it strands nothing, and is not
+ * whose bit reserve_batch.lua never consults: it strands nothing, and is not
  * judged.) */
 static int read_lane(fl_redis *r, const char *sku, int i, fl_lane *l, fl_err *e) {
     char tag[96];
