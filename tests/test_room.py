@@ -257,6 +257,8 @@ def test_crowd_in_arrival_order_with_the_room(ctx):
     for c in (off, on):
         assert c["buyers"] == 3000 and c["winners"] == 500, c
     assert on["no_final"] == 0 and on["waiting_room"], on
+    # Polite buyers waiting their turn hold long polls; without a room, none.
+    assert on["long_polls"] > 0 and off["long_polls"] == 0, (on["long_polls"], off["long_polls"])
     assert on["first_s_share"] >= 0.95, on
     assert on["bot_ratio"] <= 1.3, on
     assert len(on["outcomes"]) == 3000 and on["outcomes"].count("g") == 500, on["outcomes"][:80]

@@ -10,6 +10,15 @@
  * refusal's retry_after_ms, else Retry-After, else 1 s), a bot at once.
  * A ticket whose turn passed (409 turn_over) is traded for a new place.
  *
+ * A polite buyer told to wait for its turn holds a long poll, as a
+ * waiting-room page does (GET .../tickets/{ticket}?wait_ms=N: answered the
+ * moment its turn comes), when its estimated wait is within a poll's
+ * (POLL_MAX_MS) and a connection is free for it: at most half the
+ * thread's connections hold polls, the rest carry places and orders (a
+ * crowd's buyers share the connections; every waiting buyer on a poll of
+ * its own starved them: 515 units/s, 44,000 buyers unanswered). Otherwise
+ * it comes back when told, and orders.
+ *
  * The figures: of the units, the share the first S arrivals got (S the
  * stock: with every unit to the first S, 1.0); pairs of winners served
  * against their arrival order; units per capita of bots against polite
@@ -26,6 +35,8 @@
 #include "loadtest/engine/crowd_int.h"
 
 #define POLITE_DEFAULT_US 1000000  /* told nothing: a person waits a second */
+#define POLL_MAX_MS 5000           /* a long poll asks to wait this long at most */
+#define POLL_MARGIN_MS 1000        /* ...and its estimate and this much */
 
 /* ------------------------------------------------------------- the heap */
 
@@ -83,9 +94,11 @@ static int is_bot(uint64_t seed, uint32_t idx, double share) {
 }
 
 int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed) {
+                    uint64_t seed, int conns) {
     memset(p, 0, sizeof *p);
     p->o = o;
+    p->poll_cap = conns > 1 ? (uint32_t)conns / 2 : 0;
+    p->poll_max_ms = POLL_MAX_MS;
     p->n = o->buyers > (uint32_t)id ? (o->buyers - (uint32_t)id + (uint32_t)nw - 1) / (uint32_t)nw
                                    : 0;
     p->hcap = p->n ? p->n : 1;
@@ -120,8 +133,13 @@ size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char 
     int bl, n;
     assert(b->phase != FL_CROWD_DONE && !b->in_flight);
     b->in_flight = 1;
+    assert(b->phase != FL_CROWD_POLL || (b->polling && p->polls <= p->poll_cap));
+    if (b->phase == FL_CROWD_POLL && b->polls < UINT16_MAX) b->polls++;
     if (b->requests < UINT16_MAX) b->requests++;
-    if (b->phase == FL_CROWD_TICKET) {
+    if (b->phase == FL_CROWD_POLL) {
+        n = snprintf(buf, cap, "GET /v1/products/%s/tickets/%s?wait_ms=%u HTTP/1.1\r\nHost: %s"
+                     "\r\n\r\n", sku, b->ticket, (unsigned)b->poll_ms, hostport);
+    } else if (b->phase == FL_CROWD_TICKET) {
         bl = snprintf(body, sizeof body, "{\"user_id\":\"u%u\"}", b->idx);
         n = snprintf(buf, cap, "POST /v1/products/%s/tickets HTTP/1.1\r\nHost: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -171,26 +189,71 @@ static int64_t again_at(const fl_crowd_buyer *b, const fl_resp *rs, int64_t now)
     return now + POLITE_DEFAULT_US;
 }
 
+/* A buyer with a ticket told to wait (rs: a ticket's or an order's
+ * answer saying how long): a polite one holds a long poll when its wait
+ * is within one and a connection is free for it (see the top), else comes
+ * back when told and orders; a bot orders again at once. */
+static void wait_turn(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
+    fl_crowd_buyer *b = &p->b[i];
+    long long est = rs ? json_int(rs->body, rs->body_len, "estimated_wait_ms") : -1;
+    if (!b->bot && est >= 0 && est <= p->poll_max_ms && p->polls < p->poll_cap) {
+        long long w = est + POLL_MARGIN_MS;
+        b->phase = FL_CROWD_POLL;
+        b->polling = 1;                           /* its connection, from now to the answer */
+        p->polls++;
+        b->poll_ms = (uint16_t)(w < p->poll_max_ms ? w : p->poll_max_ms);
+        schedule(p, i, now);
+        return;
+    }
+    b->phase = FL_CROWD_ORDER;
+    schedule(p, i, again_at(b, rs, now));
+}
+
+/* A long poll came back (or was lost): one connection more for the rest
+ * (counted from the decision to poll, so that no more are decided than
+ * may be out at once). */
+static void poll_over(fl_crowd_part *p, fl_crowd_buyer *b) {
+    if (!b->polling) return;
+    assert(p->polls > 0);
+    b->polling = 0;
+    p->polls--;
+}
+
 void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now) {
     fl_crowd_buyer *b = &p->b[i];
     char code[40] = "";
+    char st[24] = "";
     assert(b->in_flight);
     b->in_flight = 0;
+    poll_over(p, b);
     if (rs->status >= 400 && rs->body &&
         fl_json_str(rs->body, rs->body_len, "error", code, sizeof code) < 0)
         code[0] = '\0';
     if (b->phase == FL_CROWD_TICKET && (rs->status == 200 || rs->status == 201)) {
-        char st[24] = "";
         if (!rs->body || fl_json_str(rs->body, rs->body_len, "ticket", b->ticket,
                                      sizeof b->ticket) < 0) {
             fl_crowd_finish(p, b, FL_BUYER_REFUSED, now);   /* a place without a ticket: a bug */
             return;
         }
-        b->phase = FL_CROWD_ORDER;
         long long pos = json_int(rs->body, rs->body_len, "position");
         b->position = pos > 0 && pos <= UINT32_MAX ? (uint32_t)pos : 0;
         fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
-        schedule(p, i, strcmp(st, "waiting") == 0 ? again_at(b, rs, now) : now);
+        if (strcmp(st, "waiting") == 0) {
+            wait_turn(p, i, rs, now);
+            return;
+        }
+        b->phase = FL_CROWD_ORDER;
+        schedule(p, i, now);
+        return;
+    }
+    if (b->phase == FL_CROWD_POLL && rs->status == 200) {
+        fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
+        if (strcmp(st, "waiting") == 0) {
+            wait_turn(p, i, rs, now);
+            return;
+        }
+        b->phase = FL_CROWD_ORDER;                 /* its turn (or a state to order in) */
+        schedule(p, i, now);
         return;
     }
     if (rs->status == 201) {
@@ -202,12 +265,17 @@ void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t no
         return;
     }
     if (rs->status == 409 && !strcmp(code, "turn_over")) {
-        b->phase = FL_CROWD_TICKET;                   /* a new place, at the back */
+        b->phase = FL_CROWD_TICKET;                /* a new place, at the back */
         b->ticket[0] = '\0';
         schedule(p, i, now);
         return;
     }
+    if (rs->status == 429 && !strcmp(code, "not_your_turn")) {
+        wait_turn(p, i, rs, now);
+        return;
+    }
     if (rs->status == 429 || rs->status >= 500) {
+        if (b->phase == FL_CROWD_POLL) b->phase = FL_CROWD_ORDER;
         schedule(p, i, again_at(b, rs, now));
         return;
     }
@@ -218,6 +286,8 @@ void fl_crowd_lost(fl_crowd_part *p, uint32_t i, int64_t now) {
     fl_crowd_buyer *b = &p->b[i];
     assert(b->in_flight);
     b->in_flight = 0;
+    poll_over(p, b);
+    if (b->phase == FL_CROWD_POLL) b->phase = FL_CROWD_ORDER;
     schedule(p, i, again_at(b, NULL, now));
 }
 
@@ -229,7 +299,8 @@ int fl_crowd_records(const fl_crowd_part *p, int64_t t0, fl_buyer_rec **out, siz
     for (uint32_t k = 0; k < p->n; k++) {
         const fl_crowd_buyer *b = &p->b[k];
         a[(*n)++] = (fl_buyer_rec){ .idx = b->idx, .bot = b->bot, .outcome = b->outcome,
-                                    .requests = b->requests, .position = b->position,
+                                    .requests = b->requests, .polls = b->polls,
+                                    .position = b->position,
                                     .arrive_us = b->arrive_us - t0,
                                     .final_us = b->final_us ? b->final_us - t0 : -1 };
     }
@@ -292,6 +363,7 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
         f->bots += b->bot;
         req[i] = b->requests;
         f->requests += b->requests;
+        f->polls += b->polls;
         if (b->final_us >= 0) {
             fin[nf++] = b->final_us - b->arrive_us;
             if (b->final_us > last_final) last_final = b->final_us;
@@ -361,8 +433,9 @@ void fl_crowd_print(const fl_crowd_figures *f, FILE *out) {
     fprintf(out, "answers    arrival to a final answer p50 %.0f ms, p99 %.0f ms; %u without one; "
             "the last %.0f ms after the last unit sold\n", f->final_p50_us / 1000.0,
             f->final_p99_us / 1000.0, f->no_final, f->final_after_last_unit_us / 1000.0);
-    fprintf(out, "requests   %llu in all, per buyer median %.0f, p99 %.0f\n",
-            (unsigned long long)f->requests, f->requests_median, f->requests_p99);
+    fprintf(out, "requests   %llu in all (%llu long polls), per buyer median %.0f, p99 %.0f\n",
+            (unsigned long long)f->requests, (unsigned long long)f->polls, f->requests_median,
+            f->requests_p99);
     fprintf(out, "sale       %.0f units/s from the first unit (%.0f ms) to the last (%.0f ms)\n",
             f->units_per_s, f->first_unit_us / 1000.0, f->last_unit_us / 1000.0);
 }
@@ -389,6 +462,7 @@ json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o, const f
         f->units_per_s, "first_unit_ms", f->first_unit_us / 1000.0);
     if (!j) return NULL;
     json_object_set_new(j, "last_unit_ms", json_real(f->last_unit_us / 1000.0));
+    json_object_set_new(j, "long_polls", json_integer((json_int_t)f->polls));
     json_object_set_new(j, "first_place_share", f->first_place_share >= 0
                                                     ? json_real(f->first_place_share)
                                                     : json_null());

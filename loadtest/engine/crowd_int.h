@@ -13,13 +13,16 @@ typedef struct fl_crowd_buyer {
     uint8_t phase;               /* FL_CROWD_TICKET, FL_CROWD_ORDER, FL_CROWD_DONE */
     uint8_t outcome;             /* FL_BUYER_* */
     uint8_t in_flight;           /* a request of it is out */
+    uint8_t polling;             /* ...and it is a long poll (phase FL_CROWD_POLL) */
+    uint16_t poll_ms;            /* FL_CROWD_POLL: the wait it asks for */
     uint16_t requests;
+    uint16_t polls;              /* ...of them long polls */
     uint32_t position;           /* its place in the room, from its ticket (0: none) */
     int64_t arrive_us, final_us; /* monotonic; final 0: none yet */
     char ticket[FL_TICKET_MAX + 1];
 } fl_crowd_buyer;
 
-enum { FL_CROWD_TICKET, FL_CROWD_ORDER, FL_CROWD_DONE };
+enum { FL_CROWD_TICKET, FL_CROWD_ORDER, FL_CROWD_POLL, FL_CROWD_DONE };
 
 typedef struct fl_crowd_due {
     int64_t at;
@@ -30,14 +33,17 @@ typedef struct fl_crowd_part {
     const fl_crowd_opts *o;
     fl_crowd_buyer *b;
     uint32_t n, done;
+    uint32_t polls, poll_cap;    /* long polls out, and at most (the thread's connections
+                                    they may hold: the rest are for places and orders) */
+    int poll_max_ms;             /* the longest wait a poll asks for (under the timeout) */
     fl_crowd_due *heap;
     size_t hn, hcap;
 } fl_crowd_part;
 
-/* Thread id of nw's buyers, arriving from t0 (monotonic us) on. 0, or -1
- * when out of memory. */
+/* Thread id of nw's buyers, arriving from t0 (monotonic us) on, on a
+ * thread of conns connections. 0, or -1 when out of memory. */
 int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed);
+                    uint64_t seed, int conns);
 void fl_crowd_part_free(fl_crowd_part *p);
 /* When the next buyer acts (INT64_MAX: none waiting to). */
 int64_t fl_crowd_next_at(const fl_crowd_part *p);

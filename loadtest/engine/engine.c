@@ -907,8 +907,9 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     }
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
     if (o->crowd.buyers) {
-        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed))
+        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed, w->nconns))
             return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
+        if (w->crowd.poll_max_ms > o->timeout_us / 2000) w->crowd.poll_max_ms = (int)(o->timeout_us / 2000);
         w->crowd_on = 1;
     }
     /* A timeout is noticed within a quarter of itself (and 50 ms at most). */

@@ -41,6 +41,7 @@ typedef struct fl_buyer_rec {
     uint8_t bot;
     uint8_t outcome;             /* FL_BUYER_* (NONE: no final answer by the end) */
     uint16_t requests;
+    uint16_t polls;              /* ...of them long polls of its ticket */
     uint32_t position;           /* its place in the waiting room (0: none) */
     int64_t arrive_us;
     int64_t final_us;            /* its final answer (-1: none) */
@@ -203,6 +204,7 @@ typedef struct fl_crowd_figures {
     int64_t final_after_last_unit_us;   /* the last final answer after the last unit sold */
     double requests_median, requests_p99;
     uint64_t requests;           /* all buyers' requests */
+    uint64_t polls;              /* ...of them long polls (polite buyers waiting their turn) */
     int64_t first_unit_us, last_unit_us;
     double units_per_s;          /* units / (last - first unit) */
 } fl_crowd_figures;

@@ -848,12 +848,12 @@ static void test_compare_scenes_crowd(void) {
  * bot, at places 1, 5 and 3; rank 5 never heard (and had no place). */
 static void test_crowd_figures(void) {
     fl_buyer_rec b[6] = {
-        { 0, 0, FL_BUYER_GOT, 2, 1, 0, 100000 },
-        { 1, 0, FL_BUYER_GOT, 3, 3, 10000, 300000 },
-        { 2, 1, FL_BUYER_SOLD_OUT, 9, 2, 20000, 400000 },
-        { 3, 1, FL_BUYER_GOT, 7, 5, 30000, 200000 },
-        { 4, 0, FL_BUYER_SOLD_OUT, 2, 4, 40000, 900000 },
-        { 5, 0, FL_BUYER_NONE, 1, 0, 50000, -1 },
+        { 0, 0, FL_BUYER_GOT, 2, 1, 1, 0, 100000 },
+        { 1, 0, FL_BUYER_GOT, 3, 0, 3, 10000, 300000 },
+        { 2, 1, FL_BUYER_SOLD_OUT, 9, 0, 2, 20000, 400000 },
+        { 3, 1, FL_BUYER_GOT, 7, 0, 5, 30000, 200000 },
+        { 4, 0, FL_BUYER_SOLD_OUT, 2, 1, 4, 40000, 900000 },
+        { 5, 0, FL_BUYER_NONE, 1, 0, 0, 50000, -1 },
     };
     fl_load_result r;
     memset(&r, 0, sizeof r);
@@ -867,6 +867,7 @@ static void test_crowd_figures(void) {
     CHECK(f.pairs == 3 && f.out_of_order == 1);            /* served 0, 3, 1: (3, 1) */
     CHECK(f.bot_units == 0.5 && f.polite_units == 0.5 && f.bot_ratio == 1.0);
     CHECK(f.no_final == 1);
+    CHECK(f.requests == 24 && f.polls == 2);
     CHECK(f.first_unit_us == 100000 && f.last_unit_us == 300000);
     CHECK(f.final_after_last_unit_us == 600000);           /* rank 4 heard at 0.9 s */
     CHECK(f.units_per_s > 9.99 && f.units_per_s < 10.01);  /* 2 more units in 0.2 s */
