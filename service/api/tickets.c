@@ -394,13 +394,16 @@ long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_orde
         char secs[24];
         const char *retry[] = { "Retry-After", secs, NULL };
         snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
-        http_reply_error_with(r, 429, "not_your_turn",
-                              json_pack("{s:I, s:I, s:I, s:I}", "position",
-                                        (json_int_t)t.position, "serving",
-                                        (json_int_t)f.serving, "estimated_wait_ms",
-                                        (json_int_t)ms, "retry_after_ms", (json_int_t)rm),
-                              retry, "Ticket %lld's turn has not come: the room serves %lld.",
-                              t.position, f.serving);
+        /* Written without a jansson tree: under a crowd this is the answer
+         * most often given (a bot asks again the moment it hears it), on
+         * the threads that also carry the orders in their turn. */
+        char body[384];
+        int n = snprintf(body, sizeof body, "{\"error\":\"not_your_turn\",\"message\":\"Ticket "
+                         "%lld's turn has not come: the room serves %lld.\",\"position\":%lld,"
+                         "\"serving\":%lld,\"estimated_wait_ms\":%lld,\"retry_after_ms\":%lld}\n",
+                         t.position, f.serving, t.position, f.serving, ms, rm);
+        assert(n > 0 && (size_t)n < sizeof body);
+        http_reply_error_json(r, 429, "not_your_turn", body, (size_t)n, retry);
         return 0;
     }
     }
