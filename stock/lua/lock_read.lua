@@ -25,25 +25,30 @@
 -- {0, pttl[, rank]} when held by another (fair: or another is first in line),
 -- {-3} (not taken; fair: out of line) when there is no valid stock copy.
 local fair = ARGV[5] ~= nil
-local head
+local head, now
+-- Redis's clock, read once a call (the line's dues and tickets).
+local function clock()
+    if not now then now = lock_now_ms() end
+    return now
+end
 -- After this order's own take or place: the orders behind it, into the line.
 local function behind()
     if not fair or #ARGV < 8 then return end
     local ws = {}
     for i = 8, #ARGV do ws[#ws + 1] = ARGV[i] end
-    lock_fair_join_all(KEYS[8], KEYS[9], ws, tonumber(ARGV[5]), lock_now_ms(), tonumber(ARGV[6]))
+    lock_fair_join_all(KEYS[8], KEYS[9], ws, tonumber(ARGV[5]), clock(), tonumber(ARGV[6]))
 end
 if fair then
     if redis.replicate_commands then redis.replicate_commands() end
     local free, pruned = lock_free(KEYS[1]), 0
     if redis.call('EXISTS', KEYS[8]) == 1 then   -- an empty line: nothing to look at
-        pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], lock_now_ms())
+        pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], clock())
         head = lock_fair_head(KEYS[8])
     end
     if not free or (head and head ~= ARGV[1]) then
         if free and pruned > 0 then lock_fair_wake(KEYS[8], KEYS[9], KEYS[10], ARGV[7]) end
         local _, rank = lock_fair_stay(KEYS[8], KEYS[9], KEYS[10], ARGV[1], false,
-                                       tonumber(ARGV[5]), lock_now_ms(), tonumber(ARGV[6]))
+                                       tonumber(ARGV[5]), clock(), tonumber(ARGV[6]))
         behind()
         return {0, redis.call('PTTL', KEYS[1]), rank}
     end
