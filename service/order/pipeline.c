@@ -239,7 +239,7 @@ const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
         [STOCK_LOCKS_ETCD] = "start flashsale with --etcd etcd://host:port",
     };
     stock_lock_server srv = stock_strategy_about(s)->locks;
-    if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
+    if (stock_strategy_about(s)->row_locks && !db_target_row_locks(a->cfg.db_path))
         return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
                "does not have: start flashsale with --db postgresql://...";
     return FLAGS[srv] && !a->stock_cfg.locks[srv] ? WHY[srv] : NULL;
