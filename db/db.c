@@ -77,7 +77,6 @@ static const char *const SQL[DB_ST_LOCK_FIRST] = {
     [DB_ST_TALLY_ADD] = "INSERT INTO product_tallies(sku,slot,sold,held) VALUES(?1,?4,?2,?3)"
         " ON CONFLICT(sku,slot) DO UPDATE SET sold=product_tallies.sold+excluded.sold,"
         " held=product_tallies.held+excluded.held",
-    [DB_ST_FOLD_CLEAR] = "DELETE FROM product_tallies",
     [DB_ST_TAKE_VERSIONED] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
         " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
@@ -114,8 +113,8 @@ static const char *const SQL[DB_ST_LOCK_FIRST] = {
      * (db_driver.sql, in sqlite.c and pg.c): BEGIN (SQLite's takes the
      * write lock at once); PRODUCT_GEN (the greater of two);
      * ORDER_INSERT_ANY, VOID_INSERT, RESTOCK_INSERT, PROBE (a conflict
-     * passed over, now); FOLD_LOCK, FOLD (the tallies folded into their
-     * products' rows); SKU_SHARED, SKU_EXCLUSIVE, DUE_SKUS_SHARED (a SKU's
+     * passed over, now); FOLD_LOCK, FOLD, FOLD_CLEAR (the tallies folded
+     * into their products' rows, then emptied); SKU_SHARED, SKU_EXCLUSIVE, DUE_SKUS_SHARED (a SKU's
      * lock); PRODUCT_LOCK, STOCK_FOR_UPDATE (a row's lock). */
 };
 
@@ -654,6 +653,8 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud) {
 
 int db_row_locks(const db *d) { return d->drv->row_locks; }
 
+int db_tallies(const db *d) { return d->drv->tally_slot != NULL; }
+
 int db_pooled(const db *d) { return d->drv->pooled && d->drv->pooled(d); }
 
 /* db-for-update's lock: SELECT ... FOR UPDATE of the product's row, which
@@ -1034,8 +1035,7 @@ db_status db_fold_tallies(db *d, long long *folded) {
         if (got < 0) st = d->last;
     }
     if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD, NULL, 0, "fold tallies", NULL);
-    if (st == DB_OK && n && !db_row_locks(d))
-        st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
+    if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) {
         db_rollback(d);

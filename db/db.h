@@ -281,6 +281,9 @@ db_status db_fold_tallies(db *d, long long *folded);
 /* Whether d's engine has row locks that a transaction holds until it
  * ends, SELECT ... FOR UPDATE (PostgreSQL). */
 int db_row_locks(const db *d);
+/* Whether d counts units in tally rows of its own, which db_fold_tallies
+ * folds into the products rows now and then (PostgreSQL). */
+int db_tallies(const db *d);
 /* Whether d's server connection is not its own: a pooler (PgBouncer)
  * stands between and lends it one per transaction or session, so d keeps
  * nothing in the session (no named statements, SET LOCAL per

@@ -112,6 +112,9 @@ typedef struct db_driver {
     /* Whether it has row locks (SELECT ... FOR UPDATE) that a transaction
      * holds until it ends (db_row_locks). */
     int row_locks;
+    /* Whether a write transaction holds the whole database, so that no
+     * other writer's transaction runs beside it (SQLite's file). */
+    int one_writer;
     /* Optional (NULL: shown as it is): target as a log may show it, its
      * secrets (a password) replaced by "***". */
     void (*redact)(const char *target, char *out, size_t len);

@@ -71,11 +71,12 @@ static const char *const SQL[DB_ST_COUNT] = {
      * took out, row version by row version. A group may commit units to a
      * tally between two statements (its transaction does not wait for the
      * products row); a DELETE after an UPDATE would then take out units
-     * the UPDATE never added. (So no FOLD_CLEAR after it.) */
+     * the UPDATE never added. So FOLD_CLEAR finds nothing left to do. */
     [DB_ST_FOLD] =
         "WITH gone AS (DELETE FROM product_tallies RETURNING sku, sold, held),"
         " s AS (SELECT sku, sum(sold) AS sold, sum(held) AS held FROM gone GROUP BY sku)"
         " UPDATE products p SET sold=p.sold+s.sold, held=p.held+s.held FROM s WHERE p.sku=s.sku",
+    [DB_ST_FOLD_CLEAR] = "SELECT 1",
     /* A SKU's lock (db_sku_shared, db_sku_exclusive): an advisory lock of
      * the transaction keyed by the SKU, in the lock manager -- no row is
      * written, as a row's share lock would be by every group of every

@@ -31,7 +31,7 @@ static const char *const SQL[DB_ST_COUNT] = {
         "INSERT OR IGNORE INTO voided_orders(order_id,sku,reason,voided_at)"
         " VALUES(?1,?2,?3," SQLITE_NOW ")",
     /* The one writer holds every row already: no lock to take, and the
-     * UPDATE, then FOLD_CLEAR. */
+     * UPDATE, then the DELETE. */
     [DB_ST_FOLD_LOCK] =
         "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)",
     [DB_ST_FOLD] =
@@ -39,6 +39,7 @@ static const char *const SQL[DB_ST_COUNT] = {
         " sold=sold+(SELECT coalesce(sum(t.sold),0) FROM product_tallies t WHERE t.sku=products.sku),"
         " held=held+(SELECT coalesce(sum(t.held),0) FROM product_tallies t WHERE t.sku=products.sku)"
         " WHERE sku IN (SELECT sku FROM product_tallies)",
+    [DB_ST_FOLD_CLEAR] = "DELETE FROM product_tallies",
     [DB_ST_RESTOCK_INSERT] =
         "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
         " VALUES(?1,?2,?3," SQLITE_NOW ")",
@@ -295,6 +296,7 @@ const db_driver db_sqlite_driver = {
     .name = "sqlite",
     .claims = NULL,             /* any target: a file's path */
     .row_locks = 0,             /* the write transaction holds the file */
+    .one_writer = 1,
     .sql = SQL,
     .open = sq_open,
     .close = sq_close,

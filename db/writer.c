@@ -234,7 +234,7 @@ static size_t pace(db_writer *w, size_t n, int64_t last_us) {
  * transaction: not found there is not committed. DB_STALE (it never
  * commits), DB_OK (it did) or DB_UNKNOWN. */
 static db_status decide_absent(db_writer *w, const db_job *j) {
-    if (!db_row_locks(w->conn)) return DB_STALE;
+    if (w->conn->drv->one_writer) return DB_STALE;
     db_status v = db_order_void(w->conn, j->order.order_id, j->order.sku,
                                 "its group's COMMIT failed");
     return v == DB_OK ? DB_STALE : v == DB_EXISTS ? DB_OK : DB_UNKNOWN;
