@@ -8,6 +8,7 @@
  * types both share and the threading rules. */
 #include "lock/zk_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +136,9 @@ static zk_hold *hold_new(zk_backend *z, const char *name) {
     return h;
 }
 
-/* Frees h and drops its session reference (z->mu not held). */
+/* Frees h and drops its session reference. */
 static void hold_drop(zk_hold *h) {
+    assert(!lock_mu_holds(LOCK_RANK_BACKEND));
     zk_backend *z = h->z;
     lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     watch_del(z, h);
