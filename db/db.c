@@ -282,6 +282,7 @@ db_status db_ping(db *d) {
 
 db_status db_begin(db *d) {
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     return db_do(d, DB_ST_BEGIN, NULL, 0, "begin", NULL);
 }
 
@@ -303,6 +304,7 @@ static db_status flush_tally(db *d) {
 db_status db_commit(db *d) {
     db_status st = flush_tally(d);
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     if (st != DB_OK) return st;
     return db_do(d, DB_ST_COMMIT, NULL, 0, "commit", NULL);
 }
@@ -314,6 +316,7 @@ db_status db_barrier(db *d, int timeout_ms) {
 
 void db_rollback(db *d) {
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     if (d->drv->in_tx(d)) db_do(d, DB_ST_ROLLBACK, NULL, 0, "rollback", NULL);
 }
 
@@ -889,17 +892,30 @@ static db_status add_units(db *d, const char *sku, long long sold, long long hel
     return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
 }
 
+/* Runs a statement that takes SKU locks, and counts them taken. */
+static db_status sku_lock(db *d, int st, const db_arg *a, const char *what) {
+    db_status res = db_do(d, st, a, 1, what, NULL);
+    if (res == DB_OK) d->sku_locks++;
+    return res;
+}
+
 db_status db_sku_shared(db *d, const char *sku) {
     const db_arg a[] = { DB_TEXT(sku) };
-    return db_do(d, DB_ST_SKU_SHARED, a, 1, "lock the product", NULL);
+    return sku_lock(d, DB_ST_SKU_SHARED, a, "lock the product");
 }
 
 db_status db_sku_exclusive(db *d, const char *sku) {
     const db_arg a[] = { DB_TEXT(sku) };
-    return db_do(d, DB_ST_SKU_EXCLUSIVE, a, 1, "lock the product", NULL);
+    return sku_lock(d, DB_ST_SKU_EXCLUSIVE, a, "lock the product");
+}
+
+db_status db_due_skus_shared(db *d, long long now_ms) {
+    const db_arg a[] = { DB_INT(now_ms) };
+    return sku_lock(d, DB_ST_DUE_SKUS_SHARED, a, "expire holds");
 }
 
 db_status db_count_units(db *d, const char *sku, long long sold, long long held) {
+    assert(d->sku_locks > 0);                  /* under the SKU's shared lock */
     const char *slot = d->drv->tally_slot ? d->drv->tally_slot(d) : NULL;
     if (slot) {
         const db_arg t[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held), DB_INT(atoll(slot)) };

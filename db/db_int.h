@@ -209,6 +209,9 @@ struct db {
     int unconfirmed;
     /* What a write transaction owes the products table (db.c). */
     void *tally;
+    /* SKU locks the open transaction took (db_sku_shared, ...), so that
+     * db_count_units can assert it counts under one. */
+    int sku_locks;
     char errstr[512];
 };
 
@@ -240,6 +243,9 @@ db_status db_count_units(db *d, const char *sku, long long sold, long long held)
  * take. DB_OK or an error. */
 db_status db_sku_shared(db *d, const char *sku);
 db_status db_sku_exclusive(db *d, const char *sku);
+/* The shared locks of the SKUs of the holds due at now_ms, in SKU order
+ * (an expiry sweep's, before it ends them). DB_OK or an error. */
+db_status db_due_skus_shared(db *d, long long now_ms);
 
 /* Runs st, which returns no rows: DB_OK, with *changes set when given. */
 db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes);

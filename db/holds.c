@@ -268,7 +268,7 @@ db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, si
     db_rows r;
     /* The shared locks of the SKUs first (db_sku_shared): the generation
      * the statement records as owed stays the SKU's until this commits. */
-    st = db_do(d, DB_ST_DUE_SKUS_SHARED, a, 1, "expire holds", NULL);
+    st = db_due_skus_shared(d, now_ms);
     if (st != DB_OK || (st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_EXPIRE), a, 2, "expire holds")) !=
                            DB_OK) {
         free(in_db);
