@@ -54,7 +54,7 @@ void lock_table_remove(lock_client *c, lock_entry *e) {
 
 /* Frees an entry that is out of the table. */
 static void entry_free(lock_entry *e) {
-    assert(lock_mu_holds(LOCK_RANK_CLIENT));  /* hold_free: no I/O, no c->mu */
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));  /* so hold_free does no I/O */
     if (e->hold) e->hold->be->hold_free(e->hold);
     free(e);
 }

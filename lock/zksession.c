@@ -59,8 +59,8 @@ static void session_die(zk_session *s, lock_errcode code, const char *why) {
 
 /* A server answer to a request sent at sent_us: the session was alive when
  * the request arrived, so its lease runs at least until sent_us + timeout.
- * Error codes the server sends about the request itself
- * count; connection loss, expiry and the like do not. */
+ * Error codes the server sends about the request itself count; connection
+ * loss, expiry and the like do not. */
 static void session_confirmed(zk_session *s, int rc, int64_t sent_us) {
     assert(lock_mu_holds(LOCK_RANK_BACKEND));
     if (s->dead || s->timeout_ms <= 0) return;
