@@ -105,6 +105,7 @@ static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
         fresh = t;
     }
     if (!t) return NULL;
+    assert(!w->topic && !t->first == !t->last);   /* in one topic at most; a list */
     w->topic = t;
     w->tnext = NULL;
     if (t->last) t->last->tnext = w;
@@ -125,7 +126,8 @@ static lock_topic *topic_leave(lock_redis *r, lock_waiter *w) {
         prev = *pp;
         pp = &(*pp)->tnext;
     }
-    if (*pp) *pp = w->tnext;
+    assert(*pp == w);                     /* w is in the topic it names */
+    *pp = w->tnext;
     if (t->last == w) t->last = prev;
     w->topic = NULL;
     if (t->first) return NULL;
