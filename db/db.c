@@ -2,10 +2,10 @@
  * file of the module makes to run a statement through its connection's
  * driver. See db.h, and db_int.h for the driver.
  *
- * db_open picks the driver by the target it is given and lets it open,
- * migrate and prepare; everything else here is written once, in SQL both
- * dialects take (or with PostgreSQL's text beside SQLite's where they
- * part). */
+ * db_open picks the driver by the target it is given (the first in
+ * DRIVERS that claims it) and lets it open, migrate and prepare;
+ * everything else here is written once, in SQL every dialect takes, and
+ * what the dialects word apart is each driver's (db_driver.sql). */
 #include "db/db.h"
 
 #include <assert.h>
@@ -33,176 +33,99 @@
     "p.lock_ttl_ms,p.created_at,p.hold_seconds," TALLIED("held") ",p.cs_overlap,"          \
     "p.room_turn_ms,p.room_rate FROM products p"
 
-/* Now, as db_format_time writes it, in each dialect. */
-#define SQLITE_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
-#define PG_NOW "to_char(clock_timestamp() AT TIME ZONE 'UTC','YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-
-static const db_sql SQL[DB_ST_LOCK_FIRST] = {
-    [DB_ST_PRODUCT_INSERT] = {
+static const char *const SQL[DB_ST_LOCK_FIRST] = {
+    [DB_ST_PRODUCT_INSERT] =
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
         "hold_seconds,held,cs_overlap,room_turn_ms,room_rate)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11,?12,?13)", NULL },
-    [DB_ST_PRODUCT_GET] = { PRODUCT_COLUMNS " WHERE p.sku=?1", NULL },
-    [DB_ST_PRODUCT_ALL] = { PRODUCT_COLUMNS " ORDER BY p.sku", NULL },
-    [DB_ST_PRODUCT_RESTOCK] = {
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11,?12,?13)",
+    [DB_ST_PRODUCT_GET] = PRODUCT_COLUMNS " WHERE p.sku=?1",
+    [DB_ST_PRODUCT_ALL] = PRODUCT_COLUMNS " ORDER BY p.sku",
+    [DB_ST_PRODUCT_RESTOCK] =
         "UPDATE products SET stock_initial=stock_initial+?2, db_available=db_available+?2"
-        " WHERE sku=?1", NULL },
-    [DB_ST_PRODUCT_GEN] = {
-        "UPDATE products SET stock_gen=max(stock_gen,?2)+1 WHERE sku=?1",
-        "UPDATE products SET stock_gen=greatest(stock_gen,?2)+1 WHERE sku=?1" },
-    [DB_ST_USER_UNITS] = {
+        " WHERE sku=?1",
+    [DB_ST_USER_UNITS] =
         "SELECT o.user_id, sum(o.quantity) FROM orders o WHERE o.sku=?1 AND NOT EXISTS("
         "SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
-        " AND h.state IN ('cancelled','expired')) GROUP BY o.user_id", NULL },
+        " AND h.state IN ('cancelled','expired')) GROUP BY o.user_id",
     /* The generation check and the tombstone check are part of the insert
      * itself, so no window exists between checking and writing. */
-    [DB_ST_ORDER_INSERT_GEN] = {
+    [DB_ST_ORDER_INSERT_GEN] =
         "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
         " SELECT ?1,?2,?3,?4,?5,?6"
         " WHERE EXISTS(SELECT 1 FROM products WHERE sku=?2 AND stock_gen=?7)"
-        " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)", NULL },
-    /* PostgreSQL ends a transaction at its first error: a group's insert
-     * that meets a taken key or order id changes no row instead (the
-     * caller asks which it was), and the group goes on. */
-    [DB_ST_ORDER_INSERT_ANY] = {
-        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
-        " SELECT ?1,?2,?3,?4,?5,?6"
-        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
-        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
-        " SELECT ?1,?2,?3,?4,?5,?6"
-        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)"
-        " ON CONFLICT DO NOTHING" },
-    [DB_ST_HOLD_INSERT] = {
+        " AND NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
+    [DB_ST_HOLD_INSERT] =
         "INSERT INTO holds(order_id,sku,quantity,gen,takes,in_db,expires_ms,state)"
-        " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')", NULL },
-    [DB_ST_ADD_SOLD] = { "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1", NULL },
-    [DB_ST_ORDER_GET] = { ORDER_COLUMNS " WHERE o.order_id=?1", NULL },
-    [DB_ST_ORDER_BY_KEY] = { ORDER_COLUMNS " WHERE o.idempotency_key=?1", NULL },
-    [DB_ST_ORDER_EXISTS] = { "SELECT 1 FROM orders WHERE order_id=?1", NULL },
-    [DB_ST_VOID_EXISTS] = { "SELECT 1 FROM voided_orders WHERE order_id=?1", NULL },
-    [DB_ST_VOID_INSERT] = {
-        "INSERT OR IGNORE INTO voided_orders(order_id,sku,reason,voided_at)"
-        " VALUES(?1,?2,?3," SQLITE_NOW ")",
-        "INSERT INTO voided_orders(order_id,sku,reason,voided_at)"
-        " VALUES(?1,?2,?3," PG_NOW ") ON CONFLICT DO NOTHING" },
-    [DB_ST_TAKE_CONDITIONAL] = {
+        " VALUES(?1,?2,?3,?4,?5,?7,?6,'reserved')",
+    [DB_ST_ADD_SOLD] = "UPDATE products SET sold=sold+?2, held=held+?3 WHERE sku=?1",
+    [DB_ST_ORDER_GET] = ORDER_COLUMNS " WHERE o.order_id=?1",
+    [DB_ST_ORDER_BY_KEY] = ORDER_COLUMNS " WHERE o.idempotency_key=?1",
+    [DB_ST_ORDER_EXISTS] = "SELECT 1 FROM orders WHERE order_id=?1",
+    [DB_ST_VOID_EXISTS] = "SELECT 1 FROM voided_orders WHERE order_id=?1",
+    [DB_ST_TAKE_CONDITIONAL] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
-        " WHERE sku=?1 AND db_available>=?2", NULL },
-    [DB_ST_ORDER_UNITS] = {
-        "SELECT coalesce(sum(o.quantity),0) FROM orders o LEFT JOIN holds h"
+        " WHERE sku=?1 AND db_available>=?2",
+    [DB_ST_ORDER_UNITS] = "SELECT coalesce(sum(o.quantity),0) FROM orders o LEFT JOIN holds h"
         " ON h.order_id=o.order_id WHERE o.sku=?1 AND (h.state IS NULL OR h.state='confirmed')",
-        NULL },
-    [DB_ST_HELD_UNITS] = {
-        "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'", NULL },
-    [DB_ST_PRODUCT_REPAIR] = {
-        "UPDATE products SET sold=?2, held=?3,"
+    [DB_ST_HELD_UNITS] =
+        "SELECT coalesce(sum(quantity),0) FROM holds WHERE sku=?1 AND state='reserved'",
+    [DB_ST_PRODUCT_REPAIR] = "UPDATE products SET sold=?2, held=?3,"
         " db_available=CASE WHEN ?4<>0 THEN stock_initial-?2-?3 ELSE db_available END"
-        " WHERE sku=?1", NULL },
-    [DB_ST_TALLY_CLEAR] = { "DELETE FROM product_tallies WHERE sku=?1", NULL },
-    [DB_ST_TALLY_ADD] = {
-        "INSERT INTO product_tallies(sku,slot,sold,held) VALUES(?1,?4,?2,?3)"
+        " WHERE sku=?1",
+    [DB_ST_TALLY_CLEAR] = "DELETE FROM product_tallies WHERE sku=?1",
+    [DB_ST_TALLY_ADD] = "INSERT INTO product_tallies(sku,slot,sold,held) VALUES(?1,?4,?2,?3)"
         " ON CONFLICT(sku,slot) DO UPDATE SET sold=product_tallies.sold+excluded.sold,"
-        " held=product_tallies.held+excluded.held", NULL },
-    /* The tallies folded into their products' rows. The rows of the
-     * products first, in SKU order: a db take (the only other locker of a
-     * products row, and never of a SKU with tallies) or a repair cannot
-     * wait on this in a circle. */
-    [DB_ST_FOLD_LOCK] = {
-        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)",
-        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)"
-        " ORDER BY sku FOR NO KEY UPDATE" },
-    /* On PostgreSQL one statement: what it adds to a products row is what
-     * its DELETE took out, row version by row version. A group may commit
-     * units to a tally between two statements (its transaction does not
-     * wait for the products row); a DELETE after an UPDATE would then take
-     * out units the UPDATE never added. SQLite's one writer needs no such
-     * care: the UPDATE, then FOLD_CLEAR. */
-    [DB_ST_FOLD] = {
-        "UPDATE products SET"
-        " sold=sold+(SELECT coalesce(sum(t.sold),0) FROM product_tallies t WHERE t.sku=products.sku),"
-        " held=held+(SELECT coalesce(sum(t.held),0) FROM product_tallies t WHERE t.sku=products.sku)"
-        " WHERE sku IN (SELECT sku FROM product_tallies)",
-        "WITH gone AS (DELETE FROM product_tallies RETURNING sku, sold, held),"
-        " s AS (SELECT sku, sum(sold) AS sold, sum(held) AS held FROM gone GROUP BY sku)"
-        " UPDATE products p SET sold=p.sold+s.sold, held=p.held+s.held FROM s WHERE p.sku=s.sku" },
-    [DB_ST_FOLD_CLEAR] = { "DELETE FROM product_tallies", NULL },
-    [DB_ST_TAKE_VERSIONED] = {
+        " held=product_tallies.held+excluded.held",
+    [DB_ST_TAKE_VERSIONED] =
         "UPDATE products SET db_available=db_available-?2, db_version=db_version+1"
-        " WHERE sku=?1 AND db_available>=?2 AND db_version=?3", NULL },
-    [DB_ST_STOCK_READ] = { "SELECT db_available, db_version FROM products WHERE sku=?1", NULL },
-    [DB_ST_USER_ORDERS] = {
+        " WHERE sku=?1 AND db_available>=?2 AND db_version=?3",
+    [DB_ST_STOCK_READ] = "SELECT db_available, db_version FROM products WHERE sku=?1",
+    [DB_ST_USER_ORDERS] =
         "SELECT coalesce(sum(o.quantity),0) FROM orders o WHERE o.sku=?1 AND o.user_id=?2"
         " AND NOT EXISTS(SELECT 1 FROM holds h WHERE h.order_id=o.order_id"
-        " AND h.state IN ('cancelled','expired'))", NULL },
-    [DB_ST_USER_SUM] = {
-        "SELECT coalesce((SELECT units FROM user_units WHERE sku=?1 AND user_id=?2),0)", NULL },
-    [DB_ST_USER_ADD] = {
-        "INSERT INTO user_units(sku,user_id,units) VALUES(?1,?2,?3)"
-        " ON CONFLICT(sku,user_id) DO UPDATE SET units=user_units.units+excluded.units", NULL },
-    [DB_ST_RESTOCK_GET] = { "SELECT sku, quantity FROM restocks WHERE idempotency_key=?1", NULL },
-    [DB_ST_RESTOCK_INSERT] = {
-        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
-        " VALUES(?1,?2,?3," SQLITE_NOW ")",
-        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
-        " VALUES(?1,?2,?3," PG_NOW ")" },
-    [DB_ST_PROBE] = {
-        "INSERT OR REPLACE INTO meta(key,value) VALUES('health_probe'," SQLITE_NOW ")",
-        "INSERT INTO meta(key,value) VALUES('health_probe'," PG_NOW ")"
-        " ON CONFLICT(key) DO UPDATE SET value=excluded.value" },
+        " AND h.state IN ('cancelled','expired'))",
+    [DB_ST_USER_SUM] =
+        "SELECT coalesce((SELECT units FROM user_units WHERE sku=?1 AND user_id=?2),0)",
+    [DB_ST_USER_ADD] = "INSERT INTO user_units(sku,user_id,units) VALUES(?1,?2,?3)"
+        " ON CONFLICT(sku,user_id) DO UPDATE SET units=user_units.units+excluded.units",
+    [DB_ST_RESTOCK_GET] = "SELECT sku, quantity FROM restocks WHERE idempotency_key=?1",
     /* A transaction that counts a SKU's orders reads its generation once,
      * holding the SKU's shared lock (db_sku_shared): SQLite's write
      * transaction holds the whole file; on PostgreSQL no rebuild (a new
      * generation) and no void can commit until it ends -- while other
      * instances' groups, which count in tally rows of their own, go on
      * beside it. */
-    [DB_ST_GEN_READ] = { "SELECT stock_gen FROM products WHERE sku=?1", NULL },
-    /* A SKU's lock (db_sku_shared, db_sku_exclusive): on PostgreSQL an
-     * advisory lock of the transaction keyed by the SKU, in the lock
-     * manager -- no row is written, as a row's share lock would be by every
-     * group of every instance. */
-    [DB_ST_SKU_SHARED] = { "SELECT ?1", "SELECT pg_advisory_xact_lock_shared(hashtextextended(?1,0))" },
-    [DB_ST_SKU_EXCLUSIVE] = { "SELECT ?1", "SELECT pg_advisory_xact_lock(hashtextextended(?1,0))" },
-    /* The shared locks of the SKUs an expiry sweep will end holds of, in
-     * SKU order, before it ends them. */
-    [DB_ST_DUE_SKUS_SHARED] = {
-        "SELECT ?1",
-        "SELECT pg_advisory_xact_lock_shared(hashtextextended(sku,0)) FROM (SELECT DISTINCT sku"
-        " FROM holds WHERE state='reserved' AND expires_ms<=?1 ORDER BY sku) x" },
-    /* A db strategy's take locks the SKU's row (its stock) first: what it
-     * reads then (a key, the buyer's units) cannot change under it. */
-    [DB_ST_PRODUCT_LOCK] = {
-        "SELECT 1 FROM products WHERE sku=?1",
-        "SELECT 1 FROM products WHERE sku=?1 FOR NO KEY UPDATE" },
-    [DB_ST_KEY_OWNER] = { "SELECT 1 FROM orders WHERE idempotency_key=?1 AND order_id<>?2",
-                          NULL },
-    [DB_ST_PING] = { "SELECT count(*) FROM products", NULL },
-    [DB_ST_BEGIN] = { "BEGIN IMMEDIATE", "BEGIN" },
-    [DB_ST_COMMIT] = { "COMMIT", NULL },
-    [DB_ST_ROLLBACK] = { "ROLLBACK", NULL },
-    [DB_ST_SAVEPOINT] = { "SAVEPOINT o", NULL },
-    [DB_ST_ROLLBACK_TO] = { "ROLLBACK TO o", NULL },
-    [DB_ST_RELEASE] = { "RELEASE o", NULL },
-    /* db-for-update: the row locked and read in one statement (SQLite's
-     * text only prepares: the strategy needs PostgreSQL). */
-    [DB_ST_STOCK_FOR_UPDATE] = {
-        "SELECT db_available, db_version FROM products WHERE sku=?1",
-        "SELECT db_available, db_version FROM products WHERE sku=?1 FOR UPDATE" },
-    [DB_ST_TAKE_SET] = {
-        "UPDATE products SET db_available=?2, db_version=db_version+1 WHERE sku=?1", NULL },
+    [DB_ST_GEN_READ] = "SELECT stock_gen FROM products WHERE sku=?1",
+    [DB_ST_KEY_OWNER] = "SELECT 1 FROM orders WHERE idempotency_key=?1 AND order_id<>?2",
+    [DB_ST_PING] = "SELECT count(*) FROM products",
+    [DB_ST_COMMIT] = "COMMIT",
+    [DB_ST_ROLLBACK] = "ROLLBACK",
+    [DB_ST_SAVEPOINT] = "SAVEPOINT o",
+    [DB_ST_ROLLBACK_TO] = "ROLLBACK TO o",
+    [DB_ST_RELEASE] = "RELEASE o",
+    [DB_ST_TAKE_SET] = "UPDATE products SET db_available=?2, db_version=db_version+1 WHERE sku=?1",
     /* An order revoked (db_order_revoke). */
-    [DB_ST_ORDER_DELETE] = { "DELETE FROM orders WHERE order_id=?1 RETURNING user_id, quantity",
-                             NULL },
-    [DB_ST_HOLD_DELETE] = { "DELETE FROM holds WHERE order_id=?1", NULL },
-    [DB_ST_USER_SUB] = {
-        "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2", NULL },
+    [DB_ST_ORDER_DELETE] = "DELETE FROM orders WHERE order_id=?1 RETURNING user_id, quantity",
+    [DB_ST_HOLD_DELETE] = "DELETE FROM holds WHERE order_id=?1",
+    [DB_ST_USER_SUB] = "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2",
+    /* The rest the dialects word apart, so each driver has its text
+     * (db_driver.sql, in sqlite.c and pg.c): BEGIN (SQLite's takes the
+     * write lock at once); PRODUCT_GEN (the greater of two);
+     * ORDER_INSERT_ANY, VOID_INSERT, RESTOCK_INSERT, PROBE (a conflict
+     * passed over, now); FOLD_LOCK, FOLD, FOLD_CLEAR (the tallies folded
+     * into their products' rows, then emptied); SKU_SHARED, SKU_EXCLUSIVE, DUE_SKUS_SHARED (a SKU's
+     * lock); PRODUCT_LOCK, STOCK_FOR_UPDATE (a row's lock). */
 };
 
-const db_sql *db_sql_of(int id) {
+const char *db_sql_of(const db_driver *drv, int id) {
     assert(id >= 0 && id < DB_ST_COUNT);
-    if (id < DB_ST_LOCK_FIRST) return &SQL[id];
-    if (id < DB_ST_HOLDS_FIRST) return &db_lock_sql[id - DB_ST_LOCK_FIRST];
-    return &db_holds_sql[id - DB_ST_HOLDS_FIRST];
+    const char *own = drv->sql ? drv->sql[id] : NULL, *common;
+    if (id < DB_ST_LOCK_FIRST) common = SQL[id];
+    else if (id < DB_ST_HOLDS_FIRST) common = db_lock_sql[id - DB_ST_LOCK_FIRST];
+    else common = db_holds_sql[id - DB_ST_HOLDS_FIRST];
+    assert(own || common);      /* a statement worded apart is worded by every driver */
+    return own ? own : common;
 }
 
 int db_st_reads(int id) {
@@ -298,27 +221,28 @@ db_status db_one_int(db *d, int st, const db_arg *args, int n, const char *what,
 
 /* ------------------------------------------------------------ connection */
 
-/* The driver a target names: a libpq URI, else a SQLite file's path. */
+/* The drivers, asked in this order whether a target is theirs; the last
+ * claims any (a SQLite file's path). */
+static const db_driver *const DRIVERS[] = { &db_pg_driver, &db_sqlite_driver };
+
+/* The driver a target names. */
 static const db_driver *driver_of(const char *target) {
-    if (!strncmp(target, "postgresql://", 13) || !strncmp(target, "postgres://", 11))
-        return &db_pg_driver;
-    return &db_sqlite_driver;
+    size_t n = sizeof DRIVERS / sizeof DRIVERS[0];
+    for (size_t i = 0; i + 1 < n; i++)
+        if (DRIVERS[i]->claims(target)) return DRIVERS[i];
+    assert(!DRIVERS[n - 1]->claims);
+    return DRIVERS[n - 1];
 }
 
 const char *db_kind(const db *d) { return d->drv->name; }
 
 void db_target_redact(const char *target, char *out, size_t len) {
-    const char *scheme = strstr(target, "://");
-    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
-    const char *colon = at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
-    if (driver_of(target) != &db_pg_driver || !colon) {
-        snprintf(out, len, "%s", target);
-        return;
-    }
-    snprintf(out, len, "%.*s:***%s", (int)(colon - target), target, at);
+    const db_driver *drv = driver_of(target);
+    if (drv->redact) drv->redact(target, out, len);
+    else snprintf(out, len, "%s", target);
 }
 
-int db_target_is_file(const char *target) { return driver_of(target) == &db_sqlite_driver; }
+int db_target_row_locks(const char *target) { return driver_of(target)->row_locks; }
 
 db *db_open(const char *target, const db_options *opt, char *err, size_t errlen) {
     db *d = calloc(1, sizeof *d);
@@ -358,6 +282,7 @@ db_status db_ping(db *d) {
 
 db_status db_begin(db *d) {
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     return db_do(d, DB_ST_BEGIN, NULL, 0, "begin", NULL);
 }
 
@@ -379,6 +304,7 @@ static db_status flush_tally(db *d) {
 db_status db_commit(db *d) {
     db_status st = flush_tally(d);
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     if (st != DB_OK) return st;
     return db_do(d, DB_ST_COMMIT, NULL, 0, "commit", NULL);
 }
@@ -390,6 +316,7 @@ db_status db_barrier(db *d, int timeout_ms) {
 
 void db_rollback(db *d) {
     tallies_of(d)->n = 0;
+    d->sku_locks = 0;
     if (d->drv->in_tx(d)) db_do(d, DB_ST_ROLLBACK, NULL, 0, "rollback", NULL);
 }
 
@@ -727,7 +654,9 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud) {
     d->critical_ud = ud;
 }
 
-int db_row_locks(const db *d) { return d->drv == &db_pg_driver; }
+int db_row_locks(const db *d) { return d->drv->row_locks; }
+
+int db_tallies(const db *d) { return d->drv->tally_slot != NULL; }
 
 int db_pooled(const db *d) { return d->drv->pooled && d->drv->pooled(d); }
 
@@ -964,17 +893,30 @@ static db_status add_units(db *d, const char *sku, long long sold, long long hel
     return st == DB_OK && changed == 0 ? DB_NOTFOUND : st;
 }
 
+/* Runs a statement that takes SKU locks, and counts them taken. */
+static db_status sku_lock(db *d, int st, const db_arg *a, const char *what) {
+    db_status res = db_do(d, st, a, 1, what, NULL);
+    if (res == DB_OK) d->sku_locks++;
+    return res;
+}
+
 db_status db_sku_shared(db *d, const char *sku) {
     const db_arg a[] = { DB_TEXT(sku) };
-    return db_do(d, DB_ST_SKU_SHARED, a, 1, "lock the product", NULL);
+    return sku_lock(d, DB_ST_SKU_SHARED, a, "lock the product");
 }
 
 db_status db_sku_exclusive(db *d, const char *sku) {
     const db_arg a[] = { DB_TEXT(sku) };
-    return db_do(d, DB_ST_SKU_EXCLUSIVE, a, 1, "lock the product", NULL);
+    return sku_lock(d, DB_ST_SKU_EXCLUSIVE, a, "lock the product");
+}
+
+db_status db_due_skus_shared(db *d, long long now_ms) {
+    const db_arg a[] = { DB_INT(now_ms) };
+    return sku_lock(d, DB_ST_DUE_SKUS_SHARED, a, "expire holds");
 }
 
 db_status db_count_units(db *d, const char *sku, long long sold, long long held) {
+    assert(d->sku_locks > 0);                  /* under the SKU's shared lock */
     const char *slot = d->drv->tally_slot ? d->drv->tally_slot(d) : NULL;
     if (slot) {
         const db_arg t[] = { DB_TEXT(sku), DB_INT(sold), DB_INT(held), DB_INT(atoll(slot)) };
@@ -1110,8 +1052,7 @@ db_status db_fold_tallies(db *d, long long *folded) {
         if (got < 0) st = d->last;
     }
     if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD, NULL, 0, "fold tallies", NULL);
-    if (st == DB_OK && n && !db_row_locks(d))
-        st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
+    if (st == DB_OK && n) st = db_do(d, DB_ST_FOLD_CLEAR, NULL, 0, "fold tallies", NULL);
     if (st == DB_OK) st = db_commit(d);
     if (st != DB_OK) {
         db_rollback(d);

@@ -133,8 +133,9 @@ int db_order_status_parse(const char *name);
  * a libpq URI (postgresql://... or postgres://...) or a SQLite file's
  * path. Returns NULL with a message in err on failure. */
 db *db_open(const char *target, const db_options *opt, char *err, size_t errlen);
-/* Whether target names a SQLite file (not a PostgreSQL server). */
-int db_target_is_file(const char *target);
+/* Whether the engine target names has row locks (db_row_locks) -- known
+ * before it is opened. */
+int db_target_row_locks(const char *target);
 /* target as a log may show it: a URI's password replaced by "***". */
 void db_target_redact(const char *target, char *out, size_t len);
 /* The engine d runs on: "sqlite" or "postgresql". */
@@ -280,8 +281,12 @@ void db_set_critical(db *d, void (*fn)(void *ud, long long units), void *ud);
  * not change, the tallies' table empties. *folded: the products folded.
  * Maintenance runs it now and then on PostgreSQL. */
 db_status db_fold_tallies(db *d, long long *folded);
-/* Whether d's engine has row locks (PostgreSQL). */
+/* Whether d's engine has row locks that a transaction holds until it
+ * ends, SELECT ... FOR UPDATE (PostgreSQL). */
 int db_row_locks(const db *d);
+/* Whether d counts units in tally rows of its own, which db_fold_tallies
+ * folds into the products rows now and then (PostgreSQL). */
+int db_tallies(const db *d);
 /* Whether d's server connection is not its own: a pooler (PgBouncer)
  * stands between and lends it one per transaction or session, so d keeps
  * nothing in the session (no named statements, SET LOCAL per

@@ -9,27 +9,24 @@
  *                (holds.h's db_writer_*: it calls holds.c, never back)
  *   schema.c     the schema, as numbered migrations, in each dialect
  *   sqlite.c     the SQLite driver
+ *   pg.c         the PostgreSQL driver
  *
  * The logic is written once, against a driver: a table of functions that
  * run one statement with typed arguments and hand its rows out (struct
  * db_driver, below), as lock/ has a backend per lock server. Every
- * statement has an id and its SQL in SQLite's dialect with ?N parameters;
- * a driver of another dialect takes the same text (with its own parameter
- * marks) or the statement's text for it. No driver's type (sqlite3_stmt,
- * PGresult) leaves its file. */
+ * statement has an id and, where every dialect words it alike, one text
+ * with ?N parameters (a driver puts in its own parameter marks); one that
+ * dialects word apart has no common text, and each driver has its own (its
+ * db_driver.sql). What an engine can do (row locks) and which targets are
+ * its are the driver's too: a third database is a driver file and a line
+ * in db.c's list of drivers, and touches no statement elsewhere. No
+ * driver's type (sqlite3_stmt, PGresult) leaves its file. */
 #ifndef FLASHSALE_DB_INT_H
 #define FLASHSALE_DB_INT_H
 
 #include "db/db.h"
 
 /* ------------------------------------------------------------ statements */
-
-/* A statement's SQL: SQLite's text (?N parameters), and PostgreSQL's when
- * it differs by more than the parameter marks (NULL: the same). */
-typedef struct db_sql {
-    const char *sql;
-    const char *pg;
-} db_sql;
 
 /* Every statement, by id: db.c's, then the lock table's, then holds'. */
 enum {
@@ -61,11 +58,14 @@ typedef enum db_holds_st {
 #define DB_ST_HOLDS_FIRST (DB_ST_LOCK_FIRST + DB_LOCK_ST_COUNT)
 #define DB_ST_COUNT (DB_ST_HOLDS_FIRST + DB_HOLDS_ST_COUNT)
 
-/* Their SQL: db.c's own table, and those of locktable.c and holds.c. */
-extern const db_sql db_lock_sql[DB_LOCK_ST_COUNT];
-extern const db_sql db_holds_sql[DB_HOLDS_ST_COUNT];
-/* The SQL of statement id (0 <= id < DB_ST_COUNT). */
-const db_sql *db_sql_of(int id);
+/* Their common text (NULL: each driver words it its own way): db.c's own
+ * table, and those of locktable.c and holds.c. */
+extern const char *const db_lock_sql[DB_LOCK_ST_COUNT];
+extern const char *const db_holds_sql[DB_HOLDS_ST_COUNT];
+struct db_driver;
+/* The text drv runs for statement id (0 <= id < DB_ST_COUNT): its own
+ * when it has one, else the common one. Never NULL. */
+const char *db_sql_of(const struct db_driver *drv, int id);
 /* Whether a read-only connection prepares statement id. */
 int db_st_reads(int id);
 
@@ -106,6 +106,22 @@ typedef enum db_conflict {
 /* A database engine. Every function runs on the connection's one thread. */
 typedef struct db_driver {
     const char *name;           /* "sqlite", "postgresql" */
+    /* Whether target names a database of this engine (NULL: any target;
+     * db.c asks the drivers in its list's order, this one last). */
+    int (*claims)(const char *target);
+    /* Whether it has row locks (SELECT ... FOR UPDATE) that a transaction
+     * holds until it ends (db_row_locks). */
+    int row_locks;
+    /* Whether a write transaction holds the whole database, so that no
+     * other writer's transaction runs beside it (SQLite's file). */
+    int one_writer;
+    /* Optional (NULL: shown as it is): target as a log may show it, its
+     * secrets (a password) replaced by "***". */
+    void (*redact)(const char *target, char *out, size_t len);
+    /* Its own text of the statements it words its own way, by id
+     * (DB_ST_COUNT entries, NULL: the common text; every statement
+     * without a common text has one here). ?N parameters. */
+    const char *const *sql;
     /* Opens (and migrates, unless read-only) the database at target into
      * d->impl. 0, or -1 with err filled. */
     int (*open)(db *d, const char *target, const db_options *opt, char *err, size_t errlen);
@@ -193,6 +209,9 @@ struct db {
     int unconfirmed;
     /* What a write transaction owes the products table (db.c). */
     void *tally;
+    /* SKU locks the open transaction took (db_sku_shared, ...), so that
+     * db_count_units can assert it counts under one. */
+    int sku_locks;
     char errstr[512];
 };
 
@@ -224,6 +243,9 @@ db_status db_count_units(db *d, const char *sku, long long sold, long long held)
  * take. DB_OK or an error. */
 db_status db_sku_shared(db *d, const char *sku);
 db_status db_sku_exclusive(db *d, const char *sku);
+/* The shared locks of the SKUs of the holds due at now_ms, in SKU order
+ * (an expiry sweep's, before it ends them). DB_OK or an error. */
+db_status db_due_skus_shared(db *d, long long now_ms);
 
 /* Runs st, which returns no rows: DB_OK, with *changes set when given. */
 db_status db_do(db *d, int st, const db_arg *args, int n, const char *what, long long *changes);
@@ -239,16 +261,16 @@ db_status db_set_error(db *d, db_status st, const char *what, const char *msg);
 
 /* ---------------------------------------------------- the schema (schema.c) */
 
-/* One step of the schema: the version it brings a database to, and its
- * statements in each dialect (NULL: the step does nothing there). */
+/* One step of the schema in one dialect: the version it brings a
+ * database to, and its statements (NULL: the step does nothing there). */
 typedef struct db_migration {
     int version;
-    const char *sqlite;
-    const char *pg;
+    const char *sql;
 } db_migration;
 
-/* The steps, version 1 first; DB_SCHEMA_VERSION is the last. */
-extern const db_migration db_migrations[];
-extern const int db_nmigrations;
+/* The steps in each dialect, version 1 first (a dialect may start
+ * later, whole at that version); DB_SCHEMA_VERSION is the last. */
+extern const db_migration db_schema_sqlite[], db_schema_pg[];
+extern const int db_schema_sqlite_n, db_schema_pg_n;
 
 #endif

@@ -15,59 +15,43 @@
 
 #include "db/db_int.h"
 
-const db_sql db_holds_sql[DB_HOLDS_ST_COUNT] = {
-    [DB_HOLDS_ST_READ] = {
-        "SELECT h.state,h.expires_ms,h.quantity,h.sku,o.user_id,h.gen,h.takes"
-        " FROM holds h JOIN orders o ON o.order_id=h.order_id WHERE h.order_id=?1", NULL },
+const char *const db_holds_sql[DB_HOLDS_ST_COUNT] = {
+[DB_HOLDS_ST_READ] = "SELECT h.state,h.expires_ms,h.quantity,h.sku,o.user_id,h.gen,h.takes"
+        " FROM holds h JOIN orders o ON o.order_id=h.order_id WHERE h.order_id=?1",
     /* The condition on state is the decision: of two racing deciders, the
      * second changes no row. */
-    [DB_HOLDS_ST_MOVE] = {
-        "UPDATE holds SET state=?2, decided_ms=?3, payment_ref=?4, return_gen=CASE WHEN ?5<>0"
+[DB_HOLDS_ST_MOVE] = "UPDATE holds SET state=?2, decided_ms=?3, payment_ref=?4, return_gen=CASE WHEN ?5<>0"
         " THEN (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
-        " WHERE order_id=?1 AND state='reserved'", NULL },
-    [DB_HOLDS_ST_PRODUCT] = {
-        "UPDATE products SET held=held-?2, sold=sold+?3, db_available=db_available+?4"
-        " WHERE sku=?1 RETURNING stock_gen", NULL },
-    [DB_HOLDS_ST_USER] = {
-        "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2", NULL },
+        " WHERE order_id=?1 AND state='reserved'",
+[DB_HOLDS_ST_PRODUCT] = "UPDATE products SET held=held-?2, sold=sold+?3, db_available=db_available+?4"
+        " WHERE sku=?1 RETURNING stock_gen",
+[DB_HOLDS_ST_USER] = "UPDATE user_units SET units=units-?3 WHERE sku=?1 AND user_id=?2",
     /* A sweep's batch in one statement; the subquery walks holds_due. The
      * condition on state is the outer statement's too: on PostgreSQL a row
      * a decision changed while the sweep waited for its lock is checked
      * again against the UPDATE's own conditions only, not the subquery's,
      * and without it a hold paid meanwhile would end twice. */
-    [DB_HOLDS_ST_EXPIRE] = {
-        "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db<>0"
+[DB_HOLDS_ST_EXPIRE] = "UPDATE holds SET state='expired', decided_ms=?1, return_gen=CASE WHEN in_db<>0"
         " THEN NULL ELSE (SELECT stock_gen FROM products p WHERE p.sku=holds.sku) END"
         " WHERE order_id IN (SELECT order_id FROM holds WHERE state='reserved'"
         " AND expires_ms<=?1 ORDER BY expires_ms LIMIT ?2) AND state='reserved'"
         " RETURNING order_id, sku, quantity, expires_ms, gen, coalesce(return_gen,0), takes, in_db",
-        NULL },
-    [DB_HOLDS_ST_ANY_DUE] = {
-        "SELECT 1 FROM holds WHERE state='reserved' AND expires_ms<=?1 LIMIT 1", NULL },
-    [DB_HOLDS_ST_UNHOLD] = {
-        "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1", NULL },
-    [DB_HOLDS_ST_USER_OF] = {
-        "UPDATE user_units SET units=units-?2 WHERE sku=?1"
-        " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)", NULL },
-    [DB_HOLDS_ST_OWING] = {
-        "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state,"
+[DB_HOLDS_ST_ANY_DUE] = "SELECT 1 FROM holds WHERE state='reserved' AND expires_ms<=?1 LIMIT 1",
+[DB_HOLDS_ST_UNHOLD] = "UPDATE products SET held=held-?2, db_available=db_available+?3 WHERE sku=?1",
+[DB_HOLDS_ST_USER_OF] = "UPDATE user_units SET units=units-?2 WHERE sku=?1"
+        " AND user_id=(SELECT user_id FROM orders WHERE order_id=?3)",
+[DB_HOLDS_ST_OWING] = "SELECT h.order_id,h.sku,o.user_id,h.quantity,h.gen,h.return_gen,h.takes,h.state,"
         "h.decided_ms FROM holds h JOIN orders o ON o.order_id=h.order_id"
         " WHERE h.return_gen IS NOT NULL AND h.decided_ms<=?1 ORDER BY h.decided_ms LIMIT ?2",
-        NULL },
-    [DB_HOLDS_ST_OWED_UNITS] = {
-        "SELECT coalesce(sum(h.quantity),0) FROM holds h JOIN products p ON p.sku=h.sku"
-        " WHERE h.return_gen IS NOT NULL AND h.sku=?1 AND h.return_gen>=p.stock_gen", NULL },
-    [DB_HOLDS_ST_HELD] = {
-        "SELECT coalesce((SELECT sum(held) FROM products),0)"
-        "+coalesce((SELECT sum(held) FROM product_tallies),0)", NULL },
+[DB_HOLDS_ST_OWED_UNITS] = "SELECT coalesce(sum(h.quantity),0) FROM holds h JOIN products p ON p.sku=h.sku"
+        " WHERE h.return_gen IS NOT NULL AND h.sku=?1 AND h.return_gen>=p.stock_gen",
+[DB_HOLDS_ST_HELD] = "SELECT coalesce((SELECT sum(held) FROM products),0)"
+        "+coalesce((SELECT sum(held) FROM product_tallies),0)",
     /* The forgetting of return markers waits for this (service/holds):
      * by the holds_returning index, whose rows are the few debts not yet
      * cleared. -1: none. */
-    [DB_HOLDS_ST_OLDEST_OWED] = {
-        "SELECT coalesce(min(decided_ms),-1) FROM holds WHERE sku=?1 AND return_gen IS NOT NULL",
-        NULL },
-    [DB_HOLDS_ST_RETURNED] = {
-        "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2", NULL },
+[DB_HOLDS_ST_OLDEST_OWED] = "SELECT coalesce(min(decided_ms),-1) FROM holds WHERE sku=?1 AND return_gen IS NOT NULL",
+[DB_HOLDS_ST_RETURNED] = "UPDATE holds SET return_gen=NULL WHERE order_id=?1 AND return_gen=?2",
 };
 
 #define HOLDS_ST(id) (DB_ST_HOLDS_FIRST + (id))
@@ -284,7 +268,7 @@ db_status db_hold_expire_due(db *d, int64_t now_ms, int max, db_expired *out, si
     db_rows r;
     /* The shared locks of the SKUs first (db_sku_shared): the generation
      * the statement records as owed stays the SKU's until this commits. */
-    st = db_do(d, DB_ST_DUE_SKUS_SHARED, a, 1, "expire holds", NULL);
+    st = db_due_skus_shared(d, now_ms);
     if (st != DB_OK || (st = db_run(d, &r, HOLDS_ST(DB_HOLDS_ST_EXPIRE), a, 2, "expire holds")) !=
                            DB_OK) {
         free(in_db);

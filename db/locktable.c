@@ -14,16 +14,14 @@
 
 /* A dead holder's row is deleted once expired, then the unique insert
  * decides who holds; the counter is bumped in the same transaction. */
-const db_sql db_lock_sql[DB_LOCK_ST_COUNT] = {
-    [DB_LOCK_ST_EXPIRE] = { "DELETE FROM locks WHERE name=?1 AND expires_ms<=?2", NULL },
-    [DB_LOCK_ST_INSERT] = {
-        "INSERT INTO locks(name,owner,fence,expires_ms)"
-        " VALUES(?1,?2,coalesce((SELECT fence FROM lock_fences WHERE name=?1),0)+1,?3)", NULL },
-    [DB_LOCK_ST_BUMP] = {
-        "INSERT INTO lock_fences(name,fence) VALUES(?1,1)"
-        " ON CONFLICT(name) DO UPDATE SET fence=lock_fences.fence+1 RETURNING fence", NULL },
-    [DB_LOCK_ST_LEFT] = { "SELECT expires_ms-?2 FROM locks WHERE name=?1", NULL },
-    [DB_LOCK_ST_DELETE] = { "DELETE FROM locks WHERE name=?1 AND owner=?2", NULL },
+const char *const db_lock_sql[DB_LOCK_ST_COUNT] = {
+[DB_LOCK_ST_EXPIRE] = "DELETE FROM locks WHERE name=?1 AND expires_ms<=?2",
+[DB_LOCK_ST_INSERT] = "INSERT INTO locks(name,owner,fence,expires_ms)"
+        " VALUES(?1,?2,coalesce((SELECT fence FROM lock_fences WHERE name=?1),0)+1,?3)",
+[DB_LOCK_ST_BUMP] = "INSERT INTO lock_fences(name,fence) VALUES(?1,1)"
+        " ON CONFLICT(name) DO UPDATE SET fence=lock_fences.fence+1 RETURNING fence",
+[DB_LOCK_ST_LEFT] = "SELECT expires_ms-?2 FROM locks WHERE name=?1",
+[DB_LOCK_ST_DELETE] = "DELETE FROM locks WHERE name=?1 AND owner=?2",
 };
 
 #define LOCK_ST(id) (DB_ST_LOCK_FIRST + (id))

@@ -3,7 +3,8 @@
  * URI (postgresql://user[:pw]@host[:port][,host2[:port2]...]/dbname[?params];
  * target_session_attrs, PGPASSWORD and ~/.pgpass work as libpq has them).
  *
- * Statements are the module's, their ?N parameters turned into $N when
+ * Statements are the module's (this file's own text for those the
+ * dialects word apart: SQL, below), their ?N parameters turned into $N when
  * the connection opens; each is prepared on its first run (with the types
  * of the arguments it is given: bigint, text) and again after a
  * reconnect. Arguments and columns travel as text. Errors are told apart
@@ -33,6 +34,67 @@
 /* The schema's own lock: two processes opening a new database at once
  * cannot both create it (pg_advisory_xact_lock's key). */
 #define MIGRATE_LOCK 7346215501
+
+/* Now, as db_format_time writes it. */
+#define PG_NOW "to_char(clock_timestamp() AT TIME ZONE 'UTC','YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+/* PostgreSQL's text of the statements the dialects word apart (db.c's
+ * table has the rest). */
+static const char *const SQL[DB_ST_COUNT] = {
+    [DB_ST_BEGIN] = "BEGIN",
+    [DB_ST_PRODUCT_GEN] = "UPDATE products SET stock_gen=greatest(stock_gen,?2)+1 WHERE sku=?1",
+    /* PostgreSQL ends a transaction at its first error: a group's insert
+     * that meets a taken key or order id changes no row instead (the
+     * caller asks which it was), and the group goes on. */
+    [DB_ST_ORDER_INSERT_ANY] =
+        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
+        " SELECT ?1,?2,?3,?4,?5,?6"
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)"
+        " ON CONFLICT DO NOTHING",
+    [DB_ST_VOID_INSERT] =
+        "INSERT INTO voided_orders(order_id,sku,reason,voided_at)"
+        " VALUES(?1,?2,?3," PG_NOW ") ON CONFLICT DO NOTHING",
+    [DB_ST_RESTOCK_INSERT] =
+        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
+        " VALUES(?1,?2,?3," PG_NOW ")",
+    [DB_ST_PROBE] =
+        "INSERT INTO meta(key,value) VALUES('health_probe'," PG_NOW ")"
+        " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+    /* The tallies folded into their products' rows. The rows of the
+     * products first, in SKU order: a db take (the only other locker of a
+     * products row, and never of a SKU with tallies) or a repair cannot
+     * wait on this in a circle. */
+    [DB_ST_FOLD_LOCK] =
+        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)"
+        " ORDER BY sku FOR NO KEY UPDATE",
+    /* One statement: what it adds to a products row is what its DELETE
+     * took out, row version by row version. A group may commit units to a
+     * tally between two statements (its transaction does not wait for the
+     * products row); a DELETE after an UPDATE would then take out units
+     * the UPDATE never added. So FOLD_CLEAR finds nothing left to do. */
+    [DB_ST_FOLD] =
+        "WITH gone AS (DELETE FROM product_tallies RETURNING sku, sold, held),"
+        " s AS (SELECT sku, sum(sold) AS sold, sum(held) AS held FROM gone GROUP BY sku)"
+        " UPDATE products p SET sold=p.sold+s.sold, held=p.held+s.held FROM s WHERE p.sku=s.sku",
+    [DB_ST_FOLD_CLEAR] = "SELECT 1",
+    /* A SKU's lock (db_sku_shared, db_sku_exclusive): an advisory lock of
+     * the transaction keyed by the SKU, in the lock manager -- no row is
+     * written, as a row's share lock would be by every group of every
+     * instance. */
+    [DB_ST_SKU_SHARED] = "SELECT pg_advisory_xact_lock_shared(hashtextextended(?1,0))",
+    [DB_ST_SKU_EXCLUSIVE] = "SELECT pg_advisory_xact_lock(hashtextextended(?1,0))",
+    /* The shared locks of the SKUs an expiry sweep will end holds of, in
+     * SKU order, before it ends them. */
+    [DB_ST_DUE_SKUS_SHARED] =
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended(sku,0)) FROM (SELECT DISTINCT sku"
+        " FROM holds WHERE state='reserved' AND expires_ms<=?1 ORDER BY sku) x",
+    /* A db strategy's take locks the SKU's row (its stock) first: what it
+     * reads then (a key, the buyer's units) cannot change under it. */
+    [DB_ST_PRODUCT_LOCK] = "SELECT 1 FROM products WHERE sku=?1 FOR NO KEY UPDATE",
+    /* db-for-update: the row locked and read in one statement. */
+    [DB_ST_STOCK_FOR_UPDATE] =
+        "SELECT db_available, db_version FROM products WHERE sku=?1 FOR UPDATE",
+};
 
 typedef struct pg {
     PGconn *conn;
@@ -356,9 +418,9 @@ static int migrate(db *d, char *err, size_t errlen) {
         goto err;
     }
     if (v < DB_SCHEMA_VERSION) {
-        for (int i = 0; i < db_nmigrations; i++) {
-            const db_migration *m = &db_migrations[i];
-            if (m->version > v && m->pg && exec(d, m->pg, err, errlen)) goto err;
+        for (int i = 0; i < db_schema_pg_n; i++) {
+            const db_migration *m = &db_schema_pg[i];
+            if (m->version > v && m->sql && exec(d, m->sql, err, errlen)) goto err;
         }
         snprintf(sql, sizeof sql, "DELETE FROM flashsale_schema; INSERT INTO flashsale_schema "
                  "VALUES(%d)", DB_SCHEMA_VERSION);
@@ -475,8 +537,7 @@ static int pg_open(db *d, const char *target, const db_options *opt, char *err, 
     if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = (unsigned long long)getpid();
     snprintf(p->slot, sizeof p->slot, "%llu", rnd % 1000000000000ULL + 1);
     for (int i = 0; i < DB_ST_COUNT; i++) {
-        const db_sql *s = db_sql_of(i);
-        if (!(p->sql[i] = to_dollars(s->pg ? s->pg : s->sql))) {
+        if (!(p->sql[i] = to_dollars(db_sql_of(d->drv, i)))) {
             snprintf(err, errlen, "out of memory");
             goto err;
         }
@@ -1472,8 +1533,29 @@ static db_status pg_barrier(db *d, int timeout_ms) {
                                 timeout_ms, "barrier");
 }
 
+/* A libpq URI is ours. */
+static int pg_claims(const char *target) {
+    return !strncmp(target, "postgresql://", 13) || !strncmp(target, "postgres://", 11);
+}
+
+/* The URI with its password (user:pw@) replaced by "***". */
+static void pg_redact(const char *target, char *out, size_t len) {
+    const char *scheme = strstr(target, "://");
+    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    const char *colon = at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+    if (!colon) {
+        snprintf(out, len, "%s", target);
+        return;
+    }
+    snprintf(out, len, "%.*s:***%s", (int)(colon - target), target, at);
+}
+
 const db_driver db_pg_driver = {
     .name = "postgresql",
+    .claims = pg_claims,
+    .row_locks = 1,
+    .redact = pg_redact,
+    .sql = SQL,
     .open = pg_open,
     .close = pg_close,
     .run = pg_run,

@@ -2,11 +2,12 @@
  * that build it, in each dialect. See docs/storage.md for the tables.
  *
  * The whole schema lives here, the lock table's too (version 5; its
- * statements are locktable.c's): the migrations are one ordered list
- * (db_migrations), which each driver applies in one transaction to a
- * database that lacks them, and records how far it has come (SQLite:
- * PRAGMA user_version). A new version adds a step here, in every dialect,
- * and raises DB_SCHEMA_VERSION (db.h). */
+ * statements are locktable.c's): the migrations are one ordered list per
+ * dialect (db_schema_sqlite, db_schema_pg), which its driver applies in
+ * one transaction to a database that lacks them, and records how far it
+ * has come (SQLite: PRAGMA user_version). A new version adds a step here
+ * to every dialect's list, and raises DB_SCHEMA_VERSION (db.h); a new
+ * dialect adds a list of its own and touches none of the others. */
 #include <stddef.h>
 
 #include "db/db_int.h"
@@ -250,15 +251,23 @@ static const char SCHEMA_V9[] =
     "ALTER TABLE products ADD COLUMN room_turn_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE products ADD COLUMN room_rate INTEGER NOT NULL DEFAULT 0;";
 
-const db_migration db_migrations[] = {
-    { 1, SCHEMA_V1, NULL },
-    { 2, SCHEMA_V2, NULL },
-    { 3, SCHEMA_V3, NULL },
-    { 4, SCHEMA_V4, NULL },
-    { 5, SCHEMA_V5, NULL },
-    { 6, SCHEMA_V6, NULL },
-    { 7, SCHEMA_V7, PG_SCHEMA_V7 },
-    { 8, SCHEMA_V8, PG_SCHEMA_V8 },
-    { 9, SCHEMA_V9, SCHEMA_V9 },
+const db_migration db_schema_sqlite[] = {
+    { 1, SCHEMA_V1 },
+    { 2, SCHEMA_V2 },
+    { 3, SCHEMA_V3 },
+    { 4, SCHEMA_V4 },
+    { 5, SCHEMA_V5 },
+    { 6, SCHEMA_V6 },
+    { 7, SCHEMA_V7 },
+    { 8, SCHEMA_V8 },
+    { 9, SCHEMA_V9 },
 };
-const int db_nmigrations = (int)(sizeof db_migrations / sizeof db_migrations[0]);
+const int db_schema_sqlite_n = (int)(sizeof db_schema_sqlite / sizeof db_schema_sqlite[0]);
+
+/* A server database starts whole at version 7. */
+const db_migration db_schema_pg[] = {
+    { 7, PG_SCHEMA_V7 },
+    { 8, PG_SCHEMA_V8 },
+    { 9, SCHEMA_V9 },
+};
+const int db_schema_pg_n = (int)(sizeof db_schema_pg / sizeof db_schema_pg[0]);

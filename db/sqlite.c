@@ -16,6 +16,48 @@
 
 #include "db/db_int.h"
 
+/* Now, as db_format_time writes it. */
+#define SQLITE_NOW "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
+
+/* SQLite's text of the statements the dialects word apart (db.c's table
+ * has the rest). */
+static const char *const SQL[DB_ST_COUNT] = {
+    [DB_ST_PRODUCT_GEN] = "UPDATE products SET stock_gen=max(stock_gen,?2)+1 WHERE sku=?1",
+    [DB_ST_ORDER_INSERT_ANY] =
+        "INSERT INTO orders(order_id,sku,user_id,quantity,idempotency_key,created_at)"
+        " SELECT ?1,?2,?3,?4,?5,?6"
+        " WHERE NOT EXISTS(SELECT 1 FROM voided_orders WHERE order_id=?1)",
+    [DB_ST_VOID_INSERT] =
+        "INSERT OR IGNORE INTO voided_orders(order_id,sku,reason,voided_at)"
+        " VALUES(?1,?2,?3," SQLITE_NOW ")",
+    /* The one writer holds every row already: no lock to take, and the
+     * UPDATE, then the DELETE. */
+    [DB_ST_FOLD_LOCK] =
+        "SELECT sku FROM products WHERE sku IN (SELECT sku FROM product_tallies)",
+    [DB_ST_FOLD] =
+        "UPDATE products SET"
+        " sold=sold+(SELECT coalesce(sum(t.sold),0) FROM product_tallies t WHERE t.sku=products.sku),"
+        " held=held+(SELECT coalesce(sum(t.held),0) FROM product_tallies t WHERE t.sku=products.sku)"
+        " WHERE sku IN (SELECT sku FROM product_tallies)",
+    [DB_ST_FOLD_CLEAR] = "DELETE FROM product_tallies",
+    [DB_ST_RESTOCK_INSERT] =
+        "INSERT INTO restocks(idempotency_key,sku,quantity,created_at)"
+        " VALUES(?1,?2,?3," SQLITE_NOW ")",
+    [DB_ST_PROBE] =
+        "INSERT OR REPLACE INTO meta(key,value) VALUES('health_probe'," SQLITE_NOW ")",
+    /* The write transaction holds the whole file: a SKU's locks and a
+     * row's are held already. (STOCK_FOR_UPDATE only prepares: db-for-update
+     * needs row locks.) */
+    [DB_ST_SKU_SHARED] = "SELECT ?1",
+    [DB_ST_SKU_EXCLUSIVE] = "SELECT ?1",
+    [DB_ST_DUE_SKUS_SHARED] = "SELECT ?1",
+    [DB_ST_PRODUCT_LOCK] = "SELECT 1 FROM products WHERE sku=?1",
+    [DB_ST_STOCK_FOR_UPDATE] = "SELECT db_available, db_version FROM products WHERE sku=?1",
+    /* The write lock at once: a transaction that read first and then
+     * wrote could fail on a lock it cannot wait for. */
+    [DB_ST_BEGIN] = "BEGIN IMMEDIATE",
+};
+
 typedef struct sq {
     sqlite3 *conn;
     sqlite3_stmt *st[DB_ST_COUNT];
@@ -77,12 +119,12 @@ static int migrate(sqlite3 *c, char *err, size_t errlen) {
                  v, DB_SCHEMA_VERSION);
         goto err;
     }
-    for (int i = 0; i < db_nmigrations; i++) {
-        const db_migration *m = &db_migrations[i];
+    for (int i = 0; i < db_schema_sqlite_n; i++) {
+        const db_migration *m = &db_schema_sqlite[i];
         char pragma[48];
         if (m->version <= v) continue;
         snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", m->version);
-        if ((m->sqlite && exec(c, m->sqlite, err, errlen)) || exec(c, pragma, err, errlen))
+        if ((m->sql && exec(c, m->sql, err, errlen)) || exec(c, pragma, err, errlen))
             goto err;
     }
     if (exec(c, "COMMIT", err, errlen)) goto err;
@@ -154,7 +196,7 @@ static int sq_open(db *d, const char *path, const db_options *opt, char *err, si
     if (exec(q->conn, pragmas, err, errlen)) goto err;
     for (int i = 0; i < DB_ST_COUNT; i++) {
         if (opt->readonly && !db_st_reads(i)) continue;
-        if (sqlite3_prepare_v3(q->conn, db_sql_of(i)->sql, -1, SQLITE_PREPARE_PERSISTENT,
+        if (sqlite3_prepare_v3(q->conn, db_sql_of(d->drv, i), -1, SQLITE_PREPARE_PERSISTENT,
                                &q->st[i], NULL) != SQLITE_OK) {
             snprintf(err, errlen, "prepare: %s", sqlite3_errmsg(q->conn));
             goto err;
@@ -252,6 +294,10 @@ static void sq_wait_ms(db *d, int ms) { sqlite3_busy_timeout(conn_of(d)->conn, m
 
 const db_driver db_sqlite_driver = {
     .name = "sqlite",
+    .claims = NULL,             /* any target: a file's path */
+    .row_locks = 0,             /* the write transaction holds the file */
+    .one_writer = 1,
+    .sql = SQL,
     .open = sq_open,
     .close = sq_close,
     .run = sq_run,

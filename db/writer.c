@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "db/db_int.h"
 #include "db/holds.h"
 
@@ -177,9 +178,10 @@ void db_writer_submit_many(db_writer *w, db_job **jobs, size_t n) {
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Moves queued jobs into w->batch after its first n, up to max_batch;
- * w->mu held. Returns the batch's size. */
+/* Moves queued jobs into w->batch after its first n, up to max_batch.
+ * Returns the batch's size. */
 static size_t take_queued(db_writer *w, size_t n) {
+    assert(mutex_held(&w->mu));
     while (w->head && n < w->max_batch) {
         w->batch[n++] = w->head;
         w->head = w->head->next;
@@ -234,7 +236,7 @@ static size_t pace(db_writer *w, size_t n, int64_t last_us) {
  * transaction: not found there is not committed. DB_STALE (it never
  * commits), DB_OK (it did) or DB_UNKNOWN. */
 static db_status decide_absent(db_writer *w, const db_job *j) {
-    if (!db_row_locks(w->conn)) return DB_STALE;
+    if (w->conn->drv->one_writer) return DB_STALE;
     db_status v = db_order_void(w->conn, j->order.order_id, j->order.sku,
                                 "its group's COMMIT failed");
     return v == DB_OK ? DB_STALE : v == DB_EXISTS ? DB_OK : DB_UNKNOWN;
@@ -331,6 +333,7 @@ static int confirms_again(db_writer *w, db_job **jobs, size_t n) {
  * refusal of one order (stale generation, reused key, no stock) leaves the
  * others alone; an error of the database fails them all and rolls back. */
 static void commit_group(db_writer *w, db_job **jobs, size_t n) {
+    assert(db_writer_on_thread(w) && n > 0);
     int64_t t0 = w->observe ? clock_mono_us() : 0;
     size_t i, orders = 0;
     for (i = 0; i < n; i++) orders += jobs[i]->kind == DB_JOB_INSERT;

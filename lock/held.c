@@ -20,12 +20,15 @@ static unsigned entry_hash(const char *name, const char *owner) {
 }
 
 lock_entry *lock_table_find(lock_client *c, const char *name, const char *owner) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     for (lock_entry *e = c->buckets[entry_hash(name, owner)]; e; e = e->hnext)
         if (!e->released && !strcmp(e->name, name) && !strcmp(e->owner, owner)) return e;
     return NULL;
 }
 
 void lock_table_insert(lock_client *c, lock_entry *e) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
+    assert(!e->released && e->count == 1 && e->refs == 1);   /* a fresh hold, one handle */
     unsigned b = entry_hash(e->name, e->owner);
     e->hnext = c->buckets[b];
     c->buckets[b] = e;
@@ -36,6 +39,8 @@ void lock_table_insert(lock_client *c, lock_entry *e) {
 }
 
 void lock_table_remove(lock_client *c, lock_entry *e) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
+    assert(!e->released);                 /* out of the table once, for good */
     lock_entry **pp = &c->buckets[entry_hash(e->name, e->owner)];
     while (*pp && *pp != e) pp = &(*pp)->hnext;
     assert(*pp == e);
@@ -47,13 +52,15 @@ void lock_table_remove(lock_client *c, lock_entry *e) {
     e->released = 1;
 }
 
-/* Frees an entry that is out of the table (c->mu held). */
+/* Frees an entry that is out of the table. */
 static void entry_free(lock_entry *e) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));  /* so hold_free does no I/O */
     if (e->hold) e->hold->be->hold_free(e->hold);
     free(e);
 }
 
 void lock_entry_unref(lock_entry *e) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     assert(e->refs > 0);
     if (--e->refs == 0) {
         assert(e->released && e->count == 0 && !e->handles);
@@ -62,6 +69,7 @@ void lock_entry_unref(lock_entry *e) {
 }
 
 void lock_handle_notify(lock_client *c, lock_handle *h) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     void (*fn)(lock_handle *, void *) = h->on_lost;
     h->notified = 1;
     h->in_cb = 1;
@@ -75,6 +83,7 @@ void lock_handle_notify(lock_client *c, lock_handle *h) {
 }
 
 void lock_entry_mark_lost(lock_client *c, lock_entry *e, lock_errcode code, const char *why) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT) && e->refs > 0);  /* pinned */
     if (atomic_exchange(&e->lost, 1)) return;
     e->err = code;
     snprintf(e->errstr, sizeof e->errstr, "%s", why);

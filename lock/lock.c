@@ -15,10 +15,12 @@
 
 /* ------------------------------------------------------------------ reentry */
 
-/* Adds h to the hold e (c->mu held) and re-arms the lease from start_us
+/* Adds h to the hold e and re-arms the lease from start_us
  * (< 0: the lease is left as it is). */
 static void add_handle(lock_entry *e, lock_client *c, lock_handle *h, int64_t start_us,
                        int64_t ttl_ms) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
+    assert(!e->released && e->count >= 1 && e->refs > e->count);  /* held, pinned by reentry */
     h->c = c;
     h->e = e;
     h->next = e->handles;
@@ -91,6 +93,7 @@ static lock_status fail(lock_client *c, lock_errcode code, const char *msg, char
  * name and hold are set by the caller. */
 static void hold(lock_client *c, const char *owner, uint64_t fence, uint64_t incarnation,
                  int64_t start_us, int64_t ttl_ms, lock_entry *e, lock_handle *h) {
+    assert(e->count == 0 && !e->handles);      /* fresh: not in the table yet */
     snprintf(e->owner, sizeof e->owner, "%s", owner);
     e->fence = fence;
     e->incarnation = incarnation;
@@ -229,10 +232,12 @@ void lock_on_lost(lock_handle *h, void (*fn)(lock_handle *h, void *ud), void *ud
     lock_mu_drop(&c->mu, LOCK_RANK_CLIENT);
 }
 
-/* Takes h off its entry (c->mu held). Returns 1 if it was the last handle:
+/* Takes h off its entry. Returns 1 if it was the last handle:
  * the entry is then out of the table and the caller must free the lock. */
 static int detach(lock_client *c, lock_handle *h) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     lock_entry *e = h->e;
+    assert(!e->released && e->count >= 1);    /* in the table while it has handles */
     lock_handle **pp = &e->handles;
     while (*pp && *pp != h) pp = &(*pp)->next;
     assert(*pp == h);

@@ -93,6 +93,7 @@ static unsigned all_servers(const lock_redis *r) { return (1u << r->nservers) - 
 
 static uint64_t next_rand(attempt *a) {
     /* xorshift64*, seeded from getrandom: only for jitter. */
+    assert(a->rng != 0);                  /* seeded odd; the shifts never reach 0 */
     a->rng ^= a->rng >> 12;
     a->rng ^= a->rng << 25;
     a->rng ^= a->rng >> 27;
@@ -101,6 +102,7 @@ static uint64_t next_rand(attempt *a) {
 
 /* Runs one script call on the servers in mask. */
 static int run1(lock_redis *r, lock_call *call, unsigned mask, lock_replies *rs) {
+    assert((mask & ~all_servers(r)) == 0);
     int rc = lock_run(r, call, 1, mask, rs);
     rconn_cmd_free(&call->cmd);
     return rc;
@@ -167,6 +169,7 @@ static lock_tally release_on(lock_redis *r, const lock_keys *k, const char *id, 
  * tests/unit/test_lock.c (test_redlock_incarnation) drives these cases
  * on real servers. */
 static int settle(attempt *a, unsigned okmask, uint64_t fence, uint64_t incarnation) {
+    assert(okmask != 0 && fence > 0);     /* after a try that won, with its token */
     lock_call call;
     lock_replies rs;
     char inc[17];
@@ -225,6 +228,7 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
         long long p = elem_ll(r, 1);
         if (p > 0 && (a->pttl_ms < 0 || p < a->pttl_ms)) a->pttl_ms = p;
         if (a->r->fair && r->elements >= 5) {      /* one server: a fair lock's reply */
+            assert(a->r->nservers == 1);
             a->rank = elem_ll(r, 2);
             a->hint_ms = elem_ll(r, 3) > 0 ? elem_ll(r, 3) : 0;
             if (elem_ll(r, 4) == 1) {
@@ -238,6 +242,9 @@ static try_tally tally_try(attempt *a, const lock_replies *rs) {
             snprintf(a->score, sizeof a->score, "%lld", elem_ll(r, 2));
     }
     if (differ) t.incarnation = 0;
+    /* Each server counted once, yes or busy; a yes carries a token. */
+    assert(!(t.okmask & t.busymask) && t.ok + t.busy <= a->r->nservers);
+    assert(t.ok == 0 || t.fence > 0);
     return t;
 }
 
@@ -608,6 +615,7 @@ static int redis_open(lock_client *c, const lock_options *o, char *err, size_t e
             return -1;
         }
     }
+    assert(o->nurls >= 1 && o->nurls <= LOCK_MAX_SERVERS);   /* lock_client_new's check */
     r->nservers = o->nurls;
     r->quorum = o->nurls / 2 + 1;
     for (int i = 0; i < 8; i++) sprintf(r->cid + 2 * i, "%02x", rnd[i]);

@@ -95,6 +95,7 @@ static int conn_alive(redisContext *ctx) {
 /* The newest connection of p still alive, or NULL; the dead ones met are
  * closed (pool_mu held: a poll that does not wait). */
 static redisContext *idle_take(lock_idle *p) {
+    assert(lock_mu_holds(LOCK_RANK_POOL));
     while (p->n > 0) {
         redisContext *ctx = p->v[--p->n];
         if (conn_alive(ctx)) return ctx;
@@ -103,8 +104,9 @@ static redisContext *idle_take(lock_idle *p) {
     return NULL;
 }
 
-/* Keeps ctx in p (pool_mu held); closes it when p cannot grow. */
+/* Keeps ctx in p; closes it when p cannot grow. */
 static void idle_put(lock_idle *p, redisContext *ctx) {
+    assert(lock_mu_holds(LOCK_RANK_POOL));
     if (p->n == p->cap) {
         int cap = p->cap ? p->cap * 2 : 8;
         redisContext **v = realloc(p->v, sizeof *v * (size_t)cap);
@@ -161,6 +163,7 @@ void lock_server_close(lock_server *s) {
 /* With pool_mu held: when the primary moved, takes its new address and
  * closes the idle connections to the old one. */
 static void follow_primary(lock_server *s) {
+    assert(lock_mu_holds(LOCK_RANK_POOL));
     if (!s->primary || rtopo_primary_version(s->primary) == s->version) return;
     rconn_addr a;
     unsigned v = rtopo_primary_get(s->primary, &a);
@@ -277,9 +280,10 @@ static void server_put(lock_server *s, redisContext *ctx, unsigned version) {
 
 /* ------------------------------------------------------ a cluster's nodes */
 
-/* The pool of a cluster's node a (pool_mu held), made on first use.
+/* The pool of a cluster's node a, made on first use.
  * Returns NULL when out of memory. */
 static lock_node *node_of(lock_server *s, const rconn_addr *a) {
+    assert(lock_mu_holds(LOCK_RANK_POOL));
     for (int n = 0; n < s->nnodes; n++)
         if (s->nodes[n].addr.port == a->port && !strcmp(s->nodes[n].addr.host, a->host))
             return &s->nodes[n];

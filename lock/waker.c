@@ -20,6 +20,7 @@
 #include "lock/redis_int.h"
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -72,8 +73,9 @@ static int gone_event(const redisReply *ev) {
 }
 
 /* Appends SUBSCRIBE or UNSUBSCRIBE of t's keyspace and marker channels to
- * s's subscriber (waker.mu held). */
+ * s's subscriber. */
 static void topic_append(lock_server *s, const char *verb, const lock_topic *t) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     char ks[LOCK_NAME_MAX + 48];
     size_t kl = (size_t)snprintf(ks, sizeof ks, "__keyspace@%d__:%s", s->addr.db, t->name);
     const char *argv[3] = { verb, ks, t->marker };
@@ -84,8 +86,9 @@ static void topic_append(lock_server *s, const char *verb, const lock_topic *t) 
 /* Joins w to its name's topic, creating it (and returning it, to be
  * subscribed) if w is the first local waiter of the name. NULL when the
  * topic exists already or cannot be made (w then relies on its queue and
- * the re-check). waker.mu held. */
+ * the re-check). */
 static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     size_t n = w->name ? strlen(w->name) : 0;
     size_t ml = w->chanlen - strlen(w->id);        /* the chan's B:wake: prefix */
     lock_topic *t = n ? find_topic(wk, w->name, n) : NULL, *fresh = NULL;
@@ -102,6 +105,7 @@ static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
         fresh = t;
     }
     if (!t) return NULL;
+    assert(!w->topic && !t->first == !t->last);   /* in one topic at most; a list */
     w->topic = t;
     w->tnext = NULL;
     if (t->last) t->last->tnext = w;
@@ -111,8 +115,9 @@ static lock_topic *topic_join(lock_waker *wk, lock_waiter *w) {
 }
 
 /* Takes w out of its topic; returns the topic if it is now empty (out of
- * the tables, to be unsubscribed and freed by the caller). waker.mu held. */
+ * the tables, to be unsubscribed and freed by the caller). */
 static lock_topic *topic_leave(lock_redis *r, lock_waiter *w) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     lock_waker *wk = &r->waker;
     lock_topic *t = w->topic;
     if (!t) return NULL;
@@ -121,7 +126,8 @@ static lock_topic *topic_leave(lock_redis *r, lock_waiter *w) {
         prev = *pp;
         pp = &(*pp)->tnext;
     }
-    if (*pp) *pp = w->tnext;
+    assert(*pp == w);                     /* w is in the topic it names */
+    *pp = w->tnext;
     if (t->last == w) t->last = prev;
     w->topic = NULL;
     if (t->first) return NULL;
@@ -152,9 +158,10 @@ static void kick(lock_waker *wk) {
     }
 }
 
-/* Writes out what is buffered on s's subscriber (waker.mu held). A failed
+/* Writes out what is buffered on s's subscriber. A failed
  * write marks it broken; the thread drops and reconnects it. */
 static void sub_flush(lock_server *s) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     int done = 0;
     lock_pipe_guard g;
     lock_nosigpipe_begin(&g);
@@ -177,8 +184,9 @@ static void sub_append(lock_server *s, const char *verb, const lock_waiter *w) {
 
 /* ------------------------------------------------------------ the thread */
 
-/* A message from a subscriber connection (waker.mu held). */
+/* A message from a subscriber connection. */
 static void dispatch(lock_redis *rd, lock_server *s, const redisReply *r) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     lock_waker *wk = &rd->waker;
     /* A marker speaks for the very next message only: the script that
      * published it ran its DEL right after, atomically. */
@@ -256,6 +264,7 @@ static int keyspace_config(redisContext *ctx, int *broken) {
 /* Connects s's subscriber and subscribes every current topic and waiter.
  * Called with waker.mu held; drops it while connecting. */
 static void connect_sub(lock_redis *r, lock_server *s) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     lock_waker *wk = &r->waker;
     char err[200];
     int keyspace = 0, broken = 0;
@@ -349,8 +358,9 @@ static void *waker_main(void *arg) {
     return NULL;
 }
 
-/* Starts the thread on first use (waker.mu held). */
+/* Starts the thread on first use. */
 static int waker_start(lock_redis *r) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     lock_waker *wk = &r->waker;
     if (wk->started) return 0;
     if (wk->stop) return -1;

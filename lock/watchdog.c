@@ -9,6 +9,7 @@
  * end of the lease by the monotonic clock counts as lost. */
 #include "lock/lock_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,10 @@ typedef struct due {
     int64_t ttl_ms;
 } due;
 
-/* Collects up to RENEW_BATCH entries due for renewal and pins them (c->mu
- * held). Returns how many; *next is when the next one falls due. */
+/* Collects up to RENEW_BATCH entries due for renewal and pins them.
+ * Returns how many; *next is when the next one falls due. */
 static int collect(lock_client *c, due *d, int64_t now, int64_t *next) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     int n = 0;
     *next = INT64_MAX;
     for (lock_entry *e = c->all; e; e = e->next) {
@@ -47,10 +49,11 @@ static int collect(lock_client *c, due *d, int64_t now, int64_t *next) {
     return n;
 }
 
-/* Applies one entry's renewal outcome (c->mu held): renewed from start,
+/* Applies one entry's renewal outcome: renewed from start,
  * found gone, or unknown (why). */
 static void apply(lock_client *c, const due *d, lock_check outcome, int64_t start,
                   const char *why) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     lock_entry *e = d->e;
     if (e->released || atomic_load(&e->lost)) return;
     int64_t now = clock_mono_us();
@@ -80,9 +83,10 @@ static void apply(lock_client *c, const due *d, lock_check outcome, int64_t star
     e->next_renew_us = now + (retry < RETRY_MAX_US ? retry : RETRY_MAX_US);
 }
 
-/* Renews the n pinned entries through the backend's check, in one batch
- * (c->mu not held), and applies the results. */
+/* Renews the n pinned entries through the backend's check, in one batch,
+ * and applies the results. */
 static void renew(lock_client *c, due *d, lock_checking *k, int n) {
+    assert(!lock_mu_holds(LOCK_RANK_CLIENT));
     for (int i = 0; i < n; i++)
         k[i] = (lock_checking){ .hold = d[i].e->hold, .ttl_ms = d[i].ttl_ms, .start_us = -1 };
     int64_t asked = clock_mono_us();
@@ -121,6 +125,7 @@ static void *watchdog_main(void *arg) {
 }
 
 int lock_watchdog_ensure(lock_client *c) {
+    assert(lock_mu_holds(LOCK_RANK_CLIENT));
     if (c->wd_started) return 0;
     if (c->stopping || lock_thread_start(&c->wd_thread, watchdog_main, c)) return -1;
     c->wd_started = 1;
@@ -128,6 +133,7 @@ int lock_watchdog_ensure(lock_client *c) {
 }
 
 void lock_watchdog_stop(lock_client *c) {
+    assert(!lock_mu_holds(LOCK_RANK_CLIENT));
     lock_mu_take(&c->mu, LOCK_RANK_CLIENT);
     c->stopping = 1;
     int started = c->wd_started;

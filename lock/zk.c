@@ -8,6 +8,7 @@
  * types both share and the threading rules. */
 #include "lock/zk_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ bad:
 /* ---------------------------------------------------------------- watches */
 
 static void watch_add(zk_backend *z, zk_hold *h) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND) && !h->registered);
     h->wid = ++z->next_wid;
     unsigned b = (unsigned)(h->wid % ZK_WATCH_BUCKETS);
     h->wnext = z->watches[b];
@@ -75,14 +77,17 @@ static void watch_add(zk_backend *z, zk_hold *h) {
 }
 
 static void watch_del(zk_backend *z, zk_hold *h) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     if (!h->registered) return;
     zk_hold **pp = &z->watches[h->wid % ZK_WATCH_BUCKETS];
     while (*pp && *pp != h) pp = &(*pp)->wnext;
-    if (*pp) *pp = h->wnext;
+    assert(*pp == h);                     /* a registered hold is in the table */
+    *pp = h->wnext;
     h->registered = 0;
 }
 
 static zk_hold *watch_find(zk_backend *z, uint64_t wid) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     for (zk_hold *h = z->watches[wid % ZK_WATCH_BUCKETS]; h; h = h->wnext)
         if (h->wid == wid) return h;
     return NULL;
@@ -135,11 +140,13 @@ static zk_hold *hold_new(zk_backend *z, const char *name) {
     return h;
 }
 
-/* Frees h and drops its session reference (z->mu not held). */
+/* Frees h and drops its session reference. */
 static void hold_drop(zk_hold *h) {
+    assert(!lock_mu_holds(LOCK_RANK_BACKEND));
     zk_backend *z = h->z;
     lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
     watch_del(z, h);
+    assert(!h->s || h->s->refs > 0);      /* h's reference is among them */
     if (h->s && --h->s->refs == 0 && h->s->dead) pthread_cond_signal(&z->keeper_cv);
     lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
     pthread_cond_destroy(&h->cv);

@@ -26,6 +26,7 @@
  * children and deletes it ("sweeps"). */
 #include "lock/zk_int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -36,11 +37,13 @@
 
 /* --------------------------------------------------------------- sessions */
 
-/* Declares s dead (z->mu held): no new use; its waiters wake up; the
+/* Declares s dead: no new use; its waiters wake up; the
  * keeper reports its holds lost and closes it. */
 static void session_die(zk_session *s, lock_errcode code, const char *why) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     zk_backend *z = s->z;
     if (s->dead) return;
+    assert(!s->closing);                  /* only a dead session is closed */
     s->dead = 1;
     s->dead_us = clock_mono_us();
     s->why_code = code;
@@ -55,10 +58,11 @@ static void session_die(zk_session *s, lock_errcode code, const char *why) {
 }
 
 /* A server answer to a request sent at sent_us: the session was alive when
- * the request arrived, so its lease runs at least until sent_us + timeout
- * (z->mu held). Error codes the server sends about the request itself
- * count; connection loss, expiry and the like do not. */
+ * the request arrived, so its lease runs at least until sent_us + timeout.
+ * Error codes the server sends about the request itself count; connection
+ * loss, expiry and the like do not. */
 static void session_confirmed(zk_session *s, int rc, int64_t sent_us) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     if (s->dead || s->timeout_ms <= 0) return;
     if (rc != ZOK && rc != ZNONODE && rc != ZNODEEXISTS && rc != ZNOTEMPTY && rc != ZBADVERSION)
         return;
@@ -95,9 +99,10 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
  * application's stderr); failures reach callers as error codes. */
 static void zk_log_discard(const char *message) { (void)message; }
 
-/* Opens a session (z->mu held). The client's threads start with every
+/* Opens a session. The client's threads start with every
  * signal blocked, like the module's own: signals are the application's. */
 static zk_session *session_open(zk_backend *z, int64_t ttl_ms, char *err, size_t errlen) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     zk_session *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
@@ -174,12 +179,14 @@ static int session_enter(zk_session *s, char *err, size_t errlen) {
 static void session_leave(zk_session *s) {
     zk_backend *z = s->z;
     lock_mu_take(&z->mu, LOCK_RANK_BACKEND);
+    assert(s->users > 0);                 /* after its session_enter */
     if (--s->users == 0 && s->dead) pthread_cond_signal(&z->keeper_cv);
     lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);
 }
 
-/* Queues a sweep on s (z->mu held). */
+/* Queues a sweep on s. */
 void lock_zk_sweep_add(zk_session *s, const char *path, const char *guid) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     zk_sweep *w = calloc(1, sizeof *w);
     if (!w) return;               /* the node then lives until the session ends */
     snprintf(w->path, sizeof w->path, "%s", path);
@@ -208,19 +215,23 @@ static void op_free(zk_op *op) {
     free(op);
 }
 
-/* Drops one reference (z->mu held). */
+/* Drops one reference. */
 static void op_unref(zk_op *op) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND) && op->refs > 0);
     if (--op->refs == 0) op_free(op);
 }
 
-/* Records a completion (z->mu held) and wakes the caller. An abandoned
+/* Records a completion and wakes the caller. An abandoned
  * create is undone by the keeper: the node it made, or, when the outcome
  * is unknown, whatever carries its GUID. */
 static void op_complete(zk_op *op, int rc) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     zk_session *s = op->s;
+    assert(!op->done);                    /* a request completes once */
     op->rc = rc;
     op->done = 1;
     if (op->counted) {
+        assert(s->inflight > 0);
         op->counted = 0;
         if (--s->inflight == 0) pthread_cond_broadcast(&s->z->keeper_cv);
     }
@@ -480,10 +491,11 @@ static void session_free(zk_session *s) {
 
 typedef enum keeper_work { W_NONE, W_LOST, W_CLOSE, W_PROBE, W_SWEEP } keeper_work;
 
-/* Picks the next thing to do (z->mu held), frees closed sessions nobody
+/* Picks the next thing to do, frees closed sessions nobody
  * uses, and declares dead the sessions whose lease ran out. *next is when
  * to look again if there is nothing. */
 static keeper_work keeper_pick(zk_backend *z, zk_session **out, int64_t *next) {
+    assert(lock_mu_holds(LOCK_RANK_BACKEND));
     int64_t now = clock_mono_us();
     *next = now + 1000000;
     for (zk_session **pp = &z->sessions; *pp;) {
@@ -556,6 +568,7 @@ static void *keeper_main(void *arg) {
             lock_holds_lost(z->c, match_session, s, code, why);
         } else if (w == W_CLOSE) {
             /* Closing deletes its nodes if the server still has them. */
+            assert(s->dead && s->lost_reported && !s->closing);   /* dead, told, then closed */
             s->closing = 1;
             zhandle_t *zh = s->zh;
             lock_mu_drop(&z->mu, LOCK_RANK_BACKEND);

@@ -11,6 +11,7 @@
  * See rtopo.h for the contract. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct rtopo_client {
 rtopo_client *rtopo_client_new(const rtopo_spec *spec, int timeout_ms) {
     rtopo_client *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    assert(spec->nseeds >= 1);
     c->spec = *spec;
     c->timeout_ms = timeout_ms;
     if (spec->kind == RTOPO_CLUSTER && !(c->map = rtopo_slotmap_new())) {
@@ -103,7 +105,9 @@ static void drop_conn(rtopo_client *c, redisContext *ctx) {
 /* Where a command on key goes now: 0 with *a, or -1 with err. */
 static int route(rtopo_client *c, const char *key, size_t keylen, rconn_addr *a, char *err,
                  size_t errlen) {
+    assert(!c->map == (c->spec.kind != RTOPO_CLUSTER));      /* the map is a cluster's */
     if (c->spec.kind != RTOPO_CLUSTER) {
+        assert(c->have_primary || c->spec.kind == RTOPO_SENTINEL);  /* a server is never lost */
         if (!c->have_primary &&
             rtopo_sentinel_discover(&c->spec, c->timeout_ms, &c->primary, err, errlen))
             return -1;
@@ -185,6 +189,7 @@ redisReply *rtopo_client_run(rtopo_client *c, const char *key, size_t keylen, in
         if (v == RTOPO_OK || v == RTOPO_ERROR ||
             (c->spec.kind != RTOPO_CLUSTER && v != RTOPO_REDISCOVER))
             return r;         /* redirections from a server we do not route by slot */
+        assert(c->spec.kind == RTOPO_CLUSTER || v == RTOPO_REDISCOVER);
         snprintf(why, sizeof why, "%s:%d: %.*s", a.host, a.port,
                  (int)(r->len > 200 ? 200 : r->len), r->str);
         freeReplyObject(r);

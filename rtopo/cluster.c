@@ -12,6 +12,7 @@
  * is asked for too: one slot moved usually means more did. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ unsigned rtopo_cluster_route(rtopo_cluster *cl, int slot, rconn_addr *out) {
     if (s) {
         *out = s->primary;
         v = atomic_load(&cl->version);
+        assert(v != 0);                    /* 0: no map yet, so no slot served */
     }
     pthread_mutex_unlock(&cl->mu);
     return v;
@@ -142,6 +144,7 @@ rtopo_cluster *rtopo_cluster_start(const rtopo_spec *spec, int timeout_ms, char 
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    assert(spec->nseeds >= 1);
     cl->spec = *spec;
     cl->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     pthread_mutex_init(&cl->mu, NULL);

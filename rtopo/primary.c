@@ -9,6 +9,7 @@
  * its subscription in short slices, so stopping takes at most one. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +57,7 @@ static int same_node(const rconn_addr *a, const rconn_addr *b) {
 
 /* Asks the sentinels; takes a new address (a new version) when it moved. */
 static void ask(rtopo_primary *p) {
+    assert(p->watched);                    /* only a followed Sentinel moves the primary */
     rconn_addr found;
     char err[sizeof p->err];
     if (rtopo_sentinel_discover(&p->spec, p->timeout_ms, &found, err, sizeof err) != 0) {
@@ -112,6 +114,7 @@ rtopo_primary *rtopo_primary_start(const rtopo_spec *spec, int timeout_ms, char 
     }
     rtopo_primary *p = calloc(1, sizeof *p);
     if (!p) goto oom;
+    assert(spec->nseeds >= 1);
     p->spec = *spec;
     p->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     pthread_mutex_init(&p->mu, NULL);

@@ -5,6 +5,7 @@
  * See rtopo.h for the contract. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -43,6 +44,9 @@ static const uint16_t crc16_table[256] = {
     0x6e17, 0x7e36, 0x4e55, 0x5e74, 0x2e93, 0x3eb2, 0x0ed1, 0x1ef0,
 };
 
+/* A slot is the CRC modulo RTOPO_SLOTS, taken as a mask. */
+_Static_assert((RTOPO_SLOTS & (RTOPO_SLOTS - 1)) == 0, "RTOPO_SLOTS is a power of two");
+
 static uint16_t crc16(const unsigned char *p, size_t n) {
     uint16_t crc = 0;
     for (size_t i = 0; i < n; i++)
@@ -53,6 +57,7 @@ static uint16_t crc16(const unsigned char *p, size_t n) {
 /* The hash tag rule: the first '{', then the first '}' after it; only
  * when something lies between them is that the part hashed. */
 int rtopo_slot(const char *key, size_t len) {
+    assert(key || len == 0);
     const unsigned char *k = (const unsigned char *)key;
     const unsigned char *open = len ? memchr(k, '{', len) : NULL;
     if (open) {

@@ -10,6 +10,7 @@
  * See rtopo.h for the contract. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,7 @@ static int find_shard(const rtopo_slotmap *m, const char *host, int port) {
 
 /* A new shard with primary host:port (no replicas yet): its index, or -1. */
 static int add_shard(rtopo_slotmap *m, const rtopo_spec *spec, const char *host, int port) {
+    assert(find_shard(m, host, port) < 0);     /* one shard per primary */
     if (m->nshards == m->cap) {
         int cap = m->cap ? m->cap * 2 : 8;
         rtopo_shard *s = realloc(m->shards, sizeof *s * (size_t)cap);
@@ -113,6 +115,7 @@ static int read_entry(rtopo_slotmap *m, const rtopo_spec *spec, const char *aske
     if (!port) return 0;           /* a primary nobody can reach: unserved */
     shard = find_shard(m, host, port);
     if (shard < 0 && (shard = add_shard(m, spec, host, port)) < 0) goto oom;
+    assert(shard < m->nshards);
     memcpy(m->shards[shard].id, id, sizeof id);
     for (size_t i = 3; i < e->elements; i++) {
         if (read_node(e->element[i], asked, host, sizeof host, &port, id)) goto bad;
@@ -196,6 +199,7 @@ int rtopo_slotmap_load(rtopo_slotmap *m, const rtopo_spec *spec, int timeout_ms,
 
 const rtopo_shard *rtopo_slotmap_lookup(const rtopo_slotmap *m, int slot) {
     if (slot < 0 || slot >= RTOPO_SLOTS || m->owner[slot] < 0) return NULL;
+    assert(m->owner[slot] < m->nshards);    /* an owner is an index into shards */
     return &m->shards[m->owner[slot]];
 }
 
@@ -215,6 +219,7 @@ int rtopo_slotmap_moved(rtopo_slotmap *m, const rtopo_spec *spec, const rtopo_re
     if (rd->slot < 0 || rd->slot >= RTOPO_SLOTS) return -1;
     int i = find_shard(m, rd->host, rd->port);
     if (i < 0 && (i = add_shard(m, spec, rd->host, rd->port)) < 0) return -1;
+    assert(i < m->nshards);
     m->owner[rd->slot] = (int16_t)i;
     return 0;
 }

@@ -6,6 +6,7 @@
  * See rtopo.h for the contract. */
 #include "rtopo/rtopo.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@
 /* ------------------------------------------------------- shared pieces */
 
 int rtopo_copy(char *dst, size_t cap, const char *s, size_t n) {
+    assert(dst && (s || n == 0));
     if (cap == 0) return -1;
     if (n >= cap) {
         dst[0] = '\0';
@@ -180,6 +182,7 @@ static int parse_multi(const char *url, rtopo_spec *s, char *err, size_t errlen)
         memcpy(a->user, s->user, sizeof a->user);
         memcpy(a->password, s->password, sizeof a->password);
     }
+    assert(s->nseeds >= 1 && s->nseeds <= RTOPO_MAX_SEEDS);
     return 0;
 }
 

@@ -133,7 +133,7 @@ static void *maint_main(void *arg) {
             next_sweep = now + SWEEP_EVERY_MS;
             trim_after_errors(m);
         }
-        if (d && db_row_locks(d) && now >= next_fold) {
+        if (d && db_tallies(d) && now >= next_fold) {
             long long folded = 0;
             db_status st = db_fold_tallies(d, &folded);
             if (st != DB_OK && st != DB_BUSY)

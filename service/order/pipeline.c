@@ -240,7 +240,7 @@ const char *svc_strategy_flag(stock_strategy s) {
 const char *svc_strategy_unavailable(const svc_app *a, stock_strategy s) {
     stock_lock_server srv = stock_strategy_about(s)->locks;
     const stock_lock_server_info *li = stock_lock_server_about(srv);
-    if (stock_strategy_about(s)->row_locks && db_target_is_file(a->cfg.db_path))
+    if (stock_strategy_about(s)->row_locks && !db_target_row_locks(a->cfg.db_path))
         return "this strategy locks the product's row with SELECT ... FOR UPDATE, which SQLite "
                "does not have: start flashsale with --db postgresql://...";
     return li->flag && !a->stock_cfg.locks[srv] ? li->hint : NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/sha256.h"
 #include "service/room/room.h"
 
@@ -182,6 +183,7 @@ static long long redis_now(const svc_room *r) {
  * it; -1 when the marks do not go back that far (or not yet that far).
  * r->mu held. */
 static long long reached_at(const svc_room *r, long long position) {
+    assert(mutex_held(&r->mu));
     int lo = 0, hi = r->nmarks;
     while (lo < hi) {             /* the first mark whose value is >= position */
         int mid = (lo + hi) / 2;
@@ -347,6 +349,7 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
 
 /* Adds the marks a beat heard (values past marks_from, rising). r->mu held. */
 static void add_marks(svc_room *r, const stock_room_state *st) {
+    assert(mutex_held(&r->mu));
     for (int i = 0; i < st->nmarks; i++) {
         if (st->mark_pos[i] <= r->marks_from) continue;
         int slot = (r->mark_head + r->nmarks) % MARKS_CAP;
