@@ -306,8 +306,9 @@ class World:
                 "sentinel monitor mymaster %s 6379 2" % n["redis1"].addr,
                 "sentinel down-after-milliseconds mymaster 1000",
                 "sentinel failover-timeout mymaster 10000"], sentinel=True, host=n[name])))
-        harness.wait_until(self._sentinels_know, 20, step=0.1,
-                           what="the sentinels to know each other and the replica")
+        # The sentinels find each other by their hello messages (every 2 s)
+        # while the database starts; they are waited for before the
+        # instances, which need them.
         self.patroni = self.proxy = None
         if standby and standby.startswith("patroni"):
             import patroni
@@ -333,6 +334,8 @@ class World:
                                    "sync", 20, what="pg2 to be a synchronous standby")
         if self.pg:
             self.pg.psql("CREATE DATABASE flashsale")
+        harness.wait_until(self._sentinels_know, 20, step=0.1,
+                           what="the sentinels to know each other and the replica")
         self.db_url = "postgresql://postgres@%s:5432,%s:5432/flashsale?target_session_attrs=" \
                       "read-write" % (n["pg1"].addr, n["pg2"].addr)
         self.redis_url = "redis-sentinel://%s/mymaster" % ",".join(s.addr for s in self.sentinels)
