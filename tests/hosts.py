@@ -44,6 +44,20 @@ def _ip(*args, ns=None, check=True):
     return r
 
 
+def _ip_batch(lines, ns=None, check=True):
+    """Runs ip commands (each a list of words, without "ip") in one ip
+    process, in namespace ns: a host's setup is some ten commands, and a
+    process each cost a Net 2 s. check=False: every line is tried
+    (-force), whatever failed."""
+    cmd = ["ip"] + (["-n", ns] if ns else []) + (["-force"] if not check else []) + \
+        ["-batch", "-"]
+    r = subprocess.run(cmd, input="".join(" ".join(w) + "\n" for w in lines),
+                       capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("%s: %s" % (" ".join(cmd), r.stderr.strip()))
+    return r
+
+
 CLONE_NEWUTS = 0x04000000
 
 
@@ -101,9 +115,25 @@ class Host:
     def can_connect(self, addr, port, timeout=1.0):
         """Whether a TCP connection from this host to addr:port gets
         through within timeout."""
-        r = self.run(["timeout", "%.1f" % timeout, "bash", "-c",
-                      "exec 3<>/dev/tcp/%s/%d" % (addr, port)], timeout=timeout + 10)
-        return r.returncode == 0
+        return self.connect_probe(addr, port, timeout)()
+
+    def connect_probe(self, addr, port, timeout=1.0):
+        """Starts a TCP connection from this host to addr:port; returns a
+        function that waits for it and says whether it got through within
+        timeout (so that several can be under way at once)."""
+        p = subprocess.Popen(["timeout", "%.1f" % timeout, "bash", "-c",
+                              "exec 3<>/dev/tcp/%s/%d" % (addr, port)],
+                             preexec_fn=self.preexec(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+
+        def got_through():
+            try:
+                return p.wait(timeout + 10) == 0
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                raise
+        return got_through
 
     def __repr__(self):
         return "<host %s %s>" % (self.name, self.addr)
@@ -135,14 +165,10 @@ class Net:
         self._made = []                   # namespaces made, to delete
         self._observer_link = None
         try:
-            self._make_ns(self.router)
-            _ip("netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            self._link(0, None)           # the observer's
             for i, name in enumerate(names, start=1):
-                h = Host(self, name, i)
-                self._make_ns(h.ns)
-                self._link(i, h)
-                self.hosts[name] = h
+                self.hosts[name] = Host(self, name, i)
+            self._make([None] + [self.hosts[name] for name in names])   # None: the observer
+            _ip("netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         except BaseException:
             self.close()
             raise
@@ -168,28 +194,36 @@ class Net:
                 return net.network_address
         raise AssertionError("no free 10.N.0.0/16 for the hosts")
 
-    def _make_ns(self, ns):
-        _ip("netns", "add", ns)
-        self._made.append(ns)
-        _ip("link", "set", "lo", "up", ns=ns)
-
-    def _link(self, i, host):
-        """Link i: the router's end 10.N.i.1, the host's (or the
-        observer's, in our own namespace) 10.N.i.2."""
-        r_end, h_end = "%sr%d" % (self.tag, i), "%sh%d" % (self.tag, i)
-        _ip("link", "add", r_end, "type", "veth", "peer", "name", h_end)
-        self.links.append(r_end)
-        _ip("link", "set", r_end, "netns", self.router)
-        _ip("addr", "add", "%s/24" % (self.base + (i << 8) + 1), "dev", r_end, ns=self.router)
-        _ip("link", "set", r_end, "up", ns=self.router)
-        ns = host.ns if host else None
-        if host:
-            _ip("link", "set", h_end, "netns", ns)
-        else:
-            self._observer_link = h_end
-        _ip("addr", "add", "%s/24" % (self.base + (i << 8) + 2), "dev", h_end, ns=ns)
-        _ip("link", "set", h_end, "up", ns=ns)
-        _ip("route", "add", "%s/16" % self.base, "via", str(self.base + (i << 8) + 1), ns=ns)
+    def _make(self, hosts):
+        """The router's namespace and each host's, and link i for hosts[i]
+        (None: the observer's, in our own namespace): the router's end
+        10.N.i.1, the host's 10.N.i.2, a route to 10.N.0.0/16 through the
+        router. One ip process per namespace (_ip_batch)."""
+        here, router = [], [["link", "set", "lo", "up"]]
+        for ns in [self.router] + [h.ns for h in hosts if h]:
+            here.append(["netns", "add", ns])
+            self._made.append(ns)
+        ends = []
+        for i, host in enumerate(hosts):
+            r_end, h_end = "%sr%d" % (self.tag, i), "%sh%d" % (self.tag, i)
+            ends.append(h_end)
+            here.append(["link", "add", r_end, "type", "veth", "peer", "name", h_end])
+            self.links.append(r_end)
+            here.append(["link", "set", r_end, "netns", self.router])
+            if host:
+                here.append(["link", "set", h_end, "netns", host.ns])
+            else:
+                self._observer_link = h_end
+            router.append(["addr", "add", "%s/24" % (self.base + (i << 8) + 1), "dev", r_end])
+            router.append(["link", "set", r_end, "up"])
+        _ip_batch(here)
+        _ip_batch(router, ns=self.router)
+        for i, (host, h_end) in enumerate(zip(hosts, ends)):
+            _ip_batch(([["link", "set", "lo", "up"]] if host else []) + [
+                ["addr", "add", "%s/24" % (self.base + (i << 8) + 2), "dev", h_end],
+                ["link", "set", h_end, "up"],
+                ["route", "add", "%s/16" % self.base, "via", str(self.base + (i << 8) + 1)]],
+                ns=host.ns if host else None)
 
     # ------------------------------------------------------------ partitions
 
@@ -214,18 +248,29 @@ class Net:
                 _ip("rule", "del", "pref", str(self.cuts.pop(key)), ns=self.router)
 
     def assert_cut(self, a, b, port):
-        if a.can_connect(b.addr, port, timeout=1.0):
-            raise AssertionError("%s still reaches %s:%d after the cut" % (a, b, port))
+        self.assert_cuts([(a, b, port)])
+
+    def assert_cuts(self, checks):
+        """Fails unless, for each (a, b, port) of checks, a TCP connection
+        from a to b's port gets nowhere within 1 s. The checks run at once:
+        each waits out its timeout (a blackhole answers nothing), and four
+        in a row held a fault's next step 4 s."""
+        probes = [a.connect_probe(b.addr, port, timeout=1.0) for a, b, port in checks]
+        reached = [probe() for probe in probes]
+        for (a, b, port), r in zip(checks, reached):
+            if r:
+                raise AssertionError("%s still reaches %s:%d after the cut" % (a, b, port))
 
     def close(self):
         """Deletes what was made (processes on the hosts are the caller's
         to stop first: a namespace lives on while a process is in it)."""
-        for r_end in self.links:
-            _ip("link", "del", r_end, ns=self.router, check=False)
+        if self.links:
+            _ip_batch([["link", "del", r_end] for r_end in self.links], ns=self.router,
+                      check=False)
         if self._observer_link:
             _ip("link", "del", self._observer_link, check=False)
-        for ns in reversed(self._made):
-            _ip("netns", "del", ns, check=False)
+        if self._made:
+            _ip_batch([["netns", "del", ns] for ns in reversed(self._made)], check=False)
         self._made = []
         self.links = []
 
@@ -288,8 +333,9 @@ class World:
                 "sentinel monitor mymaster %s 6379 2" % n["redis1"].addr,
                 "sentinel down-after-milliseconds mymaster 1000",
                 "sentinel failover-timeout mymaster 10000"], sentinel=True, host=n[name])))
-        harness.wait_until(self._sentinels_know, 20, step=0.1,
-                           what="the sentinels to know each other and the replica")
+        # The sentinels find each other by their hello messages (every 2 s)
+        # while the database starts; they are waited for before the
+        # instances, which need them.
         self.patroni = self.proxy = None
         if standby and standby.startswith("patroni"):
             import patroni
@@ -315,6 +361,8 @@ class World:
                                    "sync", 20, what="pg2 to be a synchronous standby")
         if self.pg:
             self.pg.psql("CREATE DATABASE flashsale")
+        harness.wait_until(self._sentinels_know, 20, step=0.1,
+                           what="the sentinels to know each other and the replica")
         self.db_url = "postgresql://postgres@%s:5432,%s:5432/flashsale?target_session_attrs=" \
                       "read-write" % (n["pg1"].addr, n["pg2"].addr)
         self.redis_url = "redis-sentinel://%s/mymaster" % ",".join(s.addr for s in self.sentinels)
@@ -463,9 +511,9 @@ def split_brain(w, out, sku, strategy, seconds=14):
         # as buyers on the internet would; only the old primary is out of
         # their verifier's reach.
         n.cut(n["load"], n["redis1"], check=False)
-        for a, b, port in (("app1", "redis2", 6379), ("app1", "sent1", 26379),
-                           ("app2", "redis1", 6379), ("load", "redis1", 6379)):
-            n.assert_cut(n[a], n[b], port)
+        n.assert_cuts([(n[a], n[b], port) for a, b, port in (
+            ("app1", "redis2", 6379), ("app1", "sent1", 26379), ("app2", "redis1", 6379),
+            ("load", "redis1", 6379))])
         harness.wait_until(lambda: w.primary_addr() == n["redis2"].addr, 20, step=0.1,
                            what="the sentinels to promote redis2")
         seen["promoted"] = time.monotonic() - t

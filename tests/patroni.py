@@ -145,17 +145,22 @@ class Node:
 
     def kill(self):
         """SIGKILL of Patroni and of its PostgreSQL (the postmaster and
-        every backend: the host's processes die at once)."""
+        every backend: the host's processes die at once), and of anything
+        else Patroni runs (a pg_rewind, a pg_basebackup): Patroni is stopped
+        first, so that it starts nothing more, and its descendants are
+        listed before it dies (its orphans would no longer be)."""
         pm = self.postmaster_pid()
+        kids = []
         if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            kids = _children(self.proc.pid)
             self.proc.kill()
             self.proc.wait()
-        if pm:
-            for pid in [pm] + _children(pm):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for pid in ([pm] + _children(pm) if pm else []) + kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def rest(self, path, body=None, timeout=3, method=None):
         """A call of the node's REST API: (status, decoded JSON or text)."""
@@ -193,16 +198,6 @@ class Node:
                 return f.read()
         except OSError:
             return ""
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()              # Patroni stops its PostgreSQL (fast)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        self.kill()
 
 
 def _children(pid):
@@ -304,8 +299,11 @@ class Patroni:
             ",".join("%s:%d" % (n.addr, PG_PORT) for n in self.nodes), dbname)
 
     def stop(self):
+        """Ends the cluster for good: its nodes killed (SIGKILL; their
+        data is thrown away with them), not shut down -- a clean shutdown
+        only waits (9.6 s here for a node rejoining after a cut)."""
         for n in self.nodes:
-            n.stop()
+            n.kill()
         self.etcd.stop()
         import shutil
         for n in self.nodes:
