@@ -229,25 +229,18 @@ void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t no
     if (rs->status >= 400 && rs->body &&
         fl_json_str(rs->body, rs->body_len, "error", code, sizeof code) < 0)
         code[0] = '\0';
-    if (b->phase == FL_CROWD_TICKET && (rs->status == 200 || rs->status == 201)) {
-        if (!rs->body || fl_json_str(rs->body, rs->body_len, "ticket", b->ticket,
-                                     sizeof b->ticket) < 0) {
-            fl_crowd_finish(p, b, FL_BUYER_REFUSED, now);   /* a place without a ticket: a bug */
-            return;
+    int placed = b->phase == FL_CROWD_TICKET && (rs->status == 200 || rs->status == 201);
+    if (placed || (b->phase == FL_CROWD_POLL && rs->status == 200)) {
+        if (placed) {
+            if (!rs->body || fl_json_str(rs->body, rs->body_len, "ticket", b->ticket,
+                                         sizeof b->ticket) < 0) {
+                fl_crowd_finish(p, b, FL_BUYER_REFUSED, now);   /* a place without a ticket: a bug */
+                return;
+            }
+            long long pos = json_int(rs->body, rs->body_len, "position");
+            b->position = pos > 0 && pos <= UINT32_MAX ? (uint32_t)pos : 0;
         }
-        long long pos = json_int(rs->body, rs->body_len, "position");
-        b->position = pos > 0 && pos <= UINT32_MAX ? (uint32_t)pos : 0;
-        fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
-        if (strcmp(st, "waiting") == 0) {
-            wait_turn(p, i, rs, now);
-            return;
-        }
-        b->phase = FL_CROWD_ORDER;
-        schedule(p, i, now);
-        return;
-    }
-    if (b->phase == FL_CROWD_POLL && rs->status == 200) {
-        fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
+        if (rs->body) fl_json_str(rs->body, rs->body_len, "state", st, sizeof st);
         if (strcmp(st, "waiting") == 0) {
             wait_turn(p, i, rs, now);
             return;
