@@ -84,7 +84,10 @@ static void usage_run(FILE *f) {
 "  --ramp SECS            the buyers arrive evenly over SECS (0: all at once)\n"
 "  --impatient SHARE      share 0..1 of them who retry at once (bots); the rest wait as\n"
 "                         told (Retry-After, a ticket's retry_after_ms)\n"
-"  --waiting-room         the product has a waiting room: each buyer takes a ticket first\n"
+"  --waiting-room         the product has a waiting room: each buyer orders without a\n"
+"                         ticket (which takes its place; in its turn the order is taken\n"
+"                         at once, else the answer is its ticket to order with in turn)\n"
+"  --room-tickets         ...each buyer takes a ticket first (POST .../tickets), then orders\n"
 "  --room-turn SECS       ...a ticket's turn (30)\n"
 "  --room-rate N          ...admitting N orders/s (0: the service's measure)\n"
 "the product (created unless --no-create)\n"
@@ -414,8 +417,8 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
             lo->crowd.ramp_us = (int64_t)(d * 1e6);
         } else if (!strcmp(a, "--impatient")) {
             if (num(a, val(argc, argv, &i), 0, 1, &lo->crowd.impatient)) return -1;
-        } else if (!strcmp(a, "--waiting-room")) {
-            lo->crowd.room = 1;
+        } else if (!strcmp(a, "--waiting-room") || !strcmp(a, "--room-tickets")) {
+            if (!lo->crowd.room || a[2] == 'r') lo->crowd.room = a[2] == 'r' ? FL_CROWD_TICKETS : 1;
             if (!o->product.room_turn_s) o->product.room_turn_s = 30;
         } else if (!strcmp(a, "--room-rate")) {
             if (inum(a, val(argc, argv, &i), 0, 10000000, &o->product.room_rate)) return -1;
@@ -468,7 +471,8 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         return bad("--pay and --cancel need --hold-seconds (or --no-create with a product "
                    "that has holds)");
     if (lo->get_path) o->verify = 0;
-    if (lo->crowd.room && !lo->crowd.buyers) return bad("--waiting-room is for a crowd (--crowd N)");
+    if (lo->crowd.room && !lo->crowd.buyers)
+        return bad("--waiting-room and --room-tickets are for a crowd (--crowd N)");
     if (lo->crowd.buyers && !have_duration) lo->duration_us = CROWD_LIMIT_S * 1000000LL;
     if (lo->crowd.buyers && (lo->rate > 0 || lo->idem || o->product.hold_seconds))
         return bad("--crowd is a load of its own: not with --rate, --idempotency, --retry or "

@@ -13,10 +13,11 @@
 static int take_at(stock_conn *c, const stock_product *p, const char *const *users, int n,
                    long long floor, int turn_ms, stock_room_place *out) {
     rconn_cmd_reset(&c->cmd);
-    rconn_cmd_evalsha(&c->cmd, &sk_room_take, 3);
+    rconn_cmd_evalsha(&c->cmd, &sk_room_take, 4);
     sk_add_key(c, p->sku, "room");
     sk_add_key(c, p->sku, "room:users");
     sk_add_key(c, p->sku, "room:marks");
+    sk_add_key(c, p->sku, "room:at");
     rconn_cmd_addll(&c->cmd, floor);
     rconn_cmd_addll(&c->cmd, turn_ms);
     for (int i = 0; i < n; i++) rconn_cmd_adds(&c->cmd, users[i]);

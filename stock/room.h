@@ -10,11 +10,15 @@
  * says its own, measured, at every beat; or a fixed rate); a position at
  * or below the counter has its turn, for the room's turn length from the
  * moment the counter reached it. The counter never runs past the last
- * place issued, so an idle room does not bank a burst.
+ * place issued, so an idle room does not bank a burst. It moves at each
+ * beat and at each call that takes places (by the time since it last
+ * moved, at most 100 ms of it): while the rate keeps up with the
+ * arrivals, a new place has its turn as it is taken.
  *
  * Keys, in the product's slot ({sku}): <prefix>{sku}:room (hash: seq, the
  * last place issued; serving, the counter, a decimal; at, when it last
- * moved; sold_out, since when the stock is gone, 0: open; rate),
+ * moved; sold_out, since when the stock is gone, 0: open; rate; cap,
+ * the highest counter the units left allow as of the last beat, -1: none),
  * :room:users (user -> "position:issued_ms"), :room:marks (when the
  * counter reached each value, the last 8192 moves: when a position's turn
  * began), :room:at (the same by time), :room:done (a bit per position
@@ -63,7 +67,9 @@ typedef struct stock_room_place {
 /* The places of users[0..n) in p's room (room_take.lua), in one call on c
  * -- each the one its user has, unless its turn (turn_ms) is over, else a
  * new one at the back, never below floor (the highest position the caller
- * knows was issued); new places follow the order of users. Returns 0 with
+ * knows was issued); new places follow the order of users; the counter
+ * moves on as a beat would move it (out[i].serving: after the call, so a
+ * place at or below it has its turn from now). Returns 0 with
  * out[0..n), or -1 (stock_conn_errstr; places may have been taken: they
  * are their users', found again by the next call). Blocking. */
 int stock_room_take(stock_conn *c, const stock_product *p, const char *const *users, int n,

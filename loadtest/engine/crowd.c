@@ -1,14 +1,17 @@
 /* crowd.c: buyers who behave like people (engine.h, fl_crowd_opts), and
  * what their run came to: who got the units against who came first.
  *
- * A buyer arrives at its time on the ramp and asks (with a waiting room:
- * for a place first, then orders with its ticket). It stops at a final
+ * A buyer arrives at its time on the ramp and orders (with a waiting
+ * room: without a ticket, which takes its place -- in its turn the order
+ * is taken at once, else the answer carries its ticket, to order with in
+ * its turn; with FL_CROWD_TICKETS it takes a ticket first). It stops at a final
  * answer: a unit (201), sold out (409 sold_out or insufficient_stock), or
  * a refusal nothing will change (another 4xx). Anything else -- 503
  * overloaded or unavailable, 429 not_your_turn or lock_timeout, no answer
  * at all -- it tries again: a polite buyer when told (a ticket's or a
  * refusal's retry_after_ms, else Retry-After, else 1 s), a bot at once.
  * A ticket whose turn passed (409 turn_over) is traded for a new place.
+ * The place it bought in is the one its 201 says (or its ticket's).
  *
  * A polite buyer told to wait for its turn holds a long poll, as a
  * waiting-room page does (GET .../tickets/{ticket}?wait_ms=N: answered the
@@ -112,7 +115,7 @@ int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw,
         fl_crowd_buyer *b = &p->b[k];
         b->idx = (uint32_t)id + k * (uint32_t)nw;
         b->bot = (uint8_t)is_bot(seed, b->idx, o->impatient);
-        b->phase = o->room ? FL_CROWD_TICKET : FL_CROWD_ORDER;
+        b->phase = o->room == FL_CROWD_TICKETS ? FL_CROWD_TICKET : FL_CROWD_ORDER;
         b->arrive_us = t0 + (o->buyers > 1 ? o->ramp_us * (int64_t)b->idx / (o->buyers - 1) : 0);
         schedule(p, k, b->arrive_us);
     }
@@ -249,6 +252,16 @@ void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t no
         schedule(p, i, now);
         return;
     }
+    /* An order sent without a ticket: a place was taken for it (whatever
+     * the answer: a unit, a wait, a shed in its turn), told in the body. */
+    if (p->o->room && !b->ticket[0] && rs->body && b->phase == FL_CROWD_ORDER &&
+        (rs->status == 201 || rs->status == 429 || rs->status == 503)) {
+        long long pos = json_int(rs->body, rs->body_len, "position");
+        if (pos > 0 && pos <= UINT32_MAX) b->position = (uint32_t)pos;
+        if (rs->status != 201 &&
+            fl_json_str(rs->body, rs->body_len, "ticket", b->ticket, sizeof b->ticket) < 0)
+            b->ticket[0] = '\0';
+    }
     if (rs->status == 201) {
         fl_crowd_finish(p, b, FL_BUYER_GOT, now);
         return;
@@ -258,7 +271,8 @@ void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t no
         return;
     }
     if (rs->status == 409 && !strcmp(code, "turn_over")) {
-        b->phase = FL_CROWD_TICKET;                /* a new place, at the back */
+        /* A new place, at the back: asked for, or by an order without it. */
+        b->phase = p->o->room == FL_CROWD_TICKETS ? FL_CROWD_TICKET : FL_CROWD_ORDER;
         b->ticket[0] = '\0';
         schedule(p, i, now);
         return;

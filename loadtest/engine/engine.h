@@ -30,8 +30,13 @@ typedef struct fl_crowd_opts {
     uint32_t buyers;             /* > 0: the load is this crowd */
     int64_t ramp_us;             /* arrivals spread evenly over it (0: all at once) */
     double impatient;            /* share of the buyers who are bots */
-    int room;                    /* take a ticket first */
+    int room;                    /* a waiting room: 1, each buyer orders first (an order
+                                    without a ticket takes its place, and is taken at once
+                                    in its turn; else it hears its ticket); FL_CROWD_TICKETS,
+                                    each takes a ticket first (POST .../tickets) */
 } fl_crowd_opts;
+
+#define FL_CROWD_TICKETS 2
 
 enum { FL_BUYER_NONE, FL_BUYER_GOT, FL_BUYER_SOLD_OUT, FL_BUYER_REFUSED };
 

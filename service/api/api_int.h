@@ -88,9 +88,19 @@ void api_order_cancel(http_req *r, const char *const *params, void *ud);
 /* A waiting room's routes, and an order's turn (tickets.c). */
 void api_ticket_take(http_req *r, const char *const *params, void *ud);
 void api_ticket_get(http_req *r, const char *const *params, void *ud);
+/* How an order of p in the turn of position enters the order path
+ * (orders.c), past the door when door (an instance with a room checks it
+ * after the turn). ticket: the place's ticket when the buyer sent none
+ * (told it if the order is shed), else NULL. Any thread. */
+typedef void api_in_turn_fn(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
+                            const char *key, int door, long long position, const char *ticket);
 /* An order of p, which has a room: its ticket's position (> 0) when the
- * ticket is its buyer's and in its turn; else 0, r answered (403, 409,
- * 429 with Retry-After, 503). */
-long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in);
+ * ticket is its buyer's and in its turn; else 0: r answered (403, 409,
+ * 429 with Retry-After, 503), or, for an order without a ticket, taken
+ * on: its buyer's place is taken (an API worker's call), and in its turn
+ * the order goes on through go (with key, NULL: none); else r is answered
+ * 429 with the ticket. */
+long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in,
+                         const char *key, api_in_turn_fn *go);
 
 #endif

@@ -40,13 +40,13 @@ static char *hold_fields(char *p, const db_order *o) {
 /* Answers with the order. The body is written here rather than through
  * jansson: it is the answer to every order, and its fields are known (ids,
  * SKU and time are plain ASCII by construction). */
-static void reply_order(http_req *r, const db_order *o, int status) {
+static void reply_order(http_req *r, const db_order *o, int status, long long position) {
     char location[64];
     memcpy(location, "/v1/orders/", 11);
     memcpy(location + 11, o->order_id, sizeof o->order_id);
     const char *created[] = { "Location", location, NULL };
     const char *replay[] = { "Location", location, "Idempotent-Replayed", "true", NULL };
-    char *body = malloc(320 + strlen(o->sku) + 6 * strlen(o->user_id) +
+    char *body = malloc(352 + strlen(o->sku) + 6 * strlen(o->user_id) +
                         6 * strlen(o->payment_ref));
     if (!body) {
         http_reply_json(r, 500, NULL, NULL);   /* no memory for the body: the fixed 500 */
@@ -58,17 +58,18 @@ static void reply_order(http_req *r, const db_order *o, int status) {
     p += sprintf(p, "\",\"quantity\":%d,\"status\":\"%s\",\"created_at\":\"%s\"", o->quantity,
                  db_order_status_name(o->status), o->created_at);
     p = hold_fields(p, o);
+    if (position > 0) p += sprintf(p, ",\"position\":%lld", position);
     memcpy(p, "}\n", 2);
     p += 2;
     http_reply_take(r, status, "application/json; charset=utf-8", body, (size_t)(p - body),
                     status == 200 ? replay : created);
 }
 
-/* The order path's answer to an order, as HTTP (ctx: the request). */
-static void reply_to_order(void *ctx, const svc_reply *rep) {
-    http_req *r = ctx;
+/* The order path's answer as HTTP; position > 0: the room's place it was
+ * sold in, said beside the order. */
+static void reply_with(http_req *r, const svc_reply *rep, long long position) {
     if (rep->order) {
-        reply_order(r, rep->order, rep->status);
+        reply_order(r, rep->order, rep->status, position);
         return;
     }
     if (rep->body) {
@@ -83,6 +84,9 @@ static void reply_to_order(void *ctx, const svc_reply *rep) {
                           rep->retry_after_s > 0 ? retry : NULL, "%s", rep->message);
 }
 
+/* The order path's answer to an order, as HTTP (ctx: the request). */
+static void reply_to_order(void *ctx, const svc_reply *rep) { reply_with(ctx, rep, 0); }
+
 /* An order of a product with a waiting room, in its ticket's turn: its
  * final answer frees its place (room/room.h, svc_room_done). */
 typedef struct room_order {
@@ -94,7 +98,7 @@ typedef struct room_order {
 static void reply_to_room_order(void *ctx, const svc_reply *rep) {
     room_order *ro = ctx;
     if (rep->status < 500 && rep->status != 429) svc_room_done(ro->room, ro->position);
-    reply_to_order(ro->r, rep);
+    reply_with(ro->r, rep, ro->position);
     free(ro);
 }
 
@@ -116,30 +120,27 @@ static void reply_overloaded(http_req *r) {
  * when every buyer shed came back a second later at once, most were shed
  * again, and a sale past capacity sold in waves a second apart. It comes
  * back after one to two latency targets (jittered: not all at once). */
-static void reply_overloaded_in_turn(http_req *r, const svc_app *a) {
+static void reply_overloaded_in_turn(http_req *r, const svc_app *a, const char *ticket) {
     unsigned char j = 128;
     if (getrandom(&j, 1, GRND_NONBLOCK) != 1) j = 128;
     long long t = a->cfg.latency_target_ms > 0 ? a->cfg.latency_target_ms : 50;
     long long ms = t + t * j / 255;
     json_t *extra = json_pack("{s:I}", "retry_after_ms", (json_int_t)(ms < 50 ? 50 : ms));
+    if (extra && ticket) json_object_set_new(extra, "ticket", json_string(ticket));
     http_reply_error_with(r, 503, "overloaded", extra, api_retry, "The service has as many "
                           "orders in progress as it can answer in time; this one was not taken. "
                           "Its ticket keeps its unit until its turn ends: retry after "
                           "retry_after_ms.");
 }
 
-/* Hands a validated order to the order path, which answers it. */
-static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
-                         const char *key, int door) {
-    /* A product with a waiting room takes an order in its ticket's turn
-     * only (tickets.c): the check is this instance's, from memory. */
-    http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
-    long long position = 0;
-    if (p->room && !(position = api_room_admit(r, a, p, in))) return;   /* answered */
+/* An order in its place's turn (or of a product without a room), into the
+ * order path: api_in_turn_fn. */
+static void order_in_turn(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
+                          const char *key, int door, long long position, const char *ticket) {
     /* door: the instance's limit was left to here (api_order_create), and
      * then its strategy's own limit. */
     if ((door && svc_admit_door(&a->adm)) || svc_admit_shed(&a->adm, p->strategy)) {
-        if (position) reply_overloaded_in_turn(r, a);
+        if (position) reply_overloaded_in_turn(r, a, ticket);
         else reply_overloaded(r);
         return;
     }
@@ -154,6 +155,18 @@ static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_orde
         http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
                               "The service is out of memory; retry shortly.");
     }
+}
+
+/* Hands a validated order to the order path, which answers it. */
+static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
+                         const char *key, int door) {
+    /* A product with a waiting room takes an order in its ticket's turn
+     * only (tickets.c): the check is this instance's, from memory. */
+    http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
+    long long position = 0;
+    if (p->room && !(position = api_room_admit(r, a, p, in, key, order_in_turn)))
+        return;                         /* answered, or taken on */
+    order_in_turn(a, r, p, in, key, door, position, NULL);
 }
 
 /* The product was not cached: look it up off the HTTP thread. */

@@ -12,8 +12,12 @@
  *       request.
  *
  * and the check an order of a product with a room passes before it enters
- * the order path (api_room_admit): a ticket of its buyer, in its turn. A
- * room that is sold out answers every ticket and order so at once. */
+ * the order path (api_room_admit): a ticket of its buyer, in its turn. An
+ * order sent without a ticket takes its buyer's place (with the tickets'
+ * asks, in the same calls) and goes on at once when the place has its
+ * turn -- a room that keeps up with its arrivals costs a buyer no second
+ * request -- else hears its place as a ticket (429). A room that is sold
+ * out answers every ticket and order so at once. */
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
@@ -70,6 +74,39 @@ static void reply_ticket(http_req *r, int status, svc_product *p, const char *ti
     http_reply_json(r, status, j, t == SVC_TURN_WAIT ? retry : NULL);
 }
 
+/* 429 not_your_turn: position waits (ms, the estimate); ticket: the
+ * place's ticket, told when the buyer sent none (else NULL). Written
+ * without a jansson tree: under a crowd this is the answer most often
+ * given (a bot asks again the moment it hears it), on the threads that
+ * also carry the orders in their turn. */
+static void reply_not_your_turn(http_req *r, svc_product *p, long long position, long long ms,
+                                const char *ticket) {
+    svc_room_figures f;
+    svc_room_figures_get(p->room, &f);
+    long long rm = retry_ms(ms);
+    char secs[24];
+    const char *retry[] = { "Retry-After", secs, NULL };
+    snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
+    char body[384 + SVC_ROOM_TICKET_MAX];
+    int n = snprintf(body, sizeof body, "{\"error\":\"not_your_turn\",\"message\":\"Ticket "
+                     "%lld's turn has not come: the room serves %lld.\",\"position\":%lld,"
+                     "\"serving\":%lld,\"estimated_wait_ms\":%lld,\"retry_after_ms\":%lld%s%s%s}\n",
+                     position, f.serving, position, f.serving, ms, rm,
+                     ticket ? ",\"ticket\":\"" : "", ticket ? ticket : "", ticket ? "\"" : "");
+    assert(n > 0 && (size_t)n < sizeof body);
+    http_reply_error_json(r, 429, "not_your_turn", body, (size_t)n, retry);
+}
+
+/* 409 turn_over: position's turn ended ms ago. */
+static void reply_turn_over(http_req *r, svc_product *p, long long position, long long ms) {
+    http_reply_error_with(r, 409, "turn_over",
+                          json_pack("{s:I, s:I}", "position", (json_int_t)position,
+                                    "turn_ended_ms_ago", (json_int_t)ms),
+                          NULL, "Ticket %lld's turn is over; take a new place (POST "
+                          "/v1/products/%s/tickets, or an order without the ticket).",
+                          position, p->sku);
+}
+
 /* ---------------------------------------------------- taking a place */
 
 /* A buyer's ask for a place, waiting for the call that takes it. Asks
@@ -83,6 +120,12 @@ typedef struct ticket_ask {
     http_req *r;
     svc_product *p;
     char user[DB_USER_MAX * 4 + 1];
+    /* An order sent without a ticket (quantity > 0): it goes on in its
+     * place's turn, in the same request. */
+    int quantity;
+    char sku[DB_SKU_MAX + 1];
+    char key[DB_KEY_MAX + 1];     /* its Idempotency-Key ("": none) */
+    api_in_turn_fn *go;           /* ...how it goes on in its turn */
 } ticket_ask;
 
 static struct {
@@ -117,7 +160,26 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
         t = pl->position <= pl->serving ? SVC_TURN_NOW : SVC_TURN_WAIT;
         ms = t == SVC_TURN_NOW ? svc_room_turn_ms(p->room) : SVC_ROOM_RETRY_MAX_MS;
     }
-    reply_ticket(k->r, pl->fresh ? 201 : 200, p, ticket, pl->position, t, ms);
+    if (k->quantity == 0) {
+        reply_ticket(k->r, pl->fresh ? 201 : 200, p, ticket, pl->position, t, ms);
+        return;
+    }
+    /* An order: in its place's turn it goes on now; else the buyer hears
+     * its place as a ticket, to order with in its turn. */
+    if (t == SVC_TURN_NOW) {
+        svc_order_input in = { .sku = k->sku, .user_id = k->user, .quantity = k->quantity,
+                               .ticket = NULL };
+        k->go(a, k->r, p, &in, k->key[0] ? k->key : NULL, 1, pl->position, ticket);
+        return;
+    }
+    if (t == SVC_TURN_WAIT) {
+        reply_not_your_turn(k->r, p, pl->position, ms, ticket);
+        return;
+    }
+    /* Over by this view though Redis gave the place as still its turn's
+     * (the two clocks a few ms apart at its end): as an order with the
+     * ticket would hear. */
+    reply_turn_over(k->r, p, pl->position, ms);
 }
 
 /* Takes the places of batch[0..n), all of one product, in one call. */
@@ -167,8 +229,10 @@ static void drain_asks(svc_task *t) {
     }
 }
 
-/* Queues r's ask for a place in p's room (r is deferred). */
-static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user) {
+/* Queues r's ask for a place in p's room (r is deferred); in: an order
+ * sent without a ticket (else NULL), key its Idempotency-Key. */
+static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user,
+                      const svc_order_input *in, const char *key, api_in_turn_fn *go) {
     ticket_ask *k = calloc(1, sizeof *k);
     if (!k) {
         http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
@@ -178,6 +242,13 @@ static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user)
     k->r = r;
     k->p = p;
     snprintf(k->user, sizeof k->user, "%s", user);
+    if (in) {
+        assert(in->quantity > 0 && go);
+        k->quantity = in->quantity;
+        snprintf(k->sku, sizeof k->sku, "%s", in->sku);
+        snprintf(k->key, sizeof k->key, "%s", key ? key : "");
+        k->go = go;
+    }
     http_defer(r);
     pthread_mutex_lock(&asks.mu);
     if (asks.tail) asks.tail->next = k;
@@ -212,7 +283,7 @@ static void take_job(api_job *j) {
     db_status st = svc_product_find(j->a, NULL, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
-    else if (room_open(j->r, p)) ask_place(j->a, j->r, p, j->user);
+    else if (room_open(j->r, p)) ask_place(j->a, j->r, p, j->user, NULL, NULL, NULL);
 }
 
 void api_ticket_take(http_req *r, const char *const *params, void *ud) {
@@ -233,7 +304,7 @@ void api_ticket_take(http_req *r, const char *const *params, void *ud) {
         return;
     }
     if (p) {
-        ask_place(a, r, p, user);
+        ask_place(a, r, p, user, NULL, NULL, NULL);
         json_decref(body);
         return;
     }
@@ -350,14 +421,13 @@ void api_ticket_get(http_req *r, const char *const *params, void *ud) {
 
 /* ----------------------------------------------------- an order's turn */
 
-long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in) {
+long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in,
+                         const char *key, api_in_turn_fn *go) {
     const char *secret = svc_room_secret(a);
     svc_ticket t;
     long long ms;
-    if (!in->ticket) {
-        http_reply_error(r, 403, "ticket_required", "%s is sold through a waiting room: take a "
-                         "ticket (POST /v1/products/%s/tickets) and send it with the order in "
-                         "its turn.", p->sku, p->sku);
+    if (!in->ticket) {              /* the buyer's place first, then the order in its turn */
+        if (room_open(r, p)) ask_place(a, r, p, in->user_id, in, key, go);
         return 0;
     }
     if (!secret) {
@@ -381,31 +451,11 @@ long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_orde
         reply_no_view(r, a);
         return 0;
     case SVC_TURN_OVER:
-        http_reply_error_with(r, 409, "turn_over",
-                              json_pack("{s:I, s:I}", "position", (json_int_t)t.position,
-                                        "turn_ended_ms_ago", (json_int_t)ms),
-                              NULL, "Ticket %lld's turn is over; take a new place (POST "
-                              "/v1/products/%s/tickets).", t.position, p->sku);
+        reply_turn_over(r, p, t.position, ms);
         return 0;
-    case SVC_TURN_WAIT: {
-        svc_room_figures f;
-        svc_room_figures_get(p->room, &f);
-        long long rm = retry_ms(ms);
-        char secs[24];
-        const char *retry[] = { "Retry-After", secs, NULL };
-        snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
-        /* Written without a jansson tree: under a crowd this is the answer
-         * most often given (a bot asks again the moment it hears it), on
-         * the threads that also carry the orders in their turn. */
-        char body[384];
-        int n = snprintf(body, sizeof body, "{\"error\":\"not_your_turn\",\"message\":\"Ticket "
-                         "%lld's turn has not come: the room serves %lld.\",\"position\":%lld,"
-                         "\"serving\":%lld,\"estimated_wait_ms\":%lld,\"retry_after_ms\":%lld}\n",
-                         t.position, f.serving, t.position, f.serving, ms, rm);
-        assert(n > 0 && (size_t)n < sizeof body);
-        http_reply_error_json(r, 429, "not_your_turn", body, (size_t)n, retry);
+    case SVC_TURN_WAIT:
+        reply_not_your_turn(r, p, t.position, ms, NULL);
         return 0;
-    }
     }
     return 0;
 }

@@ -82,7 +82,7 @@ static const char *const ERRORS[SVC_NERROR] = {
     "order_confirmed", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
     "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
-    "shutting_down", "overloaded", "ticket_required", "invalid_ticket", "not_your_turn",
+    "shutting_down", "overloaded", "invalid_ticket", "not_your_turn",
     "turn_over", "no_waiting_room", "internal_error", "other",
 };
 

@@ -233,11 +233,14 @@ void svc_room_issued(svc_room *r, const stock_room_place *pl) {
     long long position = pl->position;
     long long m = atomic_load(&r->seq);   /* the floor of every later place */
     while (position > m && !atomic_compare_exchange_weak(&r->seq, &m, position)) {}
+    /* The counter the call left (it moves it too): the places up to it
+     * have their turn here now, not a beat later (their marks come with
+     * the next beat; until then each has its whole turn). */
+    m = atomic_load(&r->serving);
+    while (pl->serving > m && !atomic_compare_exchange_weak(&r->serving, &m, pl->serving)) {}
     if (atomic_load(&r->beat_at_ms) != 0) return;
     /* Not heard yet: this answer is the view until the first beat (a race
      * with it only sets the same kind of figures, a moment older). */
-    m = atomic_load(&r->serving);
-    while (pl->serving > m && !atomic_compare_exchange_weak(&r->serving, &m, pl->serving)) {}
     atomic_store(&r->offset_ms, pl->now_ms - clock_wall_ms());
     if (atomic_load(&r->rate) <= 0) atomic_store(&r->rate, atomic_load(&r->own_rate));
     atomic_store(&r->beat_at_ms, clock_mono_ms() > 0 ? clock_mono_ms() : 1);

@@ -95,7 +95,7 @@ typedef struct svc_room_figures {
 void svc_room_figures_get(svc_room *r, svc_room_figures *out);
 
 /* A place was taken here (pl: Redis's answer): the room never issues
- * below it, and a room not heard from yet (its first beat is at most
+ * below it, the counter is at least pl->serving, and a room not heard from yet (its first beat is at most
  * STOCK_ROOM_TICK_MS away) is known by this answer meanwhile, at this
  * instance's own rate. */
 void svc_room_issued(svc_room *r, const stock_room_place *pl);

@@ -3,21 +3,33 @@
 -- while the last call ran): one place per user; the place a user has is
 -- given back as it is, unless its turn is over (then a new one at the
 -- back). In the order given: the users' positions follow it.
--- KEYS[1] the room (hash: seq, serving, at, sold_out, rate), KEYS[2] the
--- users' places (hash: user -> "position:issued_ms"), KEYS[3] the marks
--- (sorted set: score the serving counter, member "ms:serving": when the
--- counter reached it)
+--
+-- The counter moves here too, as room_tick.lua moves it (by the rate,
+-- times the time since it last moved, never past the last place issued
+-- nor the cap by the units the last beat left in the hash): a room whose
+-- rate keeps up with its arrivals gives a new place its turn in the call
+-- that takes it, so the buyer orders in the same request
+-- (service/api/tickets.c) rather than hearing its turn a beat later. The
+-- time counted is at most BANK_MS: a room idle for long banks no burst.
+-- KEYS[1] the room (hash: seq, serving, at, sold_out, rate, cap), KEYS[2]
+-- the users' places (hash: user -> "position:issued_ms"), KEYS[3] the
+-- marks (sorted set: score the serving counter, member "ms:serving": when
+-- the counter reached it), KEYS[4] when the counter passed each value
+-- (sorted set, score ms, member the value)
 -- ARGV[1] the highest position the calling instance knows was issued (a
 -- position is never issued twice, even after Redis lost its last
 -- writes), ARGV[2] the turn (ms), ARGV[3..] the users
--- Returns {serving, 1 if sold out (then no place is taken), Redis's clock
--- ms, then per user: position, issued ms, 1 if a new place}.
+-- Returns {serving (after this call), 1 if sold out (then no place is
+-- taken), Redis's clock ms, then per user: position, issued ms, 1 if a new
+-- place}.
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local st = redis.call('hmget', KEYS[1], 'seq', 'serving', 'sold_out')
+local BANK_MS = 100
+local st = redis.call('hmget', KEYS[1], 'seq', 'serving', 'sold_out', 'at', 'rate', 'cap')
 local seq = math.max(tonumber(st[1]) or 0, tonumber(ARGV[1]) or 0)
-local serving = math.floor(tonumber(st[2]) or 0)
+local exact = tonumber(st[2]) or 0
+local serving = math.floor(exact)
 if (tonumber(st[3]) or 0) > 0 then return {serving, 1, now} end
 local turn = tonumber(ARGV[2])
 local out = {serving, 0, now}
@@ -53,5 +65,23 @@ end
 if #new > 0 then
     redis.call('hset', KEYS[2], unpack(new))
     redis.call('hset', KEYS[1], 'seq', seq)
+    -- The counter, by the rate over the time since it last moved (at most
+    -- BANK_MS), up to the last place and the units' cap.
+    local at, rate, cap = tonumber(st[4]), tonumber(st[5]) or 0, tonumber(st[6]) or -1
+    if at and rate > 0 and now > at then
+        local top = seq
+        if cap >= 0 then top = math.min(top, cap) end
+        local ns = math.min(top, exact + rate * math.min(now - at, BANK_MS) / 1000)
+        if math.floor(ns) > serving then
+            redis.call('zadd', KEYS[3], math.floor(ns), now .. ':' .. math.floor(ns))
+            if redis.call('zcard', KEYS[3]) > 8192 then
+                redis.call('zremrangebyrank', KEYS[3], 0, -8193)
+            end
+            redis.call('zadd', KEYS[4], now, math.floor(ns))
+            redis.call('hset', KEYS[1], 'serving', string.format('%.3f', ns), 'at', now)
+            serving = math.floor(ns)
+            out[1] = serving
+        end
+    end
 end
 return out

@@ -70,6 +70,7 @@ end
 if left and left <= 0 and sold == 0 then sold = now end
 if left and left > 0 and sold > 0 then sold = 0 end
 local cap = seq
+local ucap = -1                  -- the cap by the units alone (-1: none), for room_take.lua
 if left then
     -- The positions admitted before the last turn are done or over.
     local old = redis.call('zrevrangebyscore', KEYS[5], now - turn, '-inf', 'LIMIT', 0, 1)
@@ -79,7 +80,8 @@ if left then
     if s0 > from then
         held = (s0 - from) - redis.call('bitcount', KEYS[4], from + 1, s0, 'BIT')
     end
-    cap = math.min(seq, s0 + math.max(left - held, 0))
+    ucap = s0 + math.max(left - held, 0)
+    cap = math.min(seq, ucap)
 end
 if now > at then
     local ns = math.min(cap, serving + rate * (now - at) / 1000)
@@ -94,7 +96,7 @@ if now > at then
     at = now
 end
 redis.call('hset', KEYS[1], 'seq', seq, 'serving', string.format('%.3f', serving), 'at', at,
-           'sold_out', sold, 'rate', string.format('%.3f', rate))
+           'sold_out', sold, 'rate', string.format('%.3f', rate), 'cap', ucap)
 local marks = redis.call('zrangebyscore', KEYS[2], '(' .. (tonumber(ARGV[4]) or 0), '+inf',
                          'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[8]) or 1024)
 local flat = {}
