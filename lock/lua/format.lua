@@ -215,29 +215,35 @@ end
 -- Wakes the head, and only the head: one PUBLISH on its channel. A head
 -- that listens (sub) but whose PUBLISH reached nobody has gone: dropped,
 -- and the next one woken (at most 64 per call). A head that does not
--- listen is left to come by itself (it polls, or is subscribing).
-local function lock_fair_wake(queue, due, sub, wake)
+-- listen (it polls, or is subscribing and not marked yet) is left to come
+-- by itself, unpublished to: the service's orders poll, and a PUBLISH to
+-- each of them was a command an order for nothing. head: the queue's
+-- head if the caller has just read it (nil: read here).
+local function lock_fair_wake(queue, due, sub, wake, head)
     for _ = 1, 64 do
-        local head = lock_fair_head(queue)
+        head = head or lock_fair_head(queue)
         if not head then return end
-        if redis.call('publish', wake .. head, 'released') > 0 then return end
         if redis.call('sismember', sub, head) == 0 then return end
+        if redis.call('publish', wake .. head, 'released') > 0 then return end
         lock_fair_drop(queue, due, sub, head)
+        head = nil
     end
 end
 
 -- The fair lock's compare-and-delete: frees the lock if owner id holds it
 -- (the marker on wake first, as lock_release), then wakes the head of the
--- queue. Returns 1 freed, 0 not ours.
-local function lock_fair_release(lock, queue, due, sub, id, wake)
+-- queue, the lapsed places dropped first. now: Redis's clock in ms if the
+-- caller has read it (nil: read here). Returns 1 freed, 0 not ours.
+local function lock_fair_release(lock, queue, due, sub, id, wake, now)
     if not lock_ours(lock, id) then
         return 0
     end
     redis.call('publish', wake, 'released')
     redis.call('del', lock)
-    if redis.call('exists', queue) == 1 then   -- no line, no one to wake
-        lock_fair_prune(queue, due, sub, lock_now_ms())
-        lock_fair_wake(queue, due, sub, wake)
+    local head = lock_fair_head(queue)
+    if head then                               -- no line, no one to wake
+        if lock_fair_prune(queue, due, sub, now or lock_now_ms()) > 0 then head = nil end
+        lock_fair_wake(queue, due, sub, wake, head)
     end
     return 1
 end
@@ -266,7 +272,8 @@ end
 -- them in line yet; their places last lease ms from now.
 local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
     if #ws == 0 then return end
-    local t = lock_fair_ticket(queue, now)
+    local last = redis.call('zrange', queue, -1, -1, 'withscores')
+    local t = math.max((tonumber(last[2]) or 0) + 1, now * 1000)   -- lock_fair_ticket's rule
     local qa, da = {}, {}
     for i, w in ipairs(ws) do
         qa[#qa + 1] = t + i - 1
@@ -276,8 +283,11 @@ local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
     end
     redis.call('zadd', queue, 'NX', unpack(qa))
     redis.call('zadd', due, unpack(da))
+    -- A line that was empty starts now: its keys' lives are set without
+    -- asking them first (a line of a segment empties and starts again
+    -- often: two PTTLs a time were a command an order).
     for _, k in ipairs({queue, due}) do
-        if redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
+        if #last == 0 or redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
     end
 end
 

@@ -41,9 +41,10 @@ end
 if fair then
     if redis.replicate_commands then redis.replicate_commands() end
     local free, pruned = lock_free(KEYS[1]), 0
-    if redis.call('EXISTS', KEYS[8]) == 1 then   -- an empty line: nothing to look at
+    head = lock_fair_head(KEYS[8])
+    if head then                                 -- an empty line: nothing to look at
         pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], clock())
-        head = lock_fair_head(KEYS[8])
+        if pruned > 0 then head = lock_fair_head(KEYS[8]) end
     end
     if not free or (head and head ~= ARGV[1]) then
         if free and pruned > 0 then lock_fair_wake(KEYS[8], KEYS[9], KEYS[10], ARGV[7]) end
@@ -66,7 +67,12 @@ if not g or run_id ~= ARGV[3] or not v then
 end
 local token = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 -- In line only as its head (an empty line: never joined): out of it now.
-if head then lock_fair_drop(KEYS[8], KEYS[9], KEYS[10], ARGV[1]) end
+-- Its place only: an order of the service polls, it is never marked as
+-- listening (sub), so there is nothing of it to take out there.
+if head then
+    redis.call('ZREM', KEYS[8], ARGV[1])
+    redis.call('ZREM', KEYS[9], ARGV[1])
+end
 behind()
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
     redis.call('SET', KEYS[7], token)

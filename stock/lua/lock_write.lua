@@ -22,6 +22,7 @@
 -- Returns {1, gen, spec} written, {0} released only, {-3} copy gone or rebuilt,
 -- {-4} fenced off (a newer holder wrote): nothing written in those two.
 local res = {0}
+local now                          -- Redis's clock (ms), once read
 if ARGV[6] == 'write' then
     local g = redis.call('GET', KEYS[3])
     local gen, run_id
@@ -45,7 +46,7 @@ if ARGV[6] == 'write' then
         local spec = ARGV[7] .. ':' .. ARGV[10]
         local t = redis.call('TIME')
         local us = t[2]
-        local now = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+        now = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
         -- Pending record, format 2 (docs/storage.md).
         redis.call('HSET', KEYS[4], ARGV[11], '2|' .. ARGV[10] .. '|' .. now .. '|' ..
             ((limit > 0) and '1' or '0') .. '|' .. spec .. '|' .. #ARGV[16] .. ':' .. ARGV[16] ..
@@ -57,7 +58,7 @@ if ARGV[6] == 'write' then
     end
 end
 if ARGV[18] == '1' then
-    lock_fair_release(KEYS[1], KEYS[10], KEYS[11], KEYS[12], ARGV[1], ARGV[2])
+    lock_fair_release(KEYS[1], KEYS[10], KEYS[11], KEYS[12], ARGV[1], ARGV[2], now and tonumber(now))
 else
     lock_release(KEYS[1], KEYS[2], ARGV[1], ARGV[2], 1)
 end
