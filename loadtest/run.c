@@ -304,7 +304,9 @@ int fl_run_write_json(const fl_run_opts *o, const fl_run_result *r, const char *
     /* From the start to the last 201: a sale that resumed after a fault
      * ends late, one that did not ends at the fault. */
     json_object_set_new(j, "last_created_s", json_real(l->last_created_us / 1e6));
-    /* The longest stretch without a 201 (a fault's cost to the sale). */
+    /* The longest stretch without a 201 (a fault's cost to the sale),
+     * the last one up to the end of the run when the product was not
+     * heard sold out after it (a sale that stalled and never resumed). */
     json_object_set_new(j, "max_sale_gap_ms", l->max_sale_gap_us >= 0
                                                   ? json_real(l->max_sale_gap_us / 1000.0)
                                                   : json_null());

@@ -130,8 +130,10 @@ struct fl_engine {
     atomic_int stop;
     atomic_int connected_ever;
     /* The last 201 of any worker, and the longest time between two 201s
-     * (the sale stalled: a lease running out, a failover). */
-    atomic_int_fast64_t last_201, max_gap_201;
+     * (the sale stalled: a lease running out, a failover); the last
+     * sold_out / insufficient_stock answer (a sale that ended, not one
+     * that stalled: fl_load_finish counts the time after the last 201). */
+    atomic_int_fast64_t last_201, max_gap_201, last_soldout;
     char get_req[FL_MAX_TARGETS][600];    /* GET mode: the same bytes every time */
     size_t get_len[FL_MAX_TARGETS];
 };
@@ -322,6 +324,13 @@ static void record_order_answer(worker *w, conn *c, int64_t now) {
             return;
         }
         count_code(r, buf);
+        if (st == 409 && (!strcmp(buf, "sold_out") || !strcmp(buf, "insufficient_stock"))) {
+            int64_t seen = atomic_load_explicit(&w->g->last_soldout, memory_order_relaxed);
+            while (now > seen &&
+                   !atomic_compare_exchange_weak_explicit(&w->g->last_soldout, &seen, now,
+                                                          memory_order_relaxed,
+                                                          memory_order_relaxed)) {}
+        }
         /* The fence's refusal shares lock_timeout's code; its message tells. */
         if (st == 429 && rs->body && memmem(rs->body, rs->body_len, "(fenced)", 8)) r->fenced++;
     }
@@ -1082,6 +1091,15 @@ void fl_engine_join(fl_engine *g, fl_load_result *res) {
     res->elapsed_us = last > g->t0 ? last - g->t0 : 1;
     res->last_created_us = last_created > g->t0 ? last_created - g->t0 : 0;
     res->max_sale_gap_us = res->ncreated > 1 ? atomic_load(&g->max_gap_201) : -1;
+    /* A sale that stalled and never came back before the run ended: the
+     * time from its last 201 to its last answer is a gap too (a run that
+     * ended in a failover the service never recovered from would say only
+     * the gaps before it). Not when sold out was heard after the last 201:
+     * that sale ended. */
+    int64_t l201 = atomic_load(&g->last_201);
+    if (res->max_sale_gap_us >= 0 && l201 > 0 && atomic_load(&g->last_soldout) < l201 &&
+        last > l201 && last - l201 > res->max_sale_gap_us)
+        res->max_sale_gap_us = last - l201;
     free(g->w);
     free(g);
 }

@@ -127,7 +127,9 @@ typedef struct fl_code_count {
 typedef struct fl_load_result {
     int64_t elapsed_us;          /* start to the last answer */
     int64_t last_created_us;     /* start to the last 201: the selling window */
-    int64_t max_sale_gap_us;     /* the longest time between two 201s (-1: fewer than two) */
+    int64_t max_sale_gap_us;     /* the longest time between two 201s, or from the last
+                                    201 to the last answer when no sold out was heard
+                                    after it (-1: fewer than two 201s) */
     uint64_t sent;               /* requests written (in part or whole) */
     uint64_t answered;           /* complete answers */
     uint64_t status[600];        /* answers by status code */
