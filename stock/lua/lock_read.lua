@@ -42,7 +42,9 @@ if fair then
     if redis.replicate_commands then redis.replicate_commands() end
     local free, pruned = lock_free(KEYS[1]), 0
     head = lock_fair_head(KEYS[8])
-    if head then                                 -- an empty line: nothing to look at
+    -- An empty line: nothing to look at; this order at its head: no one is
+    -- ahead of it to drop (those behind lapse at the release's prune).
+    if head and head ~= ARGV[1] then
         pruned = lock_fair_prune(KEYS[8], KEYS[9], KEYS[10], clock())
         if pruned > 0 then head = lock_fair_head(KEYS[8]) end
     end
