@@ -321,6 +321,8 @@ def test_compare_writes_a_report_that_renders(ctx):
     # slower, its two instances' batches of asks interleave over a wider
     # span, and the share falls (0.36-0.54 under ASan here, before and
     # after the long poll); test_room's crowd test checks arrivals too.
+    print("    the room: %.3f of the units to the first S places, %.3f to the first S arrivals"
+          % (crowd[1]["first_place_share"], crowd[1]["first_s_share"]))
     assert crowd[1]["first_place_share"] >= 0.99 and crowd[1]["no_final"] == 0, crowd[1]
     if not re.search(r"/build/t?san/", harness.BIN):
         assert crowd[1]["first_s_share"] >= 0.9, crowd[1]
