@@ -418,7 +418,8 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--impatient")) {
             if (num(a, val(argc, argv, &i), 0, 1, &lo->crowd.impatient)) return -1;
         } else if (!strcmp(a, "--waiting-room") || !strcmp(a, "--room-tickets")) {
-            if (!lo->crowd.room || a[2] == 'r') lo->crowd.room = a[2] == 'r' ? FL_CROWD_TICKETS : 1;
+            int tickets = !strcmp(a, "--room-tickets");   /* the other wins over --waiting-room */
+            if (tickets || !lo->crowd.room) lo->crowd.room = tickets ? FL_CROWD_TICKETS : 1;
             if (!o->product.room_turn_s) o->product.room_turn_s = 30;
         } else if (!strcmp(a, "--room-rate")) {
             if (inum(a, val(argc, argv, &i), 0, 10000000, &o->product.room_rate)) return -1;

@@ -95,9 +95,9 @@ typedef struct svc_room_figures {
 void svc_room_figures_get(svc_room *r, svc_room_figures *out);
 
 /* A place was taken here (pl: Redis's answer): the room never issues
- * below it, the counter is at least pl->serving, and a room not heard from yet (its first beat is at most
- * STOCK_ROOM_TICK_MS away) is known by this answer meanwhile, at this
- * instance's own rate. */
+ * below it, the counter is at least pl->serving, and a room not heard
+ * from yet (its first beat is at most STOCK_ROOM_TICK_MS away) is known
+ * by this answer meanwhile, at this instance's own rate. */
 void svc_room_issued(svc_room *r, const stock_room_place *pl);
 
 /* An order with the ticket of position was answered finally (a unit, or a
