@@ -192,11 +192,12 @@ local function lock_now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Takes waiter w out of the queue.
+-- Takes waiter w out of the queue. sub nil: w is known never to listen
+-- (an order of the service, which polls): nothing of it there.
 local function lock_fair_drop(queue, due, sub, w)
     redis.call('zrem', queue, w)
     redis.call('zrem', due, w)
-    redis.call('srem', sub, w)
+    if sub then redis.call('srem', sub, w) end
 end
 
 -- Drops the waiters whose place has lapsed (at most 64 per call, so that a
@@ -253,10 +254,11 @@ end
 -- line that empties and starts again too (as long as the line takes fewer
 -- than 1,000 places a millisecond and the server's clock does not step
 -- back while it is empty), and a ticket says the order the server saw
--- its places taken in (lock_ticket). Exact in a double (< 2^53).
+-- its places taken in (lock_ticket). Exact in a double (< 2^53). Second:
+-- whether the queue was empty.
 local function lock_fair_ticket(queue, now)
     local last = redis.call('zrange', queue, -1, -1, 'withscores')
-    return math.max((tonumber(last[2]) or 0) + 1, now * 1000)
+    return math.max((tonumber(last[2]) or 0) + 1, now * 1000), #last == 0
 end
 
 -- Waiter w gives up its place (its wait ran out, or it failed); if it was
@@ -272,8 +274,7 @@ end
 -- them in line yet; their places last lease ms from now.
 local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
     if #ws == 0 then return end
-    local last = redis.call('zrange', queue, -1, -1, 'withscores')
-    local t = math.max((tonumber(last[2]) or 0) + 1, now * 1000)   -- lock_fair_ticket's rule
+    local t, fresh = lock_fair_ticket(queue, now)
     local qa, da = {}, {}
     for i, w in ipairs(ws) do
         qa[#qa + 1] = t + i - 1
@@ -287,7 +288,7 @@ local function lock_fair_join_all(queue, due, ws, lease, now, keep_ms)
     -- asking them first (a line of a segment empties and starts again
     -- often: two PTTLs a time were a command an order).
     for _, k in ipairs({queue, due}) do
-        if #last == 0 or redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
+        if fresh or redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
     end
 end
 

@@ -71,10 +71,7 @@ local token = lock_take(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 -- In line only as its head (an empty line: never joined): out of it now.
 -- Its place only: an order of the service polls, it is never marked as
 -- listening (sub), so there is nothing of it to take out there.
-if head then
-    redis.call('ZREM', KEYS[8], ARGV[1])
-    redis.call('ZREM', KEYS[9], ARGV[1])
-end
+if head then lock_fair_drop(KEYS[8], KEYS[9], nil, ARGV[1]) end
 behind()
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
     redis.call('SET', KEYS[7], token)
