@@ -8,8 +8,10 @@ medians of rounds, ratios of figures from the same round):
 
   ten / two     ten instances, then two, each at the default connection
                 budget (--db-max-connections 8), sell three products at
-                once -- lua (64 connections), db-for-update and db-lock
-                (16 each) -- every run verified by flashload; meanwhile a
+                once -- lua (64 connections, then 1,024: a closed loop of
+                64 leaves each of ten instances 6 orders in flight, a
+                crowd's thousands of buyers many more), db-for-update and
+                db-lock (16 each) -- every run verified by flashload; meanwhile a
                 psql connects every 100 ms, and each refusal is counted,
                 as is the most connections the server held for the orders'
                 database
@@ -23,7 +25,7 @@ Prints the table and its goals with met / NOT met:
     PASS everywhere and no psql refused;
   - lua through PgBouncer (transaction pooling) >= 0.8 of direct.
 
-Usage: bench_pgscale.py BIN [--seconds S] [--rounds R] [--quick]"""
+Usage: bench_pgscale.py BIN [--seconds S] [--rounds R] [--quick] [--lua-connections N,...]"""
 import argparse
 import os
 import re
@@ -74,11 +76,11 @@ def psql_prober(pg, stop, out):
     out.update(tries=tries, refused=refused, peak=peak)
 
 
-def mixed(binary, services, redis, url, seconds, tag):
-    """lua, db-for-update and db-lock at once on services; (lua 201/s,
-    [verdicts], prober figures)."""
+def mixed(binary, services, redis, url, seconds, tag, lua_conns=64):
+    """lua (lua_conns connections), db-for-update and db-lock at once on
+    services; (lua 201/s, [verdicts], prober figures)."""
     runs, probe, stop = {}, {}, threading.Event()
-    specs = (("lua", 64, 100000000), ("db-for-update", 16, 1000000), ("db-lock", 16, 1000000))
+    specs = (("lua", lua_conns, 100000000), ("db-for-update", 16, 1000000), ("db-lock", 16, 1000000))
 
     def one(strategy, conns, stock):
         runs[strategy] = flashload(binary, services, redis, url, strategy, conns, seconds,
@@ -104,6 +106,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2 s, 1 round")
+    ap.add_argument("--lua-connections", default="64,1024",
+                    help="the mixed runs' lua connections, a list: each is a pair of runs")
     o = ap.parse_args()
     if o.quick:
         o.seconds, o.rounds = 2, 1
@@ -124,16 +128,18 @@ def main():
         services += ten
         via = harness.Service(redis.url, bouncer.url("flashsale"), log_dir=tmp)
         services.append(via)
+        conns = [int(c) for c in o.lua_connections.split(",")]
         for rnd in range(o.rounds):
-            for name, group in (("ten instances", ten), ("two instances", ten[:2])):
-                rate, runs, probe = mixed(binary, group, redis, url, o.seconds,
-                                          "%s-%d" % (name[:3], rnd))
-                rows.setdefault("lua, " + name, []).append(rate)
-                for s, (r, v, rc) in runs.items():
-                    if s != "lua":
-                        rows.setdefault("%s, %s" % (s, name), []).append(r)
-                    verdicts.append(("%s, %s" % (s, name), v, rc))
-                probes.append((name, probe))
+            for c in conns:
+                for name, group in (("ten instances", ten), ("two instances", ten[:2])):
+                    rate, runs, probe = mixed(binary, group, redis, url, o.seconds,
+                                              "%s-%d-%d" % (name[:3], c, rnd), c)
+                    rows.setdefault("lua, %s, c=%d" % (name, c), []).append(rate)
+                    for s, (r, v, rc) in runs.items():
+                        if s != "lua":
+                            rows.setdefault("%s, %s, c=%d" % (s, name, c), []).append(r)
+                        verdicts.append(("%s, %s, c=%d" % (s, name, c), v, rc))
+                    probes.append(("%s, c=%d" % (name, c), probe))
             for name, target in (("lua through PgBouncer (transaction)", via),
                                  ("lua direct", ten[2])):
                 r, v, rc = flashload(binary, [target], redis, url, "lua", 64, o.seconds,
@@ -142,7 +148,7 @@ def main():
                 verdicts.append((name, v, rc))
             print("round %d of %d done" % (rnd + 1, o.rounds), file=sys.stderr, flush=True)
         print("\n201s/s, medians of %d round(s) of %g s (closed loop; ten and two instances "
-              "sell three products at once)" % (o.rounds, o.seconds))
+              "sell three products at once, lua at c connections)" % (o.rounds, o.seconds))
         for k, v in rows.items():
             print("  %-46s %9.0f   (%s)" % (k, statistics.median(v),
                                             ", ".join("%.0f" % x for x in v)))
@@ -157,11 +163,12 @@ def main():
             return statistics.median(a / b for a, b in zip(rows[x], rows[y]) if b > 0)
         refused = sum(p.get("refused", 0) for _, p in probes)
         print("\ngoals (many instances on one PostgreSQL), ratios of the same round's figures, medians:")
-        for name, r, want in (
-                ("ten / two instances (lua, mixed)", ratio("lua, ten instances",
-                                                           "lua, two instances"), 0.8),
+        for name, r, want in [
+                ("ten / two instances (lua, mixed, c=%d)" % c,
+                 ratio("lua, ten instances, c=%d" % c, "lua, two instances, c=%d" % c), 0.8)
+                for c in conns] + [
                 ("PgBouncer transaction / direct (lua, c=64)",
-                 ratio("lua through PgBouncer (transaction)", "lua direct"), 0.8)):
+                 ratio("lua through PgBouncer (transaction)", "lua direct"), 0.8)]:
             print("  %-46s %6.2f  (>= %.1f) %s" % (name, r, want, "met" if r >= want else
                                                    "NOT met"))
         print("  %-46s %6d  (0)     %s" % ("psql refused during the mixed runs", refused,

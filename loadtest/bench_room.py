@@ -20,8 +20,17 @@ per capita of polite buyers; every buyer's final answer within 2 s of the
 last unit sold; median requests per buyer <= 4; units sold per second
 >= 0.9 of the same crowd with the room off.
 
+--strategy sells the product by another strategy (`lua` by default) and
+--segments over that many segments; --cs-delay-ms adds a pause in the
+lock strategies' critical section (the fault injection's): order paths
+below what the HTTP layer answers, as a sale whose path is a slow store
+or a remote system is (with `lua` on a 2-core machine the HTTP layer is
+the bound, and the room-off crowd is not past the path's capacity:
+docs/waiting-room.md, "What the bench measures").
+
 Usage: bench_room.py BIN [--rounds R] [--load X] [--ramp S]
-                         [--stock-seconds S] [--connections N] [--quick]"""
+                         [--stock-seconds S] [--connections N] [--quick]
+                         [--strategy NAME] [--segments N] [--cs-delay-ms MS]"""
 import argparse
 import json
 import os
@@ -63,7 +72,13 @@ def main():
                     help="the stock, in seconds of capacity")
     ap.add_argument("--connections", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="1 round, a small crowd")
+    ap.add_argument("--strategy", default="lua")
+    ap.add_argument("--segments", type=int, default=1)
+    ap.add_argument("--cs-delay-ms", type=int, default=0,
+                    help="a pause in a lock strategy's critical section")
     o = ap.parse_args()
+    product = ["--strategy", o.strategy, "--segments", o.segments] + \
+        (["--cs-delay-ms", o.cs_delay_ms] if o.cs_delay_ms else [])
     if o.quick:
         o.rounds = 1
     binary = os.path.abspath(o.bin)
@@ -75,11 +90,13 @@ def main():
     services = []
     rows, verdicts = [], []
     try:
-        services = [harness.Service(redis.url, db, log_dir=tmp) for _ in range(2)]
+        services = [harness.Service(redis.url, db, log_dir=tmp,
+                                    args=["--fault-injection"] if o.cs_delay_ms else [])
+                    for _ in range(2)]
         for rnd in range(o.rounds):
             cap, v, rc = flashload(binary, services, redis, db,
                                    ["--stock", 100000000, "--duration", 1 if o.quick else 2,
-                                    "--connections", 256], tmp, "cap-%d" % rnd)
+                                    "--connections", 256] + product, tmp, "cap-%d" % rnd)
             verdicts.append(("capacity", v, rc))
             c = cap.get("created", 0) / max(cap.get("seconds", 1), 1e-3)
             if o.quick:
@@ -87,7 +104,7 @@ def main():
             stock = max(100, int(c * o.stock_seconds))
             buyers = max(stock + 1, int(c * o.load * o.ramp))
             crowd = ["--crowd", buyers, "--ramp", o.ramp, "--impatient", 0.2, "--stock", stock,
-                     "--connections", o.connections, "--duration", 120]
+                     "--connections", o.connections, "--duration", 120] + product
             got = {}
             for name, extra in (("off", []), ("on", ["--waiting-room"])):
                 j, v, rc = flashload(binary, services, redis, db, crowd + extra, tmp,
@@ -108,7 +125,9 @@ def main():
                 ("no_final", "buyers without a final answer", "%d"),
                 ("units_per_s", "units sold per second", "%.0f"))
         print("\n%d round(s); each round: capacity C (closed loop, 2 instances), then the same "
-              "crowd with the room off and on" % o.rounds)
+              "crowd with the room off and on; the order path: %s, %d segment(s)%s"
+              % (o.rounds, o.strategy, o.segments,
+                 ", a %d ms pause in its critical section" % o.cs_delay_ms if o.cs_delay_ms else ""))
         for c, stock, buyers, got in rows:
             print("  C %.0f/s, stock %d, %d buyers over %g s" % (c, stock, buyers, o.ramp))
             for k, label, fmt in keys:
