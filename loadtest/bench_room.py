@@ -116,6 +116,7 @@ def main():
                   % (rnd + 1, o.rounds, c, buyers, o.ramp, buyers / o.ramp / max(c, 1), stock),
                   file=sys.stderr, flush=True)
         keys = (("first_s_share", "units to the first S", "%.3f"),
+                ("first_sent_share", "...to the first S to send (flashload's order)", "%.3f"),
                 ("bot_ratio", "bots' units per capita / polite", "%.2f"),
                 ("out_of_order", "pairs of winners out of order", "%d"),
                 ("final_p50_ms", "arrival to final answer p50 (ms)", "%.0f"),
@@ -131,8 +132,8 @@ def main():
         for c, stock, buyers, got in rows:
             print("  C %.0f/s, stock %d, %d buyers over %g s" % (c, stock, buyers, o.ramp))
             for k, label, fmt in keys:
-                print("    %-40s off %10s   on %10s" % (label, fmt % got["off"].get(k, 0),
-                                                       fmt % got["on"].get(k, 0)))
+                print("    %-40s off %10s   on %10s" % (label, fmt % (got["off"].get(k) or 0),
+                                                       fmt % (got["on"].get(k) or 0)))
         bad = [(n, v) for n, v, rc in verdicts if rc != 0 or not v.startswith("PASS")]
         print("verifier: %d runs, %d not PASS%s" % (len(verdicts), len(bad),
                                                     "".join("\n  %s: %s" % b for b in bad)))

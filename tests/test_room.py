@@ -287,14 +287,21 @@ def test_crowd_in_arrival_order_with_the_room(ctx):
     # Polite buyers waiting their turn hold long polls; without a room, none.
     assert on["long_polls"] > 0 and off["long_polls"] == 0, (on["long_polls"], off["long_polls"])
     assert on["first_s_share"] >= 0.95, on
+    # The order the buyers left flashload in, and how late: a buyer goes
+    # out when due and a connection is free, never before it arrives.
+    for c in (off, on):
+        assert 0 <= c["first_sent_share"] <= 1, c
+        assert 0 <= c["send_lag_p50_ms"] <= c["send_lag_p99_ms"], c
     assert on["bot_ratio"] <= 1.3, on
     assert len(on["outcomes"]) == 3000 and on["outcomes"].count("g") == 500, on["outcomes"][:80]
     assert "fairness" in so and "bots" in so, so
     print("    room off: %.1f%% of the units to the first 500, bots x%.2f, %.0f units/s; "
-          "room on: %.1f%%, bots x%.2f, %.0f units/s, requests per buyer median %d, "
+          "room on: %.1f%% (%.1f%% to the first 500 to send, flashload's lag p99 %.0f ms), "
+          "bots x%.2f, %.0f units/s, requests per buyer median %d, "
           "last answer %.0f ms after the last unit"
           % (100 * off["first_s_share"], off["bot_ratio"], off["units_per_s"],
-             100 * on["first_s_share"], on["bot_ratio"], on["units_per_s"],
+             100 * on["first_s_share"], 100 * on["first_sent_share"], on["send_lag_p99_ms"],
+             on["bot_ratio"], on["units_per_s"],
              on["requests_median"], on["final_after_last_unit_ms"]))
 
 

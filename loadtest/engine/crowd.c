@@ -130,7 +130,7 @@ void fl_crowd_part_free(fl_crowd_part *p) {
 }
 
 size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char *hostport,
-                      char *buf, size_t cap) {
+                      char *buf, size_t cap, int64_t now) {
     fl_crowd_buyer *b = &p->b[i];
     char body[256];
     int bl, n;
@@ -139,6 +139,7 @@ size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char 
     assert(b->phase != FL_CROWD_POLL || (b->polling && p->polls <= p->poll_cap));
     if (b->phase == FL_CROWD_POLL && b->polls < UINT16_MAX) b->polls++;
     if (b->requests < UINT16_MAX) b->requests++;
+    if (!b->sent_us) b->sent_us = now;
     if (b->phase == FL_CROWD_POLL) {
         n = snprintf(buf, cap, "GET /v1/products/%s/tickets/%s?wait_ms=%u HTTP/1.1\r\nHost: %s"
                      "\r\n\r\n", sku, b->ticket, (unsigned)b->poll_ms, hostport);
@@ -309,7 +310,8 @@ int fl_crowd_records(const fl_crowd_part *p, int64_t t0, fl_buyer_rec **out, siz
                                     .requests = b->requests, .polls = b->polls,
                                     .position = b->position,
                                     .arrive_us = b->arrive_us - t0,
-                                    .final_us = b->final_us ? b->final_us - t0 : -1 };
+                                    .final_us = b->final_us ? b->final_us - t0 : -1,
+                                    .sent_us = b->sent_us ? b->sent_us - t0 : -1 };
     }
     return 0;
 }
@@ -324,6 +326,31 @@ static int cmp_i64(const void *a, const void *b) {
 static int cmp_final(const void *a, const void *b) {
     const fl_buyer_rec *x = a, *y = b;
     return x->final_us < y->final_us ? -1 : x->final_us > y->final_us;
+}
+
+/* By the time the first request was written, then by arrival rank. */
+static int cmp_sent(const void *a, const void *b) {
+    const fl_buyer_rec *x = *(const fl_buyer_rec *const *)a, *y = *(const fl_buyer_rec *const *)b;
+    if (x->sent_us != y->sent_us) return x->sent_us < y->sent_us ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* Of the units, the share the first S buyers to send a request got (-1:
+ * no buyer's sending time known). */
+static double first_sent_share(const fl_load_result *r, long long stock, size_t winners) {
+    size_t n = r->nbuyers, ns = 0, in = 0;
+    const fl_buyer_rec **by = malloc((n ? n : 1) * sizeof *by);
+    if (!by) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (r->buyers[i].sent_us >= 0) by[ns++] = &r->buyers[i];
+    if (!ns || !winners || stock <= 0) {
+        free(by);
+        return -1;
+    }
+    qsort(by, ns, sizeof *by, cmp_sent);
+    for (size_t i = 0; i < ns && (long long)i < stock; i++) in += by[i]->outcome == FL_BUYER_GOT;
+    free(by);
+    return (double)in / (double)winners;
 }
 
 /* Inversions of v[0..n) (pairs i < j with v[i] > v[j]), by merge sort. */
@@ -385,6 +412,7 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
     }
     f->winners = (uint32_t)nw;
     f->first_share = nw ? (double)first / (double)nw : 0;
+    f->first_sent_share = first_sent_share(r, stock, nw);
     /* The room's own order: the S first places (the line as Redis issued
      * it; a buyer whose turn passed has its last place). */
     size_t np = 0;
@@ -398,6 +426,12 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
         for (size_t i = 0; i < nw; i++) in += won[i].position && won[i].position <= cut;
         f->first_place_share = (double)in / (double)nw;
     }
+    nf = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r->buyers[i].sent_us >= 0) fin[nf++] = r->buyers[i].sent_us - r->buyers[i].arrive_us;
+    qsort(fin, nf, sizeof *fin, cmp_i64);
+    f->send_lag_p50_us = pct(fin, nf, 0.5);
+    f->send_lag_p99_us = pct(fin, nf, 0.99);
     nf = 0;
     for (size_t i = 0; i < n; i++)
         if (r->buyers[i].final_us >= 0) fin[nf++] = r->buyers[i].final_us - r->buyers[i].arrive_us;
@@ -432,6 +466,11 @@ void fl_crowd_print(const fl_crowd_figures *f, FILE *out) {
     fprintf(out, "fairness   %.1f%% of the units to the first %lld arrivals; %llu of %llu pairs "
             "of winners served out of arrival order\n", 100 * f->first_share, f->stock,
             (unsigned long long)f->out_of_order, (unsigned long long)f->pairs);
+    if (f->first_sent_share >= 0)
+        fprintf(out, "           %.1f%% to the first %lld to send their first request (the "
+                "order they left the load generator in, %.0f ms after arriving p50, %.0f ms "
+                "p99)\n", 100 * f->first_sent_share, f->stock, f->send_lag_p50_us / 1000.0,
+                f->send_lag_p99_us / 1000.0);
     if (f->first_place_share >= 0)
         fprintf(out, "room       %.1f%% of the units to the first %lld places in the line (the "
                 "order the service saw the buyers in)\n", 100 * f->first_place_share, f->stock);
@@ -473,6 +512,11 @@ json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o, const f
     json_object_set_new(j, "first_place_share", f->first_place_share >= 0
                                                     ? json_real(f->first_place_share)
                                                     : json_null());
+    json_object_set_new(j, "first_sent_share", f->first_sent_share >= 0
+                                                   ? json_real(f->first_sent_share)
+                                                   : json_null());
+    json_object_set_new(j, "send_lag_p50_ms", json_real(f->send_lag_p50_us / 1000.0));
+    json_object_set_new(j, "send_lag_p99_ms", json_real(f->send_lag_p99_us / 1000.0));
     /* Per buyer, in arrival order: outcome letter (g got, s sold out, r
      * refused, n none), bot flag, final ms -- a compact trace for the
      * report's chart of arrival rank against outcome. */

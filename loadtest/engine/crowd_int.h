@@ -19,6 +19,7 @@ typedef struct fl_crowd_buyer {
     uint16_t polls;              /* ...of them long polls */
     uint32_t position;           /* its place in the room, from its ticket (0: none) */
     int64_t arrive_us, final_us; /* monotonic; final 0: none yet */
+    int64_t sent_us;             /* its first request written (monotonic; 0: not yet) */
     char ticket[FL_TICKET_MAX + 1];
 } fl_crowd_buyer;
 
@@ -51,7 +52,7 @@ int64_t fl_crowd_next_at(const fl_crowd_part *p);
 uint32_t fl_crowd_pop(fl_crowd_part *p);
 /* Writes buyer i's next request into buf (cap bytes); its length. */
 size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char *hostport,
-                      char *buf, size_t cap);
+                      char *buf, size_t cap, int64_t now);
 /* Buyer i's request was answered (rs) at now. */
 void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t now);
 /* Buyer i's request got no answer (a transport error) at now: it tries again. */

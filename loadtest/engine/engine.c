@@ -615,7 +615,8 @@ static void issue_buyer(worker *w, conn *c, uint32_t i, int64_t now) {
     const fl_crowd_buyer *b = &w->crowd.b[i];
     /* Places and polls are not orders: never counted or verified as one. */
     c->req = (req_info){ FL_NO_KEY, b->idx, 1, 0, A_CROWD, b->phase != FL_CROWD_ORDER, i };
-    c->wlen = fl_crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf);
+    c->wlen = fl_crowd_build(&w->crowd, i, w->g->o.sku, c->t->hostport, c->wbuf, sizeof c->wbuf,
+                             now);
     send_request(w, c, now, now);
 }
 

@@ -50,6 +50,9 @@ typedef struct fl_buyer_rec {
     uint32_t position;           /* its place in the waiting room (0: none) */
     int64_t arrive_us;
     int64_t final_us;            /* its final answer (-1: none) */
+    int64_t sent_us;             /* its first request written to a connection (-1: never):
+                                    later than arrive_us when the load generator had no
+                                    connection free for it, or fell behind */
 } fl_buyer_rec;
 
 /* What the engine sends and how. */
@@ -203,6 +206,11 @@ typedef struct fl_crowd_figures {
     double first_share;          /* of the units, the share the first S arrivals got */
     double first_place_share;    /* ...the share the S first places got (the room's own
                                     order: the line as Redis issued it; -1: no room) */
+    double first_sent_share;     /* ...the share the first S to send a request got (the
+                                    order the buyers left the load generator in, which
+                                    is all a service can see; -1: not known) */
+    int64_t send_lag_p50_us, send_lag_p99_us;   /* arrival to its first request written:
+                                                   the load generator's own lag */
     uint64_t pairs, out_of_order;   /* pairs of winners; of them served against arrival */
     double bot_units, polite_units; /* units per capita */
     double bot_ratio;            /* bot_units / polite_units (0: polite got none) */

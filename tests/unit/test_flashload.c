@@ -845,15 +845,16 @@ static void test_compare_scenes_crowd(void) {
 
 /* A crowd's figures from buyers made by hand: 6 buyers, stock 3; the
  * winners are ranks 0, 3 and 1 (in that order of their 201s), rank 3 a
- * bot, at places 1, 5 and 3; rank 5 never heard (and had no place). */
+ * bot, at places 1, 5 and 3, and rank 3 sent before ranks 1 and 2; rank 5
+ * never heard (nor sent, nor had a place). */
 static void test_crowd_figures(void) {
     fl_buyer_rec b[6] = {
-        { 0, 0, FL_BUYER_GOT, 2, 1, 1, 0, 100000 },
-        { 1, 0, FL_BUYER_GOT, 3, 0, 3, 10000, 300000 },
-        { 2, 1, FL_BUYER_SOLD_OUT, 9, 0, 2, 20000, 400000 },
-        { 3, 1, FL_BUYER_GOT, 7, 0, 5, 30000, 200000 },
-        { 4, 0, FL_BUYER_SOLD_OUT, 2, 1, 4, 40000, 900000 },
-        { 5, 0, FL_BUYER_NONE, 1, 0, 0, 50000, -1 },
+        { 0, 0, FL_BUYER_GOT, 2, 1, 1, 0, 100000, 0 },
+        { 1, 0, FL_BUYER_GOT, 3, 0, 3, 10000, 300000, 35000 },
+        { 2, 1, FL_BUYER_SOLD_OUT, 9, 0, 2, 20000, 400000, 50000 },
+        { 3, 1, FL_BUYER_GOT, 7, 0, 5, 30000, 200000, 31000 },
+        { 4, 0, FL_BUYER_SOLD_OUT, 2, 1, 4, 40000, 900000, 40000 },
+        { 5, 0, FL_BUYER_NONE, 1, 0, 0, 50000, -1, -1 },
     };
     fl_load_result r;
     memset(&r, 0, sizeof r);
@@ -864,6 +865,9 @@ static void test_crowd_figures(void) {
     CHECK(f.buyers == 6 && f.bots == 2 && f.winners == 3 && f.bot_winners == 1);
     CHECK(f.first_share > 0.66 && f.first_share < 0.67);   /* ranks 0 and 1 of 0..2 */
     CHECK(f.first_place_share > 0.66 && f.first_place_share < 0.67);   /* places 1 and 3 */
+    /* Sent in the order 0, 3, 1, 4, 2 (5 never): the first 3 to send all won. */
+    CHECK(f.first_sent_share == 1.0);
+    CHECK(f.send_lag_p50_us == 1000 && f.send_lag_p99_us == 30000);   /* 0 25 30 1 0 ms */
     CHECK(f.pairs == 3 && f.out_of_order == 1);            /* served 0, 3, 1: (3, 1) */
     CHECK(f.bot_units == 0.5 && f.polite_units == 0.5 && f.bot_ratio == 1.0);
     CHECK(f.no_final == 1);
