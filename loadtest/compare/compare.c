@@ -748,10 +748,14 @@ static void crowd_table(const fl_scene_result *r, int n, FILE *f) {
                     s->sc.crowd_buyers, s->sc.crowd_ramp_s, (long long)s->sc.stock,
                     "waiting room", "to first S", "bots x", "units/s", "answer p50",
                     "req p50", "last after");
-        char places[40] = "";
+        char places[96] = "", sent[40] = "";
+        if (c->first_sent_share >= 0)
+            snprintf(sent, sizeof sent, "first S to send: %.1f%%", 100 * c->first_sent_share);
         if (c->first_place_share >= 0)
-            snprintf(places, sizeof places, "  (first S places: %.1f%%)",
-                     100 * c->first_place_share);
+            snprintf(places, sizeof places, "  (%s%sfirst S places: %.1f%%)", sent,
+                     sent[0] ? ", " : "", 100 * c->first_place_share);
+        else if (sent[0])
+            snprintf(places, sizeof places, "  (%s)", sent);
         fprintf(f, "  %-13s %11.1f%% %10.2f %10.0f %10.0fms %9.0f %8.2fs%s%s\n",
                 s->sc.crowd_room ? "on" : "off", 100 * c->first_share, c->bot_ratio,
                 c->units_per_s, c->final_p50_us / 1e3, c->requests_median,
