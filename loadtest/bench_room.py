@@ -116,7 +116,7 @@ def main():
                   % (rnd + 1, o.rounds, c, buyers, o.ramp, buyers / o.ramp / max(c, 1), stock),
                   file=sys.stderr, flush=True)
         keys = (("first_s_share", "units to the first S", "%.3f"),
-                ("first_sent_share", "...to the first S to send (flashload's order)", "%.3f"),
+                ("first_sent_share", "...to the first S to send", "%.3f"),
                 ("bot_ratio", "bots' units per capita / polite", "%.2f"),
                 ("out_of_order", "pairs of winners out of order", "%d"),
                 ("final_p50_ms", "arrival to final answer p50 (ms)", "%.0f"),
