@@ -114,7 +114,7 @@ bench-pg: deps $(BIN)/flashload $(BIN)/flashsale
 # 100 ms (goal: ten sell at least 0.8 of what two do, no psql refused); lua
 # through PgBouncer (transaction pooling) against direct (goal: 0.8).
 # BENCH_PGSCALE_ARGS adds loadtest/bench_pgscale.py options (--seconds,
-# --rounds, --quick).
+# --rounds, --quick, --lua-connections: the mixed pair's, 64,1024).
 .PHONY: bench-pgscale
 bench-pgscale: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_pgscale.py $(BIN) $(BENCH_PGSCALE_ARGS)
@@ -144,7 +144,8 @@ bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
 # order path's capacity measured, then the same crowd (3x it, a fifth
 # bots, 2 s of stock) twice, each verified; the goals with met / NOT met.
 # BENCH_ROOM_ARGS adds loadtest/bench_room.py options (--rounds, --load,
-# --ramp, --stock-seconds, --connections, --quick).
+# --ramp, --stock-seconds, --connections, --quick; another order path:
+# --strategy, --segments, --cs-delay-ms).
 .PHONY: bench-room
 bench-room: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_room.py $(BIN) $(BENCH_ROOM_ARGS)
