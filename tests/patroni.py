@@ -344,7 +344,15 @@ class HAProxy:
         harness.wait_until(self._routes, 20, step=0.1, what="haproxy to find the leader")
 
     def _routes(self):
-        """Whether a connection through it reaches a primary."""
+        """Whether connections through it reach a primary only. Four in a
+        row: HAProxy starts with every server up until its checks fail
+        (fall 2, a second), and meanwhile sends every other connection to
+        the replica -- one connection reaching the leader proved nothing,
+        and an instance started then met a read-only server ("cannot
+        execute CREATE TABLE in a read-only transaction", 2026-12-05)."""
+        return all(self._reaches_primary() for _ in range(4))
+
+    def _reaches_primary(self):
         r = subprocess.run(["psql", "-h", self.host.addr, "-p", str(PROXY_PORT), "-U", "postgres",
                             "-d", "postgres", "-Atc", "SELECT pg_is_in_recovery()"],
                            capture_output=True, text=True, timeout=10)
