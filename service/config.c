@@ -56,6 +56,11 @@ static const opt OPTS[] = {
       "the secret every instance signs and checks waiting-room tickets with (16 to 128 "
       "characters); empty: one made at random and kept in Redis, shared by the instances "
       "on it" },
+    { "room-order-wait-ms", "FLASHSALE_ROOM_ORDER_WAIT_MS", T_INT, F(room_order_wait_ms), 0,
+      10000, "5000", "how long an order of a product with a waiting room waits in the "
+      "instance for its place's turn before it is answered 429 not_your_turn (an order's "
+      "?wait_ms=N says otherwise for it; 0: answered at once): a buyer early in the line "
+      "sends one request, not one per retry" },
     { "insecure-admin", "FLASHSALE_INSECURE_ADMIN", T_FLAG, F(insecure_admin), 0, 0, "0",
       "start even when the admin endpoints would be open (no --admin-token) on a "
       "non-loopback --listen, which is refused otherwise" },

@@ -15,6 +15,7 @@ typedef struct svc_config {
     char strategy[32];
     char admin_token[256];
     char room_secret[129];    /* waiting-room tickets' secret ("": kept in Redis) */
+    int room_order_wait_ms;   /* an order out of its turn waits this long for it */
     char key_prefix[64];
     /* each lock server's flag's value, by stock_lock_server ("": not configured;
      * always "" for those without a flag): its row says what it takes */

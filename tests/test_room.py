@@ -36,8 +36,14 @@ def take(s, sku, user):
     return r
 
 
-def order(s, sku, user, ticket):
-    return s.post("/v1/orders", {"sku": sku, "user_id": user, "quantity": 1, "ticket": ticket})
+def order(s, sku, user, ticket, wait_ms=None):
+    """An order with ticket (None: without); wait_ms: how long it may wait
+    in the instance for its turn (None: the service's default, 5 s)."""
+    body = {"sku": sku, "user_id": user, "quantity": 1}
+    if ticket is not None:
+        body["ticket"] = ticket
+    q = "" if wait_ms is None else "?wait_ms=%d" % wait_ms
+    return s.post("/v1/orders" + q, body)
 
 
 def buy_in_turn(s, sku, user, ticket, deadline_s=20):
@@ -88,21 +94,21 @@ def test_room_tickets_turns_and_sold_out(ctx):
     assert again.status == 200 and again.json["ticket"] == tickets["u3"], again
     # An order without a ticket takes its buyer's place -- the one it has --
     # and, before its turn, hears it as its ticket; nothing taken.
-    told = error_of(s.order("drop", "u11"), 429, "not_your_turn")
+    told = error_of(order(s, "drop", "u11", None, wait_ms=0), 429, "not_your_turn")
     assert told["position"] == 12 and told["ticket"] == tickets["u11"], told
     # Refused, and nothing taken: another's ticket, a forged one, too early.
     error_of(order(s, "drop", "u1", tickets["u0"]), 403, "invalid_ticket")
     forged = tickets["u9"][:-1] + ("0" if tickets["u9"][-1] != "0" else "1")
     error_of(order(s, "drop", "u9", forged), 403, "invalid_ticket")
     error_of(s.get("/v1/products/drop/tickets/" + forged), 403, "invalid_ticket")
-    early = error_of(order(s, "drop", "u11", tickets["u11"]), 429, "not_your_turn")
+    early = error_of(order(s, "drop", "u11", tickets["u11"], wait_ms=0), 429, "not_your_turn")
     assert early["position"] == 12 and early["estimated_wait_ms"] > 0, early
     assert s.product("drop")["stock_available"] == 5
     # The units cap the counter: five places hold the five units, and no
     # later place has its turn while they do, however long the rate runs.
     time.sleep(1.0)                          # 20 orders/s: 20 places' worth of time
     assert s.product("drop")["waiting_room"]["serving"] == 5, s.product("drop")
-    error_of(order(s, "drop", "u5", tickets["u5"]), 429, "not_your_turn")
+    error_of(order(s, "drop", "u5", tickets["u5"], wait_ms=0), 429, "not_your_turn")
     # The first five buy in their turns; then the room is sold out.
     answers = {}
     for u in users[:5]:
@@ -284,8 +290,9 @@ def test_crowd_in_arrival_order_with_the_room(ctx):
     for c in (off, on):
         assert c["buyers"] == 3000 and c["winners"] == 500, c
     assert on["no_final"] == 0 and on["waiting_room"], on
-    # Polite buyers waiting their turn hold long polls; without a room, none.
-    assert on["long_polls"] > 0 and off["long_polls"] == 0, (on["long_polls"], off["long_polls"])
+    # Buyers early in the line wait in the instance, their order held until
+    # its turn (one request, not one per retry); without a room, none.
+    assert off["long_polls"] == 0 and held(s) > 0, (off["long_polls"], held(s))
     assert on["first_s_share"] >= 0.95, on
     # The order the buyers left flashload in, and how late: a buyer goes
     # out when due and a connection is free, never before it arrives.
@@ -380,6 +387,86 @@ def test_room_long_poll_answers_when_the_turn_comes(ctx):
                  "invalid_field")
 
 
+def held(s):
+    """flashsale_room_orders_held_total of s."""
+    for line in s.get("/metrics").raw.splitlines():
+        if line.startswith("flashsale_room_orders_held_total "):
+            return float(line.split()[1])
+    raise AssertionError("no flashsale_room_orders_held_total")
+
+
+def test_room_order_waits_in_the_instance_for_its_turn(ctx):
+    """An order out of its place's turn waits in the instance for it (the
+    order's long poll: --room-order-wait-ms, an order's ?wait_ms=N): sold
+    when its turn comes, with one request -- with a ticket, and without one
+    (its place taken by the order); answered where it stands (429 and its
+    ticket) when its wait ends first; sold_out at once when the room sells
+    out; answered (429) at once when the instance shuts down, not held to
+    its wait. wait_ms out of range: 400, nothing taken."""
+    s = ctx.service(ctx.redis())
+    s.create_product("hw", 100, waiting_room={"rate": 5})
+    tk = [take(s, "hw", "h%d" % i).json for i in range(4)]
+    wait_until(lambda: state(s, "hw", tk[0]["ticket"]) == "your_turn", 3, what="a turn")
+    t0 = time.monotonic()
+    r = order(s, "hw", "h3", tk[3]["ticket"])      # place 4, at 5 places a second
+    took = time.monotonic() - t0
+    assert r.status == 201 and r.json["position"] == 4, r
+    assert took < 4.0, took
+    r = order(s, "hw", "h9", None)                 # takes place 5, waits for it
+    assert r.status == 201 and r.json["position"] == 5, r
+    for i in range(20):                            # places 6-25: 4 s of line
+        take(s, "hw", "x%d" % i)
+    t0 = time.monotonic()
+    late = error_of(order(s, "hw", "late", None, wait_ms=300), 429, "not_your_turn")
+    took = time.monotonic() - t0
+    assert late["position"] == 26 and late["ticket"] and took >= 0.29, (late, took)
+    for bad in ("wait_ms=-1", "wait_ms=10001", "wait_ms=x"):
+        r = s.post("/v1/orders?" + bad, {"sku": "hw", "user_id": "bad", "quantity": 1})
+        error_of(r, 400, "invalid_field")
+    assert held(s) >= 2                            # "late", and "h9" or "h3" at least
+    assert s.settled_product("hw")["sold"] == 2
+
+    # Sold out: an order held for its turn hears so at once.
+    s.create_product("hs", 2, waiting_room={"rate": 10})
+    ts = [take(s, "hs", "s%d" % i).json["ticket"] for i in range(4)]
+    wait_until(lambda: state(s, "hs", ts[1]) == "your_turn", 3, what="the second turn")
+    out = {}
+
+    def wait_for(key, sku, user, ticket, wait_ms=None):
+        c = harness.Client(s.port)
+        t = time.monotonic()
+        body = {"sku": sku, "user_id": user, "quantity": 1, "ticket": ticket}
+        out[key] = (c.post("/v1/orders" + ("?wait_ms=%d" % wait_ms if wait_ms else ""), body),
+                    time.monotonic() - t)
+        c.close()
+
+    before = held(s)
+    th = threading.Thread(target=wait_for, args=("sold", "hs", "s3", ts[3]))
+    th.start()
+    wait_until(lambda: held(s) > before, 3, what="the order to be held")
+    t0 = time.monotonic()
+    for i in range(2):
+        assert order(s, "hs", "s%d" % i, ts[i]).status == 201
+    th.join()
+    r, _ = out["sold"]
+    assert r.status == 409 and r.json["error"] == "sold_out", r
+    assert time.monotonic() - t0 < 1.5, time.monotonic() - t0
+
+    # Shutting down: a held order is answered at once (429, where it
+    # stands), not at its wait's end.
+    s.create_product("hz", 1, waiting_room={"rate": 10})
+    tz = [take(s, "hz", "z%d" % i).json["ticket"] for i in range(2)]
+    before = held(s)
+    th = threading.Thread(target=wait_for, args=("stop", "hz", "z1", tz[1], 10000))
+    th.start()
+    wait_until(lambda: held(s) > before, 3, what="the order to be held")
+    assert s.stop() == 0
+    th.join()
+    r, took = out["stop"]
+    assert r.status == 429 and r.json["error"] == "not_your_turn", r
+    assert took < 5.0, took
+
+
 def test_room_in_turn_order_past_the_limit_comes_back_soon(ctx):
     """Past the instance's admission limit, an order in its ticket's turn
     is refused (503 overloaded, nothing taken) and told to come back within
@@ -410,7 +497,7 @@ def test_room_in_turn_order_past_the_limit_comes_back_soon(ctx):
                what="the first order to hold the path")
     shed = error_of(order(s, "busy", "b1", ts[1]), 503, "overloaded")
     assert 100 <= shed["retry_after_ms"] <= 200, shed      # the target (100 ms) to twice it
-    early = error_of(order(s, "late", "f4", far[4]), 429, "not_your_turn")
+    early = error_of(order(s, "late", "f4", far[4], wait_ms=0), 429, "not_your_turn")
     assert early["position"] == 5, early
     t.join()
     assert first["r"].status == 201, first["r"]

@@ -96,11 +96,14 @@ typedef void api_in_turn_fn(svc_app *a, http_req *r, svc_product *p, const svc_o
                             const char *key, int door, long long position, const char *ticket);
 /* An order of p, which has a room: its ticket's position (> 0) when the
  * ticket is its buyer's and in its turn; else 0: r answered (403, 409,
- * 429 with Retry-After, 503), or, for an order without a ticket, taken
- * on: its buyer's place is taken (an API worker's call), and in its turn
- * the order goes on through go (with key, NULL: none); else r is answered
- * 429 with the ticket. */
+ * 429 with Retry-After, 503), or taken on. Taken on: an order without a
+ * ticket takes its buyer's place (an API worker's call) and in its turn
+ * goes on through go (with key, NULL: none); an order whose place's turn
+ * has not come waits for it up to wait_ms (> 0; the beat thread then
+ * sends it on through go, or answers it sold out) and is answered 429
+ * (with the ticket, when the buyer sent none) when wait_ms is 0 or
+ * passes first. */
 long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in,
-                         const char *key, api_in_turn_fn *go);
+                         const char *key, api_in_turn_fn *go, long wait_ms);
 
 #endif

@@ -157,14 +157,15 @@ static void order_in_turn(svc_app *a, http_req *r, svc_product *p, const svc_ord
     }
 }
 
-/* Hands a validated order to the order path, which answers it. */
+/* Hands a validated order to the order path, which answers it; wait_ms:
+ * how long it may wait for its place's turn, if p has a waiting room. */
 static void submit_order(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
-                         const char *key, int door) {
+                         const char *key, int door, long wait_ms) {
     /* A product with a waiting room takes an order in its ticket's turn
      * only (tickets.c): the check is this instance's, from memory. */
     http_tag(r, (int)p->strategy);     /* its latency, by strategy (ops/metrics.c) */
     long long position = 0;
-    if (p->room && !(position = api_room_admit(r, a, p, in, key, order_in_turn)))
+    if (p->room && !(position = api_room_admit(r, a, p, in, key, order_in_turn, wait_ms)))
         return;                         /* answered, or taken on */
     order_in_turn(a, r, p, in, key, door, position, NULL);
 }
@@ -176,7 +177,29 @@ static void order_create_job(api_job *j) {
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->order.sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
     else submit_order(j->a, j->r, p, &j->order, j->key[0] ? j->key : NULL,
-                      svc_product_cache_rooms(j->a->products));
+                      svc_product_cache_rooms(j->a->products), j->limit);
+}
+
+#define ORDER_WAIT_MS_MAX 10000   /* the longest an order may wait for its turn */
+
+/* The order's ?wait_ms= (how long it may wait in the instance for its
+ * place's turn), else --room-order-wait-ms: 0 with *ms, or -1 with r
+ * answered 400. */
+static int order_wait_ms(http_req *r, const svc_app *a, long *ms) {
+    const char *v;
+    int q = http_query(r, "wait_ms", &v);
+    *ms = a->cfg.room_order_wait_ms;
+    if (q == 0) return 0;
+    char *end = NULL;
+    long n = q > 0 ? strtol(v, &end, 10) : -1;
+    if (q < 0 || !v[0] || *end || n < 0 || n > ORDER_WAIT_MS_MAX) {
+        http_reply_error(r, 400, "invalid_field", "'wait_ms' must be an integer 0 to %d: how "
+                         "long an order of a product with a waiting room may wait for its "
+                         "place's turn before it is answered.", ORDER_WAIT_MS_MAX);
+        return -1;
+    }
+    *ms = n;
+    return 0;
 }
 
 void api_order_create(http_req *r, const char *const *params, void *ud) {
@@ -201,12 +224,14 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
         return;
     }
     if (api_idem_key(r, key) != 0) return;
+    long wait_ms;
+    if (order_wait_ms(r, a, &wait_ms) != 0) return;
     size_t blen;
     const char *raw = http_body(r, &blen);
     svc_order_fast f;                  /* the common body, without a jansson tree */
     svc_product *p;
     if (svc_validate_order_fast(raw, blen, &f) && (p = svc_product_cache_get(a->products, f.in.sku))) {
-        submit_order(a, r, p, &f.in, key[0] ? key : NULL, door);
+        submit_order(a, r, p, &f.in, key[0] ? key : NULL, door, wait_ms);
         return;
     }
     json_t *body = http_body_json(r);
@@ -218,13 +243,14 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
     }
     p = svc_product_cache_get(a->products, in.sku);
     if (p) {
-        submit_order(a, r, p, &in, key[0] ? key : NULL, door);
+        submit_order(a, r, p, &in, key[0] ? key : NULL, door, wait_ms);
         json_decref(body);
         return;
     }
     api_job *j = api_job_new(r, a, body);
     if (!j) return;
     j->order = in;                     /* its strings point into body, which j owns */
+    j->limit = wait_ms;
     memcpy(j->key, key, sizeof j->key);
     api_defer(r, j, LANE_DB, order_create_job);
 }

@@ -107,6 +107,83 @@ static void reply_turn_over(http_req *r, svc_product *p, long long position, lon
                           position, p->sku);
 }
 
+/* ------------------------------------------------- an order held */
+
+/* An order out of its place's turn, waiting in the instance for it (the
+ * order's long poll): the beat that brings its turn sends it on into the
+ * order path, the one that finds the room sold out answers it so, the one
+ * past its deadline answers where it stands (429). A buyer early in the
+ * line -- a bot above all, which asks again the instant it is answered --
+ * so costs one request and a watcher, not one request per retry: under a
+ * crowd those answers were most of the instances' work (831,000 429s for
+ * 7,300 units, docs/waiting-room.md). Its inputs are copied: the
+ * request's body may be gone by its turn. */
+typedef struct held_order {
+    http_req *r;
+    svc_app *a;
+    svc_product *p;
+    long long position;
+    int quantity;
+    char sku[DB_SKU_MAX + 1];
+    char user[DB_USER_MAX * 4 + 1];
+    char key[DB_KEY_MAX + 1];     /* its Idempotency-Key ("": none) */
+    char ticket[SVC_ROOM_TICKET_MAX + 1];   /* its place's, told when sent without ("": none) */
+    api_in_turn_fn *go;
+} held_order;
+
+static void on_order_turn(void *ud, svc_turn turn, long long ms) {
+    held_order *h = ud;
+    const char *ticket = h->ticket[0] ? h->ticket : NULL;
+    switch (turn) {
+    case SVC_TURN_NOW: {
+        svc_order_input in = { .sku = h->sku, .user_id = h->user, .quantity = h->quantity,
+                               .ticket = NULL };
+        h->go(h->a, h->r, h->p, &in, h->key[0] ? h->key : NULL, 1, h->position, ticket);
+        break;
+    }
+    case SVC_TURN_SOLD_OUT:
+        reply_sold_out(h->r, h->p->sku);
+        break;
+    case SVC_TURN_UNKNOWN:
+        reply_no_view(h->r, h->a);
+        break;
+    case SVC_TURN_OVER:
+        reply_turn_over(h->r, h->p, h->position, ms);
+        break;
+    case SVC_TURN_WAIT:                 /* its deadline: where it stands */
+        reply_not_your_turn(h->r, h->p, h->position, ms, ticket);
+        break;
+    }
+    free(h);
+}
+
+/* Holds r, an order of sku/user/quantity/key whose place (position,
+ * ticket: told when the buyer sent none, else NULL) waits ms by the
+ * estimate, for up to wait_ms (> 0), and r is answered when it ends (r is
+ * deferred). Out of memory or watchers: answered at once, as unheld. */
+static void hold_order(svc_app *a, http_req *r, svc_product *p, const char *sku,
+                       const char *user, int quantity, const char *key, api_in_turn_fn *go,
+                       long long position, const char *ticket, long long ms, long wait_ms) {
+    assert(wait_ms > 0 && quantity > 0 && go);
+    held_order *h = malloc(sizeof *h);
+    if (h) {
+        *h = (held_order){ .r = r, .a = a, .p = p, .position = position, .quantity = quantity,
+                           .go = go };
+        snprintf(h->sku, sizeof h->sku, "%s", sku);
+        snprintf(h->user, sizeof h->user, "%s", user);
+        snprintf(h->key, sizeof h->key, "%s", key ? key : "");
+        snprintf(h->ticket, sizeof h->ticket, "%s", ticket ? ticket : "");
+        http_defer(r);
+        if (svc_room_watch(p->room, position, clock_mono_us() + (int64_t)wait_ms * 1000,
+                           on_order_turn, h) == 0) {
+            atomic_fetch_add_explicit(&a->m.room_orders_held, 1, memory_order_relaxed);
+            return;
+        }
+        free(h);
+    }
+    reply_not_your_turn(r, p, position, ms, ticket);
+}
+
 /* ---------------------------------------------------- taking a place */
 
 /* A buyer's ask for a place, waiting for the call that takes it. Asks
@@ -126,6 +203,7 @@ typedef struct ticket_ask {
     char sku[DB_SKU_MAX + 1];
     char key[DB_KEY_MAX + 1];     /* its Idempotency-Key ("": none) */
     api_in_turn_fn *go;           /* ...how it goes on in its turn */
+    long wait_ms;                 /* ...and how long it waits for it here */
 } ticket_ask;
 
 static struct {
@@ -170,6 +248,11 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
         svc_order_input in = { .sku = k->sku, .user_id = k->user, .quantity = k->quantity,
                                .ticket = NULL };
         k->go(a, k->r, p, &in, k->key[0] ? k->key : NULL, 1, pl->position, ticket);
+        return;
+    }
+    if (t == SVC_TURN_WAIT && k->wait_ms > 0) {
+        hold_order(a, k->r, p, k->sku, k->user, k->quantity, k->key[0] ? k->key : NULL, k->go,
+                   pl->position, ticket, ms, k->wait_ms);
         return;
     }
     if (t == SVC_TURN_WAIT) {
@@ -232,7 +315,8 @@ static void drain_asks(svc_task *t) {
 /* Queues r's ask for a place in p's room (r is deferred); in: an order
  * sent without a ticket (else NULL), key its Idempotency-Key. */
 static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user,
-                      const svc_order_input *in, const char *key, api_in_turn_fn *go) {
+                      const svc_order_input *in, const char *key, api_in_turn_fn *go,
+                      long wait_ms) {
     ticket_ask *k = calloc(1, sizeof *k);
     if (!k) {
         http_reply_error_with(r, 503, "shutting_down", NULL, api_retry,
@@ -248,6 +332,7 @@ static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user,
         snprintf(k->sku, sizeof k->sku, "%s", in->sku);
         snprintf(k->key, sizeof k->key, "%s", key ? key : "");
         k->go = go;
+        k->wait_ms = wait_ms;
     }
     http_defer(r);
     pthread_mutex_lock(&asks.mu);
@@ -283,7 +368,7 @@ static void take_job(api_job *j) {
     db_status st = svc_product_find(j->a, NULL, j->sku, &p);
     if (st == DB_NOTFOUND) api_reply_unknown_sku(j->r, j->sku);
     else if (st != DB_OK) api_reply_db_failed(j->r, j->a, st == DB_NOCONN, "reading the product");
-    else if (room_open(j->r, p)) ask_place(j->a, j->r, p, j->user, NULL, NULL, NULL);
+    else if (room_open(j->r, p)) ask_place(j->a, j->r, p, j->user, NULL, NULL, NULL, 0);
 }
 
 void api_ticket_take(http_req *r, const char *const *params, void *ud) {
@@ -304,7 +389,7 @@ void api_ticket_take(http_req *r, const char *const *params, void *ud) {
         return;
     }
     if (p) {
-        ask_place(a, r, p, user, NULL, NULL, NULL);
+        ask_place(a, r, p, user, NULL, NULL, NULL, 0);
         json_decref(body);
         return;
     }
@@ -422,12 +507,12 @@ void api_ticket_get(http_req *r, const char *const *params, void *ud) {
 /* ----------------------------------------------------- an order's turn */
 
 long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_order_input *in,
-                         const char *key, api_in_turn_fn *go) {
+                         const char *key, api_in_turn_fn *go, long wait_ms) {
     const char *secret = svc_room_secret(a);
     svc_ticket t;
     long long ms;
     if (!in->ticket) {              /* the buyer's place first, then the order in its turn */
-        if (room_open(r, p)) ask_place(a, r, p, in->user_id, in, key, go);
+        if (room_open(r, p)) ask_place(a, r, p, in->user_id, in, key, go, wait_ms);
         return 0;
     }
     if (!secret) {
@@ -454,7 +539,11 @@ long long api_room_admit(http_req *r, svc_app *a, svc_product *p, const svc_orde
         reply_turn_over(r, p, t.position, ms);
         return 0;
     case SVC_TURN_WAIT:
-        reply_not_your_turn(r, p, t.position, ms, NULL);
+        if (wait_ms > 0)
+            hold_order(a, r, p, in->sku, in->user_id, in->quantity, key, go, t.position, NULL,
+                       ms, wait_ms);
+        else
+            reply_not_your_turn(r, p, t.position, ms, NULL);
         return 0;
     }
     return 0;

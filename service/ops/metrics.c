@@ -398,6 +398,9 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
 
     counter(b, "flashsale_redis_errors_total", "Redis operations that failed.",
             atomic_load(&m->redis_errors));
+    counter(b, "flashsale_room_orders_held_total", "Orders of a product with a waiting "
+            "room that waited in the instance for their place's turn (--room-order-wait-ms).",
+            atomic_load(&m->room_orders_held));
     counter(b, "flashsale_db_errors_total", "Database operations that failed.",
             atomic_load(&m->db_errors));
     counter(b, "flashsale_reserve_batches_total", "Pipelined reservation round trips.",

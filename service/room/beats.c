@@ -70,7 +70,8 @@ static void beat_one(svc_product *p, void *ud) {
                            .inflight = svc_admission_inflight(ad),
                            .limit = svc_admission_limit(ad) };
     int rc = svc_room_beat(p->room, b->sc, &p->sp, &load);
-    svc_room_wake(p->room);            /* also when Redis failed: the waits' deadlines */
+    /* Also when Redis failed: the waits' deadlines. */
+    svc_room_wake(p->room, atomic_load(&b->a->shutting_down));
     if (rc == 0) {
         if (b->failing_since) svc_log(SVC_LOG_INFO, "waiting room %s: heard again", p->sku);
         b->failing_since = 0;

@@ -293,8 +293,8 @@ int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_roo
     return rc;
 }
 
-void svc_room_wake(svc_room *r) {
-    int64_t now = clock_mono_us();
+void svc_room_wake(svc_room *r, int all) {
+    int64_t now = all ? INT64_MAX : clock_mono_us();
     long long serving = atomic_load(&r->serving);
     int sold_out = atomic_load(&r->sold_out_ms) > 0;
     watcher due[512];

@@ -126,8 +126,10 @@ typedef void svc_room_watch_fn(void *ud, svc_turn t, long long ms);
 int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_room_watch_fn *fn,
                    void *ud);
 /* Calls the watchers that are due (the beat thread, after each beat,
- * whether or not it reached Redis). */
-void svc_room_wake(svc_room *r);
+ * whether or not it reached Redis); all: every watcher, as if its
+ * deadline had passed (the instance is shutting down: its waits are
+ * answered where they stand, not held to their deadlines). */
+void svc_room_wake(svc_room *r, int all);
 
 /* ------------------------------------------------------------- a beat */
 
