@@ -146,8 +146,11 @@ def main():
                  ">= 0.99", lambda x: x >= 0.99),
                 ("bots / polite units per capita", med(lambda g: g["on"]["bot_ratio"]),
                  "<= 1.05", lambda x: x <= 1.05),
+                # A buyer without a final answer never had one: the goal
+                # is not met, whatever the others' last answer says.
                 ("last answer after the last unit (s)",
-                 med(lambda g: g["on"]["final_after_last_unit_ms"] / 1000), "<= 2",
+                 med(lambda g: g["on"]["final_after_last_unit_ms"] / 1000
+                     if g["on"]["no_final"] == 0 else float("inf")), "<= 2",
                  lambda x: x <= 2),
                 ("requests per buyer, median", med(lambda g: g["on"]["requests_median"]),
                  "<= 4", lambda x: x <= 4),

@@ -18,10 +18,16 @@
  * waiting-room page does (GET .../tickets/{ticket}?wait_ms=N: answered the
  * moment its turn comes), when its estimated wait is within a poll's
  * (POLL_MAX_MS) and a connection is free for it: at most half the
- * thread's connections hold polls, the rest carry places and orders (a
- * crowd's buyers share the connections; every waiting buyer on a poll of
- * its own starved them: 515 units/s, 44,000 buyers unanswered). Otherwise
- * it comes back when told, and orders.
+ * thread's connections hold requests that wait in the service -- polls,
+ * and orders the service may hold for their turn --, the rest carry places
+ * and orders answered at once (a crowd's buyers share the connections;
+ * every waiting buyer on a poll of its own starved them: 515 units/s,
+ * 44,000 buyers unanswered; every connection holding an order, a buyer
+ * shed in its turn found none free to come back on for 90 s, and its unit
+ * held the line). Otherwise it comes back when told, and orders. An order
+ * sent when no such connection is free asks to be answered at once
+ * (?wait_ms=0): a limit of the load generator, which has connections for
+ * a few of its buyers at a time, where each person has its own.
  *
  * The figures: of the units, the share the first S arrivals got (S the
  * stock: with every unit to the first S, 1.0); pairs of winners served
@@ -150,12 +156,21 @@ size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char 
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
                      sku, hostport, bl, body);
     } else {
+        /* With a room the service may hold the order for its turn: on a
+         * connection free for waiting, else it asks to be answered now. */
+        const char *q = "";
+        if (p->o->room && p->polls < p->poll_cap) {
+            b->polling = 1;
+            p->polls++;
+        } else if (p->o->room) {
+            q = "?wait_ms=0";
+        }
         bl = snprintf(body, sizeof body, "{\"sku\":\"%s\",\"user_id\":\"u%u\",\"quantity\":1%s%s%s}",
                       sku, b->idx, b->ticket[0] ? ",\"ticket\":\"" : "", b->ticket,
                       b->ticket[0] ? "\"" : "");
-        n = snprintf(buf, cap, "POST /v1/orders HTTP/1.1\r\nHost: %s\r\n"
+        n = snprintf(buf, cap, "POST /v1/orders%s HTTP/1.1\r\nHost: %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-                     hostport, bl, body);
+                     q, hostport, bl, body);
     }
     assert(n > 0 && (size_t)n < cap);
     return (size_t)n;

@@ -13,7 +13,8 @@ typedef struct fl_crowd_buyer {
     uint8_t phase;               /* FL_CROWD_TICKET, FL_CROWD_ORDER, FL_CROWD_DONE */
     uint8_t outcome;             /* FL_BUYER_* */
     uint8_t in_flight;           /* a request of it is out */
-    uint8_t polling;             /* ...and it is a long poll (phase FL_CROWD_POLL) */
+    uint8_t polling;             /* ...and it may wait in the service: a long poll (phase
+                                    FL_CROWD_POLL) or an order it may hold for its turn */
     uint16_t poll_ms;            /* FL_CROWD_POLL: the wait it asks for */
     uint16_t requests;
     uint16_t polls;              /* ...of them long polls */
@@ -34,8 +35,10 @@ typedef struct fl_crowd_part {
     const fl_crowd_opts *o;
     fl_crowd_buyer *b;
     uint32_t n, done;
-    uint32_t polls, poll_cap;    /* long polls out, and at most (the thread's connections
-                                    they may hold: the rest are for places and orders) */
+    uint32_t polls, poll_cap;    /* requests out that may wait in the service (long polls,
+                                    orders it may hold), and at most (the thread's
+                                    connections they may hold: the rest are for places and
+                                    orders answered at once) */
     int poll_max_ms;             /* the longest wait a poll asks for (under the timeout) */
     fl_crowd_due *heap;
     size_t hn, hcap;

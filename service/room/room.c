@@ -322,6 +322,16 @@ void svc_room_wake(svc_room *r, int all) {
 
 /* ------------------------------------------------------------- a beat */
 
+/* What the buyers waiting here for their turn (held orders, long polls)
+ * could bring the path a second: they are not on their way but here, and
+ * all of them enter it within a beat of their turn. So the bound on the
+ * rate's growth (what the path answers) counts them too: with the
+ * answers alone, it held a sale of held orders at 5,000 places a second
+ * on a path that took 60,000 (2026-12-05). */
+static double held_rate(const svc_room_load *load) {
+    return (double)load->held * 1000.0 / STOCK_ROOM_TICK_MS;
+}
+
 double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
     /* A window's p90 outlives the orders it measured (an idle path closes
      * no window): it is read only while the path holds a quarter of its
@@ -341,10 +351,11 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
          * for them, and a rate grown past what it answers lets in a crowd
          * that arrives at once later, overfills the path and is shed
          * (each shed buyer then waits its Retry-After second). */
-        if (waiting && rate < 2 * load->throughput) rate *= 1.25;
+        if (waiting && rate < 2 * fmax(load->throughput, held_rate(load))) rate *= 1.25;
     } else if (load->p90_us > load->target_us) {
         rate *= 0.9;                        /* they queue past the target */
-    } else if (waiting && load->p90_us < load->target_us / 2 && rate < 2 * load->throughput) {
+    } else if (waiting && load->p90_us < load->target_us / 2 &&
+               rate < 2 * fmax(load->throughput, held_rate(load))) {
         rate *= 1.05;
     }
     return fmin(fmax(rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX);
@@ -378,6 +389,9 @@ int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p,
     r->done_seen = total;
     r->done_seen_us = now_us;
     l.throughput = r->throughput;
+    pthread_mutex_lock(&r->mu);
+    l.held = r->nwatch;
+    pthread_mutex_unlock(&r->mu);
     long long seq = atomic_load(&r->seq), serving = atomic_load(&r->serving);
     int waiting = atomic_load(&r->beat_at_ms) != 0 && seq > serving &&
                   atomic_load(&r->sold_out_ms) == 0;

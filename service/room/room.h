@@ -141,6 +141,8 @@ typedef struct svc_room_load {
     long inflight, limit;         /* its orders in the path now, and its admission limit */
     double throughput;            /* the room's orders answered finally here a second, lately
                                      (svc_room_beat fills it in; 0: none) */
+    long held;                    /* buyers waiting here for their turn (held orders, long
+                                     polls: svc_room_beat fills it in) */
 } svc_room_load;
 
 /* One beat of p's room on c (the beat thread): says this instance's rate,

@@ -13,6 +13,7 @@
 
 #include "db/db.h"
 #include "loadtest/compare/compare.h"
+#include "loadtest/engine/crowd_int.h"
 #include "loadtest/engine/timerq.h"
 #include "tests/unit/t.h"
 
@@ -878,6 +879,34 @@ static void test_crowd_figures(void) {
     CHECK(f.requests == 24 && f.requests_median == 3);
 }
 
+/* With a room the service may hold an order for its turn, which keeps its
+ * connection: a crowd's order may wait so only on a connection free for
+ * waiting (half the thread's), else it asks to be answered now
+ * (?wait_ms=0); without a room it asks nothing. */
+static void test_crowd_orders_wait_on_free_connections_only(void) {
+    fl_crowd_opts o = { .buyers = 3, .ramp_us = 0, .impatient = 0, .room = 1 };
+    fl_crowd_part p;
+    char buf[1024];
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);         /* 2 connections: 1 waits */
+    CHECK(p.poll_cap == 1);
+    uint32_t a = fl_crowd_pop(&p), b = fl_crowd_pop(&p);
+    size_t n = fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);
+    CHECK(n > 0 && strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1);
+    fl_crowd_build(&p, b, "sku", "h:1", buf, sizeof buf, 1);
+    CHECK(strncmp(buf, "POST /v1/orders?wait_ms=0 HTTP/1.1", 34) == 0 && p.polls == 1);
+    fl_crowd_lost(&p, a, 2);                                        /* its connection is free */
+    CHECK(p.polls == 0);
+    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 2);
+    CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1);
+    fl_crowd_part_free(&p);
+    o.room = 0;
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);
+    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 1);
+    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 1);
+    CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 0);
+    fl_crowd_part_free(&p);
+}
+
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
           T(test_pipelined_responses), T(test_pipelined_split_across_reads),
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
@@ -889,4 +918,4 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
           T(test_compare_scenes_fairness),
           T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures), T(test_compare_scenes_crowd),
-          T(test_retry_after))
+          T(test_retry_after), T(test_crowd_orders_wait_on_free_connections_only))

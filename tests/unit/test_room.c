@@ -92,6 +92,13 @@ static void test_rate_rule(void) {
     CHECK(next(1000, 20000, 0, 100, 256, 400, 1) == 1000);
     CHECK(next(1000, 70000, 0, 100, 256, 0, 1) == 1000);
     CHECK(fabs(next(1000, 900000, 0, 10, 256, 600, 1) - 1250) < 1e-9); /* roomy: p90 stale */
+    /* Buyers waiting here for their turn (held orders, polls) count as
+     * coming: 30 of them could bring 600 a second (all within a beat). */
+    svc_room_load h = { .p90_us = 5000, .target_us = 100000, .inflight = 10, .limit = 256,
+                        .throughput = 0, .held = 30 };
+    CHECK(fabs(svc_room_rate_next(1000, &h, 1) - 1250) < 1e-9);
+    h.held = 20;                                                    /* 400 a second: no */
+    CHECK(svc_room_rate_next(1000, &h, 1) == 1000);
     /* Bounds. */
     CHECK(next(SVC_ROOM_RATE_MIN, 0, 1, 0, 256, 0, 1) == SVC_ROOM_RATE_MIN);
     CHECK(next(SVC_ROOM_RATE_MAX, 0, 0, 0, 256, SVC_ROOM_RATE_MAX, 1) == SVC_ROOM_RATE_MAX);
