@@ -467,6 +467,37 @@ def test_room_order_waits_in_the_instance_for_its_turn(ctx):
     assert took < 5.0, took
 
 
+def test_room_held_order_waits_out_a_full_path(ctx):
+    """An order held for its turn whose turn comes while the order path is
+    full waits on in the instance, beat by beat within its wait, instead
+    of being shed (503) for its buyer to come back: sold once the path has
+    room, with one request."""
+    s = ctx.service(ctx.redis(), args=["--max-inflight", "1", "--fault-injection"])
+    s.create_product("full", 5, strategy="lock", cs_delay_ms=1500, lock_ttl_ms=5000,
+                     waiting_room={"rate": 2})
+    ts = [take(s, "full", "f%d" % i).json["ticket"] for i in range(3)]
+    wait_until(lambda: state(s, "full", ts[0]) == "your_turn", 5, what="the first turn")
+    first = {}
+
+    def order_a():
+        c = harness.Client(s.port)
+        first["r"] = c.post("/v1/orders", {"sku": "full", "user_id": "f0", "quantity": 1,
+                                           "ticket": ts[0]})
+        c.close()
+
+    t = threading.Thread(target=order_a)
+    t.start()
+    wait_until(lambda: "\nflashsale_orders_inflight 1\n" in s.get("/metrics").raw, 10,
+               what="the first order to hold the path")
+    assert state(s, "full", ts[2]) == "waiting"    # place 3: its turn in about a second
+    r = order(s, "full", "f2", ts[2])               # held; its turn comes with the path full
+    t.join()
+    assert first["r"].status == 201, first["r"]
+    assert r.status == 201 and r.json["position"] == 3, r
+    p = s.settled_product("full")
+    assert (p["sold"], p["stock_available"]) == (2, 3), p
+
+
 def test_room_in_turn_order_past_the_limit_comes_back_soon(ctx):
     """Past the instance's admission limit, an order in its ticket's turn
     is refused (503 overloaded, nothing taken) and told to come back within

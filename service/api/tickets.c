@@ -129,13 +129,27 @@ typedef struct held_order {
     char key[DB_KEY_MAX + 1];     /* its Idempotency-Key ("": none) */
     char ticket[SVC_ROOM_TICKET_MAX + 1];   /* its place's, told when sent without ("": none) */
     api_in_turn_fn *go;
+    int64_t deadline_us;          /* its wait ends (clock_mono_us) */
 } held_order;
+
+/* Whether h, in its turn, should wait on for the next beat: the order path
+ * is full (counted as shed: the room's rate falls) and its wait lasts. A
+ * buyer shed in its turn would have to come back; held, its order goes in
+ * the beat the path has room, its unit kept meanwhile. */
+static int wait_on(held_order *h) {
+    svc_app *a = h->a;
+    return !atomic_load(&a->shutting_down) && clock_mono_us() < h->deadline_us &&
+           (svc_admit_door(&a->adm) || svc_admit_shed(&a->adm, h->p->strategy));
+}
 
 static void on_order_turn(void *ud, svc_turn turn, long long ms) {
     held_order *h = ud;
     const char *ticket = h->ticket[0] ? h->ticket : NULL;
     switch (turn) {
     case SVC_TURN_NOW: {
+        if (wait_on(h) &&
+            svc_room_watch(h->p->room, h->position, h->deadline_us, on_order_turn, h) == 0)
+            return;
         svc_order_input in = { .sku = h->sku, .user_id = h->user, .quantity = h->quantity,
                                .ticket = NULL };
         h->go(h->a, h->r, h->p, &in, h->key[0] ? h->key : NULL, 1, h->position, ticket);
@@ -168,14 +182,13 @@ static void hold_order(svc_app *a, http_req *r, svc_product *p, const char *sku,
     held_order *h = malloc(sizeof *h);
     if (h) {
         *h = (held_order){ .r = r, .a = a, .p = p, .position = position, .quantity = quantity,
-                           .go = go };
+                           .go = go, .deadline_us = clock_mono_us() + (int64_t)wait_ms * 1000 };
         snprintf(h->sku, sizeof h->sku, "%s", sku);
         snprintf(h->user, sizeof h->user, "%s", user);
         snprintf(h->key, sizeof h->key, "%s", key ? key : "");
         snprintf(h->ticket, sizeof h->ticket, "%s", ticket ? ticket : "");
         http_defer(r);
-        if (svc_room_watch(p->room, position, clock_mono_us() + (int64_t)wait_ms * 1000,
-                           on_order_turn, h) == 0) {
+        if (svc_room_watch(p->room, position, h->deadline_us, on_order_turn, h) == 0) {
             atomic_fetch_add_explicit(&a->m.room_orders_held, 1, memory_order_relaxed);
             return;
         }

@@ -47,6 +47,7 @@ struct svc_room {
 
 typedef struct watcher {
     long long position;
+    int64_t since_us;             /* when it began: a wake calls only those before it */
     int64_t deadline_us;
     svc_room_watch_fn *fn;
     void *ud;
@@ -286,7 +287,7 @@ int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_roo
         }
     }
     if (r->nwatch < r->watch_cap) {
-        r->watch[r->nwatch++] = (watcher){ position, deadline_us, fn, ud };
+        r->watch[r->nwatch++] = (watcher){ position, clock_mono_us(), deadline_us, fn, ud };
         rc = 0;
     }
     pthread_mutex_unlock(&r->mu);
@@ -303,7 +304,10 @@ void svc_room_wake(svc_room *r, int all) {
         pthread_mutex_lock(&r->mu);
         for (int i = 0; i < r->nwatch && n < (int)(sizeof due / sizeof due[0]);) {
             watcher *w = &r->watch[i];
-            if (sold_out || w->position <= serving || now >= w->deadline_us) {
+            /* One that began during this wake (a callback watching
+             * again) waits for the next. */
+            if (w->since_us < now &&
+                (sold_out || w->position <= serving || now >= w->deadline_us)) {
                 due[n++] = *w;
                 *w = r->watch[--r->nwatch];   /* order among waiters does not matter */
             } else {

@@ -122,7 +122,8 @@ typedef void svc_room_watch_fn(void *ud, svc_turn t, long long ms);
 /* Watches position until its turn comes, the room is sold out, or
  * deadline_us (clock_mono_us) passes: a buyer told the moment its turn
  * comes, not by a retry told in advance (a long poll). Returns 0, or -1
- * (too many watchers, out of memory): fn will not be called. */
+ * (too many watchers, out of memory): fn will not be called. fn may watch
+ * again: it is called at the next wake, not this one. */
 int svc_room_watch(svc_room *r, long long position, int64_t deadline_us, svc_room_watch_fn *fn,
                    void *ud);
 /* Calls the watchers that are due (the beat thread, after each beat,
