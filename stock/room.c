@@ -73,7 +73,6 @@ static int parse_beat(const redisReply *rep, stock_room_state *out) {
         out->mark_pos[out->nmarks] = sk_elem_int(m, i);
         out->mark_ms[out->nmarks++] = sk_elem_int(m, i + 1);
     }
-    out->cap = rep->elements > 6 ? sk_elem_int(rep, 6) : -1;
     return out->seq >= 0 && out->serving >= 0 ? 0 : -1;
 }
 

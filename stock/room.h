@@ -101,8 +101,6 @@ typedef struct stock_room_state {
     long long now_ms;             /* Redis's clock */
     double rate;                  /* the rate it moved at (orders/s, all instances) */
     long long sold_out_ms;        /* > 0: sold out since */
-    long long cap;                /* the counter's bound by the units left (-1: none: the
-                                     stock is not in the room's slot) */
     int nmarks;                   /* marks past marks_from, oldest first */
     long long mark_pos[STOCK_ROOM_MARKS_MAX], mark_ms[STOCK_ROOM_MARKS_MAX];
 } stock_room_state;

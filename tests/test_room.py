@@ -108,10 +108,7 @@ def test_room_tickets_turns_and_sold_out(ctx):
     # later place has its turn while they do, however long the rate runs.
     time.sleep(1.0)                          # 20 orders/s: 20 places' worth of time
     assert s.product("drop")["waiting_room"]["serving"] == 5, s.product("drop")
-    past = error_of(order(s, "drop", "u5", tickets["u5"], wait_ms=0), 429, "not_your_turn")
-    # ...and its estimate says so: not the rate's 50 ms for one place, but
-    # the longest (a unit must come back, or the room sell out).
-    assert past["estimated_wait_ms"] >= 1000 and past["retry_after_ms"] == 1000, past
+    error_of(order(s, "drop", "u5", tickets["u5"], wait_ms=0), 429, "not_your_turn")
     # The first five buy in their turns; then the room is sold out.
     answers = {}
     for u in users[:5]:

@@ -20,7 +20,6 @@ struct svc_room {
     long long fixed_rate;
     /* The view: written by the beat thread, read anywhere. */
     atomic_llong seq, serving, sold_out_ms;
-    atomic_llong cap;             /* the counter's bound by the units left (-1: none) */
     _Atomic double rate, own_rate;
     atomic_llong offset_ms;       /* Redis's clock - this host's wall clock, at the last beat */
     atomic_llong beat_at_ms;      /* this host's monotonic clock at the last beat (0: none) */
@@ -60,7 +59,6 @@ svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
     if (!r) return NULL;
     r->turn_ms = turn_ms;
     r->fixed_rate = fixed_rate;
-    atomic_init(&r->cap, -1);
     atomic_init(&r->own_rate, fmin(fmax(initial_rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX));
     pthread_mutex_init(&r->mu, NULL);
     return r;
@@ -207,14 +205,6 @@ svc_turn svc_room_turn(svc_room *r, long long position, long long *ms) {
         double rate = atomic_load(&r->rate);
         *ms = rate > 0 ? (long long)ceil((double)(position - serving) * 1000.0 / rate)
                        : SVC_ROOM_RETRY_MAX_MS;
-        /* Past the units left, the counter stops short of it however high
-         * the rate: its turn waits for a unit to come back (a turn passing
-         * unused, a refusal) or the room to sell out. The rate's estimate
-         * said "at once" there and sent polite buyers back every 50 ms
-         * (5.9 million 429s for 60,000 units, 2026-12-05). */
-        long long cap = atomic_load(&r->cap);
-        if (cap >= 0 && position > cap && *ms < SVC_ROOM_RETRY_MAX_MS)
-            *ms = SVC_ROOM_RETRY_MAX_MS;
         return SVC_TURN_WAIT;
     }
     pthread_mutex_lock(&r->mu);
@@ -445,7 +435,6 @@ int svc_room_beat(svc_room *r, stock_conn *c, const stock_product *p,
     if (s > atomic_load(&r->serving)) atomic_store(&r->serving, s);   /* never back */
     if (st.seq > atomic_load(&r->seq)) atomic_store(&r->seq, st.seq);
     atomic_store(&r->rate, st.rate);
-    atomic_store(&r->cap, st.cap);
     atomic_store(&r->sold_out_ms, st.sold_out_ms);
     pthread_mutex_lock(&r->mu);
     add_marks(r, &st);

@@ -104,4 +104,4 @@ for i = 1, #marks, 2 do
     flat[#flat + 1] = tonumber(marks[i + 1])
     flat[#flat + 1] = tonumber(string.match(marks[i], '^(%d+)'))
 end
-return {seq, string.format('%.3f', serving), now, string.format('%.3f', rate), sold, flat, ucap}
+return {seq, string.format('%.3f', serving), now, string.format('%.3f', rate), sold, flat}
