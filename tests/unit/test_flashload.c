@@ -889,19 +889,28 @@ static void test_crowd_orders_wait_on_free_connections_only(void) {
     char buf[1024];
     CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);         /* 2 connections: 1 waits */
     CHECK(p.poll_cap == 1);
-    uint32_t a = fl_crowd_pop(&p), b = fl_crowd_pop(&p);
-    size_t n = fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);
+    uint32_t a = fl_crowd_pop(&p), b = fl_crowd_pop(&p), c = fl_crowd_pop(&p);
+    /* A first order asks to be answered at once: its place is not known. */
+    fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);
+    CHECK(strncmp(buf, "POST /v1/orders?wait_ms=0 HTTP/1.1", 34) == 0 && p.polls == 0);
+    fl_crowd_lost(&p, a, 2);
+    /* With a ticket: on the connection free for waiting, then no more. */
+    snprintf(p.b[b].ticket, sizeof p.b[b].ticket, "t1.2");
+    snprintf(p.b[c].ticket, sizeof p.b[c].ticket, "t1.3");
+    size_t n = fl_crowd_build(&p, b, "sku", "h:1", buf, sizeof buf, 1);
     CHECK(n > 0 && strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1);
-    fl_crowd_build(&p, b, "sku", "h:1", buf, sizeof buf, 1);
+    fl_crowd_build(&p, c, "sku", "h:1", buf, sizeof buf, 1);
     CHECK(strncmp(buf, "POST /v1/orders?wait_ms=0 HTTP/1.1", 34) == 0 && p.polls == 1);
-    fl_crowd_lost(&p, a, 2);                                        /* its connection is free */
+    fl_crowd_lost(&p, b, 2);                                        /* its connection is free */
     CHECK(p.polls == 0);
-    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 2);
+    fl_crowd_lost(&p, c, 2);
+    uint32_t d = fl_crowd_pop(&p);
+    if (!p.b[d].ticket[0]) d = fl_crowd_pop(&p);
+    fl_crowd_build(&p, d, "sku", "h:1", buf, sizeof buf, 2);
     CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1);
     fl_crowd_part_free(&p);
     o.room = 0;
     CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);
-    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 1);
     fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 1);
     CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 0);
     fl_crowd_part_free(&p);
