@@ -3,9 +3,9 @@
  *
  * A buyer arrives at its time on the ramp and orders (with a waiting
  * room: without a ticket, which takes its place -- in its turn the order
- * is taken at once, else it waits in the service for its turn, up to the
- * service's --room-order-wait-ms, and past that the answer carries its
- * ticket, to order with; with FL_CROWD_TICKETS it takes a ticket first). It stops at a final
+ * is taken at once, else the answer carries its ticket, to order with,
+ * and such an order may wait in the service for its turn (its
+ * --room-order-wait-ms); with FL_CROWD_TICKETS it takes a ticket first). It stops at a final
  * answer: a unit (201), sold out (409 sold_out or insufficient_stock), or
  * a refusal nothing will change (another 4xx). Anything else -- 503
  * overloaded or unavailable, 429 not_your_turn or lock_timeout, no answer
