@@ -46,6 +46,34 @@ def order(s, sku, user, ticket, wait_ms=None):
     return s.post("/v1/orders" + q, body)
 
 
+def order_aside(s, sku, user, ticket, wait_ms=None):
+    """order() on a connection and thread of its own, started; returns the
+    thread and a dict that gets "r", the answer, and "took", its seconds."""
+    out = {}
+
+    def run():
+        c = harness.Client(s.port)
+        t = time.monotonic()
+        q = "" if wait_ms is None else "?wait_ms=%d" % wait_ms
+        out["r"] = c.post("/v1/orders" + q, {"sku": sku, "user_id": user, "quantity": 1,
+                                             "ticket": ticket})
+        out["took"] = time.monotonic() - t
+        c.close()
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th, out
+
+
+def hold_the_path(s, sku, user, ticket):
+    """An order of a product whose critical section pauses, aside, once it
+    holds the order path (--max-inflight 1): order_aside's pair."""
+    th, out = order_aside(s, sku, user, ticket)
+    wait_until(lambda: "\nflashsale_orders_inflight 1\n" in s.get("/metrics").raw, 10,
+               what="the first order to hold the path")
+    return th, out
+
+
 def buy_in_turn(s, sku, user, ticket, deadline_s=20):
     """A polite buyer: orders, and on not_your_turn comes back after
     retry_after_ms (on a 503, after Retry-After: Redis back from a restart,
@@ -430,25 +458,14 @@ def test_room_order_waits_in_the_instance_for_its_turn(ctx):
     s.create_product("hs", 2, waiting_room={"rate": 10})
     ts = [take(s, "hs", "s%d" % i).json["ticket"] for i in range(4)]
     wait_until(lambda: state(s, "hs", ts[1]) == "your_turn", 3, what="the second turn")
-    out = {}
-
-    def wait_for(key, sku, user, ticket, wait_ms=None):
-        c = harness.Client(s.port)
-        t = time.monotonic()
-        body = {"sku": sku, "user_id": user, "quantity": 1, "ticket": ticket}
-        out[key] = (c.post("/v1/orders" + ("?wait_ms=%d" % wait_ms if wait_ms else ""), body),
-                    time.monotonic() - t)
-        c.close()
-
     before = held(s)
-    th = threading.Thread(target=wait_for, args=("sold", "hs", "s3", ts[3]))
-    th.start()
+    th, out = order_aside(s, "hs", "s3", ts[3])
     wait_until(lambda: held(s) > before, 3, what="the order to be held")
     t0 = time.monotonic()
     for i in range(2):
         assert order(s, "hs", "s%d" % i, ts[i]).status == 201
     th.join()
-    r, _ = out["sold"]
+    r = out["r"]
     assert r.status == 409 and r.json["error"] == "sold_out", r
     assert time.monotonic() - t0 < 1.5, time.monotonic() - t0
 
@@ -457,14 +474,13 @@ def test_room_order_waits_in_the_instance_for_its_turn(ctx):
     s.create_product("hz", 1, waiting_room={"rate": 10})
     tz = [take(s, "hz", "z%d" % i).json["ticket"] for i in range(2)]
     before = held(s)
-    th = threading.Thread(target=wait_for, args=("stop", "hz", "z1", tz[1], 10000))
-    th.start()
+    th, out = order_aside(s, "hz", "z1", tz[1], wait_ms=10000)
     wait_until(lambda: held(s) > before, 3, what="the order to be held")
     assert s.stop() == 0
     th.join()
-    r, took = out["stop"]
+    r = out["r"]
     assert r.status == 429 and r.json["error"] == "not_your_turn", r
-    assert took < 5.0, took
+    assert out["took"] < 5.0, out["took"]
 
 
 def test_room_held_order_waits_out_a_full_path(ctx):
@@ -477,18 +493,7 @@ def test_room_held_order_waits_out_a_full_path(ctx):
                      waiting_room={"rate": 2})
     ts = [take(s, "full", "f%d" % i).json["ticket"] for i in range(3)]
     wait_until(lambda: state(s, "full", ts[0]) == "your_turn", 5, what="the first turn")
-    first = {}
-
-    def order_a():
-        c = harness.Client(s.port)
-        first["r"] = c.post("/v1/orders", {"sku": "full", "user_id": "f0", "quantity": 1,
-                                           "ticket": ts[0]})
-        c.close()
-
-    t = threading.Thread(target=order_a)
-    t.start()
-    wait_until(lambda: "\nflashsale_orders_inflight 1\n" in s.get("/metrics").raw, 10,
-               what="the first order to hold the path")
+    t, first = hold_the_path(s, "full", "f0", ts[0])
     assert state(s, "full", ts[2]) == "waiting"    # place 3: its turn in about a second
     r = order(s, "full", "f2", ts[2])               # held; its turn comes with the path full
     t.join()
@@ -514,18 +519,7 @@ def test_room_in_turn_order_past_the_limit_comes_back_soon(ctx):
     s.create_product("late", 2, waiting_room={"rate": 10})
     far = [take(s, "late", "f%d" % i).json["ticket"] for i in range(5)]
     wait_until(lambda: state(s, "busy", ts[1]) == "your_turn", 5, what="the second turn")
-    first = {}
-
-    def order_a():
-        c = harness.Client(s.port)
-        first["r"] = c.post("/v1/orders", {"sku": "busy", "user_id": "b0", "quantity": 1,
-                                           "ticket": ts[0]})
-        c.close()
-
-    t = threading.Thread(target=order_a)
-    t.start()
-    wait_until(lambda: "\nflashsale_orders_inflight 1\n" in s.get("/metrics").raw, 10,
-               what="the first order to hold the path")
+    t, first = hold_the_path(s, "busy", "b0", ts[0])
     shed = error_of(order(s, "busy", "b1", ts[1]), 503, "overloaded")
     assert 100 <= shed["retry_after_ms"] <= 200, shed      # the target (100 ms) to twice it
     early = error_of(order(s, "late", "f4", far[4], wait_ms=0), 429, "not_your_turn")

@@ -94,6 +94,10 @@ void api_ticket_get(http_req *r, const char *const *params, void *ud);
  * (told it if the order is shed), else NULL. Any thread. */
 typedef void api_in_turn_fn(svc_app *a, http_req *r, svc_product *p, const svc_order_input *in,
                             const char *key, int door, long long position, const char *ticket);
+/* The request's ?wait_ms= (0..10000: how long a ticket or an order may
+ * wait for its place's turn) into *ms: 0 (*ms unchanged when absent), or
+ * -1 with r answered 400 invalid_field. */
+int api_wait_ms(http_req *r, long *ms);
 /* An order of p, which has a room: its ticket's position (> 0) when the
  * ticket is its buyer's and in its turn; else 0: r answered (403, 409,
  * 429 with Retry-After, 503), or taken on. Taken on: an order without a

@@ -180,28 +180,6 @@ static void order_create_job(api_job *j) {
                       svc_product_cache_rooms(j->a->products), j->limit);
 }
 
-#define ORDER_WAIT_MS_MAX 10000   /* the longest an order may wait for its turn */
-
-/* The order's ?wait_ms= (how long it may wait in the instance for its
- * place's turn), else --room-order-wait-ms: 0 with *ms, or -1 with r
- * answered 400. */
-static int order_wait_ms(http_req *r, const svc_app *a, long *ms) {
-    const char *v;
-    int q = http_query(r, "wait_ms", &v);
-    *ms = a->cfg.room_order_wait_ms;
-    if (q == 0) return 0;
-    char *end = NULL;
-    long n = q > 0 ? strtol(v, &end, 10) : -1;
-    if (q < 0 || !v[0] || *end || n < 0 || n > ORDER_WAIT_MS_MAX) {
-        http_reply_error(r, 400, "invalid_field", "'wait_ms' must be an integer 0 to %d: how "
-                         "long an order of a product with a waiting room may wait for its "
-                         "place's turn before it is answered.", ORDER_WAIT_MS_MAX);
-        return -1;
-    }
-    *ms = n;
-    return 0;
-}
-
 void api_order_create(http_req *r, const char *const *params, void *ud) {
     svc_app *a = ud;
     svc_order_input in;
@@ -224,8 +202,10 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
         return;
     }
     if (api_idem_key(r, key) != 0) return;
-    long wait_ms;
-    if (order_wait_ms(r, a, &wait_ms) != 0) return;
+    /* How long an order may wait for its place's turn: read only where
+     * a product has a room (door), not on the plain order path. */
+    long wait_ms = a->cfg.room_order_wait_ms;
+    if (door && api_wait_ms(r, &wait_ms) != 0) return;
     size_t blen;
     const char *raw = http_body(r, &blen);
     svc_order_fast f;                  /* the common body, without a jansson tree */

@@ -415,7 +415,22 @@ void api_ticket_take(http_req *r, const char *const *params, void *ud) {
 
 /* --------------------------------------------------- where it stands */
 
-#define WAIT_MS_MAX 10000         /* the longest a GET of a ticket may wait for its turn */
+#define WAIT_MS_MAX 10000         /* the longest a ticket or an order may wait for its turn */
+
+int api_wait_ms(http_req *r, long *ms) {
+    const char *v;
+    int q = http_query(r, "wait_ms", &v);
+    if (q == 0) return 0;
+    char *end;
+    long n = q > 0 ? strtol(v, &end, 10) : -1;
+    if (q < 0 || !v[0] || *end || n < 0 || n > WAIT_MS_MAX) {
+        http_reply_error(r, 400, "invalid_field", "'wait_ms' must be an integer 0 to %d: how "
+                         "long to wait for the place's turn before answering.", WAIT_MS_MAX);
+        return -1;
+    }
+    *ms = n;
+    return 0;
+}
 
 /* A GET of a ticket waiting for its turn (?wait_ms=): answered by the
  * beat that brings it, or the room sold out, or its deadline. */
@@ -481,7 +496,7 @@ static void get_job(api_job *j) {
 void api_ticket_get(http_req *r, const char *const *params, void *ud) {
     static const char *const known[] = { "wait_ms", NULL };
     svc_app *a = ud;
-    const char *v, *unknown;
+    const char *unknown;
     long wait_ms = 0;
     if (!svc_valid_sku(params[0])) {
         api_reply_unknown_sku(r, params[0]);
@@ -492,18 +507,7 @@ void api_ticket_get(http_req *r, const char *const *params, void *ud) {
                          "wait_ms).", unknown);
         return;
     }
-    int q = http_query(r, "wait_ms", &v);
-    if (q != 0) {
-        char *end;
-        long n = q > 0 ? strtol(v, &end, 10) : -1;
-        if (q < 0 || !v[0] || *end || n < 0 || n > WAIT_MS_MAX) {
-            http_reply_error(r, 400, "invalid_field", "'wait_ms' must be an integer 0 to %d: "
-                             "how long to wait for the ticket's turn before answering.",
-                             WAIT_MS_MAX);
-            return;
-        }
-        wait_ms = n;
-    }
+    if (api_wait_ms(r, &wait_ms) != 0) return;
     svc_product *p = svc_product_cache_get(a->products, params[0]);
     if (p) {
         get_on(r, a, p, params[1], wait_ms);

@@ -342,6 +342,7 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
      * limit or more. */
     int roomy = load->limit > 0 && load->inflight < load->limit / 4;
     int full = load->limit > 0 && load->inflight >= load->limit * 9 / 10;
+    double bound = 2 * fmax(load->throughput, held_rate(load));   /* growth's, see below */
     if (load->shed > 0 || full) {
         /* Its orders are refused, or about to be: the path takes what it
          * answers. Admitted buyers still on their way fill it for a while;
@@ -355,11 +356,10 @@ double svc_room_rate_next(double rate, const svc_room_load *load, int waiting) {
          * for them, and a rate grown past what it answers lets in a crowd
          * that arrives at once later, overfills the path and is shed
          * (each shed buyer then waits its Retry-After second). */
-        if (waiting && rate < 2 * fmax(load->throughput, held_rate(load))) rate *= 1.25;
+        if (waiting && rate < bound) rate *= 1.25;
     } else if (load->p90_us > load->target_us) {
         rate *= 0.9;                        /* they queue past the target */
-    } else if (waiting && load->p90_us < load->target_us / 2 &&
-               rate < 2 * fmax(load->throughput, held_rate(load))) {
+    } else if (waiting && load->p90_us < load->target_us / 2 && rate < bound) {
         rate *= 1.05;
     }
     return fmin(fmax(rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX);
