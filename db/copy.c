@@ -28,8 +28,8 @@ static const table TABLES[] = {
     { "products",
       "sku,name,strategy,segments,per_user_limit,stock_initial,sold,stock_gen,db_available,"
       "db_version,cs_delay_ms,lock_ttl_ms,created_at,hold_seconds,held,cs_overlap,"
-      "room_turn_ms,room_rate",
-      "tttiiiiiiiiitiiiii" },
+      "room_turn_ms,room_rate,room_opens_ms",
+      "tttiiiiiiiiitiiiiii" },
     { "orders", "order_id,sku,user_id,quantity,idempotency_key,created_at", "tttitt" },
     { "holds", "order_id,sku,quantity,gen,takes,in_db,expires_ms,state,decided_ms,payment_ref,"
                "return_gen", "ttiitiititi" },

@@ -31,14 +31,14 @@
     "SELECT p.sku,p.name,p.strategy,p.segments,p.per_user_limit,p.stock_initial,"          \
     TALLIED("sold") ",p.stock_gen,p.db_available,p.db_version,p.cs_delay_ms,"             \
     "p.lock_ttl_ms,p.created_at,p.hold_seconds," TALLIED("held") ",p.cs_overlap,"          \
-    "p.room_turn_ms,p.room_rate FROM products p"
+    "p.room_turn_ms,p.room_rate,p.room_opens_ms FROM products p"
 
 static const char *const SQL[DB_ST_LOCK_FIRST] = {
     [DB_ST_PRODUCT_INSERT] =
         "INSERT INTO products(sku,name,strategy,segments,per_user_limit,stock_initial,"
         "sold,stock_gen,db_available,db_version,cs_delay_ms,lock_ttl_ms,created_at,"
-        "hold_seconds,held,cs_overlap,room_turn_ms,room_rate)"
-        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11,?12,?13)",
+        "hold_seconds,held,cs_overlap,room_turn_ms,room_rate,room_opens_ms)"
+        " VALUES(?1,?2,?3,?4,?5,?6,0,1,?6,0,?7,?8,?9,?10,0,?11,?12,?13,?14)",
     [DB_ST_PRODUCT_GET] = PRODUCT_COLUMNS " WHERE p.sku=?1",
     [DB_ST_PRODUCT_ALL] = PRODUCT_COLUMNS " ORDER BY p.sku",
     [DB_ST_PRODUCT_RESTOCK] =
@@ -346,6 +346,7 @@ static void read_product(db_rows *r, db_product *p) {
     p->cs_overlap = (int)db_col_int(r, 15);
     p->room_turn_ms = (int)db_col_int(r, 16);
     p->room_rate = db_col_int(r, 17);
+    p->room_opens_ms = db_col_int(r, 18);
 }
 
 db_status db_product_insert(db *d, const db_product *p) {
@@ -355,7 +356,8 @@ db_status db_product_insert(db *d, const db_product *p) {
                          DB_INT(p->stock_initial), DB_INT(p->cs_delay_ms),
                          DB_INT(p->lock_ttl_ms), DB_TEXT(p->created_at),
                          DB_INT(p->hold_seconds), DB_INT(p->cs_overlap),
-                         DB_INT(p->room_turn_ms), DB_INT(p->room_rate) };
+                         DB_INT(p->room_turn_ms), DB_INT(p->room_rate),
+                         DB_INT(p->room_opens_ms) };
     return db_do(d, DB_ST_PRODUCT_INSERT, a, DB_NARGS(a), "insert product", NULL);
 }
 

@@ -34,7 +34,7 @@
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
 #define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
-#define DB_SCHEMA_VERSION 9
+#define DB_SCHEMA_VERSION 10
 #define DB_REF_MAX 128         /* a hold's payment_ref */
 
 typedef enum db_status {
@@ -94,6 +94,8 @@ typedef struct db_product {
     long long held;                   /* units of reserved holds */
     int room_turn_ms;                 /* > 0: a waiting room, a turn this long (stock/room.h) */
     long long room_rate;              /* the room's fixed rate, orders/s (0: measured) */
+    long long room_opens_ms;          /* > 0: the sale opens then (Redis's clock, ms since
+                                         the epoch); asks before it wait in a pre-queue */
 } db_product;
 
 /* Where an order is. An order of a product without holds is CONFIRMED from

@@ -251,6 +251,15 @@ static const char SCHEMA_V9[] =
     "ALTER TABLE products ADD COLUMN room_turn_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE products ADD COLUMN room_rate INTEGER NOT NULL DEFAULT 0;";
 
+/* Version 10: a sale's opening (stock/room.h, the pre-queue): room_opens_ms
+ * > 0 is when a product with a room opens (ms since the epoch, Redis's
+ * clock); the buyers who ask before it wait in a pre-queue, shuffled at
+ * the opening. */
+static const char SCHEMA_V10[] =
+    "ALTER TABLE products ADD COLUMN room_opens_ms INTEGER NOT NULL DEFAULT 0;";
+static const char PG_SCHEMA_V10[] =
+    "ALTER TABLE products ADD COLUMN room_opens_ms BIGINT NOT NULL DEFAULT 0;";
+
 const db_migration db_schema_sqlite[] = {
     { 1, SCHEMA_V1 },
     { 2, SCHEMA_V2 },
@@ -261,6 +270,7 @@ const db_migration db_schema_sqlite[] = {
     { 7, SCHEMA_V7 },
     { 8, SCHEMA_V8 },
     { 9, SCHEMA_V9 },
+    { 10, SCHEMA_V10 },
 };
 const int db_schema_sqlite_n = (int)(sizeof db_schema_sqlite / sizeof db_schema_sqlite[0]);
 
@@ -269,5 +279,6 @@ const db_migration db_schema_pg[] = {
     { 7, PG_SCHEMA_V7 },
     { 8, PG_SCHEMA_V8 },
     { 9, SCHEMA_V9 },
+    { 10, PG_SCHEMA_V10 },
 };
 const int db_schema_pg_n = (int)(sizeof db_schema_pg / sizeof db_schema_pg[0]);

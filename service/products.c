@@ -94,7 +94,8 @@ svc_product *svc_product_cache_put(svc_product_cache *pc, const db_product *dp) 
         }
         p->sp.cs_overlap = dp->cs_overlap;
         if (dp->room_turn_ms > 0 &&
-            !(p->room = svc_room_new(dp->room_turn_ms, dp->room_rate, SVC_ROOM_RATE_INITIAL))) {
+            !(p->room = svc_room_new(dp->room_turn_ms, dp->room_rate, SVC_ROOM_RATE_INITIAL,
+                                     dp->room_opens_ms))) {
             stock_product_free(&p->sp);
             free(p);
             pthread_rwlock_unlock(&pc->lock);

@@ -10,17 +10,23 @@
 
 /* ------------------------------------------------------------- a place */
 
-static int take_at(stock_conn *c, const stock_product *p, const char *const *users, int n,
-                   long long floor, int turn_ms, stock_room_place *out) {
+static int take_at(stock_conn *c, const stock_product *p, const stock_room_ask *ask,
+                   stock_room_place *out) {
+    int n = ask->n;
     rconn_cmd_reset(&c->cmd);
-    rconn_cmd_evalsha(&c->cmd, &sk_room_take, 4);
+    rconn_cmd_evalsha(&c->cmd, &sk_room_take, 5);
     sk_add_key(c, p->sku, "room");
     sk_add_key(c, p->sku, "room:users");
     sk_add_key(c, p->sku, "room:marks");
     sk_add_key(c, p->sku, "room:at");
-    rconn_cmd_addll(&c->cmd, floor);
-    rconn_cmd_addll(&c->cmd, turn_ms);
-    for (int i = 0; i < n; i++) rconn_cmd_adds(&c->cmd, users[i]);
+    sk_add_key(c, p->sku, "room:pre");
+    rconn_cmd_addll(&c->cmd, ask->floor);
+    rconn_cmd_addll(&c->cmd, ask->turn_ms);
+    rconn_cmd_addll(&c->cmd, ask->opens_ms);
+    for (int i = 0; i < n; i++) {
+        rconn_cmd_adds(&c->cmd, ask->users[i]);
+        rconn_cmd_addll(&c->cmd, ask->draws ? (long long)(ask->draws[i] & STOCK_ROOM_DRAW_MAX) : 0);
+    }
     /* Safe to repeat: a place taken once is its user's, found again. */
     redisReply *rep = sk_run_idempotent(c, "room places");
     if (!rep) return -1;
@@ -36,6 +42,7 @@ static int take_at(stock_conn *c, const stock_product *p, const char *const *use
                 out[i].position = sk_elem_int(rep, 3 + 3 * (size_t)i);
                 out[i].issued_ms = sk_elem_int(rep, 4 + 3 * (size_t)i);
                 out[i].fresh = sk_elem_int(rep, 5 + 3 * (size_t)i) == 1;
+                out[i].pre_queue = out[i].position == 0;
             }
             rc = 0;
         }
@@ -45,11 +52,12 @@ static int take_at(stock_conn *c, const stock_product *p, const char *const *use
     return rc;
 }
 
-int stock_room_take(stock_conn *c, const stock_product *p, const char *const *users, int n,
-                    long long floor, int turn_ms, stock_room_place *out) {
-    assert(turn_ms > 0 && n > 0 && n <= STOCK_ROOM_TAKE_MAX);
+int stock_room_take(stock_conn *c, const stock_product *p, const stock_room_ask *ask,
+                    stock_room_place *out) {
+    assert(ask->turn_ms > 0 && ask->n > 0 && ask->n <= STOCK_ROOM_TAKE_MAX);
+    assert(ask->opens_ms >= 0 && (ask->opens_ms == 0 || ask->draws));
     int rc = -1;
-    for (int a = 0; sk_again(c, p->sku, a); a++) rc = take_at(c, p, users, n, floor, turn_ms, out);
+    for (int a = 0; sk_again(c, p->sku, a); a++) rc = take_at(c, p, ask, out);
     return rc;
 }
 

@@ -15,10 +15,22 @@
  * moved, at most 100 ms of it): while the rate keeps up with the
  * arrivals, a new place has its turn as it is taken.
  *
+ * A sale may have an opening time: before it no place is issued, and who
+ * asks waits in the pre-queue, scored by a draw the service derives from
+ * the user id under the room's secret (the same at every ask, on every
+ * instance: asking early or often changes nothing, and a buyer cannot
+ * know its draw). The first call at or after the opening issues the
+ * pre-queue a block of places, in the order of the draws -- the shuffle
+ * of Queue-it's and Cloudflare's pre-queues -- and whoever comes later
+ * is behind it. A Redis that loses the pre-queue before the opening
+ * loses nothing of its order: each buyer rejoins with its draw.
+ *
  * Keys, in the product's slot ({sku}): <prefix>{sku}:room (hash: seq, the
  * last place issued; serving, the counter, a decimal; at, when it last
  * moved; sold_out, since when the stock is gone, 0: open; rate; cap,
- * the highest counter the units left allow as of the last beat, -1: none),
+ * the highest counter the units left allow as of the last beat, -1: none;
+ * pre_base, set at the opening: the places issued before the pre-queue's
+ * block), :room:pre (user -> its draw, the pre-queue),
  * :room:users (user -> "position:issued_ms"), :room:marks (when the
  * counter reached each value, the last 8192 moves: when a position's turn
  * began), :room:at (the same by time), :room:done (a bit per position
@@ -54,26 +66,46 @@
 /* ------------------------------------------------------------- a place */
 
 typedef struct stock_room_place {
-    long long position;           /* 0: the room is sold out, no place */
-    long long issued_ms;          /* when it was taken (the place's, if it was had) */
+    long long position;           /* 0: no place (sold out, or in the pre-queue) */
+    long long issued_ms;          /* when it was taken (the place's, if it was had; in
+                                     the pre-queue: the opening) */
     long long serving;            /* the counter (whole positions) */
-    int fresh;                    /* 1: a new place; 0: the user's, as it was */
+    int fresh;                    /* 1: a new place (or new in the pre-queue); 0: the
+                                     user's, as it was */
     int sold_out;
+    int pre_queue;                /* 1: the sale has not opened; the user waits in its
+                                     pre-queue */
     long long now_ms;             /* Redis's clock */
 } stock_room_place;
 
+#define STOCK_ROOM_DRAW_MAX ((1ull << 48) - 1)   /* a draw fits a double exactly */
+
+/* What a call asks: the places of users[0..n), each with its draw (only
+ * read when the sale has an opening time), never below floor (the highest
+ * position the caller knows was issued); turns of turn_ms; opens_ms, the
+ * sale's opening (Redis's clock, ms since the epoch; 0: none). */
+typedef struct stock_room_ask {
+    const char *const *users;
+    const uint64_t *draws;
+    int n;
+    long long floor;
+    int turn_ms;
+    long long opens_ms;
+} stock_room_ask;
+
 #define STOCK_ROOM_TAKE_MAX 256   /* places one call takes at most */
 
-/* The places of users[0..n) in p's room (room_take.lua), in one call on c
- * -- each the one its user has, unless its turn (turn_ms) is over, else a
- * new one at the back, never below floor (the highest position the caller
- * knows was issued); new places follow the order of users; the counter
- * moves on as a beat would move it (out[i].serving: after the call, so a
- * place at or below it has its turn from now). Returns 0 with
- * out[0..n), or -1 (stock_conn_errstr; places may have been taken: they
- * are their users', found again by the next call). Blocking. */
-int stock_room_take(stock_conn *c, const stock_product *p, const char *const *users, int n,
-                    long long floor, int turn_ms, stock_room_place *out);
+/* The places of ask's users in p's room (room_take.lua), in one call on c
+ * -- each the one its user has, unless its turn is over, else a new one at
+ * the back, never below ask->floor; new places follow the order of the
+ * users; the counter moves on as a beat would move it (out[i].serving:
+ * after the call, so a place at or below it has its turn from now).
+ * Before the sale's opening, no place: each user is kept in the pre-queue
+ * (out[i].pre_queue). Returns 0 with out[0..n), or -1 (stock_conn_errstr;
+ * places may have been taken: they are their users', found again by the
+ * next call). Blocking. */
+int stock_room_take(stock_conn *c, const stock_product *p, const stock_room_ask *ask,
+                    stock_room_place *out);
 
 /* -------------------------------------------------------------- a beat */
 

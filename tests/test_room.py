@@ -14,6 +14,8 @@ stock/room.h, service/room/room.h) against real Redis and SQLite.
   issued it was killed (SIGKILL).
 - Redis restarted empty mid-line: the instances put the line back where
   they saw it (no position issued again below it), and the books balance."""
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -152,6 +154,91 @@ def test_room_tickets_turns_and_sold_out(ctx):
     assert p["sold"] == 5 and p["stock_available"] == 0 and p["waiting_room"]["sold_out"], p
     rows = db_rows(s.db_path, "SELECT user_id FROM orders WHERE sku='drop'")
     assert sorted(r[0] for r in rows) == got
+
+
+def utc(t):
+    """A wall-clock time (seconds since the epoch) as the API writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%03dZ" % int(t * 1000 % 1000)
+
+
+def test_room_pre_queue_is_drawn_at_the_opening(ctx):
+    """A sale with an opening time: before it, an order or a ticket is
+    answered 429 sale_not_open (when to come back; nothing taken, no place
+    issued), the buyer kept in the pre-queue; at the opening, the
+    pre-queue gets the first places, in an order drawn from each user id
+    under the room's secret -- not the order they came in, nor changed by
+    asking again, the same on every instance -- and a buyer who comes
+    after the opening is behind them all."""
+    redis = ctx.redis()
+    a, b = ctx.service(redis), ctx.service(redis)
+    opens = time.time() + 3
+    p = a.create_product("gala", 100, waiting_room={"turn_seconds": 30, "rate": 5,
+                                                    "opens_at": utc(opens)})
+    assert p["waiting_room"]["opens_at"] == utc(opens), p
+    early = ["e%02d" % i for i in range(40)]
+    for i, u in enumerate(early):               # in this order, alternating instances
+        s = (a, b)[i % 2]
+        r = order(s, "gala", u, None) if i % 3 else s.post("/v1/products/gala/tickets",
+                                                           {"user_id": u})
+        e = error_of(r, 429, "sale_not_open")
+        assert e["opens_at"] == utc(opens) and e["pre_queue"] is True, e
+        assert opens * 1000 - time.time() * 1000 - 1000 < e["retry_after_ms"] <= \
+            opens * 1000 - time.time() * 1000 + 600, e
+        assert "retry-after" in r.headers, r
+    # Asking again, on the other instance, changes nothing.
+    for u in early[:10]:
+        error_of(order(b, "gala", u, None), 429, "sale_not_open")
+    assert a.product("gala")["waiting_room"]["issued"] == 0
+    assert a.product("gala")["stock_available"] == 100
+    assert redis.client().zcard("fs:{gala}:room:pre") == 40
+    wait_until(lambda: time.time() > opens + 0.05, 5, step=0.05, what="the opening")
+    # After the opening: the early ones hold places 1..40, drawn; a buyer
+    # who came now has 41 though it asks before some of them.
+    late = take(a, "gala", "late")
+    assert late.status == 201 and late.json["position"] == 41, late
+    places = {}
+    for i, u in enumerate(reversed(early)):
+        r = take((a, b)[i % 2], "gala", u)
+        assert r.status == 201, r
+        places[u] = r.json["position"]
+        assert take((b, a)[i % 2], "gala", u).json["position"] == places[u]   # one place
+    assert sorted(places.values()) == list(range(1, 41)), places
+    by_place = [u for u, _ in sorted(places.items(), key=lambda kv: kv[1])]
+    assert by_place != early and by_place != list(reversed(early)), by_place
+    # The places are the order of the draws, each the first 48 bits of
+    # HMAC-SHA-256("pre|sku|user") under the secret both instances share.
+    rc = redis.client()
+    secret = rc.get("fs:{room-secret}:key").encode()
+    drawn = {u: int.from_bytes(hmac.new(secret, ("pre|gala|" + u).encode(),
+                                        hashlib.sha256).digest()[:6], "big") for u in early}
+    assert sorted(early, key=drawn.get) == by_place
+    assert rc.zrange("fs:{gala}:room:pre", 0, -1, withscores=True) == \
+        [(u, float(drawn[u])) for u in by_place]
+    # The first in the drawn order buys in its turn (rate 5/s: soon).
+    first = by_place[0]
+    r, _ = buy_in_turn(a, "gala", first, None)
+    assert r.status == 201 and r.json["position"] == 1, r
+    rows = db_rows(a.db_path, "SELECT user_id FROM orders WHERE sku='gala'")
+    assert [x[0] for x in rows] == [first]
+
+
+def test_room_opening_time_is_checked(ctx):
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    for bad in ("tomorrow", "2026-13-01T00:00:00Z", "2026-04-31T00:00:00Z",
+                "2026-12-05T10:00:00", "2026-12-05T10:00:00.5Z", 1796515872769):
+        r = s.post("/v1/products", {"sku": "bad", "name": "x", "stock": 1,
+                                    "waiting_room": {"opens_at": bad}})
+        e = error_of(r, 400, "invalid_field")
+        assert "opens_at" in e["message"], e
+    # In the past: on sale at once, no pre-queue.
+    p = s.create_product("past", 2, waiting_room={"opens_at": "2020-01-01T00:00:00Z"})
+    assert p["waiting_room"]["opens_at"] == "2020-01-01T00:00:00.000Z", p
+    wait_until(lambda: s.product("past")["waiting_room"]["rate_now"] > 0, 5,
+               what="the room's first beat")
+    assert take(s, "past", "x").json["position"] == 1
+    # No opening: null.
+    assert s.create_product("now", 1, waiting_room=True)["waiting_room"]["opens_at"] is None
 
 
 def test_room_that_keeps_up_sells_in_one_request(ctx):

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/clock.h"
 #include "service/api/api_int.h"
@@ -95,6 +96,34 @@ static void reply_not_your_turn(http_req *r, svc_product *p, long long position,
                      ticket ? ",\"ticket\":\"" : "", ticket ? ticket : "", ticket ? "\"" : "");
     assert(n > 0 && (size_t)n < sizeof body);
     http_reply_error_json(r, 429, "not_your_turn", body, (size_t)n, retry);
+}
+
+/* 429 sale_not_open: the sale opens at opens_ms (Redis's clock, now_ms by
+ * it); the buyer is in its pre-queue, its place drawn at the opening. It
+ * is told to come back then, a little after at random (at most
+ * SVC_ROOM_OPENING_SPREAD_MS: the pre-queue's order is drawn, so coming
+ * first gains nothing, and the opening need not meet every buyer in the
+ * same millisecond), or within a minute when the opening is further. */
+static void reply_not_open(http_req *r, svc_product *p, long long opens_ms, long long now_ms) {
+    long long wait = opens_ms - now_ms, rm;
+    if (wait > 60000) {
+        rm = 60000;
+    } else {
+        uint32_t j = 0;
+        if (getrandom(&j, sizeof j, GRND_NONBLOCK) != sizeof j) j = (uint32_t)now_ms;
+        rm = (wait > 0 ? wait : 0) + (long long)(j % (SVC_ROOM_OPENING_SPREAD_MS + 1));
+        if (rm < 50) rm = 50;
+    }
+    char secs[24], when[DB_TIME_LEN + 1];
+    const char *retry[] = { "Retry-After", secs, NULL };
+    snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
+    db_format_time(opens_ms, when);
+    http_reply_error_with(r, 429, "sale_not_open",
+                          json_pack("{s:s, s:I, s:b}", "opens_at", when, "retry_after_ms",
+                                    (json_int_t)rm, "pre_queue", 1),
+                          retry, "The sale of %s opens at %s. You are in its pre-queue: the "
+                          "places are drawn at the opening, so coming back early gains "
+                          "nothing; come back then.", p->sku, when);
 }
 
 /* 409 turn_over: position's turn ended ms ago. */
@@ -241,6 +270,10 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
         reply_sold_out(k->r, p->sku);
         return;
     }
+    if (pl->pre_queue) {
+        reply_not_open(k->r, p, svc_room_opens_ms(p->room), pl->now_ms);
+        return;
+    }
     svc_room_issued(p->room, pl);
     char ticket[SVC_ROOM_TICKET_MAX + 1];
     long long ms;
@@ -282,15 +315,23 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
 static void take_batch(svc_app *a, ticket_ask **batch, int n) {
     static __thread stock_room_place places[STOCK_ROOM_TAKE_MAX];
     const char *users[STOCK_ROOM_TAKE_MAX];
+    uint64_t draws[STOCK_ROOM_TAKE_MAX];
     svc_product *p = batch[0]->p;
     stock_conn *sc = svc_thread_stock(a);
+    const char *secret = svc_room_secret(a);
     svc_room_figures f;
     assert(n > 0 && n <= STOCK_ROOM_TAKE_MAX);
-    for (int i = 0; i < n; i++) users[i] = batch[i]->user;
+    stock_room_ask ask = { .users = users, .n = n, .turn_ms = svc_room_turn_ms(p->room),
+                           .opens_ms = svc_room_opens_ms(p->room) };
+    for (int i = 0; i < n; i++) {
+        users[i] = batch[i]->user;
+        /* Read by Redis only before the opening (a sale with one). */
+        if (ask.opens_ms > 0 && secret) draws[i] = svc_room_draw(secret, p->sku, users[i]);
+    }
+    if (ask.opens_ms > 0) ask.draws = draws;
     svc_room_figures_get(p->room, &f);
-    int ok = sc && svc_room_secret(a) &&
-             stock_room_take(sc, &p->sp, users, n, f.issued, svc_room_turn_ms(p->room),
-                             places) == 0;
+    ask.floor = f.issued;
+    int ok = sc && secret && stock_room_take(sc, &p->sp, &ask, places) == 0;
     for (int i = 0; i < n; i++) {
         answer_place(a, batch[i], ok, &places[i]);
         free(batch[i]);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/utf8.h"
 #include "service/api/validate.h"
@@ -227,24 +228,60 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
     return 1;
 }
 
+/* A time as the API writes them, "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (UTC; years
+ * 2000 to 9999): 0 with *ms (since the epoch), or -1. */
+static int parse_time(const char *s, long long *ms) {
+    int y, mo, d, h, mi, sec, frac = 0, n = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19)
+        return -1;
+    const char *p = s + 19;
+    if (*p == '.') {
+        if (p[1] < '0' || p[1] > '9' || p[2] < '0' || p[2] > '9' || p[3] < '0' || p[3] > '9')
+            return -1;
+        frac = (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
+        p += 4;
+    }
+    if (strcmp(p, "Z") != 0 || y < 2000 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 ||
+        mi > 59 || sec > 59)
+        return -1;
+    struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
+                     .tm_min = mi, .tm_sec = sec };
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || tm.tm_mday != d) return -1;   /* 31 April rolls over: refused */
+    *ms = (long long)t * 1000 + frac;
+    return 0;
+}
+
+/* The room's "opens_at": absent or null (open at once), else a time. */
+static int opens_field(json_t *w, long long *out, svc_verr *e) {
+    json_t *v = json_object_get(w, "opens_at");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v) || parse_time(json_string_value(v), out) != 0)
+        return fail(e, 400, "invalid_field", "'opens_at' must be a UTC time as "
+                    "YYYY-MM-DDTHH:MM:SS.mmmZ (the milliseconds may be left out).");
+    return 1;
+}
+
 /* "waiting_room": true (the defaults), false or null (none), or an object
- * of "turn_seconds" (1..3600, default 30) and "rate" (orders/s, all
- * instances; 0: measured). */
+ * of "turn_seconds" (1..3600, default 30), "rate" (orders/s, all
+ * instances; 0: measured) and "opens_at" (the sale's opening). */
 static int room_field(json_t *body, svc_product_input *in, svc_verr *e) {
-    static const char *const allowed[] = { "turn_seconds", "rate", NULL };
+    static const char *const allowed[] = { "turn_seconds", "rate", "opens_at", NULL };
     json_t *w = json_object_get(body, "waiting_room");
     long long turn = 30;
     if (!w || json_is_null(w) || json_is_false(w)) return 0;
     if (json_is_object(w)) {
         if (known_fields(w, allowed, e) || int_field(w, "turn_seconds", 1, 3600, &turn, e) < 0 ||
-            int_field(w, "rate", 0, 10000000, &in->room_rate, e) < 0) {
+            int_field(w, "rate", 0, 10000000, &in->room_rate, e) < 0 ||
+            opens_field(w, &in->room_opens_ms, e) < 0) {
             char inner[sizeof e->message];
             snprintf(inner, sizeof inner, "%s", e->message);
             return fail(e, 400, e->code, "'waiting_room': %s", inner);
         }
     } else if (!json_is_true(w)) {
         return fail(e, 400, "invalid_field", "'waiting_room' must be true, false, or an object "
-                    "of 'turn_seconds' (1 to 3600) and 'rate' (orders a second; 0: measured).");
+                    "of 'turn_seconds' (1 to 3600), 'rate' (orders a second; 0: measured) and "
+                    "'opens_at' (the sale's opening, a UTC time).");
     }
     in->room_turn_ms = turn * 1000;
     return 0;

@@ -59,6 +59,7 @@ typedef struct svc_product_input {
     long long cs_overlap;     /* fault injection only */
     long long room_turn_ms;   /* > 0: a waiting room (waiting_room), turns this long */
     long long room_rate;      /* ...admitting this many orders/s (0: measured) */
+    long long room_opens_ms;  /* ...opening then (ms since the epoch; 0: at once) */
 } svc_product_input;
 
 /* Checks the body of POST /v1/products/{sku}/tickets ({"user_id": ...}):

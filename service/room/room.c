@@ -18,6 +18,7 @@
 struct svc_room {
     int turn_ms;
     long long fixed_rate;
+    long long opens_ms;           /* the sale's opening (Redis's clock; 0: none) */
     /* The view: written by the beat thread, read anywhere. */
     atomic_llong seq, serving, sold_out_ms;
     _Atomic double rate, own_rate;
@@ -53,12 +54,14 @@ typedef struct watcher {
     void *ud;
 } watcher;
 
-svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate) {
-    assert(turn_ms > 0 && fixed_rate >= 0);
+svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate,
+                       long long opens_ms) {
+    assert(turn_ms > 0 && fixed_rate >= 0 && opens_ms >= 0);
     svc_room *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->turn_ms = turn_ms;
     r->fixed_rate = fixed_rate;
+    r->opens_ms = opens_ms;
     atomic_init(&r->own_rate, fmin(fmax(initial_rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX));
     pthread_mutex_init(&r->mu, NULL);
     return r;
@@ -75,6 +78,7 @@ void svc_room_free(svc_room *r) {
 
 int svc_room_turn_ms(const svc_room *r) { return r->turn_ms; }
 long long svc_room_fixed_rate(const svc_room *r) { return r->fixed_rate; }
+long long svc_room_opens_ms(const svc_room *r) { return r->opens_ms; }
 
 /* ------------------------------------------------------------- tickets */
 
@@ -166,6 +170,19 @@ int svc_room_ticket_read(const char *secret, const char *sku, const char *text, 
     t->position = pos;
     t->issued_ms = ms;
     return 0;
+}
+
+uint64_t svc_room_draw(const char *secret, const char *sku, const char *user) {
+    char msg[64 + 1 + 64 + 4 * 256 + 8];
+    unsigned char d[SHA256_LEN];
+    int n = snprintf(msg, sizeof msg, "pre|%s|%s", sku, user);
+    assert(n > 0);                     /* a SKU is at most 64 bytes, a user id 1,024 */
+    if ((size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
+    hmac_sha256(secret, strlen(secret), msg, (size_t)n, d);
+    uint64_t v = 0;
+    for (int i = 0; i < 6; i++) v = v << 8 | d[i];
+    assert(v <= STOCK_ROOM_DRAW_MAX);
+    return v;
 }
 
 int svc_room_ticket_is_users(const svc_ticket *t, const char *user) {

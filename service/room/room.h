@@ -38,6 +38,8 @@
 #define SVC_ROOM_TICKET_MAX 96          /* a ticket's text, at most */
 #define SVC_ROOM_SECRET_MAX 128
 #define SVC_ROOM_RETRY_MAX_MS 1000      /* a waiting buyer comes back within this */
+#define SVC_ROOM_OPENING_SPREAD_MS 500  /* a pre-queued buyer comes back this much past the
+                                           opening at most (at random) */
 #define SVC_ROOM_RATE_INITIAL 1000.0  /* orders/s an instance says first */
 #define SVC_ROOM_RATE_MIN 10.0          /* orders/s an instance says at least... */
 #define SVC_ROOM_RATE_MAX 1000000.0     /* ...and at most */
@@ -47,11 +49,15 @@ typedef struct svc_room svc_room;
 
 /* A room whose turns last turn_ms (> 0), admitting at fixed_rate orders/s
  * (0: at the instances' measured rates), an instance's own rate starting
- * at initial_rate. NULL when out of memory. */
-svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate);
+ * at initial_rate, opening at opens_ms (Redis's clock, ms since the epoch;
+ * 0: open from the start; before it, buyers wait in the pre-queue:
+ * stock/room.h). NULL when out of memory. */
+svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate,
+                       long long opens_ms);
 void svc_room_free(svc_room *r);
 int svc_room_turn_ms(const svc_room *r);
 long long svc_room_fixed_rate(const svc_room *r);
+long long svc_room_opens_ms(const svc_room *r);
 
 /* ------------------------------------------------------------- tickets */
 
@@ -71,6 +77,13 @@ void svc_room_ticket_sign(const char *secret, const char *sku, const char *user,
 int svc_room_ticket_read(const char *secret, const char *sku, const char *text, svc_ticket *t);
 /* Whether t was issued to user. */
 int svc_room_ticket_is_users(const svc_ticket *t, const char *user);
+
+/* user's draw in sku's pre-queue (stock/room.h): the first 48 bits of
+ * HMAC-SHA-256 under secret of "pre|sku|user" -- the same on every
+ * instance and at every ask, and unknown to a buyer without the secret,
+ * so no choice of user id, no early or repeated ask, buys a better place
+ * at the opening. */
+uint64_t svc_room_draw(const char *secret, const char *sku, const char *user);
 
 /* ------------------------------------------------------------ the view */
 

@@ -11,33 +11,75 @@
 -- that takes it, so the buyer orders in the same request
 -- (service/api/tickets.c) rather than hearing its turn a beat later. The
 -- time counted is at most BANK_MS: a room idle for long banks no burst.
--- KEYS[1] the room (hash: seq, serving, at, sold_out, rate, cap), KEYS[2]
+--
+-- A sale with an opening time (ARGV[3] > 0): before it, no place is
+-- issued; a user asking is kept in the pre-queue (KEYS[5], scored by its
+-- draw, which the service derives from the user under the room's secret:
+-- the same at every ask and on every instance, unknown to the buyer). The
+-- first call at or after the opening gives the pre-queue the first
+-- places, in the order of the draws (a shuffle no early or repeated ask
+-- changes), as one block: a pre-queued user's position is the block's
+-- base plus its rank, issued when it next asks; who comes after the
+-- opening is behind the block.
+-- KEYS[1] the room (hash: seq, serving, at, sold_out, rate, cap, pre_base:
+-- the places before the pre-queue's block, set at the opening), KEYS[2]
 -- the users' places (hash: user -> "position:issued_ms"), KEYS[3] the
 -- marks (sorted set: score the serving counter, member "ms:serving": when
 -- the counter reached it), KEYS[4] when the counter passed each value
--- (sorted set, score ms, member the value)
+-- (sorted set, score ms, member the value), KEYS[5] the pre-queue (sorted
+-- set: score the draw, member the user)
 -- ARGV[1] the highest position the calling instance knows was issued (a
 -- position is never issued twice, even after Redis lost its last
--- writes), ARGV[2] the turn (ms), ARGV[3..] the users
+-- writes), ARGV[2] the turn (ms), ARGV[3] the opening (Redis ms; 0: none),
+-- ARGV[4..] the users, each followed by its draw (an integer < 2^48)
 -- Returns {serving (after this call), 1 if sold out (then no place is
 -- taken), Redis's clock ms, then per user: position, issued ms, 1 if a new
--- place}.
+-- place} -- before the opening each user's position is 0, its issued ms
+-- the opening, and 1 if it joined the pre-queue with this call.
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local BANK_MS = 100
-local st = redis.call('hmget', KEYS[1], 'seq', 'serving', 'sold_out', 'at', 'rate', 'cap')
+local st = redis.call('hmget', KEYS[1], 'seq', 'serving', 'sold_out', 'at', 'rate', 'cap',
+                     'pre_base')
 local seq = math.max(tonumber(st[1]) or 0, tonumber(ARGV[1]) or 0)
 local exact = tonumber(st[2]) or 0
 local serving = math.floor(exact)
 if (tonumber(st[3]) or 0) > 0 then return {serving, 1, now} end
 local turn = tonumber(ARGV[2])
+local opens = tonumber(ARGV[3]) or 0
 local out = {serving, 0, now}
+if opens > 0 and now < opens then          -- not open yet: the pre-queue
+    for i = 4, #ARGV, 2 do
+        out[#out + 1] = 0
+        out[#out + 1] = opens
+        out[#out + 1] = redis.call('zadd', KEYS[5], 'NX', ARGV[i + 1], ARGV[i])
+    end
+    return out
+end
+local base = tonumber(st[7])
+local moved = false                      -- places issued: the counter may move
+if opens > 0 and not base then
+    -- The opening: the pre-queue's block of places, after those issued.
+    base = seq
+    seq = seq + redis.call('zcard', KEYS[5])
+    redis.call('hset', KEYS[1], 'pre_base', base, 'seq', seq, 'at', now)
+    st[4] = now                          -- the counter starts from here
+    moved = true
+end
 local new = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV, 2 do
     local user = ARGV[i]
-    local pos, iss
+    local pos, iss, fresh
     local cur = redis.call('hget', KEYS[2], user)
+    if not cur and base then             -- a place in the pre-queue's block
+        local rank = redis.call('zrank', KEYS[5], user)
+        if rank and base + rank + 1 <= seq then
+            cur = (base + rank + 1) .. ':' .. opens
+            redis.call('hset', KEYS[2], user, cur)
+            fresh = 1
+        end
+    end
     if cur then
         pos, iss = string.match(cur, '^(%d+):(%d+)$')
         pos, iss = tonumber(pos), tonumber(iss)
@@ -52,7 +94,7 @@ for i = 3, #ARGV do
     if pos then
         out[#out + 1] = pos
         out[#out + 1] = iss
-        out[#out + 1] = 0
+        out[#out + 1] = fresh or 0
     else
         seq = seq + 1
         new[#new + 1] = user
@@ -65,6 +107,9 @@ end
 if #new > 0 then
     redis.call('hset', KEYS[2], unpack(new))
     redis.call('hset', KEYS[1], 'seq', seq)
+    moved = true
+end
+if moved then
     -- The counter, by the rate over the time since it last moved (at most
     -- BANK_MS), up to the last place and the units' cap.
     local at, rate, cap = tonumber(st[4]), tonumber(st[5]) or 0, tonumber(st[6]) or -1

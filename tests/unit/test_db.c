@@ -352,14 +352,15 @@ static void test_schema_version(void) {
         CHECK(d == NULL && strstr(err, "99"));
         return;
     }
-    /* A version 1 file is migrated (through 2 to 9): the buyers' units of the db strategies
+    /* A version 1 file is migrated (through 2 to 10): the buyers' units of the db strategies
      * with a limit are counted from their order rows, no one else's; products gain
      * hold_seconds and held (0), and the holds table appears; then cs_overlap (0), then
-     * no waiting room (room_turn_ms 0). */
+     * no waiting room (room_turn_ms 0), then no opening time (room_opens_ms 0). */
     char cmd[1600];
     snprintf(cmd, sizeof cmd, "sqlite3 %s \"DROP TABLE user_units; DROP TABLE restocks; DROP TABLE meta;"
              " DROP TABLE locks; DROP TABLE lock_fences; DROP TABLE holds;"
-             " DROP TABLE product_tallies; ALTER TABLE products DROP COLUMN room_rate;"
+             " DROP TABLE product_tallies; ALTER TABLE products DROP COLUMN room_opens_ms;"
+             " ALTER TABLE products DROP COLUMN room_rate;"
              " ALTER TABLE products DROP COLUMN room_turn_ms; ALTER TABLE products DROP COLUMN cs_overlap;"
              " ALTER TABLE products DROP COLUMN held; ALTER TABLE products DROP COLUMN hold_seconds;"
              " PRAGMA user_version=1;"
@@ -372,14 +373,15 @@ static void test_schema_version(void) {
     CHECK(d != NULL);
     db_close(d);
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version; SELECT sku, user_id, units "
-             "FROM user_units; SELECT sku, hold_seconds, held, cs_overlap, room_turn_ms FROM products;"
+             "FROM user_units; SELECT sku, hold_seconds, held, cs_overlap, room_turn_ms,"
+             " room_opens_ms FROM products;"
              " SELECT count(*) FROM holds'", path);
     FILE *f = popen(cmd, "r");
     char out[1000] = "";
     size_t got = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[got] = '\0';
     CHECK(f && pclose(f) == 0);
-    CHECK(strcmp(out, "9\nd|u|3\nd|0|0|0|0\nl|0|0|0|0\n0\n") == 0);
+    CHECK(strcmp(out, "10\nd|u|3\nd|0|0|0|0|0\nl|0|0|0|0|0\n0\n") == 0);
     /* A file from a newer build is refused, not damaged. */
     snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
     CHECK(system(cmd) == 0);

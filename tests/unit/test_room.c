@@ -51,7 +51,7 @@ static void test_ticket_malformed(void) {
 }
 
 static void test_turn_from_a_seeded_view(void) {
-    svc_room *r = svc_room_new(30000, 0, 2000);
+    svc_room *r = svc_room_new(30000, 0, 2000, 0);
     long long ms;
     CHECK(svc_room_turn(r, 1, &ms) == SVC_TURN_UNKNOWN);   /* nothing heard yet */
     stock_room_place pl = { .position = 40, .issued_ms = 1000, .serving = 20, .fresh = 1,
