@@ -90,6 +90,8 @@ static void usage_run(FILE *f) {
 "  --room-tickets         ...each buyer takes a ticket first (POST .../tickets), then orders\n"
 "  --room-turn SECS       ...a ticket's turn (30)\n"
 "  --room-rate N          ...admitting N orders/s (0: the service's measure)\n"
+"  --room-opens-in SECS   ...opening SECS after it is created: the buyers who come\n"
+"                         before wait in its pre-queue, drawn at the opening\n"
 "the product (created unless --no-create)\n"
 "  --sku SKU              its SKU (default: a fresh fl-<time>-<n>)\n"
 "  --no-create            use the existing SKU given by --sku\n"
@@ -423,6 +425,10 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
             if (!o->product.room_turn_s) o->product.room_turn_s = 30;
         } else if (!strcmp(a, "--room-rate")) {
             if (inum(a, val(argc, argv, &i), 0, 10000000, &o->product.room_rate)) return -1;
+        } else if (!strcmp(a, "--room-opens-in")) {
+            if (num(a, val(argc, argv, &i), 0, 86400, &d)) return -1;
+            o->product.room_opens_in_ms = (long long)(d * 1000);
+            if (!o->product.room_turn_s) o->product.room_turn_s = 30;
         } else if (!strcmp(a, "--room-turn")) {
             if (inum(a, val(argc, argv, &i), 1, 3600, &n)) return -1;
             o->product.room_turn_s = (int)n;

@@ -427,6 +427,31 @@ def test_crowd_in_arrival_order_with_the_room(ctx):
              on["requests_median"], on["final_after_last_unit_ms"]))
 
 
+def test_crowd_before_the_opening_is_drawn(ctx):
+    """A crowd (2,000 buyers over a second, a fifth of them bots, 200
+    units) at a sale that opens half a second in (`flashload
+    --room-opens-in`): the first half waits in the pre-queue, hammered by
+    its bots meanwhile; verified; every buyer has a final answer; the
+    units go to pre-queued buyers in the order of their draws -- so not
+    to the first 200 arrivals (with a plain room: >= 95%, above) -- and
+    the pre-queue's places are the line's first."""
+    redis = ctx.redis()
+    s = ctx.service(redis)
+    c, so = crowd(ctx, s, redis, "opening", "--crowd", 2000, "--ramp", 1, "--impatient", 0.2,
+                  "--stock", 200, "--waiting-room", "--room-opens-in", 0.5)
+    assert c["buyers"] == 2000 and c["winners"] == 200 and c["no_final"] == 0, c
+    assert "sale_not_open" in so, so
+    pre = redis.client().zcard("fs:{opening}:room:pre")
+    assert pre >= 400, pre                  # about a half arrived before the opening
+    # The winners are drawn from the pre-queue: about 200 / pre of the
+    # first 200 arrivals win, not all.
+    assert c["first_s_share"] < 0.6, c
+    outcomes = c["outcomes"]                # by arrival rank
+    assert all(o != "g" for o in outcomes[pre + 200:]), outcomes
+    print("    %d pre-queued of 2,000; %.1f%% of the units to the first 200 arrivals; bots x%.2f"
+          % (pre, 100 * c["first_s_share"], c["bot_ratio"]))
+
+
 def test_room_failover_to_a_replica_that_missed_places(ctx):
     """Sentinel: ten places the replica has, ten it misses (cut off), then
     the primary killed and the stale replica promoted. The instance puts

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <jansson.h>
 
@@ -207,10 +208,24 @@ int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e) {
     if (s->lock_ttl_ms) json_object_set_new(j, "lock_ttl_ms", json_integer(s->lock_ttl_ms));
     if (s->cs_overlap) json_object_set_new(j, "cs_overlap", json_integer(s->cs_overlap));
     if (s->hold_seconds) json_object_set_new(j, "hold_seconds", json_integer(s->hold_seconds));
-    if (s->room_turn_s)
-        json_object_set_new(j, "waiting_room", json_pack("{s:i, s:I}", "turn_seconds",
-                                                         s->room_turn_s, "rate",
-                                                         (json_int_t)s->room_rate));
+    if (s->room_turn_s) {
+        json_t *w = json_pack("{s:i, s:I}", "turn_seconds", s->room_turn_s, "rate",
+                              (json_int_t)s->room_rate);
+        if (w && s->room_opens_in_ms > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long long ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->room_opens_in_ms;
+            time_t secs = (time_t)(ms / 1000);
+            struct tm tm;
+            char when[64];
+            gmtime_r(&secs, &tm);
+            snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     (int)(ms % 1000));
+            json_object_set_new(w, "opens_at", json_string(when));
+        }
+        json_object_set_new(j, "waiting_room", w);
+    }
     char *body = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!body) return fl_errf(e, "out of memory");

@@ -141,6 +141,8 @@ typedef struct fl_product_spec {
     int hold_seconds;            /* holds (0: not sent) */
     int room_turn_s;             /* > 0: a waiting room, turns this long (0: none) */
     long long room_rate;         /* ...admitting this many orders/s (0: measured) */
+    long long room_opens_in_ms;  /* ...opening this long after its creation (0: at once;
+                                    the host's clock: Redis on the same host) */
 } fl_product_spec;
 
 /* POST /v1/products. Returns 0, or -1 with the service's answer in e. */
