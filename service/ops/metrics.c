@@ -75,16 +75,18 @@ static const int STATUSES[SVC_NSTATUS] = {
 
 /* The API's error codes (docs/api.md, the Error schema's enum), after
  * "none" (an answer that is not an error) and before "other". */
-static const char *const ERRORS[SVC_NERROR] = {
+static const char *const ERRORS[] = {
     "none", "bad_request", "invalid_json", "invalid_field", "missing_field", "unauthorized",
     "not_found", "unknown_sku", "unknown_order", "method_not_allowed", "sold_out",
     "insufficient_stock", "sku_exists", "per_user_limit", "order_expired", "order_cancelled",
     "order_confirmed", "request_in_progress",
     "body_too_large", "unsupported_media_type", "idempotency_key_reused", "lock_timeout",
     "strategy_unavailable", "lock_unavailable", "redis_unavailable", "db_unavailable",
-    "shutting_down", "overloaded", "invalid_ticket", "not_your_turn",
+    "shutting_down", "overloaded", "invalid_ticket", "not_your_turn", "sale_not_open",
     "turn_over", "no_waiting_room", "internal_error", "other",
 };
+/* Every slot named: a code past the table counts as the last, "other". */
+_Static_assert(sizeof ERRORS / sizeof ERRORS[0] == SVC_NERROR, "ERRORS and SVC_NERROR differ");
 
 const char *svc_outcome_name(svc_outcome o) { return OUTCOME_NAMES[o]; }
 
