@@ -29,7 +29,7 @@ the bound, and the room-off crowd is not past the path's capacity:
 docs/waiting-room.md, "What the bench measures").
 
 Usage: bench_room.py BIN [--rounds R] [--load X] [--ramp S]
-                         [--stock-seconds S] [--connections N] [--quick]
+                         [--stock-seconds S] [--connections N] [--crowd-hold N] [--quick]
                          [--strategy NAME] [--segments N] [--cs-delay-ms MS]"""
 import argparse
 import json
@@ -71,6 +71,9 @@ def main():
     ap.add_argument("--stock-seconds", type=float, default=2.0,
                     help="the stock, in seconds of capacity")
     ap.add_argument("--connections", type=int, default=1024)
+    ap.add_argument("--crowd-hold", type=int, default=0,
+                    help="connections more for the buyers waiting in the service "
+                         "(flashload --crowd-hold); the instances then take that many more")
     ap.add_argument("--quick", action="store_true", help="1 round, a small crowd")
     ap.add_argument("--strategy", default="lua")
     ap.add_argument("--segments", type=int, default=1)
@@ -90,8 +93,13 @@ def main():
     services = []
     rows, verdicts = [], []
     try:
+        # Room for the held connections: each instance gets about half.
+        conns_each = (o.connections + o.crowd_hold) // 2 + 256
+        limits = ["--max-connections", max(16384, conns_each),
+                  "--max-connections-per-client", max(4096, conns_each)] if o.crowd_hold else []
         services = [harness.Service(redis.url, db, log_dir=tmp,
-                                    args=["--fault-injection"] if o.cs_delay_ms else [])
+                                    args=(["--fault-injection"] if o.cs_delay_ms else []) +
+                                    [str(a) for a in limits])
                     for _ in range(2)]
         for rnd in range(o.rounds):
             cap, v, rc = flashload(binary, services, redis, db,
@@ -104,7 +112,8 @@ def main():
             stock = max(100, int(c * o.stock_seconds))
             buyers = max(stock + 1, int(c * o.load * o.ramp))
             crowd = ["--crowd", buyers, "--ramp", o.ramp, "--impatient", 0.2, "--stock", stock,
-                     "--connections", o.connections, "--duration", 120] + product
+                     "--connections", o.connections, "--duration", 120] + product + \
+                (["--crowd-hold", o.crowd_hold] if o.crowd_hold else [])
             got = {}
             for name, extra in (("off", []), ("on", ["--waiting-room"])):
                 j, v, rc = flashload(binary, services, redis, db, crowd + extra, tmp,

@@ -82,6 +82,9 @@ static void usage_run(FILE *f) {
 "                         sold out; the run ends when every buyer has its answer (or\n"
 "                         after --duration, %d s by default)\n"
 "  --ramp SECS            the buyers arrive evenly over SECS (0: all at once)\n"
+"  --crowd-hold N         N connections more, kept for the requests that wait in the\n"
+"                         service (long polls, orders held for their turn), as people\n"
+"                         each have their own (0: half of --connections are kept so)\n"
 "  --impatient SHARE      share 0..1 of them who retry at once (bots); the rest wait as\n"
 "                         told (Retry-After, a ticket's retry_after_ms)\n"
 "  --waiting-room         the product has a waiting room: each buyer orders without a\n"
@@ -417,6 +420,9 @@ static int parse_run(int argc, char **argv, int first, fl_run_opts *o, const cha
         } else if (!strcmp(a, "--ramp")) {
             if (num(a, val(argc, argv, &i), 0, 3600, &d)) return -1;
             lo->crowd.ramp_us = (int64_t)(d * 1e6);
+        } else if (!strcmp(a, "--crowd-hold")) {
+            if (inum(a, val(argc, argv, &i), 0, 1000000, &n)) return -1;
+            lo->crowd.hold = (int)n;
         } else if (!strcmp(a, "--impatient")) {
             if (num(a, val(argc, argv, &i), 0, 1, &lo->crowd.impatient)) return -1;
         } else if (!strcmp(a, "--waiting-room") || !strcmp(a, "--room-tickets")) {

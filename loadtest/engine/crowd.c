@@ -82,7 +82,19 @@ static void schedule(fl_crowd_part *p, uint32_t i, int64_t at) {
     heap_up(p->heap, p->hn++);
 }
 
-int64_t fl_crowd_next_at(const fl_crowd_part *p) { return p->hn ? p->heap[0].at : INT64_MAX; }
+/* Whether b's next request may wait in the service (a long poll, or an
+ * order the service may hold for its turn: fl_crowd_build decides so). */
+static int may_wait(const fl_crowd_part *p, const fl_crowd_buyer *b) {
+    return b->phase == FL_CROWD_POLL ||
+           (p->o->room && b->ticket[0] && b->phase == FL_CROWD_ORDER && p->polls < p->poll_cap);
+}
+
+int64_t fl_crowd_next_at(const fl_crowd_part *p) {
+    if (!p->hn) return INT64_MAX;
+    if (p->regular_cap && p->regular >= p->regular_cap && !may_wait(p, &p->b[p->heap[0].i]))
+        return INT64_MAX;               /* an answer frees a connection for it */
+    return p->heap[0].at;
+}
 
 uint32_t fl_crowd_pop(fl_crowd_part *p) {
     assert(p->hn > 0);
@@ -164,7 +176,7 @@ size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char 
          * for 3,000 units: 99,000-151,000 requests and the final answer
          * p50 0.45-0.93 s, against 67,000 and 1 ms, 2026-12-05). */
         const char *q = "";
-        if (p->o->room && b->ticket[0] && p->polls < p->poll_cap) {
+        if (may_wait(p, b)) {
             b->polling = 1;
             p->polls++;
         } else if (p->o->room) {
@@ -177,6 +189,7 @@ size_t fl_crowd_build(fl_crowd_part *p, uint32_t i, const char *sku, const char 
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
                      q, hostport, bl, body);
     }
+    if (!b->polling) p->regular++;
     assert(n > 0 && (size_t)n < cap);
     return (size_t)n;
 }
@@ -238,7 +251,11 @@ static void wait_turn(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t n
  * (counted from the decision to poll, so that no more are decided than
  * may be out at once). */
 static void poll_over(fl_crowd_part *p, fl_crowd_buyer *b) {
-    if (!b->polling) return;
+    if (!b->polling) {
+        assert(p->regular > 0);
+        p->regular--;                 /* an answer at once: its connection is free */
+        return;
+    }
     assert(p->polls > 0);
     b->polling = 0;
     p->polls--;

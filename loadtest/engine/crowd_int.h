@@ -39,6 +39,9 @@ typedef struct fl_crowd_part {
                                     orders it may hold), and at most (the thread's
                                     connections they may hold: the rest are for places and
                                     orders answered at once) */
+    uint32_t regular, regular_cap;   /* requests out answered at once, and at most (0: no
+                                    bound of its own -- the connections not kept for
+                                    waiting; > 0 with fl_crowd_opts.hold: --connections) */
     int poll_max_ms;             /* the longest wait a poll asks for (under the timeout) */
     fl_crowd_due *heap;
     size_t hn, hcap;
@@ -49,7 +52,8 @@ typedef struct fl_crowd_part {
 int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
                     uint64_t seed, int conns);
 void fl_crowd_part_free(fl_crowd_part *p);
-/* When the next buyer acts (INT64_MAX: none waiting to). */
+/* When the next buyer acts (INT64_MAX: none waiting to, or the next one's
+ * request would be answered at once and regular_cap of those are out). */
 int64_t fl_crowd_next_at(const fl_crowd_part *p);
 /* The buyer due first (the caller checked it is due); taken off the heap. */
 uint32_t fl_crowd_pop(fl_crowd_part *p);

@@ -895,7 +895,8 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     fl_hist_reset(&w->live);
     fl_hist_reset(&w->r.hist);
     fl_hist_reset(&w->r.decision_hist);
-    w->nconns = o->connections / g->nw + (id < o->connections % g->nw);
+    int all = o->connections + (o->crowd.buyers ? o->crowd.hold : 0);
+    w->nconns = all / g->nw + (id < all % g->nw);
     w->conns = calloc((size_t)w->nconns, sizeof *w->conns);
     w->idle = calloc((size_t)w->nconns, sizeof *w->idle);
     w->down = calloc((size_t)w->nconns, sizeof *w->down);
@@ -920,6 +921,12 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
         if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed, w->nconns))
             return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
         if (w->crowd.poll_max_ms > o->timeout_us / 2000) w->crowd.poll_max_ms = (int)(o->timeout_us / 2000);
+        /* Connections of its own for the waiting: the rest all carry places
+         * and orders answered at once. */
+        if (o->crowd.hold > 0) {
+            w->crowd.poll_cap = (uint32_t)(o->crowd.hold / g->nw + (id < o->crowd.hold % g->nw));
+            w->crowd.regular_cap = (uint32_t)(w->nconns - (int)w->crowd.poll_cap);
+        }
         w->crowd_on = 1;
     }
     /* A timeout is noticed within a quarter of itself (and 50 ms at most). */
@@ -950,7 +957,8 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
 
 fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     if (check_opts(o, e)) return NULL;
-    if (fl_engine_raise_fd_limit(o->connections + 64, e)) return NULL;
+    if (fl_engine_raise_fd_limit(o->connections + (o->crowd.buyers ? o->crowd.hold : 0) + 64, e))
+        return NULL;
     fl_engine *g = calloc(1, sizeof *g);
     if (!g) {
         fl_errf(e, "out of memory");

@@ -34,6 +34,9 @@ typedef struct fl_crowd_opts {
                                     without a ticket takes its place, and is taken at once
                                     in its turn; else it hears its ticket); FL_CROWD_TICKETS,
                                     each takes a ticket first (POST .../tickets) */
+    int hold;                    /* > 0: this many connections more, kept for the requests
+                                    that wait in the service (long polls, orders it holds
+                                    for their turn); 0: half the connections are kept so */
 } fl_crowd_opts;
 
 #define FL_CROWD_TICKETS 2

@@ -916,6 +916,36 @@ static void test_crowd_orders_wait_on_free_connections_only(void) {
     fl_crowd_part_free(&p);
 }
 
+/* With connections kept for the waiting (--crowd-hold), the others carry
+ * only requests answered at once, at most regular_cap out: past it, the
+ * next buyer whose request would be answered at once waits for one of
+ * them (next_at says none is due), while one that may wait goes on a
+ * connection kept for it. */
+static void test_crowd_hold_keeps_the_regular_connections(void) {
+    fl_crowd_opts o = { .buyers = 3, .ramp_us = 0, .impatient = 0, .room = 1, .hold = 1 };
+    fl_crowd_part p;
+    char buf[1024];
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);
+    p.poll_cap = 1;                                   /* as the engine sets them: 1 + 1 */
+    p.regular_cap = 1;
+    uint32_t a = fl_crowd_pop(&p);
+    fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);   /* a first order: at once */
+    CHECK(p.regular == 1 && p.polls == 0);
+    CHECK(fl_crowd_next_at(&p) == INT64_MAX);         /* the next (no ticket) must wait */
+    /* Its ticket makes the next one a buyer that may wait: it may go. */
+    p.b[p.heap[0].i].ticket[0] = 't';
+    CHECK(fl_crowd_next_at(&p) == 0);
+    uint32_t b = fl_crowd_pop(&p);
+    fl_crowd_build(&p, b, "sku", "h:1", buf, sizeof buf, 1);
+    CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1 && p.regular == 1);
+    CHECK(fl_crowd_next_at(&p) == INT64_MAX);         /* the third: no ticket, none free */
+    fl_crowd_lost(&p, a, 2);                          /* a regular connection free again */
+    CHECK(p.regular == 0 && fl_crowd_next_at(&p) <= 2);
+    fl_crowd_lost(&p, b, 2);
+    CHECK(p.polls == 0 && p.regular == 0);
+    fl_crowd_part_free(&p);
+}
+
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
           T(test_pipelined_responses), T(test_pipelined_split_across_reads),
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
@@ -927,4 +957,5 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_compare_scenes_redis_failures), T(test_compare_scenes_holds),
           T(test_compare_scenes_fairness),
           T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures), T(test_compare_scenes_crowd),
-          T(test_retry_after), T(test_crowd_orders_wait_on_free_connections_only))
+          T(test_retry_after), T(test_crowd_orders_wait_on_free_connections_only),
+          T(test_crowd_hold_keeps_the_regular_connections))
