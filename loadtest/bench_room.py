@@ -26,7 +26,11 @@ lock strategies' critical section (the fault injection's): order paths
 below what the HTTP layer answers, as a sale whose path is a slow store
 or a remote system is (with `lua` on a 2-core machine the HTTP layer is
 the bound, and the room-off crowd is not past the path's capacity:
-docs/waiting-room.md, "What the bench measures").
+docs/waiting-room.md, "What the bench measures"). --crowd-hold gives the
+crowd's waiting buyers connections of their own (flashload --crowd-hold;
+at most what the open-file limit allows), as people have: `make
+bench-room` runs the `lua` regime, then `lock` over 4 segments with a
+1 ms pause and 16,000 such connections.
 
 Usage: bench_room.py BIN [--rounds R] [--load X] [--ramp S]
                          [--stock-seconds S] [--connections N] [--crowd-hold N] [--quick]
@@ -35,6 +39,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -84,6 +89,13 @@ def main():
         (["--cs-delay-ms", o.cs_delay_ms] if o.cs_delay_ms else [])
     if o.quick:
         o.rounds = 1
+    # Each held connection is a descriptor in flashload and in an instance:
+    # as many as the hard limit allows.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and o.crowd_hold > hard - o.connections - 256:
+        print("--crowd-hold %d: the open-file limit (%d) allows %d" %
+              (o.crowd_hold, hard, max(0, hard - o.connections - 256)), file=sys.stderr)
+        o.crowd_hold = max(0, hard - o.connections - 256)
     binary = os.path.abspath(o.bin)
     os.environ["FLASHSALE_BIN"] = binary
     harness.BIN = binary

@@ -144,8 +144,13 @@ bench-run: $(BIN)/flashload $(BIN)/flashsale $(BIN)/mhdhello
 # order path's capacity measured, then the same crowd (3x it, a fifth
 # bots, 2 s of stock) twice, each verified; the goals with met / NOT met.
 # BENCH_ROOM_ARGS adds loadtest/bench_room.py options (--rounds, --load,
-# --ramp, --stock-seconds, --connections, --quick; another order path:
-# --strategy, --segments, --cs-delay-ms).
+# --ramp, --stock-seconds, --connections, --crowd-hold, --quick; another
+# order path: --strategy, --segments, --cs-delay-ms) to both regimes: the
+# `lua` path (bound by the HTTP layer on a small machine), then a path
+# well below it (`lock`, 4 segments, a 1 ms pause), its waiting buyers on
+# connections of their own (docs/waiting-room.md, "Measured").
 .PHONY: bench-room
 bench-room: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_room.py $(BIN) $(BENCH_ROOM_ARGS)
+	$(PYTHON) loadtest/bench_room.py $(BIN) --strategy lock --segments 4 --cs-delay-ms 1 \
+	    --crowd-hold 16000 $(BENCH_ROOM_ARGS)
