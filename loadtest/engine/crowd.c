@@ -291,13 +291,16 @@ void fl_crowd_answer(fl_crowd_part *p, uint32_t i, const fl_resp *rs, int64_t no
         schedule(p, i, now);
         return;
     }
-    /* An order sent without a ticket: a place was taken for it (whatever
-     * the answer: a unit, a wait, a shed in its turn), told in the body. */
-    if (p->o->room && !b->ticket[0] && rs->body && b->phase == FL_CROWD_ORDER &&
+    /* An order: its place, when the answer says it (a 201 says the one it
+     * was sold in, whether or not it was sent with a ticket: a buyer shed
+     * in its turn heard its ticket without its position). An order sent
+     * without a ticket took a place (whatever the answer: a unit, a wait,
+     * a shed in its turn), whose ticket the body tells. */
+    if (p->o->room && rs->body && b->phase == FL_CROWD_ORDER &&
         (rs->status == 201 || rs->status == 429 || rs->status == 503)) {
         long long pos = json_int(rs->body, rs->body_len, "position");
         if (pos > 0 && pos <= UINT32_MAX) b->position = (uint32_t)pos;
-        if (rs->status != 201 &&
+        if (!b->ticket[0] && rs->status != 201 &&
             fl_json_str(rs->body, rs->body_len, "ticket", b->ticket, sizeof b->ticket) < 0)
             b->ticket[0] = '\0';
     }

@@ -946,6 +946,30 @@ static void test_crowd_hold_keeps_the_regular_connections(void) {
     fl_crowd_part_free(&p);
 }
 
+/* A buyer's place is the one its answers say: a shed in its turn (503)
+ * tells its ticket without the position, and the 201 of its order with
+ * that ticket says the position it was sold in. */
+static void test_crowd_place_from_the_201(void) {
+    fl_crowd_opts o = { .buyers = 1, .ramp_us = 0, .impatient = 0, .room = 1 };
+    fl_crowd_part p;
+    char buf[1024];
+    static char shed[] = "{\"error\":\"overloaded\",\"message\":\"m\",\"retry_after_ms\":60,"
+                         "\"ticket\":\"t1.7.1.aa.bb\"}";
+    static char sold[] = "{\"order_id\":\"o\",\"sku\":\"s\",\"user_id\":\"u0\",\"quantity\":1,"
+                         "\"status\":\"confirmed\",\"created_at\":\"t\",\"position\":7}";
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2) == 0);
+    uint32_t a = fl_crowd_pop(&p);
+    fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);
+    fl_resp r = { .status = 503, .retry_after_s = 1, .body = shed, .body_len = strlen(shed) };
+    fl_crowd_answer(&p, a, &r, 2);
+    CHECK(strcmp(p.b[a].ticket, "t1.7.1.aa.bb") == 0 && p.b[a].position == 0);
+    fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 3);
+    r = (fl_resp){ .status = 201, .retry_after_s = -1, .body = sold, .body_len = strlen(sold) };
+    fl_crowd_answer(&p, a, &r, 4);
+    CHECK(p.b[a].outcome == FL_BUYER_GOT && p.b[a].position == 7);
+    fl_crowd_part_free(&p);
+}
+
 TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_slicing),
           T(test_pipelined_responses), T(test_pipelined_split_across_reads),
           T(test_framing_by_close_and_no_body), T(test_truncated_and_malformed),
@@ -958,4 +982,4 @@ TEST_MAIN(T(test_simple_response), T(test_every_slicing), T(test_chunked_any_sli
           T(test_compare_scenes_fairness),
           T(test_holds_brief), T(test_probe_cells), T(test_crowd_figures), T(test_compare_scenes_crowd),
           T(test_retry_after), T(test_crowd_orders_wait_on_free_connections_only),
-          T(test_crowd_hold_keeps_the_regular_connections))
+          T(test_crowd_hold_keeps_the_regular_connections), T(test_crowd_place_from_the_201))
