@@ -55,7 +55,7 @@ static int take_at(stock_conn *c, const stock_product *p, const stock_room_ask *
 int stock_room_take(stock_conn *c, const stock_product *p, const stock_room_ask *ask,
                     stock_room_place *out) {
     assert(ask->turn_ms > 0 && ask->n > 0 && ask->n <= STOCK_ROOM_TAKE_MAX);
-    assert(ask->opens_ms >= 0 && (ask->opens_ms == 0 || ask->draws));
+    assert(ask->opens_ms >= 0);
     int rc = -1;
     for (int a = 0; sk_again(c, p->sku, a); a++) rc = take_at(c, p, ask, out);
     return rc;

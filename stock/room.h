@@ -80,8 +80,8 @@ typedef struct stock_room_place {
 
 #define STOCK_ROOM_DRAW_MAX ((1ull << 48) - 1)   /* a draw fits a double exactly */
 
-/* What a call asks: the places of users[0..n), each with its draw (only
- * read when the sale has an opening time), never below floor (the highest
+/* What a call asks: the places of users[0..n), each with its draw (read
+ * only before the sale's opening; NULL, all 0: past it), never below floor (the highest
  * position the caller knows was issued); turns of turn_ms; opens_ms, the
  * sale's opening (Redis's clock, ms since the epoch; 0: none). */
 typedef struct stock_room_ask {

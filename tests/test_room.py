@@ -226,7 +226,9 @@ def test_room_opening_time_is_checked(ctx):
     redis = ctx.redis()
     s = ctx.service(redis)
     for bad in ("tomorrow", "2026-13-01T00:00:00Z", "2026-04-31T00:00:00Z",
-                "2026-12-05T10:00:00", "2026-12-05T10:00:00.5Z", 1796515872769):
+                "2026-12-05T10:00:00", "2026-12-05T10:00:00.5Z", 1796515872769,
+                "2026-+1-05T10:00:00Z", "2026-12- 5T10:00:00Z", "2026-12-5T10:00:00Z",
+                " 2026-12-05T10:00:00Z", "2026-12-05 10:00:00Z", "1999-12-31T23:59:59Z"):
         r = s.post("/v1/products", {"sku": "bad", "name": "x", "stock": 1,
                                     "waiting_room": {"opens_at": bad}})
         e = error_of(r, 400, "invalid_field")

@@ -323,12 +323,13 @@ static void take_batch(svc_app *a, ticket_ask **batch, int n) {
     assert(n > 0 && n <= STOCK_ROOM_TAKE_MAX);
     stock_room_ask ask = { .users = users, .n = n, .turn_ms = svc_room_turn_ms(p->room),
                            .opens_ms = svc_room_opens_ms(p->room) };
+    /* Draws are read by Redis only before the opening: not made after. */
+    int drawing = secret && svc_room_before_opening(p->room);
     for (int i = 0; i < n; i++) {
         users[i] = batch[i]->user;
-        /* Read by Redis only before the opening (a sale with one). */
-        if (ask.opens_ms > 0 && secret) draws[i] = svc_room_draw(secret, p->sku, users[i]);
+        if (drawing) draws[i] = svc_room_draw(secret, p->sku, users[i]);
     }
-    if (ask.opens_ms > 0) ask.draws = draws;
+    if (drawing) ask.draws = draws;
     svc_room_figures_get(p->room, &f);
     ask.floor = f.issued;
     int ok = sc && secret && stock_room_take(sc, &p->sp, &ask, places) == 0;

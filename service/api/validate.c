@@ -228,21 +228,27 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
     return 1;
 }
 
+/* The value of the n decimal digits at s (checked digits). */
+static int digits(const char *s, int n) {
+    int v = 0;
+    for (int i = 0; i < n; i++) v = v * 10 + (s[i] - '0');
+    return v;
+}
+
 /* A time as the API writes them, "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (UTC; years
  * 2000 to 9999): 0 with *ms (since the epoch), or -1. */
+
 static int parse_time(const char *s, long long *ms) {
-    int y, mo, d, h, mi, sec, frac = 0, n = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19)
-        return -1;
-    const char *p = s + 19;
-    if (*p == '.') {
-        if (p[1] < '0' || p[1] > '9' || p[2] < '0' || p[2] > '9' || p[3] < '0' || p[3] > '9')
-            return -1;
-        frac = (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
-        p += 4;
-    }
-    if (strcmp(p, "Z") != 0 || y < 2000 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 ||
-        mi > 59 || sec > 59)
+    /* Character by character: no sign, space or short field slips in. */
+    static const char form[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+    size_t len = strlen(s);
+    if (len != 20 && len != 24) return -1;           /* without or with the milliseconds */
+    for (size_t i = 0; i + 1 < len; i++)
+        if (form[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != form[i]) return -1;
+    if (s[len - 1] != 'Z') return -1;
+    int y = digits(s, 4), mo = digits(s + 5, 2), d = digits(s + 8, 2), h = digits(s + 11, 2),
+        mi = digits(s + 14, 2), sec = digits(s + 17, 2), frac = len == 24 ? digits(s + 20, 3) : 0;
+    if (y < 2000 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59)
         return -1;
     struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
                      .tm_min = mi, .tm_sec = sec };

@@ -80,6 +80,12 @@ int svc_room_turn_ms(const svc_room *r) { return r->turn_ms; }
 long long svc_room_fixed_rate(const svc_room *r) { return r->fixed_rate; }
 long long svc_room_opens_ms(const svc_room *r) { return r->opens_ms; }
 
+static long long redis_now(const svc_room *r);
+
+int svc_room_before_opening(const svc_room *r) {
+    return r->opens_ms > 0 && redis_now(r) < r->opens_ms + 60000;
+}
+
 /* ------------------------------------------------------------- tickets */
 
 static void hex(const unsigned char *d, size_t n, char *out) {
@@ -173,11 +179,10 @@ int svc_room_ticket_read(const char *secret, const char *sku, const char *text, 
 }
 
 uint64_t svc_room_draw(const char *secret, const char *sku, const char *user) {
-    char msg[64 + 1 + 64 + 4 * 256 + 8];
+    char msg[640];
     unsigned char d[SHA256_LEN];
     int n = snprintf(msg, sizeof msg, "pre|%s|%s", sku, user);
-    assert(n > 0);                     /* a SKU is at most 64 bytes, a user id 1,024 */
-    if ((size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
+    assert(n > 0 && (size_t)n < sizeof msg);   /* a SKU is 64 bytes at most, a user id 512 */
     hmac_sha256(secret, strlen(secret), msg, (size_t)n, d);
     uint64_t v = 0;
     for (int i = 0; i < 6; i++) v = v << 8 | d[i];

@@ -58,6 +58,10 @@ void svc_room_free(svc_room *r);
 int svc_room_turn_ms(const svc_room *r);
 long long svc_room_fixed_rate(const svc_room *r);
 long long svc_room_opens_ms(const svc_room *r);
+/* Whether the sale may not have opened yet, by this instance's view of
+ * Redis's clock (a minute's margin for the view before its first beat,
+ * the host's clock): while so, its places' asks carry their draws. */
+int svc_room_before_opening(const svc_room *r);
 
 /* ------------------------------------------------------------- tickets */
 
