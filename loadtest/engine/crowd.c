@@ -116,10 +116,16 @@ static int is_bot(uint64_t seed, uint32_t idx, double share) {
 }
 
 int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed, int conns) {
+                    uint64_t seed, int conns, int hold) {
+    assert(hold >= 0 && (hold == 0 || hold < conns));
     memset(p, 0, sizeof *p);
     p->o = o;
-    p->poll_cap = conns > 1 ? (uint32_t)conns / 2 : 0;
+    if (hold > 0) {                      /* kept for the waiting: the rest answer at once */
+        p->poll_cap = (uint32_t)hold;
+        p->regular_cap = (uint32_t)(conns - hold);
+    } else {
+        p->poll_cap = conns > 1 ? (uint32_t)conns / 2 : 0;
+    }
     p->poll_max_ms = POLL_MAX_MS;
     p->n = o->buyers > (uint32_t)id ? (o->buyers - (uint32_t)id + (uint32_t)nw - 1) / (uint32_t)nw
                                    : 0;

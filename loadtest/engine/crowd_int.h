@@ -48,9 +48,10 @@ typedef struct fl_crowd_part {
 } fl_crowd_part;
 
 /* Thread id of nw's buyers, arriving from t0 (monotonic us) on, on a
- * thread of conns connections. 0, or -1 when out of memory. */
+ * thread of conns connections, hold of them kept for requests that wait
+ * in the service (0: half of them may). 0, or -1 when out of memory. */
 int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed, int conns);
+                    uint64_t seed, int conns, int hold);
 void fl_crowd_part_free(fl_crowd_part *p);
 /* When the next buyer acts (INT64_MAX: none waiting to, or the next one's
  * request would be answered at once and regular_cap of those are out). */

@@ -874,6 +874,11 @@ static int fl_engine_raise_fd_limit(int want, fl_err *e) {
     return 0;
 }
 
+/* Every connection of a run: a crowd's kept for its waiting ones too. */
+static int all_connections(const fl_load_opts *o) {
+    return o->connections + (o->crowd.buyers ? o->crowd.hold : 0);
+}
+
 static void worker_free(worker *w) {
     if (w->epfd > 0) close(w->epfd);
     if (w->conns)
@@ -895,7 +900,7 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     fl_hist_reset(&w->live);
     fl_hist_reset(&w->r.hist);
     fl_hist_reset(&w->r.decision_hist);
-    int all = o->connections + (o->crowd.buyers ? o->crowd.hold : 0);
+    int all = all_connections(o);
     w->nconns = all / g->nw + (id < all % g->nw);
     w->conns = calloc((size_t)w->nconns, sizeof *w->conns);
     w->idle = calloc((size_t)w->nconns, sizeof *w->idle);
@@ -918,15 +923,11 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     }
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
     if (o->crowd.buyers) {
-        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed, w->nconns))
+        int hold = o->crowd.hold / g->nw + (id < o->crowd.hold % g->nw);
+        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed, w->nconns,
+                               hold))
             return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
         if (w->crowd.poll_max_ms > o->timeout_us / 2000) w->crowd.poll_max_ms = (int)(o->timeout_us / 2000);
-        /* Connections of its own for the waiting: the rest all carry places
-         * and orders answered at once. */
-        if (o->crowd.hold > 0) {
-            w->crowd.poll_cap = (uint32_t)(o->crowd.hold / g->nw + (id < o->crowd.hold % g->nw));
-            w->crowd.regular_cap = (uint32_t)(w->nconns - (int)w->crowd.poll_cap);
-        }
         w->crowd_on = 1;
     }
     /* A timeout is noticed within a quarter of itself (and 50 ms at most). */
@@ -949,6 +950,9 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
                             o->crowd.impatient > 1 || o->crowd.ramp_us < 0))
         return fl_errf(e, "a crowd (--crowd) is its own load: not with --rate, --idem or holds; "
                        "--impatient is a share, 0..1");
+    if (o->crowd.buyers && o->crowd.hold > 0 && o->connections < o->threads)
+        return fl_errf(e, "--crowd-hold needs --connections at least --threads: each thread "
+                       "keeps one for the answers at once");
     if (o->rate < 0) return fl_errf(e, "--rate must be positive");
     if (o->pay < 0 || o->cancel < 0 || o->pay + o->cancel > 1)
         return fl_errf(e, "--pay and --cancel are shares: each 0..1, together at most 1");
@@ -957,8 +961,7 @@ static int check_opts(const fl_load_opts *o, fl_err *e) {
 
 fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     if (check_opts(o, e)) return NULL;
-    if (fl_engine_raise_fd_limit(o->connections + (o->crowd.buyers ? o->crowd.hold : 0) + 64, e))
-        return NULL;
+    if (fl_engine_raise_fd_limit(all_connections(o) + 64, e)) return NULL;
     fl_engine *g = calloc(1, sizeof *g);
     if (!g) {
         fl_errf(e, "out of memory");
