@@ -220,8 +220,8 @@ static void on_state(aconn *c, int up, void *ud);
 static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
     /* Constant, and shared by every loop's connections (aconn keeps the
      * pointer): written once by the compiler, never by a loop. */
-    static const rconn_script *const scripts[5] = { &sk_reserve_batch, &sk_undo, &sk_lock_read,
-                                                    &sk_lock_write, &sk_lock_line };
+    static const rconn_script *const scripts[] = { &sk_reserve_batch, &sk_undo, &sk_lock_read,
+                                                   &sk_lock_write, &sk_lock_pass, &sk_lock_line };
     for (int i = 0; i < sa->nnodes; i++) {
         const rconn_addr *b = &sa->nodes[i]->addr;
         if (b->port == a->port && !strcmp(b->host, a->host) && !strcmp(b->path, a->path))
@@ -234,7 +234,8 @@ static sk_anode *node_at(stock_async *sa, const rconn_addr *a) {
     if (!n) return NULL;
     n->sa = sa;
     n->addr = *a;
-    if (!(n->conn = aconn_new(sa->l, a, sa->timeout_ms, scripts, 5, on_state, n))) {
+    if (!(n->conn = aconn_new(sa->l, a, sa->timeout_ms, scripts, (int)(sizeof scripts / sizeof *scripts),
+                              on_state, n))) {
         free(n);
         return NULL;
     }

@@ -75,7 +75,7 @@ static inline int64_t sk_t0(stock_call_observer *fn) { return fn ? clock_mono_us
 /* Scripts of the read-check-write strategies (rcw.c), and those the loop
  * side uses (async.c); initialised by sk_scripts_init. */
 extern rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
+    sk_lock_write, sk_lock_pass, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
     sk_room_tick;
 /* Builds every script and its SHA1 (once per process). Returns 0, or -1
  * when out of memory (then no script may be used). */

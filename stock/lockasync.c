@@ -26,7 +26,10 @@
  * the blocking path listens); the orders waiting behind the head join the
  * line with the head's lock_read or lock_line.lua, which also keeps their
  * places alive and takes out one that gives up. An order's owner id, made
- * once, is its name in the line. */
+ * once, is its name in the line. And the write and the next order's read
+ * go in one call, lock_pass.lua: a release hands the lock straight to the
+ * head of the line when the head is that next order (the steps of all
+ * three scripts are lock_steps.lua's). */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +132,24 @@ static void on_read(void *ud, redisReply *rep, int sent) {
     free(j);
 }
 
+/* The idempotency record's key of r's order (of no key: one never set). */
+static void add_idem_key(stock_async *sa, const stock_req *r) {
+    rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, r->product->sku,
+                   r->idem_key ? r->idem_key : "");
+}
+
+/* fair-lock: a place's lease and the line's keys' ttl (lock_read.lua's
+ * ARGV[5..6], lock_pass.lua's ARGV[22..23]). */
+static void add_line_args(stock_async *sa) {
+    rconn_cmd_addll(&sa->cmd, sa->fair_lease_ms);
+    rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
+}
+
+/* fair-lock: the owner ids of the orders that join the line behind j's. */
+static void add_behind(stock_async *sa, const lock_job *j) {
+    for (int i = 0; i < j->nbehind; i++) rconn_cmd_adds(&sa->cmd, j->behind[i]);
+}
+
 /* lock_read.lua for j, to the node conn (sent again as is if redirected). */
 static void build_read(stock_async *sa, aconn *conn, void *ud) {
     const lock_job *j = ud;
@@ -140,8 +161,7 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
     add_lock_keys(sa, p, j->h->seg, ":fence");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:users", sa->prefix, p->sku);
-    rconn_cmd_addf(&sa->cmd, "%s{%s}:idem:%s", sa->prefix, p->sku,
-                   r->idem_key ? r->idem_key : "");
+    add_idem_key(sa, r);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, j->h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, j->h->seg);
     if (fair) add_line_keys(sa, p, j->h->seg);
@@ -150,10 +170,9 @@ static void build_read(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
     rconn_cmd_adds(&sa->cmd, r->user_id);
     if (!fair) return;                          /* `lock`: no line, nothing more */
-    rconn_cmd_addll(&sa->cmd, sa->fair_lease_ms);
-    rconn_cmd_addll(&sa->cmd, line_keep_ms(sa));
+    add_line_args(sa);
     add_lock_keys(sa, p, j->h->seg, ":wake:");
-    for (int i = 0; i < j->nbehind; i++) rconn_cmd_adds(&sa->cmd, j->behind[i]);
+    add_behind(sa, j);
 }
 
 void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
@@ -161,24 +180,39 @@ void stock_async_lock_read(stock_async *sa, stock_req *r, stock_hold *h, int ttl
     stock_async_lock_read_joining(sa, r, h, ttl_ms, NULL, 0, fn, ud);
 }
 
-void stock_async_lock_read_joining(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
-                                   stock_hold *const *behind, int nbehind, stock_lock_fn *fn,
-                                   void *ud) {
-    assert(loop_owned(sa->l));
+/* A lock_read's job (its owner id, and those of the orders it joins
+ * behind it, made if they have none); NULL when out of memory. */
+static lock_job *read_job_new(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                              stock_hold *const *behind, int nbehind, stock_lock_fn *fn,
+                              void *ud) {
     if (!is_fair(r->product)) nbehind = 0;
     lock_job *j = malloc(sizeof *j + (size_t)nbehind * 33);
-    if (!j) {
-        r->result = STOCK_UNAVAILABLE;
-        r->outcome_unknown = 0;
-        fn(ud, -1);
-        return;
-    }
+    if (!j) return NULL;
     *j = (lock_job){ .sa = sa, .r = r, .h = h, .fn = fn, .ud = ud, .ttl_ms = ttl_ms,
                      .nbehind = nbehind, .behind = (char (*)[33])(j + 1) };
     if (!h->owner[0]) new_owner(sa, h->owner);   /* one per order: its name in a fair line */
     for (int i = 0; i < nbehind; i++) {
         if (!behind[i]->owner[0]) new_owner(sa, behind[i]->owner);
         memcpy(j->behind[i], behind[i]->owner, 33);
+    }
+    return j;
+}
+
+/* A lock_read that could not be sent: r refused, nothing taken. */
+static void read_refused(stock_req *r, stock_lock_fn *fn, void *ud) {
+    r->result = STOCK_UNAVAILABLE;
+    r->outcome_unknown = 0;
+    fn(ud, -1);
+}
+
+void stock_async_lock_read_joining(stock_async *sa, stock_req *r, stock_hold *h, int ttl_ms,
+                                   stock_hold *const *behind, int nbehind, stock_lock_fn *fn,
+                                   void *ud) {
+    assert(loop_owned(sa->l));
+    lock_job *j = read_job_new(sa, r, h, ttl_ms, behind, nbehind, fn, ud);
+    if (!j) {
+        read_refused(r, fn, ud);
+        return;
     }
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_READ, build_read, on_read, j);
 }
@@ -236,23 +270,12 @@ static void on_write(void *ud, redisReply *rep, int sent) {
     free(j);
 }
 
-/* lock_write.lua for j, to the node conn. On a cluster the node is the one
- * the lock_read took the lock on, unless the slot moved since: then the
- * lock, the fence and the segment moved with it (or the write is
- * redirected, does not run, and goes again where the slot is now). */
-static void build_write(stock_async *sa, aconn *conn, void *ud) {
-    const lock_job *j = ud;
+/* lock_write.lua's keys for j (lock_pass.lua's first twelve). */
+static void add_write_keys(stock_async *sa, const lock_job *j) {
     const stock_req *r = j->r;
     const stock_hold *h = j->h;
     const stock_product *p = r->product;
-    int write = j->write;
-    int has_key = write && r->idem_key && r->idem_key[0];
-    size_t ul = strlen(r->user_id), kl = has_key ? strlen(r->idem_key) : 0;
-    char tail[STOCK_USER_MAX + 200];
-    int tl = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
-                      has_key ? r->idem_key : "");
-    int fair = is_fair(p);
-    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, fair ? 12 : 9);
+    int has_key = j->write && r->idem_key && r->idem_key[0];
     add_lock_keys(sa, p, h->seg, "");
     add_lock_keys(sa, p, h->seg, ":waiters");
     rconn_cmd_addf(&sa->cmd, "%s{%s}:gen", sa->prefix, p->sku);
@@ -262,7 +285,20 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addf(&sa->cmd, "%s{%s}:empty", sa->prefix, p->sku);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:stock:%d", sa->prefix, p->sku, h->seg);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:fence:%d", sa->prefix, p->sku, h->seg);
-    if (fair) add_line_keys(sa, p, h->seg);
+    if (is_fair(p)) add_line_keys(sa, p, h->seg);
+}
+
+/* lock_write.lua's arguments for j (lock_pass.lua's first eighteen). */
+static void add_write_args(stock_async *sa, aconn *conn, const lock_job *j) {
+    const stock_req *r = j->r;
+    const stock_hold *h = j->h;
+    const stock_product *p = r->product;
+    int write = j->write;
+    int has_key = write && r->idem_key && r->idem_key[0];
+    size_t ul = strlen(r->user_id), kl = has_key ? strlen(r->idem_key) : 0;
+    char tail[STOCK_USER_MAX + 200];
+    int tl = snprintf(tail, sizeof tail, "%zu:%s%zu:%s", ul, r->user_id, kl,
+                      has_key ? r->idem_key : "");
     rconn_cmd_adds(&sa->cmd, h->owner);
     rconn_cmd_addf(&sa->cmd, "%s{%s}:lock:%d:wake:", sa->prefix, p->sku, h->seg);
     rconn_cmd_adds(&sa->cmd, aconn_run_id(conn));
@@ -280,25 +316,28 @@ static void build_write(stock_async *sa, aconn *conn, void *ud) {
     rconn_cmd_addll(&sa->cmd, sa->idem_ttl_ms);
     rconn_cmd_adds(&sa->cmd, sa->instance);
     rconn_cmd_add(&sa->cmd, tail, tl > 0 && (size_t)tl < sizeof tail ? (size_t)tl : 0);
-    if (fair) rconn_cmd_adds(&sa->cmd, "1");
+    if (is_fair(p)) rconn_cmd_adds(&sa->cmd, "1");
 }
 
-void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
-                            stock_lock_fn *fn, void *ud) {
-    assert(loop_owned(sa->l));
+/* lock_write.lua for j, to the node conn. On a cluster the node is the one
+ * the lock_read took the lock on, unless the slot moved since: then the
+ * lock, the fence and the segment moved with it (or the write is
+ * redirected, does not run, and goes again where the slot is now). */
+static void build_write(stock_async *sa, aconn *conn, void *ud) {
+    const lock_job *j = ud;
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_write, is_fair(j->r->product) ? 12 : 9);
+    add_write_keys(sa, j);
+    add_write_args(sa, conn, j);
+}
+
+/* A lock_write's job; NULL when out of memory. A release only (fn NULL)
+ * keeps copies of what it sends: its order is answered, r and h may go. */
+static lock_job *write_job_new(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                               stock_lock_fn *fn, void *ud) {
     lock_job *j = malloc(sizeof *j);
-    if (!j) {
-        /* Nothing was sent: nothing written; the lock expires by its lease.
-         * A release only (fn NULL) leaves r alone: its order is answered. */
-        if (fn) {
-            r->result = STOCK_UNAVAILABLE;
-            r->outcome_unknown = 0;
-            fn(ud, -1);
-        }
-        return;
-    }
+    if (!j) return NULL;
     *j = (lock_job){ .sa = sa, .r = r, .h = (stock_hold *)h, .fn = fn, .ud = ud, .write = write };
-    if (!fn) {                                   /* r and h may go before it is sent */
+    if (!fn) {
         j->hcopy = *h;
         snprintf(j->user, sizeof j->user, "%s", r->user_id);
         snprintf(j->oid, sizeof j->oid, "%s", r->order_id);
@@ -307,8 +346,95 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
         j->r = &j->rcopy;
         j->h = &j->hcopy;
     }
+    return j;
+}
+
+/* A lock_write that could not be sent: nothing written; the lock expires
+ * by its lease. A release only (fn NULL) leaves r alone. */
+static void write_refused(stock_req *r, stock_lock_fn *fn, void *ud) {
+    if (!fn) return;
+    r->result = STOCK_UNAVAILABLE;
+    r->outcome_unknown = 0;
+    fn(ud, -1);
+}
+
+void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                            stock_lock_fn *fn, void *ud) {
+    assert(loop_owned(sa->l));
+    lock_job *j = write_job_new(sa, r, h, write, fn, ud);
+    if (!j) {
+        write_refused(r, fn, ud);
+        return;
+    }
     if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
     sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_write, on_write, j);
+}
+
+/* ------------------------------------------------------------ the pass */
+
+/* fair-lock: a lock_write and the next order's lock_read in one call. */
+typedef struct pass_job {
+    lock_job *w, *rd;
+} pass_job;
+
+/* lock_pass.lua: the write's keys and arguments, then what the next
+ * order's read adds (its segment is the write's: the same lock and line). */
+static void build_pass(stock_async *sa, aconn *conn, void *ud) {
+    const pass_job *pj = ud;
+    const lock_job *w = pj->w, *rd = pj->rd;
+    const stock_product *p = w->r->product;
+    assert(is_fair(p) && rd->r->product == p && rd->h->seg == w->h->seg);
+    rconn_cmd_evalsha(&sa->cmd, &sk_lock_pass, 14);
+    add_write_keys(sa, w);
+    add_lock_keys(sa, p, w->h->seg, ":fence");
+    add_idem_key(sa, rd->r);
+    add_write_args(sa, conn, w);
+    rconn_cmd_adds(&sa->cmd, rd->h->owner);
+    rconn_cmd_addll(&sa->cmd, rd->ttl_ms);
+    rconn_cmd_adds(&sa->cmd, rd->r->user_id);
+    add_line_args(sa);
+    add_behind(sa, rd);
+}
+
+/* Each half of the reply to its own job, the write first, as the two
+ * calls' replies would come; a failure of the call to both. */
+static void on_pass(void *ud, redisReply *rep, int sent) {
+    pass_job *pj = ud;
+    redisReply *wr = rep, *rr = rep;
+    if (rep && rep->type == REDIS_REPLY_ARRAY) {
+        int whole = rep->elements == 2;
+        wr = whole ? rep->element[0] : NULL;   /* not the script's reply: not known */
+        rr = whole ? rep->element[1] : NULL;
+    }
+    on_write(pj->w, wr, sent);
+    on_read(pj->rd, rr, sent);
+    free(pj);
+}
+
+void stock_async_lock_pass(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                           stock_lock_fn *fn, void *ud, stock_req *rn, stock_hold *hn,
+                           int ttl_ms, stock_hold *const *behind, int nbehind,
+                           stock_lock_fn *nfn, void *nud) {
+    assert(loop_owned(sa->l));
+    assert(nfn && rn->product == r->product && hn->seg == h->seg);
+    if (!is_fair(r->product)) {                  /* no line: two calls */
+        stock_async_lock_write(sa, r, h, write, fn, ud);
+        stock_async_lock_read_joining(sa, rn, hn, ttl_ms, behind, nbehind, nfn, nud);
+        return;
+    }
+    pass_job *pj = malloc(sizeof *pj);
+    lock_job *w = pj ? write_job_new(sa, r, h, write, fn, ud) : NULL;
+    lock_job *rd = w ? read_job_new(sa, rn, hn, ttl_ms, behind, nbehind, nfn, nud) : NULL;
+    if (!rd) {
+        free(w);
+        free(pj);
+        write_refused(r, fn, ud);
+        read_refused(rn, nfn, nud);
+        return;
+    }
+    *pj = (pass_job){ .w = w, .rd = rd };
+    if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
+    sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_pass, on_pass, pj);
 }
 
 /* ------------------------------------------------------------ the line */

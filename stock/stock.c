@@ -25,12 +25,13 @@
 
 extern const char stock_lua_undo[], stock_lua_load[],
     stock_lua_restock[], stock_lua_read[], stock_lua_write[], stock_lua_unlock[],
-    stock_lua_reserve_batch[], stock_lua_lock_read[], stock_lua_lock_write[], stock_lua_lock_line[],
+    stock_lua_reserve_batch[], stock_lua_lock_steps[], stock_lua_lock_read[], stock_lua_lock_write[],
+    stock_lua_lock_pass[], stock_lua_lock_line[],
     stock_lua_return[], stock_lua_force_enter[], stock_lua_forget[], stock_lua_room_take[], stock_lua_room_tick[];
 
 static rconn_script s_load, s_restock;
 rconn_script sk_read, sk_write, sk_unlock, sk_undo, sk_reserve_batch, sk_lock_read,
-    sk_lock_write, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
+    sk_lock_write, sk_lock_pass, sk_lock_line, sk_return, sk_force_enter, sk_forget, sk_room_take,
     sk_room_tick;
 static int scripts_nomem;      /* composing one failed: connections are refused */
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
@@ -50,10 +51,26 @@ static void script_on_lock(rconn_script *s, const char *name, const char *body) 
     rconn_script_init(s, name, src);
 }
 
+/* The `lock` strategy's steps on a loop: format.lua's functions, then
+ * lock_steps.lua's, then body. */
+static void script_on_steps(rconn_script *s, const char *name, const char *body) {
+    size_t ns = strlen(stock_lua_lock_steps), nb = strlen(body);
+    char *both = malloc(ns + nb + 1);
+    if (!both) {
+        scripts_nomem = 1;
+        return;
+    }
+    memcpy(both, stock_lua_lock_steps, ns);
+    memcpy(both + ns, body, nb + 1);
+    script_on_lock(s, name, both);
+    free(both);
+}
+
 static void scripts_init(void) {
     rconn_script_init(&sk_reserve_batch, "reserve_batch", stock_lua_reserve_batch);
-    script_on_lock(&sk_lock_read, "lock_read", stock_lua_lock_read);
-    script_on_lock(&sk_lock_write, "lock_write", stock_lua_lock_write);
+    script_on_steps(&sk_lock_read, "lock_read", stock_lua_lock_read);
+    script_on_steps(&sk_lock_write, "lock_write", stock_lua_lock_write);
+    script_on_steps(&sk_lock_pass, "lock_pass", stock_lua_lock_pass);
     script_on_lock(&sk_lock_line, "lock_line", stock_lua_lock_line);
     rconn_script_init(&s_undo, "undo", stock_lua_undo);
     rconn_script_init(&s_load, "load", stock_lua_load);

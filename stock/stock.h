@@ -568,6 +568,16 @@ stock_result stock_lock_check(stock_req *r, const stock_hold *h);
  * (a release only), r is not touched once this returns. */
 void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, int write,
                             stock_lock_fn *fn, void *ud);
+/* fair-lock: stock_async_lock_write for r (and h, write, fn, ud), then
+ * stock_async_lock_read_joining for rn, the next order of the same
+ * segment (and hn, ttl_ms, behind, nbehind, nfn, nud), in one call
+ * (lock_pass.lua): the lock is handed straight to rn when rn is the head
+ * of the line, or the line is empty. fn (if any) hears first, then nfn,
+ * each as from its own call. For another strategy: the two calls. */
+void stock_async_lock_pass(stock_async *sa, stock_req *r, const stock_hold *h, int write,
+                           stock_lock_fn *fn, void *ud, stock_req *rn, stock_hold *hn,
+                           int ttl_ms, stock_hold *const *behind, int nbehind,
+                           stock_lock_fn *nfn, void *nud);
 /* fair-lock (nothing for another strategy): takes the order (h->seg, its
  * owner id) out of its segment's fair line, as it gives up without the
  * lock (nothing if it never had a place). Fire and forget: a leave that

@@ -31,13 +31,18 @@
  *
  * `fair-lock` runs here too, with the lock module's fair line beside each
  * lock (lock/lock.h, FAIRNESS; stock/lockasync.c): an order takes its
- * place in the line in the loop turn it came in, behind the head's
- * lock_read (carried by that lock_read, or one join per queue and turn),
- * so that it is ahead of every order that came after it, to any instance;
- * the head's lock_read takes the lock only as the head of that line; the
- * loop keeps its waiting orders' places alive; an order that gives up
- * without the lock leaves it. Within an instance the FIFO already is the
- * arrival order. */
+ * place in the line with its queue's next call (carried by a lock_read or
+ * lock_pass, or one join per queue and turn while the queue waits on
+ * another holder or a pause; enqueue), so that it is ahead of every order
+ * that came after it, to any instance; the head's lock_read takes the lock
+ * only as the head of that line; a holder's write goes with the next
+ * order's take (lock_pass), which the lock passes to straight away when it
+ * heads the line; the loop keeps its waiting orders' places alive; an
+ * order that gives up without the lock leaves it. Within an instance the
+ * FIFO already is the arrival order.
+ *
+ *   fair-lock:  lock_read ... check ... lock_pass: write, hand on, read ...
+ *                                                  check ... lock_pass ... */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,11 +220,68 @@ static void written(void *ud, int res) {
     settle(op);                                /* RESERVED, FENCED, MISSING, UNAVAILABLE */
 }
 
+static void taken(void *ud, int res);
+
+/* The next order to take q's lock, out of the queue (one whose lock wait
+ * ran out is answered so, 429); NULL when none is left. */
+static svc_order *pop_next(lock_q *q) {
+    while (q->head) {
+        svc_order *op = q->head;
+        if (!(q->head = op->next)) q->tail = NULL;
+        if (q->unplaced == op) q->unplaced = op->next;
+        if ((clock_mono_us() - LOCK(op).t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
+            count_lock(op, 1);
+            leave_line(q, op);
+            op->sreq.result = STOCK_LOCK_TIMEOUT;
+            settle(op);
+            continue;
+        }
+        return op;
+    }
+    return NULL;
+}
+
+/* fair-lock: the orders that came behind the next holder and are not in
+ * the line yet, into behind[] (up to KEEP_CHUNK): they go into it with
+ * its lock_read, after it (no call of their own). Returns how many. */
+static int take_unplaced(lock_q *q, stock_hold *behind[KEEP_CHUNK]) {
+    int n = 0;
+    for (svc_order *o = q->unplaced; o && n < KEEP_CHUNK; o = o->next, n++) {
+        behind[n] = &LOCK(o).hold;
+        LOCK(o).placed = 1;
+        q->unplaced = o->next;
+    }
+    if (n) arm_keep(q);
+    return n;
+}
+
+/* The holder op's fenced write (write 1, fn written) or its release only
+ * (0, NULL: op is answered already), and the next holder right behind
+ * it, on the same connection. fair-lock hands the lock on in the same
+ * call (lock_pass.lua: the release wakes the head of the line, and the
+ * head's take is in it); `lock` sends the next order's lock_read at the
+ * end of this turn (advance), whoever comes first then takes the lock. */
+static void hand_on(lock_q *q, svc_order *op, int write, stock_lock_fn *fn) {
+    stock_async *sa = svc_order_loop_stock(q->ol);
+    svc_order *next = NULL;
+    releasing(q);
+    if (q->holder == op && op->p->sp.strategy == STOCK_FAIR_LOCK) next = pop_next(q);
+    if (!next) {
+        stock_async_lock_write(sa, &op->sreq, &LOCK(op).hold, write, fn, fn ? op : NULL);
+        if (q->holder == op) next_holder(q);
+        return;
+    }
+    stock_hold *behind[KEEP_CHUNK];
+    q->holder = next;
+    q->state = LQ_TAKING;
+    int n = take_unplaced(q, behind);
+    stock_async_lock_pass(sa, &op->sreq, &LOCK(op).hold, write, fn, fn ? op : NULL, &next->sreq,
+                          &LOCK(next).hold, ttl_of(next), behind, n, taken, next);
+}
+
 /* The fenced write, then the next holder right behind it. */
 static void write_now(lock_q *q, svc_order *op) {
-    releasing(q);
-    stock_async_lock_write(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold, 1, written, op);
-    if (q->holder == op) next_holder(q);
+    hand_on(q, op, 1, written);
 }
 
 /* The injected pause is over: write (the fence decides whether it still
@@ -240,21 +302,12 @@ static void lease_over(loop *l, void *ud) {
 
 /* ------------------------------------------------------------------ read */
 
-static void taken(void *ud, int res);
 static void retry(loop *l, void *ud);
 
 static void send_read(lock_q *q) {
     svc_order *op = q->holder;
     stock_hold *behind[KEEP_CHUNK];
-    int n = 0;
-    /* fair-lock: the orders that came behind it and are not in line yet go
-     * into it with this call, after it (no call of their own). */
-    for (svc_order *o = q->unplaced; o && n < KEEP_CHUNK; o = o->next, n++) {
-        behind[n] = &LOCK(o).hold;
-        LOCK(o).placed = 1;
-        q->unplaced = o->next;
-    }
-    if (n) arm_keep(q);
+    int n = take_unplaced(q, behind);
     q->state = LQ_TAKING;
     stock_async_lock_read_joining(svc_order_loop_stock(q->ol), &op->sreq, &LOCK(op).hold,
                                   ttl_of(op), behind, n, taken, op);
@@ -277,6 +330,7 @@ static void wait_for_lock(lock_q *q, svc_order *op) {
     int64_t delay = RETRY_MIN_MS + (int64_t)j * (RETRY_MAX_MS - RETRY_MIN_MS) / 255;
     if (LOCK(op).hold.pttl >= 0 && LOCK(op).hold.pttl < delay) delay = LOCK(op).hold.pttl;
     q->state = LQ_WAITING;
+    if (q->unplaced) place_the_rest(q);         /* not to wait for the retry */
     if (loop_after(svc_order_loop_loop(q->ol), delay, retry, q) != 0) send_read(q);
 }
 
@@ -307,9 +361,7 @@ static void taken(void *ud, int res) {
     handed_off(q, op);
     stock_result verdict = stock_lock_check(r, &LOCK(op).hold);
     if (verdict != STOCK_RESERVED) {
-        releasing(q);
-        stock_async_lock_write(svc_order_loop_stock(q->ol), r, &LOCK(op).hold, 0, NULL, NULL);
-        next_holder(q);
+        hand_on(q, op, 0, NULL);
         if (verdict == STOCK_INSUFFICIENT && op->p->segments > 1) {
             /* This segment is short: the blocking family reads them all. */
             q->ops--;
@@ -331,6 +383,7 @@ static void taken(void *ud, int res) {
     unsigned char j = 128;
     if (getrandom(&j, 1, GRND_NONBLOCK) != 1) j = 128;
     q->state = LQ_HOLDING;
+    if (q->unplaced) place_the_rest(q);         /* not to wait for the pause */
     q->lease_until_us = clock_mono_us() + (int64_t)ttl_of(op) * 1000;
     loop *l = svc_order_loop_loop(q->ol);
     if (loop_after(l, pause * (192 + (int)j / 2) / 256, pause_over, op) != 0) {
@@ -346,16 +399,8 @@ static void taken(void *ud, int res) {
 static void advance(lock_q *q) {
     q->ready = 0;
     while (q->state == LQ_IDLE && q->head) {
-        svc_order *op = q->head;
-        if (!(q->head = op->next)) q->tail = NULL;
-        if (q->unplaced == op) q->unplaced = op->next;
-        if ((clock_mono_us() - LOCK(op).t0_us) / 1000 >= op->a->cfg.lock_wait_ms) {
-            count_lock(op, 1);
-            leave_line(q, op);
-            op->sreq.result = STOCK_LOCK_TIMEOUT;
-            settle(op);
-            continue;
-        }
+        svc_order *op = pop_next(q);
+        if (!op) break;
         q->holder = op;
         send_read(q);                          /* may finish at once (Redis down) */
     }
@@ -408,14 +453,16 @@ static void enqueue(svc_order *op) {
     LOCK(op).q = q;
     op->next = NULL;
     q->ops++;
-    /* fair-lock: an order takes its place in the line at the end of the
-     * turn it came in (one call per queue and turn): behind the head's
-     * lock_read, which went out before (a queue busy with an order) or
-     * goes out first in this turn's advance (an idle one), so the line has
-     * this instance's orders in their FIFO's order. */
+    /* fair-lock: an order takes its place in the line with its queue's
+     * next call to Redis, behind the orders before it, so the line has this
+     * instance's orders in their FIFO's order: an idle queue's lock_read in
+     * this turn's advance; a queue whose call is in flight, the lock_read
+     * or lock_pass its reply sends (within a round trip: no call of its
+     * own); a queue waiting for another holder or paused in its critical
+     * section, one join at the end of this turn. */
     if (op->p->sp.strategy == STOCK_FAIR_LOCK) {
         if (!q->unplaced) q->unplaced = op;
-        if (q->state != LQ_IDLE && !q->placing) {   /* placed at the end of this turn */
+        if (q->state != LQ_IDLE && q->state != LQ_TAKING && !q->placing) {
             lock_loop *ll = locks_of(ol);
             q->placing = 1;
             q->next_placing = ll->placing;

@@ -128,14 +128,25 @@ static int undo(const stock_product *p, const char *id, const char *key) {
     CHECK(once(&c));
     return c.res;
 }
-static int lock_read(stock_req *r, stock_hold *h, int seg, int ttl) {
+/* A fresh hold's read (a new owner id), or (lock_read_again) the same
+ * order's next read, under its owner id: its place in a fair line. */
+static int lock_read_as(stock_req *r, stock_hold *h, int seg, int ttl, int again) {
     cb c = { 0 };
+    char owner[sizeof h->owner];
+    memcpy(owner, h->owner, sizeof owner);
     memset(h, 0, sizeof *h);
+    if (again) memcpy(h->owner, owner, sizeof owner);
     h->seg = seg;
     op o = { .sa = SA, .r = r, .h = h, .ttl = ttl, .c = &c };
     tl_call(&TL, do_lock_read, &o);
     CHECK(once(&c));
     return c.res;
+}
+static int lock_read(stock_req *r, stock_hold *h, int seg, int ttl) {
+    return lock_read_as(r, h, seg, ttl, 0);
+}
+static int lock_read_again(stock_req *r, stock_hold *h, int seg, int ttl) {
+    return lock_read_as(r, h, seg, ttl, 1);
 }
 static int lock_write(stock_req *r, stock_hold *h, int write) {
     cb c = { 0 };
@@ -597,12 +608,74 @@ static void test_lock_missing_and_hint(void) {
     stock_product_free(&q), finish();
 }
 
+/* fair-lock's pass: a write (or a release) and the next order's read in
+ * one call; the lock handed straight to the next order only when it heads
+ * the line (or the line is empty). */
+static stock_req *pass_rn;
+static stock_hold *pass_hn;
+static cb *pass_nc;
+static void do_lock_pass(void *ud) {
+    op *o = ud;
+    stock_async_lock_pass(o->sa, o->r, o->h, o->write, o->c ? on_done : NULL, o->c, pass_rn,
+                          pass_hn, 2000, NULL, 0, on_done, pass_nc);
+}
+static void lock_pass(stock_req *r, stock_hold *h, int write, cb *c, stock_req *rn,
+                      stock_hold *hn, int seg, cb *nc) {
+    char owner[sizeof hn->owner];
+    memcpy(owner, hn->owner, sizeof owner);          /* its place in line, if any */
+    memset(hn, 0, sizeof *hn);
+    memcpy(hn->owner, owner, sizeof owner);
+    hn->seg = seg;
+    pass_rn = rn, pass_hn = hn, pass_nc = nc;
+    op o = { .sa = SA, .r = r, .h = h, .write = write, .c = c };
+    tl_call(&TL, do_lock_pass, &o);
+    CHECK(once(nc));
+    CHECK(!c || c->calls == 1);
+}
+
+static void test_lock_pass(void) {
+    if (start() != 0) return;
+    stock_product p = product("a-pass", STOCK_FAIR_LOCK, 1, 0, 10);
+    stock_req r1 = req(&p, "p1", "u1", 3, NULL, "f"), r2 = req(&p, "p2", "u2", 1, NULL, "f"),
+              r3 = req(&p, "p3", "u3", 1, NULL, "f"), r4 = req(&p, "p4", "u4", 1, NULL, "f");
+    stock_hold h1, h2 = { 0 }, h3, h4 = { 0 }, hx;
+    char v[128], want[128];
+    CHECK(lock_read(&r1, &h1, 0, 2000) == 1);
+    CHECK(lock_read(&r2, &hx, 0, 2000) == 0);              /* r2 waits: the head of the line */
+    CHECK(traw_int("ZCARD ua:{%s}:%s", "a-pass", "lock:0:fair") == 1);
+    /* r1 writes and hands the lock to r2, the head, in the same call. */
+    cb c1 = { 0 }, c2 = { 0 };
+    memcpy(h2.owner, hx.owner, sizeof h2.owner);
+    lock_pass(&r1, &h1, 1, &c1, &r2, &h2, 0, &c2);
+    CHECK(c1.res == 1 && r1.result == STOCK_RESERVED && pending_has("a-pass", "p1"));
+    CHECK(c2.res == 1 && h2.units == 7 && h2.token == h1.token + 1);
+    snprintf(want, sizeof want, "%s:%llu", hx.owner, (unsigned long long)h2.token);
+    CHECK_STR(raw_get("a-pass", "lock:0", v, sizeof v), want);        /* r2's, never free */
+    CHECK(traw_int("ZCARD ua:{%s}:%s", "a-pass", "lock:0:fair") == 0);
+    CHECK(traw_int("GET ua:{%s}:fence:%s", "a-pass", "0") == (long long)h2.token);
+    /* r3 comes and waits; r2's release cannot hand the lock to r4, which
+     * is behind r3 in the line: freed, r3 (the head) takes it next. */
+    CHECK(lock_read(&r3, &h3, 0, 2000) == 0);
+    cb c4 = { 0 };
+    lock_pass(&r2, &h2, 0, NULL, &r4, &h4, 0, &c4);
+    CHECK(c4.res == 0 && !pending_has("a-pass", "p2"));
+    CHECK(traw_int("EXISTS ua:{%s}:lock:%s", "a-pass", "0") == 0);    /* free, for r3 */
+    CHECK(traw_int("ZRANK ua:{%s}:lock:0:fair %s", "a-pass", h4.owner) == 1);
+    CHECK(lock_read_again(&r4, &h4, 0, 2000) == 0);        /* not its turn */
+    CHECK(lock_read_again(&r3, &h3, 0, 2000) == 1 && h3.units == 7);
+    CHECK(lock_write(&r3, &h3, 1) == 1 && left(&p) == 6);
+    CHECK(lock_read_again(&r4, &h4, 0, 2000) == 1 && h4.units == 6);
+    CHECK(lock_write(&r4, &h4, 0) == 0);
+    stock_product_free(&p), finish();
+}
+
 int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_batch_answers), T(test_limits_and_segments), T(test_missing_copy),
         T(test_pending_cleared), T(test_undo_once), T(test_held_until_ready),
         T(test_redis_down), T(test_stalled_and_freed), T(test_lock_read_write),
         T(test_lock_check), T(test_lock_fence), T(test_lock_missing_and_hint),
+        T(test_lock_pass),
     };
     char err[200];
     url = traw_open();
