@@ -184,7 +184,8 @@
  *   lock first drops the places past their due. A waiter that is killed
  *   has its connection closed: the release's PUBLISH to it reaches nobody
  *   and it is dropped at once (not on a cluster, where a PUBLISH counts
- *   only its own node's listeners: there its place lapses). One stopped
+ *   only its own node's listeners: there it is woken all the same, and a
+ *   gone one's place lapses). One stopped
  *   or cut off loses its place by its due, within waiter_lease_ms of its
  *   last call; the waiter right behind a woken head looks again exactly
  *   then. So a dead waiter costs the waiters behind it at most

@@ -72,7 +72,8 @@ typedef struct attempt {
     char id[33];
     const char *waiter;           /* waiter id, "" while not queued */
     char waiter_id[48];           /* fair: made before the first try, which queues */
-    int listens;                  /* fair: the waiter's wake channel is subscribed */
+    int listens;                  /* fair: the waiter's wake channel is subscribed: 1, or
+                                   * 2 on a cluster (a PUBLISH cannot count it) */
     char score[24];               /* queue position once known, to keep it */
     int64_t queue_ttl_ms;
     uint64_t rng;
@@ -275,7 +276,7 @@ static lock_status try_once(attempt *a, char *err, size_t errlen) {
         rconn_cmd_adds(&call.cmd, a->id);
         rconn_cmd_addll(&call.cmd, a->ttl_ms);
         rconn_cmd_adds(&call.cmd, a->waiter);
-        rconn_cmd_adds(&call.cmd, a->listens ? "1" : "0");
+        rconn_cmd_adds(&call.cmd, a->listens == 2 ? "2" : a->listens ? "1" : "0");
         rconn_cmd_addll(&call.cmd, r->waiter_lease_ms);
         rconn_cmd_addll(&call.cmd, a->queue_ttl_ms);
         rconn_cmd_adds(&call.cmd, proposal);
@@ -409,8 +410,10 @@ static lock_status wait_for(attempt *a, int64_t deadline_us, char *err, size_t e
     a->waiter = w->id;
     /* A PUBLISH counts the receivers on its own node only: on a cluster,
      * whose subscriber is on slot 0's primary, a release could not tell a
-     * gone waiter from one listening elsewhere. There the place lapses. */
-    a->listens = subscribed && !r->servers[0].cluster;
+     * gone waiter from one listening elsewhere. There it is woken all the
+     * same (the cluster bus carries the PUBLISH to every node), and a gone
+     * one's place lapses. */
+    a->listens = !subscribed ? 0 : r->servers[0].cluster ? 2 : 1;
     int64_t backoff_ms = BACKOFF_START_MS;
     lock_status st;
     for (;;) {

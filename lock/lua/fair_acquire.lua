@@ -7,7 +7,8 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] incarnation,
 -- KEYS[5] due, KEYS[6] sub
 -- ARGV[1] id (32 hex), ARGV[2] ttl ms, ARGV[3] waiter id ('' = a try that
--- does not queue), ARGV[4] '1' when the waiter listens on its wake channel,
+-- does not queue), ARGV[4] '1' when the waiter listens on its wake channel
+-- ('2': listens, on a cluster, where a PUBLISH cannot count it),
 -- ARGV[5] the waiter's lease ms, ARGV[6] the queue keys' ttl ms,
 -- ARGV[7] the incarnation to store if this server has none (16 random
 -- hex), ARGV[8] the wake channel prefix
@@ -31,7 +32,7 @@ end
 if free and pruned > 0 and head ~= me then lock_fair_wake(queue, due, sub, ARGV[8]) end
 local pttl = redis.call('pttl', lock)
 if me == '' then return {0, pttl, -1, 0, 0, 0} end
-local joined, rank = lock_fair_stay(queue, due, sub, me, ARGV[4] == '1', tonumber(ARGV[5]),
+local joined, rank = lock_fair_stay(queue, due, sub, me, ARGV[4], tonumber(ARGV[5]),
                                     now, tonumber(ARGV[6]))
 local hint = 0
 if rank == 0 and pttl > 0 then

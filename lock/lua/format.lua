@@ -183,8 +183,12 @@ end
 --          by then, wherever it is in the queue;
 --   sub    set: the waiters that listen on their wake channel. A PUBLISH
 --          to one of them that reaches nobody means it has gone (its
---          connection closed): it is dropped at once. Waiters not in it
---          (not subscribed yet, or polling) are left to their due.
+--          connection closed): it is dropped at once. A waiter there as
+--          '~' .. id listens where a PUBLISH cannot count it (on a Redis
+--          Cluster a PUBLISH counts only its own node's listeners, and
+--          reaches the others' through the cluster bus): it is woken, and
+--          left to its due. Waiters in neither form (not subscribed yet,
+--          or polling) are left to their due.
 
 -- Redis's clock, in ms: the dues are all of this one server's clock.
 local function lock_now_ms()
@@ -197,7 +201,7 @@ end
 local function lock_fair_drop(queue, due, sub, w)
     redis.call('zrem', queue, w)
     redis.call('zrem', due, w)
-    if sub then redis.call('srem', sub, w) end
+    if sub then redis.call('srem', sub, w, '~' .. w) end
 end
 
 -- Drops the waiters whose place has lapsed (at most 64 per call, so that a
@@ -224,8 +228,9 @@ local function lock_fair_wake(queue, due, sub, wake, head)
     for _ = 1, 64 do
         head = head or lock_fair_head(queue)
         if not head then return end
-        if redis.call('sismember', sub, head) == 0 then return end
-        if redis.call('publish', wake .. head, 'released') > 0 then return end
+        local heard = redis.call('smismember', sub, head, '~' .. head)
+        if heard[1] == 0 and heard[2] == 0 then return end
+        if redis.call('publish', wake .. head, 'released') > 0 or heard[1] == 0 then return end
         lock_fair_drop(queue, due, sub, head)
         head = nil
     end
@@ -295,8 +300,10 @@ end
 -- A waiter's call on a fair lock that it could not take: joins the queue at
 -- the back if not in it (joined = 1: a new place; a waiter that lost its
 -- place gets a new one, at the back), moves its due to now + lease, marks
--- it listening if it says so, and keeps the queue's keys alive for
--- keep_ms. Returns joined, and the waiter's rank (0: the head).
+-- it listening as it says (listens: '1' listens, '2' listens where a
+-- PUBLISH cannot count it -- a cluster --, else not), and keeps the
+-- queue's keys alive for keep_ms. Returns joined, and the waiter's rank
+-- (0: the head).
 local function lock_fair_stay(queue, due, sub, w, listens, lease, now, keep_ms)
     local joined = 0
     if not redis.call('zscore', queue, w) then
@@ -304,7 +311,11 @@ local function lock_fair_stay(queue, due, sub, w, listens, lease, now, keep_ms)
         joined = 1
     end
     redis.call('zadd', due, now + lease, w)
-    if listens then redis.call('sadd', sub, w) end
+    if listens == '1' then
+        redis.call('sadd', sub, w)
+    elseif listens == '2' then
+        redis.call('sadd', sub, '~' .. w)
+    end
     for _, k in ipairs({queue, due, sub}) do
         if redis.call('pttl', k) < keep_ms then redis.call('pexpire', k, keep_ms) end
     end

@@ -50,7 +50,7 @@ local function lock_step_read(K, A, from, seen)
         end
         if not free or (head and head ~= A[1]) then
             if free and pruned > 0 then lock_fair_wake(K[8], K[9], K[10], A[7]) end
-            local _, rank = lock_fair_stay(K[8], K[9], K[10], A[1], false,
+            local _, rank = lock_fair_stay(K[8], K[9], K[10], A[1], nil,
                                            tonumber(A[5]), clock(), tonumber(A[6]))
             behind()
             return {0, redis.call('PTTL', K[1]), rank}

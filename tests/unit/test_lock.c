@@ -618,7 +618,8 @@ static void ghost(const char *base, const char *who, long long score, long long 
     if (t) freeReplyObject(t);
     traw_cmd("ZADD %s:fair %lld %s", base, score, who);
     traw_cmd("ZADD %s:fair:due %lld %s", base, now + due_ms, who);
-    if (listens) traw_cmd("SADD %s:fair:sub %s", base, who);
+    if (listens == 1) traw_cmd("SADD %s:fair:sub %s", base, who);
+    if (listens == 2) traw_cmd("SADD %s:fair:sub ~%s", base, who);   /* on a cluster */
 }
 
 static void test_fair_newcomer_waits_its_turn(void) {
@@ -671,6 +672,39 @@ static void test_fair_gone_listener_dropped_at_release(void) {
     CHECK(traw_int("EXISTS %s", "{t:gone}:fair") == 0);
     lock_client_free(c);
     lock_client_free(w);
+}
+
+static void test_fair_far_listener_woken_not_dropped(void) {
+    /* On a cluster a waiter listens where a PUBLISH cannot count it (the
+     * '~' mark): the release wakes it all the same, and does not take the
+     * PUBLISH's count of 0 for its death: it keeps its place to its due. */
+    lock_client *c = fair_client(1000);
+    lock_handle *h = NULL;
+    traw_cmd("DEL t:far {t:far}:fair {t:far}:fair:due {t:far}:fair:sub");
+    redisContext *s = redisConnect(traw_conn->tcp.host, traw_conn->tcp.port);
+    CHECK(s && !s->err);
+    if (!s || s->err) {
+        if (s) redisFree(s);
+        lock_client_free(c);
+        return;
+    }
+    redisReply *rep = redisCommand(s, "SUBSCRIBE {t:far}:wake:far");
+    CHECK(rep && rep->type == REDIS_REPLY_ARRAY);
+    if (rep) freeReplyObject(rep);
+    CHECK(lock_acquire(c, "t:far", 10000, 0, NULL, &h, err, sizeof err) == LOCK_OK);
+    ghost("{t:far}", "far", 0, 60000, 2);
+    lock_release(h);
+    struct timeval tv = { 2, 0 };
+    redisSetTimeout(s, tv);
+    rep = NULL;
+    CHECK(redisGetReply(s, (void **)&rep) == REDIS_OK && rep && rep->type == REDIS_REPLY_ARRAY &&
+          rep->elements == 3 && !strcmp(rep->element[2]->str, "released"));   /* woken */
+    if (rep) freeReplyObject(rep);
+    redisFree(s);
+    CHECK(traw_int("ZCARD %s", "{t:far}:fair") == 1);          /* and kept: nobody counted */
+    CHECK(lock_acquire(c, "t:far", 10000, 0, NULL, &h, err, sizeof err) == LOCK_BUSY && !h);
+    traw_cmd("DEL t:far {t:far}:fair {t:far}:fair:due {t:far}:fair:sub");
+    lock_client_free(c);
 }
 
 static void test_fair_order_across_clients(void) {
@@ -955,6 +989,7 @@ static const t_case cases[] = {
     T(test_lost_callback), T(test_fence_increasing), T(test_fenced_set),
     T(test_wakeup_latency), T(test_free_lock_noticed), T(test_bounded_wakeups),
     T(test_fair_newcomer_waits_its_turn), T(test_fair_gone_listener_dropped_at_release),
+    T(test_fair_far_listener_woken_not_dropped),
     T(test_fair_order_across_clients), T(test_fair_refused_with_redlock),
     T(test_redlock_quorum), T(test_redlock_dead_servers), T(test_incarnation_one_server),
     T(test_redlock_incarnation), T(test_free_with_held_locks), T(test_lock_order_asserted),
