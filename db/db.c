@@ -244,8 +244,17 @@ void db_target_redact(const char *target, char *out, size_t len) {
 
 int db_target_row_locks(const char *target) { return driver_of(target)->row_locks; }
 
+int db_target_server(const char *target) { return driver_of(target)->server; }
+
 db *db_open(const char *target, const db_options *opt, char *err, size_t errlen) {
+    db_status st;
+    return db_open_st(target, opt, &st, err, errlen);
+}
+
+db *db_open_st(const char *target, const db_options *opt, db_status *st, char *err,
+               size_t errlen) {
     db *d = calloc(1, sizeof *d);
+    *st = DB_ERROR;
     if (!d || !(d->tally = calloc(1, sizeof(tallies)))) {
         free(d);
         snprintf(err, errlen, "out of memory");
@@ -254,11 +263,15 @@ db *db_open(const char *target, const db_options *opt, char *err, size_t errlen)
     d->drv = driver_of(target);
     d->readonly = opt->readonly;
     d->commit_timeout_ms = opt->commit_timeout_ms > 0 ? opt->commit_timeout_ms : DB_COMMIT_TIMEOUT_MS;
-    if (d->drv->open(d, target, opt, err, errlen)) {
+    int rc = d->drv->open(d, target, opt, err, errlen);
+    if (rc) {
+        assert(rc == -1 || rc == -2);
+        *st = rc == -2 ? DB_DOWN : DB_ERROR;
         free(d->tally);
         free(d);
         return NULL;
     }
+    *st = DB_OK;
     return d;
 }
 

@@ -50,8 +50,11 @@ typedef enum db_status {
     DB_ERROR,        /* anything else: I/O, read-only file, full disk... */
     DB_UNKNOWN,      /* a commit failed and whether it took effect could not be
                         learned: leave the order to reconciliation */
-    DB_NOCONN        /* no connection of the instance's budget was free in time
+    DB_NOCONN,       /* no connection of the instance's budget was free in time
                         (db/pool.h): nothing was sent */
+    DB_DOWN          /* opening: the server cannot be opened for now -- unreachable,
+                        out of connections, or read-only (a standby not promoted
+                        yet): trying again may succeed */
 } db_status;
 
 typedef struct db db;
@@ -135,9 +138,19 @@ int db_order_status_parse(const char *name);
  * a libpq URI (postgresql://... or postgres://...) or a SQLite file's
  * path. Returns NULL with a message in err on failure. */
 db *db_open(const char *target, const db_options *opt, char *err, size_t errlen);
+/* The same, and *st says how it failed: DB_DOWN (the server cannot be
+ * opened for now: it may pass) or DB_ERROR (it stays: a file that cannot
+ * be opened, a schema not ours, a pooler that cannot carry a
+ * transaction...); DB_OK when it opened. */
+db *db_open_st(const char *target, const db_options *opt, db_status *st, char *err,
+               size_t errlen);
 /* Whether the engine target names has row locks (db_row_locks) -- known
  * before it is opened. */
 int db_target_row_locks(const char *target);
+/* Whether target names a server reached over a connection (PostgreSQL),
+ * which may be down or not writable yet for a while -- a failover --,
+ * rather than a file (SQLite), whose errors stay. */
+int db_target_server(const char *target);
 /* target as a log may show it: a URI's password replaced by "***". */
 void db_target_redact(const char *target, char *out, size_t len);
 /* The engine d runs on: "sqlite" or "postgresql". */

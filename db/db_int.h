@@ -115,6 +115,10 @@ typedef struct db_driver {
     /* Whether a write transaction holds the whole database, so that no
      * other writer's transaction runs beside it (SQLite's file). */
     int one_writer;
+    /* Whether the database is a server reached over a connection, which
+     * may be down, or not writable yet, for a while (a failover), rather
+     * than a file (db_target_server). */
+    int server;
     /* Optional (NULL: shown as it is): target as a log may show it, its
      * secrets (a password) replaced by "***". */
     void (*redact)(const char *target, char *out, size_t len);
@@ -123,7 +127,8 @@ typedef struct db_driver {
      * without a common text has one here). ?N parameters. */
     const char *const *sql;
     /* Opens (and migrates, unless read-only) the database at target into
-     * d->impl. 0, or -1 with err filled. */
+     * d->impl. 0; or -1 with err filled, or -2 when the failure may pass
+     * (a server that cannot be reached, or is not writable, for now). */
     int (*open)(db *d, const char *target, const db_options *opt, char *err, size_t errlen);
     void (*close)(db *d);
     /* Runs statement st (sql: an ad hoc one's SQLite text, st -1) with

@@ -456,15 +456,32 @@ static int session(db *d, char *err, size_t errlen) {
         char why[400];
         one_line(why, sizeof why, PQerrorMessage(p->conn));
         snprintf(err, errlen, "connect: %s", why);
-        return -1;
+        /* Down, starting, shutting down, out of connections: may pass. A
+         * refusal of who or what is asked for stays (the server's English
+         * words; in another language it is tried again, each try logged). */
+        static const char *const stays[] = { "does not exist", "authentication failed",
+                                             "no pg_hba.conf entry", NULL };
+        for (int i = 0; stays[i]; i++)
+            if (strstr(why, stays[i])) return -1;
+        return -2;
     }
     p->lock_timeout_ms = p->opt.busy_timeout_ms > 0 ? p->opt.busy_timeout_ms : 2000;
     memset(p->prepared, 0, sizeof p->prepared);
     memset(p->piped_prepared, 0, sizeof p->piped_prepared);
-    PGresult *who = query(d, "SELECT pg_backend_pid()", err, errlen);
+    PGresult *who = query(d, "SELECT pg_backend_pid(), current_setting('transaction_read_only')",
+                          err, errlen);
     if (!who) return -1;
     p->shared = PQntuples(who) != 1 || atoi(PQgetvalue(who, 0, 0)) != PQbackendPID(p->conn);
+    /* A writer's connection on a server that takes no writes -- a standby
+     * (hot_standby), or one not promoted yet mid-failover -- may find the
+     * primary it needs later: the caller may try again. */
+    int read_only = PQntuples(who) == 1 && !strcmp(PQgetvalue(who, 0, 1), "on");
     PQclear(who);
+    if (read_only && !p->opt.readonly) {
+        snprintf(err, errlen, "the server takes no writes (transaction_read_only is on: a "
+                 "standby, or a primary not promoted yet)");
+        return -2;
+    }
     if (p->shared) {
         char why[200];
         if (exec(d, "BEGIN", why, sizeof why) || exec(d, "COMMIT", why, sizeof why)) {
@@ -560,7 +577,11 @@ static int pg_open(db *d, const char *target, const db_options *opt, char *err, 
         goto err;
     }
     PQsetNoticeProcessor(p->conn, quiet, NULL);
-    if (session(d, err, errlen)) goto err;
+    int rc = session(d, err, errlen);
+    if (rc) {
+        pg_close(d);
+        return rc;
+    }
     return 0;
 err:
     pg_close(d);
@@ -1554,6 +1575,7 @@ const db_driver db_pg_driver = {
     .name = "postgresql",
     .claims = pg_claims,
     .row_locks = 1,
+    .server = 1,
     .redact = pg_redact,
     .sql = SQL,
     .open = pg_open,

@@ -143,7 +143,8 @@ db_status db_pool_take(db_pool *p, int wait_ms, db **out, char *err, size_t errl
     db *fresh = *out;
     pthread_mutex_unlock(&p->mu);
     if (fresh) goto taken;
-    if ((*out = db_open(p->target, &p->opt, err, errlen)) != NULL) {
+    db_status st;
+    if ((*out = db_open_st(p->target, &p->opt, &st, err, errlen)) != NULL) {
         pthread_mutex_lock(&p->mu);
         p->st.opened++;
         pthread_mutex_unlock(&p->mu);
@@ -155,7 +156,7 @@ db_status db_pool_take(db_pool *p, int wait_ms, db **out, char *err, size_t errl
     p->st.failures++;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    return DB_ERROR;
+    return st;
 taken:
     pthread_mutex_lock(&p->mu);
     p->st.takes++;

@@ -38,7 +38,8 @@ db_pool *db_pool_new(const char *target, const db_options *opt, int max, char *e
 void db_pool_free(db_pool *p);
 
 /* Takes a connection into *out: DB_OK; DB_NOCONN when all max were in use
- * for wait_ms (0: do not wait); DB_ERROR when one could not be opened.
+ * for wait_ms (0: do not wait); DB_DOWN or DB_ERROR when one could not be
+ * opened (db_open_st: whether the failure may pass).
  * On an error *out is NULL and err says why. Thread-safe. */
 db_status db_pool_take(db_pool *p, int wait_ms, db **out, char *err, size_t errlen);
 /* Gives back d, taken from p (NULL: nothing). Thread-safe. */

@@ -91,6 +91,11 @@ static const opt OPTS[] = {
       F(db_connection_wait_ms), 0, 60000, "1000",
       "how long work waits for one of those connections when all are in use; then an order "
       "is answered 503 overloaded with Retry-After (nothing taken), other requests likewise" },
+    { "db-start-wait-ms", "FLASHSALE_DB_START_WAIT_MS", T_INT, F(db_start_wait_ms), 0,
+      3600000, "30000",
+      "PostgreSQL: at start, how long to keep trying a database that cannot be opened yet "
+      "(unreachable, read-only -- a standby mid-failover --, out of connections), each try "
+      "logged, before giving up (exit 1). SQLite is opened once" },
     { "commit-gap-us", "FLASHSALE_COMMIT_GAP_US", T_INT, F(commit_gap_us), -1, 100000, "-1",
       "a group commit starts at least this long after the one before it, taking the orders "
       "that queued meanwhile: fewer, larger groups, each fsync's CPU shared by more orders, "

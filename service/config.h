@@ -27,6 +27,7 @@ typedef struct svc_config {
     int db_commit_timeout_ms;
     int db_max_connections;   /* the instance's database connections at most */
     int db_connection_wait_ms;   /* how long a part waits for one of them */
+    int db_start_wait_ms;     /* PostgreSQL: how long start keeps trying to open it */
     int commit_gap_us;        /* the committer's pacing (db_writer_pace) */
     int synchronous_full;
     unsigned max_connections;

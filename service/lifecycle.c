@@ -10,6 +10,7 @@
  * Kept apart from main() so that the request-surface fuzzer can run the
  * real service, router and handlers in its own process, and start and stop
  * it again. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,43 @@ static long open_conns(void *ud) {
     return atomic_load(&a->http_up) ? http_connections(a->http) : 0;
 }
 
+/* Whether a SIGTERM or SIGINT is pending: they are blocked until main's
+ * sigwait, which takes them once the service has started. */
+static int stop_asked(void) {
+    sigset_t pending;
+    return sigpending(&pending) == 0 &&
+           (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
+}
+
+/* The first database connection, which opens the database (and migrates
+ * its schema). A server that cannot be opened yet -- down, a standby not
+ * promoted yet (read-only), out of connections: a failover or a restart
+ * under way -- is tried again about once a second, each failure logged,
+ * for --db-start-wait-ms or until a SIGTERM or SIGINT comes; a file (SQLite)
+ * once. NULL with why on failure. */
+static db *open_database(svc_app *a, char *why, size_t whylen) {
+    int64_t until = clock_mono_ms() + a->cfg.db_start_wait_ms;
+    int server = db_target_server(a->cfg.db_path);
+    for (int tries = 1;; tries++) {
+        db *d = NULL;
+        db_status st = db_pool_take(a->dbpool, a->cfg.db_connection_wait_ms, &d, why, whylen);
+        if (st == DB_OK) {
+            if (tries > 1) svc_log(SVC_LOG_INFO, "database: opened at try %d", tries);
+            return d;
+        }
+        int64_t left = until - clock_mono_ms();
+        if (!server || st != DB_DOWN || left <= 0) return NULL;
+        if (stop_asked()) {
+            svc_log(SVC_LOG_WARN, "database: stopped while waiting for it (a signal came)");
+            return NULL;
+        }
+        svc_log(SVC_LOG_WARN, "database: cannot open it yet (%s); trying again for up to %lld s "
+                "more (--db-start-wait-ms)", why, (long long)(left + 999) / 1000);
+        for (int i = 0; i < 10 && !stop_asked() && clock_mono_ms() < until; i++)
+            clock_sleep_ms(100);
+    }
+}
+
 int svc_start(svc_app *a, char *err, size_t errlen) {
     char why[256];
     if (stock_strategy_parse(a->cfg.strategy, &a->default_strategy) != 0) {
@@ -392,8 +430,8 @@ int svc_start(svc_app *a, char *err, size_t errlen) {
     }
     a->stock_cfg.db_pool = a->dbpool;           /* the db-lock table's connections */
     a->stock_cfg.db_wait_ms = a->cfg.db_connection_wait_ms;
-    db *d = NULL;
-    if (db_pool_take(a->dbpool, a->cfg.db_connection_wait_ms, &d, why, sizeof why) != DB_OK) {
+    db *d = open_database(a, why, sizeof why);
+    if (!d) {
         char shown[600];
         db_target_redact(a->cfg.db_path, shown, sizeof shown);
         snprintf(err, errlen, "database %s: %s", shown, why);

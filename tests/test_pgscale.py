@@ -22,6 +22,7 @@ import threading
 import time
 
 import harness
+from harness import wait_until
 from test_flashload import flashload
 
 
@@ -218,6 +219,43 @@ def test_session_pooling_short_of_servers_answers_every_request(ctx):
     assert int(re.search(r"status\s+201: (\d+)", out).group(1)) > 0, out
 
 
+def test_start_waits_for_a_standby_to_be_promoted(ctx):
+    """An instance (re)started mid-failover, while its database is still a
+    standby, does not exit at once (a supervisor's start limit could then
+    give up on it): it tries again about once a second, saying why, and
+    starts once the standby is promoted. Past --db-start-wait-ms it gives
+    up, exit 1; a failure that stays (statement pooling, below) exits at
+    once."""
+    primary = ctx.postgres()
+    primary.database("orders")
+    standby = ctx.postgres(standby_of=primary)
+    wait_until(lambda: standby.psql("SELECT pg_is_in_recovery()") == [["t"]], 20,
+               what="the standby in recovery")
+    redis = ctx.redis()
+    quick = ctx.service(redis, standby.url("orders"), args=["--db-start-wait-ms", "1500"],
+                        wait=False)
+    t0 = time.monotonic()
+    rc = quick.proc.wait(30)
+    took = time.monotonic() - t0
+    log = quick.logs()
+    assert rc == 1 and 1.4 <= took < 15, (rc, took, log)
+    assert "takes no writes" in log and "--db-start-wait-ms" in log, log
+    s = ctx.service(redis, standby.url("orders"), args=["--db-start-wait-ms", "60000"],
+                    wait=False)
+    wait_until(lambda: s.logs().count("cannot open it yet") >= 2, 20, what="tries logged")
+    assert s.proc.poll() is None, s.logs()
+    t0 = time.monotonic()
+    standby.promote()
+    wait_until(s._up, 30, what="flashsale to listen once the standby is promoted")
+    print("    waited on the standby, logged %d tries; listening %.1f s after the promotion"
+          % (s.logs().count("cannot open it yet"), time.monotonic() - t0))
+    assert "database: opened at try" in s.logs(), s.logs()
+    r = s.post("/v1/products", {"sku": "after-promote", "stock": 5, "strategy": "lua"})
+    assert r.status == 201, r
+    r = s.post("/v1/orders", {"sku": "after-promote", "user_id": "u1", "quantity": 1})
+    assert r.status == 201, r
+
+
 def test_statement_pooling_is_refused_at_start(ctx):
     """A pooler in statement mode cannot carry a transaction: the service
     does not start half-working; it exits naming the setting."""
@@ -226,7 +264,8 @@ def test_statement_pooling_is_refused_at_start(ctx):
     bouncer = ctx.pgbouncer(pg, mode="statement")
     redis = ctx.redis()
     s = harness.Service(redis.url, bouncer.url("orders"), wait=False, log_dir=ctx.tmp)
+    t0 = time.monotonic()
     rc = s.proc.wait(30)
-    assert rc != 0, rc
+    assert rc != 0 and time.monotonic() - t0 < 10, rc      # not tried again
     log = s.logs()
     assert "pool_mode" in log and "statement" in log, log

@@ -827,7 +827,9 @@ static void test_pool_gives_back_clean(void) {
 }
 
 /* A connection that cannot be opened gives its slot back: the budget is
- * not spent by failures. Idle connections past their time are closed. */
+ * not spent by failures, which say whether they may pass (a server that
+ * refuses the connect) or stay (no such database, no such file). Idle
+ * connections past their time are closed. */
 static void test_pool_failures_and_idle(void) {
     char err[256], bad[600];
     db *d = NULL;
@@ -841,6 +843,11 @@ static void test_pool_failures_and_idle(void) {
     db_pool_get_stats(p, &st);
     CHECK(st.open == 0 && st.in_use == 0 && st.failures == 3 && st.takes == 0);
     db_pool_free(p);
+    if (pg_url) {      /* a server that refuses the connect may come: it may pass */
+        p = db_pool_new("postgresql://postgres@127.0.0.1:1/x", &OPTS, 1, err, sizeof err);
+        CHECK(p && db_pool_take(p, 0, &d, err, sizeof err) == DB_DOWN && !d);
+        db_pool_free(p);
+    }
 
     db *first = fresh();
     CHECK(first != NULL);
