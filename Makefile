@@ -94,6 +94,7 @@ LINK_lockcheck      := lock rtopo common
 LINK_test_aconn     := common
 LINK_test_cpus      := common
 LINK_test_sha256    := common
+LINK_test_utctime   := common
 LINK_test_db        := db common
 LINK_test_http      := http common
 LINK_test_flashload := loadtest common

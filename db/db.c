@@ -1076,26 +1076,3 @@ db_status db_fold_tallies(db *d, long long *folded) {
     *folded = n;
     return DB_OK;
 }
-
-void db_format_time(int64_t wall_ms, char out[DB_TIME_LEN + 1]) {
-    /* Every order gets a timestamp: the date and time up to the second are
-     * formatted once per second and thread, the milliseconds each time. */
-    static __thread int64_t cached_secs = -1;
-    static __thread char cached[DB_TIME_LEN + 1];
-    int64_t secs = wall_ms / 1000, ms = wall_ms % 1000;
-    if (secs != cached_secs) {
-        time_t t = (time_t)secs;
-        struct tm tm;
-        char tmp[64];
-        gmtime_r(&t, &tm);
-        snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.000Z", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        memcpy(cached, tmp, DB_TIME_LEN);
-        cached[DB_TIME_LEN] = '\0';
-        cached_secs = secs;
-    }
-    memcpy(out, cached, DB_TIME_LEN + 1);
-    out[20] = (char)('0' + ms / 100);          /* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
-    out[21] = (char)('0' + ms / 10 % 10);
-    out[22] = (char)('0' + ms % 10);
-}

@@ -28,12 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/utctime.h"  /* the rows' times (created_at...): UTC_TIME_LEN */
+
 #define DB_SKU_MAX 64
 #define DB_NAME_MAX 256
 #define DB_USER_MAX 128
 #define DB_KEY_MAX 128
 #define DB_ORDER_ID_LEN 26
-#define DB_TIME_LEN 24          /* "2026-11-22T09:00:00.123Z" */
 #define DB_SCHEMA_VERSION 10
 #define DB_REF_MAX 128         /* a hold's payment_ref */
 
@@ -92,7 +93,7 @@ typedef struct db_product {
     int cs_delay_ms;                  /* fault injection: pause in the critical section */
     int lock_ttl_ms;                  /* lock strategies: lease; 0 = default */
     int cs_overlap;                   /* fault injection: holders to wait for (stock.h) */
-    char created_at[DB_TIME_LEN + 1];
+    char created_at[UTC_TIME_LEN + 1];
     int hold_seconds;                 /* 0: orders confirmed at once; else holds (holds.h) */
     long long held;                   /* units of reserved holds */
     int room_turn_ms;                 /* > 0: a waiting room, a turn this long (stock/room.h) */
@@ -116,7 +117,7 @@ typedef struct db_order {
     char user_id[DB_USER_MAX * 4 + 1];
     int quantity;
     char idem_key[DB_KEY_MAX + 1];     /* empty: none */
-    char created_at[DB_TIME_LEN + 1];
+    char created_at[UTC_TIME_LEN + 1];
     long long gen;                     /* generation it was reserved under */
     /* Holds (db/holds.h). */
     db_order_status status;            /* read */
@@ -394,8 +395,5 @@ void db_writer_get_stats(db_writer *w, db_writer_stats *out);
 /* Commits everything queued, then stops the thread and frees w (not its
  * connection). */
 void db_writer_stop(db_writer *w);
-
-/* Formats wall-clock ms as RFC 3339 UTC with milliseconds into out. */
-void db_format_time(int64_t wall_ms, char out[DB_TIME_LEN + 1]);
 
 #endif

@@ -17,8 +17,8 @@ void svc_log_set_level(svc_log_level lvl) { min_level = lvl; }
 
 void svc_log(svc_log_level lvl, const char *fmt, ...) {
     if (lvl < min_level) return;
-    char when[DB_TIME_LEN + 1], line[1024];
-    db_format_time(clock_wall_ms(), when);
+    char when[UTC_TIME_LEN + 1], line[1024];
+    utc_time_format(clock_wall_ms(), when);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <jansson.h>
 
+#include "common/utctime.h"
 #include "loadtest/client/client.h"
 
 #define BODY_MAX (16 * 1024 * 1024)   /* a page of 1000 orders is ~250 KiB */
@@ -215,13 +216,8 @@ int fl_product_create(fl_http *h, const fl_product_spec *s, fl_err *e) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             long long ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->room_opens_in_ms;
-            time_t secs = (time_t)(ms / 1000);
-            struct tm tm;
-            char when[64];
-            gmtime_r(&secs, &tm);
-            snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     (int)(ms % 1000));
+            char when[UTC_TIME_LEN + 1];
+            utc_time_format(ms, when);
             json_object_set_new(w, "opens_at", json_string(when));
         }
         json_object_set_new(j, "waiting_room", w);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/utctime.h"
 #include "loadtest/client/client.h"
 
 #define HEAD_MAX (64 * 1024)     /* status line and headers, in total */
@@ -314,24 +315,10 @@ int fl_json_str(const char *json, size_t len, const char *key, char *out, size_t
     return -1;
 }
 
-/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar
- * (Howard Hinnant's days_from_civil): no time zone, no libc state. */
-static long long days_from_civil(long long y, unsigned m, unsigned d) {
-    y -= m <= 2;
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (long long)doe - 719468;
-}
-
 long long fl_json_time_ms(const char *json, size_t len, const char *key) {
-    char t[40], z;
-    unsigned y, mo, d, h, mi, s, ms;
-    if (fl_json_str(json, len, key, t, sizeof t) != 24) return -1;
-    if (sscanf(t, "%4u-%2u-%2uT%2u:%2u:%2u.%3u%c", &y, &mo, &d, &h, &mi, &s, &ms, &z) != 8 ||
-        z != 'Z' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
-        return -1;
-    long long days = days_from_civil(y, mo, d);
-    return ((days * 24 + h) * 60 + mi) * 60000LL + s * 1000LL + ms;
+    char t[40];
+    int64_t ms;
+    int n = fl_json_str(json, len, key, t, sizeof t);
+    if (n < 0 || utc_time_parse(t, (size_t)n, &ms) != 0) return -1;
+    return ms;
 }

@@ -54,8 +54,8 @@ static json_t *room_json(svc_product *p) {
                           (json_int_t)f.issued, "serving", (json_int_t)f.serving,
                           "rate_now", round(f.rate * 10) / 10, "sold_out", f.sold_out_ms > 0);
     long long opens = svc_room_opens_ms(p->room);
-    char when[DB_TIME_LEN + 1];
-    if (opens > 0) db_format_time(opens, when);
+    char when[UTC_TIME_LEN + 1];
+    if (opens > 0) utc_time_format(opens, when);
     if (j) json_object_set_new(j, "opens_at", opens > 0 ? json_string(when) : json_null());
     return j;
 }
@@ -190,7 +190,7 @@ static void product_create_on(api_job *j, db *d) {
     dp.room_turn_ms = (int)in->room_turn_ms;
     dp.room_rate = in->room_rate;
     dp.room_opens_ms = in->room_opens_ms;
-    db_format_time(clock_wall_ms(), dp.created_at);
+    utc_time_format(clock_wall_ms(), dp.created_at);
 
     db_status st = db_product_insert(d, &dp);
     if (st == DB_EXISTS) {

@@ -20,13 +20,13 @@
 /* Writes a hold's fields (after "status") at p: the deadline and, once it
  * ended, when and how. Returns the new end. */
 static char *hold_fields(char *p, const db_order *o) {
-    char t[DB_TIME_LEN + 1];
+    char t[UTC_TIME_LEN + 1];
     static const char *const WHEN[] = { "confirmed_at", "", "cancelled_at", "expired_at" };
     if (!o->expires_ms) return p;
-    db_format_time(o->expires_ms, t);
+    utc_time_format(o->expires_ms, t);
     p += sprintf(p, ",\"expires_at\":\"%s\"", t);
     if (o->decided_ms) {
-        db_format_time(o->decided_ms, t);
+        utc_time_format(o->decided_ms, t);
         p += sprintf(p, ",\"%s\":\"%s\"", WHEN[o->status], t);
     }
     if (o->payment_ref[0]) {
@@ -236,16 +236,16 @@ void api_order_create(http_req *r, const char *const *params, void *ud) {
 }
 
 static json_t *order_json(const db_order *o) {
-    char t[DB_TIME_LEN + 1];
+    char t[UTC_TIME_LEN + 1];
     static const char *const WHEN[] = { "confirmed_at", "", "cancelled_at", "expired_at" };
     json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "order_id", o->order_id, "sku",
                           o->sku, "user_id", o->user_id, "quantity", o->quantity, "status",
                           db_order_status_name(o->status), "created_at", o->created_at);
     if (!j || !o->expires_ms) return j;
-    db_format_time(o->expires_ms, t);
+    utc_time_format(o->expires_ms, t);
     json_object_set_new(j, "expires_at", json_string(t));
     if (o->decided_ms) {
-        db_format_time(o->decided_ms, t);
+        utc_time_format(o->decided_ms, t);
         json_object_set_new(j, WHEN[o->status], json_string(t));
     }
     if (o->payment_ref[0]) json_object_set_new(j, "payment_ref", json_string(o->payment_ref));

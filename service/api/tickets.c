@@ -114,10 +114,10 @@ static void reply_not_open(http_req *r, svc_product *p, long long opens_ms, long
         rm = (wait > 0 ? wait : 0) + (long long)(j % (SVC_ROOM_OPENING_SPREAD_MS + 1));
         if (rm < 50) rm = 50;
     }
-    char secs[24], when[DB_TIME_LEN + 1];
+    char secs[24], when[UTC_TIME_LEN + 1];
     const char *retry[] = { "Retry-After", secs, NULL };
     snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
-    db_format_time(opens_ms, when);
+    utc_time_format(opens_ms, when);
     http_reply_error_with(r, 429, "sale_not_open",
                           json_pack("{s:s, s:I, s:b}", "opens_at", when, "retry_after_ms",
                                     (json_int_t)rm, "pre_queue", 1),

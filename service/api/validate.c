@@ -5,8 +5,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/utctime.h"
 #include "common/utf8.h"
 #include "service/api/validate.h"
 #include "db/db.h"
@@ -228,43 +228,15 @@ int svc_validate_order_fast(const char *body, size_t len, svc_order_fast *f) {
     return 1;
 }
 
-/* The value of the n decimal digits at s (checked digits). */
-static int digits(const char *s, int n) {
-    int v = 0;
-    for (int i = 0; i < n; i++) v = v * 10 + (s[i] - '0');
-    return v;
-}
-
-/* A time as the API writes them, "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (UTC; years
- * 2000 to 9999): 0 with *ms (since the epoch), or -1. */
-
-static int parse_time(const char *s, long long *ms) {
-    /* Character by character: no sign, space or short field slips in. */
-    static const char form[] = "dddd-dd-ddTdd:dd:dd.dddZ";
-    size_t len = strlen(s);
-    if (len != 20 && len != 24) return -1;           /* without or with the milliseconds */
-    for (size_t i = 0; i + 1 < len; i++)
-        if (form[i] == 'd' ? s[i] < '0' || s[i] > '9' : s[i] != form[i]) return -1;
-    if (s[len - 1] != 'Z') return -1;
-    int y = digits(s, 4), mo = digits(s + 5, 2), d = digits(s + 8, 2), h = digits(s + 11, 2),
-        mi = digits(s + 14, 2), sec = digits(s + 17, 2), frac = len == 24 ? digits(s + 20, 3) : 0;
-    if (y < 2000 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 59)
-        return -1;
-    struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
-                     .tm_min = mi, .tm_sec = sec };
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1 || tm.tm_mday != d) return -1;   /* 31 April rolls over: refused */
-    *ms = (long long)t * 1000 + frac;
-    return 0;
-}
-
 /* The room's "opens_at": absent or null (open at once), else a time. */
 static int opens_field(json_t *w, long long *out, svc_verr *e) {
     json_t *v = json_object_get(w, "opens_at");
+    int64_t ms = 0;
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v) || parse_time(json_string_value(v), out) != 0)
+    if (!json_is_string(v) || utc_time_parse(json_string_value(v), json_string_length(v), &ms))
         return fail(e, 400, "invalid_field", "'opens_at' must be a UTC time as "
                     "YYYY-MM-DDTHH:MM:SS.mmmZ (the milliseconds may be left out).");
+    *out = ms;
     return 1;
 }
 

@@ -75,7 +75,7 @@ svc_order *svc_order_new(svc_app *a, svc_product *p, const svc_order_input *in,
     op->next = NULL;
     op->job.kind = DB_JOB_INSERT;
     svc_order_id_new(op->order_id, &wall_ms);
-    db_format_time(wall_ms, op->created_at);
+    utc_time_format(wall_ms, op->created_at);
     op->expires_ms = p->hold_seconds > 0 ? wall_ms + (int64_t)p->hold_seconds * 1000 : 0;
     /* Validated lengths: a user id is at most 128 characters (512 bytes),
      * a key at most 128 bytes. */

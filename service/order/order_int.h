@@ -92,7 +92,7 @@ struct svc_order {
     int64_t door_us;               /* ...how long it may have waited to be read before... */
     stock_strategy adm_strategy;   /* ...under which strategy's limit */
     char order_id[DB_ORDER_ID_LEN + 1];
-    char created_at[DB_TIME_LEN + 1];
+    char created_at[UTC_TIME_LEN + 1];
     int64_t expires_ms;            /* a hold's deadline (0: confirmed at once) */
     char user_id[DB_USER_MAX * 4 + 1];
     char idem_key[DB_KEY_MAX + 1];

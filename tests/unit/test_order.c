@@ -119,7 +119,7 @@ static svc_product *product(const char *sku, const char *strategy, int segments,
     dp.segments = segments;
     dp.per_user_limit = limit;
     dp.stock_initial = stock;
-    db_format_time(clock_wall_ms(), dp.created_at);
+    utc_time_format(clock_wall_ms(), dp.created_at);
     db *d = svc_db_take(&app, NULL);
     db_status st = d ? db_product_insert(d, &dp) : DB_ERROR;
     svc_db_give(&app, d);
