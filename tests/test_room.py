@@ -410,12 +410,16 @@ def test_crowd_in_arrival_order_with_the_room(ctx):
     # Buyers early in the line wait in the instance, their order held until
     # its turn (one request, not one per retry); without a room, none.
     assert off["long_polls"] == 0 and held(s) > 0, (off["long_polls"], held(s))
-    assert on["first_s_share"] >= 0.95, on
+    assert on["first_s_share"] >= 0.98, on
     # The order the buyers left flashload in, and how late: a buyer goes
-    # out when due and a connection is free, never before it arrives.
+    # out when due and a connection is free, never before it arrives. The
+    # crowd's clock starts once the service has answered on every
+    # connection (a request on a connection still in the listen queue
+    # waits behind requests on taken ones: buyers out of their order).
     for c in (off, on):
         assert 0 <= c["first_sent_share"] <= 1, c
         assert 0 <= c["send_lag_p50_ms"] <= c["send_lag_p99_ms"], c
+        assert c["connections_warmed"] == c["connections"] > 0 and c["start_ms"] > 0, c
     assert on["bot_ratio"] <= 1.3, on
     assert len(on["outcomes"]) == 3000 and on["outcomes"].count("g") == 500, on["outcomes"][:80]
     assert "fairness" in so and "bots" in so, so

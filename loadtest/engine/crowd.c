@@ -115,8 +115,8 @@ static int is_bot(uint64_t seed, uint32_t idx, double share) {
     return (double)(z >> 11) * 0x1.0p-53 < share;
 }
 
-int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed, int conns, int hold) {
+int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, uint64_t seed,
+                       int conns, int hold) {
     assert(hold >= 0 && (hold == 0 || hold < conns));
     memset(p, 0, sizeof *p);
     p->o = o;
@@ -141,10 +141,18 @@ int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw,
         b->idx = (uint32_t)id + k * (uint32_t)nw;
         b->bot = (uint8_t)is_bot(seed, b->idx, o->impatient);
         b->phase = o->room == FL_CROWD_TICKETS ? FL_CROWD_TICKET : FL_CROWD_ORDER;
-        b->arrive_us = t0 + (o->buyers > 1 ? o->ramp_us * (int64_t)b->idx / (o->buyers - 1) : 0);
-        schedule(p, k, b->arrive_us);
     }
     return 0;
+}
+
+void fl_crowd_part_start(fl_crowd_part *p, int64_t t0) {
+    assert(p->hn == 0);
+    for (uint32_t k = 0; k < p->n; k++) {
+        fl_crowd_buyer *b = &p->b[k];
+        b->arrive_us = t0 + (p->o->buyers > 1 ? p->o->ramp_us * (int64_t)b->idx /
+                                                    (p->o->buyers - 1) : 0);
+        schedule(p, k, b->arrive_us);
+    }
 }
 
 void fl_crowd_part_free(fl_crowd_part *p) {
@@ -430,6 +438,9 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
     memset(f, 0, sizeof *f);
     f->buyers = (uint32_t)n;
     f->stock = stock;
+    f->start_us = r->crowd_start_us;
+    f->warmed = r->crowd_warmed;
+    f->conns = r->crowd_conns;
     fl_buyer_rec *won = malloc((n ? n : 1) * sizeof *won);
     int64_t *fin = malloc((n ? n : 1) * sizeof *fin), *req = malloc((n ? n : 1) * sizeof *req);
     uint32_t *rank = malloc((n ? n : 1) * sizeof *rank), *tmp = malloc((n ? n : 1) * sizeof *tmp);
@@ -510,6 +521,9 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
 void fl_crowd_print(const fl_crowd_figures *f, FILE *out) {
     fprintf(out, "crowd      %u buyers (%u bots), %u got a unit (%u bots), stock %lld\n",
             f->buyers, f->bots, f->winners, f->bot_winners, f->stock);
+    fprintf(out, "start      %.0f ms in, %d of %d connections answered once by then%s\n",
+            f->start_us / 1000.0, f->warmed, f->conns,
+            f->warmed < f->conns ? " (the others' buyers may be sent late)" : "");
     fprintf(out, "fairness   %.1f%% of the units to the first %lld arrivals; %llu of %llu pairs "
             "of winners served out of arrival order\n", 100 * f->first_share, f->stock,
             (unsigned long long)f->out_of_order, (unsigned long long)f->pairs);
@@ -564,6 +578,9 @@ json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o, const f
                                                    : json_null());
     json_object_set_new(j, "send_lag_p50_ms", json_real(f->send_lag_p50_us / 1000.0));
     json_object_set_new(j, "send_lag_p99_ms", json_real(f->send_lag_p99_us / 1000.0));
+    json_object_set_new(j, "start_ms", json_real(f->start_us / 1000.0));
+    json_object_set_new(j, "connections_warmed", json_integer(f->warmed));
+    json_object_set_new(j, "connections", json_integer(f->conns));
     /* Per buyer, in arrival order: outcome letter (g got, s sold out, r
      * refused, n none), bot flag, final ms -- a compact trace for the
      * report's chart of arrival rank against outcome. */

@@ -47,11 +47,14 @@ typedef struct fl_crowd_part {
     size_t hn, hcap;
 } fl_crowd_part;
 
-/* Thread id of nw's buyers, arriving from t0 (monotonic us) on, on a
- * thread of conns connections, hold of them kept for requests that wait
- * in the service (0: half of them may). 0, or -1 when out of memory. */
-int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, int64_t t0,
-                    uint64_t seed, int conns, int hold);
+/* Thread id of nw's buyers, on a thread of conns connections, hold of them
+ * kept for requests that wait in the service (0: half of them may); none
+ * arrives before fl_crowd_part_start. 0, or -1 when out of memory. */
+int fl_crowd_part_init(fl_crowd_part *p, const fl_crowd_opts *o, int id, int nw, uint64_t seed,
+                       int conns, int hold);
+/* The crowd's clock starts at t0 (monotonic us): its buyers arrive over
+ * the ramp from then on. Once. */
+void fl_crowd_part_start(fl_crowd_part *p, int64_t t0);
 void fl_crowd_part_free(fl_crowd_part *p);
 /* When the next buyer acts (INT64_MAX: none waiting to, or the next one's
  * request would be answered at once and regular_cap of those are out). */

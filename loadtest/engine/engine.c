@@ -66,6 +66,7 @@ typedef struct req_info {
 } req_info;
 
 #define A_CROWD 3                 /* beside FL_PAY and FL_CANCEL */
+#define A_WARM 4                  /* a crowd's connection, before its start: GET /healthz */
 
 typedef enum cstate { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY } cstate;
 
@@ -74,6 +75,7 @@ typedef struct conn {
     cstate st;
     int want_out;                 /* EPOLLOUT is registered */
     int in_idle;                  /* on the worker's idle stack */
+    int warm;                     /* a crowd's: the service answered on it before the start */
     const fl_target *t;
     int64_t start_us;             /* latency is measured from here */
     int64_t deadline_us;          /* answer (or connect) by then */
@@ -110,6 +112,7 @@ typedef struct worker {
     fl_timerq due;                /* buyers' decisions not yet sent */
     int crowd_on;                 /* the load is a crowd (fl_crowd_opts) */
     fl_crowd_part crowd;             /* ...its buyers of this thread */
+    int64_t crowd_t0;             /* ...its clock, once started (0: warming up) */
     /* Read by the progress caller. */
     atomic_uint_fast64_t l_answered, l_2xx, l_201, l_409, l_429, l_5xx, l_other, l_errors;
     atomic_uint_fast64_t l_shed;
@@ -134,6 +137,11 @@ struct fl_engine {
      * sold_out / insufficient_stock answer (a sale that ended, not one
      * that stalled: fl_load_finish counts the time after the last 201). */
     atomic_int_fast64_t last_201, max_gap_201, last_soldout;
+    /* A crowd starts once every connection is open and has had an answer
+     * (crowd_start): the first thread to see it sets crowd_t0. */
+    atomic_int warmed, warmed_at_start;
+    int all_conns;
+    atomic_int_fast64_t crowd_t0;
     char get_req[FL_MAX_TARGETS][600];    /* GET mode: the same bytes every time */
     size_t get_len[FL_MAX_TARGETS];
 };
@@ -267,6 +275,11 @@ static void record_order_answer(worker *w, conn *c, int64_t now);
 /* A whole answer: counted, and told to whoever asked (a crowd's buyer, a
  * buyer's decision). */
 static void record_answer(worker *w, conn *c, int64_t now) {
+    if (c->req.action == A_WARM) {        /* not a buyer's: counted nowhere */
+        c->warm = 1;
+        atomic_fetch_add_explicit(&w->g->warmed, 1, memory_order_relaxed);
+        return;
+    }
     if (c->req.action == A_CROWD) {
         /* A place's answer counts as an answer, never as an order. */
         if (!c->req.ticket) record_order_answer(w, c, now);
@@ -438,7 +451,9 @@ static void conn_close(worker *w, conn *c, int64_t now, int failed_request, int 
             fl_crowd_lost(&w->crowd, c->req.crowd_i, now);
             if (c->req.ticket) w->r.transport_errors++;
         }
-        if (failed_request && c->req.action && c->req.action != A_CROWD) {
+        if (c->req.action == A_WARM) {
+            /* Nobody's request: the connection opens again and warms up. */
+        } else if (failed_request && c->req.action && c->req.action != A_CROWD) {
             push_decision(w, c->dec_id, c->req.action, c->req.user, c->req.qty, 0);
         } else if (failed_request && !(c->req.action == A_CROWD && c->req.ticket)) {
             w->r.transport_errors++;
@@ -482,12 +497,29 @@ static conn *pop_idle(worker *w) {
     return NULL;
 }
 
-static void conn_ready(worker *w, conn *c) {
+static void send_request(worker *w, conn *c, int64_t start, int64_t now);
+
+static void conn_ready(worker *w, conn *c, int64_t now) {
     c->st = C_IDLE;
     w->open++;
     if (w->open > w->r.max_open) w->r.max_open = w->open;
     atomic_store_explicit(&w->l_open, w->open, memory_order_relaxed);
     atomic_store_explicit(&w->g->connected_ever, 1, memory_order_relaxed);
+    if (w->crowd_on && !w->crowd_t0 && !c->warm) {
+        /* Before a crowd's start, each connection has one answer of the
+         * service: a connection still in its listen queue when buyers
+         * arrive would hold a buyer's request there while requests on
+         * the connections it took go first, and the service would see
+         * the buyers out of their order (docs/waiting-room.md, "The
+         * crowd's connections"). */
+        int n = snprintf(c->wbuf, sizeof c->wbuf, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n",
+                         c->t->hostport);
+        assert(n > 0 && (size_t)n < sizeof c->wbuf);
+        c->wlen = (size_t)n;
+        c->req = (req_info){ FL_NO_KEY, 0, 0, 0, A_WARM, 0, 0 };
+        send_request(w, c, now, now);
+        return;
+    }
     push_idle(w, c);
 }
 
@@ -536,7 +568,7 @@ static void on_connected(worker *w, conn *c, int64_t now) {
     }
     w->connecting--;
     set_events(w, c, 0);
-    conn_ready(w, c);
+    conn_ready(w, c, now);
 }
 
 static void start_connects(worker *w, int64_t now) {
@@ -788,7 +820,8 @@ static void scan_timeouts(worker *w, int64_t now) {
 static void update_stopping(worker *w, int64_t now) {
     if (w->stopping) return;
     if (atomic_load(&w->g->stop) || (w->stop_at && now >= w->stop_at)) w->stopping = 1;
-    if (w->crowd_on && w->crowd.done == w->crowd.n) w->stopping = 1;   /* every buyer answered */
+    if (w->crowd_on && w->crowd_t0 && w->crowd.done == w->crowd.n)
+        w->stopping = 1;                  /* every buyer answered */
 }
 
 /* How long epoll may sleep, in microseconds. */
@@ -797,6 +830,7 @@ static int64_t fl_engine_wait_for(worker *w, int64_t now) {
     const fl_due *d = fl_timerq_peek(&w->due);
     if (d && w->nidle && d->at - now < t) t = d->at - now;
     if (!w->stopping) {
+        if (w->crowd_on && !w->crowd_t0 && t > 1000) t = 1000;   /* the start is near */
         if (w->crowd_on && w->nidle && fl_crowd_next_at(&w->crowd) - now < t)
             t = fl_crowd_next_at(&w->crowd) - now;
         if (w->stop_at && w->stop_at - now < t) t = w->stop_at - now;
@@ -823,6 +857,27 @@ static void count_backlog(worker *w) {
     if (w->next_sched < end) w->r.backlog += (uint64_t)ceil((end - w->next_sched) / w->interval);
 }
 
+/* Starts the crowd's clock once every connection of the run has had its
+ * answer, or the timeout after the run's start has passed (then with the
+ * connections that have: the others' buyers may be late, and say so in
+ * their send lag). */
+static void crowd_start(worker *w, int64_t now) {
+    fl_engine *g = w->g;
+    int_fast64_t t0 = atomic_load(&g->crowd_t0);
+    if (!t0 && (atomic_load(&g->warmed) >= g->all_conns || now - g->t0 >= g->o.timeout_us)) {
+        int_fast64_t none = 0;
+        if (atomic_compare_exchange_strong(&g->crowd_t0, &none, now)) {
+            t0 = now;
+            atomic_store(&g->warmed_at_start, atomic_load(&g->warmed));
+        } else {
+            t0 = none;
+        }
+    }
+    if (!t0) return;
+    w->crowd_t0 = t0;
+    fl_crowd_part_start(&w->crowd, t0);
+}
+
 static void *fl_engine_worker(void *arg) {
     worker *w = arg;
     struct epoll_event ev[MAX_EVENTS];
@@ -830,6 +885,7 @@ static void *fl_engine_worker(void *arg) {
     for (;;) {
         int64_t now = clock_mono_us();
         if (!w->stopping || w->due.n) start_connects(w, now);
+        if (w->crowd_on && !w->crowd_t0) crowd_start(w, now);
         dispatch_decisions(w, now);
         /* First: what fell due before the end goes out. */
         if (!w->stopping) fl_engine_dispatch(w, now);
@@ -853,7 +909,8 @@ static void *fl_engine_worker(void *arg) {
     int64_t now = clock_mono_us();
     for (int i = 0; i < w->nconns; i++)
         if (w->conns[i].fd >= 0) conn_close(w, &w->conns[i], now, 1, 1);
-    if (w->crowd_on && fl_crowd_records(&w->crowd, w->g->t0, &w->r.buyers, &w->r.nbuyers) != 0)
+    if (w->crowd_on && w->crowd_t0 &&
+        fl_crowd_records(&w->crowd, w->crowd_t0, &w->r.buyers, &w->r.nbuyers) != 0)
         w->r.nbuyers = 0;             /* out of memory: no figures, said by the caller */
     atomic_store(&w->finished, 1);
     return NULL;
@@ -924,8 +981,7 @@ static int worker_init(fl_engine *g, worker *w, int id, fl_err *e) {
     w->stop_at = o->duration_us ? g->t0 + o->duration_us : 0;
     if (o->crowd.buyers) {
         int hold = o->crowd.hold / g->nw + (id < o->crowd.hold % g->nw);
-        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, g->t0, o->seed, w->nconns,
-                               hold))
+        if (fl_crowd_part_init(&w->crowd, &g->o.crowd, id, g->nw, o->seed, w->nconns, hold))
             return fl_errf(e, "cannot set up %u buyers: out of memory", o->crowd.buyers);
         if (w->crowd.poll_max_ms > o->timeout_us / 2000) w->crowd.poll_max_ms = (int)(o->timeout_us / 2000);
         w->crowd_on = 1;
@@ -971,6 +1027,7 @@ fl_engine *fl_engine_start(const fl_load_opts *o, fl_err *e) {
     if (g->o.connect_burst < 1) g->o.connect_burst = 256;
     if (g->o.timeout_us <= 0) g->o.timeout_us = 10000000;
     g->nw = o->threads < o->connections ? o->threads : o->connections;
+    g->all_conns = all_connections(o);
     g->t0 = clock_mono_us();
     g->t0_wall_ms = clock_wall_ms();
     for (int i = 0; i < o->ntargets && o->get_path; i++) {
@@ -1101,6 +1158,12 @@ void fl_engine_join(fl_engine *g, fl_load_result *res) {
         worker_free(&g->w[i]);
     }
     res->elapsed_us = last > g->t0 ? last - g->t0 : 1;
+    if (g->o.crowd.buyers) {
+        int_fast64_t c0 = atomic_load(&g->crowd_t0);
+        res->crowd_start_us = c0 ? c0 - g->t0 : -1;
+        res->crowd_warmed = atomic_load(&g->warmed_at_start);
+        res->crowd_conns = g->all_conns;
+    }
     res->last_created_us = last_created > g->t0 ? last_created - g->t0 : 0;
     res->max_sale_gap_us = res->ncreated > 1 ? atomic_load(&g->max_gap_201) : -1;
     /* A sale that stalled and never came back before the run ended: the

@@ -43,7 +43,8 @@ typedef struct fl_crowd_opts {
 
 enum { FL_BUYER_NONE, FL_BUYER_GOT, FL_BUYER_SOLD_OUT, FL_BUYER_REFUSED };
 
-/* One buyer of a crowd, as the run saw it (times from the start, us). */
+/* One buyer of a crowd, as the run saw it (times from the crowd's start,
+ * us: once every connection has had an answer of the service). */
 typedef struct fl_buyer_rec {
     uint32_t idx;                /* arrival rank: 0 came first */
     uint8_t bot;
@@ -166,6 +167,9 @@ typedef struct fl_load_result {
     int64_t start_wall_ms;       /* the wall clock at the start (Unix ms) */
     fl_buyer_rec *buyers;        /* a crowd: every buyer, in no order */
     size_t nbuyers;
+    int64_t crowd_start_us;      /* a crowd: its clock's start after the run's (-1: never) --
+                                    once its connections had an answer each */
+    int crowd_warmed, crowd_conns;   /* ...connections that had, of all */
 } fl_load_result;
 
 void fl_load_result_free(fl_load_result *r);
@@ -225,6 +229,8 @@ typedef struct fl_crowd_figures {
     uint64_t polls;              /* ...of them long polls (polite buyers waiting their turn) */
     int64_t first_unit_us, last_unit_us;
     double units_per_s;          /* units / (last - first unit) */
+    int64_t start_us;            /* the buyers' clock started this long after the run's */
+    int warmed, conns;           /* ...connections answered once by then, of all */
 } fl_crowd_figures;
 
 /* The figures of a crowd's buyers (r->buyers) for stock S. 0, or -1 when

@@ -887,7 +887,8 @@ static void test_crowd_orders_wait_on_free_connections_only(void) {
     fl_crowd_opts o = { .buyers = 3, .ramp_us = 0, .impatient = 0, .room = 1 };
     fl_crowd_part p;
     char buf[1024];
-    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2, 0) == 0);         /* 2 connections: 1 waits */
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 1, 2, 0) == 0);     /* 2 connections: 1 waits */
+    fl_crowd_part_start(&p, 0);
     CHECK(p.poll_cap == 1);
     uint32_t a = fl_crowd_pop(&p), b = fl_crowd_pop(&p), c = fl_crowd_pop(&p);
     /* A first order asks to be answered at once: its place is not known. */
@@ -910,7 +911,8 @@ static void test_crowd_orders_wait_on_free_connections_only(void) {
     CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 1);
     fl_crowd_part_free(&p);
     o.room = 0;
-    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2, 0) == 0);
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 1, 2, 0) == 0);
+    fl_crowd_part_start(&p, 0);
     fl_crowd_build(&p, fl_crowd_pop(&p), "sku", "h:1", buf, sizeof buf, 1);
     CHECK(strncmp(buf, "POST /v1/orders HTTP/1.1", 24) == 0 && p.polls == 0);
     fl_crowd_part_free(&p);
@@ -925,7 +927,8 @@ static void test_crowd_hold_keeps_the_regular_connections(void) {
     fl_crowd_opts o = { .buyers = 3, .ramp_us = 0, .impatient = 0, .room = 1, .hold = 1 };
     fl_crowd_part p;
     char buf[1024];
-    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2, 1) == 0);     /* 1 for answers, 1 kept */
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 1, 2, 1) == 0);     /* 1 for answers, 1 kept */
+    fl_crowd_part_start(&p, 0);
     CHECK(p.poll_cap == 1 && p.regular_cap == 1);
     uint32_t a = fl_crowd_pop(&p);
     fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);   /* a first order: at once */
@@ -956,7 +959,8 @@ static void test_crowd_place_from_the_201(void) {
                          "\"ticket\":\"t1.7.1.aa.bb\"}";
     static char sold[] = "{\"order_id\":\"o\",\"sku\":\"s\",\"user_id\":\"u0\",\"quantity\":1,"
                          "\"status\":\"confirmed\",\"created_at\":\"t\",\"position\":7}";
-    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 0, 1, 2, 0) == 0);
+    CHECK(fl_crowd_part_init(&p, &o, 0, 1, 1, 2, 0) == 0);
+    fl_crowd_part_start(&p, 0);
     uint32_t a = fl_crowd_pop(&p);
     fl_crowd_build(&p, a, "sku", "h:1", buf, sizeof buf, 1);
     fl_resp r = { .status = 503, .retry_after_s = 1, .body = shed, .body_len = strlen(shed) };
