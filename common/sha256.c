@@ -19,10 +19,13 @@ static const uint32_t K[64] = {
     0xc67178f2,
 };
 
-static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+static inline uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+/* One 64-byte block into c->h. The eight working variables are named, not
+ * an array shifted each round: a ticket's check is a few blocks, on the
+ * path of every waiting buyer's request. */
 static void block(sha256_ctx *c, const unsigned char *p) {
-    uint32_t w[64], s[8];
+    uint32_t w[64];
     for (int i = 0; i < 16; i++)
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
                (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
@@ -31,19 +34,22 @@ static void block(sha256_ctx *c, const unsigned char *p) {
         uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
-    memcpy(s, c->h, sizeof s);
+    uint32_t a = c->h[0], b = c->h[1], cc = c->h[2], d = c->h[3];
+    uint32_t e = c->h[4], f = c->h[5], g = c->h[6], h = c->h[7];
     for (int i = 0; i < 64; i++) {
-        uint32_t S1 = ror(s[4], 6) ^ ror(s[4], 11) ^ ror(s[4], 25);
-        uint32_t ch = (s[4] & s[5]) ^ (~s[4] & s[6]);
-        uint32_t t1 = s[7] + S1 + ch + K[i] + w[i];
-        uint32_t S0 = ror(s[0], 2) ^ ror(s[0], 13) ^ ror(s[0], 22);
-        uint32_t maj = (s[0] & s[1]) ^ (s[0] & s[2]) ^ (s[1] & s[2]);
-        uint32_t t2 = S0 + maj;
-        memmove(s + 1, s, 7 * sizeof s[0]);
-        s[4] += t1;
-        s[0] = t1 + t2;
+        uint32_t t1 = h + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & cc) ^ (b & cc));
+        h = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = cc;
+        cc = b;
+        b = a;
+        a = t1 + t2;
     }
-    for (int i = 0; i < 8; i++) c->h[i] += s[i];
+    c->h[0] += a, c->h[1] += b, c->h[2] += cc, c->h[3] += d;
+    c->h[4] += e, c->h[5] += f, c->h[6] += g, c->h[7] += h;
 }
 
 void sha256_init(sha256_ctx *c) {
@@ -57,27 +63,34 @@ void sha256_init(sha256_ctx *c) {
 void sha256_update(sha256_ctx *c, const void *data, size_t len) {
     const unsigned char *p = data;
     c->len += len;
-    while (len > 0) {
+    if (c->nbuf > 0) {                   /* the buffered part of a block first */
         size_t n = 64 - c->nbuf < len ? 64 - c->nbuf : len;
         memcpy(c->buf + c->nbuf, p, n);
         c->nbuf += n;
         p += n;
         len -= n;
-        if (c->nbuf == 64) {
-            block(c, c->buf);
-            c->nbuf = 0;
-        }
+        if (c->nbuf < 64) return;
+        block(c, c->buf);
+        c->nbuf = 0;
     }
+    for (; len >= 64; p += 64, len -= 64) block(c, p);
+    memcpy(c->buf, p, len);
+    c->nbuf = len;
 }
 
 void sha256_final(sha256_ctx *c, unsigned char out[SHA256_LEN]) {
     uint64_t bits = c->len * 8;
-    unsigned char pad = 0x80, zero = 0, len[8];
-    sha256_update(c, &pad, 1);
-    while (c->nbuf != 56) sha256_update(c, &zero, 1);
-    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
-    sha256_update(c, len, 8);
-    assert(c->nbuf == 0);
+    assert(c->nbuf < 64);
+    c->buf[c->nbuf++] = 0x80;
+    if (c->nbuf > 56) {                  /* no room for the length: a block more */
+        memset(c->buf + c->nbuf, 0, 64 - c->nbuf);
+        block(c, c->buf);
+        c->nbuf = 0;
+    }
+    memset(c->buf + c->nbuf, 0, 56 - c->nbuf);
+    for (int i = 0; i < 8; i++) c->buf[56 + i] = (unsigned char)(bits >> (56 - 8 * i));
+    block(c, c->buf);
+    c->nbuf = 0;
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (unsigned char)(c->h[i] >> 24);
         out[4 * i + 1] = (unsigned char)(c->h[i] >> 16);
@@ -86,27 +99,40 @@ void sha256_final(sha256_ctx *c, unsigned char out[SHA256_LEN]) {
     }
 }
 
-void hmac_sha256(const void *key, size_t keylen, const void *msg, size_t msglen,
-                 unsigned char out[SHA256_LEN]) {
-    unsigned char k[64] = { 0 }, pad[64], inner[SHA256_LEN];
-    sha256_ctx c;
+void hmac_sha256_key_init(hmac_sha256_key *k, const void *key, size_t keylen) {
+    unsigned char kb[64] = { 0 }, pad[64];
     if (keylen > 64) {            /* a long key is its digest (RFC 2104, 2) */
+        sha256_ctx c;
         sha256_init(&c);
         sha256_update(&c, key, keylen);
-        sha256_final(&c, k);
+        sha256_final(&c, kb);
     } else if (keylen > 0) {
-        memcpy(k, key, keylen);
+        memcpy(kb, key, keylen);
     }
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
-    sha256_init(&c);
-    sha256_update(&c, pad, 64);
+    for (int i = 0; i < 64; i++) pad[i] = kb[i] ^ 0x36;
+    sha256_init(&k->inner);
+    sha256_update(&k->inner, pad, 64);
+    for (int i = 0; i < 64; i++) pad[i] = kb[i] ^ 0x5c;
+    sha256_init(&k->outer);
+    sha256_update(&k->outer, pad, 64);
+}
+
+void hmac_sha256_keyed(const hmac_sha256_key *k, const void *msg, size_t msglen,
+                       unsigned char out[SHA256_LEN]) {
+    unsigned char inner[SHA256_LEN];
+    sha256_ctx c = k->inner;
     sha256_update(&c, msg, msglen);
     sha256_final(&c, inner);
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
-    sha256_init(&c);
-    sha256_update(&c, pad, 64);
+    c = k->outer;
     sha256_update(&c, inner, sizeof inner);
     sha256_final(&c, out);
+}
+
+void hmac_sha256(const void *key, size_t keylen, const void *msg, size_t msglen,
+                 unsigned char out[SHA256_LEN]) {
+    hmac_sha256_key k;
+    hmac_sha256_key_init(&k, key, keylen);
+    hmac_sha256_keyed(&k, msg, msglen, out);
 }
 
 int sha256_equal(const unsigned char *a, const unsigned char *b, size_t n) {

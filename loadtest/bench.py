@@ -25,8 +25,11 @@ spike     the shape of a real sale: every run sells a fresh SKU of
 idle      the answers that touch no shared state: the service's GET /healthz
           against nginx return 200 (the better of 1 and 2 workers), a
           sold-out POST /v1/orders and GET /v1/products/{sku} against the
-          service's own /healthz; the gateway's sold-out and product answers
-          beside them. Every load of this group runs a wrk Lua script (a
+          service's own /healthz; a waiting room's answers to a buyer who
+          must come back later (its ticket asked about, an order sent
+          with it before its turn: goals, >= 0.8 of /healthz) and a
+          place asked again (its ticket given back: one Redis call a
+          batch); the gateway's sold-out and product answers beside them. Every load of this group runs a wrk Lua script (a
           request formatted per call, each status counted): wrk shares the
           two cores, and a POST through a script costs it more than a bare
           GET, which alone made a sold-out POST look 0.8x of /healthz.
@@ -178,13 +181,17 @@ def parse_us(s):
     return float(m.group(1)) * {"us": 1, "ms": 1000, "s": 1e6}[m.group(2)]
 
 
-def wrk(url, conns, seconds, sku=None, scripted_get=False):
+def wrk(url, conns, seconds, sku=None, scripted_get=False, body=None):
     """Runs wrk; returns (requests/s, p50 us, p99 us, statuses or None, non-2xx/3xx, errors).
     With sku, POSTs orders for it (wrk_orders.lua, which counts the statuses);
-    scripted_get: GETs through the same script (WRK_GET), which costs wrk what a POST does."""
+    scripted_get: GETs through the same script (WRK_GET), which costs wrk what a POST does;
+    body: POSTs it to url through the script (WRK_BODY)."""
     args = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % seconds, "--latency"]
     env = dict(os.environ)
-    if sku:
+    if body:
+        args += ["-s", os.path.join(HERE, "wrk_orders.lua")]
+        env["WRK_BODY"] = body
+    elif sku:
         args += ["-s", os.path.join(HERE, "wrk_orders.lua")]
         env["WRK_SKU"] = sku
     elif scripted_get:
@@ -255,11 +262,15 @@ def fmt_us(us):
 class Target:
     """One row of a group, run once per round. kind says what its answers
     must be: orders (201), spike (a fresh SKU each run: 201 and 409 only, and
-    exactly its units sold), soldout (409), get (2xx)."""
+    exactly its units sold), soldout (409), get (2xx), turn (429: a waiting
+    room's not_your_turn), ticket (200: a place given back); body: what
+    each POST sends (the script's own order otherwise)."""
 
-    def __init__(self, group, name, url, conns, pids, kind, sku=None, fresh=None, sold=None):
+    def __init__(self, group, name, url, conns, pids, kind, sku=None, fresh=None, sold=None,
+                 body=None):
         self.group, self.name, self.url, self.conns, self.pids = group, name, url, conns, pids
         self.kind, self.sku, self.fresh, self.sold = kind, sku, fresh, sold
+        self.body = body
         self.runs = []                 # dicts: rps p50 p99 cpu redis calls [+ spike fields]
 
     def med(self, key):
@@ -297,7 +308,7 @@ def measure(t, seconds, r, redis_pid):
     # shared with the target) is the same and the ratios are the targets'.
     rps, p50, p99, statuses, non2xx, errors = wrk(t.url, t.conns, seconds,
                                                   sku if t.kind != "get" else None,
-                                                  scripted_get=t.group == "idle")
+                                                  scripted_get=t.group == "idle", body=t.body)
     c1, rc1, r1 = cpu_ticks(t.pids), redis_calls(r), cpu_ticks([redis_pid])
     n = rps * seconds
     store = t.kind != "get"
@@ -312,7 +323,7 @@ def measure(t, seconds, r, redis_pid):
                      % (t.name, non2xx, errors))
     else:
         answered = sum(int(v) for k, v in statuses.items() if k != "errors")
-        want = {"orders": "201", "soldout": "409"}.get(t.kind)
+        want = {"orders": "201", "soldout": "409", "turn": "429", "ticket": "200"}.get(t.kind)
         if want and (answered == 0 or int(statuses.get(want, 0)) < 0.99 * answered
                      or int(statuses["errors"]) > 0):
             sys.exit("bench: %s did not answer %s (answers: %s)" % (t.name, want, statuses))
@@ -582,6 +593,7 @@ def group_idle(a, env):
                      [svc.pid], "soldout", "b-gone"))
     ts.append(Target("idle", "flashsale GET /v1/products/{sku}", base + "/v1/products/b-page",
                      low, [svc.pid], "get"))
+    ts += room_targets(base, low, svc)
     p, port, label = env["gws"][1]
     ts.append(Target("idle", "%s: sold-out POST" % label, "http://127.0.0.1:%d/v1/orders" % port,
                      low, [p.pid], "soldout", "b-gw-gone"))
@@ -590,6 +602,36 @@ def group_idle(a, env):
     run_rounds(ts, a.rounds, a.seconds, r, env["redis_pid"],
                "answers that touch no shared state")
     return ts
+
+
+def room_targets(base, conns, svc):
+    """A waiting room's answers to a buyer who must come back later, from
+    the instance's memory: a ticket asked about and an order sent with it,
+    both before its turn; and a place asked for again (its ticket given
+    back: one Redis call for each batch of asks). The room admits 1 order
+    a second, and the ticket is the 600th place: its turn is minutes away,
+    past this group's runs (an order in its turn would answer 201, and the
+    run would stop on it)."""
+    st, p = post(base + "/v1/products", {"sku": "b-room", "stock": 10 ** 6, "strategy": "lua",
+                                         "waiting_room": {"turn_seconds": 3600, "rate": 1}})
+    if st != 201:
+        sys.exit("bench: could not create b-room: %s %s" % (st, p))
+    for i in range(600):
+        st, t = post(base + "/v1/products/b-room/tickets", {"user_id": "w%d" % i})
+        if st != 201:
+            sys.exit("bench: could not take b-room's place %d: %s %s" % (i, st, t))
+    if t.get("state") != "waiting":
+        sys.exit("bench: b-room's 600th place is not waiting: %s" % t)
+    order = json.dumps({"sku": "b-room", "user_id": "w599", "quantity": 1,
+                        "ticket": t["ticket"]})
+    return [Target("idle", "flashsale room: GET a waiting ticket",
+                   base + "/v1/products/b-room/tickets/" + t["ticket"], conns, [svc.pid], "get"),
+            Target("idle", "flashsale room: order before its turn",
+                   base + "/v1/orders?wait_ms=0", conns, [svc.pid], "turn", "b-room",
+                   body=order),
+            Target("idle", "flashsale room: a place asked again",
+                   base + "/v1/products/b-room/tickets", conns, [svc.pid], "ticket", "b-room",
+                   body=json.dumps({"user_id": "w599"}))]
 
 
 def overload_row(j, rc, target, factor, rate, capacity, seconds, verified):
@@ -840,6 +882,9 @@ def report(a, res):
             targets, "idle", "flashsale sold-out POST /v1/orders", low).med("rps") / hz, 0.9)
         goal("GET /v1/products/{sku} / /healthz", find(
             targets, "idle", "flashsale GET /v1/products/{sku}", low).med("rps") / hz, 0.8)
+        for name in ("GET a waiting ticket", "order before its turn", "a place asked again"):
+            goal("waiting room: %s / /healthz" % name, find(
+                targets, "idle", "flashsale room: " + name, low).med("rps") / hz, 0.8)
         gw = [t for t in targets if t.group == "idle" and t.name.startswith("gateway")]
         for t in gw:
             info("(%s / its nginx return 200)" % t.name.replace("gateway, 2 nginx workers",

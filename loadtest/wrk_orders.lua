@@ -5,9 +5,11 @@
 -- figure). With WRK_GET=1 it GETs the URL instead, a request formatted per
 -- call and every status counted all the same: when bench.py compares a GET
 -- with a POST, wrk (on the same cores) then does the same work for both.
+-- With WRK_BODY it POSTs that body to the URL (its path and query) instead.
 local threads, n = {}, 0
 local sku = os.getenv("WRK_SKU") or "sku"
 local get = os.getenv("WRK_GET") == "1"
+local body = os.getenv("WRK_BODY")
 
 function setup(thread)
     thread:set("id", #threads)
@@ -22,6 +24,9 @@ function request()
     n = n + 1
     if get then
         return wrk.format("GET", nil, { ["X-Seq"] = string.format("%d-%d", id, n) })
+    end
+    if body then
+        return wrk.format("POST", nil, { ["Content-Type"] = "application/json" }, body)
     end
     return wrk.format("POST", "/v1/orders", { ["Content-Type"] = "application/json" },
                       string.format('{"sku":"%s","user_id":"b%d-%d","quantity":1}', sku, id, n))

@@ -52,27 +52,32 @@ static void reply_no_view(http_req *r, svc_app *a) {
                           "The waiting room has not been heard from Redis yet; retry shortly.");
 }
 
-/* The ticket's answer: where it stands (turn t, ms as svc_room_turn says). */
+/* The ticket's answer: where it stands (turn t, ms as svc_room_turn says).
+ * Written without a jansson tree, as not_your_turn's below: a waiting
+ * buyer asks it again and again (the SKU is of [A-Za-z0-9._-] and the
+ * ticket of our own making: nothing to escape). */
 static void reply_ticket(http_req *r, int status, svc_product *p, const char *ticket,
                          long long position, svc_turn t, long long ms) {
     svc_room_figures f;
+    assert(t == SVC_TURN_WAIT || t == SVC_TURN_NOW || t == SVC_TURN_OVER);
     svc_room_figures_get(p->room, &f);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:s}", "ticket", ticket, "sku", p->sku,
-                          "position", (json_int_t)position, "serving", (json_int_t)f.serving,
-                          "state", STATE[t]);
-    char secs[24];
+    char secs[24], more[96];
     const char *retry[] = { "Retry-After", secs, NULL };
-    if (j && t == SVC_TURN_WAIT) {
+    if (t == SVC_TURN_WAIT) {
         long long rm = retry_ms(ms);
-        json_object_set_new(j, "estimated_wait_ms", json_integer(ms));
-        json_object_set_new(j, "retry_after_ms", json_integer(rm));
+        snprintf(more, sizeof more, "\"estimated_wait_ms\":%lld,\"retry_after_ms\":%lld", ms, rm);
         snprintf(secs, sizeof secs, "%lld", (rm + 999) / 1000);
-    } else if (j && t == SVC_TURN_NOW) {
-        json_object_set_new(j, "turn_ends_in_ms", json_integer(ms));
-    } else if (j) {
-        json_object_set_new(j, "turn_ended_ms_ago", json_integer(ms));
+    } else {
+        snprintf(more, sizeof more, "\"%s\":%lld",
+                 t == SVC_TURN_NOW ? "turn_ends_in_ms" : "turn_ended_ms_ago", ms);
     }
-    http_reply_json(r, status, j, t == SVC_TURN_WAIT ? retry : NULL);
+    char body[256 + DB_SKU_MAX + SVC_ROOM_TICKET_MAX];
+    int n = snprintf(body, sizeof body, "{\"ticket\":\"%s\",\"sku\":\"%s\",\"position\":%lld,"
+                     "\"serving\":%lld,\"state\":\"%s\",%s}\n", ticket, p->sku, position,
+                     f.serving, STATE[t], more);
+    assert(n > 0 && (size_t)n < sizeof body);
+    http_reply(r, status, "application/json; charset=utf-8", body, (size_t)n,
+               t == SVC_TURN_WAIT ? retry : NULL);
 }
 
 /* 429 not_your_turn: position waits (ms, the estimate); ticket: the

@@ -120,6 +120,27 @@ static void user_tag(const char *user, unsigned char tag[8]) {
     memcpy(tag, d, 8);
 }
 
+/* HMAC-SHA-256 of msg under secret, the key made ready once per thread
+ * and secret (a ticket is checked on every waiting buyer's request; the
+ * secret changes only when learnt, and is compared each time). */
+static void room_hmac(const char *secret, const char *msg, size_t len,
+                      unsigned char out[SHA256_LEN]) {
+    static __thread char ready_for[SVC_ROOM_SECRET_MAX + 1];
+    static __thread int ready;
+    static __thread hmac_sha256_key key;
+    size_t sl = strlen(secret);
+    if (sl > SVC_ROOM_SECRET_MAX) {       /* not one the instance keeps: no cache */
+        hmac_sha256(secret, sl, msg, len, out);
+        return;
+    }
+    if (!ready || strcmp(ready_for, secret) != 0) {
+        hmac_sha256_key_init(&key, secret, sl);
+        memcpy(ready_for, secret, sl + 1);
+        ready = 1;
+    }
+    hmac_sha256_keyed(&key, msg, len, out);
+}
+
 /* The mac of a ticket: the first 16 bytes of HMAC-SHA-256 of
  * "t1|sku|position|issued_ms|tag-hex". */
 static void ticket_mac(const char *secret, const char *sku, long long position,
@@ -128,7 +149,7 @@ static void ticket_mac(const char *secret, const char *sku, long long position,
     unsigned char d[SHA256_LEN];
     int n = snprintf(msg, sizeof msg, "t1|%s|%lld|%lld|%s", sku, position, issued_ms, tag_hex);
     assert(n > 0 && (size_t)n < sizeof msg);   /* a SKU is at most 64 bytes */
-    hmac_sha256(secret, strlen(secret), msg, (size_t)n, d);
+    room_hmac(secret, msg, (size_t)n, d);
     memcpy(mac, d, 16);
 }
 
@@ -183,7 +204,7 @@ uint64_t svc_room_draw(const char *secret, const char *sku, const char *user) {
     unsigned char d[SHA256_LEN];
     int n = snprintf(msg, sizeof msg, "pre|%s|%s", sku, user);
     assert(n > 0 && (size_t)n < sizeof msg);   /* a SKU is 64 bytes at most, a user id 512 */
-    hmac_sha256(secret, strlen(secret), msg, (size_t)n, d);
+    room_hmac(secret, msg, (size_t)n, d);
     uint64_t v = 0;
     for (int i = 0; i < 6; i++) v = v << 8 | d[i];
     assert(v <= STOCK_ROOM_DRAW_MAX);

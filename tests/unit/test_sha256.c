@@ -25,6 +25,29 @@ static void test_sha256_vectors(void) {
     digest_is("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     digest_is("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
               "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* Lengths at the padding's edges (55, 56, 63, 64, 65 bytes), each
+     * against the same message fed in one piece and byte by byte. */
+    static const struct { int n; const char *want; } edge[] = {
+        { 55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318" },
+        { 56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a" },
+        { 63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34" },
+        { 64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb" },
+        { 65, "635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d4f17eb0ae0" },
+    };
+    for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+        char m[80];
+        memset(m, 'a', (size_t)edge[e].n);
+        m[edge[e].n] = '\0';
+        digest_is(m, edge[e].want);
+        unsigned char d1[SHA256_LEN];
+        char h1[2 * SHA256_LEN + 1];
+        sha256_ctx c1;
+        sha256_init(&c1);
+        for (int i = 0; i < edge[e].n; i++) sha256_update(&c1, "a", 1);
+        sha256_final(&c1, d1);
+        hex(d1, sizeof d1, h1);
+        CHECK_STR(h1, edge[e].want);
+    }
     /* A million 'a's, in pieces of 7 (across block edges). */
     unsigned char d[SHA256_LEN];
     char h[2 * SHA256_LEN + 1];
@@ -42,6 +65,15 @@ static void mac_is(const unsigned char *key, size_t keylen, const char *msg, con
     hmac_sha256(key, keylen, msg, strlen(msg), d);
     hex(d, sizeof d, h);
     CHECK_STR(h, want);
+    /* The same under the key made ready once, twice (it is not used up). */
+    hmac_sha256_key k;
+    hmac_sha256_key_init(&k, key, keylen);
+    for (int i = 0; i < 2; i++) {
+        memset(d, 0, sizeof d);
+        hmac_sha256_keyed(&k, msg, strlen(msg), d);
+        hex(d, sizeof d, h);
+        CHECK_STR(h, want);
+    }
 }
 
 static void test_hmac_rfc4231(void) {
