@@ -25,11 +25,12 @@ spike     the shape of a real sale: every run sells a fresh SKU of
 idle      the answers that touch no shared state: the service's GET /healthz
           against nginx return 200 (the better of 1 and 2 workers), a
           sold-out POST /v1/orders and GET /v1/products/{sku} against the
-          service's own /healthz; a waiting room's answers to a buyer who
-          must come back later (its ticket asked about, an order sent
-          with it before its turn: goals, >= 0.8 of /healthz) and a
-          place asked again (its ticket given back: one Redis call a
-          batch); the gateway's sold-out and product answers beside them. Every load of this group runs a wrk Lua script (a
+          service's own /healthz; a waiting room's answers to a buyer
+          who must come back later (its ticket asked about, an order sent
+          with it before its turn) and to one who asks for its place
+          again (its ticket given back from the instance's memory): goals,
+          >= 0.8 of /healthz; the gateway's sold-out and product answers
+          beside them. Every load of this group runs a wrk Lua script (a
           request formatted per call, each status counted): wrk shares the
           two cores, and a POST through a script costs it more than a bare
           GET, which alone made a sold-out POST look 0.8x of /healthz.
@@ -608,7 +609,7 @@ def room_targets(base, conns, svc):
     """A waiting room's answers to a buyer who must come back later, from
     the instance's memory: a ticket asked about and an order sent with it,
     both before its turn; and a place asked for again (its ticket given
-    back: one Redis call for each batch of asks). The room admits 1 order
+    back from the places the instance knows). The room admits 1 order
     a second, and the ticket is the 600th place: its turn is minutes away,
     past this group's runs (an order in its turn would answer 201, and the
     run would stop on it)."""

@@ -319,6 +319,49 @@ def test_room_turn_over_never_holds_the_line(ctx):
     assert r.status == 201, r
 
 
+def places_known(s):
+    """flashsale_room_places_known_total of s."""
+    for line in s.get("/metrics").raw.splitlines():
+        if line.startswith("flashsale_room_places_known_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no flashsale_room_places_known_total")
+
+
+def test_room_place_asked_again_from_memory(ctx):
+    """A user who asks for its place again -- a ticket asked for again, an
+    order sent without its ticket -- hears it from the instance that
+    handed it out, from memory while its turn is not over (no Redis
+    call: the metric counts them), the same place Redis would give back;
+    another instance asks Redis the first time and gives the same place.
+    A place whose turn is over is not given back from memory (above)."""
+    redis = ctx.redis()
+    db = ctx.path("orders.db")
+    a = ctx.service(redis, db)
+    b = ctx.service(redis, db)
+    a.create_product("again", 10, waiting_room={"rate": 1})
+    ts = [take(a, "again", "u%d" % i).json for i in range(20)]
+    last = ts[-1]
+    assert [t["position"] for t in ts] == list(range(1, 21)), ts
+    k0 = places_known(a)
+    for _ in range(3):
+        r = take(a, "again", "u19")
+        assert r.status == 200 and r.json["ticket"] == last["ticket"], r
+        assert r.json["state"] == "waiting" and r.json["position"] == 20, r
+    told = error_of(order(a, "again", "u19", None, wait_ms=0), 429, "not_your_turn")
+    assert told["ticket"] == last["ticket"] and told["position"] == 20, told
+    assert places_known(a) - k0 == 4
+    # b never handed it out: Redis gives the same place back, once.
+    kb = places_known(b)
+    r = take(b, "again", "u19")
+    assert r.status == 200 and r.json["position"] == 20, r
+    assert places_known(b) == kb
+    r = take(b, "again", "u19")
+    assert r.status == 200 and r.json["position"] == 20 and places_known(b) == kb + 1, r
+    # A new user is never answered from memory: a new place, at the back.
+    r = take(a, "again", "u20")
+    assert r.status == 201 and r.json["position"] == 21, r
+
+
 def test_room_any_instance_honours_any_ticket(ctx):
     redis = ctx.redis()
     db = ctx.path("orders.db")

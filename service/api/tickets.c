@@ -244,6 +244,7 @@ typedef struct ticket_ask {
     http_req *r;
     svc_product *p;
     char user[DB_USER_MAX * 4 + 1];
+    unsigned char tag[8];         /* its user's (svc_room_user_tag) */
     /* An order sent without a ticket (quantity > 0): it goes on in its
      * place's turn, in the same request. */
     int quantity;
@@ -280,6 +281,7 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
         return;
     }
     svc_room_issued(p->room, pl);
+    svc_room_place_note(p->room, k->tag, pl->position, pl->issued_ms);
     char ticket[SVC_ROOM_TICKET_MAX + 1];
     long long ms;
     svc_room_ticket_sign(secret, p->sku, k->user, pl->position, pl->issued_ms, ticket);
@@ -393,6 +395,22 @@ static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user,
         snprintf(k->key, sizeof k->key, "%s", key ? key : "");
         k->go = go;
         k->wait_ms = wait_ms;
+    }
+    /* A place this instance handed out or gave back, its turn not over:
+     * Redis would give it back as it is. Answered from memory -- a bot
+     * asking again and again, or ordering without its ticket, costs no
+     * call. */
+    svc_room_user_tag(user, k->tag);
+    long long position, issued_ms;
+    if (svc_room_place_known(p->room, k->tag, &position, &issued_ms)) {
+        svc_room_figures f;
+        svc_room_figures_get(p->room, &f);
+        stock_room_place pl = { .position = position, .issued_ms = issued_ms,
+                                .serving = f.serving };
+        atomic_fetch_add_explicit(&a->m.room_places_known, 1, memory_order_relaxed);
+        answer_place(a, k, 1, &pl);
+        free(k);
+        return;
     }
     http_defer(r);
     pthread_mutex_lock(&asks.mu);

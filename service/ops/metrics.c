@@ -403,6 +403,9 @@ static void render_stores(svc_app *a, buf *b, svc_metrics *m) {
     counter(b, "flashsale_room_orders_held_total", "Orders of a product with a waiting "
             "room that waited in the instance for their place's turn (--room-order-wait-ms).",
             atomic_load(&m->room_orders_held));
+    counter(b, "flashsale_room_places_known_total", "Places of a waiting room given back from "
+            "this instance's memory (a user asking for its place again, its turn not over): "
+            "no Redis call.", atomic_load(&m->room_places_known));
     counter(b, "flashsale_db_errors_total", "Database operations that failed.",
             atomic_load(&m->db_errors));
     counter(b, "flashsale_reserve_batches_total", "Pipelined reservation round trips.",

@@ -61,6 +61,7 @@ typedef struct svc_metrics {
     svc_histogram commit_orders;                          /* orders per group */
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t room_orders_held;           /* orders that waited for their turn */
+    atomic_uint_fast64_t room_places_known;          /* places given back from memory */
     atomic_uint_fast64_t db_errors;
     atomic_uint_fast64_t reserve_batches, reserve_orders;
     atomic_uint_fast64_t rebuilds, settled_commit, settled_undo;

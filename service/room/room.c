@@ -15,6 +15,8 @@
 
 #define MARKS_CAP 8192            /* as many as Redis keeps */
 
+#define KNOWN_STRIPES 64
+
 struct svc_room {
     int turn_ms;
     long long fixed_rate;
@@ -44,7 +46,17 @@ struct svc_room {
     /* Buyers waiting to be told their turn (guarded by mu). */
     struct watcher *watch;
     int nwatch, watch_cap;
+    /* The places handed out or given back here lately (svc_room_place_*):
+     * slot by the user's tag, each guarded by its stripe's mutex. */
+    struct known_place *known;
+    pthread_mutex_t known_mu[KNOWN_STRIPES];
 };
+
+typedef struct known_place {
+    unsigned char tag[8];
+    long long position;           /* 0: an empty slot */
+    long long issued_ms;
+} known_place;
 
 typedef struct watcher {
     long long position;
@@ -63,7 +75,13 @@ svc_room *svc_room_new(int turn_ms, long long fixed_rate, double initial_rate,
     r->fixed_rate = fixed_rate;
     r->opens_ms = opens_ms;
     atomic_init(&r->own_rate, fmin(fmax(initial_rate, SVC_ROOM_RATE_MIN), SVC_ROOM_RATE_MAX));
+    r->known = calloc(SVC_ROOM_KNOWN_PLACES, sizeof *r->known);
+    if (!r->known) {
+        free(r);
+        return NULL;
+    }
     pthread_mutex_init(&r->mu, NULL);
+    for (int i = 0; i < KNOWN_STRIPES; i++) pthread_mutex_init(&r->known_mu[i], NULL);
     return r;
 }
 
@@ -72,7 +90,9 @@ void svc_room_free(svc_room *r) {
     assert(r->nwatch == 0);            /* every wait was answered before the beats stopped */
     free(r->watch);
     free(r->done);
+    free(r->known);
     pthread_mutex_destroy(&r->mu);
+    for (int i = 0; i < KNOWN_STRIPES; i++) pthread_mutex_destroy(&r->known_mu[i]);
     free(r);
 }
 
@@ -211,6 +231,8 @@ uint64_t svc_room_draw(const char *secret, const char *sku, const char *user) {
     return v;
 }
 
+void svc_room_user_tag(const char *user, unsigned char tag[8]) { user_tag(user, tag); }
+
 int svc_room_ticket_is_users(const svc_ticket *t, const char *user) {
     unsigned char tag[8];
     user_tag(user, tag);
@@ -288,6 +310,46 @@ void svc_room_issued(svc_room *r, const stock_room_place *pl) {
     atomic_store(&r->offset_ms, pl->now_ms - clock_wall_ms());
     if (atomic_load(&r->rate) <= 0) atomic_store(&r->rate, atomic_load(&r->own_rate));
     atomic_store(&r->beat_at_ms, clock_mono_ms() > 0 ? clock_mono_ms() : 1);
+}
+
+/* ----------------------------------------------------- places known here */
+
+static unsigned known_slot(const unsigned char tag[8]) {
+    /* The tag is a digest's first bytes: any two of them are as good as
+     * a hash. */
+    return ((unsigned)tag[0] << 8 | tag[1]) % SVC_ROOM_KNOWN_PLACES;
+}
+
+void svc_room_place_note(svc_room *r, const unsigned char tag[8], long long position,
+                         long long issued_ms) {
+    assert(position > 0);
+    unsigned i = known_slot(tag);
+    pthread_mutex_t *mu = &r->known_mu[i % KNOWN_STRIPES];
+    pthread_mutex_lock(mu);
+    memcpy(r->known[i].tag, tag, 8);
+    r->known[i].position = position;
+    r->known[i].issued_ms = issued_ms;
+    pthread_mutex_unlock(mu);
+}
+
+int svc_room_place_known(svc_room *r, const unsigned char tag[8], long long *position,
+                         long long *issued_ms) {
+    unsigned i = known_slot(tag);
+    pthread_mutex_t *mu = &r->known_mu[i % KNOWN_STRIPES];
+    int found = 0;
+    pthread_mutex_lock(mu);
+    if (r->known[i].position > 0 && memcmp(r->known[i].tag, tag, 8) == 0) {
+        *position = r->known[i].position;
+        *issued_ms = r->known[i].issued_ms;
+        found = 1;
+    }
+    pthread_mutex_unlock(mu);
+    if (!found) return 0;
+    /* A place whose turn is over is not given back: its user gets a new
+     * one at the back, from Redis. */
+    long long ms;
+    svc_turn t = svc_room_turn(r, *position, &ms);
+    return t == SVC_TURN_WAIT || t == SVC_TURN_NOW;
 }
 
 void svc_room_note_sold_out(svc_room *r) {

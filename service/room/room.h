@@ -117,6 +117,30 @@ void svc_room_figures_get(svc_room *r, svc_room_figures *out);
  * by this answer meanwhile, at this instance's own rate. */
 void svc_room_issued(svc_room *r, const stock_room_place *pl);
 
+/* ---------------------------------------------------- places known here
+ *
+ * The places this instance handed out or gave back lately, by user: a
+ * user who asks for its place again -- a lost ticket, an order sent
+ * without one, a bot that asks and asks -- hears it from memory while its
+ * turn is not over, as Redis would answer (the place a user has is given
+ * back as it is), without a call. A place is never issued twice (the
+ * floor, svc_room_issued), so one remembered here stays its user's even
+ * if Redis lost it. A table of SVC_ROOM_KNOWN_PLACES slots by the user's
+ * tag: a user whose slot another took since asks Redis, as before. */
+
+#define SVC_ROOM_KNOWN_PLACES 65536   /* places remembered per room (1.5 MiB) */
+
+/* The first 8 bytes of SHA-256(user): the tag its tickets carry. */
+void svc_room_user_tag(const char *user, unsigned char tag[8]);
+/* Remembers the place (position > 0, issued at issued_ms) of the user of
+ * tag (any thread). */
+void svc_room_place_note(svc_room *r, const unsigned char tag[8], long long position,
+                         long long issued_ms);
+/* 1 with *position and *issued_ms when the place of the user of tag is
+ * known here and its turn is not over by the view (any thread); else 0. */
+int svc_room_place_known(svc_room *r, const unsigned char tag[8], long long *position,
+                         long long *issued_ms);
+
 /* An order with the ticket of position was answered finally (a unit, or a
  * refusal a retry cannot change): its place no longer holds a unit; the
  * next beat tells the room (stock/room.h, the cap by the units left). */

@@ -104,8 +104,44 @@ static void test_rate_rule(void) {
     CHECK(next(SVC_ROOM_RATE_MAX, 0, 0, 0, 256, SVC_ROOM_RATE_MAX, 1) == SVC_ROOM_RATE_MAX);
 }
 
+/* Places known here: a place noted is known for its user only, while its
+ * turn is not over by the view; a user whose slot another took since is
+ * not known (it asks Redis). */
+static void test_places_known(void) {
+    svc_room *r = svc_room_new(30000, 0, 1000, 0);
+    unsigned char t1[8], t2[8];
+    long long pos = 0, iss = 0;
+    CHECK(r != NULL);
+    svc_room_user_tag("u1", t1);
+    svc_room_user_tag("u2", t2);
+    CHECK(!svc_room_place_known(r, t1, &pos, &iss));
+    svc_room_place_note(r, t1, 5, 1000);
+    CHECK(!svc_room_place_known(r, t1, &pos, &iss));    /* no view yet: not known */
+    stock_room_place pl = { .position = 5, .issued_ms = 1000, .serving = 1, .fresh = 1,
+                            .now_ms = 1796458746374LL };
+    svc_room_issued(r, &pl);
+    CHECK(svc_room_place_known(r, t1, &pos, &iss) && pos == 5 && iss == 1000);
+    CHECK(!svc_room_place_known(r, t2, &pos, &iss));
+    /* Another user in u1's slot takes it. */
+    char other[32];
+    unsigned char t3[8];
+    for (int i = 0;; i++) {
+        snprintf(other, sizeof other, "x%d", i);
+        svc_room_user_tag(other, t3);
+        if (((unsigned)t3[0] << 8 | t3[1]) % SVC_ROOM_KNOWN_PLACES ==
+                ((unsigned)t1[0] << 8 | t1[1]) % SVC_ROOM_KNOWN_PLACES &&
+            memcmp(t3, t1, 8) != 0)
+            break;
+    }
+    svc_room_place_note(r, t3, 6, 1001);
+    CHECK(!svc_room_place_known(r, t1, &pos, &iss));
+    CHECK(svc_room_place_known(r, t3, &pos, &iss) && pos == 6);
+    svc_room_free(r);
+}
+
 int main(int argc, char **argv) {
-    static const t_case cases[] = { T(test_ticket_round_trip), T(test_ticket_malformed),
-                                    T(test_turn_from_a_seeded_view), T(test_rate_rule) };
+    static const t_case cases[] = { T(test_places_known), T(test_ticket_round_trip),
+                                    T(test_ticket_malformed), T(test_turn_from_a_seeded_view),
+                                    T(test_rate_rule) };
     return t_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }
