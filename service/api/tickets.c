@@ -277,6 +277,7 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
         return;
     }
     if (pl->pre_queue) {
+        svc_room_place_note(p->room, k->tag, 0, svc_room_opens_ms(p->room));
         reply_not_open(k->r, p, svc_room_opens_ms(p->room), pl->now_ms);
         return;
     }
@@ -397,16 +398,18 @@ static void ask_place(svc_app *a, http_req *r, svc_product *p, const char *user,
         k->wait_ms = wait_ms;
     }
     /* A place this instance handed out or gave back, its turn not over:
-     * Redis would give it back as it is. Answered from memory -- a bot
-     * asking again and again, or ordering without its ticket, costs no
-     * call. */
+     * Redis would give it back as it is; or a user this instance put in
+     * the pre-queue, before the opening: Redis would keep it there.
+     * Answered from memory -- a bot asking again and again, or ordering
+     * without its ticket, costs no call. */
     svc_room_user_tag(user, k->tag);
     long long position, issued_ms;
     if (svc_room_place_known(p->room, k->tag, &position, &issued_ms)) {
         svc_room_figures f;
         svc_room_figures_get(p->room, &f);
         stock_room_place pl = { .position = position, .issued_ms = issued_ms,
-                                .serving = f.serving };
+                                .serving = f.serving, .pre_queue = position == 0,
+                                .now_ms = svc_room_now_ms(p->room) };
         atomic_fetch_add_explicit(&a->m.room_places_known, 1, memory_order_relaxed);
         answer_place(a, k, 1, &pl);
         free(k);

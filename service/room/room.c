@@ -54,8 +54,10 @@ struct svc_room {
 
 typedef struct known_place {
     unsigned char tag[8];
-    long long position;           /* 0: an empty slot */
+    int used;                     /* 0: an empty slot */
+    long long position;           /* 0: in the pre-queue */
     long long issued_ms;
+    int64_t noted_ms;             /* when Redis last said so (clock_mono_ms) */
 } known_place;
 
 typedef struct watcher {
@@ -101,6 +103,10 @@ long long svc_room_fixed_rate(const svc_room *r) { return r->fixed_rate; }
 long long svc_room_opens_ms(const svc_room *r) { return r->opens_ms; }
 
 static long long redis_now(const svc_room *r);
+
+long long svc_room_now_ms(const svc_room *r) {
+    return atomic_load(&r->beat_at_ms) != 0 ? redis_now(r) : 0;
+}
 
 int svc_room_before_opening(const svc_room *r) {
     return r->opens_ms > 0 && redis_now(r) < r->opens_ms + 60000;
@@ -322,11 +328,13 @@ static unsigned known_slot(const unsigned char tag[8]) {
 
 void svc_room_place_note(svc_room *r, const unsigned char tag[8], long long position,
                          long long issued_ms) {
-    assert(position > 0);
+    assert(position >= 0);
     unsigned i = known_slot(tag);
     pthread_mutex_t *mu = &r->known_mu[i % KNOWN_STRIPES];
     pthread_mutex_lock(mu);
     memcpy(r->known[i].tag, tag, 8);
+    r->known[i].used = 1;
+    r->known[i].noted_ms = clock_mono_ms();
     r->known[i].position = position;
     r->known[i].issued_ms = issued_ms;
     pthread_mutex_unlock(mu);
@@ -337,14 +345,24 @@ int svc_room_place_known(svc_room *r, const unsigned char tag[8], long long *pos
     unsigned i = known_slot(tag);
     pthread_mutex_t *mu = &r->known_mu[i % KNOWN_STRIPES];
     int found = 0;
+    int64_t noted = 0;
     pthread_mutex_lock(mu);
-    if (r->known[i].position > 0 && memcmp(r->known[i].tag, tag, 8) == 0) {
+    if (r->known[i].used && memcmp(r->known[i].tag, tag, 8) == 0) {
         *position = r->known[i].position;
         *issued_ms = r->known[i].issued_ms;
+        noted = r->known[i].noted_ms;
         found = 1;
     }
     pthread_mutex_unlock(mu);
     if (!found) return 0;
+    /* In the pre-queue: so while the sale has not opened by the view (at
+     * the opening, Redis gives the pre-queue its places), and for a
+     * second after Redis last said so -- a Redis restarted empty before
+     * the opening lost its pre-queue, and a user's next ask after that
+     * second puts it back, as every ask did. */
+    if (*position == 0)
+        return clock_mono_ms() - noted < SVC_ROOM_PRE_QUEUE_KNOWN_MS &&
+               atomic_load(&r->beat_at_ms) != 0 && r->opens_ms > 0 && redis_now(r) < r->opens_ms;
     /* A place whose turn is over is not given back: its user gets a new
      * one at the back, from Redis. */
     long long ms;

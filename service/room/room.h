@@ -62,6 +62,8 @@ long long svc_room_opens_ms(const svc_room *r);
  * Redis's clock (a minute's margin for the view before its first beat,
  * the host's clock): while so, its places' asks carry their draws. */
 int svc_room_before_opening(const svc_room *r);
+/* Redis's clock (ms) by this instance's view; 0 before its first beat. */
+long long svc_room_now_ms(const svc_room *r);
 
 /* ------------------------------------------------------------- tickets */
 
@@ -123,21 +125,29 @@ void svc_room_issued(svc_room *r, const stock_room_place *pl);
  * user who asks for its place again -- a lost ticket, an order sent
  * without one, a bot that asks and asks -- hears it from memory while its
  * turn is not over, as Redis would answer (the place a user has is given
- * back as it is), without a call. A place is never issued twice (the
+ * back as it is), without a call; and a user already in the pre-queue
+ * hears so again before the opening (joining it twice is joining it
+ * once), for SVC_ROOM_PRE_QUEUE_KNOWN_MS after Redis said so: a Redis
+ * restarted empty lost its pre-queue, and the user's next ask after that
+ * puts it back. A place is never issued twice (the
  * floor, svc_room_issued), so one remembered here stays its user's even
  * if Redis lost it. A table of SVC_ROOM_KNOWN_PLACES slots by the user's
  * tag: a user whose slot another took since asks Redis, as before. */
 
-#define SVC_ROOM_KNOWN_PLACES 65536   /* places remembered per room (1.5 MiB) */
+#define SVC_ROOM_KNOWN_PLACES 65536   /* places remembered per room (2.5 MiB) */
+#define SVC_ROOM_PRE_QUEUE_KNOWN_MS 1000   /* a user in the pre-queue is known so this long */
 
 /* The first 8 bytes of SHA-256(user): the tag its tickets carry. */
 void svc_room_user_tag(const char *user, unsigned char tag[8]);
-/* Remembers the place (position > 0, issued at issued_ms) of the user of
- * tag (any thread). */
+/* Remembers the place (position > 0, issued at issued_ms; 0: the user is
+ * in the pre-queue, the opening at issued_ms) of the user of tag (any
+ * thread). */
 void svc_room_place_note(svc_room *r, const unsigned char tag[8], long long position,
                          long long issued_ms);
 /* 1 with *position and *issued_ms when the place of the user of tag is
- * known here and its turn is not over by the view (any thread); else 0. */
+ * known here and its turn is not over by the view, or (*position 0) the
+ * user is known to be in the pre-queue and the sale has not opened by the
+ * view (any thread); else 0. */
 int svc_room_place_known(svc_room *r, const unsigned char tag[8], long long *position,
                          long long *issued_ms);
 

@@ -5,6 +5,7 @@
  * follows, case by case. */
 #include <math.h>
 
+#include "common/clock.h"
 #include "service/room/room.h"
 #include "tests/unit/t.h"
 
@@ -136,6 +137,23 @@ static void test_places_known(void) {
     svc_room_place_note(r, t3, 6, 1001);
     CHECK(!svc_room_place_known(r, t1, &pos, &iss));
     CHECK(svc_room_place_known(r, t3, &pos, &iss) && pos == 6);
+    /* A room that opened: a user once in its pre-queue is not known so. */
+    svc_room_place_note(r, t2, 0, 1000);
+    CHECK(!svc_room_place_known(r, t2, &pos, &iss));
+    svc_room_free(r);
+
+    /* Before the opening: in the pre-queue, known for a second after it
+     * was said. */
+    long long now = clock_wall_ms(), opens = now + 60000;
+    r = svc_room_new(30000, 0, 1000, opens);
+    CHECK(r != NULL);
+    stock_room_place pre = { .pre_queue = 1, .now_ms = now };
+    svc_room_issued(r, &pre);
+    svc_room_place_note(r, t2, 0, opens);
+    CHECK(svc_room_place_known(r, t2, &pos, &iss) && pos == 0 && iss == opens);
+    CHECK(!svc_room_place_known(r, t1, &pos, &iss));
+    clock_sleep_ms(SVC_ROOM_PRE_QUEUE_KNOWN_MS + 50);
+    CHECK(!svc_room_place_known(r, t2, &pos, &iss));
     svc_room_free(r);
 }
 
