@@ -78,6 +78,7 @@ typedef struct lock_job {
     int write;                   /* lock_write: 1 write and release, 0 release only */
     int nbehind;                 /* lock_read, fair: orders joined after it (behind) */
     char (*behind)[33];
+    struct lock_job *next_read;  /* lock_pass: the write's job, with the read's beside */
     /* A release only (fn NULL) outlives its order, which is answered
      * already: it keeps copies of what it sends (r and h point here). */
     stock_req rcopy;
@@ -372,16 +373,13 @@ void stock_async_lock_write(stock_async *sa, stock_req *r, const stock_hold *h, 
 
 /* ------------------------------------------------------------ the pass */
 
-/* fair-lock: a lock_write and the next order's lock_read in one call. */
-typedef struct pass_job {
-    lock_job *w, *rd;
-} pass_job;
+/* fair-lock: a lock_write and the next order's lock_read in one call, whose
+ * job is the write's, with the read's beside it (next_read). */
 
 /* lock_pass.lua: the write's keys and arguments, then what the next
  * order's read adds (its segment is the write's: the same lock and line). */
 static void build_pass(stock_async *sa, aconn *conn, void *ud) {
-    const pass_job *pj = ud;
-    const lock_job *w = pj->w, *rd = pj->rd;
+    const lock_job *w = ud, *rd = w->next_read;
     const stock_product *p = w->r->product;
     assert(is_fair(p) && rd->r->product == p && rd->h->seg == w->h->seg);
     rconn_cmd_evalsha(&sa->cmd, &sk_lock_pass, 14);
@@ -399,16 +397,15 @@ static void build_pass(stock_async *sa, aconn *conn, void *ud) {
 /* Each half of the reply to its own job, the write first, as the two
  * calls' replies would come; a failure of the call to both. */
 static void on_pass(void *ud, redisReply *rep, int sent) {
-    pass_job *pj = ud;
+    lock_job *w = ud, *rd = w->next_read;
     redisReply *wr = rep, *rr = rep;
     if (rep && rep->type == REDIS_REPLY_ARRAY) {
         int whole = rep->elements == 2;
         wr = whole ? rep->element[0] : NULL;   /* not the script's reply: not known */
         rr = whole ? rep->element[1] : NULL;
     }
-    on_write(pj->w, wr, sent);
-    on_read(pj->rd, rr, sent);
-    free(pj);
+    on_write(w, wr, sent);                 /* frees w */
+    on_read(rd, rr, sent);
 }
 
 void stock_async_lock_pass(stock_async *sa, stock_req *r, const stock_hold *h, int write,
@@ -422,19 +419,17 @@ void stock_async_lock_pass(stock_async *sa, stock_req *r, const stock_hold *h, i
         stock_async_lock_read_joining(sa, rn, hn, ttl_ms, behind, nbehind, nfn, nud);
         return;
     }
-    pass_job *pj = malloc(sizeof *pj);
-    lock_job *w = pj ? write_job_new(sa, r, h, write, fn, ud) : NULL;
+    lock_job *w = write_job_new(sa, r, h, write, fn, ud);
     lock_job *rd = w ? read_job_new(sa, rn, hn, ttl_ms, behind, nbehind, nfn, nud) : NULL;
     if (!rd) {
         free(w);
-        free(pj);
         write_refused(r, fn, ud);
         read_refused(rn, nfn, nud);
         return;
     }
-    *pj = (pass_job){ .w = w, .rd = rd };
+    w->next_read = rd;
     if (write && fn) r->outcome_unknown = 1;     /* from here, it may run */
-    sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_pass, on_pass, pj);
+    sk_async_call(sa, r->product, STOCK_CALL_LOCK_WRITE, build_pass, on_pass, w);
 }
 
 /* ------------------------------------------------------------ the line */

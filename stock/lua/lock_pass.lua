@@ -28,4 +28,4 @@ if not from then lock_fair_release(lock, queue, due, sub, ARGV[1], ARGV[2], now)
 local A = {ARGV[19], ARGV[20], ARGV[3], ARGV[21], ARGV[22], ARGV[23], ARGV[2]}
 for i = 24, #ARGV do A[#A + 1] = ARGV[i] end
 local K = {lock, KEYS[13], KEYS[3], KEYS[5], KEYS[14], KEYS[8], KEYS[9], queue, due, sub}
-return {res, lock_step_read(K, A, from, seen)}
+return {res, lock_step_read(K, A, from, seen, now)}

@@ -21,9 +21,10 @@
 -- from: nil, or the owner id of the order that holds the lock and hands
 -- it to this one (lock_pass.lua), so that no one else comes between the
 -- two; then seen is the head of the line it saw: this order, or nil (none).
-local function lock_step_read(K, A, from, seen)
+-- now: Redis's clock (ms) if the caller read it in this script, else nil.
+local function lock_step_read(K, A, from, seen, now)
     local fair = A[5] ~= nil
-    local head, now
+    local head
     -- Redis's clock, read once a call (the line's dues and tickets).
     local function clock()
         if not now then now = lock_now_ms() end
