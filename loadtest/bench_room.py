@@ -139,6 +139,7 @@ def main():
         keys = (("first_s_share", "units to the first S", "%.3f"),
                 ("first_sent_share", "...to the first S to send", "%.3f"),
                 ("bot_ratio", "bots' units per capita / polite", "%.2f"),
+                ("fifo_bot_ratio", "...in a strict first-come order", "%.2f"),
                 ("out_of_order", "pairs of winners out of order", "%d"),
                 ("final_p50_ms", "arrival to final answer p50 (ms)", "%.0f"),
                 ("final_p99_ms", "arrival to final answer p99 (ms)", "%.0f"),

@@ -501,6 +501,16 @@ int fl_crowd_figures_get(const fl_load_result *r, long long stock, fl_crowd_figu
     f->bot_units = f->bots ? (double)f->bot_winners / f->bots : 0;
     f->polite_units = polite ? (double)(nw - f->bot_winners) / polite : 0;
     f->bot_ratio = f->polite_units > 0 ? f->bot_units / f->polite_units : 0;
+    /* What a strict first-come order would give these buyers: the first
+     * nw arrivals' bots against their polite ones. A crowd's bots are a
+     * draw, and a few more of them among the first arrivals is the
+     * sample's luck, not the sale's unfairness. */
+    uint32_t bots_first = 0;
+    for (size_t i = 0; i < n; i++) bots_first += r->buyers[i].bot && r->buyers[i].idx < nw;
+    f->fifo_bot_ratio = f->bots && polite && nw > bots_first
+                            ? ((double)bots_first / f->bots) /
+                                  ((double)(nw - bots_first) / polite)
+                            : 0;
     qsort(fin, nf, sizeof *fin, cmp_i64);
     f->final_p50_us = pct(fin, nf, 0.5);
     f->final_p99_us = pct(fin, nf, 0.99);
@@ -535,8 +545,9 @@ void fl_crowd_print(const fl_crowd_figures *f, FILE *out) {
     if (f->first_place_share >= 0)
         fprintf(out, "room       %.1f%% of the units to the first %lld places in the line (the "
                 "order the service saw the buyers in)\n", 100 * f->first_place_share, f->stock);
-    fprintf(out, "bots       %.3f units per bot, %.3f per polite buyer (x%.2f)\n", f->bot_units,
-            f->polite_units, f->bot_ratio);
+    fprintf(out, "bots       %.3f units per bot, %.3f per polite buyer (x%.2f; in a strict "
+            "first-come order these buyers would get x%.2f)\n", f->bot_units, f->polite_units,
+            f->bot_ratio, f->fifo_bot_ratio);
     fprintf(out, "answers    arrival to a final answer p50 %.0f ms, p99 %.0f ms; %u without one; "
             "the last %.0f ms after the last unit sold\n", f->final_p50_us / 1000.0,
             f->final_p99_us / 1000.0, f->no_final, f->final_after_last_unit_us / 1000.0);
@@ -579,6 +590,7 @@ json_t *fl_crowd_json(const fl_crowd_figures *f, const fl_crowd_opts *o, const f
     json_object_set_new(j, "send_lag_p50_ms", json_real(f->send_lag_p50_us / 1000.0));
     json_object_set_new(j, "send_lag_p99_ms", json_real(f->send_lag_p99_us / 1000.0));
     json_object_set_new(j, "start_ms", json_real(f->start_us / 1000.0));
+    json_object_set_new(j, "fifo_bot_ratio", json_real(f->fifo_bot_ratio));
     json_object_set_new(j, "connections_warmed", json_integer(f->warmed));
     json_object_set_new(j, "connections", json_integer(f->conns));
     /* Per buyer, in arrival order: outcome letter (g got, s sold out, r

@@ -221,6 +221,9 @@ typedef struct fl_crowd_figures {
     uint64_t pairs, out_of_order;   /* pairs of winners; of them served against arrival */
     double bot_units, polite_units; /* units per capita */
     double bot_ratio;            /* bot_units / polite_units (0: polite got none) */
+    double fifo_bot_ratio;       /* ...what a strict first-come order would give the same
+                                    buyers (the first `winners` arrivals): the sample's
+                                    share of bots up front (0: not defined) */
     int64_t final_p50_us, final_p99_us;   /* arrival to the final answer */
     uint32_t no_final;           /* buyers without a final answer at the end */
     int64_t final_after_last_unit_us;   /* the last final answer after the last unit sold */
