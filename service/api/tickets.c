@@ -285,7 +285,7 @@ static void answer_place(svc_app *a, ticket_ask *k, int ok, const stock_room_pla
     svc_room_place_note(p->room, k->tag, pl->position, pl->issued_ms);
     char ticket[SVC_ROOM_TICKET_MAX + 1];
     long long ms;
-    svc_room_ticket_sign(secret, p->sku, k->user, pl->position, pl->issued_ms, ticket);
+    svc_room_ticket_sign(secret, p->sku, k->tag, pl->position, pl->issued_ms, ticket);
     svc_turn t = svc_room_turn(p->room, pl->position, &ms);
     if (t == SVC_TURN_UNKNOWN || t == SVC_TURN_SOLD_OUT) {
         /* A view older than this answer: Redis's word. */

@@ -137,7 +137,7 @@ static int unhex(const char *s, size_t n, unsigned char *out) {
     return 0;
 }
 
-static void user_tag(const char *user, unsigned char tag[8]) {
+void svc_room_user_tag(const char *user, unsigned char tag[8]) {
     unsigned char d[SHA256_LEN];
     sha256_ctx c;
     sha256_init(&c);
@@ -179,14 +179,13 @@ static void ticket_mac(const char *secret, const char *sku, long long position,
     memcpy(mac, d, 16);
 }
 
-void svc_room_ticket_sign(const char *secret, const char *sku, const char *user,
+void svc_room_ticket_sign(const char *secret, const char *sku, const unsigned char tag[8],
                           long long position, long long issued_ms,
                           char out[SVC_ROOM_TICKET_MAX + 1]) {
-    unsigned char tag[8], mac[16];
+    unsigned char mac[16];
     char tag_hex[17], mac_hex[33];
     assert(position > 0 && issued_ms >= 0);
-    user_tag(user, tag);
-    hex(tag, sizeof tag, tag_hex);
+    hex(tag, 8, tag_hex);
     ticket_mac(secret, sku, position, issued_ms, tag_hex, mac);
     hex(mac, sizeof mac, mac_hex);
     snprintf(out, SVC_ROOM_TICKET_MAX + 1, "t1.%lld.%lld.%s.%s", position, issued_ms, tag_hex,
@@ -237,11 +236,9 @@ uint64_t svc_room_draw(const char *secret, const char *sku, const char *user) {
     return v;
 }
 
-void svc_room_user_tag(const char *user, unsigned char tag[8]) { user_tag(user, tag); }
-
 int svc_room_ticket_is_users(const svc_ticket *t, const char *user) {
     unsigned char tag[8];
-    user_tag(user, tag);
+    svc_room_user_tag(user, tag);
     return sha256_equal(tag, t->user_tag, sizeof tag);
 }
 

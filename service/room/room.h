@@ -73,9 +73,10 @@ typedef struct svc_ticket {
     unsigned char user_tag[8];
 } svc_ticket;
 
-/* Writes the ticket of (sku, user, position, issued_ms) under secret into
- * out (NUL-terminated, at most SVC_ROOM_TICKET_MAX). */
-void svc_room_ticket_sign(const char *secret, const char *sku, const char *user,
+/* Writes the ticket of (sku, the user of tag -- svc_room_user_tag --,
+ * position, issued_ms) under secret into out (NUL-terminated, at most
+ * SVC_ROOM_TICKET_MAX). */
+void svc_room_ticket_sign(const char *secret, const char *sku, const unsigned char tag[8],
                           long long position, long long issued_ms,
                           char out[SVC_ROOM_TICKET_MAX + 1]);
 /* Whether text is a ticket of sku under secret: 0 with *t, else -1

@@ -14,7 +14,9 @@
 static void test_ticket_round_trip(void) {
     char t[SVC_ROOM_TICKET_MAX + 1];
     svc_ticket k;
-    svc_room_ticket_sign(SECRET, "phone-x", "u-42", 1200, 1796458746374LL, t);
+    unsigned char tag[8];
+    svc_room_user_tag("u-42", tag);
+    svc_room_ticket_sign(SECRET, "phone-x", tag, 1200, 1796458746374LL, t);
     CHECK(strncmp(t, "t1.1200.1796458746374.", 22) == 0 && strlen(t) <= SVC_ROOM_TICKET_MAX);
     CHECK(svc_room_ticket_read(SECRET, "phone-x", t, &k) == 0);
     CHECK(k.position == 1200 && k.issued_ms == 1796458746374LL);
