@@ -25,7 +25,8 @@ Prints the table and its goals with met / NOT met:
     PASS everywhere and no psql refused;
   - lua through PgBouncer (transaction pooling) >= 0.8 of direct.
 
-Usage: bench_pgscale.py BIN [--seconds S] [--rounds R] [--quick] [--lua-connections N,...]"""
+Usage: bench_pgscale.py BIN [--seconds S] [--rounds R] [--quick] [--lua-connections N,...]
+                        [--lua-alone]"""
 import argparse
 import os
 import re
@@ -76,11 +77,13 @@ def psql_prober(pg, stop, out):
     out.update(tries=tries, refused=refused, peak=peak)
 
 
-def mixed(binary, services, redis, url, seconds, tag, lua_conns=64):
+def mixed(binary, services, redis, url, seconds, tag, lua_conns=64, alone=False):
     """lua (lua_conns connections), db-for-update and db-lock at once on
-    services; (lua 201/s, [verdicts], prober figures)."""
+    services (alone: lua only); (lua 201/s, [verdicts], prober figures)."""
     runs, probe, stop = {}, {}, threading.Event()
     specs = (("lua", lua_conns, 100000000), ("db-for-update", 16, 1000000), ("db-lock", 16, 1000000))
+    if alone:
+        specs = specs[:1]
 
     def one(strategy, conns, stock):
         runs[strategy] = flashload(binary, services, redis, url, strategy, conns, seconds,
@@ -108,6 +111,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 s, 1 round")
     ap.add_argument("--lua-connections", default="64,1024",
                     help="the mixed runs' lua connections, a list: each is a pair of runs")
+    ap.add_argument("--lua-alone", action="store_true",
+                    help="the pairs sell lua only (no db-for-update, no db-lock beside it)")
     o = ap.parse_args()
     if o.quick:
         o.seconds, o.rounds = 2, 1
@@ -133,7 +138,7 @@ def main():
             for c in conns:
                 for name, group in (("ten instances", ten), ("two instances", ten[:2])):
                     rate, runs, probe = mixed(binary, group, redis, url, o.seconds,
-                                              "%s-%d-%d" % (name[:3], c, rnd), c)
+                                              "%s-%d-%d" % (name[:3], c, rnd), c, o.lua_alone)
                     rows.setdefault("lua, %s, c=%d" % (name, c), []).append(rate)
                     for s, (r, v, rc) in runs.items():
                         if s != "lua":
@@ -148,7 +153,9 @@ def main():
                 verdicts.append((name, v, rc))
             print("round %d of %d done" % (rnd + 1, o.rounds), file=sys.stderr, flush=True)
         print("\n201s/s, medians of %d round(s) of %g s (closed loop; ten and two instances "
-              "sell three products at once, lua at c connections)" % (o.rounds, o.seconds))
+              "sell %s, lua at c connections)" % (o.rounds, o.seconds,
+                                                  "lua alone" if o.lua_alone else
+                                                  "three products at once"))
         for k, v in rows.items():
             print("  %-46s %9.0f   (%s)" % (k, statistics.median(v),
                                             ", ".join("%.0f" % x for x in v)))
@@ -164,7 +171,7 @@ def main():
         refused = sum(p.get("refused", 0) for _, p in probes)
         print("\ngoals (many instances on one PostgreSQL), ratios of the same round's figures, medians:")
         for name, r, want in [
-                ("ten / two instances (lua, mixed, c=%d)" % c,
+                ("ten / two instances (lua, %s, c=%d)" % ("alone" if o.lua_alone else "mixed", c),
                  ratio("lua, ten instances, c=%d" % c, "lua, two instances, c=%d" % c), 0.8)
                 for c in conns] + [
                 ("PgBouncer transaction / direct (lua, c=64)",

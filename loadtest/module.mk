@@ -114,7 +114,8 @@ bench-pg: deps $(BIN)/flashload $(BIN)/flashsale
 # 100 ms (goal: ten sell at least 0.8 of what two do, no psql refused); lua
 # through PgBouncer (transaction pooling) against direct (goal: 0.8).
 # BENCH_PGSCALE_ARGS adds loadtest/bench_pgscale.py options (--seconds,
-# --rounds, --quick, --lua-connections: the mixed pair's, 64,1024).
+# --rounds, --quick, --lua-connections: the mixed pair's, 64,1024; --lua-alone:
+# the pairs sell lua only).
 .PHONY: bench-pgscale
 bench-pgscale: deps $(BIN)/flashload $(BIN)/flashsale
 	$(PYTHON) loadtest/bench_pgscale.py $(BIN) $(BENCH_PGSCALE_ARGS)
