@@ -827,8 +827,9 @@ static void pg_wait_ms(db *d, int ms) {
 /* ------------------------------------------------- a group's plain inserts
  *
  * The orders a group commits that were reserved in Redis are inserted by
- * one statement, their arguments as arrays (unnest), and three statements
- * go to the server in one pipeline -- one round trip, however many orders:
+ * one statement, their arguments as arrays (unnest), and two statements
+ * (and the COMMIT) go to the server in one pipeline -- one round trip,
+ * however many orders:
  *
  *   1. the SKUs' shared locks (db_sku_shared: advisory locks of the
  *      transaction, in SKU order): no rebuild and no void, which take it
@@ -843,12 +844,18 @@ static void pg_wait_ms(db *d, int ms) {
  *      version 8: the products row is not written, so two instances'
  *      groups of one hot SKU do not wait for each other's COMMIT); the ids
  *      inserted come back;
- *   3. the orders whose idempotency key another order holds (DB_DUPKEY,
- *      where db_order_insert would say so; any other refusal is DB_STALE). */
+ *   3. only when a keyed order was left out (a replay, a stale copy;
+ *      nearly never), after the COMMIT -- or in the pipeline, when the
+ *      transaction goes on after it -- the orders whose idempotency key
+ *      another order holds (DB_DUPKEY, where db_order_insert would say
+ *      so; any other refusal is DB_STALE). */
 
 static const char PLAIN_LOCK[] =
     "SELECT pg_advisory_xact_lock_shared(hashtextextended(s, 0))"
     " FROM (SELECT DISTINCT unnest($1::text[]) AS s ORDER BY 1) x";
+/* The same for a group of one SKU (a sale's usual group): one function
+ * call, no sort of the SKUs. */
+static const char PLAIN_LOCK_ONE[] = "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))";
 
 static const char PLAIN_INSERT[] =
     "WITH o AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
@@ -1087,6 +1094,7 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
                               int *commit_unknown) {
     buf a[A_NARRAYS], skus[1], keys[2];
     size_t nplain = 0, nkeyed = 0, nholds = 0;
+    int one_sku = 1;
     db_status st = DB_OK;
     /* The jobs by their place in the arrays (1-based, as WITH ORDINALITY
      * counts): plain[k - 1], and keyed[k - 1] for the keys' array. */
@@ -1120,32 +1128,53 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
             keyed[nkeyed++] = j;
         }
         put_text(&skus[0], o->sku);            /* = ANY() takes a SKU twice as once */
+        one_sku = one_sku && strcmp(o->sku, plain[0]->order.sku) == 0;
     }
     if (nplain == 0) goto out;
     if (arrays_close(a, A_NARRAYS) || arrays_close(skus, 1) || arrays_close(keys, 2)) {
         st = db_error(d, "insert orders: out of memory");
         goto out;
     }
-    piped q[3] = { { PLAIN_LOCK, 1, { skus[0].p }, NULL },
+    piped q[3] = { { one_sku ? PLAIN_LOCK_ONE : PLAIN_LOCK, 1,
+                     { one_sku ? plain[0]->order.sku : skus[0].p }, NULL },
                    { nholds ? PLAIN_INSERT : PLAIN_INSERT_NO_HOLDS, A_NPARAMS, { 0 }, NULL },
                    { PLAIN_KEYS, 2, { keys[0].p, keys[1].p }, NULL } };
     for (int k = 0; k < A_NARRAYS; k++) q[1].args[k] = a[k].p;
     q[1].args[A_NARRAYS] = conn_of(d)->slot;
     *committed = commit;
-    if ((st = pipeline_commit(d, q, nkeyed ? 3 : 2, commit, commit_unknown, "insert orders")) !=
-        DB_OK)
+    /* With the COMMIT in the pipeline, the keys are asked after it, and
+     * only when a keyed order was left out (a replay, a stale copy):
+     * nearly never, and the statement cost every group a third of a
+     * transaction's statements. Asked then, the key's holder is a
+     * committed order as it was inside the transaction. */
+    int keys_now = nkeyed && !commit;
+    /* On a shared connection the insert's function takes the SKUs' locks
+     * itself (FNS): the lock is not a statement of its own there. */
+    int from = conn_of(d)->shared ? 1 : 0;
+    if ((st = pipeline_commit(d, q + from, (keys_now ? 3 : 2) - from, commit, commit_unknown,
+                              "insert orders")) != DB_OK)
         goto out;
     /* A job is inserted when its place came back; else a key another
      * order holds makes it a replay's refusal; else stale. */
+    size_t left_out = 0;
     for (int r = 0; r < PQntuples(q[1].res); r++) {
         long long k = atoll(PQgetvalue(q[1].res, r, 0));
         if (k >= 1 && (size_t)k <= nplain) plain[k - 1]->status = DB_OK;
+    }
+    for (size_t k = 0; k < nkeyed; k++) left_out += keyed[k]->status != DB_OK;
+    if (nkeyed && !keys_now && left_out && pipeline(d, &q[2], 1, "insert orders: keys") != DB_OK) {
+        /* Committed; whether a left-out order's key is another's cannot
+         * be told now: refused as the database's failure, units back. */
+        for (size_t k = 0; k < nkeyed; k++)
+            if (keyed[k]->status != DB_OK) keyed[k]->status = DB_ERROR;
+        goto clear;
     }
     for (int r = 0; nkeyed && r < PQntuples(q[2].res); r++) {
         long long k = atoll(PQgetvalue(q[2].res, r, 0));
         if (k >= 1 && (size_t)k <= nkeyed && keyed[k - 1]->status != DB_OK)
             keyed[k - 1]->status = DB_DUPKEY;
     }
+clear:
     for (int k = 0; k < 3; k++) PQclear(q[k].res);
 out:
     arrays_free(a, A_NARRAYS);
@@ -1206,8 +1235,8 @@ static const char TAKE_USERS[] =
 
 /* Every statement a pipeline sends, prepared once per connection by its
  * place here (prepare_piped). */
-static const char *const PIPED[] = { PLAIN_LOCK, PLAIN_INSERT, PLAIN_INSERT_NO_HOLDS,
-                                     PLAIN_KEYS, TAKE_LOCK, TAKE_UNITS,
+static const char *const PIPED[] = { PLAIN_LOCK, PLAIN_LOCK_ONE, PLAIN_INSERT,
+                                     PLAIN_INSERT_NO_HOLDS, PLAIN_KEYS, TAKE_LOCK, TAKE_UNITS,
                                      TAKE_KEYS, TAKE_INSERT, TAKE_PRODUCTS, TAKE_USERS };
 
 static int piped_index(const char *sql) {
@@ -1234,13 +1263,21 @@ typedef struct piped_fn {
     const char *sql;            /* a PIPED statement, returning one bigint column */
     const char *args;           /* its parameters' types, in order */
     int nargs;
+    const char *first;          /* NULL, or a statement PERFORMed before it */
 } piped_fn;
 
+/* The group's SKU locks (PLAIN_LOCK) on the SKUs of the insert's orders
+ * ($2), taken by the insert's function before its statement: a function
+ * that is not STABLE gives each of its statements a snapshot of its own
+ * (READ COMMITTED), so the insert's is taken with the locks held, as the
+ * direct connection's separate statements do -- one call less a group. */
+#define PLAIN_LOCK_FIRST "PERFORM pg_advisory_xact_lock_shared(hashtextextended(s, 0))" \
+                         " FROM (SELECT DISTINCT unnest($2) AS s ORDER BY 1) x"
 #define PLAIN_ARGS "text[],text[],text[],int[],text[],text[],bigint[],bigint[],text[],bigint"
 static const piped_fn FNS[] = {
-    { PLAIN_INSERT, PLAIN_ARGS, A_NPARAMS },
-    { PLAIN_INSERT_NO_HOLDS, PLAIN_ARGS, A_NPARAMS },
-    { PLAIN_KEYS, "text[],text[]", 2 },
+    { PLAIN_INSERT, PLAIN_ARGS, A_NPARAMS, PLAIN_LOCK_FIRST },
+    { PLAIN_INSERT_NO_HOLDS, PLAIN_ARGS, A_NPARAMS, PLAIN_LOCK_FIRST },
+    { PLAIN_KEYS, "text[],text[]", 2, NULL },
 };
 #define NFNS (sizeof FNS / sizeof FNS[0])
 
@@ -1253,6 +1290,8 @@ static void name_fns(void) {
         uint64_t h = 1469598103934665603ULL;              /* FNV-1a */
         for (const char *c = FNS[k].sql; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
         for (const char *c = FNS[k].args; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        for (const char *c = FNS[k].first ? FNS[k].first : ""; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ULL;
         snprintf(fn_name[k], sizeof fn_name[k], "flashsale_%016llx", (unsigned long long)h);
         int n = snprintf(fn_call[k], sizeof fn_call[k], "SELECT * FROM %s(", fn_name[k]);
         for (int a = 1; a <= FNS[k].nargs; a++)
@@ -1284,7 +1323,8 @@ static int ensure_functions(db *d, char *err, size_t errlen) {
     PQclear(r);
     if (have == (int)NFNS) return 0;
     size_t len = 256;
-    for (size_t k = 0; k < NFNS; k++) len += strlen(FNS[k].sql) + 400;
+    for (size_t k = 0; k < NFNS; k++)
+        len += strlen(FNS[k].sql) + (FNS[k].first ? strlen(FNS[k].first) : 0) + 400;
     char *sql = malloc(len);
     if (!sql) {
         snprintf(err, errlen, "out of memory");
@@ -1297,8 +1337,9 @@ static int ensure_functions(db *d, char *err, size_t errlen) {
     for (size_t k = 0; k < NFNS; k++)
         n += snprintf(sql + n, len - (size_t)n,
                       " CREATE OR REPLACE FUNCTION %s(%s) RETURNS SETOF bigint LANGUAGE plpgsql"
-                      " SET plan_cache_mode = force_generic_plan AS $fs$ BEGIN RETURN QUERY %s;"
-                      " END $fs$;", fn_name[k], FNS[k].args, FNS[k].sql);
+                      " SET plan_cache_mode = force_generic_plan AS $fs$ BEGIN %s%s RETURN QUERY %s;"
+                      " END $fs$;", fn_name[k], FNS[k].args, FNS[k].first ? FNS[k].first : "",
+                      FNS[k].first ? ";" : "", FNS[k].sql);
     snprintf(sql + n, len - (size_t)n, " COMMIT");
     int rc = exec(d, sql, err, errlen);
     free(sql);

@@ -486,6 +486,54 @@ static void test_writer_groups(void) {
     db_close(d);
 }
 
+/* A group's orders left out, each told apart: a key another order holds
+ * (DB_DUPKEY), a copy of an older generation (DB_STALE, its key its own),
+ * beside orders inserted with a key and without one, and another SKU's
+ * (the SKUs' locks taken together) -- in one group whose
+ * COMMIT goes with its statements, the keys asked only after it. */
+static void test_writer_group_left_out(void) {
+    db *d = fresh();
+    db_product p = product("wk", 100), p2 = product("wk2", 100);
+    CHECK(db_product_insert(d, &p) == DB_OK && db_product_insert(d, &p2) == DB_OK);
+    db_order first = order("01WK0", "wk", "u", 1, "held-key", 1);
+    CHECK(insert1(d, &first, DB_TAKE_NONE, 0) == DB_OK);
+    char err[256];
+    batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    db *wc = db_open(path, &OPTS, err, sizeof err);
+    CHECK(wc != NULL);
+    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
+    CHECK(w != NULL);
+    static db_job jobs[5];
+    db_job *all[5];
+    jobs[0].order = order("01WK1", "wk", "u", 1, "held-key", 1);   /* the key is 01WK0's */
+    jobs[1].order = order("01WK2", "wk", "u", 1, "own-key", 1);
+    jobs[2].order = order("01WK3", "wk", "u", 1, NULL, 1);
+    jobs[3].order = order("01WK4", "wk", "u", 1, "stale-key", 7);   /* not the row's generation */
+    jobs[4].order = order("01WK5", "wk2", "u", 1, NULL, 1);         /* a second SKU's */
+    for (int i = 0; i < 5; i++) {
+        jobs[i].kind = DB_JOB_INSERT;
+        jobs[i].take = DB_TAKE_NONE;
+        all[i] = &jobs[i];
+    }
+    db_writer_submit_many(w, all, 5);
+    pthread_mutex_lock(&b.mu);
+    while (b.jobs < 5) pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    CHECK(jobs[0].status == DB_DUPKEY);
+    CHECK(jobs[1].status == DB_OK && jobs[2].status == DB_OK);
+    CHECK(jobs[3].status == DB_STALE && jobs[4].status == DB_OK);
+    db_writer_stop(w);
+    db_close(wc);
+    db_order got;
+    CHECK(db_order_by_key(d, "held-key", &got) == DB_OK);
+    CHECK_STR(got.order_id, "01WK0");
+    CHECK(db_order_get(d, "01WK1", &got) == DB_NOTFOUND && db_order_get(d, "01WK4", &got) == DB_NOTFOUND);
+    db_product pr;
+    CHECK(db_product_get(d, "wk", &pr) == DB_OK && pr.sold == 3);
+    CHECK(db_product_get(d, "wk2", &pr) == DB_OK && pr.sold == 1);
+    db_close(d);
+}
+
 /* A paced writer (db_writer_pace): a job after a quiet spell commits at
  * once; the next group waits out the gap after the one before, taking
  * what was submitted meanwhile, one job at a time, into one group. */
@@ -878,7 +926,7 @@ int main(int argc, char **argv) {
     static const t_case cases[] = {
         T(test_products), T(test_restock_keys), T(test_generation_rule), T(test_tombstones), T(test_revoke), T(test_barrier_after_a_canceled_one), T(test_idempotency_keys),
         T(test_conditional_take), T(test_list_paging), T(test_schema_version),
-        T(test_lock_table), T(test_writer_groups), T(test_writer_paced), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
+        T(test_lock_table), T(test_writer_groups), T(test_writer_group_left_out), T(test_writer_paced), T(test_fold_beside_writer), T(test_no_nested_walks), T(test_holds),
         T(test_hold_decided_while_swept), T(test_pool_budget), T(test_pool_gives_back_clean),
         T(test_pool_failures_and_idle),
     };
