@@ -12,10 +12,13 @@ harness.PgBouncer: Debian's pgbouncer 1.18), stopped by PID.
   counts the waits;
 - behind PgBouncer in transaction pooling, the service says it is pooled
   and every safe strategy, holds too, sells with the verifier's PASS (no
-  named statement or session setting to lose between transactions); in
+  named statement or session setting to lose between transactions), and
+  the committer's groups tell each left-out order apart as they do
+  straight (unit/test_db's writer cases through the pool); in
   session pooling with fewer server connections than the instances want,
   every request is answered within a bound; statement pooling is refused
   at start, naming the setting."""
+import os
 import re
 import subprocess
 import threading
@@ -195,6 +198,24 @@ def test_transaction_pooling_sells_every_safe_strategy(ctx):
     # A direct instance is not pooled: named statements, as before.
     c = ctx.service(redis, db=url)
     assert "reached through a pooler" not in c.logs()
+
+
+def test_group_commits_through_a_transaction_pool(ctx):
+    """The committer's groups through PgBouncer in transaction pooling, as
+    unit/test_db checks them straight: a group whose orders a key another
+    order holds and a stale copy leave out, beside two SKUs' orders (the
+    insert's function takes the SKUs' locks; whose key it was is asked
+    after the COMMIT), groups of thousands, and paced groups."""
+    pg = ctx.postgres()
+    pg.database("unit")
+    bouncer = ctx.pgbouncer(pg, mode="transaction", pool_size=4)
+    env = dict(os.environ, FLASHSALE_TEST_PG=bouncer.url("unit"))
+    r = subprocess.run([os.path.join(harness.BIN, "tests", "test_db"), "test_writer"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    for case in ("test_writer_groups", "test_writer_group_left_out", "test_writer_paced"):
+        assert "ok   postgresql: " + case in out, out
 
 
 def test_session_pooling_short_of_servers_answers_every_request(ctx):
