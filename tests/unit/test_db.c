@@ -449,16 +449,31 @@ static void on_done(db_job **jobs, size_t n, void *ud) {
     pthread_mutex_unlock(&b->mu);
 }
 
+/* A committer on a connection of its own to the case's database (path),
+ * its groups counted in b. */
+static db_writer *open_writer(batches *b, db **wc) {
+    char err[256];
+    *wc = db_open(path, &OPTS, err, sizeof err);
+    CHECK(*wc != NULL);
+    db_writer *w = *wc ? db_writer_start(*wc, 512, on_done, b, err, sizeof err) : NULL;
+    CHECK(w != NULL);
+    return w;
+}
+
+/* Waits until b has seen n jobs done. */
+static void wait_jobs(batches *b, size_t n) {
+    pthread_mutex_lock(&b->mu);
+    while (b->jobs < n) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+}
+
 static void test_writer_groups(void) {
     db *d = fresh();
     db_product p = product("w", 100000);
     CHECK(db_product_insert(d, &p) == DB_OK);
-    char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db *wc = db_open(path, &OPTS, err, sizeof err);
-    CHECK(wc != NULL);
-    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
-    CHECK(w != NULL);
+    db *wc;
+    db_writer *w = open_writer(&b, &wc);
     enum { N = 3000 };
     static db_job jobs[N];
     for (int i = 0; i < N; i++) {
@@ -468,9 +483,7 @@ static void test_writer_groups(void) {
         jobs[i].order = order(id, "w", "u", 1, NULL, 1);
         db_writer_submit(w, &jobs[i]);
     }
-    pthread_mutex_lock(&b.mu);
-    while (b.jobs < N) pthread_cond_wait(&b.cv, &b.mu);
-    pthread_mutex_unlock(&b.mu);
+    wait_jobs(&b, N);
     int ok = 0;
     for (int i = 0; i < N; i++) ok += jobs[i].status == DB_OK;
     CHECK(ok == N);
@@ -497,12 +510,9 @@ static void test_writer_group_left_out(void) {
     CHECK(db_product_insert(d, &p) == DB_OK && db_product_insert(d, &p2) == DB_OK);
     db_order first = order("01WK0", "wk", "u", 1, "held-key", 1);
     CHECK(insert1(d, &first, DB_TAKE_NONE, 0) == DB_OK);
-    char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db *wc = db_open(path, &OPTS, err, sizeof err);
-    CHECK(wc != NULL);
-    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
-    CHECK(w != NULL);
+    db *wc;
+    db_writer *w = open_writer(&b, &wc);
     static db_job jobs[5];
     db_job *all[5];
     jobs[0].order = order("01WK1", "wk", "u", 1, "held-key", 1);   /* the key is 01WK0's */
@@ -516,9 +526,7 @@ static void test_writer_group_left_out(void) {
         all[i] = &jobs[i];
     }
     db_writer_submit_many(w, all, 5);
-    pthread_mutex_lock(&b.mu);
-    while (b.jobs < 5) pthread_cond_wait(&b.cv, &b.mu);
-    pthread_mutex_unlock(&b.mu);
+    wait_jobs(&b, 5);
     CHECK(jobs[0].status == DB_DUPKEY);
     CHECK(jobs[1].status == DB_OK && jobs[2].status == DB_OK);
     CHECK(jobs[3].status == DB_STALE && jobs[4].status == DB_OK);
@@ -541,12 +549,9 @@ static void test_writer_paced(void) {
     db *d = fresh();
     db_product p = product("wp", 100);
     CHECK(db_product_insert(d, &p) == DB_OK);
-    char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db *wc = db_open(path, &OPTS, err, sizeof err);
-    CHECK(wc != NULL);
-    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
-    CHECK(w != NULL);
+    db *wc;
+    db_writer *w = open_writer(&b, &wc);
     db_writer_pace(w, 400000);                         /* 400 ms */
     static db_job jobs[6];
     for (int i = 0; i < 6; i++) {
@@ -616,12 +621,9 @@ static void test_fold_beside_writer(void) {
     db *d = fresh();
     db_product p = product("f", 100000), got;
     CHECK(db_product_insert(d, &p) == DB_OK);
-    char err[256];
     batches b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    db *wc = db_open(path, &OPTS, err, sizeof err);
-    CHECK(wc != NULL);
-    db_writer *w = db_writer_start(wc, 512, on_done, &b, err, sizeof err);
-    CHECK(w != NULL);
+    db *wc;
+    db_writer *w = open_writer(&b, &wc);
     folder f = { 0 };
     pthread_t th;
     CHECK(pthread_create(&th, NULL, fold_loop, &f) == 0);
