@@ -850,9 +850,11 @@ static void pg_wait_ms(db *d, int ms) {
  *      another order holds (DB_DUPKEY, where db_order_insert would say
  *      so; any other refusal is DB_STALE). */
 
-static const char PLAIN_LOCK[] =
-    "SELECT pg_advisory_xact_lock_shared(hashtextextended(s, 0))"
-    " FROM (SELECT DISTINCT unnest($1::text[]) AS s ORDER BY 1) x";
+/* The shared locks of the SKUs of array arr, in SKU order: after SELECT
+ * (PLAIN_LOCK) or PERFORM (PLAIN_LOCK_FIRST, below). */
+#define SKU_LOCKS(arr) "pg_advisory_xact_lock_shared(hashtextextended(s, 0))" \
+                       " FROM (SELECT DISTINCT unnest(" arr ") AS s ORDER BY 1) x"
+static const char PLAIN_LOCK[] = "SELECT " SKU_LOCKS("$1::text[]");
 /* The same for a group of one SKU (a sale's usual group): one function
  * call, no sort of the SKUs. */
 static const char PLAIN_LOCK_ONE[] = "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))";
@@ -1162,7 +1164,7 @@ static db_status insert_plain(db *d, db_job **jobs, size_t n, int commit, int *c
         if (k >= 1 && (size_t)k <= nplain) plain[k - 1]->status = DB_OK;
     }
     for (size_t k = 0; k < nkeyed; k++) left_out += keyed[k]->status != DB_OK;
-    if (nkeyed && !keys_now && left_out && pipeline(d, &q[2], 1, "insert orders: keys") != DB_OK) {
+    if (!keys_now && left_out && pipeline(d, &q[2], 1, "insert orders: keys") != DB_OK) {
         /* Committed; whether a left-out order's key is another's cannot
          * be told now: refused as the database's failure, units back. */
         for (size_t k = 0; k < nkeyed; k++)
@@ -1271,8 +1273,7 @@ typedef struct piped_fn {
  * that is not STABLE gives each of its statements a snapshot of its own
  * (READ COMMITTED), so the insert's is taken with the locks held, as the
  * direct connection's separate statements do -- one call less a group. */
-#define PLAIN_LOCK_FIRST "PERFORM pg_advisory_xact_lock_shared(hashtextextended(s, 0))" \
-                         " FROM (SELECT DISTINCT unnest($2) AS s ORDER BY 1) x"
+#define PLAIN_LOCK_FIRST "PERFORM " SKU_LOCKS("$2")
 #define PLAIN_ARGS "text[],text[],text[],int[],text[],text[],bigint[],bigint[],text[],bigint"
 static const piped_fn FNS[] = {
     { PLAIN_INSERT, PLAIN_ARGS, A_NPARAMS, PLAIN_LOCK_FIRST },
